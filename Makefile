@@ -1,0 +1,39 @@
+# The workbench's entry points.  Every target sets up .venv first; nothing to activate by hand.
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-all bench java lint clean-data help
+
+help:
+	@echo "make demo      set up, generate every dataset at small scale, run the datasets notebook"
+	@echo "make test      set up and run the test suite (what CI runs)"
+	@echo "make bench     set up and print the benchmark figures (dataset generation, replay read)"
+	@echo "make setup     only create .venv and install (checks Python 3.11+ and Java 17+)"
+	@echo "make java      install a Java 17 runtime with apt-get (Debian/Ubuntu, needs root)"
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/setup.sh
+	scripts/setup.sh
+	@touch $(STAMP)
+
+demo: setup
+	$(BIN)/scabbard datagen all --scale small
+	$(BIN)/scabbard reproduce --only 00_datasets --scale small
+
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/scabbard bench datagen --scale small
+
+lint: setup
+	$(BIN)/ruff check scabbard tests
+
+java:
+	@if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	$$SUDO apt-get update && $$SUDO apt-get install -y --no-install-recommends openjdk-17-jre-headless
+
+clean-data:
+	rm -rf data/cm data/sg data/lrb data/ysb data/nexmark data/sm

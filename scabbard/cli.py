@@ -1,0 +1,285 @@
+"""``scabbard``: the workbench's command line.
+
+    scabbard datagen WORKLOAD|all [--scale tiny|small|full] [--duration S] [--rate R] ...
+    scabbard data list|check ...
+    scabbard reproduce [--only NAME] [--scale small|full]
+    scabbard bench datagen ...
+
+Every subcommand has ``--help``.  Errors print one line, ``scabbard: error: ...``,
+and exit non-zero (2 for bad input, 1 for failures while running).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from scabbard import __version__
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+class CLIError(Exception):
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.code = code
+
+
+# -- datagen -----------------------------------------------------------------------------------
+def _add_datagen(sub) -> None:
+    from scabbard.workloads import NAMES
+
+    p = sub.add_parser(
+        "datagen",
+        help="generate benchmark datasets with Spark",
+        description=(
+            "Generate a benchmark dataset with PySpark: Parquet under OUT/WORKLOAD/NAME/ plus the "
+            "engine's replay format (one memory-mappable file per column) and a manifest with a "
+            "checksum.  Same parameters give byte-identical data, whatever the partitioning."
+        ),
+        epilog=(
+            "Scales (per workload, at its default rate): tiny (tests, ~30k rows), small (~1M rows, "
+            "the default), full (~32M rows).  Explicit --duration/--rate override the scale.  An "
+            "identical dataset already in place is kept (use --force to regenerate)."
+        ),
+    )
+    p.add_argument("workload", help=f"one of {', '.join(NAMES)}, or 'all'")
+    p.add_argument("--scale", choices=("tiny", "small", "full"), default=None,
+                   help="size preset (default: small)")
+    p.add_argument("--duration", type=float, metavar="SECONDS",
+                   help="event-time length of the dataset in seconds")
+    p.add_argument("--rate", type=float, metavar="TUPLES_PER_SECOND",
+                   help="tuples per second of event time")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--partitions", type=int, help="Spark partitions (default: from size and cores)")
+    p.add_argument("--out", default="data", metavar="DIR", help="output root (default: data)")
+    p.add_argument("--name", help="dataset folder name (default: the scale, or a slug of the parameters)")
+    p.add_argument("--master", default="local[*]", help="Spark master URL (default: local[*])")
+    p.add_argument("--force", action="store_true", help="regenerate even if the dataset exists")
+    p.add_argument("--parquet-codec", default="snappy",
+                   choices=("snappy", "zstd", "lz4", "gzip", "none"),
+                   help="Parquet compression (default: snappy)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    g = p.add_argument_group("workload options")
+    g.add_argument("--xways", type=int, help="lrb: expressways (default: one per 1,000 reports/s)")
+    g.add_argument("--plugs", type=int, help="sg: smart plugs (default 2,125)")
+    g.add_argument("--houses", type=int, help="sg: houses (default 40)")
+    g.add_argument("--machines", type=int, help="cm: machines (default 12,500)")
+    g.add_argument("--campaigns", type=int, help="ysb: campaigns of 10 ads (default 100)")
+    g.add_argument("--change-at", type=float, metavar="SECONDS",
+                   help="sm: event time at which the integer readings change distribution")
+    p.set_defaults(func=_run_datagen)
+
+
+_OPTION_FLAGS = ("xways", "plugs", "houses", "machines", "campaigns", "change_at")
+
+
+def _run_datagen(args) -> int:
+    from scabbard import workloads
+    from scabbard.workloads.generator import check_writable, generate, make_params
+
+    names = workloads.NAMES if args.workload == "all" else (args.workload,)
+    given = {k: getattr(args, k) for k in _OPTION_FLAGS if getattr(args, k) is not None}
+    plans = []
+    for name in names:
+        try:
+            module = workloads.get(name)
+        except workloads.UnknownWorkloadError as e:
+            raise CLIError(str(e)) from None
+        spec = module.SPEC
+        opts = given
+        if args.workload == "all":
+            opts = {k: v for k, v in given.items() if k in {o.name for o in spec.options}}
+        params = make_params(spec, scale=args.scale, duration=args.duration, rate=args.rate,
+                             seed=args.seed, **opts)
+        plans.append((spec, params))
+    if args.workload == "all" and args.name:
+        raise CLIError("--name names one dataset; it cannot be used with 'all'")
+    if args.partitions is not None and args.partitions < 1:
+        raise CLIError(f"--partitions must be >= 1, got {args.partitions}")
+    check_writable(Path(args.out))
+
+    spark = None
+    rows = []
+    for spec, params in plans:
+        if spark is None:
+            from scabbard.sparksession import SparkSettings, get_spark
+
+            spark = get_spark(SparkSettings(master=args.master, app_name="scabbard-datagen"))
+        ds = generate(
+            spec, params, out=args.out, name=args.name, partitions=args.partitions,
+            master=args.master, force=args.force, progress=not args.no_progress,
+            parquet_codec=args.parquet_codec, spark=spark, log=lambda s: print(s, flush=True),
+        )
+        run = ds.manifest.get("run", {})
+        rows.append((spec.name, ds.rows, ds.stream.nbytes / 1e6, run.get("seconds_total"), ds.path))
+    print()
+    print(f"{'workload':<9} {'rows':>12} {'MB (rows)':>10} {'seconds':>8} {'M tuples/s':>10}  path")
+    for name, n, mb, secs, path in rows:
+        rate = f"{n / secs / 1e6:10.2f}" if secs else f"{'-':>10}"
+        print(f"{name:<9} {n:>12,} {mb:>10.1f} {secs or 0:>8.1f} {rate}  {path}")
+    return 0
+
+
+# -- data --------------------------------------------------------------------------------------
+def _add_data(sub) -> None:
+    p = sub.add_parser("data", help="list and check generated datasets",
+                       description="List generated datasets or validate one.")
+    dsub = p.add_subparsers(dest="data_cmd", required=True)
+    lp = dsub.add_parser("list", help="list datasets under a root folder")
+    lp.add_argument("--root", default="data", help="data root (default: data)")
+    lp.set_defaults(func=_run_data_list)
+    cp = dsub.add_parser("check", help="validate a dataset folder (manifest, schema, sizes)")
+    cp.add_argument("path", help="dataset folder, e.g. data/lrb/small")
+    cp.add_argument("--verify", action="store_true", help="also recompute every checksum")
+    cp.set_defaults(func=_run_data_check)
+
+
+def _run_data_list(args) -> int:
+    from scabbard.data import DatasetError, open_dataset
+
+    root = Path(args.root)
+    found = sorted(p.parent for p in root.glob("*/*/manifest.json"))
+    if not found:
+        print(f"no datasets under {root}/ (make them with `scabbard datagen`)")
+        return 0
+    print(f"{'dataset':<36} {'rows':>12} {'MB':>9}  checksum")
+    for path in found:
+        try:
+            ds = open_dataset(path)
+            print(f"{str(path.relative_to(root)):<36} {ds.rows:>12,} {ds.stream.nbytes / 1e6:>9.1f}  "
+                  f"{ds.checksum[:19]}")
+        except DatasetError as e:
+            print(f"{str(path.relative_to(root)):<36} INVALID: {e}")
+    return 0
+
+
+def _run_data_check(args) -> int:
+    from scabbard import workloads
+    from scabbard.data import open_dataset
+
+    ds = open_dataset(args.path)
+    try:
+        expected = workloads.get(ds.workload).SCHEMA
+    except workloads.UnknownWorkloadError:
+        expected = None
+    ds = open_dataset(args.path, schema=expected, verify=args.verify)
+    what = "checksums verified" if args.verify else "sizes and schema valid (--verify for checksums)"
+    print(f"{ds.path}: {ds.workload} {ds.rows:,} rows, {len(ds.tables)} side tables; {what}")
+    return 0
+
+
+# -- reproduce ---------------------------------------------------------------------------------
+def _add_reproduce(sub) -> None:
+    p = sub.add_parser(
+        "reproduce",
+        help="run the figure notebooks with papermill",
+        description=(
+            "Execute the notebooks listed by the parameter files in experiments/*.yaml with "
+            "papermill, writing executed notebooks, results CSVs, figures and an index.html "
+            "under experiments/runs/<stamp>/."
+        ),
+    )
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help="run only this experiment (repeatable), e.g. 00_datasets")
+    p.add_argument("--scale", default="small", choices=("tiny", "small", "full"),
+                   help="parameter set of each experiment (default: small)")
+    p.add_argument("--root", default=".", help="project root holding experiments/ and notebooks/")
+    p.add_argument("--runs-dir", help="where to put the run folder (default: ROOT/experiments/runs)")
+    p.add_argument("--data-dir", help="dataset root passed to notebooks (default: ROOT/data)")
+    p.set_defaults(func=_run_reproduce)
+
+
+def _run_reproduce(args) -> int:
+    from scabbard.experiments.reproduce import reproduce
+
+    report = reproduce(
+        root=Path(args.root), only=args.only, scale=args.scale,
+        runs_dir=Path(args.runs_dir) if args.runs_dir else None,
+        data_dir=Path(args.data_dir) if args.data_dir else None,
+        log=lambda s: print(s, flush=True),
+    )
+    failed = [r for r in report.results if not r.ok]
+    print(f"\nrun folder: {report.run_dir}\nindex:      {report.run_dir / 'index.html'}")
+    for r in report.results:
+        print(f"  {r.name:<24} {'ok' if r.ok else 'FAILED':<7} {r.seconds:7.1f} s  {r.output}")
+        if not r.ok:
+            print(f"    {r.error}")
+    return EXIT_FAILURE if failed else 0
+
+
+# -- bench -------------------------------------------------------------------------------------
+def _add_bench(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks that print figures (never part of the tests)")
+    bsub = p.add_subparsers(dest="bench_cmd", required=True)
+    dp = bsub.add_parser(
+        "datagen",
+        help="dataset generation rate and replay-read rate per workload",
+        description=(
+            "Generate each workload's dataset with --rows rows (into a scratch folder) and print "
+            "the generation rate (tuples/s, MB/s of rows), then the read rate of the replay format "
+            "from the page cache."
+        ),
+    )
+    dp.add_argument("--workloads", nargs="+", default=None, help="subset (default: all six)")
+    dp.add_argument("--rows", type=int, default=8_000_000, help="rows per workload (default 8M)")
+    dp.add_argument("--scratch", default="data/bench", help="scratch folder (default: data/bench)")
+    dp.add_argument("--keep", action="store_true", help="keep the generated datasets")
+    dp.add_argument("--master", default="local[*]", help="Spark master URL")
+    dp.set_defaults(func=_run_bench_datagen)
+
+
+def _run_bench_datagen(args) -> int:
+    from scabbard.bench import bench_datagen
+
+    bench_datagen(
+        names=args.workloads, rows=args.rows, scratch=Path(args.scratch), keep=args.keep,
+        master=args.master, log=lambda s: print(s, flush=True),
+    )
+    return 0
+
+
+# -- main --------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scabbard",
+        description="Scabbard workbench: fault-tolerant single-node stream processing.",
+    )
+    parser.add_argument("--version", action="version", version=f"scabbard {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_datagen(sub)
+    _add_data(sub)
+    _add_reproduce(sub)
+    _add_bench(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from scabbard.data import DatasetError
+    from scabbard.schema import SchemaError
+    from scabbard.sparksession import JavaNotFoundError
+    from scabbard.workloads import UnknownWorkloadError
+    from scabbard.workloads.generator import DatagenError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except CLIError as e:
+        print(f"scabbard: error: {e}", file=sys.stderr)
+        return e.code
+    except (DatagenError, UnknownWorkloadError, SchemaError) as e:
+        print(f"scabbard: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (DatasetError, JavaNotFoundError) as e:
+        print(f"scabbard: error: {e}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("scabbard: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Lightweight codecs in numba, column statistics, adaptive selection. DESIGN.md §8."""

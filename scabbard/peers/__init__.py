@@ -1,0 +1,1 @@
+"""Real systems we compare with: Spark Structured Streaming, a persistent broker, a synchronous log."""

@@ -1,0 +1,1 @@
+"""Persistent operator graph: PStream, FTOperator, PUnit, markers, Alg. 1, GC, recovery. DESIGN.md §6."""

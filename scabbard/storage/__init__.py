@@ -1,0 +1,1 @@
+"""BlockManager, segment format, async O_DIRECT I/O, CheckpointController. DESIGN.md §7."""

@@ -1,0 +1,29 @@
+"""The six benchmark workloads of the paper's Table 3, each with its schema and Spark generator.
+
+``scabbard.workloads.<name>`` (cm, sg, lrb, ysb, nexmark, sm) exposes ``SCHEMA``,
+its side tables' schemas, and ``SPEC`` - the generator description that
+:func:`scabbard.workloads.generator.generate` runs.  :func:`get` looks one up by name.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from types import ModuleType
+
+NAMES = ("cm", "sg", "lrb", "ysb", "nexmark", "sm")
+# The paper's abbreviation of each dataset (Table 3); NEXMark's queries are called NQ.
+PAPER_NAMES = {"cm": "CM", "sg": "SG", "lrb": "LRB", "ysb": "YSB", "nexmark": "NQ", "sm": "SM"}
+
+
+class UnknownWorkloadError(KeyError):
+    def __str__(self) -> str:
+        return f"unknown workload {self.args[0]!r} (choose from {', '.join(NAMES)})"
+
+
+def get(name: str) -> ModuleType:
+    """The workload module called ``name`` (case-insensitive; ``nq`` means nexmark)."""
+    key = name.lower()
+    key = "nexmark" if key == "nq" else key
+    if key not in NAMES:
+        raise UnknownWorkloadError(name)
+    return import_module(f"scabbard.workloads.{key}")

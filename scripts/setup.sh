@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Set up the workbench: check Python and Java, create .venv, install scabbard and its tools.
+# Idempotent; `make setup` calls it.  Nothing needs to be activated by hand afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+  echo "setup: $PYTHON not found; scabbard needs Python 3.11+ (set PYTHON=/path/to/python3.11)" >&2
+  exit 1
+fi
+if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+  echo "setup: $("$PYTHON" --version 2>&1) is too old; scabbard needs Python 3.11+ (set PYTHON=...)" >&2
+  exit 1
+fi
+
+# Spark (the dataset generators, the Spark backend and peer) needs Java 17+.
+scripts/check-java.sh
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+echo "setup: installing scabbard and its dependencies into $VENV (first time: about 2 minutes)"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+echo "setup: done ($("$VENV/bin/python" --version), $("$VENV/bin/python" -c 'import pyspark, numba; print("pyspark", pyspark.__version__, "numba", numba.__version__)'))"
