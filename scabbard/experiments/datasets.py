@@ -156,6 +156,7 @@ def plot(datasets: dict[str, Dataset], output_dir: str | None = None, limit: int
     for (name, ds), (left, right) in zip(datasets.items(), axes, strict=True):
         sec, counts = arrivals_per_second(ds, limit)
         left.plot(sec, counts, lw=0.7)
+        left.set_ylim(0, max(1, counts.max()) * 1.1 if len(counts) else 1)
         left.set_title(f"{workloads.PAPER_NAMES[name]}: tuples per second of event time")
         left.set_xlabel("event time (s)")
         _DISTRIBUTION[name](ds, right, limit)

@@ -202,6 +202,23 @@ def check_writable(folder: Path) -> None:
         raise DatagenError(f"cannot write to output folder {folder}: {e.strerror or e}") from None
 
 
+def code_fingerprint(spec: WorkloadSpec) -> str:
+    """A hash of the code that decides a workload's bytes (its module and the shared helpers).
+
+    Stored in the manifest, so that a dataset made by older generator code is regenerated
+    rather than silently reused.
+    """
+    import hashlib
+    import inspect
+
+    from scabbard.workloads import _expr
+
+    h = hashlib.sha256()
+    for module in (inspect.getmodule(spec.build), _expr):
+        h.update(inspect.getsource(module).encode())
+    return h.hexdigest()[:16]
+
+
 def _existing(final: Path, spec: WorkloadSpec, params: GenParams) -> Dataset | None:
     if not (final / MANIFEST).is_file():
         return None
@@ -212,6 +229,7 @@ def _existing(final: Path, spec: WorkloadSpec, params: GenParams) -> Dataset | N
     same = (
         ds.manifest.get("workload") == spec.name
         and ds.manifest.get("generator_version") == spec.version
+        and ds.manifest.get("generator_code") == code_fingerprint(spec)
         and ds.params == params.to_dict()
     )
     return ds if same else None
@@ -313,6 +331,7 @@ def generate(
             spec.name, name, params.to_dict(), entries["stream"], tables,
             title=spec.title,
             generator_version=spec.version,
+            generator_code=code_fingerprint(spec),
             run={
                 "created": datetime.now(UTC).isoformat(timespec="seconds"),
                 "master": master,

@@ -1,0 +1,93 @@
+"""The command line: help, clear errors with non-zero exits, and a real run."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scabbard.cli import main
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def run_cli(*args, env=None, cwd=None):
+    return subprocess.run([sys.executable, "-m", "scabbard.cli", *args], capture_output=True,
+                          text=True, env=env, cwd=cwd, timeout=300)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["datagen", "foo"], "unknown workload 'foo'"),
+        (["datagen", "lrb", "--rate", "-5"], "--rate must be a positive number"),
+        (["datagen", "lrb", "--duration", "0"], "--duration must be a positive number"),
+        (["datagen", "lrb", "--duration", "nan"], "--duration must be a positive number"),
+        (["datagen", "sm", "--duration", "0.001", "--rate", "1"], "gives no rows"),
+        (["datagen", "cm", "--xways", "3"], "--xways does not apply to workload 'cm'"),
+        (["datagen", "lrb", "--xways", "-1"], "--xways must be >= 0"),
+        (["datagen", "lrb", "--rate", "10.5"], "must be whole"),
+        (["datagen", "sm", "--change-at", "99999"], "--change-at must lie within"),
+        (["datagen", "sm", "--seed", "-1"], "--seed must be an integer"),
+        (["datagen", "sg", "--partitions", "0"], "--partitions must be >= 1"),
+        (["datagen", "all", "--name", "x"], "cannot be used with 'all'"),
+    ],
+)
+def test_bad_parameters_exit_2_with_one_clear_line(capsys, tmp_path, args, message):
+    code = main([*args, "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("scabbard: error: ") and message in err
+    assert "Traceback" not in err
+
+
+def test_unknown_scale_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["datagen", "cm", "--scale", "huge"])
+    assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_unwritable_output_folder(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    code = main(["datagen", "sg", "--scale", "tiny", "--out", str(blocker / "data")])
+    assert code == 2
+    assert "cannot write to output folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("java_home", [None, "/nonexistent/jdk"])
+def test_no_java_is_a_clear_error(tmp_path, java_home):
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(VENV_BIN)  # no java on it
+    if java_home:
+        env["JAVA_HOME"] = java_home
+    out = run_cli("datagen", "sg", "--scale", "tiny", "--out", str(tmp_path), env=env)
+    assert out.returncode == 1
+    assert "Spark needs Java 17+" in out.stderr and "openjdk-17" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_every_command_explains_itself():
+    for args in (["--help"], ["datagen", "--help"], ["data", "--help"], ["reproduce", "--help"],
+                 ["bench", "datagen", "--help"]):
+        out = run_cli(*args)
+        assert out.returncode == 0 and "usage: scabbard" in out.stdout
+    assert "--change-at" in run_cli("datagen", "--help").stdout
+
+
+@pytest.mark.spark
+def test_datagen_writes_a_dataset_and_data_check_validates_it(spark, tmp_path, capsys):
+    assert main(["datagen", "sg", "--scale", "tiny", "--out", str(tmp_path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "sg" in out and str(tmp_path / "sg" / "tiny") in out
+    assert main(["data", "check", str(tmp_path / "sg" / "tiny"), "--verify"]) == 0
+    assert "checksums verified" in capsys.readouterr().out
+    assert main(["data", "list", "--root", str(tmp_path)]) == 0
+    assert "sg/tiny" in capsys.readouterr().out
+    col = tmp_path / "sg" / "tiny" / "stream" / "columns" / "value.bin"
+    data = bytearray(col.read_bytes())
+    data[100] ^= 1
+    col.write_bytes(bytes(data))
+    assert main(["data", "check", str(tmp_path / "sg" / "tiny"), "--verify"]) == 1
+    assert "checksum mismatch" in capsys.readouterr().err

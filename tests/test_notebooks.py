@@ -1,0 +1,75 @@
+"""Every notebook runs, through `scabbard reproduce`, with tiny parameters."""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from scabbard.experiments.reproduce import load_experiments, reproduce
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = load_experiments(ROOT)
+
+
+def test_every_notebook_is_run_by_an_experiment_with_tiny_parameters():
+    notebooks = {p.resolve() for p in (ROOT / "notebooks").glob("*.ipynb")}
+    covered = {e.notebook for e in EXPERIMENTS.values()}
+    assert notebooks, "no notebooks"
+    assert notebooks == covered, f"notebooks without a parameter file: {notebooks - covered}"
+    for exp in EXPERIMENTS.values():
+        assert "tiny" in exp.scales, f"{exp.name} has no tiny parameters for the test suite"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.stem)
+def test_notebooks_are_thin_and_parameterised(path):
+    nb = nbformat.read(path, as_version=4)
+    assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "exactly one cell tagged 'parameters' (papermill)"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.get("outputs") for c in code), "commit notebooks without outputs"
+    assert max(len(c.source.splitlines()) for c in code) <= 15, "logic belongs in the package"
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny, data_root, tmp_path_factory):
+    """One `scabbard reproduce --scale tiny` of every experiment, shared by the tests below."""
+    return reproduce(root=ROOT, scale="tiny", runs_dir=tmp_path_factory.mktemp("runs"),
+                     data_dir=data_root)
+
+
+@pytest.mark.notebooks
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_notebook_runs_at_tiny_scale(name, tiny_run):
+    (result,) = [r for r in tiny_run.results if r.name == name]
+    assert result.ok, result.error
+    assert result.output.is_file()
+    assert (tiny_run.run_dir / "index.html").is_file()
+    executed = nbformat.read(result.output, as_version=4)
+    errors = [o for c in executed.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
+
+
+@pytest.mark.notebooks
+@pytest.mark.slow
+def test_datasets_notebook_summarises_all_six(tiny, tiny_run):
+    import pandas as pd
+
+    table = pd.read_csv(tiny_run.run_dir / "results.csv")
+    table = table[table["experiment"] == "00_datasets"]
+    assert sorted(table["workload"]) == sorted(tiny)
+    assert list(table.set_index("workload").loc[list(tiny), "checksum"]) == [
+        ds.checksum[:23] for ds in tiny.values()
+    ]
+    assert (tiny_run.run_dir / "00_datasets" / "datasets.png").stat().st_size > 10_000
+    assert "datasets.png" in (tiny_run.run_dir / "index.html").read_text()
+
+
+def test_reproduce_rejects_unknown_experiments_and_scales(tmp_path):
+    from scabbard.experiments.reproduce import ExperimentError
+
+    with pytest.raises(ExperimentError, match="unknown experiment"):
+        reproduce(root=ROOT, only=["nope"], runs_dir=tmp_path)
+    with pytest.raises(ExperimentError, match="unknown scale"):
+        reproduce(root=ROOT, scale="huge", runs_dir=tmp_path)
