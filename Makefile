@@ -26,7 +26,7 @@ test: setup
 	$(BIN)/python -m pytest
 
 bench: setup
-	$(BIN)/scabbard bench datagen --scale small
+	$(BIN)/scabbard bench datagen
 
 lint: setup
 	$(BIN)/ruff check scabbard tests

@@ -39,7 +39,7 @@ def replay_read(ds: Dataset, batch_rows: int = REPLAY_BATCH_ROWS, passes: int = 
 
 def bench_datagen(
     names: Sequence[str] | None = None,
-    rows: int = 8_000_000,
+    rows: int = 16_000_000,
     scratch: Path = Path("data/bench"),
     keep: bool = False,
     master: str = "local[*]",

@@ -56,7 +56,9 @@ def _add_datagen(sub) -> None:
     p.add_argument("--partitions", type=int, help="Spark partitions (default: from size and cores)")
     p.add_argument("--out", default="data", metavar="DIR", help="output root (default: data)")
     p.add_argument("--name", help="dataset folder name (default: the scale, or a slug of the parameters)")
-    p.add_argument("--master", default="local[*]", help="Spark master URL (default: local[*])")
+    p.add_argument("--master", default="local[*]",
+                   help="Spark master URL (default: local[*]); with a cluster, --out must be a "
+                        "folder that the driver and every executor see at the same path")
     p.add_argument("--force", action="store_true", help="regenerate even if the dataset exists")
     p.add_argument("--parquet-codec", default="snappy",
                    choices=("snappy", "zstd", "lz4", "gzip", "none"),
@@ -224,7 +226,7 @@ def _add_bench(sub) -> None:
         ),
     )
     dp.add_argument("--workloads", nargs="+", default=None, help="subset (default: all six)")
-    dp.add_argument("--rows", type=int, default=8_000_000, help="rows per workload (default 8M)")
+    dp.add_argument("--rows", type=int, default=16_000_000, help="rows per workload (default 16M)")
     dp.add_argument("--scratch", default="data/bench", help="scratch folder (default: data/bench)")
     dp.add_argument("--keep", action="store_true", help="keep the generated datasets")
     dp.add_argument("--master", default="local[*]", help="Spark master URL")

@@ -24,5 +24,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 echo "setup: installing scabbard and its dependencies into $VENV (first time: about 2 minutes)"
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+# (a machine-wide pip configuration may name local index folders that do not exist; pip warns
+# once per package about those - drop that noise, keep every other message)
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[dev]" \
+  2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 echo "setup: done ($("$VENV/bin/python" --version), $("$VENV/bin/python" -c 'import pyspark, numba; print("pyspark", pyspark.__version__, "numba", numba.__version__)'))"

@@ -22,7 +22,7 @@ def test_tiny_dataset_is_complete_and_valid(tiny, name):
     assert set(ds.tables) == set(spec.tables)
     ts = np.asarray(ds.column("timestamp"))
     assert np.all(np.diff(ts) >= 0), "event time must not decrease"
-    assert 0 <= ts[0] and ts[-1] < params.duration * 1000
+    assert ts[0] >= 0 and ts[-1] < params.duration * 1000
     ds.verify()
     assert open_dataset(ds.path, schema=spec.schema).checksum == ds.checksum
 
@@ -50,6 +50,20 @@ def test_same_parameters_give_identical_bytes_whatever_the_partitioning(spark, t
         assert c1["sha256"] == c2["sha256"]
 
 
+def test_a_dataset_from_older_generator_code_is_regenerated(spark, tmp_path):
+    import json
+
+    spec = workloads.get("sg").SPEC
+    first = spec.generate(scale="tiny", out=tmp_path, spark=spark, progress=False)
+    manifest = json.loads((first.path / "manifest.json").read_text())
+    manifest["generator_code"] = "0" * 16
+    (first.path / "manifest.json").write_text(json.dumps(manifest))
+    again = spec.generate(scale="tiny", out=tmp_path, spark=spark, progress=False)
+    assert again.manifest["generator_code"] != "0" * 16
+    assert again.manifest["run"]["created"] >= first.manifest["run"]["created"]
+    assert again.checksum == first.checksum
+
+
 def test_another_seed_gives_other_data(spark, tiny, tmp_path):
     spec = workloads.get("ysb").SPEC
     other = generate(spec, make_params(spec, scale="tiny", seed=7), out=tmp_path, spark=spark,
@@ -65,7 +79,7 @@ def test_an_identical_dataset_is_kept_and_a_different_one_is_not_overwritten(spa
     assert again.manifest["run"]["created"] == before  # not regenerated
     from scabbard.workloads.generator import DatagenError
 
-    with pytest.raises(DatagenError, match="already holds a different dataset"):
+    with pytest.raises(DatagenError, match="already holds a dataset with other parameters"):
         generate(spec, make_params(spec, scale="tiny", plugs=100), out=data_root, name="tiny",
                  spark=spark, progress=False)
 
@@ -232,3 +246,11 @@ def test_generator_output_folder_layout(tiny):
     pf = pq.ParquetFile(ds.path / "stream" / ds.stream.entry["parquet"][0])
     assert pf.schema_arrow.names == list(ds.schema.names)
     assert not [p for p in ds.path.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_each_workload_module_exposes_its_generator(spark, tiny, data_root):
+    from scabbard.workloads import lrb
+
+    ds = lrb.SPEC.generate(scale="tiny", out=data_root, spark=spark, progress=False)
+    assert ds.checksum == tiny["lrb"].checksum and ds.schema is not None
+    assert lrb.SCHEMA.row_bytes == 32 and len(lrb.SCHEMA.fields) == 7

@@ -1,8 +1,12 @@
 """The six benchmark workloads of the paper's Table 3, each with its schema and Spark generator.
 
 ``scabbard.workloads.<name>`` (cm, sg, lrb, ysb, nexmark, sm) exposes ``SCHEMA``,
-its side tables' schemas, and ``SPEC`` - the generator description that
-:func:`scabbard.workloads.generator.generate` runs.  :func:`get` looks one up by name.
+its side tables' schemas, and ``SPEC``, its generator::
+
+    from scabbard.workloads import lrb
+    ds = lrb.SPEC.generate(duration=600, rate=2000, seed=1, out="data")
+
+:func:`get` looks a workload up by name.
 """
 
 from __future__ import annotations

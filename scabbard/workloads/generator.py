@@ -11,7 +11,7 @@ returns Spark DataFrames).  :func:`generate` does the rest, the same way for all
    hashing every column;
 5. write the manifest and rename the staging folder into place (atomic).
 
-Rows are closed-form functions of their index (see ``_random``), generated in
+Rows are closed-form functions of their index (see ``_expr``), generated in
 event-time order without a shuffle, so the output does not depend on the
 number of partitions or on the Spark master.
 """
@@ -30,7 +30,6 @@ from typing import Any
 
 from scabbard.data import Dataset, open_dataset
 from scabbard.data.format import (
-    MANIFEST,
     DatasetError,
     build_manifest,
     publish,
@@ -131,6 +130,18 @@ class WorkloadSpec:
     check: Callable[[GenParams], None] | None = None
     version: int = 1
 
+    def generate(self, scale: str | None = None, duration: float | None = None,
+                 rate: float | None = None, seed: int = 0, options: Mapping[str, Any] | None = None,
+                 **run: Any) -> Dataset:
+        """Generate this workload's dataset: ``make_params`` then :func:`generate`.
+
+        ``run`` takes :func:`generate`'s keywords (``out``, ``name``, ``partitions``, ``master``,
+        ``force``, ``progress``, ``spark``...).
+        """
+        params = make_params(self, scale=scale, duration=duration, rate=rate, seed=seed,
+                             **dict(options or {}))
+        return generate(self, params, **run)
+
 
 def make_params(
     spec: WorkloadSpec,
@@ -219,20 +230,25 @@ def code_fingerprint(spec: WorkloadSpec) -> str:
     return h.hexdigest()[:16]
 
 
-def _existing(final: Path, spec: WorkloadSpec, params: GenParams) -> Dataset | None:
-    if not (final / MANIFEST).is_file():
-        return None
+def _existing(final: Path, spec: WorkloadSpec, params: GenParams) -> tuple[str, Dataset | None]:
+    """What is at ``final``: ("none"|"same"|"stale"|"different", dataset).
+
+    "stale": the same workload and parameters, made by other generator code (or broken) -
+    safe to replace.  "different": other parameters - the user's data; not replaced
+    without ``force``.
+    """
+    if not final.exists():
+        return "none", None
     try:
         ds = open_dataset(final, schema=spec.schema)
     except DatasetError:
-        return None
-    same = (
-        ds.manifest.get("workload") == spec.name
-        and ds.manifest.get("generator_version") == spec.version
-        and ds.manifest.get("generator_code") == code_fingerprint(spec)
-        and ds.params == params.to_dict()
-    )
-    return ds if same else None
+        return "stale", None
+    if ds.manifest.get("workload") != spec.name or ds.params != params.to_dict():
+        return "different", ds
+    if (ds.manifest.get("generator_version") == spec.version
+            and ds.manifest.get("generator_code") == code_fingerprint(spec)):
+        return "same", ds
+    return "stale", ds
 
 
 def _write_table(spark, df, schema: Schema, table_dir: Path, codec: str, progress: bool,
@@ -294,15 +310,17 @@ def generate(
     check_writable(parent)
     remove_stale_stages(parent)
     if not force:
-        existing = _existing(final, spec, params)
-        if existing is not None:
+        state, existing = _existing(final, spec, params)
+        if state == "same":
             log(f"{spec.name}: {final} is up to date ({existing.rows:,} rows); --force regenerates")
             return existing
-        if final.exists():
+        if state == "different":
             raise DatagenError(
-                f"{final} already holds a different dataset; pass --force to replace it "
-                "or --name to write beside it"
+                f"{final} already holds a dataset with other parameters; pass --force to "
+                "replace it or --name to write beside it"
             )
+        if state == "stale":
+            log(f"{spec.name}: {final} was made by other generator code; regenerating it")
 
     if spark is None:
         spark = get_spark(SparkSettings(master=master, app_name=f"scabbard-datagen-{spec.name}"))
