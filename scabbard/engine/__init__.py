@@ -1,1 +1,49 @@
-"""Task runtime: sources, dispatcher, worker pool, assembly, sinks, metrics. DESIGN.md §5."""
+"""The engine: task runtime (sources, dispatcher, workers, assembly, sinks, metrics). DESIGN.md §5.
+
+    from scabbard import queries
+    from scabbard.data import open_dataset
+    from scabbard.engine import run_query, CollectSink
+
+    sink = CollectSink()
+    report = run_query(queries.get("LRB1"), open_dataset("data/lrb/small"), sink=sink)
+    print(report.summary.tuples_per_s, sink.to_pandas().head())
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scabbard.data import Dataset
+from scabbard.engine.metrics import Metrics, Summary, read_metrics
+from scabbard.engine.runtime import Engine, EngineConfig, RunReport
+from scabbard.engine.sinks import CollectSink, CSVSink, NullSink, ParquetSink, Sink, sink_for
+from scabbard.engine.sources import ArraySource, ReplaySource
+from scabbard.query import Query
+
+__all__ = ["ArraySource", "CSVSink", "CollectSink", "Engine", "EngineConfig", "Metrics",
+           "NullSink", "ParquetSink", "ReplaySource", "RunReport", "Sink", "Summary",
+           "read_metrics", "run_query", "sink_for"]
+
+
+def run_query(query: Query, dataset: Dataset, sink: Sink | None = None,
+              config: EngineConfig | None = None, rate: float | None = None,
+              duration: float | None = None, max_tuples: int | None = None,
+              loop: bool | None = None, metrics_log: str | Path | None = None,
+              on_sample=None) -> RunReport:
+    """Run ``query`` over a dataset with the engine.
+
+    By default the dataset is read once; with ``duration`` (wall seconds) or
+    ``max_tuples`` it is replayed endlessly (timestamps shifted per copy) until
+    that limit.  ``rate`` caps the input at that many tuples per second.
+    """
+    if dataset.schema.fingerprint != query.source.schema.fingerprint:
+        raise ValueError(f"{query.name} reads {query.source.schema.name!r} data, but the dataset "
+                         f"holds {dataset.schema.name!r}")
+    engine = Engine(query, dataset.tables, config)
+    source_probe = ReplaySource(dataset, 1)
+    batch_rows = engine.batch_rows_for(source_probe.tuples_per_ms())
+    if loop is None:
+        loop = duration is not None or max_tuples is not None
+    source = ReplaySource(dataset, batch_rows, rate=rate, duration=duration,
+                          max_tuples=max_tuples, loop=loop)
+    return engine.run(source, sink if sink is not None else NullSink(), metrics_log, on_sample)

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import functions as F
 
+from scabbard.query import Query, avg, col, sum_
 from scabbard.schema import Field, Schema
 from scabbard.workloads._expr import choice, log_uniform_rank, numpy_rng, randint, uniform
 from scabbard.workloads.generator import BuildContext, Option, WorkloadSpec
@@ -189,3 +190,33 @@ SPEC = WorkloadSpec(
     options=(Option("machines", int, 12_500, "machines in the cluster", minimum=1),),
     build=build,
 )
+
+
+# -- the paper's queries (Table 3) ---------------------------------------------------------------
+def cm1() -> Query:
+    """CM1: total CPU requested per scheduling class.
+
+    SELECT category, SUM(cpu) AS sum_cpu
+    FROM cm [RANGE 60 SECONDS SLIDE 1 SECOND]
+    GROUP BY category
+    """
+    return (Query.stream(SCHEMA, "cm").select("category", "cpu")
+            .window(60, 1).group_by("category").aggregate(sum_("cpu").alias("sum_cpu"))
+            .named("CM1", cm1.__doc__))
+
+
+def cm2() -> Query:
+    """CM2: average CPU request of each job's failing tasks.
+
+    SELECT job_id, AVG(cpu) AS avg_cpu
+    FROM cm [RANGE 60 SECONDS SLIDE 1 SECOND]
+    WHERE event_type = 'FAIL'
+    GROUP BY job_id
+    (the paper says avg; LightSaber's code computes sum)
+    """
+    return (Query.stream(SCHEMA, "cm").where(col("event_type") == "FAIL").select("job_id", "cpu")
+            .window(60, 1).group_by("job_id").aggregate(avg("cpu").alias("avg_cpu"))
+            .named("CM2", cm2.__doc__))
+
+
+QUERIES = {"CM1": cm1, "CM2": cm2}

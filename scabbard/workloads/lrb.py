@@ -44,6 +44,7 @@ import math
 
 from pyspark.sql import functions as F
 
+from scabbard.query import Query, avg, col, count
 from scabbard.schema import Field, Schema
 from scabbard.workloads._expr import choice, randint, uniform
 from scabbard.workloads.generator import BuildContext, DatagenError, GenParams, Option, WorkloadSpec
@@ -191,3 +192,50 @@ SPEC = WorkloadSpec(
     check=check,
     build=build,
 )
+
+
+# -- the paper's queries (Table 3) ---------------------------------------------------------------
+def _reports() -> Query:
+    return Query.stream(SCHEMA, "lrb")
+
+
+def lrb1() -> Query:
+    """LRB1: congested road segments.
+
+    SELECT highway, direction, position / 5280 AS segment, AVG(speed) AS avg_speed
+    FROM lrb [RANGE 300 SECONDS SLIDE 1 SECOND]
+    GROUP BY highway, direction, segment
+    HAVING avg_speed < 40
+    """
+    return (_reports()
+            .select("highway", "direction", "speed", segment=col("position") // FEET_PER_SEGMENT)
+            .window(300, 1).group_by("highway", "direction", "segment")
+            .aggregate(avg("speed").alias("avg_speed"))
+            .having(col("avg_speed") < 40).named("LRB1", lrb1.__doc__))
+
+
+def lrb2() -> Query:
+    """LRB2: reports of each vehicle in each segment.
+
+    SELECT vehicle, highway, direction, position / 5280 AS segment, COUNT(*) AS reports
+    FROM lrb [RANGE 30 SECONDS SLIDE 1 SECOND]
+    GROUP BY vehicle, highway, direction, segment
+    """
+    return (_reports()
+            .select("vehicle", "highway", "direction", segment=col("position") // FEET_PER_SEGMENT)
+            .window(30, 1).group_by("vehicle", "highway", "direction", "segment")
+            .aggregate(count().alias("reports")).named("LRB2", lrb2.__doc__))
+
+
+def lrb3() -> Query:
+    """LRB3: vehicles per segment - the count of counts of the paper's Fig. 2.
+
+    SELECT highway, direction, segment, COUNT(vehicle) AS vehicles
+    FROM (LRB2) [RANGE 1 SLIDE 1]          -- each window of LRB2's result stream
+    GROUP BY highway, direction, segment
+    """
+    return (lrb2().per_window().group_by("highway", "direction", "segment")
+            .aggregate(count().alias("vehicles")).named("LRB3", lrb3.__doc__))
+
+
+QUERIES = {"LRB1": lrb1, "LRB2": lrb2, "LRB3": lrb3}

@@ -38,6 +38,7 @@ import math
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from scabbard.query import Query, count
 from scabbard.schema import Field, Schema
 from scabbard.workloads._expr import randint, round_half_up, uniform
 from scabbard.workloads.generator import BuildContext, WorkloadSpec
@@ -241,3 +242,19 @@ SPEC = WorkloadSpec(
     rates={"tiny": 1000},
     build=build,
 )
+
+
+# -- the paper's query (Table 3) ---------------------------------------------------------------
+def nq() -> Query:
+    """NQ: NEXMark query 5, hot items - the auctions with the most bids.
+
+    SELECT auction, COUNT(*) AS bids
+    FROM bid [RANGE 60 SECONDS SLIDE 1 SECOND]
+    GROUP BY auction
+    HAVING bids >= ALL (SELECT COUNT(*) FROM bid [RANGE 60 SECONDS SLIDE 1 SECOND] GROUP BY auction)
+    """
+    return (Query.stream(SCHEMA, "nexmark").select("auction").window(60, 1).group_by("auction")
+            .aggregate(count().alias("bids")).keep_max("bids").named("NQ", nq.__doc__))
+
+
+QUERIES = {"NQ": nq}

@@ -36,6 +36,7 @@ import math
 
 from pyspark.sql import functions as F
 
+from scabbard.query import Query, avg, col
 from scabbard.schema import Field, Schema
 from scabbard.workloads._expr import normal, randint, uniform
 from scabbard.workloads.generator import BuildContext, DatagenError, GenParams, Option, WorkloadSpec
@@ -126,3 +127,47 @@ SPEC = WorkloadSpec(
     check=check,
     build=build,
 )
+
+
+# -- the paper's queries (Table 3) ---------------------------------------------------------------
+def sg1() -> Query:
+    """SG1: the global average load over the last hour.
+
+    SELECT AVG(value) AS avg_value
+    FROM sg [RANGE 3600 SECONDS SLIDE 1 SECOND]
+    (work and load readings together, as LightSaber's code)
+    """
+    return (Query.stream(SCHEMA, "sg").select("value").window(3600, 1)
+            .aggregate(avg("value").alias("avg_value")).named("SG1", sg1.__doc__))
+
+
+def sg2() -> Query:
+    """SG2: the average of each plug.
+
+    SELECT plug, household, house, AVG(value) AS avg_value
+    FROM sg [RANGE 128 SECONDS SLIDE 1 SECOND]
+    GROUP BY plug, household, house
+    """
+    return (Query.stream(SCHEMA, "sg").select("value", "plug", "household", "house")
+            .window(128, 1).group_by("plug", "household", "house")
+            .aggregate(avg("value").alias("avg_value")).named("SG2", sg2.__doc__))
+
+
+def sg3() -> Query:
+    """SG3: plugs whose average exceeds the global average (joins SG1's and SG2's results).
+
+    local  = SELECT plug, household, house, AVG(value) AS local_avg
+             FROM sg [RANGE 128 SECONDS SLIDE 1 SECOND] GROUP BY plug, household, house
+    global = SELECT AVG(value) AS global_avg FROM sg [RANGE 128 SECONDS SLIDE 1 SECOND]
+    SELECT l.*, g.global_avg FROM local [RANGE 1 SLIDE 1] l, global [RANGE 1 SLIDE 1] g
+    WHERE l.local_avg > g.global_avg
+    """
+    src = Query.stream(SCHEMA, "sg").select("value", "plug", "household", "house")
+    local = (src.window(128, 1).group_by("plug", "household", "house")
+             .aggregate(avg("value").alias("local_avg")))
+    global_ = src.window(128, 1).aggregate(avg("value").alias("global_avg"))
+    return (local.join_windows(global_, where=col("local_avg") > col("global_avg"))
+            .named("SG3", sg3.__doc__))
+
+
+QUERIES = {"SG1": sg1, "SG2": sg2, "SG3": sg3}

@@ -37,6 +37,7 @@ from __future__ import annotations
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from scabbard.query import Query, avg
 from scabbard.schema import Field, Schema
 from scabbard.workloads._expr import normal, randint, round_half_up, uniform
 from scabbard.workloads.generator import BuildContext, DatagenError, GenParams, Option, WorkloadSpec
@@ -176,3 +177,17 @@ SPEC = WorkloadSpec(
     check=check,
     build=build,
 )
+
+
+# -- the paper's query (Table 3) ---------------------------------------------------------------
+def sm() -> Query:
+    """SM: running averages of the three power phases (LightSaber's ME1).
+
+    SELECT AVG(mf01), AVG(mf02), AVG(mf03)
+    FROM sm [RANGE 60 SECONDS SLIDE 1 SECOND]
+    """
+    return (Query.stream(SCHEMA, "sm").select("mf01", "mf02", "mf03").window(60, 1)
+            .aggregate(avg("mf01"), avg("mf02"), avg("mf03")).named("SM", sm.__doc__))
+
+
+QUERIES = {"SM": sm}

@@ -34,6 +34,7 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from scabbard.query import Query, Relation, col, count
 from scabbard.schema import Field, Schema
 from scabbard.workloads._expr import evenly_spaced_ms, pick, randint, uuid_table
 from scabbard.workloads.generator import BuildContext, Option, WorkloadSpec
@@ -111,3 +112,21 @@ SPEC = WorkloadSpec(
     options=(Option("campaigns", int, 100, "number of campaigns (10 ads each)", minimum=1),),
     build=build,
 )
+
+
+# -- the paper's query (Table 3) ---------------------------------------------------------------
+def ysb() -> Query:
+    """YSB: views per campaign every 10 seconds.
+
+    SELECT r.campaign_id, COUNT(*) AS views
+    FROM ysb [RANGE 10 SECONDS SLIDE 10 SECONDS] e, ad_campaign r
+    WHERE e.event_type = 'view' AND e.ad_id = r.ad_id
+    GROUP BY r.campaign_id
+    """
+    return (Query.stream(SCHEMA, "ysb").where(col("event_type") == "view").select("ad_id")
+            .join(Relation("ad_campaign", AD_CAMPAIGN), on="ad_id", columns="campaign_id")
+            .window(10).group_by("campaign_id").aggregate(count().alias("views"))
+            .named("YSB", ysb.__doc__))
+
+
+QUERIES = {"YSB": ysb}

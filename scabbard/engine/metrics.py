@@ -1,0 +1,154 @@
+"""Throughput and latency metrics, sampled to a JSON-lines log a notebook can read while a query runs.
+
+Each line is one object.  ``{"event": "sample", ...}`` lines come every
+``interval`` seconds: elapsed time, tuples so far, throughput over the interval
+(tuples/s, MB/s of rows in the paper's layout), result rows, and the latency
+percentiles (p5, p25, p50, p75, p95, in ms) of the tasks completed in the
+interval.  Other events (``start``, ``end``, and later checkpoints and recovery
+phases) use the same file.  :func:`read_metrics` loads it, tolerating a line
+being written.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+PERCENTILES = (5, 25, 50, 75, 95)
+
+
+def percentiles_ms(latencies_s) -> dict[str, float]:
+    if len(latencies_s) == 0:
+        return {f"p{p}": float("nan") for p in PERCENTILES}
+    values = np.percentile(np.asarray(latencies_s) * 1000.0, PERCENTILES)
+    return {f"p{p}": round(float(v), 3) for p, v in zip(PERCENTILES, values, strict=True)}
+
+
+@dataclass(frozen=True)
+class Summary:
+    tuples: int
+    seconds: float
+    result_rows: int
+    tasks: int
+    row_bytes: int
+    latency_ms: dict
+
+    @property
+    def tuples_per_s(self) -> float:
+        return self.tuples / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.tuples_per_s * self.row_bytes / 1e6
+
+    def as_dict(self) -> dict:
+        return {"tuples": self.tuples, "seconds": round(self.seconds, 4),
+                "tuples_per_s": round(self.tuples_per_s, 1), "mb_per_s": round(self.mb_per_s, 2),
+                "result_rows": self.result_rows, "tasks": self.tasks, "latency_ms": self.latency_ms}
+
+
+class Metrics:
+    """Collects per-task counts and latencies; a thread writes samples to ``log_path``."""
+
+    def __init__(self, row_bytes: int, log_path: str | Path | None = None, interval: float = 0.5,
+                 on_sample=None):
+        self.row_bytes = row_bytes
+        self.log_path = Path(log_path) if log_path else None
+        self.interval = interval
+        self.on_sample = on_sample
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.tuples = 0
+        self.result_rows = 0
+        self.tasks = 0
+        self._latencies: list[float] = []
+        self._window: list[float] = []
+        self._file = None
+        self._thread = None
+
+    def event(self, name: str, **fields) -> None:
+        """Write one event line (``start``, ``end``, ``checkpoint`` ...)."""
+        line = {"event": name, "wall": time.time(), "t": round(self.elapsed(), 4), **fields}
+        if self._file is not None:
+            with self._lock:
+                self._file.write(json.dumps(line) + "\n")
+                self._file.flush()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._start if hasattr(self, "_start") else 0.0
+
+    def start(self, **fields) -> None:
+        self._start = time.perf_counter()
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.log_path, "a")  # noqa: SIM115 - closed in stop()
+        self.event("start", **fields)
+        self._last = (self._start, 0)
+        self._thread = threading.Thread(target=self._run, name="metrics", daemon=True)
+        self._thread.start()
+
+    def record(self, tuples: int, latency_s: float, result_rows: int) -> None:
+        with self._lock:
+            self.tuples += tuples
+            self.result_rows += result_rows
+            self.tasks += 1
+            self._latencies.append(latency_s)
+            self._window.append(latency_s)
+
+    def sample(self) -> dict:
+        now = time.perf_counter()
+        with self._lock:
+            window, self._window = self._window, []
+            tuples, rows = self.tuples, self.result_rows
+        t0, n0 = self._last
+        self._last = (now, tuples)
+        rate = (tuples - n0) / (now - t0) if now > t0 else 0.0
+        return {"event": "sample", "wall": time.time(), "t": round(now - self._start, 4),
+                "tuples": tuples, "tuples_per_s": round(rate, 1),
+                "mb_per_s": round(rate * self.row_bytes / 1e6, 3), "result_rows": rows,
+                "latency_ms": percentiles_ms(window)}
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            s = self.sample()
+            if self._file is not None:
+                with self._lock:
+                    self._file.write(json.dumps(s) + "\n")
+                    self._file.flush()
+            if self.on_sample is not None:
+                self.on_sample(s)
+
+    def stop(self, **fields) -> Summary:
+        seconds = self.elapsed()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        summary = Summary(self.tuples, seconds, self.result_rows, self.tasks, self.row_bytes,
+                          percentiles_ms(self._latencies))
+        self.event("end", **summary.as_dict(), **fields)
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        return summary
+
+
+def read_metrics(path: str | Path):
+    """The metrics log as a DataFrame (one row per line; latency percentiles as columns)."""
+    import pandas as pd
+
+    rows = []
+    with open(path) as f:
+        for line in f:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line being written
+            for k, v in obj.pop("latency_ms", {}).items():
+                obj[f"latency_{k}_ms"] = v
+            rows.append(obj)
+    return pd.DataFrame(rows)

@@ -1,0 +1,423 @@
+"""From a logical plan to what the engine runs: front-end kernels, aggregation slots, post-window steps.
+
+A plan is cut where the paper cuts it (§2.3, §4.1):
+
+* per **branch** (one ω γ α over the source; SG3 has two): the stateless prefix
+  (σ, π, ⋈ relation) becomes one generated numba kernel (:class:`FrontSpec`), and
+  the aggregates become int / float *slots* with SUM / MIN / MAX operations
+  (count is always kept; avg = SUM slot / count);
+* the operators above the window aggregation (having, keep-max, per-window
+  aggregate, window join) become a **post-window** function that maps one batch
+  of complete windows to final result rows.  All of them act window by window,
+  so they run wherever windows complete: inside a task, or in the assembler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from scabbard.kernels.aggregate import MAX, MIN, SUM
+from scabbard.kernels.codegen import FrontSpec, compile_front
+from scabbard.query.expr import BinOp, BoolOp, Cmp, Col, Expr, Lit, Not, QueryError, resolve
+from scabbard.query.plan import (
+    Filter,
+    Having,
+    KeepMax,
+    Node,
+    PerWindowAggregate,
+    Project,
+    RelationJoin,
+    Source,
+    WindowAggregate,
+    WindowJoin,
+    windowed_root,
+)
+from scabbard.schema import Schema
+
+_OPS = {"sum": SUM, "avg": SUM, "min": MIN, "max": MAX}
+
+
+# -- expressions -> numba source -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Code:
+    """Generated source of a value: one string, or two for a uuid (its int64 words).
+
+    ``deps``: the input columns it reads; ``rels``: the relation arrays it reads.
+    """
+
+    text: str | tuple[str, str]
+    deps: frozenset = frozenset()
+    rels: frozenset = frozenset()
+
+    @property
+    def uuid(self) -> bool:
+        return isinstance(self.text, tuple)
+
+
+def _join(text: str, *parts: Code) -> Code:
+    return Code(text, frozenset().union(*(p.deps for p in parts)),
+                frozenset().union(*(p.rels for p in parts)))
+
+
+def gen(expr: Expr, env: dict[str, Code]) -> Code:
+    """Source code computing ``expr`` for row ``i`` of the input."""
+    if isinstance(expr, Col):
+        return env[expr.name]
+    if isinstance(expr, Lit):
+        return Code(repr(expr.value))
+    if isinstance(expr, BinOp):
+        lt, rt = gen(expr.left, env), gen(expr.right, env)
+        return _join(f"({lt.text} {expr.op} {rt.text})", lt, rt)
+    if isinstance(expr, Cmp):
+        lt, rt = gen(expr.left, env), gen(expr.right, env)
+        if lt.uuid or rt.uuid:
+            same = f"(({lt.text[0]} == {rt.text[0]}) and ({lt.text[1]} == {rt.text[1]}))"
+            return _join(same if expr.op == "==" else f"(not {same})", lt, rt)
+        return _join(f"({lt.text} {expr.op} {rt.text})", lt, rt)
+    if isinstance(expr, BoolOp):
+        parts = [gen(a, env) for a in expr.args]
+        return _join("(" + f" {expr.op} ".join(p.text for p in parts) + ")", *parts)
+    if isinstance(expr, Not):
+        inner = gen(expr.arg, env)
+        return _join(f"(not {inner.text})", inner)
+    raise QueryError(f"cannot compile {expr!r}")
+
+
+def _column_code(name: str, dtype: str) -> Code:
+    text = (f"c_{name}[i, 0]", f"c_{name}[i, 1]") if dtype == "uuid" else f"c_{name}[i]"
+    return Code(text, frozenset({name}))
+
+
+def _relation_code(j: int, name: str, dtype: str) -> Code:
+    row = f"j{j}"
+    text = (f"r{j}_{name}[{row}, 0]", f"r{j}_{name}[{row}, 1]") if dtype == "uuid" \
+        else f"r{j}_{name}[{row}]"
+    return Code(text, frozenset(), frozenset({(j, name)}))
+
+
+@dataclass
+class _Front:
+    env: dict[str, Code]
+    steps: list = field(default_factory=list)
+    relations: list = field(default_factory=list)  # RelationJoin nodes, by join number
+    codes: list = field(default_factory=list)  # every Code the kernel evaluates
+
+
+def _front(node: Node) -> _Front:
+    if isinstance(node, Source):
+        return _Front({f.name: _column_code(f.name, f.dtype) for f in node.schema.fields})
+    inner = _front(node.input)
+    if isinstance(node, Filter):
+        pred = gen(resolve(node.predicate, node.input.schema), inner.env)
+        inner.steps.append(("filter", pred.text))
+        inner.codes.append(pred)
+    elif isinstance(node, Project):
+        env = {"timestamp": inner.env["timestamp"]}
+        for name, e in node.columns:
+            env[name] = gen(resolve(e, node.input.schema), inner.env)
+        inner.env = env
+    elif isinstance(node, RelationJoin):
+        j = len(inner.relations)
+        key = gen(Col(node.left), inner.env)
+        inner.steps.append(("join", j, key.text if key.uuid else (key.text,)))
+        inner.codes.append(key)
+        inner.relations.append(node)
+        rel = node.relation.schema
+        for c in node.columns:
+            inner.env[c] = _relation_code(j, c, rel.field(c).dtype)
+    else:
+        raise QueryError(f"{node.label()} cannot come before the window aggregation")
+    return inner
+
+
+# -- branches ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Output:
+    """How one aggregate column is read from the window state."""
+
+    name: str
+    dtype: str
+    fn: str
+    slot: int  # index into the int or float slots (-1 for count)
+    is_float: bool
+
+
+@dataclass
+class Branch:
+    """One window aggregation over the source: its kernel spec, slots and outputs."""
+
+    node: WindowAggregate
+    spec: FrontSpec
+    input_columns: tuple[str, ...]
+    relations: tuple[tuple[RelationJoin, tuple[str, ...]], ...]
+    key_fields: tuple  # output Fields of the group keys
+    iops: np.ndarray
+    fops: np.ndarray
+    outputs: tuple[Output, ...]
+    _kernel: object = None
+
+    @property
+    def key_width(self) -> int:
+        return sum(2 if f.dtype == "uuid" else 1 for f in self.key_fields)
+
+    @property
+    def slide_ms(self) -> int:
+        return self.node.window.slide_ms
+
+    @property
+    def panes(self) -> int:
+        return self.node.window.panes
+
+    def kernel(self, cache_dir: Path):
+        if self._kernel is None:
+            self._kernel = compile_front(self.spec, cache_dir)
+        return self._kernel
+
+    def finalize(self, raw) -> dict[str, np.ndarray]:
+        """Window-state rows -> result columns (window bounds, keys, aggregates)."""
+        w_start, w_end, keys, cnt, ints, floats = raw
+        cols = {"window_start": w_start, "window_end": w_end}
+        k = 0
+        for f in self.key_fields:
+            if f.dtype == "uuid":
+                cols[f.name] = np.ascontiguousarray(keys[:, k:k + 2]).view(np.uint64)
+                k += 2
+            else:
+                cols[f.name] = keys[:, k].astype(f.numpy_dtype)
+                k += 1
+        for o in self.outputs:
+            if o.fn == "count":
+                cols[o.name] = cnt
+                continue
+            v = (floats if o.is_float else ints)[:, o.slot]
+            cols[o.name] = v / cnt if o.fn == "avg" else v.astype(o.dtype)
+        return cols
+
+
+def make_branch(node: WindowAggregate) -> Branch:
+    front = _front(node.input)
+    keys = []
+    for _, e in node.keys:
+        code = gen(resolve(e, node.input.schema), front.env)
+        front.codes.append(code)
+        keys.extend(code.text if code.uuid else [code.text])
+    ints, floats = [], []
+    iops, fops = [], []
+    outputs = []
+    slots: dict[tuple, tuple[bool, int]] = {}
+    schema = node.input.schema
+    for a in node.aggs:
+        out_t = a.output_dtype(schema)
+        if a.fn == "count":
+            outputs.append(Output(a.name, out_t, "count", -1, False))
+            continue
+        value = gen(resolve(a.expr, schema), front.env)
+        front.codes.append(value)
+        code = value.text
+        is_float = a.input_dtype(schema) in ("float32", "float64")
+        op = _OPS[a.fn]
+        if (op, code, is_float) not in slots:
+            target, ops = (floats, fops) if is_float else (ints, iops)
+            slots[(op, code, is_float)] = (is_float, len(target))
+            target.append(code)
+            ops.append(op)
+        _, slot = slots[(op, code, is_float)]
+        outputs.append(Output(a.name, out_t, a.fn, slot, is_float))
+    src = node.input.source().schema
+    used = frozenset().union(*(c.deps for c in front.codes))
+    rels = frozenset().union(*(c.rels for c in front.codes))
+    columns = tuple(n for n in src.names if n in used and n != "timestamp")
+    relations = tuple(
+        (rj, tuple(c for c in rj.columns if (j, c) in rels))
+        for j, rj in enumerate(front.relations)
+    )
+    spec = FrontSpec(
+        columns=columns,
+        relations=tuple(cols for _, cols in relations),
+        steps=tuple(front.steps),
+        keys=tuple(keys),
+        ints=tuple(ints),
+        floats=tuple(floats),
+    )
+    key_fields = tuple(node.schema.field(n) for n, _ in node.keys)
+    return Branch(node, spec, columns, relations, key_fields,
+                  np.array(iops, dtype=np.int64), np.array(fops, dtype=np.int64), tuple(outputs))
+
+
+# -- post-window operators ----------------------------------------------------------------------
+def eval_numpy(expr: Expr, cols: dict[str, np.ndarray], schema: Schema) -> np.ndarray:
+    """Vectorised evaluation of ``expr`` over result columns."""
+    expr = resolve(expr, schema)
+
+    def ev(e):
+        if isinstance(e, Col):
+            return cols[e.name]
+        if isinstance(e, Lit):
+            return e.value
+        if isinstance(e, BinOp):
+            a, b = ev(e.left), ev(e.right)
+            if e.op == "/":
+                return np.true_divide(a, b)
+            return {"+": np.add, "-": np.subtract, "*": np.multiply, "//": np.floor_divide,
+                    "%": np.mod}[e.op](a, b)
+        if isinstance(e, Cmp):
+            a, b = ev(e.left), ev(e.right)
+            if getattr(a, "ndim", 1) == 2 or getattr(b, "ndim", 1) == 2:  # uuids
+                same = np.all(np.asarray(a) == np.asarray(b), axis=-1)
+                return same if e.op == "==" else ~same
+            return {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
+                    ">": np.greater, ">=": np.greater_equal}[e.op](a, b)
+        if isinstance(e, BoolOp):
+            out = ev(e.args[0])
+            for x in e.args[1:]:
+                out = (np.logical_and if e.op == "and" else np.logical_or)(out, ev(x))
+            return out
+        if isinstance(e, Not):
+            return np.logical_not(ev(e.arg))
+        raise QueryError(f"cannot evaluate {e!r}")
+
+    return np.asarray(ev(expr))
+
+
+def take(cols: dict[str, np.ndarray], index) -> dict[str, np.ndarray]:
+    return {k: v[index] for k, v in cols.items()}
+
+
+def window_segments(window_end: np.ndarray) -> np.ndarray:
+    """Start offsets of each window's run of rows (rows come grouped by window)."""
+    if len(window_end) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate([[0], np.flatnonzero(window_end[1:] != window_end[:-1]) + 1])
+
+
+def _keep_max(cols: dict[str, np.ndarray], column: str) -> dict[str, np.ndarray]:
+    v = cols[column]
+    if len(v) == 0:
+        return cols
+    starts = window_segments(cols["window_end"])
+    peak = np.maximum.reduceat(v, starts)
+    lengths = np.diff(np.append(starts, len(v)))
+    return take(cols, v == np.repeat(peak, lengths))
+
+
+def _per_window_aggregate(node: PerWindowAggregate, cols: dict[str, np.ndarray]):
+    from scabbard.kernels.aggregate import pane_aggregate
+
+    schema = node.input.schema
+    n = len(cols["window_end"])
+    key_parts, key_fields = [], []
+    for name, e in node.keys:
+        v = np.asarray(eval_numpy(e, cols, schema))
+        f = node.schema.field(name)
+        key_fields.append(f)
+        key_parts.append(v.view(np.int64).reshape(n, 2) if f.dtype == "uuid"
+                         else v.astype(np.int64).reshape(n, 1))
+    keys = np.hstack(key_parts) if key_parts else np.zeros((n, 0), dtype=np.int64)
+    ints, floats, iops, fops, outs = [], [], [], [], []
+    for a in node.aggs:
+        if a.fn == "count":
+            outs.append((a, None, -1))
+            continue
+        v = eval_numpy(a.expr, cols, schema)
+        is_float = a.input_dtype(schema) in ("float32", "float64")
+        (floats if is_float else ints).append(v)
+        (fops if is_float else iops).append(_OPS[a.fn])
+        outs.append((a, is_float, len(floats if is_float else ints) - 1))
+    iv = np.column_stack(ints).astype(np.int64) if ints else np.zeros((n, 0), np.int64)
+    fv = np.column_stack(floats).astype(np.float64) if floats else np.zeros((n, 0), np.float64)
+    pane, gid, cnt, pi, pf, gkeys = pane_aggregate(cols["window_end"], keys, iv, fv, iops, fops, 1)
+    range_ms = windowed_root(node.input).window.range_ms
+    out = {"window_start": pane - range_ms, "window_end": pane}
+    k = 0
+    for f in key_fields:
+        width = 2 if f.dtype == "uuid" else 1
+        part = gkeys[gid, k:k + width]
+        out[f.name] = (np.ascontiguousarray(part).view(np.uint64) if f.dtype == "uuid"
+                       else part[:, 0].astype(f.numpy_dtype))
+        k += width
+    for a, is_float, slot in outs:
+        if a.fn == "count":
+            out[a.name] = cnt
+            continue
+        v = (pf if is_float else pi)[:, slot]
+        out[a.name] = v / cnt if a.fn == "avg" else v.astype(node.schema.field(a.name).numpy_dtype)
+    return out
+
+
+def _window_join(node: WindowJoin, left: dict, right: dict) -> dict:
+    import pandas as pd
+
+    on = ["window_start", "window_end", *node.on]
+    lschema, rschema = node.left.schema, node.right.schema
+
+    def frame(cols, schema):
+        data = {}
+        for f in schema.fields:
+            v = cols[f.name]
+            data[f.name] = [bytes(r) for r in np.ascontiguousarray(v).view("V16")] \
+                if f.dtype == "uuid" else v
+        return pd.DataFrame(data)
+
+    merged = frame(left, lschema).merge(frame(right, rschema), on=on, how="inner", sort=False)
+    merged = merged.sort_values("window_end", kind="stable")
+    out = {}
+    for f in node.schema.fields:
+        v = merged[f.name].to_numpy()
+        if f.dtype == "uuid":
+            v = np.frombuffer(b"".join(v), dtype=np.uint64).reshape(-1, 2) if len(v) else \
+                np.zeros((0, 2), np.uint64)
+        out[f.name] = np.asarray(v, dtype=f.numpy_dtype) if f.dtype != "uuid" else v
+    if node.predicate is not None and len(merged):
+        out = take(out, eval_numpy(node.predicate, out, node.schema))
+    return out
+
+
+@dataclass
+class PhysicalPlan:
+    """Branches over the source, and the post-window function combining their results."""
+
+    root: Node
+    branches: tuple[Branch, ...]
+    schema: Schema  # of the final result rows
+
+    def post(self, per_branch: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Complete windows of every branch (same windows) -> final result rows."""
+        index = {id(b.node): cols for b, cols in zip(self.branches, per_branch, strict=True)}
+        return _apply(self.root, index)
+
+
+def _apply(node: Node, index: dict[int, dict]) -> dict[str, np.ndarray]:
+    if isinstance(node, WindowAggregate):
+        return index[id(node)]
+    if isinstance(node, Having):
+        cols = _apply(node.input, index)
+        if not len(cols["window_end"]):
+            return cols
+        return take(cols, eval_numpy(node.predicate, cols, node.input.schema))
+    if isinstance(node, KeepMax):
+        return _keep_max(_apply(node.input, index), node.column)
+    if isinstance(node, PerWindowAggregate):
+        return _per_window_aggregate(node, _apply(node.input, index))
+    if isinstance(node, WindowJoin):
+        return _window_join(node, _apply(node.left, index), _apply(node.right, index))
+    raise QueryError(f"{node.label()} is not a per-window operator")
+
+
+def _aggregations(node: Node) -> list[WindowAggregate]:
+    if isinstance(node, WindowAggregate):
+        return [node]
+    return [a for c in node.children for a in _aggregations(c)]
+
+
+def plan(root: Node) -> PhysicalPlan:
+    """Compile a logical plan; it must end in a window aggregation (or operators on one)."""
+    aggs = _aggregations(root)
+    if not aggs:
+        raise QueryError("the engine runs windowed queries: add .window(...).aggregate(...)")
+    first = aggs[0].window
+    if any(a.window != first for a in aggs):
+        raise QueryError("all window aggregations of a query must use the same window")
+    return PhysicalPlan(root, tuple(make_branch(a) for a in aggs), root.schema)

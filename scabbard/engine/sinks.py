@@ -1,0 +1,118 @@
+"""Sinks: where complete window results go, in window order.
+
+Result rows have the query's result schema: ``window_start``, ``window_end``
+(ms of event time), the group keys and the aggregates, named as in the query.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from scabbard.batch import Batch
+from scabbard.schema import Schema
+
+
+class Sink:
+    """Receives result batches in window order."""
+
+    schema: Schema
+    rows: int = 0
+
+    def open(self, schema: Schema) -> None:
+        self.schema = schema
+        self.rows = 0
+
+    def write(self, batch: Batch) -> None:
+        self.rows += len(batch)
+
+    def close(self) -> None:
+        pass
+
+
+class NullSink(Sink):
+    """Counts result rows and drops them (benchmarks)."""
+
+
+class CollectSink(Sink):
+    """Keeps every result batch in memory."""
+
+    def open(self, schema: Schema) -> None:
+        super().open(schema)
+        self.batches: list[Batch] = []
+
+    def write(self, batch: Batch) -> None:
+        super().write(batch)
+        if len(batch):
+            self.batches.append(batch)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        if not self.batches:
+            return {f.name: f.empty(0) for f in self.schema.fields}
+        return {f.name: np.concatenate([b.columns[i] for b in self.batches])
+                for i, f in enumerate(self.schema.fields)}
+
+    def to_pandas(self):
+        cols = self.columns()
+        return Batch(self.schema, tuple(cols[n] for n in self.schema.names)).to_pandas() \
+            .reset_index(drop=True)
+
+
+class ParquetSink(Sink):
+    """Appends result batches to one Parquet file (uuids as 16-byte binary)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def open(self, schema: Schema) -> None:
+        import pyarrow.parquet as pq
+
+        from scabbard.data.parquet import arrow_schema
+
+        super().open(schema)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._writer = pq.ParquetWriter(self.path, arrow_schema(schema))
+
+    def write(self, batch: Batch) -> None:
+        from scabbard.data.parquet import columns_to_arrow
+
+        super().write(batch)
+        if len(batch):
+            self._writer.write_table(columns_to_arrow(self.schema, batch.columns))
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class CSVSink(Sink):
+    """Appends result rows to a CSV file (uuids as canonical strings)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def open(self, schema: Schema) -> None:
+        super().open(schema)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "w", newline="")  # noqa: SIM115 - closed in close()
+        self._file.write(",".join(schema.names) + "\n")
+
+    def write(self, batch: Batch) -> None:
+        super().write(batch)
+        if len(batch):
+            batch.to_pandas().to_csv(self._file, header=False, index=False)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def sink_for(path: str | Path | None) -> Sink:
+    """A sink for an output path by its extension (.parquet, .csv); None keeps nothing."""
+    if path is None:
+        return NullSink()
+    suffix = Path(path).suffix.lower()
+    if suffix == ".parquet":
+        return ParquetSink(path)
+    if suffix == ".csv":
+        return CSVSink(path)
+    raise ValueError(f"output {path}: use a .parquet or .csv file name")

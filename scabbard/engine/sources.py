@@ -1,0 +1,127 @@
+"""Sources: cut a stream into fixed-size batches (tasks), optionally at a fixed input rate.
+
+:class:`ReplaySource` replays a generated dataset the way the paper's benchmarks
+do (LIGHTSABER_NOTES §2.0): the data is read again and again, and copy ``k`` has
+its timestamps shifted by ``k * (last timestamp + 1)``, so event time keeps
+increasing and windows keep sliding on an endless run.  The shift costs one
+pass over the timestamp column of each batch; every other column is a
+zero-copy view of the memory-mapped dataset.
+
+Each batch carries its *ingest time*: without a rate limit, the moment the
+source hands it over; with ``rate`` tuples/s, the source waits until the whole
+batch would have arrived and stamps it with the arrival time of its middle
+tuple - so a latency sample is that of the batch's median tuple, batching delay
+included.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from scabbard.batch import Batch
+from scabbard.data import Dataset, Table
+
+
+@dataclass(frozen=True)
+class SourceBatch:
+    seq: int
+    batch: Batch
+    ingest_time: float  # time.perf_counter() units
+
+
+class ReplaySource:
+    """Replay a dataset's stream in batches of ``batch_rows``, endlessly (``loop``) or once.
+
+    Stops after ``max_tuples`` tuples or ``duration`` seconds of wall time, whichever
+    comes first (neither: one pass when ``loop`` is False, else forever).
+    """
+
+    def __init__(self, data: Dataset | Table, batch_rows: int = 1 << 20, rate: float | None = None,
+                 duration: float | None = None, max_tuples: int | None = None, loop: bool = True):
+        table = data.stream if isinstance(data, Dataset) else data
+        if table.rows == 0:
+            raise ValueError("cannot replay an empty dataset")
+        if batch_rows <= 0:
+            raise ValueError(f"batch_rows must be positive, got {batch_rows}")
+        if rate is not None and rate <= 0:
+            raise ValueError(f"rate must be positive, got {rate}")
+        self.table = table
+        self.schema = table.schema
+        self.batch_rows = batch_rows
+        self.rate = rate
+        self.duration = duration
+        self.max_tuples = max_tuples
+        self.loop = loop
+        ts = table.column("timestamp")
+        self.step = int(ts[-1]) + 1  # replay k is shifted by k * step
+        self._stopped = False
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def tuples_per_ms(self) -> float:
+        """Average input tuples per ms of event time (to size batches)."""
+        ts = self.table.column("timestamp")
+        return self.table.rows / max(1, int(ts[-1]) - int(ts[0]) + 1)
+
+    def batches(self) -> Iterator[SourceBatch]:
+        start = time.perf_counter()
+        emitted, seq, copy = 0, 0, 0
+        rows = self.table.rows
+        while not self._stopped:
+            for lo in range(0, rows, self.batch_rows):
+                if self._stopped:
+                    return
+                n = min(self.batch_rows, rows - lo)
+                if self.max_tuples is not None:
+                    n = min(n, self.max_tuples - emitted)
+                    if n <= 0:
+                        return
+                if self.duration is not None and time.perf_counter() - start >= self.duration:
+                    return
+                batch = self._batch(lo, lo + n, copy, emitted)
+                if self.rate is not None:
+                    due = start + (emitted + n) / self.rate
+                    wait = due - time.perf_counter()
+                    if wait > 0:
+                        time.sleep(wait)
+                    ingest = start + (emitted + n / 2) / self.rate
+                else:
+                    ingest = time.perf_counter()
+                yield SourceBatch(seq, batch, ingest)
+                emitted += n
+                seq += 1
+            if not self.loop:
+                return
+            copy += 1
+
+    def _batch(self, lo: int, hi: int, copy: int, offset: int) -> Batch:
+        cols = [c[lo:hi] for c in self.table.columns]
+        if copy:
+            cols[0] = np.add(cols[0], copy * self.step)
+        return Batch(self.schema, tuple(cols), offset)
+
+
+class ArraySource:
+    """A fixed list of batches (tests, and streams built in memory)."""
+
+    def __init__(self, batches: list[Batch]):
+        if not batches:
+            raise ValueError("no batches")
+        self.schema = batches[0].schema
+        self._batches = batches
+
+    def stop(self) -> None:
+        pass
+
+    def tuples_per_ms(self) -> float:
+        ts = np.concatenate([b.timestamps for b in self._batches])
+        return len(ts) / max(1, int(ts[-1]) - int(ts[0]) + 1)
+
+    def batches(self) -> Iterator[SourceBatch]:
+        for seq, b in enumerate(self._batches):
+            yield SourceBatch(seq, b, time.perf_counter())

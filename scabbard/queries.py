@@ -1,0 +1,41 @@
+"""The eleven queries of the paper's Table 3, by name.
+
+    >>> from scabbard import queries
+    >>> q = queries.get("LRB1")
+    >>> print(q.explain())                                    # doctest: +SKIP
+
+Each query lives in its workload's module (``scabbard.workloads.lrb.lrb1`` ...), with
+its CQL-like meaning as docstring; :func:`workload_of` says which dataset it reads.
+"""
+
+from __future__ import annotations
+
+from scabbard import workloads
+from scabbard.query import Query
+
+NAMES = ("CM1", "CM2", "SG1", "SG2", "SG3", "LRB1", "LRB2", "LRB3", "YSB", "NQ", "SM")
+_WORKLOAD = {"CM1": "cm", "CM2": "cm", "SG1": "sg", "SG2": "sg", "SG3": "sg", "LRB1": "lrb",
+             "LRB2": "lrb", "LRB3": "lrb", "YSB": "ysb", "NQ": "nexmark", "SM": "sm"}
+
+
+class UnknownQueryError(KeyError):
+    def __str__(self) -> str:
+        return f"unknown query {self.args[0]!r} (choose from {', '.join(NAMES)})"
+
+
+def workload_of(name: str) -> str:
+    """The workload (dataset) a query reads."""
+    key = name.upper()
+    if key not in _WORKLOAD:
+        raise UnknownQueryError(name)
+    return _WORKLOAD[key]
+
+
+def get(name: str) -> Query:
+    """The query called ``name`` (case-insensitive), freshly built."""
+    module = workloads.get(workload_of(name))
+    return module.QUERIES[name.upper()]()
+
+
+def all_queries() -> dict[str, Query]:
+    return {n: get(n) for n in NAMES}

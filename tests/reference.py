@@ -1,0 +1,185 @@
+"""Slow, obviously correct references (pandas/numpy) for kernels, operators and whole queries.
+
+``evaluate(query, columns, relations)`` computes a query's window results straight
+from the definition: every tuple belongs to the ``range/slide`` windows that
+contain its pane; a window's aggregate is the aggregate of its tuples.  (Tuples
+are first summed per pane, which is exact for count/sum/min/max, so that big
+windows stay cheap.)  Nothing here shares code with the engine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from scabbard.query.expr import BinOp, BoolOp, Cmp, Col, Lit, Not
+from scabbard.query.plan import (
+    Filter,
+    Having,
+    KeepMax,
+    PerWindowAggregate,
+    Project,
+    RelationJoin,
+    Source,
+    WindowAggregate,
+    WindowJoin,
+)
+
+
+def to_frame(schema, columns) -> pd.DataFrame:
+    """Columns -> DataFrame; uuids become 16-byte ``bytes`` (hashable, comparable)."""
+    data = {}
+    for f, c in zip(schema.fields, columns, strict=True):
+        c = np.asarray(c)
+        data[f.name] = [bytes(x) for x in np.ascontiguousarray(c).view("V16").ravel()] \
+            if f.dtype == "uuid" else c
+    return pd.DataFrame(data)
+
+
+def _value(expr, df: pd.DataFrame, schema):
+    if isinstance(expr, Col):
+        return df[expr.name]
+    if isinstance(expr, Lit):
+        return expr.value
+    if isinstance(expr, BinOp):
+        a, b = _value(expr.left, df, schema), _value(expr.right, df, schema)
+        if expr.op == "+":
+            return a + b
+        if expr.op == "-":
+            return a - b
+        if expr.op == "*":
+            return a * b
+        if expr.op == "/":
+            return a / b
+        if expr.op == "//":
+            return a // b
+        return a % b
+    if isinstance(expr, Cmp):
+        r = expr.resolved(schema)
+        a, b = _value(r.left, df, schema), _value(r.right, df, schema)
+        return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b,
+                ">=": a >= b}[expr.op]
+    if isinstance(expr, BoolOp):
+        out = _value(expr.args[0], df, schema)
+        for x in expr.args[1:]:
+            v = _value(x, df, schema)
+            out = (out & v) if expr.op == "and" else (out | v)
+        return out
+    if isinstance(expr, Not):
+        return ~_value(expr.arg, df, schema)
+    raise TypeError(expr)
+
+
+def _aggregate(df: pd.DataFrame, group: list[str], aggs, schema) -> pd.DataFrame:
+    work = df[group].copy()
+    named = {}
+    for a in aggs:
+        if a.fn == "count":
+            work["__one"] = 1
+            named[a.name] = ("__one", "sum")
+        else:
+            col = f"__in_{a.name}"
+            v = _value(a.expr, df, schema)
+            work[col] = v.astype("float64" if "float" in a.input_dtype(schema) else "int64")
+            if a.fn == "avg":
+                work["__n_" + a.name] = 1
+                named["__s_" + a.name] = (col, "sum")
+                named["__c_" + a.name] = ("__n_" + a.name, "sum")
+            else:
+                named[a.name] = (col, a.fn)
+    out = work.groupby(group, sort=False, dropna=False).agg(**named).reset_index()
+    for a in aggs:
+        if a.fn == "avg":
+            out[a.name] = out.pop("__s_" + a.name) / out.pop("__c_" + a.name)
+    return out
+
+
+def evaluate(node, columns: dict, relations: dict) -> pd.DataFrame:
+    """Window results of a plan over ``columns`` (name -> array) of its source."""
+    if isinstance(node, Source):
+        return to_frame(node.schema, [columns[n] for n in node.schema.names])
+    if isinstance(node, Filter):
+        df = evaluate(node.input, columns, relations)
+        return df[np.asarray(_value(node.predicate, df, node.input.schema), dtype=bool)]
+    if isinstance(node, Project):
+        df = evaluate(node.input, columns, relations)
+        out = pd.DataFrame({"timestamp": df["timestamp"]})
+        for name, e in node.columns:
+            out[name] = _value(e, df, node.input.schema)
+        return out
+    if isinstance(node, RelationJoin):
+        df = evaluate(node.input, columns, relations)
+        rel = relations[node.relation.name]
+        rdf = to_frame(rel.schema, rel.columns)[[node.right, *node.columns]]
+        rdf = rdf.rename(columns={node.right: "__rkey"})
+        return df.merge(rdf, left_on=node.left, right_on="__rkey", how="inner").drop(columns="__rkey")
+    if isinstance(node, WindowAggregate):
+        df = evaluate(node.input, columns, relations)
+        schema = node.input.schema
+        keys = []
+        base = pd.DataFrame({"__pane": df["timestamp"].to_numpy() // node.window.slide_ms})
+        for name, e in node.keys:
+            base[name] = np.asarray(_value(e, df, schema))
+            keys.append(name)
+        for c in df.columns:
+            if c not in base:
+                base[c] = df[c].to_numpy()
+        rows = []
+        for r in range(node.window.panes):
+            part = base.copy()
+            part["window_end"] = (part["__pane"] + 1 + r) * node.window.slide_ms
+            rows.append(part)
+        exploded = pd.concat(rows, ignore_index=True) if rows else base
+        out = _aggregate(exploded, ["window_end", *keys], node.aggs, schema)
+        out.insert(0, "window_start", out["window_end"] - node.window.range_ms)
+        return out[list(node.schema.names)]
+    if isinstance(node, Having):
+        df = evaluate(node.input, columns, relations)
+        return df[np.asarray(_value(node.predicate, df, node.input.schema), dtype=bool)]
+    if isinstance(node, KeepMax):
+        df = evaluate(node.input, columns, relations)
+        peak = df.groupby("window_end")[node.column].transform("max")
+        return df[df[node.column] == peak]
+    if isinstance(node, PerWindowAggregate):
+        df = evaluate(node.input, columns, relations)
+        keys = []
+        base = df[["window_start", "window_end"]].copy()
+        for name, e in node.keys:
+            base[name] = np.asarray(_value(e, df, node.input.schema))
+            keys.append(name)
+        for c in df.columns:
+            if c not in base:
+                base[c] = df[c]
+        out = _aggregate(base, ["window_start", "window_end", *keys], node.aggs, node.input.schema)
+        return out[list(node.schema.names)]
+    if isinstance(node, WindowJoin):
+        left = evaluate(node.left, columns, relations)
+        right = evaluate(node.right, columns, relations)
+        out = left.merge(right, on=["window_start", "window_end", *node.on], how="inner")
+        if node.predicate is not None:
+            out = out[np.asarray(_value(node.predicate, out, node.schema), dtype=bool)]
+        return out[list(node.schema.names)]
+    raise TypeError(node)
+
+
+def canonical(df: pd.DataFrame, schema) -> pd.DataFrame:
+    """Rows sorted by window and every non-float column; uuids as bytes; fresh index."""
+    df = df.copy()
+    for f in schema.fields:
+        if f.dtype == "uuid" and len(df) and not isinstance(df[f.name].iloc[0], bytes):
+            df[f.name] = [bytes(np.asarray(x, dtype=np.uint64).view(np.uint8)) for x in df[f.name]]
+    order = [f.name for f in schema.fields if "float" not in f.dtype]
+    return df[list(schema.names)].sort_values(order, kind="stable").reset_index(drop=True)
+
+
+def assert_same_results(got: pd.DataFrame, want: pd.DataFrame, schema, rtol: float = 1e-9):
+    """Equal window results: exact for integers, relative ``rtol`` for floats."""
+    got, want = canonical(got, schema), canonical(want, schema)
+    assert len(got) == len(want), f"{len(got)} result rows, expected {len(want)}"
+    for f in schema.fields:
+        a, b = got[f.name].to_numpy(), want[f.name].to_numpy()
+        if "float" in f.dtype:
+            np.testing.assert_allclose(a.astype(float), b.astype(float), rtol=rtol, atol=0,
+                                       err_msg=f.name)
+        else:
+            assert (a == b).all(), f"column {f.name} differs"
