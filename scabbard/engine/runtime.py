@@ -103,26 +103,17 @@ class _BranchAssembler:
         self.b = branch
         k = branch.key_width
         ni, nf = len(branch.iops), len(branch.fops)
-        self.ws = kw.ws_new(64, ni, nf)
+        self.ws, self.dqi, self.dqf = kw.ws_new(64, ni, nf)
         self.table = ht.new_table(k, 64)
-        self.fifo = kw.fifo_new(k, ni, nf)
+        self.fifo = kw.fifo_new(ni, nf)
         self.out = kw.out_new(k, ni, nf, 1024)
         self.cur = np.array([INT64_MIN], dtype=np.int64)
 
-    def _feed(self, e: _Edges, emit: bool, m: int) -> int:
+    def _feed(self, e: _Edges, emit: bool, upto: int, m: int) -> int:
         b = self.b
-        self.ws, self.table, self.fifo, self.out, m = kw.asm_feed(
-            self.ws, self.table, self.fifo, self.out, m, self.cur, e.pane, e.keys, e.cnt, e.ints,
-            e.floats, 0, len(e.pane), b.iops, b.fops, b.panes, b.slide_ms, emit)
-        return m
-
-    def _close_until(self, upto: int, emit: bool, m: int) -> int:
-        b = self.b
-        if self.cur[0] == INT64_MIN:
-            self.cur[0] = upto
-            return m
-        self.out, m = kw.asm_close_until(self.ws, self.table, self.fifo, self.out, m, self.cur,
-                                         upto, b.iops, b.fops, b.panes, b.slide_ms, emit)
+        (self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out, m) = kw.asm_feed(
+            self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out, self.cur, e.pane,
+            e.keys, e.cnt, e.ints, e.floats, b.iops, b.fops, b.panes, b.slide_ms, emit, upto, m)
         return m
 
     def _raw(self, m: int):
@@ -130,23 +121,22 @@ class _BranchAssembler:
 
     def task(self, r: _TaskResult, i: int):
         """Emit the windows of task ``r`` that the task could not compute alone."""
-        m = self._feed(r.heads[i], True, 0)
+        panes = self.b.panes
         if r.long:
-            m = self._close_until(r.first_pane + self.b.panes, True, m)
-            kw.asm_reset(self.ws, self.fifo)
+            m = self._feed(r.heads[i], True, r.first_pane + panes, 0)
+            raw = self._raw(m)
+            kw.asm_reset(self.ws, self.dqi, self.dqf, self.fifo)
             self.table = ht.new_table(self.b.key_width, 64)
-            self._feed(r.tails[i], False, 0)
-            self._close_until(r.last_pane, False, 0)
-        else:
-            m = self._close_until(r.last_pane, True, m)
-        return self._raw(m)
+            self._feed(r.tails[i], False, r.last_pane, 0)
+            return raw
+        return self._raw(self._feed(r.heads[i], True, r.last_pane, 0))
 
     def flush(self):
         b = self.b
         if self.cur[0] == INT64_MIN:
             return self._raw(0)
-        self.out, m = kw.asm_flush(self.ws, self.table, self.fifo, self.out, 0, self.cur,
-                                   b.iops, b.fops, b.panes, b.slide_ms)
+        self.out, m = kw.asm_flush(self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out,
+                                   self.cur, b.iops, b.fops, b.panes, b.slide_ms)
         return self._raw(m)
 
 

@@ -15,3 +15,12 @@ JIT_OPTIONS = {"nogil": True, "cache": True, "fastmath": False, "boundscheck": F
 def kernel(fn):
     """Compile ``fn`` with the workbench's JIT options."""
     return njit(**JIT_OPTIONS)(fn)
+
+
+def inline(fn):
+    """A small helper inlined into its callers at numba IR level.
+
+    Hot loops call these per tuple; inlining removes the call and lets LLVM drop
+    the reference counting of the arrays passed in (a call costs ~100 ns otherwise).
+    """
+    return njit(inline="always", **JIT_OPTIONS)(fn)

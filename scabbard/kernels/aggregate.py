@@ -17,12 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from scabbard.kernels import hashtable as ht
-from scabbard.kernels._jit import kernel
+from scabbard.kernels._jit import inline, kernel
 
 SUM, MIN, MAX = 0, 1, 2
 
 
-@kernel
+@inline
 def combine_int(op: int, a: np.int64, b: np.int64) -> np.int64:
     if op == SUM:
         return a + b
@@ -31,7 +31,7 @@ def combine_int(op: int, a: np.int64, b: np.int64) -> np.int64:
     return a if a > b else b
 
 
-@kernel
+@inline
 def combine_float(op: int, a: float, b: float) -> float:
     if op == SUM:
         return a + b
@@ -47,36 +47,25 @@ def _grow_rows(a: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+DONE, NEED_ROOM, NEED_OUT = 0, 1, 2
+
+
 @kernel
-def _pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide):
+def _agg_scan(ts, keys, ivals, fvals, iops, fops, slide: int, table,
+              acc_c, acc_i, acc_f, touched, o_pane, o_gid, o_cnt, o_i, o_f, st) -> int:
+    """Aggregate rows from st[0] until done or blocked.  st = (row, rows out, touched, pane)."""
     n = ts.shape[0]
     k = keys.shape[1]
     ni, nf = ivals.shape[1], fvals.shape[1]
-    table = ht.new_table(k, 64)
-    cap = 64
-    acc_c = np.zeros(cap, dtype=np.int64)
-    acc_i = np.empty((cap, ni), dtype=np.int64)
-    acc_f = np.empty((cap, nf), dtype=np.float64)
-    touched = np.empty(cap, dtype=np.int64)
-    nt = 0
-    out = max(16, min(n, 4096))
-    o_pane = np.empty(out, dtype=np.int64)
-    o_gid = np.empty(out, dtype=np.int64)
-    o_cnt = np.empty(out, dtype=np.int64)
-    o_i = np.empty((out, ni), dtype=np.int64)
-    o_f = np.empty((out, nf), dtype=np.float64)
-    m = 0
-    pane = ts[0] // slide if n > 0 else 0
-    for r in range(n + 1):
+    slots, tkeys, hashes, free, meta = table
+    r, m, nt, pane = st[0], st[1], st[2], st[3]
+    cap = o_pane.shape[0]
+    while True:
         p = ts[r] // slide if r < n else pane + 1
         if p != pane:  # flush the finished pane's groups
-            if m + nt > o_pane.shape[0]:
-                size = max(2 * o_pane.shape[0], m + nt)
-                o_pane = _grow_rows(o_pane, size)
-                o_gid = _grow_rows(o_gid, size)
-                o_cnt = _grow_rows(o_cnt, size)
-                o_i = _grow_rows(o_i, size)
-                o_f = _grow_rows(o_f, size)
+            if m + nt > cap:
+                st[0], st[1], st[2], st[3] = r, m, nt, pane
+                return NEED_OUT
             for t in range(nt):
                 g = touched[t]
                 o_pane[m] = pane
@@ -92,15 +81,13 @@ def _pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide):
             pane = p
         if r == n:
             break
-        g, _, table = ht.find_or_insert(table, keys, r)
-        if g >= cap:
-            cap = 2 * cap
-            acc_c2 = np.zeros(cap, dtype=np.int64)
-            acc_c2[: acc_c.shape[0]] = acc_c
-            acc_c = acc_c2
-            acc_i = _grow_rows(acc_i, cap)
-            acc_f = _grow_rows(acc_f, cap)
-            touched = _grow_rows(touched, cap)
+        h = ht.hash_key(keys, r, k)
+        g = ht.find_in(slots, tkeys, hashes, keys, r, h)
+        if g < 0:
+            if not ht.has_room(slots, tkeys, meta):  # the driver grows the table
+                st[0], st[1], st[2], st[3] = r, m, nt, pane
+                return NEED_ROOM
+            g = ht.insert_in(slots, tkeys, hashes, free, meta, keys, r, h)
         if acc_c[g] == 0:
             touched[nt] = g
             nt += 1
@@ -114,6 +101,49 @@ def _pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide):
             for j in range(nf):
                 acc_f[g, j] = combine_float(fops[j], acc_f[g, j], fvals[r, j])
         acc_c[g] += 1
+        r += 1
+    st[0], st[1], st[2], st[3] = r, m, nt, pane
+    return DONE
+
+
+@kernel
+def _pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide):
+    n = ts.shape[0]
+    ni, nf = ivals.shape[1], fvals.shape[1]
+    table = ht.new_table(keys.shape[1], 64)
+    cap = table[1].shape[0]
+    acc_c = np.zeros(cap, dtype=np.int64)
+    acc_i = np.empty((cap, ni), dtype=np.int64)
+    acc_f = np.empty((cap, nf), dtype=np.float64)
+    touched = np.empty(cap, dtype=np.int64)
+    out = max(16, min(n, 4096))
+    o_pane = np.empty(out, dtype=np.int64)
+    o_gid = np.empty(out, dtype=np.int64)
+    o_cnt = np.empty(out, dtype=np.int64)
+    o_i = np.empty((out, ni), dtype=np.int64)
+    o_f = np.empty((out, nf), dtype=np.float64)
+    st = np.zeros(4, dtype=np.int64)
+    st[3] = ts[0] // slide if n > 0 else 0
+    while True:
+        status = _agg_scan(ts, keys, ivals, fvals, iops, fops, slide, table,
+                           acc_c, acc_i, acc_f, touched, o_pane, o_gid, o_cnt, o_i, o_f, st)
+        if status == DONE:
+            break
+        if status == NEED_ROOM:
+            table = ht.grow(table)
+            if table[1].shape[0] > acc_c.shape[0]:  # the table grew: so do the accumulators
+                cap = table[1].shape[0]
+                acc2 = np.zeros(cap, dtype=np.int64)
+                acc2[: acc_c.shape[0]] = acc_c
+                acc_c = acc2
+                acc_i = _grow_rows(acc_i, cap)
+                acc_f = _grow_rows(acc_f, cap)
+                touched = _grow_rows(touched, cap)
+        else:
+            size = 2 * o_pane.shape[0] + st[2]
+            o_pane, o_gid, o_cnt = _grow_rows(o_pane, size), _grow_rows(o_gid, size), _grow_rows(o_cnt, size)
+            o_i, o_f = _grow_rows(o_i, size), _grow_rows(o_f, size)
+    m = st[1]
     groups = table[4][1]  # gids handed out
     return (o_pane[:m], o_gid[:m], o_cnt[:m], o_i[:m], o_f[:m], table[1][:groups].copy())
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scabbard.kernels._jit import kernel
+from scabbard.kernels._jit import inline, kernel
 
 EMPTY = -1
 _LIVE, _NEXT, _FREE = 0, 1, 2
@@ -33,7 +33,7 @@ _LIVE, _NEXT, _FREE = 0, 1, 2
 SEED = 0x9E3779B97F4A7C15
 
 
-@kernel
+@inline
 def mix(h: np.uint64, v: np.int64) -> np.uint64:
     """Fold one key value into a hash (splitmix64 finaliser)."""
     h ^= np.uint64(v)
@@ -44,7 +44,7 @@ def mix(h: np.uint64, v: np.int64) -> np.uint64:
     return h
 
 
-@kernel
+@inline
 def hash_key(keys: np.ndarray, row: int, k: int) -> np.uint64:
     """The hash of one key row: :func:`mix` over its columns."""
     h = np.uint64(SEED)
@@ -68,7 +68,7 @@ def new_table(k: int, capacity: int):
     return slots, keys, hashes, free, meta
 
 
-@kernel
+@inline
 def _same(keys: np.ndarray, gid: int, probe: np.ndarray, row: int, k: int) -> bool:
     for j in range(k):
         if keys[gid, j] != probe[row, j]:
@@ -76,10 +76,9 @@ def _same(keys: np.ndarray, gid: int, probe: np.ndarray, row: int, k: int) -> bo
     return True
 
 
-@kernel
-def find(table, probe: np.ndarray, row: int, h: np.uint64) -> int:
-    """The gid of key ``probe[row]`` (hash ``h``), or -1."""
-    slots, keys, hashes, _, _ = table
+@inline
+def find_in(slots, keys, hashes, probe: np.ndarray, row: int, h: np.uint64) -> int:
+    """:func:`find` on the table's arrays (for hot loops that hold them in locals)."""
     mask = slots.shape[0] - 1
     s = np.int64(h & np.uint64(mask))
     k = keys.shape[1]
@@ -90,6 +89,12 @@ def find(table, probe: np.ndarray, row: int, h: np.uint64) -> int:
         if hashes[g] == h and _same(keys, g, probe, row, k):
             return g
         s = (s + 1) & mask
+
+
+@inline
+def find(table, probe: np.ndarray, row: int, h: np.uint64) -> int:
+    """The gid of key ``probe[row]`` (hash ``h``), or -1."""
+    return find_in(table[0], table[1], table[2], probe, row, h)
 
 
 @kernel
@@ -118,18 +123,19 @@ def _grow_ids(keys, hashes, free):
     return k2, h2, f2
 
 
-@kernel
-def insert(table, probe: np.ndarray, row: int, h: np.uint64):
-    """Insert key ``probe[row]`` (known absent); return (gid, table)."""
-    slots, keys, hashes, free, meta = table
-    if (meta[_LIVE] + 1) * 2 > slots.shape[0]:
-        slots = _rehash(slots, hashes, slots.shape[0] * 2)
+@inline
+def has_room(slots, keys, meta) -> bool:
+    """True if one more key fits without growing (load <= 1/2, a gid available)."""
+    return (meta[_LIVE] + 1) * 2 <= slots.shape[0] and (meta[_FREE] > 0 or meta[_NEXT] < keys.shape[0])
+
+
+@inline
+def insert_in(slots, keys, hashes, free, meta, probe: np.ndarray, row: int, h: np.uint64) -> int:
+    """Insert key ``probe[row]`` (known absent) into a table with room (:func:`has_room`)."""
     if meta[_FREE] > 0:
         meta[_FREE] -= 1
         g = free[meta[_FREE]]
     else:
-        if meta[_NEXT] == keys.shape[0]:
-            keys, hashes, free = _grow_ids(keys, hashes, free)
         g = meta[_NEXT]
         meta[_NEXT] += 1
     for j in range(keys.shape[1]):
@@ -141,10 +147,28 @@ def insert(table, probe: np.ndarray, row: int, h: np.uint64):
         s = (s + 1) & mask
     slots[s] = g
     meta[_LIVE] += 1
-    return g, (slots, keys, hashes, free, meta)
+    return g
 
 
 @kernel
+def grow(table):
+    """The table with twice the slots and ids (for callers that found no room)."""
+    slots, keys, hashes, free, meta = table
+    slots = _rehash(slots, hashes, slots.shape[0] * 2)
+    keys, hashes, free = _grow_ids(keys, hashes, free)
+    return slots, keys, hashes, free, meta
+
+
+@inline
+def insert(table, probe: np.ndarray, row: int, h: np.uint64):
+    """Insert key ``probe[row]`` (known absent); return (gid, table)."""
+    if not has_room(table[0], table[1], table[4]):
+        table = grow(table)
+    g = insert_in(table[0], table[1], table[2], table[3], table[4], probe, row, h)
+    return g, table
+
+
+@inline
 def find_or_insert(table, probe: np.ndarray, row: int):
     """(gid, is_new, table) for key ``probe[row]``."""
     h = hash_key(probe, row, probe.shape[1])
@@ -155,10 +179,9 @@ def find_or_insert(table, probe: np.ndarray, row: int):
     return g, True, table
 
 
-@kernel
-def remove(table, gid: int) -> None:
-    """Delete ``gid``'s key (backward-shift deletion) and recycle the gid."""
-    slots, keys, hashes, free, meta = table
+@inline
+def remove_in(slots, hashes, free, meta, gid: int) -> None:
+    """:func:`remove` on the table's arrays (for hot loops that hold them in locals)."""
     mask = slots.shape[0] - 1
     s = np.int64(hashes[gid] & np.uint64(mask))
     while slots[s] != gid:
@@ -168,7 +191,7 @@ def remove(table, gid: int) -> None:
     t = (s + 1) & mask
     while slots[t] != EMPTY:
         ideal = np.int64(hashes[slots[t]] & np.uint64(mask))
-        # move slots[t] into the hole if its ideal slot is not within (hole, t]
+        # move slots[t] into the hole unless its ideal slot lies cyclically in (hole, t]
         if (t > hole and (ideal <= hole or ideal > t)) or (t < hole and ideal <= hole and ideal > t):
             slots[hole] = slots[t]
             hole = t
@@ -177,6 +200,12 @@ def remove(table, gid: int) -> None:
     free[meta[_FREE]] = gid
     meta[_FREE] += 1
     meta[_LIVE] -= 1
+
+
+@kernel
+def remove(table, gid: int) -> None:
+    """Delete ``gid``'s key (backward-shift deletion) and recycle the gid."""
+    remove_in(table[0], table[2], table[3], table[4], gid)
 
 
 def live(table) -> int:

@@ -6,16 +6,17 @@ pane that left:
 
 * count and int sums: exact int64 add / subtract;
 * float sums: add / subtract with Neumaier compensation, so long runs do not
-  drift (a window whose values cancel comes back to exactly what a fresh sum gives);
+  drift (a window whose values cancel comes back to what a fresh sum gives);
 * min / max (not invertible): a monotone deque per (group, slot) of (pane, value)
   nodes in a node pool - amortised O(1) per partial, front = the window's extreme.
 
 A group with no tuples left in the window leaves the active set (and, in the
 assembler, the key table), so an endless run keeps bounded state.
 
-The state is a tuple of arrays (numba-friendly); functions that may grow it
-return it.  Results are written to growable row buffers
-``(window_start, window_end, keys, count, ints, floats)``.
+State is kept in tuples of arrays.  Hot loops never rebind an array variable
+(numba would reference-count every array on every iteration): capacity is
+reserved before a loop, and where it cannot be known, the loop returns to a
+driver that grows the arrays and calls it again ("scan until blocked").
 """
 
 from __future__ import annotations
@@ -23,62 +24,65 @@ from __future__ import annotations
 import numpy as np
 
 from scabbard.kernels import hashtable as ht
-from scabbard.kernels._jit import kernel
+from scabbard.kernels._jit import inline, kernel
 from scabbard.kernels.aggregate import MAX, SUM, _grow_rows
 
-# -- monotone deques for min / max ------------------------------------------------------------
+INT64_MIN = np.iinfo(np.int64).min
+
+# -- monotone deques for min / max -----------------------------------------------------------
+# dq = (head[G, S], tail[G, S], val[N], pane[N], nxt[N], prv[N], free[N], meta[2])
+# meta = (next fresh node, free-stack height)
 
 
 @kernel
-def dq_new(groups: int, slots: int, values_dtype_probe: np.ndarray):
-    head = np.full((groups, slots), -1, dtype=np.int64)
-    tail = np.full((groups, slots), -1, dtype=np.int64)
+def dq_new(groups: int, slots: int, values_like: np.ndarray):
     n = 64
-    val = np.empty(n, dtype=values_dtype_probe.dtype)
-    pane = np.empty(n, dtype=np.int64)
-    nxt = np.empty(n, dtype=np.int64)
-    prv = np.empty(n, dtype=np.int64)
-    free = np.empty(n, dtype=np.int64)
-    meta = np.zeros(2, dtype=np.int64)  # next fresh node, free-stack height
+    return (np.full((groups, slots), -1, dtype=np.int64), np.full((groups, slots), -1, dtype=np.int64),
+            np.empty(n, dtype=values_like.dtype), np.empty(n, dtype=np.int64),
+            np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
+            np.zeros(2, dtype=np.int64))
+
+
+@kernel
+def dq_reserve(dq, groups: int, extra_nodes: int):
+    """``dq`` with room for ``groups`` groups and ``extra_nodes`` more nodes."""
+    head, tail, val, pane, nxt, prv, free, meta = dq
+    if groups > head.shape[0]:
+        n = max(groups, 2 * head.shape[0])
+        h2 = np.full((n, head.shape[1]), -1, dtype=np.int64)
+        h2[: head.shape[0]] = head
+        t2 = np.full((n, tail.shape[1]), -1, dtype=np.int64)
+        t2[: tail.shape[0]] = tail
+        head, tail = h2, t2
+    if head.shape[1] > 0 and meta[0] + extra_nodes > val.shape[0]:
+        n = max(meta[0] + extra_nodes, 2 * val.shape[0])
+        val, pane = _grow_rows(val, n), _grow_rows(pane, n)
+        nxt, prv, free = _grow_rows(nxt, n), _grow_rows(prv, n), _grow_rows(free, n)
     return head, tail, val, pane, nxt, prv, free, meta
 
 
-@kernel
-def _dq_alloc(dq):
-    head, tail, val, pane, nxt, prv, free, meta = dq
-    if meta[1] > 0:
-        meta[1] -= 1
-        return free[meta[1]], dq
-    if meta[0] == val.shape[0]:
-        n = 2 * val.shape[0]
-        val = _grow_rows(val, n)
-        pane = _grow_rows(pane, n)
-        nxt = _grow_rows(nxt, n)
-        prv = _grow_rows(prv, n)
-        free = _grow_rows(free, n)
-    node = meta[0]
-    meta[0] += 1
-    return node, (head, tail, val, pane, nxt, prv, free, meta)
-
-
-@kernel
+@inline
 def _dq_release(dq, node: int) -> None:
     free, meta = dq[6], dq[7]
     free[meta[1]] = node
     meta[1] += 1
 
 
-@kernel
-def dq_push(dq, g: int, s: int, p: int, v, is_max: bool):
-    """Append (pane p, value v), dropping tail values v dominates."""
+@inline
+def dq_push(dq, g: int, s: int, p: int, v, is_max: bool) -> None:
+    """Append (pane p, value v), dropping the tail values ``v`` dominates (capacity reserved)."""
     head, tail, val, pane, nxt, prv, free, meta = dq
     t = tail[g, s]
     while t != -1 and ((val[t] <= v) if is_max else (val[t] >= v)):
         before = prv[t]
         _dq_release(dq, t)
         t = before
-    node, dq = _dq_alloc(dq)
-    head, tail, val, pane, nxt, prv, free, meta = dq
+    if meta[1] > 0:
+        meta[1] -= 1
+        node = free[meta[1]]
+    else:
+        node = meta[0]
+        meta[0] += 1
     val[node] = v
     pane[node] = p
     prv[node] = t
@@ -88,10 +92,9 @@ def dq_push(dq, g: int, s: int, p: int, v, is_max: bool):
     else:
         head[g, s] = node
     tail[g, s] = node
-    return dq
 
 
-@kernel
+@inline
 def dq_evict(dq, g: int, s: int, upto_pane: int) -> None:
     """Drop front nodes of panes <= ``upto_pane``."""
     head, tail, val, pane, nxt, prv, free, meta = dq
@@ -107,129 +110,86 @@ def dq_evict(dq, g: int, s: int, upto_pane: int) -> None:
         prv[h] = -1
 
 
-@kernel
-def dq_clear(dq, g: int, s: int) -> None:
-    dq_evict(dq, g, s, np.iinfo(np.int64).max)
-
-
-# -- window state ----------------------------------------------------------------------------
+# -- window state --------------------------------------------------------------------------------
+# ws = (wcnt[G], wi[G, ni], wf[G, nf], wc[G, nf], act[G], apos[G], nact[1])
 
 
 @kernel
 def ws_new(groups: int, ni: int, nf: int):
     groups = max(groups, 16)
-    wcnt = np.zeros(groups, dtype=np.int64)
-    wi = np.zeros((groups, ni), dtype=np.int64)
-    wf = np.zeros((groups, nf), dtype=np.float64)
-    wc = np.zeros((groups, nf), dtype=np.float64)
-    act = np.empty(groups, dtype=np.int64)
-    apos = np.full(groups, -1, dtype=np.int64)
-    nact = np.zeros(1, dtype=np.int64)
-    idq = dq_new(groups, ni, np.zeros(1, dtype=np.int64))
-    fdq = dq_new(groups, nf, np.zeros(1, dtype=np.float64))
-    return wcnt, wi, wf, wc, act, apos, nact, idq, fdq
+    ws = (np.zeros(groups, dtype=np.int64), np.zeros((groups, ni), dtype=np.int64),
+          np.zeros((groups, nf), dtype=np.float64), np.zeros((groups, nf), dtype=np.float64),
+          np.empty(groups, dtype=np.int64), np.full(groups, -1, dtype=np.int64),
+          np.zeros(1, dtype=np.int64))
+    return ws, dq_new(groups, ni, np.zeros(1, dtype=np.int64)), dq_new(groups, nf, np.zeros(1))
 
 
 @kernel
-def _grow_dq_groups(dq, n: int):
-    head, tail, val, pane, nxt, prv, free, meta = dq
-    h2 = np.full((n, head.shape[1]), -1, dtype=np.int64)
-    h2[: head.shape[0]] = head
-    t2 = np.full((n, tail.shape[1]), -1, dtype=np.int64)
-    t2[: tail.shape[0]] = tail
-    return h2, t2, val, pane, nxt, prv, free, meta
+def ws_reserve(ws, dqi, dqf, groups: int, extra_nodes: int):
+    """State with room for group ids < ``groups`` and ``extra_nodes`` deque pushes."""
+    wcnt, wi, wf, wc, act, apos, nact = ws
+    if groups > wcnt.shape[0]:
+        n = max(groups, 2 * wcnt.shape[0])
+        w2 = np.zeros(n, dtype=np.int64)
+        w2[: wcnt.shape[0]] = wcnt
+        wi2 = np.zeros((n, wi.shape[1]), dtype=np.int64)
+        wi2[: wi.shape[0]] = wi
+        wf2 = np.zeros((n, wf.shape[1]), dtype=np.float64)
+        wf2[: wf.shape[0]] = wf
+        wc2 = np.zeros((n, wc.shape[1]), dtype=np.float64)
+        wc2[: wc.shape[0]] = wc
+        a2 = np.empty(n, dtype=np.int64)
+        a2[: act.shape[0]] = act
+        p2 = np.full(n, -1, dtype=np.int64)
+        p2[: apos.shape[0]] = apos
+        ws = (w2, wi2, wf2, wc2, a2, p2, nact)
+    return (ws, dq_reserve(dqi, ws[0].shape[0], extra_nodes),
+            dq_reserve(dqf, ws[0].shape[0], extra_nodes))
 
 
-@kernel
-def ws_reserve(ws, g: int):
-    """``ws`` with room for group id ``g``."""
-    wcnt, wi, wf, wc, act, apos, nact, idq, fdq = ws
-    if g < wcnt.shape[0]:
-        return ws
-    n = max(2 * wcnt.shape[0], g + 1)
-    wcnt2 = np.zeros(n, dtype=np.int64)
-    wcnt2[: wcnt.shape[0]] = wcnt
-    wi2 = np.zeros((n, wi.shape[1]), dtype=np.int64)
-    wi2[: wi.shape[0]] = wi
-    wf2 = np.zeros((n, wf.shape[1]), dtype=np.float64)
-    wf2[: wf.shape[0]] = wf
-    wc2 = np.zeros((n, wc.shape[1]), dtype=np.float64)
-    wc2[: wc.shape[0]] = wc
-    act2 = np.empty(n, dtype=np.int64)
-    act2[: act.shape[0]] = act
-    apos2 = np.full(n, -1, dtype=np.int64)
-    apos2[: apos.shape[0]] = apos
-    return (wcnt2, wi2, wf2, wc2, act2, apos2, nact, _grow_dq_groups(idq, n),
-            _grow_dq_groups(fdq, n))
+@inline
+def _kahan(wf, wc, g: int, j: int, x: float) -> None:
+    s = wf[g, j]
+    t = s + x
+    if abs(s) >= abs(x):
+        wc[g, j] += (s - t) + x
+    else:
+        wc[g, j] += (x - t) + s
+    wf[g, j] = t
 
 
-@kernel
-def ws_add(ws, g: int, p: int, cnt: int, iv: np.ndarray, fv: np.ndarray, iops, fops):
-    """Add one pane partial of group ``g`` (pane ``p``); return the state."""
-    ws = ws_reserve(ws, g)
-    wcnt, wi, wf, wc, act, apos, nact, idq, fdq = ws
+@inline
+def ws_add(ws, dqi, dqf, g: int, p: int, cnt: int, src_i, src_f, row: int, iops, fops) -> None:
+    """Add the pane partial ``row`` of group ``g`` (pane ``p``)."""
+    wcnt, wi, wf, wc, act, apos, nact = ws
     if wcnt[g] == 0:
         apos[g] = nact[0]
         act[nact[0]] = g
         nact[0] += 1
     wcnt[g] += cnt
-    for j in range(iv.shape[0]):
+    for j in range(src_i.shape[1]):
         if iops[j] == SUM:
-            wi[g, j] += iv[j]
+            wi[g, j] += src_i[row, j]
         else:
-            idq = dq_push(idq, g, j, p, iv[j], iops[j] == MAX)
-    for j in range(fv.shape[0]):
+            dq_push(dqi, g, j, p, src_i[row, j], iops[j] == MAX)
+    for j in range(src_f.shape[1]):
         if fops[j] == SUM:
-            s, x = wf[g, j], fv[j]
-            t = s + x
-            if abs(s) >= abs(x):
-                wc[g, j] += (s - t) + x
-            else:
-                wc[g, j] += (x - t) + s
-            wf[g, j] = t
+            _kahan(wf, wc, g, j, src_f[row, j])
         else:
-            fdq = dq_push(fdq, g, j, p, fv[j], fops[j] == MAX)
-    return wcnt, wi, wf, wc, act, apos, nact, idq, fdq
+            dq_push(dqf, g, j, p, src_f[row, j], fops[j] == MAX)
 
 
-@kernel
-def ws_sub(ws, g: int, p: int, cnt: int, iv: np.ndarray, fv: np.ndarray, iops, fops) -> bool:
-    """Evict one pane partial of group ``g``; True if the group left the window."""
-    wcnt, wi, wf, wc, act, apos, nact, idq, fdq = ws
-    wcnt[g] -= cnt
-    for j in range(iv.shape[0]):
-        if iops[j] == SUM:
-            wi[g, j] -= iv[j]
-        else:
-            dq_evict(idq, g, j, p)
-    for j in range(fv.shape[0]):
-        if fops[j] == SUM:
-            s, x = wf[g, j], -fv[j]
-            t = s + x
-            if abs(s) >= abs(x):
-                wc[g, j] += (s - t) + x
-            else:
-                wc[g, j] += (x - t) + s
-            wf[g, j] = t
-        else:
-            dq_evict(fdq, g, j, p)
-    if wcnt[g] != 0:
-        return False
-    _deactivate(ws, g)
-    return True
-
-
-@kernel
-def _deactivate(ws, g: int) -> None:
-    wcnt, wi, wf, wc, act, apos, nact, idq, fdq = ws
+@inline
+def _deactivate(ws, dqi, dqf, g: int) -> None:
+    wcnt, wi, wf, wc, act, apos, nact = ws
     wcnt[g] = 0
     for j in range(wi.shape[1]):
         wi[g, j] = 0
-        dq_clear(idq, g, j)
+        dq_evict(dqi, g, j, np.iinfo(np.int64).max)
     for j in range(wf.shape[1]):
         wf[g, j] = 0.0
         wc[g, j] = 0.0
-        dq_clear(fdq, g, j)
+        dq_evict(dqf, g, j, np.iinfo(np.int64).max)
     last = act[nact[0] - 1]
     act[apos[g]] = last
     apos[last] = apos[g]
@@ -237,15 +197,37 @@ def _deactivate(ws, g: int) -> None:
     nact[0] -= 1
 
 
+@inline
+def ws_sub(ws, dqi, dqf, g: int, p: int, cnt: int, src_i, src_f, row: int, iops, fops) -> bool:
+    """Evict the pane partial ``row`` of group ``g``; True if the group left the window."""
+    wcnt, wi, wf, wc, act, apos, nact = ws
+    wcnt[g] -= cnt
+    for j in range(src_i.shape[1]):
+        if iops[j] == SUM:
+            wi[g, j] -= src_i[row, j]
+        else:
+            dq_evict(dqi, g, j, p)
+    for j in range(src_f.shape[1]):
+        if fops[j] == SUM:
+            _kahan(wf, wc, g, j, -src_f[row, j])
+        else:
+            dq_evict(dqf, g, j, p)
+    if wcnt[g] != 0:
+        return False
+    _deactivate(ws, dqi, dqf, g)
+    return True
+
+
 @kernel
-def ws_clear(ws) -> None:
+def ws_clear(ws, dqi, dqf) -> None:
     """Empty the window (every group leaves)."""
     act, nact = ws[4], ws[6]
     while nact[0] > 0:
-        _deactivate(ws, act[nact[0] - 1])
+        _deactivate(ws, dqi, dqf, act[nact[0] - 1])
 
 
-# -- result rows -------------------------------------------------------------------------------
+# -- result rows ----------------------------------------------------------------------------------
+# out = (window_start[n], window_end[n], keys[n, K], count[n], ints[n, ni], floats[n, nf])
 
 
 @kernel
@@ -257,7 +239,7 @@ def out_new(k: int, ni: int, nf: int, n: int):
 
 
 @kernel
-def _out_reserve(out, need: int):
+def out_reserve(out, need: int):
     if need <= out[0].shape[0]:
         return out
     n = max(2 * out[0].shape[0], need)
@@ -265,16 +247,14 @@ def _out_reserve(out, need: int):
             _grow_rows(out[3], n), _grow_rows(out[4], n), _grow_rows(out[5], n))
 
 
-@kernel
-def ws_emit(ws, keys: np.ndarray, iops, fops, start: int, end: int, out, m: int):
-    """Write one row per active group for the window [start, end); return (out, m)."""
-    wcnt, wi, wf, wc, act, apos, nact, idq, fdq = ws
-    na = nact[0]
-    out = _out_reserve(out, m + na)
+@inline
+def ws_emit(ws, dqi, dqf, keys, iops, fops, start: int, end: int, out, m: int) -> int:
+    """Write one row per active group for window [start, end) at row ``m`` (room reserved)."""
+    wcnt, wi, wf, wc, act, apos, nact = ws
     o_s, o_e, o_k, o_c, o_i, o_f = out
-    ih, iv = idq[0], idq[2]
-    fh, fvv = fdq[0], fdq[2]
-    for a in range(na):
+    ih, iv = dqi[0], dqi[2]
+    fh, fv = dqf[0], dqf[2]
+    for a in range(nact[0]):
         g = act[a]
         o_s[m] = start
         o_e[m] = end
@@ -284,40 +264,64 @@ def ws_emit(ws, keys: np.ndarray, iops, fops, start: int, end: int, out, m: int)
         for j in range(wi.shape[1]):
             o_i[m, j] = wi[g, j] if iops[j] == SUM else iv[ih[g, j]]
         for j in range(wf.shape[1]):
-            o_f[m, j] = wf[g, j] + wc[g, j] if fops[j] == SUM else fvv[fh[g, j]]
+            o_f[m, j] = wf[g, j] + wc[g, j] if fops[j] == SUM else fv[fh[g, j]]
         m += 1
-    return out, m
+    return m
 
 
-# -- windows inside one task -------------------------------------------------------------------
+# -- windows inside one task --------------------------------------------------------------------
+@kernel
+def _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes: int, slide: int,
+               p_lo: int, p_hi: int, ws, dqi, dqf, out, pos):
+    """Slide from pane pos[0]; stop when the output is full.  pos = (pane, add, evict, rows)."""
+    n = pp_pane.shape[0]
+    p, add, ev, m = pos[0], pos[1], pos[2], pos[3]
+    rng = panes * slide
+    cap = out[0].shape[0]
+    nact = ws[6]
+    while p <= p_hi:
+        while add < n and pp_pane[add] == p:
+            ws_add(ws, dqi, dqf, pp_gid[add], p, pp_cnt[add], pp_i, pp_f, add, iops, fops)
+            add += 1
+        while ev < add and pp_pane[ev] <= p - panes:
+            ws_sub(ws, dqi, dqf, pp_gid[ev], pp_pane[ev], pp_cnt[ev], pp_i, pp_f, ev, iops, fops)
+            ev += 1
+        if nact[0] == 0:  # empty window: jump to the next pane with data
+            p = pp_pane[add] if add < n else p_hi + 1
+            continue
+        if p >= p_lo:
+            if m + nact[0] > cap:  # blocked: the driver grows the output and resumes at p
+                pos[0], pos[1], pos[2], pos[3] = p, add, ev, m
+                return False
+            end = (p + 1) * slide
+            m = ws_emit(ws, dqi, dqf, gkeys, iops, fops, end - rng, end, out, m)
+        p += 1
+        # pane p's partials are added next round; resuming at p must not re-add them
+    pos[0], pos[1], pos[2], pos[3] = p, add, ev, m
+    return True
 
 
 @kernel
 def _windows_from_partials(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops,
                            panes: int, slide: int, p_lo: int, p_hi: int):
-    n = pp_pane.shape[0]
-    ws = ws_new(gkeys.shape[0], pp_i.shape[1], pp_f.shape[1])
-    out = out_new(gkeys.shape[1], pp_i.shape[1], pp_f.shape[1], 1024)
-    m = 0
-    rng = panes * slide
+    ws, dqi, dqf = ws_new(gkeys.shape[0], pp_i.shape[1], pp_f.shape[1])
+    ws, dqi, dqf = ws_reserve(ws, dqi, dqf, gkeys.shape[0], pp_pane.shape[0])
+    # every partial lies in at most `panes` windows: room for all rows up front (np.empty
+    # only reserves address space; pages are touched as rows are written)
+    bound = min(pp_pane.shape[0] * panes, (p_hi - p_lo + 1) * gkeys.shape[0]) + 16
+    out = out_new(gkeys.shape[1], pp_i.shape[1], pp_f.shape[1], bound)
     first = p_lo - panes + 1
-    add = np.searchsorted(pp_pane, first)
-    ev = add
-    p = first
-    while p <= p_hi:
-        while add < n and pp_pane[add] == p:
-            ws = ws_add(ws, pp_gid[add], p, pp_cnt[add], pp_i[add], pp_f[add], iops, fops)
-            add += 1
-        while ev < add and pp_pane[ev] <= p - panes:
-            ws_sub(ws, pp_gid[ev], pp_pane[ev], pp_cnt[ev], pp_i[ev], pp_f[ev], iops, fops)
-            ev += 1
-        if ws[6][0] > 0:
-            if p >= p_lo:
-                end = (p + 1) * slide
-                out, m = ws_emit(ws, gkeys, iops, fops, end - rng, end, out, m)
-            p += 1
-        else:  # empty window: jump to the next pane with data
-            p = pp_pane[add] if add < n else p_hi + 1
+    start = np.searchsorted(pp_pane, first)
+    pos = np.array([first, start, start, 0], dtype=np.int64)
+    while not _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes, slide,
+                         p_lo, p_hi, ws, dqi, dqf, out, pos):
+        out = out_reserve(out, 2 * out[0].shape[0] + ws[6][0])
+        # resume at the blocked pane: its partials are already in; only emission remains
+        p, m = pos[0], pos[3]
+        end = (p + 1) * slide
+        m = ws_emit(ws, dqi, dqf, gkeys, iops, fops, end - panes * slide, end, out, m)
+        pos[0], pos[3] = p + 1, m
+    m = pos[3]
     return out[0][:m], out[1][:m], out[2][:m], out[3][:m], out[4][:m], out[5][:m]
 
 
@@ -336,109 +340,177 @@ def windows_from_partials(partials, iops, fops, panes: int, slide_ms: int, p_lo:
                                   p_lo, p_hi)
 
 
-# -- the assembler's state machine (sequential, across tasks) -----------------------------------
+# -- the assembler's state machine (sequential, across tasks) -------------------------------------
+# fifo = (pane[n], gid[n], cnt[n], ints[n, ni], floats[n, nf], head_tail[2])
 
 
 @kernel
-def fifo_new(k: int, ni: int, nf: int):
+def fifo_new(ni: int, nf: int):
     n = 1024
     return (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
             np.empty((n, ni), dtype=np.int64), np.empty((n, nf), dtype=np.float64),
-            np.zeros(2, dtype=np.int64))  # head, tail
+            np.zeros(2, dtype=np.int64))
 
 
 @kernel
-def _fifo_push(fifo, p: int, g: int, c: int, iv, fv):
+def fifo_reserve(fifo, extra: int):
+    """``fifo`` with room for ``extra`` more entries (compacting or growing)."""
     f_p, f_g, f_c, f_i, f_f, ht_ = fifo
-    if ht_[1] == f_p.shape[0]:
-        if ht_[0] > f_p.shape[0] // 2:  # compact: move live entries down
-            live = ht_[1] - ht_[0]
-            f_p[:live] = f_p[ht_[0]:ht_[1]]
-            f_g[:live] = f_g[ht_[0]:ht_[1]]
-            f_c[:live] = f_c[ht_[0]:ht_[1]]
-            f_i[:live] = f_i[ht_[0]:ht_[1]]
-            f_f[:live] = f_f[ht_[0]:ht_[1]]
-            ht_[0], ht_[1] = 0, live
-        else:
-            n = 2 * f_p.shape[0]
-            f_p, f_g, f_c = _grow_rows(f_p, n), _grow_rows(f_g, n), _grow_rows(f_c, n)
-            f_i, f_f = _grow_rows(f_i, n), _grow_rows(f_f, n)
-    t = ht_[1]
-    f_p[t], f_g[t], f_c[t] = p, g, c
-    f_i[t] = iv
-    f_f[t] = fv
-    ht_[1] += 1
-    return f_p, f_g, f_c, f_i, f_f, ht_
+    live = ht_[1] - ht_[0]
+    if ht_[1] + extra <= f_p.shape[0]:
+        return fifo
+    if live + extra <= f_p.shape[0] // 2 + 1:  # enough room once the evicted head is dropped
+        f_p[:live] = f_p[ht_[0]:ht_[1]]
+        f_g[:live] = f_g[ht_[0]:ht_[1]]
+        f_c[:live] = f_c[ht_[0]:ht_[1]]
+        f_i[:live] = f_i[ht_[0]:ht_[1]]
+        f_f[:live] = f_f[ht_[0]:ht_[1]]
+        ht_[0], ht_[1] = 0, live
+        return fifo
+    n = max(2 * f_p.shape[0], 2 * (live + extra))
+    new = (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
+           np.empty((n, f_i.shape[1]), dtype=np.int64), np.empty((n, f_f.shape[1]), dtype=np.float64),
+           ht_)
+    new[0][:live] = f_p[ht_[0]:ht_[1]]
+    new[1][:live] = f_g[ht_[0]:ht_[1]]
+    new[2][:live] = f_c[ht_[0]:ht_[1]]
+    new[3][:live] = f_i[ht_[0]:ht_[1]]
+    new[4][:live] = f_f[ht_[0]:ht_[1]]
+    ht_[0], ht_[1] = 0, live
+    return new
 
 
-@kernel
-def _close(ws, table, fifo, out, m, iops, fops, p: int, panes: int, slide: int, emit: bool):
-    """Close pane ``p``: evict panes <= p - panes, emit the window ending at p."""
+@inline
+def _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m: int, iops, fops,
+           p: int, panes: int, slide: int, emit: bool) -> int:
+    """Close pane ``p``: evict panes <= p - panes, then emit the window ending at p."""
     f_p, f_g, f_c, f_i, f_f, ht_ = fifo
     while ht_[0] < ht_[1] and f_p[ht_[0]] <= p - panes:
         h = ht_[0]
         g = f_g[h]
-        if ws_sub(ws, g, f_p[h], f_c[h], f_i[h], f_f[h], iops, fops):
-            ht.remove(table, g)
+        if ws_sub(ws, dqi, dqf, g, f_p[h], f_c[h], f_i, f_f, h, iops, fops):
+            ht.remove_in(slots, hashes, free, meta, g)
         ht_[0] += 1
     if emit and ws[6][0] > 0:
         end = (p + 1) * slide
-        out, m = ws_emit(ws, table[1], iops, fops, end - panes * slide, end, out, m)
-    return out, m
+        m = ws_emit(ws, dqi, dqf, tkeys, iops, fops, end - panes * slide, end, out, m)
+    return m
+
+
+# blocked-scan outcomes
+DONE, NEED_ROOM, NEED_OUT = 0, 1, 2
 
 
 @kernel
-def asm_feed(ws, table, fifo, out, m, cur, e_pane, e_keys, e_cnt, e_i, e_f, lo: int, hi: int,
-             iops, fops, panes: int, slide: int, emit: bool):
-    """Feed entries [lo, hi) (pane order); close panes before each new pane.
+def asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_i, e_f, hi: int,
+             iops, fops, panes: int, slide: int, emit: bool, upto: int) -> int:
+    """Feed entries pos[0]..hi (pane order), then close panes < ``upto``.
 
-    ``cur[0]`` is the open pane (the smallest not yet closed; ``INT64_MIN`` before the
-    first entry).  With ``emit`` False, panes close without emitting (loading a task's
-    tail, whose windows the task emitted itself).
+    ``cur[0]`` is the open pane (the smallest not yet closed; INT64_MIN before any).
+    pos = (next entry, rows written).  Returns DONE, or NEED_ROOM (the key table is full) /
+    NEED_OUT (the output may not hold the next window) for the driver.
     """
-    for r in range(lo, hi):
-        q = e_pane[r]
-        if cur[0] == np.iinfo(np.int64).min:
-            cur[0] = q
-        if q < cur[0]:
-            raise ValueError("pane partials arrived out of order")
-        while cur[0] < q:
-            if ws[6][0] == 0 and fifo[5][0] == fifo[5][1]:
-                cur[0] = q  # nothing in the window: skip the empty panes at once
-                break
-            out, m = _close(ws, table, fifo, out, m, iops, fops, cur[0], panes, slide, emit)
-            cur[0] += 1
-        g, _, table = ht.find_or_insert(table, e_keys, r)
-        ws = ws_add(ws, g, q, e_cnt[r], e_i[r], e_f[r], iops, fops)
-        fifo = _fifo_push(fifo, q, g, e_cnt[r], e_i[r], e_f[r])
-    return ws, table, fifo, out, m
-
-
-@kernel
-def asm_close_until(ws, table, fifo, out, m, cur, upto: int, iops, fops, panes: int, slide: int,
-                    emit: bool):
-    """Close every pane < ``upto`` (e.g. panes the watermark has passed)."""
-    while cur[0] < upto:
-        if ws[6][0] == 0 and fifo[5][0] == fifo[5][1]:
-            cur[0] = upto
+    slots, tkeys, hashes, free, meta = table
+    f_p, f_g, f_c, f_i, f_f, ht_ = fifo
+    r, m = pos[0], pos[1]
+    cap = out[0].shape[0]
+    nact = ws[6]
+    k = e_keys.shape[1]
+    while True:
+        target = e_pane[r] if r < hi else upto
+        if r >= hi and target == INT64_MIN:
             break
-        out, m = _close(ws, table, fifo, out, m, iops, fops, cur[0], panes, slide, emit)
-        cur[0] += 1
-    return out, m
+        if cur[0] == INT64_MIN:
+            cur[0] = target
+        while cur[0] < target:
+            if nact[0] == 0 and ht_[0] == ht_[1]:
+                cur[0] = target  # nothing in the window: skip the empty panes at once
+                break
+            if m + nact[0] > cap:
+                pos[0], pos[1] = r, m
+                return NEED_OUT
+            m = _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m, iops, fops,
+                       cur[0], panes, slide, emit)
+            cur[0] += 1
+        if r >= hi:
+            break
+        h = ht.hash_key(e_keys, r, k)
+        g = ht.find_in(slots, tkeys, hashes, e_keys, r, h)
+        if g < 0:
+            if not ht.has_room(slots, tkeys, meta):
+                pos[0], pos[1] = r, m
+                return NEED_ROOM
+            g = ht.insert_in(slots, tkeys, hashes, free, meta, e_keys, r, h)
+        ws_add(ws, dqi, dqf, g, e_pane[r], e_cnt[r], e_i, e_f, r, iops, fops)
+        t = ht_[1]
+        f_p[t], f_g[t], f_c[t] = e_pane[r], g, e_cnt[r]
+        for j in range(e_i.shape[1]):
+            f_i[t, j] = e_i[r, j]
+        for j in range(e_f.shape[1]):
+            f_f[t, j] = e_f[r, j]
+        ht_[1] += 1
+        r += 1
+    pos[0], pos[1] = r, m
+    return DONE
 
 
 @kernel
-def asm_flush(ws, table, fifo, out, m, cur, iops, fops, panes: int, slide: int):
-    """End of stream: close panes until the window is empty."""
-    while ws[6][0] > 0 or fifo[5][0] < fifo[5][1]:
-        out, m = _close(ws, table, fifo, out, m, iops, fops, cur[0], panes, slide, True)
+def asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes: int,
+                   slide: int) -> int:
+    """End of stream: close panes until the window is empty (NEED_OUT when full)."""
+    slots, tkeys, hashes, free, meta = table
+    ht_ = fifo[5]
+    m = pos[1]
+    cap = out[0].shape[0]
+    while ws[6][0] > 0 or ht_[0] < ht_[1]:
+        if m + ws[6][0] > cap:
+            pos[1] = m
+            return NEED_OUT
+        m = _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m, iops, fops,
+                   cur[0], panes, slide, True)
         cur[0] += 1
-    return out, m
+    pos[1] = m
+    return DONE
 
 
 @kernel
-def asm_reset(ws, fifo):
+def asm_reset(ws, dqi, dqf, fifo) -> None:
     """Forget the window (before loading a long task's tail)."""
-    ws_clear(ws)
+    ws_clear(ws, dqi, dqf)
     fifo[5][0] = 0
     fifo[5][1] = 0
+
+
+@kernel
+def asm_feed(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_f, iops, fops,
+             panes: int, slide: int, emit: bool, upto: int, m0: int):
+    """Feed a batch of pane partials, then close panes < ``upto``; return the state and rows.
+
+    Drives :func:`asm_scan`, inserting new keys and growing the output when it blocks.
+    With ``emit`` False panes close without emitting (loading a task's tail, whose
+    windows the task emitted itself).
+    """
+    n = e_pane.shape[0]
+    ws, dqi, dqf = ws_reserve(ws, dqi, dqf, table[4][1] + n, n)
+    fifo = fifo_reserve(fifo, n)
+    pos = np.array([0, m0], dtype=np.int64)
+    while True:
+        status = asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_i,
+                          e_f, n, iops, fops, panes, slide, emit, upto)
+        if status == DONE:
+            break
+        if status == NEED_ROOM:
+            table = ht.grow(table)
+        else:
+            out = out_reserve(out, 2 * out[0].shape[0] + ws[6][0])
+    return ws, dqi, dqf, table, fifo, out, pos[1]
+
+
+@kernel
+def asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes: int, slide: int):
+    """End of stream: emit every window that still holds tuples; return (out, rows)."""
+    pos = np.zeros(2, dtype=np.int64)
+    while asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes,
+                         slide) != DONE:
+        out = out_reserve(out, 2 * out[0].shape[0] + ws[6][0])
+    return out, pos[1]

@@ -302,6 +302,7 @@ def generate(
 
     if partitions is not None and partitions < 1:
         raise DatagenError(f"--partitions must be >= 1, got {partitions}")
+    preset = name is None and default_name(spec, params) in spec.durations
     name = name or default_name(spec, params)
     if not name or "/" in name or name.startswith("."):
         raise DatagenError(f"--name {name!r} is not a valid folder name")
@@ -314,7 +315,9 @@ def generate(
         if state == "same":
             log(f"{spec.name}: {final} is up to date ({existing.rows:,} rows); --force regenerates")
             return existing
-        if state == "different":
+        if state == "different" and preset:
+            log(f"{spec.name}: the {name!r} preset changed; regenerating {final}")
+        elif state == "different":
             raise DatagenError(
                 f"{final} already holds a dataset with other parameters; pass --force to "
                 "replace it or --name to write beside it"
