@@ -183,3 +183,49 @@ def assert_same_results(got: pd.DataFrame, want: pd.DataFrame, schema, rtol: flo
                                        err_msg=f.name)
         else:
             assert (a == b).all(), f"column {f.name} differs"
+
+
+# -- kernel-level references ---------------------------------------------------------------------
+_COMBINE = {0: "sum", 1: "min", 2: "max"}
+
+
+def pane_partials(ts, keys, ivals, fvals, iops, fops, slide):
+    """{(pane, key tuple): (count, int states, float states)} by plain Python."""
+    out = {}
+    for r in range(len(ts)):
+        k = (int(ts[r]) // slide, tuple(int(x) for x in keys[r]))
+        iv, fv = list(ivals[r]), list(fvals[r])
+        if k not in out:
+            out[k] = [1, iv, fv]
+            continue
+        st = out[k]
+        st[0] += 1
+        for j, op in enumerate(iops):
+            st[1][j] = _apply(op, st[1][j], iv[j])
+        for j, op in enumerate(fops):
+            st[2][j] = _apply(op, st[2][j], fv[j])
+    return out
+
+
+def _apply(op, a, b):
+    return a + b if op == 0 else (min(a, b) if op == 1 else max(a, b))
+
+
+def windows(partials: dict, iops, fops, panes: int, slide: int, p_lo: int, p_hi: int):
+    """{(window_end, key): (count, ints, floats)} for windows ending at panes p_lo..p_hi."""
+    out = {}
+    for (p, key), (c, iv, fv) in partials.items():
+        for end_pane in range(p, p + panes):
+            if not p_lo <= end_pane <= p_hi:
+                continue
+            k = ((end_pane + 1) * slide, key)
+            if k not in out:
+                out[k] = [c, list(iv), list(fv)]
+                continue
+            st = out[k]
+            st[0] += c
+            for j, op in enumerate(iops):
+                st[1][j] = _apply(op, st[1][j], iv[j])
+            for j, op in enumerate(fops):
+                st[2][j] = _apply(op, st[2][j], fv[j])
+    return out

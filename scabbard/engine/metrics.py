@@ -100,6 +100,11 @@ class Metrics:
             self._latencies.append(latency_s)
             self._window.append(latency_s)
 
+    def add_result_rows(self, rows: int) -> None:
+        """Result rows not tied to a task (the final flush)."""
+        with self._lock:
+            self.result_rows += rows
+
     def sample(self) -> dict:
         now = time.perf_counter()
         with self._lock:

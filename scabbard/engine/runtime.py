@@ -312,8 +312,8 @@ class Engine:
         with results_lock:
             if results:
                 raise RuntimeError(f"tasks {sorted(results)} were never assembled")
-        emit(self.plan.post([b.finalize(a.flush()) for b, a in
-                             zip(self.plan.branches, assemblers, strict=True)]))
+        metrics.add_result_rows(emit(self.plan.post([b.finalize(a.flush()) for b, a in
+                                                     zip(self.plan.branches, assemblers, strict=True)])))
         sink.close()
         summary = metrics.stop()
         return RunReport(self.query.name, summary, batch_rows, cfg.workers)

@@ -148,6 +148,15 @@ def _pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide):
     return (o_pane[:m], o_gid[:m], o_cnt[:m], o_i[:m], o_f[:m], table[1][:groups].copy())
 
 
+def _rows(a, n: int, dtype) -> np.ndarray:
+    """``a`` as a C-contiguous (n, k) array (a 1-d array is one column)."""
+    a = np.ascontiguousarray(a, dtype=dtype)
+    a = a.reshape(n, 1) if a.ndim == 1 else a
+    if a.ndim != 2 or a.shape[0] != n:
+        raise ValueError(f"expected {n} rows, got an array of shape {a.shape}")
+    return a
+
+
 def pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide_ms: int):
     """Aggregate rows (in event-time order) per slide-sized pane and group key.
 
@@ -158,9 +167,8 @@ def pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide_ms: int):
     """
     ts = np.ascontiguousarray(ts, dtype=np.int64)
     n = len(ts)
-    keys = np.ascontiguousarray(keys, dtype=np.int64).reshape(n, -1)
-    ivals = np.ascontiguousarray(ivals, dtype=np.int64).reshape(n, -1)
-    fvals = np.ascontiguousarray(fvals, dtype=np.float64).reshape(n, -1)
+    keys, ivals, fvals = (_rows(a, n, t) for a, t in ((keys, np.int64), (ivals, np.int64),
+                                                       (fvals, np.float64)))
     iops = np.ascontiguousarray(iops, dtype=np.int64)
     fops = np.ascontiguousarray(fops, dtype=np.int64)
     if len(iops) != ivals.shape[1] or len(fops) != fvals.shape[1]:

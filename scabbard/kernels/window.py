@@ -45,7 +45,7 @@ def dq_new(groups: int, slots: int, values_like: np.ndarray):
 
 @kernel
 def dq_reserve(dq, groups: int, extra_nodes: int):
-    """``dq`` with room for ``groups`` groups and ``extra_nodes`` more nodes."""
+    """``dq`` with room for ``groups`` groups and ``extra_nodes`` more pushes per slot."""
     head, tail, val, pane, nxt, prv, free, meta = dq
     if groups > head.shape[0]:
         n = max(groups, 2 * head.shape[0])
@@ -54,8 +54,9 @@ def dq_reserve(dq, groups: int, extra_nodes: int):
         t2 = np.full((n, tail.shape[1]), -1, dtype=np.int64)
         t2[: tail.shape[0]] = tail
         head, tail = h2, t2
-    if head.shape[1] > 0 and meta[0] + extra_nodes > val.shape[0]:
-        n = max(meta[0] + extra_nodes, 2 * val.shape[0])
+    need = meta[0] + extra_nodes * head.shape[1]  # a push per slot per partial, at most
+    if head.shape[1] > 0 and need > val.shape[0]:
+        n = max(need, 2 * val.shape[0])
         val, pane = _grow_rows(val, n), _grow_rows(pane, n)
         nxt, prv, free = _grow_rows(nxt, n), _grow_rows(prv, n), _grow_rows(free, n)
     return head, tail, val, pane, nxt, prv, free, meta

@@ -1,0 +1,151 @@
+"""The engine against the reference evaluator: all eleven queries, any batching, any worker count."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import reference as ref
+from scabbard import queries
+from scabbard.batch import Batch
+from scabbard.engine import (
+    ArraySource,
+    CollectSink,
+    Engine,
+    EngineConfig,
+    ParquetSink,
+    read_metrics,
+    run_query,
+)
+from scabbard.query import Query, avg, col, count, max_, min_, sum_
+from scabbard.schema import Field, Schema
+
+pytestmark = pytest.mark.spark  # the tiny datasets come from the Spark generators
+
+
+def engine_frame(query, sink):
+    cols = sink.columns()
+    return ref.to_frame(query.schema, [cols[n] for n in query.schema.names])
+
+
+def expected(query, ds):
+    return ref.evaluate(query.node, {n: ds.column(n) for n in ds.schema.names}, ds.tables)
+
+
+@pytest.mark.parametrize("name", [n for n in queries.NAMES if n != "SG1"])
+@pytest.mark.parametrize("batch_rows, workers", [(None, 2), (4096, 2), (997, 1)])
+def test_paper_queries_match_the_reference(tiny, name, batch_rows, workers):
+    q = queries.get(name)
+    ds = tiny[queries.workload_of(name)]
+    sink = CollectSink()
+    report = run_query(q, ds, sink=sink, config=EngineConfig(workers=workers, batch_rows=batch_rows))
+    assert report.summary.tuples == ds.rows
+    ends = sink.columns()["window_end"]
+    assert np.all(np.diff(ends) >= 0), "windows reach the sink in order"
+    ref.assert_same_results(engine_frame(q, sink), expected(q, ds), q.schema)
+
+
+def test_sg1_hour_window_matches_the_reference(spark, tmp_path):
+    from scabbard.workloads import sg
+
+    ds = sg.SPEC.generate(duration=40, rate=100, out=tmp_path, spark=spark, progress=False)
+    q = queries.get("SG1")
+    for batch_rows in (None, 333):
+        sink = CollectSink()
+        run_query(q, ds, sink=sink, config=EngineConfig(workers=2, batch_rows=batch_rows))
+        ref.assert_same_results(engine_frame(q, sink), expected(q, ds), q.schema)
+
+
+def test_endless_replay_shifts_time_and_stops_at_the_limit(tiny):
+    ds = tiny["cm"]
+    q = queries.get("CM1")
+    sink = CollectSink()
+    report = run_query(q, ds, sink=sink, max_tuples=3 * ds.rows + 5,
+                       config=EngineConfig(batch_rows=5000))
+    assert report.summary.tuples == 3 * ds.rows + 5
+    ends = sink.columns()["window_end"]
+    step = int(ds.column("timestamp")[-1]) + 1
+    assert ends[-1] > 3 * step and np.all(np.diff(ends) >= 0)
+    # the second copy's windows equal the first copy's, shifted by the replay step
+    once = CollectSink()
+    run_query(q, ds, sink=once)
+    first = once.columns()
+    cols = sink.columns()
+    mid = (cols["window_end"] > step + 60_000) & (cols["window_end"] <= 2 * step)
+    inner = (first["window_end"] > 60_000) & (first["window_end"] <= step)
+    np.testing.assert_array_equal(np.sort(cols["window_end"][mid]) - step,
+                                  np.sort(first["window_end"][inner]))
+
+
+def test_metrics_log_and_parquet_sink(tiny, tmp_path):
+    ds = tiny["lrb"]
+    q = queries.get("LRB1")
+    out = tmp_path / "lrb1.parquet"
+    log = tmp_path / "metrics.jsonl"
+    report = run_query(q, ds, sink=ParquetSink(out), metrics_log=log, max_tuples=20 * ds.rows,
+                       config=EngineConfig(batch_rows=8192, metrics_interval=0.05))
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(out)
+    assert table.column_names == list(q.schema.names)
+    assert table.num_rows == report.summary.result_rows > 0
+    m = read_metrics(log)
+    assert list(m["event"].iloc[[0, -1]]) == ["start", "end"]
+    samples = m[m["event"] == "sample"]
+    assert len(samples) >= 1 and {"latency_p50_ms", "tuples_per_s"} <= set(m.columns)
+    assert m["tuples"].iloc[-1] == 20 * ds.rows
+    assert report.summary.latency_ms["p50"] >= 0
+
+
+def test_a_relation_must_be_bound(tiny):
+    q = queries.get("YSB")
+    from scabbard.query import QueryError
+
+    with pytest.raises(QueryError, match="joins relation 'ad_campaign'"):
+        Engine(q, relations={})
+
+
+# -- random streams and random queries: any batching gives the one-batch answer ------------------
+SCHEMA = Schema("rand", (Field("timestamp", "int64"), Field("k", "int32"), Field("x", "int64"),
+                         Field("y", "float32")))
+
+
+@st.composite
+def random_runs(draw):
+    n = draw(st.integers(1, 400))
+    gaps = draw(st.lists(st.integers(0, 900), min_size=n, max_size=n))
+    ts = np.cumsum(np.asarray(gaps, dtype=np.int64))
+    k = np.asarray(draw(st.lists(st.integers(0, draw(st.sampled_from([0, 2, 40]))),
+                                 min_size=n, max_size=n)), dtype=np.int32)
+    x = np.asarray(draw(st.lists(st.integers(-50, 50), min_size=n, max_size=n)), dtype=np.int64)
+    y = np.asarray(draw(st.lists(st.floats(-100, 100, width=32), min_size=n, max_size=n)),
+                   dtype=np.float32)
+    slide = draw(st.sampled_from([0.5, 1, 2]))
+    panes = draw(st.sampled_from([1, 3, 10]))
+    grouped = draw(st.booleans())
+    where = draw(st.booleans())
+    cuts = sorted(set(draw(st.lists(st.integers(1, max(1, n - 1)), max_size=8))) - {n})
+    workers = draw(st.sampled_from([1, 2]))
+    return ts, k, x, y, slide, panes, grouped, where, cuts, workers
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(random_runs())
+def test_random_queries_any_batching(run):
+    ts, k, x, y, slide, panes, grouped, where, cuts, workers = run
+    q = Query.stream(SCHEMA)
+    if where:
+        q = q.where(col("x") > -20)
+    w = q.window(slide * panes, slide)
+    if grouped:
+        w = w.group_by("k")
+    q = w.aggregate(count(), sum_("x"), avg("y"), min_("x"), max_("y"))
+    columns = (ts, k, x, y)
+    bounds = [0, *cuts, len(ts)]
+    batches = [Batch(SCHEMA, tuple(c[a:b] for c in columns), a)
+               for a, b in zip(bounds, bounds[1:], strict=False)]
+    sink = CollectSink()
+    Engine(q, config=EngineConfig(workers=workers)).run(ArraySource(batches), sink)
+    want = ref.evaluate(q.node, dict(zip(SCHEMA.names, columns, strict=True)), {})
+    ref.assert_same_results(engine_frame(q, sink), want, q.schema, rtol=1e-6)

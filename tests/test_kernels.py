@@ -1,0 +1,154 @@
+"""numba kernels against plain Python references, on random inputs (hypothesis).
+
+Covers empty batches, a single key, all-distinct keys, windows spanning many
+batches, batch boundaries inside a pane, and incremental = batch for the assembler.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import reference as ref
+from scabbard.kernels import hashtable as ht
+from scabbard.kernels import window as kw
+from scabbard.kernels.aggregate import MAX, MIN, SUM, pane_aggregate
+from scabbard.kernels.window import windows_from_partials
+
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def streams(draw, max_rows=250):
+    n = draw(st.integers(0, max_rows))
+    k = draw(st.integers(0, 3))
+    domain = draw(st.sampled_from([1, 3, 50, 10**9]))  # single key ... all distinct
+    gaps = draw(st.lists(st.integers(0, 700), min_size=n, max_size=n))
+    ts = np.cumsum(np.asarray(gaps, dtype=np.int64)) if n else np.zeros(0, np.int64)
+    keys = np.asarray(draw(st.lists(st.lists(st.integers(0, domain - 1), min_size=k, max_size=k),
+                                    min_size=n, max_size=n)), dtype=np.int64).reshape(n, k)
+    iops = np.asarray(draw(st.lists(st.sampled_from([SUM, MIN, MAX]), max_size=3)), dtype=np.int64)
+    fops = np.asarray(draw(st.lists(st.sampled_from([SUM, MIN, MAX]), max_size=3)), dtype=np.int64)
+    ints = np.asarray(draw(st.lists(st.lists(st.integers(-1000, 1000), min_size=len(iops),
+                                             max_size=len(iops)), min_size=n, max_size=n)),
+                      dtype=np.int64).reshape(n, len(iops))
+    floats = np.asarray(draw(st.lists(st.lists(st.floats(-1e3, 1e3), min_size=len(fops),
+                                               max_size=len(fops)), min_size=n, max_size=n)),
+                        dtype=np.float64).reshape(n, len(fops))
+    slide = draw(st.sampled_from([1, 100, 1000]))
+    panes = draw(st.sampled_from([1, 2, 5, 30]))
+    return ts, keys, ints, floats, iops, fops, slide, panes
+
+
+def as_dict(pane, gid, cnt, iv, fv, gkeys):
+    return {(int(pane[r]), tuple(int(x) for x in gkeys[gid[r]])): (int(cnt[r]), list(iv[r]), list(fv[r]))
+            for r in range(len(pane))}
+
+
+def assert_same(got: dict, want: dict):
+    assert got.keys() == want.keys()
+    for k, (c, iv, fv) in want.items():
+        gc, giv, gfv = got[k]
+        assert gc == c and list(giv) == list(iv), k
+        np.testing.assert_allclose(gfv, fv, rtol=1e-9, atol=1e-9)
+
+
+@SETTINGS
+@given(streams())
+def test_pane_aggregate_matches_reference(s):
+    ts, keys, ints, floats, iops, fops, slide, _ = s
+    got = pane_aggregate(ts, keys, ints, floats, iops, fops, slide)
+    pane = got[0]
+    assert np.all(np.diff(pane) >= 0), "partials come out in pane order"
+    assert_same(as_dict(*got), ref.pane_partials(ts, keys, ints, floats, iops, fops, slide))
+
+
+def test_pane_aggregate_rejects_disorder():
+    with pytest.raises(ValueError, match="event-time order"):
+        pane_aggregate(np.array([5, 3]), np.zeros((2, 1)), np.zeros((2, 0)), np.zeros((2, 0)),
+                       [], [], 1)
+
+
+def window_dict(res):
+    ws, we, keys, cnt, iv, fv = res
+    assert np.all(we - ws == we[0] - ws[0]) if len(we) else True
+    return {(int(we[r]), tuple(int(x) for x in keys[r])): (int(cnt[r]), list(iv[r]), list(fv[r]))
+            for r in range(len(we))}
+
+
+@SETTINGS
+@given(streams(), st.integers(0, 40), st.integers(0, 40))
+def test_windows_from_partials_match_reference(s, lo_off, span):
+    ts, keys, ints, floats, iops, fops, slide, panes = s
+    partials = pane_aggregate(ts, keys, ints, floats, iops, fops, slide)
+    first = int(ts[0]) // slide if len(ts) else 0
+    p_lo = first + lo_off
+    p_hi = p_lo + span
+    got = window_dict(windows_from_partials(partials, iops, fops, panes, slide, p_lo, p_hi))
+    want = ref.windows(ref.pane_partials(ts, keys, ints, floats, iops, fops, slide), iops, fops,
+                       panes, slide, p_lo, p_hi)
+    assert_same(got, want)
+
+
+def assemble_in_chunks(partials, cuts, iops, fops, panes, slide, last_pane):
+    """Feed keyed partials to the sequential assembler in chunks, then flush."""
+    pane, gid, cnt, iv, fv, gkeys = partials
+    keys = gkeys[gid] if len(gid) else np.zeros((0, gkeys.shape[1]), np.int64)
+    k, ni, nf = keys.shape[1], iv.shape[1], fv.shape[1]
+    ws, dqi, dqf = kw.ws_new(16, ni, nf)
+    table = ht.new_table(k, 16)
+    fifo = kw.fifo_new(ni, nf)
+    out = kw.out_new(k, ni, nf, 16)
+    cur = np.array([np.iinfo(np.int64).min])
+    rows = []
+    bounds = [0, *cuts, len(pane)]
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        upto = int(pane[b]) if b < len(pane) else last_pane
+        ws, dqi, dqf, table, fifo, out, m = kw.asm_feed(
+            ws, dqi, dqf, table, fifo, out, cur, pane[a:b], keys[a:b], cnt[a:b], iv[a:b], fv[a:b],
+            iops, fops, panes, slide, True, upto, 0)
+        rows.append(tuple(x[:m].copy() for x in out))
+    if cur[0] != np.iinfo(np.int64).min:
+        out, m = kw.asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide)
+        rows.append(tuple(x[:m].copy() for x in out))
+    return tuple(np.concatenate([r[i] for r in rows]) for i in range(6))
+
+
+@SETTINGS
+@given(streams(), st.lists(st.integers(0, 10**6), max_size=6))
+def test_assembler_incremental_equals_batch(s, raw_cuts):
+    ts, keys, ints, floats, iops, fops, slide, panes = s
+    partials = pane_aggregate(ts, keys, ints, floats, iops, fops, slide)
+    n = len(partials[0])
+    cuts = sorted({c % n for c in raw_cuts}) if n else []
+    last = int(partials[0][-1]) if n else 0
+    got_res = assemble_in_chunks(partials, cuts, iops, fops, panes, slide, last)
+    ends = got_res[1]
+    assert np.all(np.diff(ends) >= 0), "windows are emitted in order"
+    p_lo = int(partials[0][0]) if n else 0
+    want = ref.windows(ref.pane_partials(ts, keys, ints, floats, iops, fops, slide), iops, fops,
+                       panes, slide, p_lo, last + panes)
+    assert_same(window_dict(got_res), want)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.sampled_from(["add", "del"]), st.integers(0, 60)), max_size=400))
+def test_hash_table_behaves_like_a_dict(ops):
+    table = ht.new_table(2, 4)
+    model: dict[tuple, int] = {}
+    for op, v in ops:
+        key = np.array([[v, v * 7 - 3]], dtype=np.int64)
+        if op == "add":
+            g, fresh, table = ht.find_or_insert(table, key, 0)
+            if (v, v * 7 - 3) in model:
+                assert not fresh and g == model[(v, v * 7 - 3)]
+            else:
+                assert fresh and g not in model.values()
+                model[(v, v * 7 - 3)] = g
+        elif (v, v * 7 - 3) in model:
+            ht.remove(table, model.pop((v, v * 7 - 3)))
+        assert ht.live(table) == len(model)
+        for (a, b), g in model.items():
+            probe = np.array([[a, b]], dtype=np.int64)
+            assert ht.find(table, probe, 0, np.uint64(ht.hash_key(probe, 0, 2))) == g
