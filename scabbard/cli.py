@@ -1,6 +1,7 @@
 """``scabbard``: the workbench's command line.
 
     scabbard datagen WORKLOAD|all [--scale tiny|small|full] [--duration S] [--rate R] ...
+    scabbard run --query Q [--backend scabbard|spark] [--workers N] [--rate R] [--duration S] ...
     scabbard data list|check ...
     scabbard reproduce [--only NAME] [--scale small|full]
     scabbard bench datagen ...
@@ -125,6 +126,125 @@ def _run_datagen(args) -> int:
     return 0
 
 
+# -- run ---------------------------------------------------------------------------------------
+def _add_run(sub) -> None:
+    from scabbard.queries import NAMES
+
+    p = sub.add_parser(
+        "run",
+        help="run one of the paper's queries on a dataset",
+        description=(
+            "Run a query of the paper's Table 3 on a generated dataset with the engine (or with "
+            "Spark Structured Streaming), printing live throughput and latency and a final "
+            "summary.  Results (one row per window and group: window_start, window_end, keys, "
+            "aggregates) go to --out."
+        ),
+        epilog=(
+            "Without --duration the dataset is read once; with it, the dataset is replayed "
+            "endlessly with shifted timestamps (as the paper's benchmarks do) until the time "
+            "is up.  The default dataset is data/<workload>/small, generated on first use."
+        ),
+    )
+    p.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
+                   help=f"one of {', '.join(NAMES)}")
+    p.add_argument("--backend", choices=("scabbard", "spark"), default="scabbard")
+    p.add_argument("--data", metavar="DIR", help="dataset folder (default: data/<workload>/small)")
+    p.add_argument("--out", metavar="PATH", help="write the results to a .parquet or .csv file")
+    p.add_argument("--workers", type=int, help="worker threads (default: one per core)")
+    p.add_argument("--rate", type=float, help="input rate limit, tuples per second")
+    p.add_argument("--duration", type=float, metavar="SECONDS",
+                   help="replay the dataset endlessly for this long (wall time)")
+    p.add_argument("--max-tuples", type=int, help="stop after this many input tuples")
+    p.add_argument("--batch", type=int, metavar="ROWS", help="tuples per task (default: per query)")
+    p.add_argument("--metrics-log", metavar="PATH", help="JSON-lines metrics log (live samples)")
+    p.add_argument("--master", default="local[*]", help="Spark master for --backend spark")
+    p.add_argument("--quiet", action="store_true", help="no live progress lines")
+    p.set_defaults(func=_run_query)
+
+
+def _run_query(args) -> int:
+    from scabbard import queries, workloads
+    from scabbard.data import dataset_path, open_dataset
+
+    query = queries.get(args.query)
+    workload = queries.workload_of(args.query)
+    schema = workloads.get(workload).SCHEMA
+    for flag in ("workers", "batch", "max_tuples"):
+        v = getattr(args, flag)
+        if v is not None and v < 1:
+            raise CLIError(f"--{flag.replace('_', '-')} must be >= 1, got {v}")
+    for flag in ("rate", "duration"):
+        v = getattr(args, flag)
+        if v is not None and not v > 0:
+            raise CLIError(f"--{flag} must be positive, got {v}")
+    if args.out and not args.out.endswith((".parquet", ".csv")):
+        raise CLIError(f"--out {args.out}: use a .parquet or .csv file name")
+    if args.data:
+        ds = open_dataset(args.data, schema=schema)
+    else:
+        path = dataset_path("data", workload, "small")
+        if not (path / "manifest.json").is_file():
+            print(f"{path} not found: generating it (scabbard datagen {workload} --scale small)",
+                  flush=True)
+            spec = workloads.get(workload).SPEC
+            spec.generate(scale="small", out="data", log=lambda s: print(s, flush=True))
+        ds = open_dataset(path, schema=schema)
+    print(f"{query.name} on {ds.path} ({ds.rows:,} tuples, {schema.row_bytes} B each), "
+          f"backend {args.backend}", flush=True)
+    if args.backend == "spark":
+        return _run_spark(args, query, ds)
+    return _run_engine(args, query, ds)
+
+
+def _run_engine(args, query, ds) -> int:
+    import os
+
+    from scabbard.engine import EngineConfig, run_query, sink_for
+
+    config = EngineConfig(workers=args.workers or os.cpu_count() or 1, batch_rows=args.batch)
+
+    def progress(s: dict) -> None:
+        if not args.quiet:
+            lat = s["latency_ms"]["p50"]
+            print(f"  {s['t']:7.1f} s  {s['tuples_per_s'] / 1e6:8.2f} M tuples/s  "
+                  f"{s['mb_per_s']:8.1f} MB/s  p50 {lat:7.1f} ms  results {s['result_rows']:,}",
+                  flush=True)
+
+    report = run_query(query, ds, sink=sink_for(args.out), config=config, rate=args.rate,
+                       duration=args.duration, max_tuples=args.max_tuples,
+                       metrics_log=args.metrics_log, on_sample=progress)
+    s = report.summary
+    lat = s.latency_ms
+    print(f"\n{query.name}: {s.tuples:,} tuples in {s.seconds:.2f} s = "
+          f"{s.tuples_per_s / 1e6:.2f} M tuples/s ({s.mb_per_s:.1f} MB/s), "
+          f"{config.workers} workers, {report.batch_rows:,} tuples per task")
+    print(f"latency ms: p5 {lat['p5']}  p25 {lat['p25']}  p50 {lat['p50']}  p75 {lat['p75']}  "
+          f"p95 {lat['p95']}")
+    print(f"results: {s.result_rows:,} rows" + (f" -> {args.out}" if args.out else ""))
+    return 0
+
+
+def _run_spark(args, query, ds) -> int:
+    from scabbard.peers.spark import run_spark
+    from scabbard.sparksession import SparkSettings, get_spark
+
+    for flag in ("rate", "duration", "max_tuples", "batch", "workers", "metrics_log"):
+        if getattr(args, flag) is not None:
+            raise CLIError(f"--{flag.replace('_', '-')} applies to the scabbard backend; the spark "
+                           "backend reads the dataset once")
+    spark = get_spark(SparkSettings(master=args.master, app_name=f"scabbard-{query.name}"))
+    out = args.out if args.out and args.out.endswith(".parquet") else None
+    if args.out and out is None:
+        raise CLIError("--out: the spark backend writes .parquet")
+    run = run_spark(query, ds, spark=spark, output=out)
+    rows = len(run.columns["window_end"])
+    print(f"\n{query.name} (Spark Structured Streaming, {spark.sparkContext.master}): "
+          f"{run.tuples:,} tuples in {run.seconds:.2f} s = {run.tuples_per_s / 1e6:.3f} M tuples/s "
+          f"(streaming part; {run.seconds_total:.2f} s in all)")
+    print(f"results: {rows:,} rows" + (f" -> {out}" if out else ""))
+    return 0
+
+
 # -- data --------------------------------------------------------------------------------------
 def _add_data(sub) -> None:
     p = sub.add_parser("data", help="list and check generated datasets",
@@ -231,6 +351,22 @@ def _add_bench(sub) -> None:
     dp.add_argument("--keep", action="store_true", help="keep the generated datasets")
     dp.add_argument("--master", default="local[*]", help="Spark master URL")
     dp.set_defaults(func=_run_bench_datagen)
+    ep = bsub.add_parser(
+        "engine",
+        help="per query: engine vs Spark throughput, 1 vs 2 workers, latency at 80%% load",
+        description=(
+            "For each query on its small dataset: the engine's sustainable throughput with 1 and "
+            "2 workers (endless replay for --seconds), Spark Structured Streaming's throughput on "
+            "the same data, and the engine's latency percentiles at 80%% of its rate.  Writes "
+            "results.csv and engine_throughput.png to --out."
+        ),
+    )
+    ep.add_argument("--queries", nargs="+", type=str.upper, default=None, help="subset")
+    ep.add_argument("--seconds", type=float, default=5.0, help="seconds per engine run (default 5)")
+    ep.add_argument("--no-spark", action="store_true", help="engine only")
+    ep.add_argument("--scale", default="small", choices=("tiny", "small", "full"))
+    ep.add_argument("--out", default="experiments/runs/bench-engine", help="output folder")
+    ep.set_defaults(func=_run_bench_engine)
 
 
 def _run_bench_datagen(args) -> int:
@@ -243,6 +379,20 @@ def _run_bench_datagen(args) -> int:
     return 0
 
 
+def _run_bench_engine(args) -> int:
+    from scabbard import queries
+    from scabbard.experiments import engine_throughput as exp
+
+    settings = exp.Settings(queries=args.queries or queries.NAMES, scale=args.scale,
+                            seconds=args.seconds, spark=not args.no_spark, output_dir=args.out)
+    table = exp.run(settings, log=lambda s: print(s, flush=True))
+    print()
+    print(exp.comparison(table).to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    exp.plot(table, args.out)
+    print(f"\nresults: {Path(args.out) / 'results.csv'}, figure: {Path(args.out) / 'engine_throughput.png'}")
+    return 0
+
+
 # -- main --------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -252,6 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"scabbard {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_datagen(sub)
+    _add_run(sub)
     _add_data(sub)
     _add_reproduce(sub)
     _add_bench(sub)
@@ -260,6 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from scabbard.data import DatasetError
+    from scabbard.query import QueryError
     from scabbard.schema import SchemaError
     from scabbard.sparksession import JavaNotFoundError
     from scabbard.workloads import UnknownWorkloadError
@@ -272,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     except CLIError as e:
         print(f"scabbard: error: {e}", file=sys.stderr)
         return e.code
-    except (DatagenError, UnknownWorkloadError, SchemaError) as e:
+    except (DatagenError, UnknownWorkloadError, SchemaError, QueryError) as e:
         print(f"scabbard: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except (DatasetError, JavaNotFoundError) as e:

@@ -91,3 +91,49 @@ def test_datagen_writes_a_dataset_and_data_check_validates_it(spark, tmp_path, c
     col.write_bytes(bytes(data))
     assert main(["data", "check", str(tmp_path / "sg" / "tiny"), "--verify"]) == 1
     assert "checksum mismatch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "--query", "Q7"], "invalid choice"),
+        (["run", "--query", "CM1", "--workers", "0"], "--workers must be >= 1"),
+        (["run", "--query", "CM1", "--rate", "-1"], "--rate must be positive"),
+        (["run", "--query", "CM1", "--out", "x.json"], "use a .parquet or .csv"),
+    ],
+)
+def test_run_rejects_bad_arguments(capsys, args, message):
+    try:
+        code = main(args)
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    assert code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.spark
+def test_run_writes_window_results(tiny, tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "lrb1.parquet"
+    assert main(["run", "--query", "lrb1", "--data", str(tiny["lrb"].path), "--out", str(out),
+                 "--workers", "2", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "M tuples/s" in text and "latency ms: p5" in text
+    table = pq.read_table(out)
+    assert table.column_names == ["window_start", "window_end", "highway", "direction", "segment",
+                                  "avg_speed"]
+    ends = table.column("window_end").to_numpy()
+    assert table.num_rows > 0 and (ends[1:] >= ends[:-1]).all()
+    assert (table.column("avg_speed").to_numpy() < 40).all()
+
+
+@pytest.mark.spark
+def test_run_with_the_spark_backend(tiny, tmp_path, capsys):
+    out = tmp_path / "ysb.parquet"
+    assert main(["run", "--query", "YSB", "--backend", "spark", "--data", str(tiny["ysb"].path),
+                 "--out", str(out)]) == 0
+    assert "Spark Structured Streaming" in capsys.readouterr().out
+    assert out.stat().st_size > 0
+    assert main(["run", "--query", "YSB", "--backend", "spark", "--data", str(tiny["ysb"].path),
+                 "--rate", "100"]) == 2
+    assert "applies to the scabbard backend" in capsys.readouterr().err

@@ -63,6 +63,10 @@ class ReplaySource:
     def stop(self) -> None:
         self._stopped = True
 
+    def peek(self) -> Batch:
+        """The first batch, without starting the stream (for warming up)."""
+        return self._batch(0, min(self.batch_rows, self.table.rows), 0, 0)
+
     def tuples_per_ms(self) -> float:
         """Average input tuples per ms of event time (to size batches)."""
         ts = self.table.column("timestamp")
@@ -117,6 +121,9 @@ class ArraySource:
 
     def stop(self) -> None:
         pass
+
+    def peek(self) -> Batch:
+        return self._batches[0]
 
     def tuples_per_ms(self) -> float:
         ts = np.concatenate([b.timestamps for b in self._batches])

@@ -15,8 +15,7 @@ import numpy as np
 import pandas as pd
 
 from scabbard import workloads
-from scabbard.data import Dataset, dataset_path, open_dataset
-from scabbard.workloads.generator import default_name, generate, make_params
+from scabbard.data import Dataset
 
 PLOT_ROWS = 2_000_000  # the plots look at (at most) the first rows of each dataset
 
@@ -39,12 +38,8 @@ class Settings:
 
 def dataset_for(name: str, settings: Settings) -> Dataset:
     """The dataset of ``name`` at the settings' scale: generated if asked and missing."""
-    spec = workloads.get(name).SPEC
-    params = make_params(spec, scale=settings.scale, seed=settings.seed)
-    if settings.generate:
-        return generate(spec, params, out=settings.data_dir, progress=settings.progress)
-    return open_dataset(dataset_path(settings.data_dir, spec.name, default_name(spec, params)),
-                        schema=spec.schema)
+    return workloads.dataset(name, settings.scale, settings.data_dir, settings.seed,
+                             generate=settings.generate, progress=settings.progress)
 
 
 def summarize(ds: Dataset) -> dict:

@@ -31,3 +31,19 @@ def get(name: str) -> ModuleType:
     if key not in NAMES:
         raise UnknownWorkloadError(name)
     return import_module(f"scabbard.workloads.{key}")
+
+
+def dataset(name: str, scale: str = "small", root: str = "data", seed: int = 0,
+            generate: bool = True, progress: bool = False):
+    """The dataset of workload ``name`` at a scale preset under ``root``.
+
+    Generated with Spark if missing or stale (and ``generate``), else opened and validated.
+    """
+    from scabbard.data import dataset_path, open_dataset
+    from scabbard.workloads.generator import default_name, make_params
+
+    spec = get(name).SPEC
+    if generate:
+        return spec.generate(scale=scale, seed=seed, out=root, progress=progress)
+    params = make_params(spec, scale=scale, seed=seed)
+    return open_dataset(dataset_path(root, spec.name, default_name(spec, params)), schema=spec.schema)

@@ -1,0 +1,220 @@
+"""Notebook 01 / ``scabbard bench engine``: the engine vs Spark on the eleven queries (paper Fig. 7, no FT).
+
+For every query, on the same generated dataset:
+
+1. the engine's sustainable throughput: the dataset replayed endlessly for
+   ``seconds`` of wall time into a counting sink, with each worker count of
+   ``workers`` (1 vs 2 shows the scaling);
+2. Spark Structured Streaming's throughput on the same data (the streaming part:
+   source to complete windows).  Spark's sliding windows copy every tuple into
+   each of its ``range/slide`` windows, so Spark gets at most
+   ``spark_max_copies / (range/slide)`` tuples (SG1: 3,600 copies of each);
+3. the engine's latency percentiles at ``latency_fraction`` (80%) of its
+   sustainable rate.
+
+``run`` returns one tidy row per measurement; ``plot`` draws the throughput
+bars and the latency candlesticks.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from scabbard import queries, workloads
+from scabbard.data import Dataset, write_dataset
+from scabbard.engine import EngineConfig, NullSink, run_query
+
+# What the paper states about Fig. 7 (its bars carry no printed values): Scabbard's
+# throughput drop against LightSaber (no FT), and the median latency bound (§6.2).
+PAPER_FIG7 = pd.DataFrame([
+    {"query": "CM1", "scabbard_vs_lightsaber": "-69%"}, {"query": "CM2", "scabbard_vs_lightsaber": "-45%"},
+    {"query": "SG1", "scabbard_vs_lightsaber": "-12%"}, {"query": "SG2", "scabbard_vs_lightsaber": "-23%"},
+    {"query": "SG3", "scabbard_vs_lightsaber": "< -11%"}, {"query": "LRB1", "scabbard_vs_lightsaber": "< -11%"},
+    {"query": "LRB2", "scabbard_vs_lightsaber": "< -11%"}, {"query": "LRB3", "scabbard_vs_lightsaber": "< -11%"},
+    {"query": "YSB", "scabbard_vs_lightsaber": "up to -50%"}, {"query": "NQ", "scabbard_vs_lightsaber": "-28%"},
+    {"query": "SM", "scabbard_vs_lightsaber": "n/a"},
+]).assign(
+    paper_median_latency=lambda d: np.where(d["query"] == "LRB3", "< 1 s", "< 50 ms"),
+    paper_setup="16 cores; > 200 M tuples/s overall; Flink-FT >= 10x slower",
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    queries: Sequence[str] = field(default=queries.NAMES)
+    scale: str = "small"
+    data_dir: str = "data"
+    seconds: float = 5.0
+    workers: Sequence[int] = (1, 2)
+    spark: bool = True
+    spark_max_copies: int = 40_000_000
+    latency: bool = True
+    latency_fraction: float = 0.8
+    output_dir: str = "."
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "queries", tuple(q.upper() for q in self.queries))
+        object.__setattr__(self, "workers", tuple(self.workers))
+        for q in self.queries:
+            queries.workload_of(q)
+
+
+def _row(query: str, backend: str, workers: int, tuples: int, seconds: float, row_bytes: int,
+         latency: dict | None = None, **extra) -> dict:
+    tps = tuples / seconds if seconds > 0 else 0.0
+    row = {"query": query, "backend": backend, "workers": workers, "tuples": tuples,
+           "seconds": round(seconds, 3), "tuples_per_s": tps, "mb_per_s": tps * row_bytes / 1e6}
+    for p in (5, 25, 50, 75, 95):
+        row[f"p{p}_ms"] = (latency or {}).get(f"p{p}", np.nan)
+    row.update(extra)
+    return row
+
+
+def measure_engine(query: str, ds: Dataset, settings: Settings) -> list[dict]:
+    q = queries.get(query)
+    rows, best = [], 0.0
+    for w in settings.workers:
+        r = run_query(q, ds, sink=NullSink(), config=EngineConfig(workers=w),
+                      duration=settings.seconds)
+        s = r.summary
+        best = max(best, s.tuples_per_s)
+        rows.append(_row(query, "scabbard", w, s.tuples, s.seconds, ds.schema.row_bytes,
+                         batch_rows=r.batch_rows, result_rows=s.result_rows))
+    if settings.latency and best > 0:
+        rate = settings.latency_fraction * best
+        w = max(settings.workers)
+        r = run_query(q, ds, sink=NullSink(), config=EngineConfig(workers=w), rate=rate,
+                      duration=settings.seconds)
+        s = r.summary
+        rows.append(_row(query, "scabbard@rate", w, s.tuples, s.seconds, ds.schema.row_bytes,
+                         s.latency_ms, batch_rows=r.batch_rows, rate=rate,
+                         result_rows=s.result_rows))
+    return rows
+
+
+def measure_spark(query: str, ds: Dataset, settings: Settings, spark) -> dict:
+    from scabbard.peers.spark import run_spark
+
+    q = queries.get(query)
+    panes = max(a.window.panes for a in _aggregations(q.node))
+    limit = max(1000, settings.spark_max_copies // panes)
+    with tempfile.TemporaryDirectory(prefix="scabbard-bench-") as tmp:
+        data = ds
+        if ds.rows > limit:  # a prefix of the same data, as its own dataset
+            tables = {n: (t.schema, t.columns) for n, t in ds.tables.items()}
+            data = write_dataset(Path(tmp) / ds.workload / "prefix", ds.schema,
+                                 ds.batch(0, limit).columns, tables=tables, workload=ds.workload)
+        run = run_spark(q, data, spark=spark, workdir=Path(tmp) / "work")
+    return _row(query, "spark", spark.sparkContext.defaultParallelism, run.tuples, run.seconds,
+                ds.schema.row_bytes, result_rows=len(run.columns["window_end"]))
+
+
+def _aggregations(node):
+    from scabbard.query.plan import WindowAggregate
+
+    if isinstance(node, WindowAggregate):
+        return [node]
+    return [a for c in node.children for a in _aggregations(c)]
+
+
+def run(settings: Settings, log=print) -> pd.DataFrame:
+    """Measure every query; one row per (query, backend, workers); also saved as results.csv."""
+    rows = []
+    spark = None
+    for name in settings.queries:
+        ds = workloads.dataset(queries.workload_of(name), settings.scale, settings.data_dir)
+        rows += measure_engine(name, ds, settings)
+        if settings.spark:
+            if spark is None:
+                from scabbard.sparksession import get_spark
+
+                spark = get_spark()
+            rows.append(measure_spark(name, ds, settings, spark))
+        done = pd.DataFrame([r for r in rows if r["query"] == name])
+        log(summary_line(name, done))
+    table = pd.DataFrame(rows)
+    out = Path(settings.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "results.csv", index=False)
+    return table
+
+
+def summary_line(name: str, rows: pd.DataFrame) -> str:
+    def tps(backend, workers=None):
+        sel = rows[rows["backend"] == backend]
+        if workers is not None:
+            sel = sel[sel["workers"] == workers]
+        return float(sel["tuples_per_s"].iloc[0]) if len(sel) else float("nan")
+
+    one, two, spark = tps("scabbard", 1), tps("scabbard", 2), tps("spark")
+    lat = rows[rows["backend"] == "scabbard@rate"]
+    p50 = float(lat["p50_ms"].iloc[0]) if len(lat) else float("nan")
+    p95 = float(lat["p95_ms"].iloc[0]) if len(lat) else float("nan")
+    return (f"{name:5s} scabbard {one / 1e6:7.2f} (1w) {two / 1e6:7.2f} (2w) M tuples/s  "
+            f"scaling {two / one if one else float('nan'):4.2f}x  spark {spark / 1e6:6.3f} M/s  "
+            f"speed-up {two / spark if spark else float('nan'):7.1f}x  latency p50 {p50:6.1f} ms "
+            f"p95 {p95:6.1f} ms")
+
+
+def comparison(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per query: both backends side by side, scaling, speed-up, latency, targets."""
+    out = []
+    for name, rows in table.groupby("query", sort=False):
+        def get(backend, workers=None, col="tuples_per_s", rows=rows):
+            sel = rows[rows["backend"] == backend]
+            if workers is not None:
+                sel = sel[sel["workers"] == workers]
+            return float(sel[col].iloc[0]) if len(sel) else np.nan
+
+        w1, w2 = get("scabbard", 1), get("scabbard", 2)
+        best = np.nanmax([w1, w2])
+        spark = get("spark")
+        out.append({
+            "query": name, "scabbard_1w_Mtps": w1 / 1e6, "scabbard_2w_Mtps": w2 / 1e6,
+            "scaling": w2 / w1 if w1 else np.nan, "spark_Mtps": spark / 1e6,
+            "speedup_vs_spark": best / spark if spark else np.nan,
+            "p50_ms": get("scabbard@rate", col="p50_ms"), "p95_ms": get("scabbard@rate", col="p95_ms"),
+        })
+    return pd.DataFrame(out)
+
+
+def plot(table: pd.DataFrame, output_dir: str | None = None):
+    """Throughput per query and backend (log scale), and latency candlesticks (p5..p95)."""
+    import matplotlib.pyplot as plt
+
+    cmp = comparison(table)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.2))
+    x = np.arange(len(cmp))
+    width = 0.27
+    ax1.bar(x - width, cmp["scabbard_1w_Mtps"], width, label="scabbard, 1 worker")
+    ax1.bar(x, cmp["scabbard_2w_Mtps"], width, label="scabbard, 2 workers")
+    ax1.bar(x + width, cmp["spark_Mtps"], width, label="Spark Structured Streaming")
+    ax1.set_yscale("log")
+    ax1.set_xticks(x, cmp["query"], rotation=45)
+    ax1.set_ylabel("M tuples/s")
+    ax1.set_title("Throughput (no fault tolerance)")
+    ax1.legend(fontsize=8)
+    lat = table[table["backend"] == "scabbard@rate"].set_index("query").reindex(cmp["query"])
+    for i, (_, r) in enumerate(lat.iterrows()):
+        if np.isnan(r["p50_ms"]):
+            continue
+        ax2.vlines(i, r["p5_ms"], r["p95_ms"], color="k", lw=1)
+        ax2.add_patch(plt.Rectangle((i - 0.25, r["p25_ms"]), 0.5, r["p75_ms"] - r["p25_ms"],
+                                    facecolor="tab:orange", edgecolor="k"))
+        ax2.hlines(r["p50_ms"], i - 0.25, i + 0.25, color="k", lw=2)
+    ax2.axhline(50, ls="--", color="gray", lw=1, label="paper: median < 50 ms")
+    ax2.set_xticks(range(len(cmp)), cmp["query"], rotation=45)
+    ax2.set_ylabel("latency (ms)")
+    ax2.set_yscale("log")
+    ax2.set_title("Latency at 80% of the sustainable rate (p5/p25/p50/p75/p95)")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    if output_dir is not None:
+        fig.savefig(Path(output_dir) / "engine_throughput.png", dpi=110)
+    return fig
