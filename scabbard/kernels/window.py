@@ -6,7 +6,10 @@ pane that left:
 
 * count and int sums: exact int64 add / subtract;
 * float sums: add / subtract with Neumaier compensation, so long runs do not
-  drift (a window whose values cancel comes back to what a fresh sum gives);
+  drift; a group's sums restart from exact zero whenever it leaves the window.
+  The result is exact to ~1e-15 of the largest values that passed through the
+  group's window since it last emptied - a sum many orders of magnitude smaller
+  than those (1e-38 after 75) loses its relative precision;
 * min / max (not invertible): a monotone deque per (group, slot) of (pane, value)
   nodes in a node pool - amortised O(1) per partial, front = the window's extreme.
 
