@@ -37,7 +37,7 @@ from scabbard.engine.metrics import Metrics, Summary
 from scabbard.engine.sinks import Sink
 from scabbard.kernels import hashtable as ht
 from scabbard.kernels import window as kw
-from scabbard.kernels.aggregate import _pane_aggregate
+from scabbard.kernels.aggregate import _pane_aggregate, key_ids
 from scabbard.kernels.join import build_index
 from scabbard.query import Query, QueryError
 
@@ -97,7 +97,13 @@ def _edges(partials, lo: int, hi: int) -> _Edges:
 
 
 class _BranchAssembler:
-    """The sequential window state of one branch across tasks (boundary windows)."""
+    """The sequential window state of one branch across tasks.
+
+    Used for the windows no task can compute alone when they cannot be computed
+    in parallel: around short tasks, and at the start.  A long task leaves its
+    tail here as *pending*; it is loaded into the state only if the next task
+    needs the sequential path.
+    """
 
     def __init__(self, branch: physical.Branch):
         self.b = branch
@@ -108,6 +114,7 @@ class _BranchAssembler:
         self.fifo = kw.fifo_new(ni, nf)
         self.out = kw.out_new(k, ni, nf, 1024)
         self.cur = np.array([INT64_MIN], dtype=np.int64)
+        self.pending: tuple[_Edges, int] | None = None  # a long task's tail, not yet loaded
 
     def _feed(self, e: _Edges, emit: bool, upto: int, m: int) -> int:
         b = self.b
@@ -119,19 +126,31 @@ class _BranchAssembler:
     def _raw(self, m: int):
         return tuple(a[:m].copy() for a in self.out)
 
+    def _load_pending(self) -> None:
+        """Make the state the window of the pending tail (its windows were emitted already)."""
+        if self.pending is None:
+            return
+        tail, last_pane = self.pending
+        self.pending = None
+        kw.asm_reset(self.ws, self.dqi, self.dqf, self.fifo)
+        self.table = ht.new_table(self.b.key_width, 64)
+        self._feed(tail, False, last_pane, 0)
+
     def task(self, r: _TaskResult, i: int):
-        """Emit the windows of task ``r`` that the task could not compute alone."""
-        panes = self.b.panes
+        """The windows of task ``r`` it could not compute alone, sequentially."""
+        self._load_pending()
         if r.long:
-            m = self._feed(r.heads[i], True, r.first_pane + panes, 0)
-            raw = self._raw(m)
-            kw.asm_reset(self.ws, self.dqi, self.dqf, self.fifo)
-            self.table = ht.new_table(self.b.key_width, 64)
-            self._feed(r.tails[i], False, r.last_pane, 0)
+            raw = self._raw(self._feed(r.heads[i], True, r.first_pane + self.b.panes, 0))
+            self.pending = (r.tails[i], r.last_pane)
             return raw
         return self._raw(self._feed(r.heads[i], True, r.last_pane, 0))
 
+    def skip(self, r: _TaskResult, i: int) -> None:
+        """Task ``r``'s leading windows were computed in parallel; keep only its tail."""
+        self.pending = (r.tails[i], r.last_pane)
+
     def flush(self):
+        self._load_pending()
         b = self.b
         if self.cur[0] == INT64_MIN:
             return self._raw(0)
@@ -237,97 +256,197 @@ class Engine:
             a.task(r, i)
             b.finalize(a.flush())
 
-    # -- running -----------------------------------------------------------------------------
+    def _boundary(self, prev: _TaskResult, cur: _TaskResult) -> dict:
+        """Windows between two long tasks, from the first's tail and the second's head.
+
+        They end at panes ``prev.last_pane .. cur.first_pane + range/slide - 1``: exactly the
+        windows neither task computed alone.  Independent of every other task, so any
+        worker can compute them, in parallel with the rest.
+        """
+        parts = []
+        for i, b in enumerate(self.plan.branches):
+            t, h = prev.tails[i], cur.heads[i]
+            gid, gkeys = key_ids(np.concatenate([t.keys, h.keys]))
+            raw = kw._windows_from_partials(
+                np.concatenate([t.pane, h.pane]), gid, np.concatenate([t.cnt, h.cnt]),
+                np.concatenate([t.ints, h.ints]), np.concatenate([t.floats, h.floats]), gkeys,
+                b.iops, b.fops, b.panes, b.slide_ms, prev.last_pane, cur.first_pane + b.panes - 1)
+            parts.append(b.finalize(raw))
+        return self.plan.post(parts)
+
     def _result_batch(self, cols: dict[str, np.ndarray]) -> Batch:
         return Batch(self.schema, tuple(cols[n] for n in self.schema.names))
 
+    # -- running -----------------------------------------------------------------------------
     def run(self, source, sink: Sink, metrics_log: str | Path | None = None,
             on_sample=None) -> RunReport:
         """Run until the source ends; return throughput and latency figures."""
-        cfg = self.config
-        batch_rows = getattr(source, "batch_rows", 0)
-        metrics = Metrics(source.schema.row_bytes, metrics_log, cfg.metrics_interval, on_sample)
-        assemblers = [_BranchAssembler(b) for b in self.plan.branches]
-        tasks: queue.Queue = queue.Queue(maxsize=cfg.queue_depth or 2 * cfg.workers)
-        results: dict[int, _TaskResult] = {}
-        results_lock = threading.Lock()
-        assembly_lock = threading.Lock()
-        state = {"next": 0, "error": None}
-        sink.open(self.schema)
+        metrics = Metrics(source.schema.row_bytes, metrics_log, self.config.metrics_interval,
+                          on_sample)
+        return _Execution(self, source, sink, metrics).run()
 
-        def emit(cols: dict[str, np.ndarray]) -> int:
-            n = len(cols["window_end"])
-            if n:
-                sink.write(self._result_batch(cols))
-            return n
 
-        def assemble(r: _TaskResult) -> None:
-            raws = [a.task(r, i) for i, a in enumerate(assemblers)]
-            rows = emit(self.plan.post([b.finalize(raw) for b, raw in
-                                        zip(self.plan.branches, raws, strict=True)]))
-            if r.internal is not None:
-                rows += emit(r.internal)
-            metrics.record(r.tuples, time.perf_counter() - r.ingest_time, rows)
+class _Execution:
+    """One run: the dispatcher, the workers, parallel boundary windows and ordered assembly.
 
-        def drain() -> None:
-            while True:
-                if not assembly_lock.acquire(blocking=False):
+    Task ``k`` is assembled after task ``k-1``.  When both are long, the windows
+    between them (``boundary k``) are computed by whichever worker finishes the
+    second of the two, outside the assembly lock; otherwise the assembler computes
+    them sequentially from its window state.
+    """
+
+    def __init__(self, engine: Engine, source, sink: Sink, metrics: Metrics):
+        self.engine, self.source, self.sink, self.metrics = engine, source, sink, metrics
+        self.plan = engine.plan
+        self.assemblers = [_BranchAssembler(b) for b in self.plan.branches]
+        workers = engine.config.workers
+        self.tasks: queue.Queue = queue.Queue(maxsize=engine.config.queue_depth or 2 * workers)
+        self.lock = threading.Lock()  # guards the dictionaries below
+        self.assembly_lock = threading.Lock()
+        self.results: dict[int, _TaskResult] = {}  # finished fragments, not yet assembled
+        self.tails: dict[int, _TaskResult] = {}  # long tasks whose next boundary is not done
+        self.boundaries: dict[int, dict] = {}  # boundary k -> result columns
+        self.claimed: set[int] = set()
+        self.next = 0
+        self.prev_long = False
+        self.error: BaseException | None = None
+
+    # -- workers -----------------------------------------------------------------------------
+    def _claim(self, r: _TaskResult) -> list[tuple[_TaskResult, _TaskResult]]:
+        """Boundaries this finished task completes (call with the lock held)."""
+        if not r.long:
+            return []
+        jobs = []
+        prev = self.tails.get(r.seq - 1)
+        if prev is not None and r.seq not in self.claimed:
+            self.claimed.add(r.seq)
+            jobs.append((prev, r))
+        nxt = self.results.get(r.seq + 1)
+        if nxt is not None and nxt.long and r.seq + 1 not in self.claimed:
+            self.claimed.add(r.seq + 1)
+            jobs.append((r, nxt))
+        return jobs
+
+    def _compute_boundary(self, prev: _TaskResult, cur: _TaskResult) -> None:
+        cols = self.engine._boundary(prev, cur)
+        with self.lock:
+            self.boundaries[cur.seq] = cols
+            self.tails.pop(prev.seq, None)
+
+    def worker(self) -> None:
+        while True:
+            item = self.tasks.get()
+            if item is None:
+                return
+            try:
+                r = self.engine._fragment(*item)
+                with self.lock:
+                    self.results[r.seq] = r
+                    if r.long:
+                        self.tails[r.seq] = r
+                    jobs = self._claim(r)
+                for prev, cur in jobs:
+                    self._compute_boundary(prev, cur)
+                self.drain()
+            except BaseException as e:  # surface in run(); stop the source
+                self.error = e
+                self.source.stop()
+                return
+
+    # -- ordered assembly ----------------------------------------------------------------------
+    def emit(self, cols: dict[str, np.ndarray]) -> int:
+        n = len(cols["window_end"])
+        if n:
+            self.sink.write(self.engine._result_batch(cols))
+        return n
+
+    def _ready(self) -> _TaskResult | None:
+        """The next task if it can be assembled now (with the lock held)."""
+        r = self.results.get(self.next)
+        if r is None:
+            return None
+        parallel = r.long and self.prev_long
+        if parallel and r.seq not in self.boundaries:
+            if r.seq in self.claimed:
+                return None  # a worker is computing it; it drains when done
+            self.claimed.add(r.seq)
+            self.boundaries[r.seq] = None  # computed below, by the assembler
+        del self.results[self.next]
+        return r
+
+    def assemble(self, r: _TaskResult) -> None:
+        rows = 0
+        if r.long and self.prev_long:
+            with self.lock:
+                cols = self.boundaries.pop(r.seq)
+                prev = self.tails.pop(r.seq - 1, None)
+            if cols is None:
+                cols = self.engine._boundary(prev, r)
+            rows += self.emit(cols)
+            for i, a in enumerate(self.assemblers):
+                a.skip(r, i)
+        else:
+            raws = [a.task(r, i) for i, a in enumerate(self.assemblers)]
+            rows += self.emit(self.plan.post([b.finalize(raw) for b, raw in
+                                              zip(self.plan.branches, raws, strict=True)]))
+            with self.lock:
+                self.tails.pop(r.seq - 1, None)
+        if r.internal is not None:
+            rows += self.emit(r.internal)
+        self.prev_long = r.long
+        self.metrics.record(r.tuples, time.perf_counter() - r.ingest_time, rows)
+
+    def drain(self) -> None:
+        while True:
+            if not self.assembly_lock.acquire(blocking=False):
+                return
+            try:
+                while True:
+                    with self.lock:
+                        r = self._ready()
+                    if r is None:
+                        break
+                    self.assemble(r)
+                    self.next += 1
+            finally:
+                self.assembly_lock.release()
+            with self.lock:
+                r = self.results.get(self.next)
+                if r is None or (r.long and self.prev_long and r.seq in self.claimed
+                                 and r.seq not in self.boundaries):
                     return
-                try:
-                    while True:
-                        with results_lock:
-                            r = results.pop(state["next"], None)
-                        if r is None:
-                            break
-                        assemble(r)
-                        state["next"] += 1
-                finally:
-                    assembly_lock.release()
-                with results_lock:
-                    if state["next"] not in results:
-                        return
 
-        def worker() -> None:
-            while True:
-                item = tasks.get()
-                if item is None:
-                    return
-                try:
-                    r = self._fragment(*item)
-                    with results_lock:
-                        results[r.seq] = r
-                    drain()
-                except BaseException as e:  # surface in run(); stop the source
-                    state["error"] = e
-                    source.stop()
-                    return
-
-        threads = [threading.Thread(target=worker, name=f"worker-{i}", daemon=True)
+    # -- the run -------------------------------------------------------------------------------
+    def run(self) -> RunReport:
+        engine, metrics = self.engine, self.metrics
+        cfg = engine.config
+        batch_rows = getattr(self.source, "batch_rows", 0)
+        self.sink.open(engine.schema)
+        threads = [threading.Thread(target=self.worker, name=f"worker-{i}", daemon=True)
                    for i in range(cfg.workers)]
-        self.warm_up(source.peek())
-        metrics.start(query=self.query.name, workers=cfg.workers, batch_rows=batch_rows)
+        engine.warm_up(self.source.peek())
+        metrics.start(query=engine.query.name, workers=cfg.workers, batch_rows=batch_rows)
         for t in threads:
             t.start()
         try:
-            for sb in source.batches():
-                if state["error"] is not None:
+            for sb in self.source.batches():
+                if self.error is not None:
                     break
-                tasks.put((sb.seq, sb.batch, sb.ingest_time))
+                self.tasks.put((sb.seq, sb.batch, sb.ingest_time))
         finally:
             for _ in threads:
-                tasks.put(None)
+                self.tasks.put(None)
             for t in threads:
                 t.join()
-        if state["error"] is not None:
-            sink.close()
-            metrics.stop(error=repr(state["error"]))
-            raise state["error"]
-        drain()
-        with results_lock:
-            if results:
-                raise RuntimeError(f"tasks {sorted(results)} were never assembled")
-        metrics.add_result_rows(emit(self.plan.post([b.finalize(a.flush()) for b, a in
-                                                     zip(self.plan.branches, assemblers, strict=True)])))
-        sink.close()
-        summary = metrics.stop()
-        return RunReport(self.query.name, summary, batch_rows, cfg.workers)
+        if self.error is not None:
+            self.sink.close()
+            metrics.stop(error=repr(self.error))
+            raise self.error
+        self.drain()
+        if self.results:
+            raise RuntimeError(f"tasks {sorted(self.results)} were never assembled")
+        final = self.plan.post([b.finalize(a.flush()) for b, a in
+                                zip(self.plan.branches, self.assemblers, strict=True)])
+        metrics.add_result_rows(self.emit(final))
+        self.sink.close()
+        return RunReport(engine.query.name, metrics.stop(), batch_rows, cfg.workers)

@@ -178,3 +178,24 @@ def pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide_ms: int):
     if n > 1 and np.any(ts[1:] < ts[:-1]):
         raise ValueError("rows must be in event-time order")
     return _pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide_ms)
+
+
+@kernel
+def _key_ids(keys):
+    n = keys.shape[0]
+    table = ht.new_table(keys.shape[1], max(16, n))
+    gid = np.empty(n, dtype=np.int64)
+    slots, tkeys, hashes, free, meta = table
+    for r in range(n):  # the table was sized for n keys: no growth, no rebinding
+        h = ht.hash_key(keys, r, keys.shape[1])
+        g = ht.find_in(slots, tkeys, hashes, keys, r, h)
+        if g < 0:
+            g = ht.insert_in(slots, tkeys, hashes, free, meta, keys, r, h)
+        gid[r] = g
+    return gid, tkeys[: meta[1]].copy()
+
+
+def key_ids(keys: np.ndarray):
+    """Dense ids of composite keys: ``(gid per row, keys of each gid)``."""
+    keys = _rows(keys, len(keys), np.int64)
+    return _key_ids(keys)
