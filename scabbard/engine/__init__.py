@@ -15,10 +15,12 @@ from pathlib import Path
 
 from scabbard.data import Dataset
 from scabbard.engine.metrics import Metrics, Summary, read_metrics
-from scabbard.engine.runtime import Engine, EngineConfig, RunReport
+from scabbard.engine.runtime import INGRESS, Engine, EngineConfig, RunReport
 from scabbard.engine.sinks import CollectSink, CSVSink, NullSink, ParquetSink, Sink, sink_for
 from scabbard.engine.sources import ArraySource, ReplaySource
+from scabbard.pog import POG
 from scabbard.query import Query
+from scabbard.storage import BlockManager, StorageConfig
 
 __all__ = ["ArraySource", "CSVSink", "CollectSink", "Engine", "EngineConfig", "Metrics",
            "NullSink", "ParquetSink", "ReplaySource", "RunReport", "Sink", "Summary",
@@ -29,12 +31,14 @@ def run_query(query: Query, dataset: Dataset, sink: Sink | None = None,
               config: EngineConfig | None = None, rate: float | None = None,
               duration: float | None = None, max_tuples: int | None = None,
               loop: bool | None = None, metrics_log: str | Path | None = None,
-              on_sample=None) -> RunReport:
+              on_sample=None, storage: str | Path | None = None,
+              storage_config: StorageConfig | None = None) -> RunReport:
     """Run ``query`` over a dataset with the engine.
 
     By default the dataset is read once; with ``duration`` (wall seconds) or
     ``max_tuples`` it is replayed endlessly (timestamps shifted per copy) until
-    that limit.  ``rate`` caps the input at that many tuples per second.
+    that limit.  ``rate`` caps the input at that many tuples per second.  With a
+    ``storage`` folder the ingress p-stream is persisted there while the query runs.
     """
     if dataset.schema.fingerprint != query.source.schema.fingerprint:
         raise ValueError(f"{query.name} reads {query.source.schema.name!r} data, but the dataset "
@@ -46,4 +50,11 @@ def run_query(query: Query, dataset: Dataset, sink: Sink | None = None,
         loop = duration is not None or max_tuples is not None
     source = ReplaySource(dataset, batch_rows, rate=rate, duration=duration,
                           max_tuples=max_tuples, loop=loop)
-    return engine.run(source, sink if sink is not None else NullSink(), metrics_log, on_sample)
+    sink = sink if sink is not None else NullSink()
+    if storage is None:
+        return engine.run(source, sink, metrics_log, on_sample)
+    with BlockManager(storage, storage_config) as bm:
+        pog = POG(bm)
+        # a few batches in memory ahead of the workers: enough to overlap disk and CPU
+        pog.pstream(INGRESS, dataset.schema, max_units=4 * engine.config.workers)
+        return engine.run(source, sink, metrics_log, on_sample, pog=pog)

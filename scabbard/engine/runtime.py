@@ -25,6 +25,7 @@ import os
 import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,8 +40,10 @@ from scabbard.kernels import hashtable as ht
 from scabbard.kernels import window as kw
 from scabbard.kernels.aggregate import _pane_aggregate, key_ids
 from scabbard.kernels.join import build_index
+from scabbard.pog import POG, PUnit
 from scabbard.query import Query, QueryError
 
+INGRESS, READER = "input", "query"
 MIN_BATCH = 1 << 18
 MAX_BATCH = 1 << 22
 INT64_MIN = np.iinfo(np.int64).min
@@ -89,6 +92,8 @@ class _TaskResult:
     heads: list[_Edges]
     tails: list[_Edges]
     internal: dict | None
+    end_offset: int = 0  # input offset one past the task's batch
+    last_ts: int = 0
 
 
 def _edges(partials, lo: int, hi: int) -> _Edges:
@@ -241,7 +246,8 @@ class Engine:
                 heads.append(_edges(partials, 0, len(pane)))
                 tails.append(_edges(partials, len(pane), len(pane)))
         internal = self.plan.post(internals) if long else None
-        return _TaskResult(seq, n, ingest, first, last, long, heads, tails, internal)
+        return _TaskResult(seq, n, ingest, first, last, long, heads, tails, internal,
+                           batch.end, int(ts[-1]) if n else 0)
 
     def warm_up(self, batch: Batch) -> None:
         """Run the fragment and assembly code once on a few rows, results discarded.
@@ -279,11 +285,21 @@ class Engine:
 
     # -- running -----------------------------------------------------------------------------
     def run(self, source, sink: Sink, metrics_log: str | Path | None = None,
-            on_sample=None) -> RunReport:
-        """Run until the source ends; return throughput and latency figures."""
+            on_sample=None, pog: POG | None = None) -> RunReport:
+        """Run until the source ends; return throughput and latency figures.
+
+        With a ``pog`` holding an ingress p-stream named ``"input"``, every batch is
+        written to it behind a retain marker - persisted before any task reads it -
+        and released (trimmed) once no open window needs it.
+        """
         metrics = Metrics(source.schema.row_bytes, metrics_log, self.config.metrics_interval,
                           on_sample)
-        return _Execution(self, source, sink, metrics).run()
+        return _Execution(self, source, sink, metrics, pog).run()
+
+    @property
+    def horizon_ms(self) -> int:
+        """How far back in event time an open window can reach."""
+        return max(b.panes * b.slide_ms + b.slide_ms for b in self.plan.branches)
 
 
 class _Execution:
@@ -295,12 +311,20 @@ class _Execution:
     them sequentially from its window state.
     """
 
-    def __init__(self, engine: Engine, source, sink: Sink, metrics: Metrics):
+    def __init__(self, engine: Engine, source, sink: Sink, metrics: Metrics,
+                 pog: POG | None = None):
         self.engine, self.source, self.sink, self.metrics = engine, source, sink, metrics
+        self.pog = pog
+        self.ingress = pog.streams[INGRESS] if pog is not None else None
+        self.assembled: deque[tuple[int, int]] = deque()  # (last ts, end offset) per task
         self.plan = engine.plan
         self.assemblers = [_BranchAssembler(b) for b in self.plan.branches]
         workers = engine.config.workers
-        self.tasks: queue.Queue = queue.Queue(maxsize=engine.config.queue_depth or 2 * workers)
+        depth = engine.config.queue_depth or 2 * workers
+        self.tasks: queue.Queue = queue.Queue(maxsize=depth)
+        # tasks dispatched but not yet assembled: bounds memory (and the input persisted ahead
+        # of the windows) when assembly is the bottleneck
+        self.window = threading.Semaphore(depth + 2 * workers)
         self.lock = threading.Lock()  # guards the dictionaries below
         self.assembly_lock = threading.Lock()
         self.results: dict[int, _TaskResult] = {}  # finished fragments, not yet assembled
@@ -393,8 +417,21 @@ class _Execution:
                 self.tails.pop(r.seq - 1, None)
         if r.internal is not None:
             rows += self.emit(r.internal)
+        if self.ingress is not None:
+            self.release(r)
         self.prev_long = r.long
+        self.window.release()
         self.metrics.record(r.tuples, time.perf_counter() - r.ingest_time, rows)
+
+    def release(self, r: _TaskResult) -> None:
+        """Feedback channel: input that no open window needs any more is released (GC)."""
+        self.assembled.append((r.last_ts, r.end_offset))
+        horizon = r.last_ts - self.engine.horizon_ms
+        upto = None
+        while self.assembled and self.assembled[0][0] < horizon:
+            upto = self.assembled.popleft()[1]
+        if upto is not None:
+            self.pog.send_release(INGRESS, READER, upto)
 
     def drain(self) -> None:
         while True:
@@ -417,6 +454,44 @@ class _Execution:
                     return
 
     # -- the run -------------------------------------------------------------------------------
+    def submit(self, item) -> bool:
+        """Queue a task once the assembly window has room; False if the run failed."""
+        while not self.window.acquire(timeout=0.1):
+            if self.error is not None:
+                return False
+        if self.error is not None:
+            return False
+        self.tasks.put(item)
+        return True
+
+    def feed_persistent(self) -> None:
+        """Source -> ingress p-stream (retain marker, persisted) -> tasks, once acknowledged."""
+        ingress, ingest = self.ingress, {}
+        offset = ingress.end
+        ingress.subscribe(self, READER, offset)
+
+        def dispatch(block: bool) -> bool:
+            u = ingress.read(READER, timeout=None if block else 0)
+            if u is None:
+                return False
+            return self.submit((u.batch_id, u.batch, ingest.pop(u.batch_id)))
+
+        for sb in self.source.batches():
+            if self.error is not None:
+                return
+            b = sb.batch
+            unit = PUnit(INGRESS, sb.seq, Batch(b.schema, b.columns, offset), (offset + len(b),))
+            ingest[sb.seq] = sb.ingest_time
+            if ingress.unread(READER) >= ingress.max_units - 1:
+                dispatch(block=True)
+            self.pog.insert_retain_marker(INGRESS)
+            ingress.write(unit, sb.seq, offset)
+            offset += len(b)
+            while dispatch(block=False):
+                pass
+        while ingest and self.error is None:
+            dispatch(block=True)
+
     def run(self) -> RunReport:
         engine, metrics = self.engine, self.metrics
         cfg = engine.config
@@ -429,10 +504,12 @@ class _Execution:
         for t in threads:
             t.start()
         try:
-            for sb in self.source.batches():
-                if self.error is not None:
-                    break
-                self.tasks.put((sb.seq, sb.batch, sb.ingest_time))
+            if self.ingress is None:
+                for sb in self.source.batches():
+                    if not self.submit((sb.seq, sb.batch, sb.ingest_time)):
+                        break
+            else:
+                self.feed_persistent()
         finally:
             for _ in threads:
                 self.tasks.put(None)

@@ -1,0 +1,218 @@
+"""The p-stream: a FIFO channel between operators that persists p-units when told to.
+
+Paper Table 1 and §3.1.  Interface::
+
+    subscribe(operator, reader_id, offset)        a reader and where it starts
+    write(punit, batch_id, offset, is_persistent) -> Future (resolves when readable)
+    read(reader_id, timeout=0)                    the reader's next readable p-unit, or None
+    checkpoint()                                  offsets to restore the channel from
+    trim_from(reader_id, offset, is_persistent)   the reader no longer needs data below offset
+    load_stream(start)                            the persisted p-units, from disk
+
+A p-unit written with ``is_persistent`` (or after a retain marker) is handed to
+the BlockManager and becomes readable only once acknowledged - the paper's rule
+that persisted data is never processed before it is stored (§3.1).  Readers see
+p-units strictly in offset order, each at its own pace.  A p-unit leaves memory
+when every reader has read it; it leaves disk when every reader has released it
+(``trim_from``), in whole files.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from scabbard.pog.markers import Marker, MarkerKind
+from scabbard.pog.punit import PUnit
+from scabbard.schema import Schema
+from scabbard.storage.blockmanager import BlockManager
+
+
+class PStreamError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class StreamCheckpoint:
+    """What a p-stream needs to be restored: its end and each reader's positions."""
+
+    name: str
+    end: int
+    durable: int
+    readers: dict[str, int]
+    released: dict[str, int]
+
+
+@dataclass
+class _Entry:
+    unit: PUnit
+    ready: bool
+
+
+class PStream:
+    def __init__(self, name: str, schema: Schema, storage: BlockManager | None = None,
+                 start: int = 0, max_units: int = 64):
+        self.name, self.schema, self.storage = name, schema, storage
+        self.stream_id = storage.stream(name, schema) if storage is not None else None
+        if storage is not None:
+            stored = storage.durable_end(self.stream_id)
+            if stored == 0 and start:
+                storage.reset(self.stream_id, start)
+            start = max(start, stored)
+        self._units: deque[_Entry] = deque()  # in memory, offset order
+        self._end = start
+        self._readers: dict[str, int] = {}
+        self._released: dict[str, int] = {}
+        self._operators: dict[str, object] = {}
+        self._retain = 0  # retain markers received, not yet applied
+        self._cond = threading.Condition()
+        self._error: BaseException | None = None
+        self.max_units = max_units
+
+    # -- readers -------------------------------------------------------------------------------
+    def subscribe(self, operator, reader_id: str, offset: int | None = None) -> None:
+        with self._cond:
+            off = self._end if offset is None else offset
+            self._readers[reader_id] = off
+            self._released[reader_id] = off
+            self._operators[reader_id] = operator
+
+    @property
+    def end(self) -> int:
+        return self._end
+
+    def unread(self, reader_id: str) -> int:
+        """P-units in memory the reader has not read yet (readable or not)."""
+        with self._cond:
+            pos = self._readers[reader_id]
+            return sum(1 for e in self._units if e.unit.end > pos)
+
+    # -- markers ---------------------------------------------------------------------------------
+    def on_marker(self, marker: Marker) -> None:
+        if marker.kind is MarkerKind.RETAIN:
+            with self._cond:
+                self._retain += 1
+        elif marker.kind is MarkerKind.RELEASE:
+            self.trim_from(marker.reader, marker.offset, is_persistent=True)
+        else:
+            raise PStreamError(f"{self.name}: {marker.kind.value} markers are handled by "
+                               f"ft-operators, not p-streams")
+
+    # -- writing ---------------------------------------------------------------------------------
+    def write(self, punit: PUnit, batch_id: int, offset: int, is_persistent: bool = False) -> Future:
+        """Append ``punit`` at ``offset`` (the stream's end).
+
+        Blocks while ``max_units`` p-units wait in memory (back-pressure).  The
+        future resolves to the p-unit once readers can read it.
+        """
+        if self._error is not None:
+            raise PStreamError(f"p-stream {self.name!r} failed: {self._error}") from self._error
+        if punit.offset != offset or offset != self._end:
+            raise PStreamError(f"p-stream {self.name!r}: write at offset {offset} (unit at "
+                               f"{punit.offset}), the stream ends at {self._end}")
+        with self._cond:
+            while len(self._units) >= self.max_units and self._error is None:
+                self._cond.wait()
+            persist = is_persistent or self._retain > 0
+            if self._retain:
+                self._retain -= 1
+            unit = punit.with_persistence(persist)
+            entry = _Entry(unit, ready=not persist)
+            self._units.append(entry)
+            self._end = unit.end
+            if not persist:
+                self._cond.notify_all()
+        done: Future = Future()
+        if not persist:
+            done.set_result(unit)
+            return done
+        if self.storage is None:
+            raise PStreamError(f"p-stream {self.name!r} has no storage to persist to")
+        ack = self.storage.append(self.stream_id, unit.batch, batch_id, unit.meta_words())
+
+        def acknowledged(f: Future) -> None:
+            err = f.exception()
+            with self._cond:
+                if err is not None:
+                    self._error = err
+                else:
+                    entry.ready = True
+                self._cond.notify_all()
+            if err is not None:
+                done.set_exception(err)
+            else:
+                done.set_result(unit)
+
+        ack.add_done_callback(acknowledged)
+        return done
+
+    # -- reading ---------------------------------------------------------------------------------
+    def read(self, reader_id: str, timeout: float | None = 0) -> PUnit | None:
+        """The reader's next p-unit once readable; None if none within ``timeout`` seconds.
+
+        ``timeout=None`` waits for one.  Raises if persisting failed.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if self._error is not None:
+                    raise PStreamError(f"p-stream {self.name!r}: persisting failed: "
+                                       f"{self._error}") from self._error
+                pos = self._readers[reader_id]
+                entry = self._find(pos)
+                if entry is not None and entry.ready:
+                    self._readers[reader_id] = entry.unit.end
+                    self._drop_read()
+                    return entry.unit
+                wait = None if deadline is None else deadline - time.monotonic()
+                if wait is not None and wait <= 0:
+                    return None
+                self._cond.wait(wait)
+
+    def _find(self, offset: int) -> _Entry | None:
+        for e in self._units:  # a few dozen units at most
+            if e.unit.offset <= offset < e.unit.end:
+                return e
+        return None
+
+    def _drop_read(self) -> None:
+        low = min(self._readers.values(), default=self._end)
+        dropped = False
+        while self._units and self._units[0].unit.end <= low and self._units[0].ready:
+            self._units.popleft()
+            dropped = True
+        if dropped:
+            self._cond.notify_all()
+
+    # -- progress, GC, recovery --------------------------------------------------------------------
+    def checkpoint(self) -> StreamCheckpoint:
+        with self._cond:
+            durable = self.storage.durable_end(self.stream_id) if self.storage else self._end
+            return StreamCheckpoint(self.name, self._end, durable, dict(self._readers),
+                                    dict(self._released))
+
+    def trim_from(self, reader_id: str, offset: int, is_persistent: bool = True) -> int:
+        """``reader_id`` needs nothing below ``offset`` any more; returns the files freed."""
+        with self._cond:
+            if offset > self._readers.get(reader_id, offset):
+                raise PStreamError(f"p-stream {self.name!r}: reader {reader_id!r} releases "
+                                   f"offset {offset} before reading it")
+            self._released[reader_id] = max(self._released.get(reader_id, 0), offset)
+            low = min(self._released.values())
+        if is_persistent and self.storage is not None:
+            return self.storage.trim(self.stream_id, low)
+        return 0
+
+    def load_stream(self, start: int | None = None, end: int | None = None):
+        """The persisted p-units from ``start``, read back (in parallel) and verified."""
+        if self.storage is None:
+            raise PStreamError(f"p-stream {self.name!r} has no storage")
+        for b in self.storage.load(self.stream_id, start, end):
+            yield PUnit(self.name, -1, b, (b.end,), persistent=True)
+
+    def flush(self) -> None:
+        if self.storage is not None:
+            self.storage.flush(self.stream_id)

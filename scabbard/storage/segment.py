@@ -1,0 +1,249 @@
+"""The on-disk segment: one p-unit (a batch of tuples, or a part of operator state).
+
+Layout, little-endian, starting on an ``align`` boundary of its file::
+
+    0    8s  magic  b"SCABSEG1"
+    8    H   format version (1)
+    10   H   kind (0 stream data, 1 state)
+    12   I   header length: this fixed part + column descriptors + metadata, multiple of 8
+    16   I   stream id
+    20   I   number of columns
+    24   Q   file epoch (which incarnation of the pooled file wrote it)
+    32   Q   first offset (stream position of the first tuple)
+    40   Q   tuple count
+    48   Q   batch id
+    56   q   min event time
+    64   q   max event time
+    72   Q   payload length (the stored columns, each padded to 8 bytes)
+    80   Q   segment length (header + payload rounded up to ``align``)
+    88   16s schema fingerprint
+    104  Q   header checksum (bytes [0, header length) with this field zero; it covers the next)
+    112  Q   payload checksum (so the two together cover header and payload)
+    120  I   metadata length (uint64 words x 8: vector clock, dependencies)
+    124  I   reserved
+    128  per column, 48 bytes: H codec id, H reserved, I flags, Q raw length,
+         Q stored length, 24s codec parameters
+    ...  metadata words
+    header length: the columns, one after the other, each padded to 8 bytes.
+
+Codec 0 is "raw" (the column's little-endian bytes); the compression issue adds
+the others.  A segment that fails any check raises :class:`CorruptSegment`
+naming the file and the position; it is never returned as data.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from scabbard.batch import Batch
+from scabbard.schema import Schema
+from scabbard.storage.checksum import checksum
+
+MAGIC = b"SCABSEG1"
+VERSION = 1
+PAGE = 4096
+KIND_DATA, KIND_STATE = 0, 1
+CODEC_RAW = 0
+
+_FIXED = struct.Struct("<8sHHIIIQQQQqqQQ16sQQII")
+_COLUMN = struct.Struct("<HHIQQ24s")
+assert _FIXED.size == 128 and _COLUMN.size == 48
+_HEADER_SUM_AT, _SUM_AT = 104, 112
+
+
+class StorageError(RuntimeError):
+    """Anything the storage layer cannot do, with what to do about it."""
+
+
+class CorruptSegment(StorageError):
+    """A segment that is torn, truncated, zero-filled or damaged."""
+
+    def __init__(self, where: str, position: int, problem: str):
+        self.where, self.position, self.problem = where, position, problem
+        super().__init__(f"corrupt segment in {where} at byte {position}: {problem}")
+
+
+def round_up(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+def aligned_empty(nbytes: int, align: int = PAGE) -> np.ndarray:
+    """A uint8 buffer whose address is a multiple of ``align`` (what O_DIRECT needs)."""
+    raw = np.empty(nbytes + align, dtype=np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start:start + nbytes]
+
+
+@dataclass(frozen=True)
+class ColumnInfo:
+    codec: int
+    flags: int
+    raw_len: int
+    stored_len: int
+    params: bytes
+
+
+@dataclass(frozen=True)
+class SegmentHeader:
+    kind: int
+    header_len: int
+    stream_id: int
+    epoch: int
+    first_offset: int
+    count: int
+    batch_id: int
+    min_ts: int
+    max_ts: int
+    payload_len: int
+    segment_len: int
+    fingerprint: str
+    header_sum: int
+    data_sum: int
+    columns: tuple[ColumnInfo, ...]
+    meta: np.ndarray  # uint64 words
+
+    @property
+    def end_offset(self) -> int:
+        return self.first_offset + self.count
+
+
+def header_length(ncols: int, meta_words: int) -> int:
+    return _FIXED.size + _COLUMN.size * ncols + 8 * meta_words
+
+
+def _pad8(n: int) -> int:
+    return round_up(n, 8)
+
+
+def segment_length(batch: Batch, meta_words: int = 0, align: int = PAGE) -> int:
+    payload = sum(_pad8(c.nbytes) for c in batch.columns)
+    return round_up(header_length(len(batch.columns), meta_words) + payload, align)
+
+
+def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int, kind: int = KIND_DATA,
+           meta: np.ndarray | None = None, align: int = PAGE,
+           out: np.ndarray | None = None) -> np.ndarray:
+    """Write ``batch`` as one segment into ``out`` (or a new aligned buffer); return the segment.
+
+    The returned view has the segment's full (aligned) length; padding is zero.
+    """
+    meta = np.zeros(0, np.uint64) if meta is None else np.ascontiguousarray(meta, np.uint64)
+    cols = [np.ascontiguousarray(c) for c in batch.columns]
+    hlen = header_length(len(cols), len(meta))
+    payload = sum(_pad8(c.nbytes) for c in cols)
+    seglen = round_up(hlen + payload, align)
+    if out is None:
+        out = aligned_empty(seglen, PAGE)
+    elif out.nbytes < seglen:
+        raise ValueError(f"buffer of {out.nbytes} bytes is too small for a {seglen}-byte segment")
+    seg = out[:seglen]
+    pos = hlen
+    descs = []
+    for c in cols:
+        n = c.nbytes
+        seg[pos:pos + n] = c.reshape(-1).view(np.uint8)
+        seg[pos + n:pos + _pad8(n)] = 0
+        descs.append(_COLUMN.pack(CODEC_RAW, 0, 0, n, n, b""))
+        pos += _pad8(n)
+    seg[pos:] = 0
+    ts = cols[0] if batch.schema.stream and len(batch) else None
+    mn = int(ts[0]) if ts is not None else 0
+    mx = int(ts[-1]) if ts is not None else 0
+    fixed = _FIXED.pack(MAGIC, VERSION, kind, hlen, stream_id, len(cols), epoch, batch.offset,
+                        len(batch), batch_id, mn, mx, payload, seglen,
+                        batch.schema.fingerprint.encode(), 0, 0, meta.nbytes, 0)
+    head = fixed + b"".join(descs) + meta.tobytes()
+    seg[:hlen] = np.frombuffer(head, np.uint8)
+    struct.pack_into("<Q", seg, _SUM_AT, checksum(seg[hlen:hlen + payload]))
+    _seal_header(seg, hlen)
+    return seg
+
+
+def _seal_header(seg: np.ndarray, hlen: int) -> None:
+    struct.pack_into("<Q", seg, _HEADER_SUM_AT, 0)
+    struct.pack_into("<Q", seg, _HEADER_SUM_AT, checksum(seg[:hlen]))
+
+
+def set_epoch(seg: np.ndarray, epoch: int) -> None:
+    """Set the file epoch of an encoded segment (known once its file is chosen); re-seal."""
+    struct.pack_into("<Q", seg, 24, epoch)
+    _seal_header(seg, struct.unpack_from("<I", seg, 12)[0])
+
+
+def parse_header(buf: np.ndarray, where: str = "<memory>", position: int = 0,
+                 file_len: int | None = None) -> SegmentHeader:
+    """Parse and verify a segment header from the first bytes of ``buf``.
+
+    Raises :class:`CorruptSegment` if the header is damaged; a block of zeros
+    (unwritten space) raises it with problem ``"no segment (zeros)"``.
+    """
+    if buf.nbytes < _FIXED.size:
+        raise CorruptSegment(where, position, f"truncated: {buf.nbytes} bytes, no header")
+    f = _FIXED.unpack(buf[:_FIXED.size].tobytes())
+    (magic, version, kind, hlen, stream_id, ncols, epoch, first, count, batch_id, mn, mx,
+     payload, seglen, fp, hsum, dsum, meta_len, _) = f
+    if magic != MAGIC:
+        if not buf[:_FIXED.size].any():
+            raise CorruptSegment(where, position, "no segment (zeros)")
+        raise CorruptSegment(where, position, f"bad magic {magic!r}")
+    if version != VERSION:
+        raise CorruptSegment(where, position, f"format version {version}, this build reads {VERSION}")
+    if hlen != header_length(ncols, meta_len // 8) or meta_len % 8 or hlen > buf.nbytes:
+        raise CorruptSegment(where, position, f"inconsistent header length {hlen}")
+    head = buf[:hlen].copy()
+    head[_HEADER_SUM_AT:_HEADER_SUM_AT + 8] = 0
+    if checksum(head) != hsum:
+        raise CorruptSegment(where, position, "header checksum mismatch")
+    if seglen < hlen + payload:
+        raise CorruptSegment(where, position, f"segment length {seglen} < header + payload")
+    if file_len is not None and position + seglen > file_len:
+        raise CorruptSegment(where, position, f"truncated: segment of {seglen} bytes overruns "
+                                              f"the file ({file_len} bytes)")
+    cols = []
+    for i in range(ncols):
+        at = _FIXED.size + i * _COLUMN.size
+        codec, _, flags, raw_len, stored_len, params = _COLUMN.unpack(
+            buf[at:at + _COLUMN.size].tobytes())
+        cols.append(ColumnInfo(codec, flags, raw_len, stored_len, params))
+    if sum(_pad8(c.stored_len) for c in cols) != payload:
+        raise CorruptSegment(where, position, "column lengths do not add up to the payload")
+    meta_at = _FIXED.size + ncols * _COLUMN.size
+    meta = buf[meta_at:meta_at + meta_len].copy().view(np.uint64)
+    return SegmentHeader(kind, hlen, stream_id, epoch, first, count, batch_id, mn, mx, payload,
+                         seglen, fp.decode(errors="replace"), hsum, dsum, tuple(cols), meta)
+
+
+def decode(buf: np.ndarray, schema: Schema, where: str = "<memory>", position: int = 0,
+           header: SegmentHeader | None = None, copy: bool = True) -> tuple[SegmentHeader, Batch]:
+    """Verify the whole segment in ``buf`` and return its header and batch.
+
+    With ``copy=False`` the batch's columns are views of ``buf``.
+    """
+    h = header or parse_header(buf, where, position)
+    end = h.header_len + h.payload_len
+    if buf.nbytes < end:
+        raise CorruptSegment(where, position, f"truncated: {buf.nbytes} of {end} bytes")
+    if checksum(buf[h.header_len:end]) != h.data_sum:
+        raise CorruptSegment(where, position, "checksum mismatch (torn or damaged payload)")
+    if h.fingerprint != schema.fingerprint:
+        raise CorruptSegment(where, position, f"written with schema {h.fingerprint}, expected "
+                                              f"{schema.name} ({schema.fingerprint})")
+    if len(h.columns) != len(schema.fields):
+        raise CorruptSegment(where, position, f"{len(h.columns)} columns, schema has "
+                                              f"{len(schema.fields)}")
+    pos = h.header_len
+    cols = []
+    for f, c in zip(schema.fields, h.columns, strict=True):
+        if c.codec != CODEC_RAW:
+            raise CorruptSegment(where, position, f"column {f.name!r}: unknown codec {c.codec}")
+        want = h.count * f.itemsize
+        if c.raw_len != want:
+            raise CorruptSegment(where, position, f"column {f.name!r}: {c.raw_len} bytes for "
+                                                  f"{h.count} rows, expected {want}")
+        col = buf[pos:pos + c.stored_len].view(f.numpy_dtype).reshape(f.column_shape(h.count))
+        cols.append(col.copy() if copy else col)
+        pos += _pad8(c.stored_len)
+    return h, Batch(schema, tuple(cols), h.first_offset)

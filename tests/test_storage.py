@@ -1,0 +1,355 @@
+"""Segments, the BlockManager's file pool, p-streams, markers and GC (issue: persistent streams)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from scabbard.batch import Batch
+from scabbard.pog import POG, PStreamError, PUnit
+from scabbard.schema import Field, Schema
+from scabbard.storage import (
+    BlockManager,
+    CorruptSegment,
+    StorageConfig,
+    StorageError,
+    StorageFull,
+    StorageLocked,
+    TrimmedError,
+)
+from scabbard.storage import segment as sg
+
+SCHEMA = Schema("s", (Field("timestamp", "int64"), Field("k", "int32"), Field("v", "float64"),
+                      Field("id", "uuid")), row_bytes=48)
+SMALL = StorageConfig(file_bytes=64 * 1024, pool_files=2, io_threads=2, bulk_bytes=32 * 1024)
+
+
+def make_batch(offset: int, n: int, schema: Schema = SCHEMA) -> Batch:
+    """Rows whose values are a function of their offset (checkable after a round trip)."""
+    i = np.arange(offset, offset + n, dtype=np.int64)
+    uid = np.stack([i.astype(np.uint64), (i * 7).astype(np.uint64)], axis=1)
+    return Batch.from_arrays(schema, [i * 10, (i % 1000).astype(np.int32), i * 0.5, uid], offset)
+
+
+def check_batch(b: Batch) -> None:
+    want = make_batch(b.offset, len(b))
+    for got, exp in zip(b.columns, want.columns, strict=True):
+        np.testing.assert_array_equal(got, exp)
+
+
+def fill(bm: BlockManager, sid: int, start: int, count: int, rows: int = 300) -> int:
+    off = start
+    for _ in range(count):
+        bm.append(sid, make_batch(off, rows))
+        off += rows
+    bm.flush(sid)
+    return off
+
+
+# -- segment format ----------------------------------------------------------------------------
+
+def test_segment_round_trip_with_metadata():
+    b = make_batch(1234, 1000)
+    seg = sg.encode(b, stream_id=3, epoch=9, batch_id=17, meta=np.array([5, 6], np.uint64))
+    assert seg.nbytes % sg.PAGE == 0 and seg.ctypes.data % sg.PAGE == 0
+    h, out = sg.decode(seg, SCHEMA)
+    assert (h.stream_id, h.epoch, h.batch_id, h.first_offset, h.count) == (3, 9, 17, 1234, 1000)
+    assert (h.min_ts, h.max_ts) == (12340, 22330)
+    assert list(h.meta) == [5, 6]
+    assert out.offset == 1234
+    check_batch(out)
+
+
+def test_segment_of_zero_rows():
+    h, out = sg.decode(sg.encode(make_batch(7, 0), stream_id=1, epoch=1, batch_id=0), SCHEMA)
+    assert h.count == 0 and len(out) == 0 and out.offset == 7
+
+
+@pytest.mark.parametrize("damage", ["truncated", "torn", "zero-block", "payload-bit", "header-bit",
+                                    "all-zero", "wrong-schema"])
+def test_every_corruption_is_detected(damage):
+    seg = sg.encode(make_batch(0, 2000), stream_id=1, epoch=1, batch_id=0)
+    bad = seg.copy()
+    schema = SCHEMA
+    if damage == "truncated":
+        bad = bad[: seg.nbytes // 2]
+    elif damage == "torn":  # the second half of the write never reached the disk
+        bad[seg.nbytes // 2:] = 0xAB
+    elif damage == "zero-block":
+        bad[sg.PAGE * 2: sg.PAGE * 3] = 0
+    elif damage == "payload-bit":
+        bad[seg.nbytes // 3] ^= 0x10
+    elif damage == "header-bit":
+        bad[40] ^= 0x01  # the tuple count
+    elif damage == "all-zero":
+        bad[:] = 0
+    elif damage == "wrong-schema":
+        schema = Schema("other", SCHEMA.fields[:3])
+    with pytest.raises(CorruptSegment) as e:
+        sg.decode(bad, schema, where="f000001.seg", position=8192)
+    assert "f000001.seg" in str(e.value) and "8192" in str(e.value)
+
+
+# -- the block manager -----------------------------------------------------------------------------
+
+def test_append_read_and_reopen(tmp_path):
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        end = fill(bm, sid, 0, 40)
+        assert bm.durable_end(sid) == end
+        for off in (0, 299, 300, 5555, end - 1):
+            b = bm.read(sid, off)
+            assert b.offset <= off < b.end
+            check_batch(b)
+        assert bm.io_mode == "O_DIRECT" or bm.io_mode.startswith("buffered (")
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        assert (bm.start(sid), bm.durable_end(sid), bm.torn) == (0, end, [])
+        loaded = list(bm.load(sid))
+        assert sum(len(b) for b in loaded) == end
+        for b in loaded:
+            check_batch(b)
+        fill(bm, sid, end, 5)  # writing continues after a reopen
+        assert bm.durable_end(sid) == end + 1500
+
+
+def test_offsets_map_to_files_across_wraparound(tmp_path):
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        off = 0
+        used_ids = []
+        for _ in range(30):  # ~10x the pool: files are freed and reused in a circle
+            off = fill(bm, sid, off, 6)
+            used_ids.extend(f.id for f in bm._by_id[sid].files)
+            bm.trim(sid, off - 2000)
+            for probe in range(max(bm.start(sid), 0), off, 211):
+                b = bm.read(sid, probe)
+                assert b.offset <= probe < b.end
+                check_batch(b)
+        assert bm.stats()["files"] <= 5
+        assert len(used_ids) > 3 * bm.stats()["files"]  # ids came round again
+        with pytest.raises(TrimmedError):
+            bm.read(sid, 0)
+        with pytest.raises(StorageError, match="not stored"):
+            bm.read(sid, off)
+
+
+def test_trim_returns_files_to_the_pool_and_disk_stays_bounded(tmp_path):
+    cfg = StorageConfig(file_bytes=128 * 1024, pool_files=2, bulk_bytes=64 * 1024)
+    with BlockManager(tmp_path, cfg) as bm:
+        sid = bm.stream("in", SCHEMA)
+        off, written = 0, 0
+        sizes = []
+        for _ in range(200):
+            off = fill(bm, sid, off, 4)
+            written += 4 * sg.segment_length(make_batch(0, 300))
+            freed = bm.trim(sid, off - 600)
+            assert freed >= 0
+            sizes.append(bm.pool_bytes)
+        assert written > 50 * cfg.file_bytes  # many times the pool went through it
+        assert max(sizes) <= 4 * cfg.file_bytes
+        disk = sum(p.stat().st_size for p in (tmp_path / "pool").iterdir())
+        assert disk == bm.pool_bytes
+    with BlockManager(tmp_path, cfg) as bm:  # what was released stays released
+        sid = bm.stream("in", SCHEMA)
+        assert bm.start(sid) > 0 and bm.durable_end(sid) == off
+
+
+def test_corrupt_segment_in_the_middle_is_never_returned(tmp_path):
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        end = fill(bm, sid, 0, 12)
+        f = bm._by_id[sid].files[0]
+        victim = f.segs[1]
+        path = f.path
+    with open(path, "r+b") as fh:  # flip one bit in the payload of the second segment
+        fh.seek(victim.pos + victim.length // 2)
+        byte = fh.read(1)
+        fh.seek(victim.pos + victim.length // 2)
+        fh.write(bytes([byte[0] ^ 4]))
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        assert bm.durable_end(sid) == end
+        with pytest.raises(CorruptSegment, match=path.name):
+            bm.read(sid, victim.first)
+        check_batch(bm.read(sid, 0))
+
+
+@pytest.mark.parametrize("damage", ["torn", "zeros"])
+def test_torn_tail_is_dropped_on_reopen(tmp_path, damage):
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        end = fill(bm, sid, 0, 5)
+        f = bm._by_id[sid].files[-1]
+        last = f.segs[-1]
+        path = f.path
+    with open(path, "r+b") as fh:
+        fh.seek(last.pos + (sg.PAGE if damage == "torn" else 0))
+        fh.write(b"\xff" * 100 if damage == "torn" else b"\0" * last.length)
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        assert bm.durable_end(sid) == last.first
+        assert (len(bm.torn) == 1) == (damage == "torn")
+        assert sum(len(b) for b in bm.load(sid)) == last.first
+        fill(bm, sid, last.first, 3)  # the lost tail is written again, in a new file incarnation
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        assert bm.durable_end(sid) == last.first + 900
+        for b in bm.load(sid):
+            check_batch(b)
+    assert end == last.first + 300
+
+
+def test_second_engine_on_the_same_folder_is_refused(tmp_path):
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        end = fill(bm, sid, 0, 3)
+        with pytest.raises(StorageLocked, match=f"pid {os.getpid()}"):
+            BlockManager(tmp_path, SMALL)
+        check_batch(bm.read(sid, end - 1))  # the owner is unaffected
+    BlockManager(tmp_path, SMALL).close()  # free again once the owner closed it
+
+
+def test_folder_that_cannot_be_written(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(StorageError, match="not writable"):
+        BlockManager(blocker / "storage", SMALL)
+
+
+def test_full_storage_fails_clearly_and_keeps_acknowledged_data(tmp_path):
+    cfg = StorageConfig(file_bytes=64 * 1024, pool_files=1, max_bytes=3 * 64 * 1024,
+                        bulk_bytes=32 * 1024)
+    with BlockManager(tmp_path, cfg) as bm:
+        sid = bm.stream("in", SCHEMA)
+        acked, off = 0, 0
+        with pytest.raises(StorageFull, match="cap"):
+            for _ in range(100):  # nothing is released: the cap is hit
+                bm.append(sid, make_batch(off, 300)).result()
+                off += 300
+                acked = off
+        assert bm.durable_end(sid) == acked
+    with BlockManager(tmp_path, cfg) as bm:
+        sid = bm.stream("in", SCHEMA)
+        assert bm.durable_end(sid) == acked
+        for b in bm.load(sid):
+            check_batch(b)
+
+
+def test_schema_mismatch_on_reopen(tmp_path):
+    with BlockManager(tmp_path, SMALL) as bm:
+        fill(bm, bm.stream("in", SCHEMA), 0, 1)
+    with BlockManager(tmp_path, SMALL) as bm, pytest.raises(StorageError, match="schema"):
+        bm.stream("in", Schema("other", SCHEMA.fields[:3]))
+
+
+def test_appends_go_forward(tmp_path):
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        fill(bm, sid, 0, 1)
+        with pytest.raises(StorageError, match="up to 300 are written"):
+            bm.append(sid, make_batch(100, 10))
+
+
+def test_stale_segments_of_a_reused_file_are_not_data(tmp_path):
+    """A file freed by one stream and reused by another never shows the old segments."""
+    with BlockManager(tmp_path, SMALL) as bm:
+        a = bm.stream("a", SCHEMA)
+        end = fill(bm, a, 0, 20)
+        bm.trim(a, end)
+        b = bm.stream("b", SCHEMA)
+        fill(bm, b, 0, 1)
+    with BlockManager(tmp_path, SMALL) as bm:
+        b = bm.stream("b", SCHEMA)
+        assert bm.durable_end(b) == 300
+        a = bm.stream("a", SCHEMA)
+        assert bm.durable_end(a) <= end and sum(len(x) for x in bm.load(a)) < end
+
+
+# -- p-streams and markers ---------------------------------------------------------------------
+
+def unit(off: int, n: int = 300) -> PUnit:
+    return PUnit("in", off, make_batch(off, n), (off + n,))
+
+
+def test_readers_at_their_own_offsets(tmp_path):
+    with BlockManager(tmp_path, SMALL) as bm:
+        pog = POG(bm)
+        s = pog.pstream("in", SCHEMA)
+        s.subscribe("op1", "fast", 0)
+        s.subscribe("op2", "slow", 0)
+        for i in range(6):
+            s.write(unit(i * 300), i, i * 300, is_persistent=i % 2 == 0).result()
+        got_fast = [s.read("fast").offset for _ in range(6)]
+        assert got_fast == [0, 300, 600, 900, 1200, 1500]
+        assert s.read("fast") is None
+        assert [s.read("slow").offset for _ in range(2)] == [0, 300]
+        ck = s.checkpoint()
+        assert ck.readers == {"fast": 1800, "slow": 600} and ck.end == 1800
+        s.subscribe("op3", "late", 900)
+        assert s.read("late").offset == 900
+
+
+def test_persistent_unit_is_readable_only_once_stored(tmp_path):
+    cfg = StorageConfig(file_bytes=64 * 1024, pool_files=2, io_threads=1)
+    with BlockManager(tmp_path, cfg) as bm:
+        s = POG(bm).pstream("in", SCHEMA)
+        s.subscribe(None, "r", 0)
+        gate = threading.Event()
+        bm._pool.submit(gate.wait)  # hold the only I/O thread
+        done = s.write(unit(0), 0, 0, is_persistent=True)
+        assert s.read("r", timeout=0.2) is None and not done.done()
+        assert bm.durable_end(s.stream_id) == 0
+        gate.set()
+        got = s.read("r", timeout=10)
+        assert got is not None and got.persistent and bm.durable_end(s.stream_id) == 300
+
+
+def test_retain_marker_persists_the_next_unit_only(tmp_path):
+    with BlockManager(tmp_path, SMALL) as bm:
+        pog = POG(bm)
+        s = pog.pstream("in", SCHEMA)
+        s.subscribe(None, "r", 0)
+        s.write(unit(0), 0, 0).result()
+        pog.insert_retain_marker("in")
+        assert s.write(unit(300), 1, 300).result().persistent
+        assert not s.write(unit(600), 2, 600).result().persistent
+        assert [u.persistent for u in (s.read("r"), s.read("r"), s.read("r"))] == [False, True,
+                                                                                    False]
+
+
+def test_release_marker_trims_only_below_every_reader(tmp_path):
+    with BlockManager(tmp_path, SMALL) as bm:
+        pog = POG(bm)
+        s = pog.pstream("in", SCHEMA)
+        s.subscribe(None, "a", 0)
+        s.subscribe(None, "b", 0)
+        for i in range(40):
+            pog.insert_retain_marker("in")
+            s.write(unit(i * 300), i, i * 300)
+        s.flush()
+        while s.read("a", timeout=1) is not None:
+            pass
+        pog.send_release("in", "a", 12000)
+        assert bm.start(s.stream_id) == 0  # reader b still needs everything
+        for _ in range(40):
+            s.read("b", timeout=1)
+        pog.send_release("in", "b", 9000)
+        assert 0 < bm.start(s.stream_id) <= 9000
+        with pytest.raises(PStreamError, match="before reading"):
+            s.trim_from("b", 13000)
+        loaded = list(s.load_stream(9000))
+        assert loaded[0].offset == 9000 and loaded[-1].end == 12000
+        for u in loaded:
+            check_batch(u.batch)
+
+
+def test_write_gap_is_refused(tmp_path):
+    with BlockManager(tmp_path, SMALL) as bm:
+        s = POG(bm).pstream("in", SCHEMA)
+        with pytest.raises(PStreamError, match="ends at 0"):
+            s.write(unit(300), 0, 300)
+
