@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from scabbard.storage import BlockManager
 from storage_child import CONFIG
 from test_storage import SCHEMA, check_batch
+
+from scabbard.storage import BlockManager
 
 pytestmark = [pytest.mark.crash]
 CHILD = str(Path(__file__).parent / "storage_child.py")
