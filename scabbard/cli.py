@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from scabbard import __version__
@@ -158,17 +159,66 @@ def _add_run(sub) -> None:
     p.add_argument("--batch", type=int, metavar="ROWS", help="tuples per task (default: per query)")
     p.add_argument("--metrics-log", metavar="PATH", help="JSON-lines metrics log (live samples)")
     p.add_argument("--master", default="local[*]", help="Spark master for --backend spark")
+    p.add_argument("--persist-input", action="store_true",
+                   help="persist the ingress p-stream while the query runs (stored before "
+                        "processed; released input is garbage-collected)")
+    p.add_argument("--storage", metavar="DIR",
+                   help="storage folder for --persist-input (default: storage/<QUERY>-<time>)")
     p.add_argument("--quiet", action="store_true", help="no live progress lines")
     p.set_defaults(func=_run_query)
 
 
+def _storage_dir(args, query: str) -> Path:
+    if args.storage:
+        return Path(args.storage)
+    return Path("storage") / f"{query}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _add_ingest(sub) -> None:
+    from scabbard.queries import NAMES
+
+    p = sub.add_parser(
+        "ingest",
+        help="measure pure ingest with persistence (no query processing)",
+        description=(
+            "Replay the query's dataset endlessly into its ingress p-stream in the query's batch "
+            "size; every p-unit is persisted (O_DIRECT, bulk writes) before it is readable, and "
+            "released right after it is read, so the file pool is reused.  Prints tuples/s and "
+            "MB/s written to disk."
+        ),
+    )
+    p.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
+                   help=f"one of {', '.join(NAMES)}")
+    p.add_argument("--data", metavar="DIR", help="dataset folder (default: data/<workload>/small)")
+    p.add_argument("--storage", metavar="DIR", help="storage folder (default: storage/<QUERY>-<time>)")
+    p.add_argument("--duration", type=float, default=5.0, metavar="SECONDS",
+                   help="how long to ingest (default 5)")
+    p.add_argument("--batch", type=int, metavar="ROWS", help="tuples per p-unit (default: per query)")
+    p.set_defaults(func=_run_ingest)
+
+
+def _run_ingest(args) -> int:
+    from scabbard.experiments.ingest import ingest
+
+    if not args.duration > 0:
+        raise CLIError(f"--duration must be positive, got {args.duration}")
+    ds = _query_dataset(args)
+    store = _storage_dir(args, args.query)
+    print(f"ingest of {ds.path} for {args.query} into {store} for {args.duration:g} s", flush=True)
+    r = ingest(args.query, ds, store, args.duration, batch_rows=args.batch,
+               progress=lambda n, t: print(f"  {t:6.1f} s  {n / t / 1e6:8.2f} M tuples/s",
+                                           flush=True))
+    print(f"\n{args.query} ingest: {r.tuples:,} tuples in {r.seconds:.2f} s = "
+          f"{r.tuples_per_s / 1e6:.2f} M tuples/s, {r.disk_mb_s:,.0f} MB/s to disk "
+          f"({r.row_mb_s:,.0f} MB/s of {r.row_bytes}-byte rows), {r.io_mode}; "
+          f"pool {r.pool_bytes / 1e6:.0f} MB in {store}")
+    return 0
+
+
 def _run_query(args) -> int:
-    from scabbard import queries, workloads
-    from scabbard.data import dataset_path, open_dataset
+    from scabbard import queries
 
     query = queries.get(args.query)
-    workload = queries.workload_of(args.query)
-    schema = workloads.get(workload).SCHEMA
     for flag in ("workers", "batch", "max_tuples"):
         v = getattr(args, flag)
         if v is not None and v < 1:
@@ -179,6 +229,23 @@ def _run_query(args) -> int:
             raise CLIError(f"--{flag} must be positive, got {v}")
     if args.out and not args.out.endswith((".parquet", ".csv")):
         raise CLIError(f"--out {args.out}: use a .parquet or .csv file name")
+    if args.storage and not args.persist_input:
+        raise CLIError("--storage is the folder for --persist-input; add --persist-input")
+    ds = _query_dataset(args)
+    print(f"{query.name} on {ds.path} ({ds.rows:,} tuples, {ds.schema.row_bytes} B each), "
+          f"backend {args.backend}", flush=True)
+    if args.backend == "spark":
+        return _run_spark(args, query, ds)
+    return _run_engine(args, query, ds)
+
+
+def _query_dataset(args):
+    """The dataset ``--data`` names, or the query's small default (generated on first use)."""
+    from scabbard import queries, workloads
+    from scabbard.data import dataset_path, open_dataset
+
+    workload = queries.workload_of(args.query)
+    schema = workloads.get(workload).SCHEMA
     if args.data:
         ds = open_dataset(args.data, schema=schema)
     else:
@@ -189,11 +256,7 @@ def _run_query(args) -> int:
             spec = workloads.get(workload).SPEC
             spec.generate(scale="small", out="data", log=lambda s: print(s, flush=True))
         ds = open_dataset(path, schema=schema)
-    print(f"{query.name} on {ds.path} ({ds.rows:,} tuples, {schema.row_bytes} B each), "
-          f"backend {args.backend}", flush=True)
-    if args.backend == "spark":
-        return _run_spark(args, query, ds)
-    return _run_engine(args, query, ds)
+    return ds
 
 
 def _run_engine(args, query, ds) -> int:
@@ -210,9 +273,12 @@ def _run_engine(args, query, ds) -> int:
                   f"{s['mb_per_s']:8.1f} MB/s  p50 {lat:7.1f} ms  results {s['result_rows']:,}",
                   flush=True)
 
+    store = _storage_dir(args, query.name) if args.persist_input else None
+    if store is not None:
+        print(f"persisting the input to {store}", flush=True)
     report = run_query(query, ds, sink=sink_for(args.out), config=config, rate=args.rate,
                        duration=args.duration, max_tuples=args.max_tuples,
-                       metrics_log=args.metrics_log, on_sample=progress)
+                       metrics_log=args.metrics_log, on_sample=progress, storage=store)
     s = report.summary
     lat = s.latency_ms
     print(f"\n{query.name}: {s.tuples:,} tuples in {s.seconds:.2f} s = "
@@ -228,6 +294,8 @@ def _run_spark(args, query, ds) -> int:
     from scabbard.peers.spark import run_spark
     from scabbard.sparksession import SparkSettings, get_spark
 
+    if args.persist_input:
+        raise CLIError("--persist-input applies to the scabbard backend")
     for flag in ("rate", "duration", "max_tuples", "batch", "workers", "metrics_log"):
         if getattr(args, flag) is not None:
             raise CLIError(f"--{flag.replace('_', '-')} applies to the scabbard backend; the spark "
@@ -367,6 +435,21 @@ def _add_bench(sub) -> None:
     ep.add_argument("--scale", default="small", choices=("tiny", "small", "full"))
     ep.add_argument("--out", default="experiments/runs/bench-engine", help="output folder")
     ep.set_defaults(func=_run_bench_engine)
+    ip = bsub.add_parser(
+        "ingest",
+        help="disk bandwidth, then per query persisted ingest and the query with persisted input",
+        description=(
+            "Measure this machine's O_DIRECT sequential write bandwidth, then per query: pure "
+            "ingest with persistence (MB/s to disk, share of the disk bandwidth) and the query's "
+            "throughput without and with --persist-input.  Writes results.csv and ingest.png."
+        ),
+    )
+    ip.add_argument("--queries", nargs="+", type=str.upper, default=None, help="subset")
+    ip.add_argument("--seconds", type=float, default=5.0, help="seconds per run (default 5)")
+    ip.add_argument("--scale", default="small", choices=("tiny", "small", "full"))
+    ip.add_argument("--no-query", action="store_true", help="ingest only, no query runs")
+    ip.add_argument("--out", default="experiments/runs/bench-ingest", help="output folder")
+    ip.set_defaults(func=_run_bench_ingest)
 
 
 def _run_bench_datagen(args) -> int:
@@ -393,6 +476,21 @@ def _run_bench_engine(args) -> int:
     return 0
 
 
+def _run_bench_ingest(args) -> int:
+    from scabbard import queries
+    from scabbard.experiments import ingest as exp
+
+    settings = exp.Settings(queries=args.queries or queries.NAMES, scale=args.scale,
+                            seconds=args.seconds, with_query=not args.no_query)
+    disk, table = exp.run(settings, log=lambda s: print(s, flush=True))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table.assign(disk_write_mb_s=disk["write_mb_s"]).to_csv(out / "results.csv", index=False)
+    exp.plot(disk, table, out)
+    print(f"\nresults: {out / 'results.csv'}, figure: {out / 'ingest.png'}")
+    return 0
+
+
 # -- main --------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -403,6 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_datagen(sub)
     _add_run(sub)
+    _add_ingest(sub)
     _add_data(sub)
     _add_reproduce(sub)
     _add_bench(sub)
@@ -411,9 +510,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from scabbard.data import DatasetError
+    from scabbard.pog import PStreamError
     from scabbard.query import QueryError
     from scabbard.schema import SchemaError
     from scabbard.sparksession import JavaNotFoundError
+    from scabbard.storage import StorageError
     from scabbard.workloads import UnknownWorkloadError
     from scabbard.workloads.generator import DatagenError
 
@@ -427,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     except (DatagenError, UnknownWorkloadError, SchemaError, QueryError) as e:
         print(f"scabbard: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (DatasetError, JavaNotFoundError) as e:
+    except (DatasetError, JavaNotFoundError, StorageError, PStreamError) as e:
         print(f"scabbard: error: {e}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:

@@ -137,3 +137,27 @@ def test_run_with_the_spark_backend(tiny, tmp_path, capsys):
     assert main(["run", "--query", "YSB", "--backend", "spark", "--data", str(tiny["ysb"].path),
                  "--rate", "100"]) == 2
     assert "applies to the scabbard backend" in capsys.readouterr().err
+
+
+@pytest.mark.spark
+def test_run_with_persisted_input_and_ingest(tiny, tmp_path, capsys):
+    from scabbard.storage import BlockManager
+    from scabbard.workloads import cm
+
+    store = tmp_path / "store"
+    data = str(tiny["cm"].path)
+    assert main(["run", "--query", "CM1", "--data", data, "--persist-input", "--storage",
+                 str(store), "--max-tuples", "200000", "--batch", "20000", "--quiet"]) == 0
+    assert f"persisting the input to {store}" in capsys.readouterr().out
+    with BlockManager(store) as bm:
+        assert bm.durable_end(bm.stream("input", cm.SCHEMA)) == 200_000
+        # a second engine on the same folder is refused, clearly, and nothing is lost
+        assert main(["run", "--query", "CM1", "--data", data, "--persist-input", "--storage",
+                     str(store), "--max-tuples", "1000", "--quiet"]) == 1
+        assert "in use by another engine" in capsys.readouterr().err
+    assert main(["ingest", "--query", "CM1", "--data", data, "--storage", str(tmp_path / "i"),
+                 "--duration", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "CM1 ingest:" in out and "MB/s to disk" in out
+    assert main(["run", "--query", "CM1", "--storage", str(store)]) == 2
+    assert "add --persist-input" in capsys.readouterr().err
