@@ -31,6 +31,7 @@ from scabbard.engine import Engine, EngineConfig, NullSink, ReplaySource, run_qu
 from scabbard.pog import POG, PUnit
 from scabbard.storage import BlockManager, StorageConfig
 from scabbard.storage.diskbench import disk_bandwidth
+from scabbard.storage.segment import segment_length
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def ingest(query: str, ds: Dataset, storage: str | Path, seconds: float | None =
             pog.insert_retain_marker("input")
             stream.write(PUnit("input", sb.seq, type(b)(b.schema, b.columns, offset)), sb.seq,
                          offset)
-            disk += _segment_bytes(b, bm.config.align)
+            disk += segment_length(b, 1, bm.config.align)  # one metadata word: the clock
             offset += len(b)
             while consume(block=False):
                 pass
@@ -103,12 +104,6 @@ def ingest(query: str, ds: Dataset, storage: str | Path, seconds: float | None =
         secs = time.perf_counter() - t0
         return IngestResult(query, offset - start_offset, secs, ds.schema.row_bytes, disk,
                             bm.pool_bytes, bm.io_mode)
-
-
-def _segment_bytes(batch, align: int) -> int:
-    from scabbard.storage.segment import segment_length
-
-    return segment_length(batch, 1, align)
 
 
 @dataclass(frozen=True)

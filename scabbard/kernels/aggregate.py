@@ -23,16 +23,8 @@ SUM, MIN, MAX = 0, 1, 2
 
 
 @inline
-def combine_int(op: int, a: np.int64, b: np.int64) -> np.int64:
-    if op == SUM:
-        return a + b
-    if op == MIN:
-        return a if a < b else b
-    return a if a > b else b
-
-
-@inline
-def combine_float(op: int, a: float, b: float) -> float:
+def combine(op: int, a, b):
+    """Fold ``b`` into ``a`` (numba specialises it for int64 and float64)."""
     if op == SUM:
         return a + b
     if op == MIN:
@@ -97,9 +89,9 @@ def _agg_scan(ts, keys, ivals, fvals, iops, fops, slide: int, table,
                 acc_f[g, j] = fvals[r, j]
         else:
             for j in range(ni):
-                acc_i[g, j] = combine_int(iops[j], acc_i[g, j], ivals[r, j])
+                acc_i[g, j] = combine(iops[j], acc_i[g, j], ivals[r, j])
             for j in range(nf):
-                acc_f[g, j] = combine_float(fops[j], acc_f[g, j], fvals[r, j])
+                acc_f[g, j] = combine(fops[j], acc_f[g, j], fvals[r, j])
         acc_c[g] += 1
         r += 1
     st[0], st[1], st[2], st[3] = r, m, nt, pane

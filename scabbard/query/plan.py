@@ -168,6 +168,21 @@ def _typed_fields(pairs, schema: Schema) -> tuple[Field, ...]:
     return tuple(fields)
 
 
+def _window_result_schema(keys, aggs, src: Schema) -> Schema:
+    """``window_start, window_end, keys..., aggregates...`` of a grouped window aggregate."""
+    if not aggs:
+        raise QueryError("aggregate: name at least one aggregate (count, sum, avg, min, max)")
+    key_fields = _typed_fields(keys, src)
+    for f in key_fields:
+        if f.dtype in ("float32", "float64"):
+            raise QueryError(f"group_by: {f.name!r} is a {f.dtype}; group keys must be "
+                             "integers or uuids")
+    agg_fields = tuple(Field(a.name, a.output_dtype(src)) for a in aggs)
+    _check_names("aggregate", ["window_start", "window_end", *(f.name for f in key_fields),
+                               *(f.name for f in agg_fields)])
+    return Schema("window_result", (*WINDOW_FIELDS, *key_fields, *agg_fields), stream=False)
+
+
 @dataclass(frozen=True)
 class Source(Node):
     schema: Schema
@@ -286,19 +301,7 @@ class WindowAggregate(Node):
 
     def __post_init__(self) -> None:
         src = self.input.schema
-        if not self.aggs:
-            raise QueryError("aggregate: name at least one aggregate (count, sum, avg, min, max)")
-        key_fields = _typed_fields(self.keys, src)
-        for f in key_fields:
-            if f.dtype in ("float32", "float64"):
-                raise QueryError(f"group_by: {f.name!r} is a {f.dtype}; group keys must be "
-                                 "integers or uuids")
-        agg_fields = tuple(Field(a.name, a.output_dtype(src)) for a in self.aggs)
-        names = ["window_start", "window_end", *(f.name for f in key_fields),
-                 *(f.name for f in agg_fields)]
-        _check_names("aggregate", names)
-        object.__setattr__(self, "schema", Schema(
-            "window_result", (*WINDOW_FIELDS, *key_fields, *agg_fields), stream=False))
+        object.__setattr__(self, "schema", _window_result_schema(self.keys, self.aggs, src))
 
     @property
     def children(self):
@@ -389,22 +392,10 @@ class PerWindowAggregate(Node):
     def __post_init__(self) -> None:
         windowed_root(self.input)
         src = self.input.schema
-        if not self.aggs:
-            raise QueryError("aggregate: name at least one aggregate")
-        key_fields = _typed_fields(self.keys, src)
         for n, _ in self.keys:
             if n in ("window_start", "window_end"):
                 raise QueryError(f"group_by: {n!r} is implicit in a per-window aggregate")
-        for f in key_fields:
-            if f.dtype in ("float32", "float64"):
-                raise QueryError(f"group_by: {f.name!r} is a {f.dtype}; group keys must be "
-                                 "integers or uuids")
-        agg_fields = tuple(Field(a.name, a.output_dtype(src)) for a in self.aggs)
-        names = ["window_start", "window_end", *(f.name for f in key_fields),
-                 *(f.name for f in agg_fields)]
-        _check_names("aggregate", names)
-        object.__setattr__(self, "schema", Schema(
-            "window_result", (*WINDOW_FIELDS, *key_fields, *agg_fields), stream=False))
+        object.__setattr__(self, "schema", _window_result_schema(self.keys, self.aggs, src))
 
     @property
     def children(self):

@@ -217,12 +217,12 @@ def parse_header(buf: np.ndarray, where: str = "<memory>", position: int = 0,
 
 
 def decode(buf: np.ndarray, schema: Schema, where: str = "<memory>", position: int = 0,
-           header: SegmentHeader | None = None, copy: bool = True) -> tuple[SegmentHeader, Batch]:
+           copy: bool = True) -> tuple[SegmentHeader, Batch]:
     """Verify the whole segment in ``buf`` and return its header and batch.
 
     With ``copy=False`` the batch's columns are views of ``buf``.
     """
-    h = header or parse_header(buf, where, position)
+    h = parse_header(buf, where, position)
     end = h.header_len + h.payload_len
     if buf.nbytes < end:
         raise CorruptSegment(where, position, f"truncated: {buf.nbytes} of {end} bytes")
