@@ -67,6 +67,11 @@ class Batch:
         """Size in the paper's row layout (row_bytes per tuple)."""
         return len(self) * self.schema.row_bytes
 
+    @property
+    def column_bytes(self) -> int:
+        """Size in memory: the bytes of its columns."""
+        return sum(c.nbytes for c in self.columns)
+
     def column(self, name: str) -> np.ndarray:
         return self.columns[self.schema.index(name)]
 

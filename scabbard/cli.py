@@ -483,11 +483,10 @@ def _run_bench_ingest(args) -> int:
     settings = exp.Settings(queries=args.queries or queries.NAMES, scale=args.scale,
                             seconds=args.seconds, with_query=not args.no_query)
     disk, table = exp.run(settings, log=lambda s: print(s, flush=True))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    table.assign(disk_write_mb_s=disk["write_mb_s"]).to_csv(out / "results.csv", index=False)
-    exp.plot(disk, table, out)
-    print(f"\nresults: {out / 'results.csv'}, figure: {out / 'ingest.png'}")
+    print("\n" + exp.summary(disk, table).round(2).to_string(index=False))
+    csv = exp.save(disk, table, args.out)
+    exp.plot(disk, table, args.out)
+    print(f"\nresults: {csv}, figure: {Path(args.out) / 'ingest.png'}")
     return 0
 
 

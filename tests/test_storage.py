@@ -7,6 +7,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scabbard.batch import Batch
 from scabbard.pog import POG, PStreamError, PUnit
@@ -21,6 +23,7 @@ from scabbard.storage import (
     TrimmedError,
 )
 from scabbard.storage import segment as sg
+from scabbard.storage.checksum import checksum, copy_checksum
 
 SCHEMA = Schema("s", (Field("timestamp", "int64"), Field("k", "int32"), Field("v", "float64"),
                       Field("id", "uuid")), row_bytes=48)
@@ -61,6 +64,30 @@ def test_segment_round_trip_with_metadata():
     assert list(h.meta) == [5, 6]
     assert out.offset == 1234
     check_batch(out)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, 7), st.integers(0, 2**64 - 1))
+def test_copy_checksum_is_copy_then_checksum(data, shift, seed):
+    raw = np.frombuffer(bytes(shift) + data, np.uint8)[shift:]  # any source alignment
+    padded = -(-len(data) // 8) * 8
+    dst = np.full(padded, 0xEE, np.uint8)
+    got = copy_checksum(raw, dst, seed)
+    want = np.zeros(padded, np.uint8)
+    want[:len(data)] = raw
+    np.testing.assert_array_equal(dst, want)
+    assert got == checksum(want, seed)
+
+
+def test_segment_with_odd_column_lengths_round_trips_and_checks_padding():
+    b = make_batch(5, 1001)  # the int32 column is 4004 bytes: padded to 4008
+    seg = sg.encode(b, stream_id=1, epoch=1, batch_id=0)
+    check_batch(sg.decode(seg, SCHEMA)[1])
+    h = sg.parse_header(seg)
+    k_pad = h.header_len + 8 * 1001 + 4004  # the padding after the int32 column
+    seg[k_pad] ^= 1
+    with pytest.raises(CorruptSegment, match="checksum"):
+        sg.decode(seg, SCHEMA)
 
 
 def test_segment_of_zero_rows():
@@ -353,3 +380,42 @@ def test_write_gap_is_refused(tmp_path):
         with pytest.raises(PStreamError, match="ends at 0"):
             s.write(unit(300), 0, 300)
 
+
+
+def test_stream_bounds_the_bytes_waiting_in_memory(tmp_path):
+    one = make_batch(0, 300).column_bytes
+    with BlockManager(tmp_path, SMALL) as bm:
+        s = POG(bm).pstream("in", SCHEMA, max_units=10, max_bytes=2 * one)
+        s.subscribe(None, "r", 0)
+        assert s.has_room(10 * one)  # an empty stream always takes one p-unit
+        s.write(unit(0), 0, 0).result()
+        s.write(unit(300), 1, 300).result()
+        assert not s.has_room(one)
+        blocked = threading.Thread(target=s.write, args=(unit(600), 2, 600))
+        blocked.start()
+        blocked.join(0.2)
+        assert blocked.is_alive()  # back-pressure: waits for the reader
+        assert s.read("r").offset == 0
+        blocked.join(5)
+        assert not blocked.is_alive() and s.end == 900
+
+
+def test_persisted_ingress_delivers_every_unit_once_stored_in_order(tmp_path):
+    with BlockManager(tmp_path, SMALL) as bm:
+        pog = POG(bm)
+        s = pog.pstream("in", SCHEMA, max_units=4)
+        got = []
+
+        def deliver(u: PUnit) -> bool:
+            assert u.persistent and bm.durable_end(s.stream_id) >= u.end
+            got.append(u.offset)
+            pog.send_release("in", "r", u.end)
+            return True
+
+        batches = ((i, make_batch(0, 300)) for i in range(50))  # offsets are assigned on write
+        assert pog.persist_ingress("in", "r", batches, deliver)
+        assert got == list(range(0, 15000, 300))
+        assert bm.start(s.stream_id) > 0  # released as delivered: files went back to the pool
+        stop_after = iter(range(3))
+        more = ((i, make_batch(0, 300)) for i in range(50, 100))
+        assert not pog.persist_ingress("in", "r2", more, lambda u: next(stop_after, None) is not None)

@@ -55,6 +55,7 @@ def run_query(query: Query, dataset: Dataset, sink: Sink | None = None,
         return engine.run(source, sink, metrics_log, on_sample)
     with BlockManager(storage, storage_config) as bm:
         pog = POG(bm)
-        # a few batches in memory ahead of the workers: enough to overlap disk and CPU
-        pog.pstream(INGRESS, dataset.schema, max_units=4 * engine.config.workers)
+        # batches in memory ahead of the workers: enough to overlap disk and CPU, and for
+        # the writer to bulk several p-units into one large write
+        pog.pstream(INGRESS, dataset.schema, max_units=64, max_bytes=8 * bm.config.bulk_bytes)
         return engine.run(source, sink, metrics_log, on_sample, pog=pog)

@@ -40,7 +40,7 @@ from scabbard.kernels import hashtable as ht
 from scabbard.kernels import window as kw
 from scabbard.kernels.aggregate import _pane_aggregate, key_ids
 from scabbard.kernels.join import build_index
-from scabbard.pog import POG, PUnit
+from scabbard.pog import POG
 from scabbard.query import Query, QueryError
 
 INGRESS, READER = "input", "query"
@@ -466,31 +466,19 @@ class _Execution:
 
     def feed_persistent(self) -> None:
         """Source -> ingress p-stream (retain marker, persisted) -> tasks, once acknowledged."""
-        ingress, ingest = self.ingress, {}
-        offset = ingress.end
-        ingress.subscribe(self, READER, offset)
+        ingest = {}
 
-        def dispatch(block: bool) -> bool:
-            u = ingress.read(READER, timeout=None if block else 0)
-            if u is None:
-                return False
+        def batches():
+            for sb in self.source.batches():
+                if self.error is not None:
+                    return
+                ingest[sb.seq] = sb.ingest_time
+                yield sb.seq, sb.batch
+
+        def deliver(u) -> bool:
             return self.submit((u.batch_id, u.batch, ingest.pop(u.batch_id)))
 
-        for sb in self.source.batches():
-            if self.error is not None:
-                return
-            b = sb.batch
-            unit = PUnit(INGRESS, sb.seq, Batch(b.schema, b.columns, offset), (offset + len(b),))
-            ingest[sb.seq] = sb.ingest_time
-            if ingress.unread(READER) >= ingress.max_units - 1:
-                dispatch(block=True)
-            self.pog.insert_retain_marker(INGRESS)
-            ingress.write(unit, sb.seq, offset)
-            offset += len(b)
-            while dispatch(block=False):
-                pass
-        while ingest and self.error is None:
-            dispatch(block=True)
+        self.pog.persist_ingress(INGRESS, READER, batches(), deliver, operator=self)
 
     def run(self) -> RunReport:
         engine, metrics = self.engine, self.metrics

@@ -8,8 +8,12 @@ persistent-streams layer needs.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
+from scabbard.batch import Batch
 from scabbard.pog.markers import Marker, MarkerKind
 from scabbard.pog.pstream import PStream
+from scabbard.pog.punit import PUnit
 from scabbard.schema import Schema
 from scabbard.storage.blockmanager import BlockManager
 
@@ -20,10 +24,11 @@ class POG:
         self.streams: dict[str, PStream] = {}
         self.released: dict[str, int] = {}
 
-    def pstream(self, name: str, schema: Schema, start: int = 0, max_units: int = 64) -> PStream:
+    def pstream(self, name: str, schema: Schema, start: int = 0, max_units: int = 64,
+                max_bytes: int = 256 << 20) -> PStream:
         if name in self.streams:
             raise ValueError(f"the graph already has a p-stream {name!r}")
-        s = PStream(name, schema, self.storage, start, max_units)
+        s = PStream(name, schema, self.storage, start, max_units, max_bytes)
         self.streams[name] = s
         return s
 
@@ -35,3 +40,42 @@ class POG:
         """Feedback channel: ``reader``'s results below ``offset`` are committed; trim."""
         self.released[stream] = offset
         return self.streams[stream].trim_from(reader, offset, is_persistent=True)
+
+    def persist_ingress(self, stream: str, reader: str, batches: Iterable[tuple[int, Batch]],
+                        deliver: Callable[[PUnit], bool], operator=None) -> bool:
+        """Write ``batches`` (batch id, batch) into the ingress p-stream ``stream``, each
+        behind a retain marker, and hand every p-unit to ``deliver`` once it is stored.
+
+        Writing runs ahead of delivery by what the stream holds in memory
+        (``max_units``/``max_bytes``), so disk writes and downstream work overlap.
+        ``deliver`` returns False to stop; so does this function then.
+        """
+        s = self.streams[stream]
+        offset = s.end
+        s.subscribe(operator, reader, offset)
+        waiting = 0
+
+        def take(block: bool) -> bool | None:
+            nonlocal waiting
+            u = s.read(reader, timeout=None if block else 0)
+            if u is None:
+                return None
+            waiting -= 1
+            return deliver(u)
+
+        for batch_id, b in batches:
+            unit = PUnit(stream, batch_id, Batch(b.schema, b.columns, offset), (offset + len(b),))
+            while waiting and not s.has_room(b.column_bytes):
+                if take(block=True) is False:
+                    return False
+            self.insert_retain_marker(stream)
+            s.write(unit, batch_id, offset)
+            waiting += 1
+            offset = unit.end
+            while (more := take(block=False)) is not None:
+                if more is False:
+                    return False
+        while waiting:
+            if take(block=True) is False:
+                return False
+        return True

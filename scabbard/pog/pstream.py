@@ -54,7 +54,7 @@ class _Entry:
 
 class PStream:
     def __init__(self, name: str, schema: Schema, storage: BlockManager | None = None,
-                 start: int = 0, max_units: int = 64):
+                 start: int = 0, max_units: int = 64, max_bytes: int = 256 << 20):
         self.name, self.schema, self.storage = name, schema, storage
         self.stream_id = storage.stream(name, schema) if storage is not None else None
         if storage is not None:
@@ -63,6 +63,7 @@ class PStream:
                 storage.reset(self.stream_id, start)
             start = max(start, stored)
         self._units: deque[_Entry] = deque()  # in memory, offset order
+        self._bytes = 0  # their size
         self._end = start
         self._readers: dict[str, int] = {}
         self._released: dict[str, int] = {}
@@ -70,7 +71,7 @@ class PStream:
         self._retain = 0  # retain markers received, not yet applied
         self._cond = threading.Condition()
         self._error: BaseException | None = None
-        self.max_units = max_units
+        self.max_units, self.max_bytes = max_units, max_bytes
 
     # -- readers -------------------------------------------------------------------------------
     def subscribe(self, operator, reader_id: str, offset: int | None = None) -> None:
@@ -83,6 +84,16 @@ class PStream:
     @property
     def end(self) -> int:
         return self._end
+
+    def _room(self, nbytes: int) -> bool:
+        return not self._units or (len(self._units) < self.max_units
+                                   and self._bytes + nbytes <= self.max_bytes)
+
+    def has_room(self, nbytes: int) -> bool:
+        """Would a write of ``nbytes`` go through without waiting?  At most ``max_units``
+        p-units and ``max_bytes`` wait in memory (one p-unit always fits an empty stream)."""
+        with self._cond:
+            return self._room(nbytes)
 
     def unread(self, reader_id: str) -> int:
         """P-units in memory the reader has not read yet (readable or not)."""
@@ -105,8 +116,8 @@ class PStream:
     def write(self, punit: PUnit, batch_id: int, offset: int, is_persistent: bool = False) -> Future:
         """Append ``punit`` at ``offset`` (the stream's end).
 
-        Blocks while ``max_units`` p-units wait in memory (back-pressure).  The
-        future resolves to the p-unit once readers can read it.
+        Blocks while the stream has no room for it (:meth:`has_room`:
+        back-pressure).  The future resolves to the p-unit once readers can read it.
         """
         if self._error is not None:
             raise PStreamError(f"p-stream {self.name!r} failed: {self._error}") from self._error
@@ -114,7 +125,7 @@ class PStream:
             raise PStreamError(f"p-stream {self.name!r}: write at offset {offset} (unit at "
                                f"{punit.offset}), the stream ends at {self._end}")
         with self._cond:
-            while len(self._units) >= self.max_units and self._error is None:
+            while not self._room(punit.batch.column_bytes) and self._error is None:
                 self._cond.wait()
             persist = is_persistent or self._retain > 0
             if self._retain:
@@ -122,6 +133,7 @@ class PStream:
             unit = punit.with_persistence(persist)
             entry = _Entry(unit, ready=not persist)
             self._units.append(entry)
+            self._bytes += unit.batch.column_bytes
             self._end = unit.end
             if not persist:
                 self._cond.notify_all()
@@ -182,7 +194,7 @@ class PStream:
         low = min(self._readers.values(), default=self._end)
         dropped = False
         while self._units and self._units[0].unit.end <= low and self._units[0].ready:
-            self._units.popleft()
+            self._bytes -= self._units.popleft().unit.batch.column_bytes
             dropped = True
         if dropped:
             self._cond.notify_all()

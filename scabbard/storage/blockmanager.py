@@ -80,7 +80,8 @@ class StorageConfig:
     max_bytes: int | None = None  # cap on the pool; None: until the disk is full
     align: int = PAGE
     io_threads: int = 2
-    bulk_bytes: int = 16 * MiB
+    encode_threads: int = 2  # segments are copied and checksummed off the caller's thread
+    bulk_bytes: int = 32 * MiB
     max_pending_bytes: int = 256 * MiB  # appends block beyond this (back-pressure)
     direct: bool = True
     sync: bool = False
@@ -91,8 +92,8 @@ class StorageConfig:
         if self.file_bytes % self.align or self.file_bytes < 2 * self.align:
             raise ValueError(f"file_bytes must be a multiple of align ({self.align}) and hold "
                              f"at least one segment, got {self.file_bytes}")
-        if self.io_threads < 1 or self.pool_files < 1:
-            raise ValueError("io_threads and pool_files must be >= 1")
+        if self.io_threads < 1 or self.pool_files < 1 or self.encode_threads < 1:
+            raise ValueError("io_threads, encode_threads and pool_files must be >= 1")
 
     @property
     def data_start(self) -> int:
@@ -127,7 +128,8 @@ class _File:
 class _Pending:
     file: _File
     pos: int
-    buf: np.ndarray  # the segment
+    length: int
+    encoded: Future  # -> the segment (a view of ``full``), encoded on the encoder pool
     full: np.ndarray  # the pooled buffer it lives in
     first: int
     count: int
@@ -169,6 +171,8 @@ class BlockManager:
         self.io_mode = "O_DIRECT" if self.config.direct else "buffered"
         self._open_folder()
         self._pool = ThreadPoolExecutor(self.config.io_threads, thread_name_prefix="scabbard-io")
+        self._encoders = ThreadPoolExecutor(self.config.encode_threads,
+                                            thread_name_prefix="scabbard-encode")
         self._closed = False
 
     # -- the folder ----------------------------------------------------------------------------
@@ -404,8 +408,6 @@ class BlockManager:
             while s.pending_bytes > cfg.max_pending_bytes and s.error is None:
                 s.cond.wait()
         full = self._buffer(n)
-        buf = sg.encode(batch, stream_id=stream, epoch=0, batch_id=batch_id, meta=meta,
-                        align=cfg.align, out=full)
         fut: Future = Future()
         with self._lock:
             if batch.offset < s.next_offset:
@@ -422,9 +424,11 @@ class BlockManager:
             f.write_pos += n
             f.inflight += 1
             s.next_offset = batch.end
-            sg.set_epoch(buf, f.epoch)
+            encoded = self._encoders.submit(sg.encode, batch, stream_id=stream, epoch=f.epoch,
+                                            batch_id=batch_id, meta=meta, align=cfg.align,
+                                            out=full)
             with s.cond:
-                s.pending.append(_Pending(f, pos, buf, full, batch.offset, len(batch), fut))
+                s.pending.append(_Pending(f, pos, n, encoded, full, batch.offset, len(batch), fut))
                 s.pending_bytes += n
                 start = not s.inflight
                 s.inflight = True
@@ -442,17 +446,18 @@ class BlockManager:
                     s.cond.notify_all()
                     return
                 chunk = [s.pending.popleft()]
-                size = chunk[0].buf.nbytes
+                size = chunk[0].length
                 while (s.pending and s.pending[0].file is chunk[0].file
-                       and s.pending[0].pos == chunk[-1].pos + chunk[-1].buf.nbytes
-                       and size + s.pending[0].buf.nbytes <= cfg.bulk_bytes):
+                       and s.pending[0].pos == chunk[-1].pos + chunk[-1].length
+                       and size + s.pending[0].length <= cfg.bulk_bytes):
                     chunk.append(s.pending.popleft())
-                    size += chunk[-1].buf.nbytes
+                    size += chunk[-1].length
             f = chunk[0].file
             try:
+                bufs = [p.encoded.result() for p in chunk]
                 if not f.header_written:
                     self._write_file_header(f)
-                self._pwritev(f, [p.buf for p in chunk], chunk[0].pos)
+                self._pwritev(f, bufs, chunk[0].pos)
                 if cfg.sync:
                     os.fdatasync(f.fd)
             except BaseException as e:  # fail every waiting append; nothing unacknowledged lies
@@ -470,7 +475,7 @@ class BlockManager:
                 return
             with self._lock:
                 for p in chunk:
-                    f.segs.append(_Seg(p.first, p.count, p.pos, p.buf.nbytes))
+                    f.segs.append(_Seg(p.first, p.count, p.pos, p.length))
                     f.end = p.first + p.count
                     f.inflight -= 1
                 s.durable = f.end
@@ -629,6 +634,7 @@ class BlockManager:
             self.flush()
         finally:
             self._pool.shutdown(wait=True)
+            self._encoders.shutdown(wait=True)
             for f in self._files.values():
                 os.close(f.fd)
             fcntl.flock(self._lockfd, fcntl.LOCK_UN)

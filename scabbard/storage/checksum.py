@@ -39,29 +39,30 @@ def _merge(h, v):
     return h * P1 + P4
 
 
-@kernel
-def _checksum(words, seed):
+@inline
+def _stripes(words, i, end, v1, v2, v3, v4):
+    """The four-lane rounds over ``words[i:end]`` (``end - i`` a multiple of 4)."""
+    while i < end:
+        v1 = _round(v1, words[i])
+        v2 = _round(v2, words[i + 1])
+        v3 = _round(v3, words[i + 2])
+        v4 = _round(v4, words[i + 3])
+        i += 4
+    return v1, v2, v3, v4
+
+
+@inline
+def _finish(words, i, seed, v1, v2, v3, v4):
+    """Merge the lanes (if ``words`` had a stripe), fold in ``words[i:]``, avalanche."""
     n = words.shape[0]
-    s = np.uint64(seed)
-    i = 0
     if n >= 4:
-        v1 = s + P1 + P2
-        v2 = s + P2
-        v3 = s
-        v4 = s - P1
-        while i + 4 <= n:
-            v1 = _round(v1, words[i])
-            v2 = _round(v2, words[i + 1])
-            v3 = _round(v3, words[i + 2])
-            v4 = _round(v4, words[i + 3])
-            i += 4
         h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
         h = _merge(h, v1)
         h = _merge(h, v2)
         h = _merge(h, v3)
         h = _merge(h, v4)
     else:
-        h = s + P5
+        h = seed + P5
     h = h + np.uint64(n * 8)
     while i < n:
         h = h ^ _round(np.uint64(0), words[i])
@@ -75,6 +76,41 @@ def _checksum(words, seed):
     return h
 
 
+@kernel
+def _checksum(words, seed):
+    s = np.uint64(seed)
+    stripes = words.shape[0] - words.shape[0] % 4
+    v1, v2, v3, v4 = _stripes(words, 0, stripes, s + P1 + P2, s + P2, s, s - P1)
+    return _finish(words, stripes, s, v1, v2, v3, v4)
+
+
+@kernel
+def _copy_checksum(src, words, seed):
+    """Copy ``src`` (words) to the front of ``words`` and hash ``words``, reading ``src`` once."""
+    n = src.shape[0]
+    s = np.uint64(seed)
+    stripes = words.shape[0] - words.shape[0] % 4
+    v1, v2, v3, v4 = s + P1 + P2, s + P2, s, s - P1
+    full = min(n, stripes) - min(n, stripes) % 4
+    for i in range(0, full, 4):
+        a = src[i]
+        b = src[i + 1]
+        c = src[i + 2]
+        d = src[i + 3]
+        words[i] = a
+        words[i + 1] = b
+        words[i + 2] = c
+        words[i + 3] = d
+        v1 = _round(v1, a)
+        v2 = _round(v2, b)
+        v3 = _round(v3, c)
+        v4 = _round(v4, d)
+    for k in range(full, n):
+        words[k] = src[k]
+    v1, v2, v3, v4 = _stripes(words, full, stripes, v1, v2, v3, v4)
+    return _finish(words, stripes, s, v1, v2, v3, v4)
+
+
 def checksum(buf, seed: int = 0) -> int:
     """Checksum of ``buf`` (bytes-like or array; its length a multiple of 8 bytes)."""
     a = np.frombuffer(buf, dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf
@@ -82,3 +118,17 @@ def checksum(buf, seed: int = 0) -> int:
     if a.nbytes % 8:
         raise ValueError(f"checksum needs a multiple of 8 bytes, got {a.nbytes}")
     return int(_checksum(a.view(np.uint64), np.uint64(seed)))
+
+
+def copy_checksum(src: np.ndarray, dst: np.ndarray, seed: int = 0) -> int:
+    """Copy the bytes of ``src`` into ``dst`` (its length ``src``'s rounded up to 8, the rest
+    zeroed) and return ``checksum(dst, seed)`` - one pass over memory instead of two."""
+    s = src.reshape(-1).view(np.uint8)
+    n = s.nbytes
+    if dst.nbytes != -(-n // 8) * 8:
+        raise ValueError(f"destination of {dst.nbytes} bytes for {n} source bytes")
+    whole = n - n % 8
+    if whole < n:  # the last, partial word: its bytes, then zeros
+        dst[whole:] = 0
+        dst[whole:n] = s[whole:]
+    return int(_copy_checksum(s[:whole].view(np.uint64), dst.view(np.uint64), np.uint64(seed)))

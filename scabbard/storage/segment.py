@@ -18,7 +18,8 @@ Layout, little-endian, starting on an ``align`` boundary of its file::
     80   Q   segment length (header + payload rounded up to ``align``)
     88   16s schema fingerprint
     104  Q   header checksum (bytes [0, header length) with this field zero; it covers the next)
-    112  Q   payload checksum (so the two together cover header and payload)
+    112  Q   payload checksum (so the two together cover header and payload): each
+             column's padded bytes hashed with the previous column's sum as seed
     120  I   metadata length (uint64 words x 8: vector clock, dependencies)
     124  I   reserved
     128  per column, 48 bytes: H codec id, H reserved, I flags, Q raw length,
@@ -40,10 +41,10 @@ import numpy as np
 
 from scabbard.batch import Batch
 from scabbard.schema import Schema
-from scabbard.storage.checksum import checksum
+from scabbard.storage.checksum import checksum, copy_checksum
 
 MAGIC = b"SCABSEG1"
-VERSION = 1
+VERSION = 2  # 2: the payload checksum chains per column
 PAGE = 4096
 KIND_DATA, KIND_STATE = 0, 1
 CODEC_RAW = 0
@@ -140,12 +141,11 @@ def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int, kind: int
     elif out.nbytes < seglen:
         raise ValueError(f"buffer of {out.nbytes} bytes is too small for a {seglen}-byte segment")
     seg = out[:seglen]
-    pos = hlen
+    pos, dsum = hlen, 0
     descs = []
-    for c in cols:
+    for c in cols:  # copied and hashed in one pass over memory
         n = c.nbytes
-        seg[pos:pos + n] = c.reshape(-1).view(np.uint8)
-        seg[pos + n:pos + _pad8(n)] = 0
+        dsum = copy_checksum(c, seg[pos:pos + _pad8(n)], dsum)
         descs.append(_COLUMN.pack(CODEC_RAW, 0, 0, n, n, b""))
         pos += _pad8(n)
     seg[pos:] = 0
@@ -157,7 +157,7 @@ def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int, kind: int
                         batch.schema.fingerprint.encode(), 0, 0, meta.nbytes, 0)
     head = fixed + b"".join(descs) + meta.tobytes()
     seg[:hlen] = np.frombuffer(head, np.uint8)
-    struct.pack_into("<Q", seg, _SUM_AT, checksum(seg[hlen:hlen + payload]))
+    struct.pack_into("<Q", seg, _SUM_AT, dsum)
     _seal_header(seg, hlen)
     return seg
 
@@ -165,12 +165,6 @@ def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int, kind: int
 def _seal_header(seg: np.ndarray, hlen: int) -> None:
     struct.pack_into("<Q", seg, _HEADER_SUM_AT, 0)
     struct.pack_into("<Q", seg, _HEADER_SUM_AT, checksum(seg[:hlen]))
-
-
-def set_epoch(seg: np.ndarray, epoch: int) -> None:
-    """Set the file epoch of an encoded segment (known once its file is chosen); re-seal."""
-    struct.pack_into("<Q", seg, 24, epoch)
-    _seal_header(seg, struct.unpack_from("<I", seg, 12)[0])
 
 
 def parse_header(buf: np.ndarray, where: str = "<memory>", position: int = 0,
@@ -226,7 +220,11 @@ def decode(buf: np.ndarray, schema: Schema, where: str = "<memory>", position: i
     end = h.header_len + h.payload_len
     if buf.nbytes < end:
         raise CorruptSegment(where, position, f"truncated: {buf.nbytes} of {end} bytes")
-    if checksum(buf[h.header_len:end]) != h.data_sum:
+    dsum, pos = 0, h.header_len
+    for c in h.columns:
+        dsum = checksum(buf[pos:pos + _pad8(c.stored_len)], dsum)
+        pos += _pad8(c.stored_len)
+    if dsum != h.data_sum:
         raise CorruptSegment(where, position, "checksum mismatch (torn or damaged payload)")
     if h.fingerprint != schema.fingerprint:
         raise CorruptSegment(where, position, f"written with schema {h.fingerprint}, expected "
