@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 
 import numpy as np
@@ -419,3 +420,35 @@ def test_persisted_ingress_delivers_every_unit_once_stored_in_order(tmp_path):
         stop_after = iter(range(3))
         more = ((i, make_batch(0, 300)) for i in range(50, 100))
         assert not pog.persist_ingress("in", "r2", more, lambda u: next(stop_after, None) is not None)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A real 1 MiB file system (tmpfs), so 'disk full' is the kernel's ENOSPC; root only."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_real_full_disk_fails_clearly_and_keeps_acknowledged_data(tiny_disk):
+    cfg = StorageConfig(file_bytes=128 * 1024, pool_files=1, bulk_bytes=32 * 1024)
+    acked, off = 0, 0
+    with BlockManager(tiny_disk / "store", cfg) as bm:
+        sid = bm.stream("in", SCHEMA)
+        with pytest.raises(StorageFull, match="no space left"):
+            for _ in range(1000):  # nothing is released: the device fills up
+                bm.append(sid, make_batch(off, 300)).result()
+                off += 300
+                acked = off
+        assert acked > 0 and bm.durable_end(sid) == acked
+    with BlockManager(tiny_disk / "store", cfg) as bm:
+        sid = bm.stream("in", SCHEMA)
+        assert bm.durable_end(sid) == acked
+        assert sum(len(b) for b in bm.load(sid)) == acked
