@@ -38,10 +38,17 @@ class ReplaySource:
 
     Stops after ``max_tuples`` tuples or ``duration`` seconds of wall time, whichever
     comes first (neither: one pass when ``loop`` is False, else forever).
+
+    The stream is a pure function of the offset, so a restarted engine resumes it
+    with ``start`` (the first offset to emit; ``max_tuples`` still counts from 0).
+    With ``rate``, tuple ``i`` arrives at ``started_at + i / rate`` (wall clock,
+    ``time.time()``; default: now - ``start / rate``): the input that arrived while
+    an engine was down is waiting for it when it comes back, as from a real feed.
     """
 
     def __init__(self, data: Dataset | Table, batch_rows: int = 1 << 20, rate: float | None = None,
-                 duration: float | None = None, max_tuples: int | None = None, loop: bool = True):
+                 duration: float | None = None, max_tuples: int | None = None, loop: bool = True,
+                 start: int = 0, started_at: float | None = None):
         table = data.stream if isinstance(data, Dataset) else data
         if table.rows == 0:
             raise ValueError("cannot replay an empty dataset")
@@ -58,6 +65,10 @@ class ReplaySource:
         self.loop = loop
         ts = table.column("timestamp")
         self.step = int(ts[-1]) + 1  # replay k is shifted by k * step
+        if start < 0 or (not loop and start > table.rows):
+            raise ValueError(f"start offset {start} is outside the stream")
+        self.start = start
+        self.started_at = started_at
         self._stopped = False
 
     def stop(self) -> None:
@@ -73,35 +84,37 @@ class ReplaySource:
         return self.table.rows / max(1, int(ts[-1]) - int(ts[0]) + 1)
 
     def batches(self) -> Iterator[SourceBatch]:
-        start = time.perf_counter()
-        emitted, seq, copy = 0, 0, 0
+        t0 = time.perf_counter()
+        if self.rate is None:
+            origin = t0
+        else:  # the perf_counter() moment tuple 0 arrived
+            arrived = time.time() - self.start / self.rate if self.started_at is None \
+                else self.started_at
+            origin = t0 - (time.time() - arrived)
         rows = self.table.rows
+        offset, seq = self.start, 0
         while not self._stopped:
-            for lo in range(0, rows, self.batch_rows):
-                if self._stopped:
-                    return
-                n = min(self.batch_rows, rows - lo)
-                if self.max_tuples is not None:
-                    n = min(n, self.max_tuples - emitted)
-                    if n <= 0:
-                        return
-                if self.duration is not None and time.perf_counter() - start >= self.duration:
-                    return
-                batch = self._batch(lo, lo + n, copy, emitted)
-                if self.rate is not None:
-                    due = start + (emitted + n) / self.rate
-                    wait = due - time.perf_counter()
-                    if wait > 0:
-                        time.sleep(wait)
-                    ingest = start + (emitted + n / 2) / self.rate
-                else:
-                    ingest = time.perf_counter()
-                yield SourceBatch(seq, batch, ingest)
-                emitted += n
-                seq += 1
-            if not self.loop:
+            copy, lo = divmod(offset, rows)
+            if copy and not self.loop:
                 return
-            copy += 1
+            n = min(self.batch_rows, rows - lo)
+            if self.max_tuples is not None:
+                n = min(n, self.max_tuples - offset)
+                if n <= 0:
+                    return
+            if self.duration is not None and time.perf_counter() - t0 >= self.duration:
+                return
+            batch = self._batch(lo, lo + n, copy, offset)
+            if self.rate is not None:
+                wait = origin + (offset + n) / self.rate - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+                ingest = origin + (offset + n / 2) / self.rate
+            else:
+                ingest = time.perf_counter()
+            yield SourceBatch(seq, batch, ingest)
+            offset += n
+            seq += 1
 
     def _batch(self, lo: int, hi: int, copy: int, offset: int) -> Batch:
         cols = [c[lo:hi] for c in self.table.columns]

@@ -555,6 +555,10 @@ class BlockManager:
 
     def read(self, stream: int, offset: int) -> Batch:
         """The stored batch containing ``offset``, verified (raises :class:`CorruptSegment`)."""
+        return self.read_with_meta(stream, offset)[0]
+
+    def read_with_meta(self, stream: int, offset: int) -> tuple[Batch, np.ndarray]:
+        """The stored batch containing ``offset`` and the metadata words stored with it."""
         s = self._by_id[stream]
         f, seg = self._locate(s, offset)
         buf = self._pread(f, seg.pos, seg.length)
@@ -563,7 +567,7 @@ class BlockManager:
             raise CorruptSegment(str(f.path), seg.pos, f"holds stream {h.stream_id} epoch "
                                  f"{h.epoch} offset {h.first_offset}, expected stream {s.id} "
                                  f"epoch {f.epoch} offset {seg.first}")
-        return batch
+        return batch, h.meta
 
     def read_async(self, stream: int, offset: int) -> Future:
         return self._pool.submit(self.read, stream, offset)
