@@ -163,7 +163,18 @@ def _add_run(sub) -> None:
                    help="persist the ingress p-stream while the query runs (stored before "
                         "processed; released input is garbage-collected)")
     p.add_argument("--storage", metavar="DIR",
-                   help="storage folder for --persist-input (default: storage/<QUERY>-<time>)")
+                   help="storage folder for --persist-input / checkpoints (default: "
+                        "storage/<QUERY>-<time>)")
+    p.add_argument("--checkpoint-interval", type=float, metavar="SECONDS",
+                   help="fault tolerance: persist the input, checkpoint the operator every "
+                        "SECONDS, write exactly-once output to --output (implies --persist-input)")
+    p.add_argument("--output", metavar="DIR",
+                   help="exactly-once output folder (with --checkpoint-interval or --recover)")
+    p.add_argument("--exactly-once", choices=("clocked", "transactional"), default="clocked",
+                   help="clocked: results stored at once with their vector clock, duplicates "
+                        "dropped on replay; transactional: two-phase commit with each checkpoint")
+    p.add_argument("--recover", action="store_true",
+                   help="continue the killed run in --storage (same query, data and --output)")
     p.add_argument("--quiet", action="store_true", help="no live progress lines")
     p.set_defaults(func=_run_query)
 
@@ -229,8 +240,17 @@ def _run_query(args) -> int:
             raise CLIError(f"--{flag} must be positive, got {v}")
     if args.out and not args.out.endswith((".parquet", ".csv")):
         raise CLIError(f"--out {args.out}: use a .parquet or .csv file name")
-    if args.storage and not args.persist_input:
+    ft = args.checkpoint_interval is not None or args.recover
+    if args.storage and not (args.persist_input or ft):
         raise CLIError("--storage is the folder for --persist-input; add --persist-input")
+    if ft and not args.output:
+        raise CLIError("fault tolerance needs an --output folder for exactly-once results")
+    if ft and not args.storage:
+        raise CLIError("fault tolerance needs a --storage folder (to recover from it later)")
+    if args.output and not ft:
+        raise CLIError("--output is the exactly-once folder; add --checkpoint-interval")
+    if args.checkpoint_interval is not None and not args.checkpoint_interval > 0:
+        raise CLIError(f"--checkpoint-interval must be positive, got {args.checkpoint_interval}")
     ds = _query_dataset(args)
     print(f"{query.name} on {ds.path} ({ds.rows:,} tuples, {ds.schema.row_bytes} B each), "
           f"backend {args.backend}", flush=True)
@@ -273,6 +293,8 @@ def _run_engine(args, query, ds) -> int:
                   f"{s['mb_per_s']:8.1f} MB/s  p50 {lat:7.1f} ms  results {s['result_rows']:,}",
                   flush=True)
 
+    if args.checkpoint_interval is not None or args.recover:
+        return _run_fault_tolerant(args, query, ds, config, progress)
     store = _storage_dir(args, query.name) if args.persist_input else None
     if store is not None:
         print(f"persisting the input to {store}", flush=True)
@@ -290,12 +312,39 @@ def _run_engine(args, query, ds) -> int:
     return 0
 
 
+def _run_fault_tolerant(args, query, ds, config, progress) -> int:
+    from scabbard.engine.output import open_output
+    from scabbard.engine.recovery import run_fault_tolerant
+
+    interval = args.checkpoint_interval or 1.0
+    what = "recovering" if args.recover else "starting"
+    print(f"{what} a fault-tolerant run: storage {args.storage}, checkpoints every {interval:g} s, "
+          f"{args.exactly_once} exactly-once output to {args.output}", flush=True)
+    r = run_fault_tolerant(query, ds, args.storage, open_output(args.output, args.exactly_once),
+                           config, interval=interval, recover=args.recover, rate=args.rate,
+                           duration=args.duration, max_tuples=args.max_tuples,
+                           metrics_log=args.metrics_log, on_sample=progress)
+    s = r.run.summary
+    if r.resumed_from is not None or args.recover:
+        print(f"resumed from checkpoint {r.resumed_from}, replayed input from offset "
+              f"{r.replayed_from:,}")
+    times = [c.duration_s * 1e3 for c in r.checkpoints]
+    print(f"\n{query.name}: {s.tuples:,} tuples in {s.seconds:.2f} s = "
+          f"{s.tuples_per_s / 1e6:.2f} M tuples/s, {len(r.checkpoints)} checkpoints"
+          + (f" (avg {sum(times) / len(times):.1f} ms, state "
+             f"{r.checkpoints[-1].bytes / 1e6:.2f} MB)" if times else "")
+          + (f", {r.failed_checkpoints} failed" if r.failed_checkpoints else ""))
+    print(f"results: {s.result_rows:,} rows -> {args.output}")
+    return 0
+
+
 def _run_spark(args, query, ds) -> int:
     from scabbard.peers.spark import run_spark
     from scabbard.sparksession import SparkSettings, get_spark
 
-    if args.persist_input:
-        raise CLIError("--persist-input applies to the scabbard backend")
+    if args.persist_input or args.checkpoint_interval is not None or args.recover:
+        raise CLIError("--persist-input, --checkpoint-interval and --recover apply to the "
+                       "scabbard backend")
     for flag in ("rate", "duration", "max_tuples", "batch", "workers", "metrics_log"):
         if getattr(args, flag) is not None:
             raise CLIError(f"--{flag.replace('_', '-')} applies to the scabbard backend; the spark "
@@ -510,6 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from scabbard.data import DatasetError
     from scabbard.pog import PStreamError
+    from scabbard.pog.checkpoint import CheckpointError
     from scabbard.query import QueryError
     from scabbard.schema import SchemaError
     from scabbard.sparksession import JavaNotFoundError
@@ -527,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     except (DatagenError, UnknownWorkloadError, SchemaError, QueryError) as e:
         print(f"scabbard: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (DatasetError, JavaNotFoundError, StorageError, PStreamError) as e:
+    except (DatasetError, JavaNotFoundError, StorageError, PStreamError, CheckpointError) as e:
         print(f"scabbard: error: {e}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:

@@ -70,6 +70,7 @@ class Metrics:
         self._window: list[float] = []
         self._file = None
         self._thread = None
+        self.on_start = None  # called once the log is open (to write events recorded earlier)
 
     def event(self, name: str, **fields) -> None:
         """Write one event line (``start``, ``end``, ``checkpoint`` ...)."""
@@ -88,6 +89,8 @@ class Metrics:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.log_path, "a")  # noqa: SIM115 - closed in stop()
         self.event("start", **fields)
+        if self.on_start is not None:
+            self.on_start()
         self._last = (self._start, 0)
         self._thread = threading.Thread(target=self._run, name="metrics", daemon=True)
         self._thread.start()

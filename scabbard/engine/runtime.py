@@ -94,6 +94,7 @@ class _TaskResult:
     internal: dict | None
     end_offset: int = 0  # input offset one past the task's batch
     last_ts: int = 0
+    marker: object = None  # a checkpoint marker that followed this task's batch
 
 
 def _edges(partials, lo: int, hi: int) -> _Edges:
@@ -285,21 +286,37 @@ class Engine:
 
     # -- running -----------------------------------------------------------------------------
     def run(self, source, sink: Sink, metrics_log: str | Path | None = None,
-            on_sample=None, pog: POG | None = None) -> RunReport:
+            on_sample=None, pog: POG | None = None, ft: FaultTolerance | None = None,
+            metrics: Metrics | None = None) -> RunReport:
         """Run until the source ends; return throughput and latency figures.
 
         With a ``pog`` holding an ingress p-stream named ``"input"``, every batch is
         written to it behind a retain marker - persisted before any task reads it -
-        and released (trimmed) once no open window needs it.
+        and released (trimmed) once no open window needs it.  With ``ft``, the
+        operator is checkpointed and input is released by the checkpoints instead
+        (:mod:`scabbard.engine.recovery` sets it up).
         """
-        metrics = Metrics(source.schema.row_bytes, metrics_log, self.config.metrics_interval,
-                          on_sample)
-        return _Execution(self, source, sink, metrics, pog).run()
+        metrics = metrics or Metrics(source.schema.row_bytes, metrics_log,
+                                     self.config.metrics_interval, on_sample)
+        return _Execution(self, source, sink, metrics, pog, ft).run()
 
     @property
     def horizon_ms(self) -> int:
         """How far back in event time an open window can reach."""
         return max(b.panes * b.slide_ms + b.slide_ms for b in self.plan.branches)
+
+
+@dataclass
+class FaultTolerance:
+    """What a fault-tolerant run adds: the operator state, the checkpoint controller, the
+    output's committed clock (results at or below its window end are dropped on replay),
+    and, when recovering, the state to resume from and the input offset to replay from."""
+
+    state: object  # ft.QueryState
+    controller: object  # pog.CheckpointController
+    committed_window_end: int = INT64_MIN
+    resume: tuple | None = None  # (CheckpointRecord, edges per branch)
+    replay_from: int | None = None
 
 
 class _Execution:
@@ -312,9 +329,14 @@ class _Execution:
     """
 
     def __init__(self, engine: Engine, source, sink: Sink, metrics: Metrics,
-                 pog: POG | None = None):
+                 pog: POG | None = None, ft: FaultTolerance | None = None):
         self.engine, self.source, self.sink, self.metrics = engine, source, sink, metrics
-        self.pog = pog
+        self.pog, self.ft = pog, ft
+        self.next_seq = 0  # the dispatcher's task numbering
+        self.clock = {"input_end": 0, "window_end": INT64_MIN}  # of the last emitted result
+        self.replay_last = -1  # the last task replayed from the p-stream on recovery
+        if ft is not None:
+            ft.state.output_clock = lambda: dict(self.clock)
         self.ingress = pog.streams[INGRESS] if pog is not None else None
         self.assembled: deque[tuple[int, int]] = deque()  # (last ts, end offset) per task
         self.plan = engine.plan
@@ -363,7 +385,8 @@ class _Execution:
             if item is None:
                 return
             try:
-                r = self.engine._fragment(*item)
+                r = self.engine._fragment(*item[:3])
+                r.marker = item[3]
                 with self.lock:
                     self.results[r.seq] = r
                     if r.long:
@@ -378,10 +401,20 @@ class _Execution:
                 return
 
     # -- ordered assembly ----------------------------------------------------------------------
-    def emit(self, cols: dict[str, np.ndarray]) -> int:
-        n = len(cols["window_end"])
+    def emit(self, cols: dict[str, np.ndarray], input_end: int = 0) -> int:
+        we = cols["window_end"]
+        if self.ft is not None and len(we) and we[0] <= self.ft.committed_window_end:
+            keep = we > self.ft.committed_window_end  # committed before the failure: a duplicate
+            cols = {k: v[keep] for k, v in cols.items()}
+            we = cols["window_end"]
+        n = len(we)
         if n:
-            self.sink.write(self.engine._result_batch(cols))
+            batch = self.engine._result_batch(cols)
+            self.clock = {"input_end": input_end, "window_end": int(we[-1])}
+            if hasattr(self.sink, "write_clocked"):
+                self.sink.write_clocked(batch, self.clock)
+            else:
+                self.sink.write(batch)
         return n
 
     def _ready(self) -> _TaskResult | None:
@@ -406,18 +439,25 @@ class _Execution:
                 prev = self.tails.pop(r.seq - 1, None)
             if cols is None:
                 cols = self.engine._boundary(prev, r)
-            rows += self.emit(cols)
+            rows += self.emit(cols, r.end_offset)
             for i, a in enumerate(self.assemblers):
                 a.skip(r, i)
         else:
             raws = [a.task(r, i) for i, a in enumerate(self.assemblers)]
             rows += self.emit(self.plan.post([b.finalize(raw) for b, raw in
-                                              zip(self.plan.branches, raws, strict=True)]))
+                                              zip(self.plan.branches, raws, strict=True)]),
+                              r.end_offset)
             with self.lock:
                 self.tails.pop(r.seq - 1, None)
         if r.internal is not None:
-            rows += self.emit(r.internal)
-        if self.ingress is not None:
+            rows += self.emit(r.internal, r.end_offset)
+        if self.ft is not None:
+            self.ft.state.after_task(r)
+            if r.marker is not None:
+                self.ft.controller.on_marker(r.marker)
+            if r.seq == self.replay_last:
+                self.metrics.event("recovery", phase="replayed", tasks=r.seq + 1)
+        elif self.ingress is not None:
             self.release(r)
         self.prev_long = r.long
         self.window.release()
@@ -464,6 +504,39 @@ class _Execution:
         self.tasks.put(item)
         return True
 
+    def dispatch(self, batch: Batch, ingest: float) -> bool:
+        """Number the task, attach a checkpoint marker if one is due, queue it."""
+        marker = self.ft.controller.marker() if self.ft is not None else None
+        seq = self.next_seq
+        self.next_seq += 1
+        return self.submit((seq, batch, ingest, marker))
+
+    def restore(self) -> None:
+        """Resume from a checkpoint: its task is the one before the next, as if just assembled
+        (a long task whose tail is the saved partials)."""
+        rec, edges = self.ft.resume
+        last_pane, last_ts = rec.operator["last_pane"], rec.operator["last_ts"]
+        prev = _TaskResult(rec.seq, 0, 0.0, last_pane, last_pane, True, [], edges, None,
+                           rec.input_end, last_ts)
+        self.tails[rec.seq] = prev
+        self.prev_long = True
+        for a, e in zip(self.assemblers, edges, strict=True):
+            a.pending = (e, last_pane)
+        self.ft.state.restore(rec.seq, rec.input_end, last_pane, last_ts, edges)
+        self.next = self.next_seq = rec.seq + 1
+        self.clock = dict(rec.output) or self.clock
+
+    def replay(self) -> None:
+        """Recovery: the persisted input after the checkpoint, read back, as tasks."""
+        start = self.ft.replay_from
+        now = time.perf_counter()
+        for u in self.ingress.load_stream(start):
+            if not self.dispatch(u.batch, self.source.arrival_time(u.offset, len(u), now)):
+                return
+        self.replay_last = self.next_seq - 1
+        self.metrics.event("recovery", phase="replay_dispatched", offset=self.ingress.end,
+                           tasks=self.next_seq)
+
     def feed_persistent(self) -> None:
         """Source -> ingress p-stream (retain marker, persisted) -> tasks, once acknowledged."""
         ingest = {}
@@ -476,7 +549,7 @@ class _Execution:
                 yield sb.seq, sb.batch
 
         def deliver(u) -> bool:
-            return self.submit((u.batch_id, u.batch, ingest.pop(u.batch_id)))
+            return self.dispatch(u.batch, ingest.pop(u.batch_id))
 
         self.pog.persist_ingress(INGRESS, READER, batches(), deliver, operator=self)
 
@@ -491,12 +564,18 @@ class _Execution:
         metrics.start(query=engine.query.name, workers=cfg.workers, batch_rows=batch_rows)
         for t in threads:
             t.start()
+        if self.ft is not None:
+            if self.ft.resume is not None:
+                self.restore()
+            self.ft.controller.start()
         try:
             if self.ingress is None:
                 for sb in self.source.batches():
-                    if not self.submit((sb.seq, sb.batch, sb.ingest_time)):
+                    if not self.dispatch(sb.batch, sb.ingest_time):
                         break
             else:
+                if self.ft is not None and self.ft.replay_from is not None:
+                    self.replay()
                 self.feed_persistent()
         finally:
             for _ in threads:
@@ -504,14 +583,21 @@ class _Execution:
             for t in threads:
                 t.join()
         if self.error is not None:
+            if self.ft is not None:
+                self.ft.controller.stop(wait=False)
             self.sink.close()
             metrics.stop(error=repr(self.error))
             raise self.error
         self.drain()
         if self.results:
             raise RuntimeError(f"tasks {sorted(self.results)} were never assembled")
-        final = self.plan.post([b.finalize(a.flush()) for b, a in
-                                zip(self.plan.branches, self.assemblers, strict=True)])
-        metrics.add_result_rows(self.emit(final))
+        # end of stream: the open windows are final.  A fault-tolerant run stopped early (by
+        # duration) is not at the end of its stream: it continues with --recover.
+        if self.ft is None or getattr(self.source, "exhausted", True):
+            final = self.plan.post([b.finalize(a.flush()) for b, a in
+                                    zip(self.plan.branches, self.assemblers, strict=True)])
+            metrics.add_result_rows(self.emit(final, self.clock["input_end"]))
+        if self.ft is not None:
+            self.ft.controller.stop()
         self.sink.close()
         return RunReport(engine.query.name, metrics.stop(), batch_rows, cfg.workers)

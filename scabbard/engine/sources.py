@@ -69,6 +69,7 @@ class ReplaySource:
             raise ValueError(f"start offset {start} is outside the stream")
         self.start = start
         self.started_at = started_at
+        self.exhausted = False  # the stream ended (not stopped by duration or stop())
         self._stopped = False
 
     def stop(self) -> None:
@@ -83,24 +84,34 @@ class ReplaySource:
         ts = self.table.column("timestamp")
         return self.table.rows / max(1, int(ts[-1]) - int(ts[0]) + 1)
 
+    def _origin(self) -> float:
+        """The perf_counter() moment tuple 0 arrived (with a rate)."""
+        if self.started_at is None:
+            self.started_at = time.time() - self.start / self.rate
+        return time.perf_counter() - (time.time() - self.started_at)
+
+    def arrival_time(self, offset: int, n: int, default: float) -> float:
+        """When the middle tuple of ``offset .. offset + n`` arrived (perf_counter units);
+        ``default`` without a rate (the input was there all along)."""
+        if self.rate is None:
+            return default
+        return self._origin() + (offset + n / 2) / self.rate
+
     def batches(self) -> Iterator[SourceBatch]:
         t0 = time.perf_counter()
-        if self.rate is None:
-            origin = t0
-        else:  # the perf_counter() moment tuple 0 arrived
-            arrived = time.time() - self.start / self.rate if self.started_at is None \
-                else self.started_at
-            origin = t0 - (time.time() - arrived)
+        origin = t0 if self.rate is None else self._origin()
         rows = self.table.rows
         offset, seq = self.start, 0
         while not self._stopped:
             copy, lo = divmod(offset, rows)
             if copy and not self.loop:
+                self.exhausted = True
                 return
             n = min(self.batch_rows, rows - lo)
             if self.max_tuples is not None:
                 n = min(n, self.max_tuples - offset)
                 if n <= 0:
+                    self.exhausted = True
                     return
             if self.duration is not None and time.perf_counter() - t0 >= self.duration:
                 return

@@ -5,7 +5,8 @@
 * ``RELEASE`` - sent upstream on a feedback channel once the results that
   depend on a stream's data up to ``offset`` are committed; the p-stream trims
   everything below it, in bulk (optimistic, semantically partitioned GC, §3.3).
-* ``CHECKPOINT`` - Chandy-Lamport markers; the checkpoint issue runs them.
+* ``CHECKPOINT`` - Chandy-Lamport markers (Alg. 1): the operator that has seen one on
+  every input snapshots its state (:mod:`scabbard.pog.checkpoint`).
 """
 
 from __future__ import annotations
@@ -27,3 +28,4 @@ class Marker:
     offset: int = 0  # RELEASE: trim below this offset
     reader: str = ""  # RELEASE: on whose behalf
     vector_clock: tuple[int, ...] = ()
+    checkpoint_id: int = 0  # CHECKPOINT: which checkpoint

@@ -1,0 +1,217 @@
+"""Exactly-once output: the two methods of paper §3.2.
+
+Both store results as checksummed segments and know the *clock* of what they
+committed - ``(input offset, last window end)`` - so that after a crash the
+engine replays from its checkpoint and drops every result at or below the
+committed window end (windows are emitted in order, each window in one piece).
+
+* :class:`ClockedSink` writes each result batch at once, with its clock in the
+  segment's metadata; ``committed()`` returns the clock of the newest stored
+  batch (a torn last write is rejected on reopen).  Low latency.
+* :class:`TransactionalSink` stages results per checkpoint epoch and commits
+  them with the checkpoint, in two phases: ``prepare`` writes the epoch to
+  ``pending/`` (fsync), the checkpoint record is the decision, ``commit``
+  renames it into ``committed/``.  ``recover(latest)`` rolls decided epochs
+  forward and drops the others.  Output is visible once per checkpoint.
+
+``read_output(path)`` reads either back as a DataFrame.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from scabbard.batch import Batch
+from scabbard.engine.sinks import Sink
+from scabbard.schema import Schema
+from scabbard.storage import BlockManager, StorageConfig
+from scabbard.storage import segment as sg
+
+NO_WINDOW = np.iinfo(np.int64).min
+_KIND = ".sink.json"
+
+
+def _clock(meta: np.ndarray) -> dict:
+    m = np.asarray(meta, np.uint64).view(np.int64)
+    return {"input_end": int(m[0]), "window_end": int(m[1])}
+
+
+def _meta(clock: dict) -> np.ndarray:
+    return np.array([clock["input_end"], clock["window_end"]], np.int64).view(np.uint64)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _mark(path: Path, kind: str, schema: Schema) -> None:
+    f = path / _KIND
+    if f.exists():
+        have = json.loads(f.read_text())
+        if have["kind"] != kind or have["schema"] != schema.fingerprint:
+            raise ValueError(f"{path} holds {have['kind']} output of another schema or kind; "
+                             f"choose another --output folder")
+        return
+    f.write_text(json.dumps({"kind": kind, "schema": schema.fingerprint,
+                             "schema_doc": schema.to_dict()}))
+
+
+class ExactlyOnceSink(Sink):
+    kind = ""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.schema: Schema | None = None
+
+    def committed(self) -> dict:
+        """The clock of the newest committed result."""
+        raise NotImplementedError
+
+    def write_clocked(self, batch: Batch, clock: dict) -> None:
+        raise NotImplementedError
+
+    def write(self, batch: Batch) -> None:
+        self.write_clocked(batch, {"input_end": 0, "window_end": int(batch.column("window_end").max())})
+
+
+class ClockedSink(ExactlyOnceSink):
+    kind = "clocked"
+    CONFIG = StorageConfig(file_bytes=16 << 20, pool_files=1, io_threads=1, encode_threads=1,
+                           bulk_bytes=4 << 20, max_pending_bytes=64 << 20)
+
+    def open(self, schema: Schema) -> None:
+        if self.schema is not None:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        _mark(self.path, self.kind, schema)
+        self.schema = schema
+        self.bm = BlockManager(self.path / "log", self.CONFIG)
+        self.sid = self.bm.stream("results", schema)
+        self.rows = self.bm.durable_end(self.sid)
+
+    def committed(self) -> dict:
+        if self.rows == 0:
+            return {"input_end": 0, "window_end": NO_WINDOW}
+        return _clock(self.bm.read_with_meta(self.sid, self.rows - 1)[1])
+
+    def write_clocked(self, batch: Batch, clock: dict) -> None:
+        self.bm.append(self.sid, Batch(self.schema, batch.columns, self.rows), meta=_meta(clock))
+        self.rows += len(batch)
+
+    def prepare(self, checkpoint_id: int) -> None:
+        """Before a checkpoint is recorded, the output up to its cut must be stored."""
+        self.bm.flush(self.sid)
+
+    def close(self) -> None:
+        self.bm.close()
+
+
+class TransactionalSink(ExactlyOnceSink):
+    kind = "transactional"
+
+    def open(self, schema: Schema) -> None:
+        if self.schema is not None:
+            return
+        self.schema = schema
+        for d in ("pending", "committed"):
+            (self.path / d).mkdir(parents=True, exist_ok=True)
+        _mark(self.path, self.kind, schema)
+        self._open: list[tuple[Batch, dict]] = []  # the current epoch
+        self._cut: dict[int, list[tuple[Batch, dict]]] = {}
+        self._final = 0
+
+    def recover(self, decided: int) -> None:
+        """Epochs up to checkpoint ``decided`` were decided: commit them; drop the rest."""
+        for d in ("pending", "committed"):
+            (self.path / d).mkdir(parents=True, exist_ok=True)
+        for p in sorted((self.path / "pending").glob("*.seg")):
+            if int(p.stem) <= decided:
+                os.replace(p, self.path / "committed" / p.name)
+            else:
+                p.unlink()
+        _fsync_dir(self.path / "committed")
+
+    def _parts(self) -> list[Path]:
+        return sorted((self.path / "committed").glob("*.seg"))
+
+    def committed(self) -> dict:
+        parts = self._parts()
+        if not parts:
+            return {"input_end": 0, "window_end": NO_WINDOW}
+        h = sg.parse_header(np.fromfile(parts[-1], np.uint8, count=sg.PAGE * 4), str(parts[-1]))
+        return _clock(h.meta)
+
+    def write_clocked(self, batch: Batch, clock: dict) -> None:
+        self._open.append((batch, clock))
+
+    def cut(self, checkpoint_id: int) -> None:
+        """The marker: what was written so far belongs to checkpoint ``checkpoint_id``."""
+        self._cut[checkpoint_id], self._open = self._open, []
+
+    def prepare(self, checkpoint_id: int) -> None:
+        staged = self._cut.pop(checkpoint_id, [])
+        for cid in [c for c in self._cut if c < checkpoint_id]:  # epochs of failed checkpoints
+            staged = self._cut.pop(cid) + staged
+        if not staged:
+            return
+        cols = [np.concatenate([b.columns[i] for b, _ in staged])
+                for i in range(len(self.schema.fields))]
+        clock = staged[-1][1]
+        seg = sg.encode(Batch(self.schema, tuple(cols), 0), stream_id=0, epoch=checkpoint_id,
+                        batch_id=checkpoint_id, meta=_meta(clock))
+        tmp = self.path / "pending" / f".{checkpoint_id:012d}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(seg.tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path / "pending" / f"{checkpoint_id:012d}.seg")
+        _fsync_dir(self.path / "pending")
+
+    def commit(self, checkpoint_id: int) -> None:
+        p = self.path / "pending" / f"{checkpoint_id:012d}.seg"
+        if p.exists():
+            os.replace(p, self.path / "committed" / p.name)
+            _fsync_dir(self.path / "committed")
+
+    def close(self) -> None:
+        """End of the stream: the rest is committed as a last epoch of its own."""
+        last = max([int(p.stem) for p in self._parts()], default=0) + (1 << 30)
+        self.cut(last)
+        self.prepare(last)
+        self.commit(last)
+
+
+def open_output(path: str | Path, kind: str) -> ExactlyOnceSink:
+    kinds = {"clocked": ClockedSink, "transactional": TransactionalSink}
+    if kind not in kinds:
+        raise ValueError(f"unknown exactly-once sink {kind!r}; choose one of {', '.join(kinds)}")
+    return kinds[kind](path)
+
+
+def read_output(path: str | Path):
+    """Every committed result of an exactly-once output folder, as a DataFrame."""
+    import pandas as pd
+
+    path = Path(path)
+    doc = json.loads((path / _KIND).read_text())
+    schema = Schema.from_dict(doc["schema_doc"])
+    frames = []
+    if doc["kind"] == "clocked":
+        with BlockManager(path / "log", ClockedSink.CONFIG) as bm:
+            sid = bm.stream("results", schema)
+            frames = [b.to_pandas() for b in bm.load(sid)]
+    else:
+        for p in sorted((path / "committed").glob("*.seg")):
+            frames.append(sg.decode(np.fromfile(p, np.uint8), schema, str(p))[1].to_pandas())
+    if not frames:
+        return Batch(schema, tuple(np.zeros((0,) + f.column_shape(0)[1:], f.numpy_dtype)
+                                   for f in schema.fields)).to_pandas()
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,163 @@
+"""A fault-tolerant run, and its recovery after a crash (paper §3.2, Alg. 1, Fig. 10).
+
+``run_fault_tolerant`` persists the ingress p-stream, checkpoints the operator
+every ``interval`` seconds and writes results to an exactly-once sink.  With
+``recover=True`` it continues a run that was killed, from the same storage and
+output folders, in the paper's four steps:
+
+1. **progress recovery** - the newest usable checkpoint record (damaged ones
+   are skipped, loudly; falling back is possible because input is released
+   only below the older of the two newest checkpoints) and the sink's
+   committed clock;
+2. **upstream requesting** - the input offset to replay from (the
+   checkpoint's), checked to be still stored;
+3. **data recovery** - the operator state loaded from its state p-units;
+4. **upstream replay** - the persisted input after the checkpoint runs again
+   as tasks, results the sink already committed are dropped, and then the
+   source continues where the stored input ends.
+
+Each phase is logged with its wall-clock time to the metrics log (``recovery``
+events), from the moment the process was spawned (``SCABBARD_SPAWNED_AT``, set
+by :class:`scabbard.engine.controller.Controller`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from scabbard.data import Dataset
+from scabbard.engine.ft import QueryState
+from scabbard.engine.metrics import Metrics
+from scabbard.engine.output import ExactlyOnceSink
+from scabbard.engine.runtime import (
+    INGRESS,
+    READER,
+    Engine,
+    EngineConfig,
+    FaultTolerance,
+    RunReport,
+    _Edges,
+)
+from scabbard.engine.sources import ReplaySource
+from scabbard.pog import POG
+from scabbard.pog.checkpoint import CheckpointController, CheckpointError, CheckpointStore
+from scabbard.query import Query
+from scabbard.storage import BlockManager, StorageConfig, StorageError
+
+log = logging.getLogger(__name__)
+RUN_FILE = "run.json"
+
+
+def _run_file(storage: Path, query: Query, recover: bool, params: dict) -> dict:
+    path = storage / RUN_FILE
+    if recover:
+        if not path.is_file():
+            raise CheckpointError(f"{storage} holds no run to recover ({RUN_FILE} is missing); "
+                                  f"start one without --recover")
+        have = json.loads(path.read_text())
+        if have["query"] != query.name:
+            raise CheckpointError(f"{storage} holds a run of {have['query']}, not {query.name}")
+        return have
+    if path.is_file():
+        raise CheckpointError(f"{storage} already holds a run of "
+                              f"{json.loads(path.read_text())['query']}: add --recover to "
+                              f"continue it, or choose an empty --storage folder")
+    storage.mkdir(parents=True, exist_ok=True)
+    doc = {"query": query.name, "started_at": time.time(), **params}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    os.replace(tmp, path)
+    return doc
+
+
+def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
+                       sink: ExactlyOnceSink, config: EngineConfig | None = None,
+                       interval: float | None = 1.0, recover: bool = False,
+                       rate: float | None = None, duration: float | None = None,
+                       max_tuples: int | None = None, metrics_log: str | Path | None = None,
+                       on_sample=None, storage_config: StorageConfig | None = None) -> FTReport:
+    """Run ``query`` with persisted input, checkpoints and exactly-once output (or recover)."""
+    storage = Path(storage)
+    phases = {"spawned": float(os.environ.get("SCABBARD_SPAWNED_AT", "nan")),
+              "started": time.time()}
+    engine = Engine(query, dataset.tables, config)
+    params = {"batch_rows": engine.batch_rows_for(ReplaySource(dataset, 1).tuples_per_ms()),
+              "rate": rate, "max_tuples": max_tuples}
+    run = _run_file(storage, query, recover, params)
+    source_probe = ReplaySource(dataset, run["batch_rows"])
+    engine.warm_up(source_probe.peek())  # compiled code from numba's on-disk cache
+    phases["code_loaded"] = time.time()
+    metrics = Metrics(dataset.schema.row_bytes, metrics_log, engine.config.metrics_interval,
+                      on_sample)
+    with BlockManager(storage, storage_config) as bm:
+        pog = POG(bm)
+        ingress = pog.pstream(INGRESS, dataset.schema, max_units=64,
+                              max_bytes=8 * bm.config.bulk_bytes)
+        state = QueryState(engine.plan.branches, bm, _Edges)
+        store = CheckpointStore(storage / "checkpoints")
+        resume, replay_from = None, None
+        records = store.records() if recover else []
+        if recover:
+            stored_from = bm.start(ingress.stream_id)
+            for rec in records:
+                try:
+                    if stored_from > rec.input_end:
+                        raise CheckpointError(f"its input from offset {rec.input_end} was "
+                                              f"released (stored from {stored_from})")
+                    resume = (rec, state.load_state(rec))
+                    break
+                except (StorageError, CheckpointError, FileNotFoundError, ValueError) as e:
+                    log.warning("checkpoint %d is not usable (%s); trying an older one", rec.id, e)
+                    phases.setdefault("skipped_checkpoints", []).append(rec.id)
+            if resume is None and stored_from > 0:
+                raise CheckpointError(
+                    f"no usable checkpoint in {storage / 'checkpoints'} and the input before "
+                    f"offset {stored_from} was released: this run cannot be recovered")
+            replay_from = resume[0].input_end if resume else stored_from
+            if hasattr(sink, "recover"):
+                sink.recover(records[0].id if records else 0)
+        sink.open(engine.schema)
+        committed = sink.committed()["window_end"]
+        phases["state_loaded"] = time.time()
+        controller = CheckpointController(
+            store, state, interval, sink=sink,
+            release=lambda off: pog.send_release(INGRESS, READER, off),
+            trim_state=state.trim, on_event=metrics.event)
+        ft = FaultTolerance(state, controller, committed, resume, replay_from)
+        source = ReplaySource(dataset, run["batch_rows"], rate=run["rate"], duration=duration,
+                              max_tuples=run["max_tuples"], loop=True, start=ingress.end,
+                              started_at=run["started_at"])
+
+        def on_start() -> None:
+            for name, at in phases.items():
+                if name != "skipped_checkpoints":
+                    metrics.event("phase", phase=name, wall=at)
+            if recover:
+                metrics.event("recovery", phase="resume",
+                              checkpoint=resume[0].id if resume else None,
+                              replay_from=replay_from, replay_to=ingress.end,
+                              committed_window_end=committed,
+                              skipped=phases.get("skipped_checkpoints", []))
+
+        metrics.on_start = on_start
+        report = engine.run(source, sink, pog=pog, ft=ft, metrics=metrics)
+        if report.summary.tuples and (run["max_tuples"] is not None
+                                      and ingress.end >= run["max_tuples"]):
+            done = dict(run, completed=time.time())
+            (storage / RUN_FILE).write_text(json.dumps(done, indent=1))
+        return FTReport(report, list(controller.stats.completed), controller.stats.failed,
+                        resume[0].id if resume else None, replay_from)
+
+
+@dataclass(frozen=True)
+class FTReport:
+    run: RunReport
+    checkpoints: list  # CheckpointRecord, in order
+    failed_checkpoints: int
+    resumed_from: int | None  # checkpoint id, when recovering
+    replayed_from: int | None  # input offset, when recovering

@@ -1,0 +1,126 @@
+"""Checkpoints, recovery and exactly-once output - in process and under real SIGKILLs."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pandas as pd
+import pytest
+
+from scabbard import queries
+from scabbard.engine import CollectSink, EngineConfig, run_query
+from scabbard.engine.controller import Controller
+from scabbard.engine.output import ClockedSink, TransactionalSink, open_output, read_output
+from scabbard.engine.recovery import run_fault_tolerant
+from scabbard.engine.verify import compare
+from scabbard.pog.checkpoint import CheckpointError
+from scabbard.storage import StorageConfig
+
+SMALL = StorageConfig(file_bytes=1 << 20, pool_files=2, bulk_bytes=1 << 18)
+CFG = EngineConfig(workers=2, batch_rows=4000)
+
+
+def failure_free(q, ds, n):
+    sink = CollectSink()
+    run_query(q, ds, sink=sink, max_tuples=n, config=CFG)
+    return sink.to_pandas()
+
+
+def completed(storage) -> bool:
+    return "completed" in json.loads((storage / "run.json").read_text())
+
+
+@pytest.mark.parametrize("name, kind", [("CM1", ClockedSink), ("LRB1", TransactionalSink),
+                                        ("NQ", ClockedSink)])
+def test_stopped_and_recovered_runs_give_the_failure_free_output(tiny, tmp_path, name, kind):
+    q = queries.get(name)
+    ds = tiny[queries.workload_of(name)]
+    n = 150 * ds.rows
+    store, out = tmp_path / "store", tmp_path / "out"
+    r = run_fault_tolerant(q, ds, store, kind(out), CFG, interval=0.02, max_tuples=n,
+                           duration=0.4, storage_config=SMALL)
+    assert r.checkpoints and not completed(store)
+    resumed = []
+    while not completed(store):
+        r = run_fault_tolerant(q, ds, store, kind(out), CFG, interval=0.02, recover=True,
+                               duration=0.4, storage_config=SMALL)
+        resumed.append(r.resumed_from)
+        assert len(resumed) < 100
+    assert any(c is not None for c in resumed)
+    v = compare(read_output(out), failure_free(q, ds, n), q.schema)
+    assert v.ok, v
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(tiny, tmp_path):
+    q = queries.get("CM1")
+    ds = tiny["cm"]
+    n = 150 * ds.rows
+    store, out = tmp_path / "store", tmp_path / "out"
+    run_fault_tolerant(q, ds, store, ClockedSink(out), CFG, interval=0.02, max_tuples=n,
+                       duration=0.5, storage_config=SMALL)
+    records = sorted((store / "checkpoints").glob("ckpt-*.json"))
+    assert len(records) >= 2
+    newest = records[-1]
+    newest.write_text(newest.read_text().replace('"seq": ', '"seq": 1'))  # edited: crc fails
+    r = run_fault_tolerant(q, ds, store, ClockedSink(out), CFG, interval=0.02, recover=True,
+                           storage_config=SMALL)
+    assert r.resumed_from == int(records[-2].stem.split("-")[1])
+    assert completed(store)
+    assert compare(read_output(out), failure_free(q, ds, n), q.schema).ok
+
+
+def test_no_usable_checkpoint_after_gc_fails_clearly(tiny, tmp_path):
+    q = queries.get("CM1")
+    ds = tiny["cm"]
+    store, out = tmp_path / "store", tmp_path / "out"
+    run_fault_tolerant(q, ds, store, ClockedSink(out), CFG, interval=0.02,
+                       max_tuples=150 * ds.rows, duration=0.5, storage_config=SMALL)
+    for p in (store / "checkpoints").glob("ckpt-*.json"):
+        p.write_text("{ torn")
+    with pytest.raises(CheckpointError, match="cannot be recovered"):
+        run_fault_tolerant(q, ds, store, ClockedSink(out), CFG, recover=True,
+                           storage_config=SMALL)
+
+
+def test_recover_needs_a_run_and_a_new_run_needs_an_empty_folder(tiny, tmp_path):
+    q = queries.get("CM1")
+    ds = tiny["cm"]
+    with pytest.raises(CheckpointError, match="no run to recover"):
+        run_fault_tolerant(q, ds, tmp_path / "s", ClockedSink(tmp_path / "o"), CFG, recover=True)
+    run_fault_tolerant(q, ds, tmp_path / "s", ClockedSink(tmp_path / "o"), CFG,
+                       max_tuples=ds.rows, storage_config=SMALL)
+    with pytest.raises(CheckpointError, match="already holds a run"):
+        run_fault_tolerant(q, ds, tmp_path / "s", ClockedSink(tmp_path / "o"), CFG)
+
+
+def test_verdict_counts_lost_duplicated_and_different_rows():
+    schema = queries.get("CM2").schema
+    want = pd.DataFrame({f.name: [1, 2, 3] if not f.dtype.startswith("float") else [0.5, 1.5, 2.5]
+                         for f in schema.fields})
+    assert compare(want, want, schema).ok
+    got = pd.concat([want.iloc[[0, 0, 1]], want.iloc[[2]].assign(
+        **{f.name: 9.0 for f in schema.fields if f.dtype.startswith("float")})])
+    v = compare(got, want, schema)
+    assert (v.lost, v.duplicated, v.different) == (0, 1, 1), v
+    v = compare(want.iloc[[0]], want, schema)
+    assert (v.lost, v.duplicated, v.different) == (2, 0, 0)
+
+
+def test_unknown_exactly_once_kind():
+    with pytest.raises(ValueError, match="clocked, transactional"):
+        open_output("x", "nope")
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.parametrize("name", ["CM1", "LRB1", "LRB3", "YSB", "NQ"])
+def test_kill_campaign(tiny, tmp_path, name):
+    """SIGKILL the engine process at random moments, recover, compare with a failure-free run."""
+    ds = tiny[queries.workload_of(name)]
+    rng = random.Random(name)
+    c = Controller(name, ds.path, tmp_path, max_tuples=120 * ds.rows, batch=4000, interval=0.2,
+                   sink="transactional" if name == "LRB3" else "clocked")
+    camp = c.run([rng.uniform(1.2, 3.0) for _ in range(3)])
+    assert camp.kills >= 1, "the run finished before any kill: make it longer"
+    assert camp.verdict.ok, camp.verdict
