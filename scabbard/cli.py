@@ -499,6 +499,27 @@ def _add_bench(sub) -> None:
     ip.add_argument("--no-query", action="store_true", help="ingest only, no query runs")
     ip.add_argument("--out", default="experiments/runs/bench-ingest", help="output folder")
     ip.set_defaults(func=_run_bench_ingest)
+    kp = bsub.add_parser(
+        "kills",
+        help="a long kill campaign: SIGKILL the engine at random moments, recover, verify",
+        description=(
+            "Per query, run the engine as its own process with checkpoints and exactly-once "
+            "output, SIGKILL it at random moments (each incarnation lives a random time), restart "
+            "it with --recover until its input is consumed, and compare the committed output "
+            "with a failure-free run.  Prints kills survived / results compared / mismatches."
+        ),
+    )
+    kp.add_argument("--queries", nargs="+", type=str.upper, default=["CM1", "LRB1", "LRB3",
+                                                                     "YSB", "NQ"])
+    kp.add_argument("--kills", type=int, default=100, help="kills per query (default 100)")
+    kp.add_argument("--scale", default="tiny", help="dataset preset (default: tiny)")
+    kp.add_argument("--interval", type=float, default=0.2, help="checkpoint interval, seconds")
+    kp.add_argument("--min", type=float, default=0.8, help="shortest life before a kill, s")
+    kp.add_argument("--max", type=float, default=3.0, help="longest life before a kill, s")
+    kp.add_argument("--sink", choices=("clocked", "transactional"), default="clocked")
+    kp.add_argument("--work", default="experiments/runs/kills", help="scratch folder")
+    kp.add_argument("--seed", type=int, default=0)
+    kp.set_defaults(func=_run_bench_kills)
 
 
 def _run_bench_datagen(args) -> int:
@@ -537,6 +558,33 @@ def _run_bench_ingest(args) -> int:
     exp.plot(disk, table, args.out)
     print(f"\nresults: {csv}, figure: {Path(args.out) / 'ingest.png'}")
     return 0
+
+
+def _run_bench_kills(args) -> int:
+    import random
+    import shutil
+
+    from scabbard import queries, workloads
+    from scabbard.engine.controller import Controller
+
+    rng = random.Random(args.seed)
+    bad = 0
+    for q in args.queries:
+        ds = workloads.dataset(queries.workload_of(q), args.scale, root="data")
+        work = Path(args.work) / q
+        shutil.rmtree(work, ignore_errors=True)
+        # long enough that every incarnation is killed: the input outlasts all the lives
+        total = int(args.kills * args.max * 4_000_000)
+        c = Controller(q, ds.path, work, max_tuples=max(ds.rows, total), batch=4000,
+                       interval=args.interval, sink=args.sink)
+        camp = c.run([rng.uniform(args.min, args.max) for _ in range(args.kills)],
+                     timeout=args.kills * args.max * 4 + 600)
+        v = camp.verdict
+        bad += not v.ok
+        print(f"{q:5} kills survived {camp.kills:4d}  restarts {camp.restarts:4d}  results "
+              f"compared {v.compared:,}  lost {v.lost}  duplicated {v.duplicated}  different "
+              f"{v.different}  ({camp.seconds:.0f} s)", flush=True)
+    return 1 if bad else 0
 
 
 # -- main --------------------------------------------------------------------------------------
