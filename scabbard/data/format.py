@@ -180,7 +180,8 @@ def write_json_atomic(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a rename or new file in ``path`` durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -199,7 +200,7 @@ def publish(stage: Path, final: Path, manifest: dict) -> None:
     stage, final = Path(stage), Path(final)
     # Step 1
     write_json_atomic(stage / MANIFEST, manifest)
-    _fsync_dir(stage)
+    fsync_dir(stage)
     # Step 2
     old = None
     if final.exists():
@@ -207,7 +208,7 @@ def publish(stage: Path, final: Path, manifest: dict) -> None:
         os.rename(final, old)
     # Step 3
     os.rename(stage, final)
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 

@@ -110,7 +110,8 @@ class Controller:
             if time.time() - t0 > timeout:
                 self.kill()
                 raise TimeoutError(f"campaign over {timeout} s")
-            self.start(recover=True)
+            # killed before it recorded its run (still starting up): nothing to recover yet
+            self.start(recover=(self.storage / "run.json").is_file())
             c.restarts += 1
         c.seconds = time.time() - t0
         c.verdict = self.verify()

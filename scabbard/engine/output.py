@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from scabbard.batch import Batch
+from scabbard.data.format import fsync_dir
 from scabbard.engine.sinks import Sink
 from scabbard.schema import Schema
 from scabbard.storage import BlockManager, StorageConfig
@@ -42,14 +43,6 @@ def _clock(meta: np.ndarray) -> dict:
 
 def _meta(clock: dict) -> np.ndarray:
     return np.array([clock["input_end"], clock["window_end"]], np.int64).view(np.uint64)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _mark(path: Path, kind: str, schema: Schema) -> None:
@@ -137,7 +130,7 @@ class TransactionalSink(ExactlyOnceSink):
                 os.replace(p, self.path / "committed" / p.name)
             else:
                 p.unlink()
-        _fsync_dir(self.path / "committed")
+        fsync_dir(self.path / "committed")
 
     def _parts(self) -> list[Path]:
         return sorted((self.path / "committed").glob("*.seg"))
@@ -173,13 +166,13 @@ class TransactionalSink(ExactlyOnceSink):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path / "pending" / f"{checkpoint_id:012d}.seg")
-        _fsync_dir(self.path / "pending")
+        fsync_dir(self.path / "pending")
 
     def commit(self, checkpoint_id: int) -> None:
         p = self.path / "pending" / f"{checkpoint_id:012d}.seg"
         if p.exists():
             os.replace(p, self.path / "committed" / p.name)
-            _fsync_dir(self.path / "committed")
+            fsync_dir(self.path / "committed")
 
     def close(self) -> None:
         """End of the stream: the rest is committed as a last epoch of its own."""

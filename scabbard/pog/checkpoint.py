@@ -32,6 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from scabbard.data.format import fsync_dir
 from scabbard.pog.markers import Marker, MarkerKind
 
 log = logging.getLogger(__name__)
@@ -82,11 +83,7 @@ class CheckpointStore:
         finally:
             os.close(fd)
         os.replace(tmp, self._file(rec.id))
-        dfd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_dir(self.path)
         for old in sorted(self.path.glob("ckpt-*.json"))[:-self.keep]:
             old.unlink(missing_ok=True)
 
