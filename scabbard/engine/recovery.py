@@ -100,7 +100,7 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                               max_bytes=8 * bm.config.bulk_bytes)
         state = QueryState(engine.plan.branches, bm, _Edges)
         store = CheckpointStore(storage / "checkpoints")
-        resume, replay_from = None, None
+        resume, replay_from, skipped = None, None, []
         records = store.records() if recover else []
         if recover:
             stored_from = bm.start(ingress.stream_id)
@@ -113,7 +113,7 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                     break
                 except (StorageError, CheckpointError, FileNotFoundError, ValueError) as e:
                     log.warning("checkpoint %d is not usable (%s); trying an older one", rec.id, e)
-                    phases.setdefault("skipped_checkpoints", []).append(rec.id)
+                    skipped.append(rec.id)
             if resume is None and stored_from > 0:
                 raise CheckpointError(
                     f"no usable checkpoint in {storage / 'checkpoints'} and the input before "
@@ -135,14 +135,13 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
 
         def on_start() -> None:
             for name, at in phases.items():
-                if name != "skipped_checkpoints":
-                    metrics.event("phase", phase=name, wall=at)
+                metrics.event("phase", phase=name, wall=at)
             if recover:
                 metrics.event("recovery", phase="resume",
                               checkpoint=resume[0].id if resume else None,
                               replay_from=replay_from, replay_to=ingress.end,
                               committed_window_end=committed,
-                              skipped=phases.get("skipped_checkpoints", []))
+                              skipped=skipped)
 
         metrics.on_start = on_start
         report = engine.run(source, sink, pog=pog, ft=ft, metrics=metrics)

@@ -129,7 +129,7 @@ class FTOperator:
         self.pv_in = 0
         self.pv_out: dict = {}
         self.dependencies: list = []
-        self._acks: list[Callable[[int], None]] = []
+        self.acked = 0  # the newest checkpoint recorded with this operator's state
 
     def prepare_checkpoint(self, marker: Marker) -> Snapshot:
         raise NotImplementedError
@@ -147,12 +147,9 @@ class FTOperator:
     def latest_offsets(self) -> tuple[int, dict]:
         return self.pv_in, dict(self.pv_out)
 
-    def on_ack(self, fn: Callable[[int], None]) -> None:
-        self._acks.append(fn)
-
     def send_ack(self, checkpoint_id: int) -> None:
-        for fn in self._acks:
-            fn(checkpoint_id)
+        """The controller recorded checkpoint ``checkpoint_id``: its state is now durable."""
+        self.acked = checkpoint_id
 
 
 @dataclass

@@ -95,12 +95,6 @@ class PStream:
         with self._cond:
             return self._room(nbytes)
 
-    def unread(self, reader_id: str) -> int:
-        """P-units in memory the reader has not read yet (readable or not)."""
-        with self._cond:
-            pos = self._readers[reader_id]
-            return sum(1 for e in self._units if e.unit.end > pos)
-
     # -- markers ---------------------------------------------------------------------------------
     def on_marker(self, marker: Marker) -> None:
         if marker.kind is MarkerKind.RETAIN:
