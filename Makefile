@@ -29,6 +29,7 @@ bench: setup
 	$(BIN)/scabbard bench datagen
 	$(BIN)/scabbard bench engine
 	$(BIN)/scabbard bench ingest
+	$(BIN)/scabbard bench checkpoints
 
 lint: setup
 	$(BIN)/ruff check scabbard tests

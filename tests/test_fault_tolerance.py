@@ -31,16 +31,20 @@ def completed(storage) -> bool:
     return "completed" in json.loads((storage / "run.json").read_text())
 
 
-@pytest.mark.parametrize("name, kind", [("CM1", ClockedSink), ("LRB1", TransactionalSink),
-                                        ("NQ", ClockedSink)])
-def test_stopped_and_recovered_runs_give_the_failure_free_output(tiny, tmp_path, name, kind):
+@pytest.mark.parametrize("name, kind, persist", [
+    ("CM1", ClockedSink, True), ("LRB1", TransactionalSink, True), ("NQ", ClockedSink, True),
+    ("YSB", TransactionalSink, False),  # checkpoint-only: the source replays the input
+])
+def test_stopped_and_recovered_runs_give_the_failure_free_output(tiny, tmp_path, name, kind,
+                                                                  persist):
     q = queries.get(name)
     ds = tiny[queries.workload_of(name)]
     n = 150 * ds.rows
     store, out = tmp_path / "store", tmp_path / "out"
     r = run_fault_tolerant(q, ds, store, kind(out), CFG, interval=0.02, max_tuples=n,
-                           duration=0.4, storage_config=SMALL)
+                           duration=0.4, storage_config=SMALL, persist_input=persist)
     assert r.checkpoints and not completed(store)
+    assert ("input" in json.loads((store / "streams.json").read_text())) == persist
     resumed = []
     while not completed(store):
         r = run_fault_tolerant(q, ds, store, kind(out), CFG, interval=0.02, recover=True,

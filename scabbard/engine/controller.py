@@ -35,13 +35,13 @@ class Campaign:
 class Controller:
     def __init__(self, query: str, data: str | Path, workdir: str | Path, *, max_tuples: int,
                  workers: int = 2, batch: int | None = None, rate: float | None = None,
-                 interval: float = 1.0, sink: str = "clocked"):
+                 interval: float = 1.0, sink: str = "clocked", persist_input: bool = True):
         self.query, self.data = query, Path(data)
         self.dir = Path(workdir)
         self.storage, self.output = self.dir / "storage", self.dir / "output"
         self.metrics_log = self.dir / "metrics.jsonl"
         self.max_tuples, self.workers, self.batch, self.rate = max_tuples, workers, batch, rate
-        self.interval, self.sink = interval, sink
+        self.interval, self.sink, self.persist_input = interval, sink, persist_input
         self.proc: subprocess.Popen | None = None
         self.incarnation = 0
 
@@ -55,6 +55,8 @@ class Controller:
             cmd += ["--batch", str(self.batch)]
         if self.rate:
             cmd += ["--rate", str(self.rate)]
+        if not self.persist_input:
+            cmd += ["--checkpoint-only"]
         return cmd + (["--recover"] if recover else [])
 
     # -- the process ------------------------------------------------------------------------------

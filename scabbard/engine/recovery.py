@@ -16,6 +16,11 @@ output folders, in the paper's four steps:
    as tasks, results the sink already committed are dropped, and then the
    source continues where the stored input ends.
 
+With ``persist_input=False`` (the paper's *Scabbard-Chk*, Table 4) only the operator
+state is checkpointed: the input is not persisted, and on recovery it is requested again
+from the source - the dataset, replayable from any offset, plays the upstream system that
+kept it.
+
 Each phase is logged with its wall-clock time to the metrics log (``recovery``
 events), from the moment the process was spawned (``SCABBARD_SPAWNED_AT``, set
 by :class:`scabbard.engine.controller.Controller`).
@@ -80,15 +85,17 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                        interval: float | None = 1.0, recover: bool = False,
                        rate: float | None = None, duration: float | None = None,
                        max_tuples: int | None = None, metrics_log: str | Path | None = None,
-                       on_sample=None, storage_config: StorageConfig | None = None) -> FTReport:
+                       on_sample=None, storage_config: StorageConfig | None = None,
+                       persist_input: bool = True) -> FTReport:
     """Run ``query`` with persisted input, checkpoints and exactly-once output (or recover)."""
     storage = Path(storage)
     phases = {"spawned": float(os.environ.get("SCABBARD_SPAWNED_AT", "nan")),
               "started": time.time()}
     engine = Engine(query, dataset.tables, config)
     params = {"batch_rows": engine.batch_rows_for(ReplaySource(dataset, 1).tuples_per_ms()),
-              "rate": rate, "max_tuples": max_tuples}
+              "rate": rate, "max_tuples": max_tuples, "persist_input": persist_input}
     run = _run_file(storage, query, recover, params)
+    persist_input = run.get("persist_input", True)  # a recovered run keeps its mode
     source_probe = ReplaySource(dataset, run["batch_rows"])
     engine.warm_up(source_probe.peek())  # compiled code from numba's on-disk cache
     phases["code_loaded"] = time.time()
@@ -97,13 +104,13 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
     with BlockManager(storage, storage_config) as bm:
         pog = POG(bm)
         ingress = pog.pstream(INGRESS, dataset.schema, max_units=64,
-                              max_bytes=8 * bm.config.bulk_bytes)
+                              max_bytes=8 * bm.config.bulk_bytes) if persist_input else None
         state = QueryState(engine.plan.branches, bm, _Edges)
         store = CheckpointStore(storage / "checkpoints")
         resume, replay_from, skipped = None, None, []
         records = store.records() if recover else []
         if recover:
-            stored_from = bm.start(ingress.stream_id)
+            stored_from = bm.start(ingress.stream_id) if persist_input else 0
             for rec in records:
                 try:
                     if stored_from > rec.input_end:
@@ -126,11 +133,15 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
         phases["state_loaded"] = time.time()
         controller = CheckpointController(
             store, state, interval, sink=sink,
-            release=lambda off: pog.send_release(INGRESS, READER, off),
+            release=(lambda off: pog.send_release(INGRESS, READER, off)) if persist_input else None,
             trim_state=state.trim, on_event=metrics.event)
-        ft = FaultTolerance(state, controller, committed, resume, replay_from)
+        # with persisted input: replay what is stored, then continue the source after it;
+        # without: the source itself starts again at the checkpoint's offset
+        ft = FaultTolerance(state, controller, committed, resume,
+                            replay_from if persist_input else None)
+        source_start = ingress.end if persist_input else (replay_from or 0)
         source = ReplaySource(dataset, run["batch_rows"], rate=run["rate"], duration=duration,
-                              max_tuples=run["max_tuples"], loop=True, start=ingress.end,
+                              max_tuples=run["max_tuples"], loop=True, start=source_start,
                               started_at=run["started_at"])
 
         def on_start() -> None:
@@ -139,14 +150,14 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
             if recover:
                 metrics.event("recovery", phase="resume",
                               checkpoint=resume[0].id if resume else None,
-                              replay_from=replay_from, replay_to=ingress.end,
+                              replay_from=replay_from, replay_to=source_start,
                               committed_window_end=committed,
                               skipped=skipped)
 
         metrics.on_start = on_start
         report = engine.run(source, sink, pog=pog, ft=ft, metrics=metrics)
         if report.summary.tuples and (run["max_tuples"] is not None
-                                      and ingress.end >= run["max_tuples"]):
+                                      and source.exhausted):
             done = dict(run, completed=time.time())
             (storage / RUN_FILE).write_text(json.dumps(done, indent=1))
         return FTReport(report, list(controller.stats.completed), controller.stats.failed,

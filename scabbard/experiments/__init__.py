@@ -3,3 +3,24 @@
 Notebooks in ``notebooks/`` call these and stay thin; ``reproduce`` runs the
 notebooks with papermill from the parameter files in ``experiments/``.
 """
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def scratch(folder: str | None, data_dir: str | Path, prefix: str) -> Iterator[Path]:
+    """``folder`` if given (kept), else a temporary folder next to the data (removed after):
+    storage on the same disk as the data, not in a RAM-backed /tmp."""
+    path = Path(folder or tempfile.mkdtemp(prefix=prefix, dir=data_dir))
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        yield path
+    finally:
+        if folder is None:
+            shutil.rmtree(path, ignore_errors=True)

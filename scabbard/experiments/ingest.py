@@ -17,7 +17,6 @@ and, separately, the paper's row bytes.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ import pandas as pd
 from scabbard import queries, workloads
 from scabbard.data import Dataset
 from scabbard.engine import Engine, EngineConfig, NullSink, ReplaySource, run_query
+from scabbard.experiments import scratch as scratch_dir
 from scabbard.pog import POG, PUnit
 from scabbard.storage import BlockManager, StorageConfig
 from scabbard.storage.diskbench import disk_bandwidth
@@ -111,10 +111,7 @@ class Settings:
 
 def run(settings: Settings, log=print) -> tuple[dict, pd.DataFrame]:
     """Disk bandwidth, then per query pure ingest and the query with persisted ingress."""
-    scratch = Path(settings.storage_dir or tempfile.mkdtemp(prefix="scabbard-ingest-",
-                                                            dir=settings.data_dir))
-    scratch.mkdir(parents=True, exist_ok=True)
-    try:
+    with scratch_dir(settings.storage_dir, settings.data_dir, "scabbard-ingest-") as scratch:
         bw = disk_bandwidth(scratch, settings.disk_bytes)
         disk = {"write_mb_s": bw.write_mb_s, "first_write_mb_s": bw.first_write_mb_s,
                 "read_mb_s": bw.read_mb_s, "o_direct": bw.direct}
@@ -147,9 +144,6 @@ def run(settings: Settings, log=print) -> tuple[dict, pd.DataFrame]:
             log(line)
             rows.append(row)
         return disk, pd.DataFrame(rows)
-    finally:
-        if settings.storage_dir is None:
-            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def save(disk: dict, table: pd.DataFrame, output_dir: str | Path) -> Path:

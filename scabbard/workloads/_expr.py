@@ -16,10 +16,29 @@ import hashlib
 import math
 import zlib
 from collections.abc import Sequence
+from importlib import import_module
+from typing import TYPE_CHECKING
 
 import numpy as np
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+
+class _Lazy:
+    """A module imported on first attribute access.  The workload modules hold both the
+    generators (Spark) and the queries and schemas (no Spark): running a query - an engine
+    restarting after a crash among others - must not pay for importing PySpark."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        return getattr(import_module(self._name), attr)
+
+
+F = _Lazy("pyspark.sql.functions")
+T = _Lazy("pyspark.sql.types")
 
 _TWO53 = float(2**53)
 

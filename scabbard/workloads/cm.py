@@ -37,11 +37,10 @@ import math
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import functions as F
 
 from scabbard.query import Query, avg, col, sum_
 from scabbard.schema import Field, Schema
-from scabbard.workloads._expr import choice, log_uniform_rank, numpy_rng, randint, uniform
+from scabbard.workloads._expr import F, choice, log_uniform_rank, numpy_rng, randint, uniform
 from scabbard.workloads.generator import BuildContext, Option, WorkloadSpec
 
 EVENT_TYPES = ("SUBMIT", "SCHEDULE", "EVICT", "FAIL", "FINISH", "KILL")

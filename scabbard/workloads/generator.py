@@ -36,7 +36,6 @@ from scabbard.data.format import (
     remove_stale_stages,
     staging_dir,
 )
-from scabbard.data.parquet import parquet_rows, parquet_to_replay
 from scabbard.schema import Schema
 
 MAX_ROWS = 1 << 40
@@ -277,6 +276,8 @@ def _write_table(spark, df, schema: Schema, table_dir: Path, codec: str, progres
     for junk in folder.iterdir():  # _SUCCESS and checksum files of Hadoop's local file system
         if junk.name.startswith((".", "_")):
             junk.unlink()
+    from scabbard.data.parquet import parquet_rows, parquet_to_replay
+
     with tqdm(total=parquet_rows(files), desc=f"{desc} replay", unit="row", unit_scale=True,
               leave=False, disable=not progress) as bar:
         entry = parquet_to_replay(files, schema, table_dir, progress=bar.update)

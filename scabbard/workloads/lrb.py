@@ -42,11 +42,9 @@ from __future__ import annotations
 
 import math
 
-from pyspark.sql import functions as F
-
 from scabbard.query import Query, avg, col, count
 from scabbard.schema import Field, Schema
-from scabbard.workloads._expr import choice, randint, uniform
+from scabbard.workloads._expr import F, choice, randint, uniform
 from scabbard.workloads.generator import BuildContext, DatagenError, GenParams, Option, WorkloadSpec
 
 SEGMENTS = 100

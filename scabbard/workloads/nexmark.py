@@ -34,14 +34,15 @@ shape is constant (Beam's default is a sine wave); no out-of-order events.
 from __future__ import annotations
 
 import math
-
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+from typing import TYPE_CHECKING
 
 from scabbard.query import Query, count
 from scabbard.schema import Field, Schema
-from scabbard.workloads._expr import randint, round_half_up, uniform
+from scabbard.workloads._expr import F, randint, round_half_up, uniform
 from scabbard.workloads.generator import BuildContext, WorkloadSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 TOTAL_PROPORTION = 50
 PERSON_PROPORTION = 1

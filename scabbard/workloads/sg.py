@@ -34,11 +34,9 @@ from __future__ import annotations
 
 import math
 
-from pyspark.sql import functions as F
-
 from scabbard.query import Query, avg, col
 from scabbard.schema import Field, Schema
-from scabbard.workloads._expr import normal, randint, uniform
+from scabbard.workloads._expr import F, normal, randint, uniform
 from scabbard.workloads.generator import BuildContext, DatagenError, GenParams, Option, WorkloadSpec
 
 PROPERTIES = ("work", "load")

@@ -34,13 +34,15 @@ not recordings; the 44 further boolean signals of the challenge are not stored
 
 from __future__ import annotations
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+from typing import TYPE_CHECKING
 
 from scabbard.query import Query, avg
 from scabbard.schema import Field, Schema
-from scabbard.workloads._expr import normal, randint, round_half_up, uniform
+from scabbard.workloads._expr import F, normal, randint, round_half_up, uniform
 from scabbard.workloads.generator import BuildContext, DatagenError, GenParams, Option, WorkloadSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 JITTER = 0.8  # inter-arrival times vary by +-40% of the nominal interval
 SPIKE_PROBABILITY = 0.003  # per 1 s knot

@@ -31,12 +31,9 @@ Departures:
 
 from __future__ import annotations
 
-from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, StructField, StructType
-
 from scabbard.query import Query, Relation, col, count
 from scabbard.schema import Field, Schema
-from scabbard.workloads._expr import evenly_spaced_ms, pick, randint, uuid_table
+from scabbard.workloads._expr import F, T, evenly_spaced_ms, pick, randint, uuid_table
 from scabbard.workloads.generator import BuildContext, Option, WorkloadSpec
 
 EVENT_TYPES = ("view", "click", "purchase")
@@ -93,9 +90,9 @@ def build(ctx: BuildContext) -> dict:
     )
     relation = ctx.spark.createDataFrame(
         [(ads[a], camps[a // ADS_PER_CAMPAIGN]) for a in range(n_ads)],
-        StructType([
-            StructField("ad_id", BinaryType(), False),
-            StructField("campaign_id", BinaryType(), False),
+        T.StructType([
+            T.StructField("ad_id", T.BinaryType(), False),
+            T.StructField("campaign_id", T.BinaryType(), False),
         ]),
     ).coalesce(1)
     return {"stream": stream, "ad_campaign": relation}
