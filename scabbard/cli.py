@@ -158,6 +158,8 @@ def _add_run(sub) -> None:
     p.add_argument("--max-tuples", type=int, help="stop after this many input tuples")
     p.add_argument("--batch", type=int, metavar="ROWS", help="tuples per task (default: per query)")
     p.add_argument("--metrics-log", metavar="PATH", help="JSON-lines metrics log (live samples)")
+    p.add_argument("--metrics-interval", type=float, default=0.5, metavar="SECONDS",
+                   help="seconds between metrics samples (default 0.5)")
     p.add_argument("--master", default="local[*]", help="Spark master for --backend spark")
     p.add_argument("--persist-input", action="store_true",
                    help="persist the ingress p-stream while the query runs (stored before "
@@ -179,6 +181,9 @@ def _add_run(sub) -> None:
                         "(the paper's Scabbard-Chk)")
     p.add_argument("--recover", action="store_true",
                    help="continue the killed run in --storage (same query, data and --output)")
+    p.add_argument("--standby", action="store_true",
+                   help="with --recover: a warm standby - load the code, print 'standby: ready', "
+                        "wait for a line on stdin, then recover (exit quietly if stdin closes)")
     p.add_argument("--quiet", action="store_true", help="no live progress lines")
     p.set_defaults(func=_run_query)
 
@@ -242,6 +247,8 @@ def _run_query(args) -> int:
         v = getattr(args, flag)
         if v is not None and not v > 0:
             raise CLIError(f"--{flag} must be positive, got {v}")
+    if not args.metrics_interval > 0:
+        raise CLIError(f"--metrics-interval must be positive, got {args.metrics_interval}")
     if args.out and not args.out.endswith((".parquet", ".csv")):
         raise CLIError(f"--out {args.out}: use a .parquet or .csv file name")
     ft = args.checkpoint_interval is not None or args.recover
@@ -253,6 +260,8 @@ def _run_query(args) -> int:
         raise CLIError("fault tolerance needs a --storage folder (to recover from it later)")
     if args.output and not ft:
         raise CLIError("--output is the exactly-once folder; add --checkpoint-interval")
+    if args.standby and not args.recover:
+        raise CLIError("--standby goes with --recover")
     if args.checkpoint_only and not ft:
         raise CLIError("--checkpoint-only goes with --checkpoint-interval")
     if args.checkpoint_only and args.persist_input:
@@ -292,7 +301,8 @@ def _run_engine(args, query, ds) -> int:
 
     from scabbard.engine import EngineConfig, run_query, sink_for
 
-    config = EngineConfig(workers=args.workers or os.cpu_count() or 1, batch_rows=args.batch)
+    config = EngineConfig(workers=args.workers or os.cpu_count() or 1, batch_rows=args.batch,
+                          metrics_interval=args.metrics_interval)
 
     def progress(s: dict) -> None:
         if not args.quiet:
@@ -322,17 +332,28 @@ def _run_engine(args, query, ds) -> int:
 
 def _run_fault_tolerant(args, query, ds, config, progress) -> int:
     from scabbard.engine.output import open_output
-    from scabbard.engine.recovery import run_fault_tolerant
+    from scabbard.engine.recovery import StandbyReleased, run_fault_tolerant
 
     interval = args.checkpoint_interval or 1.0
+    standby = None
+    if args.standby:
+        def standby() -> None:
+            print("standby: ready", flush=True)
+            if not sys.stdin.readline():
+                raise StandbyReleased  # stdin closed: the controller has no failure for us
     what = "recovering" if args.recover else "starting"
     print(f"{what} a fault-tolerant run: storage {args.storage}, checkpoints every {interval:g} s, "
           f"{args.exactly_once} exactly-once output to {args.output}", flush=True)
-    r = run_fault_tolerant(query, ds, args.storage, open_output(args.output, args.exactly_once),
-                           config, interval=interval, recover=args.recover, rate=args.rate,
-                           duration=args.duration, max_tuples=args.max_tuples,
-                           metrics_log=args.metrics_log, on_sample=progress,
-                           persist_input=not args.checkpoint_only)
+    try:
+        r = run_fault_tolerant(query, ds, args.storage,
+                               open_output(args.output, args.exactly_once), config,
+                               interval=interval, recover=args.recover, rate=args.rate,
+                               duration=args.duration, max_tuples=args.max_tuples,
+                               metrics_log=args.metrics_log, on_sample=progress,
+                               persist_input=not args.checkpoint_only, standby=standby)
+    except StandbyReleased:
+        print("standby: released without taking over", flush=True)
+        return 0
     s = r.run.summary
     if r.resumed_from is not None or args.recover:
         print(f"resumed from checkpoint {r.resumed_from}, replayed input from offset "

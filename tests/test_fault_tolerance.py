@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -128,3 +129,79 @@ def test_kill_campaign(tiny, tmp_path, name):
     camp = c.run([rng.uniform(1.2, 3.0) for _ in range(3)])
     assert camp.kills >= 1, "the run finished before any kill: make it longer"
     assert camp.verdict.ok, camp.verdict
+
+
+def test_clocked_sink_splits_a_batch_larger_than_a_log_file_at_window_ends(tmp_path):
+    """A result batch over one 16 MiB log file is stored in pieces that each end with a
+    window, every piece's clock naming its own last window - a crash between pieces leaves
+    no window half-committed."""
+    from scabbard.batch import Batch
+    from scabbard.storage import BlockManager
+
+    schema = queries.get("CM1").schema
+    n = ClockedSink.CONFIG.file_bytes // schema.row_bytes + 123_457  # more than one file
+    we = 1000 * (np.arange(n, dtype=np.int64) // 777)  # windows of 777 rows each
+    cols = tuple(we if f.name == "window_end" else np.arange(n).astype(f.numpy_dtype)
+                 for f in schema.fields)
+    sink = ClockedSink(tmp_path)
+    sink.open(schema)
+    sink.write_clocked(Batch(schema, cols), {"input_end": 99, "window_end": int(we[-1])})
+    sink.close()
+    with BlockManager(tmp_path / "log", ClockedSink.CONFIG) as bm:
+        sid = bm.stream("results", schema)
+        pieces = list(bm.load(sid))
+        clocks = [bm.read_with_meta(sid, p.offset)[1].view(np.int64) for p in pieces]
+    assert len(pieces) >= 2 and sum(len(p) for p in pieces) == n
+    for p, c in zip(pieces, clocks, strict=True):
+        w = p.column("window_end")
+        assert c[1] == w[-1]  # the piece's clock is its own last window
+    for a, b in zip(pieces, pieces[1:]):
+        assert b.column("window_end")[0] > a.column("window_end")[-1]  # no window split
+    again = ClockedSink(tmp_path)
+    again.open(schema)
+    assert again.committed() == {"input_end": 99, "window_end": int(we[-1])}
+    again.close()
+    assert len(read_output(tmp_path)) == n
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+def test_crash_points_during_a_checkpoint_write_and_during_recovery(tiny, tmp_path):
+    """Forced SIGKILLs where random ones rarely land: with a checkpoint's state handed to
+    storage but no record yet, in the middle of replay while recovering, and between the
+    record's write and its rename."""
+    ds = tiny["cm"]
+    c = Controller("CM1", ds.path, tmp_path, max_tuples=150 * ds.rows, batch=4000, interval=0.2)
+    camp = c.run([], crash_at=["checkpoint_state:3", "recovery_replay", "checkpoint_record:2"])
+    assert camp.crashes == 3, camp
+    assert camp.verdict.ok, camp.verdict
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+def test_a_warm_standby_takes_over_after_a_kill(tiny, tmp_path):
+    ds = tiny["lrb"]
+    c = Controller("LRB1", ds.path, tmp_path, max_tuples=150 * ds.rows, batch=4000,
+                   interval=0.2, standby=True, standby_after=0.3)
+    camp = c.run([2.5, 2.0])
+    assert camp.kills == 2 and camp.standby_takeovers >= 1, camp
+    assert camp.verdict.ok, camp.verdict
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+def test_recovery_experiment_breaks_the_restart_into_phases(tiny, data_root, tmp_path):
+    from scabbard.experiments import recovery as exp
+
+    s = exp.Settings(query="CM1", scale="tiny", data_dir=str(data_root), rate=2e6, seconds=5.0,
+                     kill_at=2.0, batch=20_000, interval=0.3, work_dir=str(tmp_path))
+    out = exp.run(s, log=lambda *_: None)
+    assert out.campaign.verdict.ok
+    ph = out.phases
+    for name in ("process start", "code loading", "state load", "replay"):
+        lo, hi = ph[name]
+        assert 0 <= lo <= hi < 5, (name, ph)
+    assert ph["process start"][1] <= ph["code loading"][0] + 1e-6
+    assert ph["code loading"][1] <= ph["state load"][0] + 1e-6 <= ph["replay"][0] + 1e-6
+    table = exp.summary(out)
+    assert "kill -> recovered (replay done)" in set(table["phase"])

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,29 +29,52 @@ class Campaign:
     kills: int = 0
     restarts: int = 0
     kill_times: list = field(default_factory=list)  # seconds into each incarnation
+    kill_walls: list = field(default_factory=list)  # wall-clock time of each kill
+    standby_takeovers: int = 0  # restarts served by a warm standby
+    crashes: int = 0  # incarnations that killed themselves at a crash point
     verdict: Verdict | None = None
     seconds: float = 0.0
+    aborted: bool = False
 
 
 class Controller:
+    """Starts the engine process, kills it, restarts it with ``--recover``, verifies.
+
+    With ``standby=True`` a second process - a *warm standby* - is started
+    ``standby_after`` seconds after each incarnation: it imports and loads the compiled
+    code, then waits; on a kill it takes over at once (process start and code loading
+    are then off the recovery path), and a new standby is started.  A kill that comes
+    before the standby is ready falls back to a cold restart.
+    """
+
     def __init__(self, query: str, data: str | Path, workdir: str | Path, *, max_tuples: int,
                  workers: int = 2, batch: int | None = None, rate: float | None = None,
-                 interval: float = 1.0, sink: str = "clocked", persist_input: bool = True):
+                 interval: float = 1.0, sink: str = "clocked", persist_input: bool = True,
+                 standby: bool = False, standby_after: float = 2.0,
+                 metrics_interval: float = 0.5):
         self.query, self.data = query, Path(data)
         self.dir = Path(workdir)
         self.storage, self.output = self.dir / "storage", self.dir / "output"
         self.metrics_log = self.dir / "metrics.jsonl"
         self.max_tuples, self.workers, self.batch, self.rate = max_tuples, workers, batch, rate
         self.interval, self.sink, self.persist_input = interval, sink, persist_input
+        self.standby, self.standby_after = standby, standby_after
+        self.metrics_interval = metrics_interval
         self.proc: subprocess.Popen | None = None
+        self.spare: subprocess.Popen | None = None
         self.incarnation = 0
+        self._spare_log: Path | None = None
+        self.campaign: Campaign | None = None  # the one running (read by a live panel)
+        self._kill_now = threading.Event()
+        self._abort = threading.Event()
 
     def command(self, recover: bool) -> list[str]:
         cmd = [sys.executable, "-m", "scabbard", "run", "--query", self.query,
                "--data", str(self.data), "--storage", str(self.storage),
                "--checkpoint-interval", str(self.interval), "--output", str(self.output),
                "--exactly-once", self.sink, "--max-tuples", str(self.max_tuples),
-               "--workers", str(self.workers), "--metrics-log", str(self.metrics_log), "--quiet"]
+               "--workers", str(self.workers), "--metrics-log", str(self.metrics_log),
+               "--metrics-interval", str(self.metrics_interval), "--quiet"]
         if self.batch:
             cmd += ["--batch", str(self.batch)]
         if self.rate:
@@ -60,14 +84,21 @@ class Controller:
         return cmd + (["--recover"] if recover else [])
 
     # -- the process ------------------------------------------------------------------------------
-    def start(self, recover: bool = False) -> subprocess.Popen:
+    def _spawn(self, cmd: list[str], log: Path, stdin=None,
+               crash_at: str | None = None) -> subprocess.Popen:
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.incarnation += 1
         env = dict(os.environ, SCABBARD_SPAWNED_AT=repr(time.time()))
-        out = open(self.dir / f"engine-{self.incarnation}.log", "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(self.command(recover), stdout=out, stderr=subprocess.STDOUT,
-                                     env=env)
-        out.close()
+        env.pop("SCABBARD_CRASH_AT", None)
+        if crash_at:
+            env["SCABBARD_CRASH_AT"] = crash_at
+        with open(log, "w") as out:
+            return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=stdin,
+                                    env=env)
+
+    def start(self, recover: bool = False, crash_at: str | None = None) -> subprocess.Popen:
+        self.incarnation += 1
+        self.proc = self._spawn(self.command(recover),
+                                self.dir / f"engine-{self.incarnation}.log", crash_at=crash_at)
         return self.proc
 
     def kill(self) -> None:
@@ -75,6 +106,14 @@ class Controller:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+
+    def request_kill(self) -> None:
+        """Kill the running incarnation now (from another thread: a notebook's Kill button)."""
+        self._kill_now.set()
+
+    def abort(self) -> None:
+        """Stop a campaign running in another thread: every process is killed, nothing verified."""
+        self._abort.set()
 
     def wait(self, timeout: float | None = None) -> int | None:
         try:
@@ -90,31 +129,98 @@ class Controller:
         text = (self.dir / f"engine-{self.incarnation}.log").read_text(errors="replace")
         return "\n".join(text.splitlines()[-lines:])
 
+    # -- the warm standby -----------------------------------------------------------------------
+    def _start_spare(self) -> None:
+        self._spare_log = self.dir / f"standby-{self.incarnation + 1}.log"
+        self.spare = self._spawn(self.command(recover=True) + ["--standby"], self._spare_log,
+                                 stdin=subprocess.PIPE)
+
+    def _spare_ready(self) -> bool:
+        return (self.spare is not None and self.spare.poll() is None
+                and "standby: ready" in self._spare_log.read_text(errors="replace"))
+
+    def _drop_spare(self) -> None:
+        if self.spare is not None:
+            if self.spare.poll() is None:
+                self.spare.send_signal(signal.SIGKILL)
+            self.spare.wait()
+            self.spare.stdin.close()
+            self.spare = None
+
+    def _take_over(self) -> None:
+        """The standby becomes the running incarnation."""
+        self.incarnation += 1
+        self._spare_log.rename(self.dir / f"engine-{self.incarnation}.log")
+        self.proc, self.spare = self.spare, None
+        self.proc.stdin.write(b"go\n")
+        self.proc.stdin.flush()
+
     # -- a campaign -----------------------------------------------------------------------------
-    def run(self, kill_after: list[float], timeout: float = 600) -> Campaign:
+    def _watch(self, delay: float | None) -> int | None:
+        """Wait for the incarnation to exit (its code) or to be due for a kill (None)."""
+        born = time.time()
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                return code
+            if self._abort.is_set() or self._kill_now.is_set():
+                return None
+            if delay is not None and time.time() - born >= delay:
+                return None
+            if (self.standby and self.spare is None
+                    and time.time() - born >= self.standby_after):
+                self._start_spare()
+            time.sleep(0.005)
+
+    def run(self, kill_after: list[float], timeout: float = 600,
+            crash_at: list[str] | None = None) -> Campaign:
         """Start; kill each incarnation after the next delay in ``kill_after`` (seconds from its
-        start; it may finish first); restart with --recover until the run completed; verify."""
-        c = Campaign()
+        start; it may finish first) or on :meth:`request_kill`; restart with --recover until the
+        run completed; verify.  ``crash_at``: crash points (:mod:`scabbard.faults`), one per
+        incarnation in order, where that incarnation kills itself."""
+        c = self.campaign = Campaign()
         t0 = time.time()
         delays = list(kill_after)
-        self.start(recover=False)
-        while True:
-            delay = delays.pop(0) if delays else None
-            code = self.wait(delay)
-            if code is None:  # still running at its kill time
-                self.kill()
-                c.kills += 1
-                c.kill_times.append(delay)
-            elif code != 0:
-                raise RuntimeError(f"engine exited with {code}:\n{self.log_tail()}")
-            elif self.completed():
-                break
-            if time.time() - t0 > timeout:
-                self.kill()
-                raise TimeoutError(f"campaign over {timeout} s")
-            # killed before it recorded its run (still starting up): nothing to recover yet
-            self.start(recover=(self.storage / "run.json").is_file())
-            c.restarts += 1
+        crashes = list(crash_at or [])
+        self.start(recover=False, crash_at=crashes.pop(0) if crashes else None)
+        try:
+            while True:
+                born = time.time()
+                code = self._watch(delays.pop(0) if delays else None)
+                if self._abort.is_set():
+                    self.kill()
+                    c.aborted = True
+                    return c
+                if code is None:  # due for a kill
+                    self._kill_now.clear()
+                    self.kill()
+                    c.kills += 1
+                    c.kill_walls.append(time.time())
+                    c.kill_times.append(c.kill_walls[-1] - born)
+                elif code == -signal.SIGKILL:  # it reached its crash point
+                    c.kills += 1
+                    c.crashes += 1
+                    c.kill_walls.append(time.time())
+                    c.kill_times.append(c.kill_walls[-1] - born)
+                elif code != 0:
+                    raise RuntimeError(f"engine exited with {code}:\n{self.log_tail()}")
+                elif self.completed():
+                    break
+                if time.time() - t0 > timeout:
+                    raise TimeoutError(f"campaign over {timeout} s")
+                recorded = (self.storage / "run.json").is_file()
+                crash = crashes.pop(0) if crashes else None
+                if recorded and self._spare_ready() and crash is None:
+                    self._take_over()
+                    c.standby_takeovers += 1
+                else:
+                    # killed before it recorded its run (still starting up): start afresh
+                    self._drop_spare()
+                    self.start(recover=recorded, crash_at=crash)
+                c.restarts += 1
+        finally:
+            self.kill()
+            self._drop_spare()
         c.seconds = time.time() - t0
         c.verdict = self.verify()
         return c

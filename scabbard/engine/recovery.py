@@ -58,6 +58,10 @@ log = logging.getLogger(__name__)
 RUN_FILE = "run.json"
 
 
+class StandbyReleased(Exception):
+    """A warm standby was told it will not be needed (it exits without touching storage)."""
+
+
 def _run_file(storage: Path, query: Query, recover: bool, params: dict) -> dict:
     path = storage / RUN_FILE
     if recover:
@@ -86,19 +90,27 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                        rate: float | None = None, duration: float | None = None,
                        max_tuples: int | None = None, metrics_log: str | Path | None = None,
                        on_sample=None, storage_config: StorageConfig | None = None,
-                       persist_input: bool = True) -> FTReport:
-    """Run ``query`` with persisted input, checkpoints and exactly-once output (or recover)."""
+                       persist_input: bool = True, standby=None) -> FTReport:
+    """Run ``query`` with persisted input, checkpoints and exactly-once output (or recover).
+
+    ``standby``: called once the code is loaded and before the storage is touched; it returns
+    when this process should take over (a warm standby, started ahead of a failure, waits
+    there - see :class:`scabbard.engine.controller.Controller`).
+    """
     storage = Path(storage)
     phases = {"spawned": float(os.environ.get("SCABBARD_SPAWNED_AT", "nan")),
               "started": time.time()}
     engine = Engine(query, dataset.tables, config)
     params = {"batch_rows": engine.batch_rows_for(ReplaySource(dataset, 1).tuples_per_ms()),
               "rate": rate, "max_tuples": max_tuples, "persist_input": persist_input}
+    # compiled code from numba's on-disk cache (a full batch: the long-task path too)
+    engine.warm_up(ReplaySource(dataset, params["batch_rows"]).peek())
+    phases["code_loaded"] = time.time()
+    if standby is not None:
+        standby()
+        phases["activated"] = time.time()
     run = _run_file(storage, query, recover, params)
     persist_input = run.get("persist_input", True)  # a recovered run keeps its mode
-    source_probe = ReplaySource(dataset, run["batch_rows"])
-    engine.warm_up(source_probe.peek())  # compiled code from numba's on-disk cache
-    phases["code_loaded"] = time.time()
     metrics = Metrics(dataset.schema.row_bytes, metrics_log, engine.config.metrics_interval,
                       on_sample)
     with BlockManager(storage, storage_config) as bm:

@@ -36,6 +36,7 @@ from scabbard.data import Table
 from scabbard.engine import physical
 from scabbard.engine.metrics import Metrics, Summary
 from scabbard.engine.sinks import Sink
+from scabbard.faults import crashpoint
 from scabbard.kernels import hashtable as ht
 from scabbard.kernels import window as kw
 from scabbard.kernels.aggregate import _pane_aggregate, key_ids
@@ -254,8 +255,11 @@ class Engine:
         """Run the fragment and assembly code once on a few rows, results discarded.
 
         Loads the compiled kernels (from numba's on-disk cache) before the clock
-        starts, so the first tasks of a run are not charged for it.
+        starts, so the first tasks of a run are not charged for it.  Once per engine.
         """
+        if getattr(self, "_warm", False):
+            return
+        self._warm = True
         head = batch.slice(0, min(len(batch), 2048))
         r = self._fragment(0, head, 0.0)
         for i, b in enumerate(self.plan.branches):
@@ -530,7 +534,10 @@ class _Execution:
         """Recovery: the persisted input after the checkpoint, read back, as tasks."""
         start = self.ft.replay_from
         now = time.perf_counter()
+        half = (start + self.ingress.end) // 2
         for u in self.ingress.load_stream(start):
+            if u.offset <= half < u.offset + len(u):
+                crashpoint("recovery_replay")
             if not self.dispatch(u.batch, self.source.arrival_time(u.offset, len(u), now)):
                 return
         self.replay_last = self.next_seq - 1

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from scabbard.data.format import fsync_dir
+from scabbard.faults import crashpoint
 from scabbard.pog.markers import Marker, MarkerKind
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class CheckpointStore:
             os.fsync(fd)
         finally:
             os.close(fd)
+        crashpoint("checkpoint_record")
         os.replace(tmp, self._file(rec.id))
         fsync_dir(self.path)
         for old in sorted(self.path.glob("ckpt-*.json"))[:-self.keep]:
@@ -221,6 +223,7 @@ class CheckpointController:
         except BaseException as e:  # noqa: BLE001 - a failed checkpoint must not stop the query
             self._failed(cid, e)
             return
+        crashpoint("checkpoint_state")
         pending = [len(futures)]
         errors: list[BaseException] = []
 
