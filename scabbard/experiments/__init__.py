@@ -24,3 +24,12 @@ def scratch(folder: str | None, data_dir: str | Path, prefix: str) -> Iterator[P
     finally:
         if folder is None:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def finish(fig, output_dir: str | Path | None, name: str, dpi: int = 120):
+    """Lay ``fig`` out and, with an ``output_dir``, save it there as ``name``."""
+    fig.tight_layout()
+    if output_dir:
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        fig.savefig(Path(output_dir) / name, dpi=dpi)
+    return fig

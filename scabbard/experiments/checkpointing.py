@@ -31,7 +31,7 @@ from scabbard import queries, workloads
 from scabbard.engine import EngineConfig, NullSink, run_query
 from scabbard.engine.output import ClockedSink, DiscardSink
 from scabbard.engine.recovery import run_fault_tolerant
-from scabbard.experiments import scratch
+from scabbard.experiments import finish, scratch
 
 CONFIGS = ("no_ft", "checkpoints", "full_ft")
 
@@ -164,8 +164,4 @@ def plot(table: pd.DataFrame, output_dir: str | None = None):
     bx.set_ylabel("avg checkpoint time (ms)")
     bx.set_title("Checkpoint time vs state size")
     bx.legend(fontsize=8)
-    fig.tight_layout()
-    if output_dir:
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
-        fig.savefig(Path(output_dir) / "checkpointing.png", dpi=120)
-    return fig
+    return finish(fig, output_dir, "checkpointing.png", dpi=120)

@@ -28,6 +28,7 @@ import pandas as pd
 from scabbard import queries, workloads
 from scabbard.data import Dataset
 from scabbard.engine import Engine, EngineConfig, NullSink, ReplaySource, run_query
+from scabbard.experiments import finish
 from scabbard.experiments import scratch as scratch_dir
 from scabbard.pog import POG, PUnit
 from scabbard.storage import BlockManager, StorageConfig
@@ -208,8 +209,4 @@ def plot(disk: dict, table: pd.DataFrame, output_dir: str | None = None):
         ax.set_ylabel("M tuples/s")
         ax.set_title("Query throughput")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    if output_dir:
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
-        fig.savefig(Path(output_dir) / "ingest.png", dpi=120)
-    return fig
+    return finish(fig, output_dir, "ingest.png", dpi=120)

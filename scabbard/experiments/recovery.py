@@ -33,7 +33,7 @@ from scabbard.engine import EngineConfig, read_metrics
 from scabbard.engine.controller import Campaign, Controller
 from scabbard.engine.output import ClockedSink
 from scabbard.engine.recovery import run_fault_tolerant
-from scabbard.experiments import scratch
+from scabbard.experiments import finish, scratch
 
 PHASES = ("process start", "code loading", "state load", "replay", "catch-up")
 COLORS = dict(zip(PHASES, ("#dd8452", "#c44e52", "#8172b3", "#55a868", "#ccb974"), strict=True))
@@ -225,11 +225,7 @@ def plot(out: Outcome, output_dir: str | None = None, fig=None):
              f"{out.settings.interval:g} s, {'warm standby' if out.settings.standby else 'cold'} "
              f"restart")
     ax.set_title(title + (f" - {v}" if v else ""), fontsize=9)
-    fig.tight_layout()
-    if output_dir:
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
-        fig.savefig(Path(output_dir) / "recovery.png", dpi=120)
-    return fig
+    return finish(fig, output_dir, "recovery.png", dpi=120)
 
 
 def _with_downtime(t: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
