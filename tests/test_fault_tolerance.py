@@ -155,7 +155,7 @@ def test_clocked_sink_splits_a_batch_larger_than_a_log_file_at_window_ends(tmp_p
     for p, c in zip(pieces, clocks, strict=True):
         w = p.column("window_end")
         assert c[1] == w[-1]  # the piece's clock is its own last window
-    for a, b in zip(pieces, pieces[1:]):
+    for a, b in zip(pieces, pieces[1:], strict=False):
         assert b.column("window_end")[0] > a.column("window_end")[-1]  # no window split
     again = ClockedSink(tmp_path)
     again.open(schema)
@@ -205,3 +205,29 @@ def test_recovery_experiment_breaks_the_restart_into_phases(tiny, data_root, tmp
     assert ph["code loading"][1] <= ph["state load"][0] + 1e-6 <= ph["replay"][0] + 1e-6
     table = exp.summary(out)
     assert "kill -> recovered (replay done)" in set(table["phase"])
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+def test_the_notebook_panel_kills_on_demand_and_shows_the_verdict(tiny, data_root, tmp_path):
+    """The widget panel of notebook 04, driven as a user would: Start, Kill, wait."""
+    import time
+
+    from scabbard.experiments import recovery as exp
+
+    s = exp.Settings(query="CM1", scale="tiny", data_dir=str(data_root), seconds=6.0,
+                     batch=20_000, interval=0.3, work_dir=str(tmp_path))
+    panel = exp.Panel(s)
+    panel.seconds.value = 6.0
+    panel.start_button.click()
+    deadline = time.time() + 120
+    while (panel.controller is None or panel.controller.campaign is None
+           or not panel.controller.metrics_log.is_file()):
+        assert time.time() < deadline and not panel._done.is_set(), panel.status.value
+        time.sleep(0.1)
+    time.sleep(1.5)
+    panel.kill_button.click()
+    assert panel._done.wait(180), panel.status.value
+    assert panel.campaign.kills == 1, panel.status.value
+    assert "exactly once" in panel.status.value and "0 lost" in panel.status.value
+    assert panel.start_button.disabled is False

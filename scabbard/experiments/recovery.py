@@ -296,8 +296,8 @@ class Panel:
             work = Path(s.work_dir or Path(s.data_dir) / "panel-recovery")
             sustainable = sustainable_rate(s, ds, work / "sustainable")
             rate = s.load * sustainable
+            self.rate, self.sustainable = rate, sustainable  # before the refresher sees it
             self.controller = controller(s, ds, rate, work / "run")
-            self.rate, self.sustainable = rate, sustainable
             self.status.value = (f"running at {rate / 1e6:.2f} M tuples/s "
                                  f"({s.load:.0%} of {sustainable / 1e6:.2f}): press Kill")
             self.kill_button.disabled = False
