@@ -158,7 +158,6 @@ def breakdown(samples: pd.DataFrame, events: pd.DataFrame, factor: float = 1.25)
     ok = after[after["latency_p50_ms"] <= factor * level]
     if len(ok):
         phases["catch-up"] = (end, float(ok["t"].iloc[0]))
-    phases["_level_ms"] = level
     phases["_off_path"] = ({"process start": at["started"] - at["spawned"],
                             "code loading": at["code_loaded"] - at["started"]}
                            if standby else {})
