@@ -181,7 +181,8 @@ def test_crash_points_during_a_checkpoint_write_and_during_recovery(tiny, tmp_pa
 @pytest.mark.crash
 def test_a_warm_standby_takes_over_after_a_kill(tiny, tmp_path):
     ds = tiny["lrb"]
-    c = Controller("LRB1", ds.path, tmp_path, max_tuples=150 * ds.rows, batch=4000,
+    n = 150 * ds.rows  # paced to last ~7 s on any machine, so that both kills land
+    c = Controller("LRB1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 7,
                    interval=0.2, standby=True, standby_after=0.3)
     camp = c.run([2.5, 2.0])
     assert camp.kills == 2 and camp.standby_takeovers >= 1, camp
