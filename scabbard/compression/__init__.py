@@ -1,1 +1,22 @@
-"""Lightweight codecs in numba, column statistics, adaptive selection. DESIGN.md §8."""
+"""Lightweight per-column compression (paper §5, Table 2; DESIGN.md §8).
+
+``base`` holds the codec contract and the registry of codec ids that segment
+headers store; ``ints``, ``floats`` and ``generic`` hold the codecs (numba kernels
+over numpy arrays, plus Snappy/LZ4 from their libraries); importing this package
+registers them all.
+"""
+
+from scabbard.compression import floats, generic, ints  # noqa: F401  (they register codecs)
+from scabbard.compression.base import (
+    Codec,
+    CodecError,
+    Raw,
+    Unfit,
+    codec_class,
+    codec_from_config,
+    codec_from_params,
+    registered,
+)
+
+__all__ = ["Codec", "CodecError", "Raw", "Unfit", "codec_class", "codec_from_config",
+           "codec_from_params", "registered"]
