@@ -184,6 +184,18 @@ def _add_run(sub) -> None:
     p.add_argument("--standby", action="store_true",
                    help="with --recover: a warm standby - load the code, print 'standby: ready', "
                         "wait for a line on stdin, then recover (exit quietly if stdin closes)")
+    p.add_argument("--push-up", action="store_true",
+                   help="persistence push-up (paper §3.4): selections and projections run "
+                        "before the ingress p-stream, which then stores only the tuples and "
+                        "attributes the query needs (see 'scabbard explain')")
+    p.add_argument("--compression", choices=("none", "default", "adaptive"), default="none",
+                   help="compress the persisted p-stream per column (§5): default = the "
+                        "paper's starting scheme (delta-of-delta timestamps, Simple-8b ints, "
+                        "XOR floats); adaptive = profile and switch codecs while running")
+    p.add_argument("--lossy-decimals", type=int, metavar="N",
+                   help="with --compression: store float columns with N decimals (error "
+                        "<= 0.5e-N), as integers; batches that cannot be (NaN, inf) fall back "
+                        "to lossless XOR")
     p.add_argument("--quiet", action="store_true", help="no live progress lines")
     p.set_defaults(func=_run_query)
 
@@ -215,6 +227,54 @@ def _add_ingest(sub) -> None:
                    help="how long to ingest (default 5)")
     p.add_argument("--batch", type=int, metavar="ROWS", help="tuples per p-unit (default: per query)")
     p.set_defaults(func=_run_ingest)
+
+
+def _add_explain(sub) -> None:
+    from scabbard.queries import NAMES
+
+    p = sub.add_parser(
+        "explain",
+        help="show a query's plan before and after persistence push-up, and bytes persisted",
+        description=(
+            "Print the query's logical plan with the ingress p-stream where it persists: before "
+            "persistence push-up (right after the source: every attribute of every tuple) and "
+            "after it (paper §3.4: selections, projections and compression moved below the "
+            "p-stream; stateful operators never move).  Then the bytes persisted per input "
+            "tuple for each, measured on the first --sample tuples of the dataset: the "
+            "selectivity of the moved selections, and the paper's default compression scheme "
+            "(lossless, and with --lossy-decimals for float columns)."
+        ),
+    )
+    p.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
+                   help=f"one of {', '.join(NAMES)}")
+    p.add_argument("--data", metavar="DIR",
+                   help="dataset to measure on (default: data/<workload>/small if generated)")
+    p.add_argument("--sample", type=int, default=1 << 20, metavar="TUPLES",
+                   help="tuples to measure on (default 1,048,576)")
+    p.add_argument("--lossy-decimals", type=int, default=2, metavar="N",
+                   help="also show floats stored with N decimals (default 2; -1: do not)")
+    p.set_defaults(func=_run_explain)
+
+
+def _run_explain(args) -> int:
+    from scabbard import queries, workloads
+    from scabbard.data import dataset_path, open_dataset
+    from scabbard.engine.pushup import explain, footprint
+
+    if args.sample < 1:
+        raise CLIError(f"--sample must be >= 1, got {args.sample}")
+    query = queries.get(args.query)
+    workload = queries.workload_of(args.query)
+    path = args.data or dataset_path("data", workload, "small")
+    ds = None
+    if args.data or (Path(path) / "manifest.json").is_file():
+        ds = open_dataset(path, schema=workloads.get(workload).SCHEMA)
+    decimals = None if args.lossy_decimals < 0 else args.lossy_decimals
+    print(explain(query, footprint(query, ds, rows=args.sample, lossy_decimals=decimals)))
+    if ds is None:
+        print(f"(no dataset at {path}: generate one with 'scabbard datagen {workload}' or pass "
+              f"--data to measure selectivity and compression)")
+    return 0
 
 
 def _run_ingest(args) -> int:
@@ -266,6 +326,17 @@ def _run_query(args) -> int:
         raise CLIError("--checkpoint-only goes with --checkpoint-interval")
     if args.checkpoint_only and args.persist_input:
         raise CLIError("--checkpoint-only and --persist-input contradict each other")
+    reduces = args.push_up or args.compression != "none"
+    if reduces and not (args.persist_input or ft):
+        raise CLIError("--push-up and --compression reduce the persisted input: add "
+                       "--persist-input or --checkpoint-interval")
+    if reduces and args.checkpoint_only:
+        raise CLIError("--checkpoint-only persists no input: --push-up and --compression "
+                       "have nothing to reduce")
+    if args.lossy_decimals is not None and args.compression == "none":
+        raise CLIError("--lossy-decimals goes with --compression default or adaptive")
+    if args.lossy_decimals is not None and not 0 <= args.lossy_decimals <= 9:
+        raise CLIError(f"--lossy-decimals must be 0..9, got {args.lossy_decimals}")
     if args.checkpoint_interval is not None and not args.checkpoint_interval > 0:
         raise CLIError(f"--checkpoint-interval must be positive, got {args.checkpoint_interval}")
     ds = _query_dataset(args)
@@ -318,7 +389,9 @@ def _run_engine(args, query, ds) -> int:
         print(f"persisting the input to {store}", flush=True)
     report = run_query(query, ds, sink=sink_for(args.out), config=config, rate=args.rate,
                        duration=args.duration, max_tuples=args.max_tuples,
-                       metrics_log=args.metrics_log, on_sample=progress, storage=store)
+                       metrics_log=args.metrics_log, on_sample=progress, storage=store,
+                       push_up=args.push_up, compression=args.compression,
+                       lossy_decimals=args.lossy_decimals)
     s = report.summary
     lat = s.latency_ms
     print(f"\n{query.name}: {s.tuples:,} tuples in {s.seconds:.2f} s = "
@@ -350,7 +423,9 @@ def _run_fault_tolerant(args, query, ds, config, progress) -> int:
                                interval=interval, recover=args.recover, rate=args.rate,
                                duration=args.duration, max_tuples=args.max_tuples,
                                metrics_log=args.metrics_log, on_sample=progress,
-                               persist_input=not args.checkpoint_only, standby=standby)
+                               persist_input=not args.checkpoint_only, standby=standby,
+                               push_up=args.push_up, compression=args.compression,
+                               lossy_decimals=args.lossy_decimals)
     except StandbyReleased:
         print("standby: released without taking over", flush=True)
         return 0
@@ -663,6 +738,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_datagen(sub)
     _add_run(sub)
     _add_ingest(sub)
+    _add_explain(sub)
     _add_data(sub)
     _add_reproduce(sub)
     _add_bench(sub)

@@ -413,12 +413,12 @@ def test_persisted_ingress_delivers_every_unit_once_stored_in_order(tmp_path):
             pog.send_release("in", "r", u.end)
             return True
 
-        batches = ((i, make_batch(0, 300)) for i in range(50))  # offsets are assigned on write
+        batches = ((i, make_batch(0, 300), None) for i in range(50))  # offsets are assigned on write
         assert pog.persist_ingress("in", "r", batches, deliver)
         assert got == list(range(0, 15000, 300))
         assert bm.start(s.stream_id) > 0  # released as delivered: files went back to the pool
         stop_after = iter(range(3))
-        more = ((i, make_batch(0, 300)) for i in range(50, 100))
+        more = ((i, make_batch(0, 300), None) for i in range(50, 100))
         assert not pog.persist_ingress("in", "r2", more, lambda u: next(stop_after, None) is not None)
 
 

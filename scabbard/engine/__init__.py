@@ -1,7 +1,7 @@
 """The engine: task runtime (sources, dispatcher, workers, assembly, sinks, metrics). DESIGN.md §5.
 
     from scabbard import queries
-    from scabbard.data import open_dataset
+from scabbard.data import open_dataset
     from scabbard.engine import run_query, CollectSink
 
     sink = CollectSink()
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
 from scabbard.engine.metrics import Metrics, Summary, read_metrics
 from scabbard.engine.runtime import INGRESS, Engine, EngineConfig, RunReport
@@ -32,18 +33,21 @@ def run_query(query: Query, dataset: Dataset, sink: Sink | None = None,
               duration: float | None = None, max_tuples: int | None = None,
               loop: bool | None = None, metrics_log: str | Path | None = None,
               on_sample=None, storage: str | Path | None = None,
-              storage_config: StorageConfig | None = None) -> RunReport:
+              storage_config: StorageConfig | None = None, push_up: bool = False,
+              compression: str = "none", lossy_decimals: int | None = None) -> RunReport:
     """Run ``query`` over a dataset with the engine.
 
     By default the dataset is read once; with ``duration`` (wall seconds) or
     ``max_tuples`` it is replayed endlessly (timestamps shifted per copy) until
     that limit.  ``rate`` caps the input at that many tuples per second.  With a
-    ``storage`` folder the ingress p-stream is persisted there while the query runs.
+    ``storage`` folder the ingress p-stream is persisted there while the query runs,
+    after persistence push-up if ``push_up`` (§3.4), compressed with the named
+    ``compression`` scheme (:data:`scabbard.compression.policy.SCHEMES`; §5).
     """
     if dataset.schema.fingerprint != query.source.schema.fingerprint:
         raise ValueError(f"{query.name} reads {query.source.schema.name!r} data, but the dataset "
                          f"holds {dataset.schema.name!r}")
-    engine = Engine(query, dataset.tables, config)
+    engine = Engine(query, dataset.tables, config, push_up=push_up)
     source_probe = ReplaySource(dataset, 1)
     batch_rows = engine.batch_rows_for(source_probe.tuples_per_ms())
     if loop is None:
@@ -57,5 +61,7 @@ def run_query(query: Query, dataset: Dataset, sink: Sink | None = None,
         pog = POG(bm)
         # batches in memory ahead of the workers: enough to overlap disk and CPU, and for
         # the writer to bulk several p-units into one large write
-        pog.pstream(INGRESS, dataset.schema, max_units=64, max_bytes=8 * bm.config.bulk_bytes)
+        compress = Compression.scheme(engine.input_schema, compression, lossy_decimals)
+        pog.pstream(INGRESS, engine.input_schema, max_units=64,
+                    max_bytes=8 * bm.config.bulk_bytes, compress=compress)
         return engine.run(source, sink, metrics_log, on_sample, pog=pog)

@@ -51,7 +51,8 @@ class Controller:
                  workers: int = 2, batch: int | None = None, rate: float | None = None,
                  interval: float = 1.0, sink: str = "clocked", persist_input: bool = True,
                  standby: bool = False, standby_after: float = 2.0,
-                 metrics_interval: float = 0.5):
+                 metrics_interval: float = 0.5, push_up: bool = False,
+                 compression: str = "none", lossy_decimals: int | None = None):
         self.query, self.data = query, Path(data)
         self.dir = Path(workdir)
         self.storage, self.output = self.dir / "storage", self.dir / "output"
@@ -60,6 +61,7 @@ class Controller:
         self.interval, self.sink, self.persist_input = interval, sink, persist_input
         self.standby, self.standby_after = standby, standby_after
         self.metrics_interval = metrics_interval
+        self.push_up, self.compression, self.lossy_decimals = push_up, compression, lossy_decimals
         self.proc: subprocess.Popen | None = None
         self.spare: subprocess.Popen | None = None
         self.incarnation = 0
@@ -81,6 +83,12 @@ class Controller:
             cmd += ["--rate", str(self.rate)]
         if not self.persist_input:
             cmd += ["--checkpoint-only"]
+        if self.push_up:
+            cmd += ["--push-up"]
+        if self.compression != "none":
+            cmd += ["--compression", self.compression]
+        if self.lossy_decimals is not None:
+            cmd += ["--lossy-decimals", str(self.lossy_decimals)]
         return cmd + (["--recover"] if recover else [])
 
     # -- the process ------------------------------------------------------------------------------

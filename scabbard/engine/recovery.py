@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
 from scabbard.engine.ft import QueryState
 from scabbard.engine.metrics import Metrics
@@ -90,8 +91,14 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                        rate: float | None = None, duration: float | None = None,
                        max_tuples: int | None = None, metrics_log: str | Path | None = None,
                        on_sample=None, storage_config: StorageConfig | None = None,
-                       persist_input: bool = True, standby=None) -> FTReport:
+                       persist_input: bool = True, standby=None, push_up: bool = False,
+                       compression: str = "none",
+                       lossy_decimals: int | None = None) -> FTReport:
     """Run ``query`` with persisted input, checkpoints and exactly-once output (or recover).
+
+    ``push_up``, ``compression``, ``lossy_decimals``: the data reduction before the ingress
+    p-stream (§3.4, §5; see :func:`scabbard.engine.run_query`).  A run is recovered with
+    the reduction it was started with (it is recorded with the run).
 
     ``standby``: called once the code is loaded and before the storage is touched; it returns
     when this process should take over (a warm standby, started ahead of a failure, waits
@@ -100,9 +107,14 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
     storage = Path(storage)
     phases = {"spawned": float(os.environ.get("SCABBARD_SPAWNED_AT", "nan")),
               "started": time.time()}
-    engine = Engine(query, dataset.tables, config)
+    if push_up and not persist_input:
+        raise ValueError("persistence push-up needs persisted input (it moves operators below "
+                         "the ingress p-stream); without it the source replays the input")
+    engine = Engine(query, dataset.tables, config, push_up=push_up)
+    reduction = {"push_up": push_up, "compression": compression, "lossy_decimals": lossy_decimals}
     params = {"batch_rows": engine.batch_rows_for(ReplaySource(dataset, 1).tuples_per_ms()),
-              "rate": rate, "max_tuples": max_tuples, "persist_input": persist_input}
+              "rate": rate, "max_tuples": max_tuples, "persist_input": persist_input,
+              **reduction}
     # compiled code from numba's on-disk cache (a full batch: the long-task path too)
     engine.warm_up(ReplaySource(dataset, params["batch_rows"]).peek())
     phases["code_loaded"] = time.time()
@@ -111,12 +123,20 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
         phases["activated"] = time.time()
     run = _run_file(storage, query, recover, params)
     persist_input = run.get("persist_input", True)  # a recovered run keeps its mode
+    had = {k: run.get(k, v if k != "push_up" else False) for k, v in reduction.items()}
+    if recover and had["push_up"] != push_up:
+        raise CheckpointError(f"{storage} holds a run {'with' if had['push_up'] else 'without'} "
+                              f"persistence push-up: recover it the same way "
+                              f"({'add' if had['push_up'] else 'drop'} --push-up)")
     metrics = Metrics(dataset.schema.row_bytes, metrics_log, engine.config.metrics_interval,
                       on_sample)
     with BlockManager(storage, storage_config) as bm:
         pog = POG(bm)
-        ingress = pog.pstream(INGRESS, dataset.schema, max_units=64,
-                              max_bytes=8 * bm.config.bulk_bytes) if persist_input else None
+        compress = Compression.scheme(engine.input_schema, had["compression"] or "none",
+                                      had["lossy_decimals"], on_event=metrics.event)
+        ingress = pog.pstream(INGRESS, engine.input_schema, max_units=64,
+                              max_bytes=8 * bm.config.bulk_bytes,
+                              compress=compress) if persist_input else None
         state = QueryState(engine.plan.branches, bm, _Edges)
         store = CheckpointStore(storage / "checkpoints")
         resume, replay_from, skipped = None, None, []
@@ -151,7 +171,7 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
         # without: the source itself starts again at the checkpoint's offset
         ft = FaultTolerance(state, controller, committed, resume,
                             replay_from if persist_input else None)
-        source_start = ingress.end if persist_input else (replay_from or 0)
+        source_start = _source_position(ingress) if persist_input else (replay_from or 0)
         source = ReplaySource(dataset, run["batch_rows"], rate=run["rate"], duration=duration,
                               max_tuples=run["max_tuples"], loop=True, start=source_start,
                               started_at=run["started_at"])
@@ -174,6 +194,19 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
             (storage / RUN_FILE).write_text(json.dumps(done, indent=1))
         return FTReport(report, list(controller.stats.completed), controller.stats.failed,
                         resume[0].id if resume else None, replay_from)
+
+
+def _source_position(ingress) -> int:
+    """Where the source continues: after the input the ingress p-stream reflects - its last
+    p-unit's vector clock (after push-up dropped tuples, p-stream offsets are not source
+    offsets)."""
+    clock = ingress.last_clock()
+    if clock is not None:
+        return clock[0]
+    if ingress.end:  # everything stored was released: nothing to tell where the source was
+        raise CheckpointError(f"the ingress p-stream holds no p-unit to say where its source "
+                              f"stopped (its end is {ingress.end})")
+    return 0
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from scabbard.batch import Batch
 from scabbard.data import Table
 from scabbard.engine import physical
 from scabbard.engine.metrics import Metrics, Summary
+from scabbard.engine.pushup import Reducer
 from scabbard.engine.sinks import Sink
 from scabbard.faults import crashpoint
 from scabbard.kernels import hashtable as ht
@@ -42,7 +43,7 @@ from scabbard.kernels import window as kw
 from scabbard.kernels.aggregate import _pane_aggregate, key_ids
 from scabbard.kernels.join import build_index
 from scabbard.pog import POG
-from scabbard.query import Query, QueryError
+from scabbard.query import Query, QueryError, optimize
 
 INGRESS, READER = "input", "query"
 MIN_BATCH = 1 << 18
@@ -178,10 +179,15 @@ class Engine:
     """Runs one query: ``Engine(query, relations).run(source, sink)``."""
 
     def __init__(self, query: Query, relations: dict[str, Table] | None = None,
-                 config: EngineConfig | None = None):
+                 config: EngineConfig | None = None, push_up: bool = False):
+        """``push_up``: run the plan persistence push-up rewrote (§3.4): selections and
+        projections before the ingress p-stream (:attr:`reduce`), the rest after it."""
         self.query = query
         self.config = config or EngineConfig()
-        self.plan = physical.plan(query.node)
+        self.pushup = optimize.push_up(query.node) if push_up else None
+        self.reduce = Reducer(self.pushup) if push_up else None
+        self.input_schema = self.pushup.schema if push_up else query.node.source().schema
+        self.plan = physical.plan(self.pushup.plan if push_up else query.node)
         self.schema = self.plan.schema
         self._bind(relations or {})
         for b in self.plan.branches:
@@ -259,6 +265,10 @@ class Engine:
         """
         if getattr(self, "_warm", False):
             return
+        if self.reduce is not None:
+            batch = self.reduce(batch)
+            if not len(batch):  # nothing survives the pushed-up selection: warm up later
+                return
         self._warm = True
         head = batch.slice(0, min(len(batch), 2048))
         r = self._fragment(0, head, 0.0)
@@ -391,6 +401,8 @@ class _Execution:
             try:
                 r = self.engine._fragment(*item[:3])
                 r.marker = item[3]
+                if item[4] is not None:  # source tuples, when push-up dropped some
+                    r.tuples = item[4]
                 with self.lock:
                     self.results[r.seq] = r
                     if r.long:
@@ -508,12 +520,27 @@ class _Execution:
         self.tasks.put(item)
         return True
 
-    def dispatch(self, batch: Batch, ingest: float) -> bool:
-        """Number the task, attach a checkpoint marker if one is due, queue it."""
+    def dispatch(self, batch: Batch, ingest: float, tuples: int | None = None) -> bool:
+        """Number the task, attach a checkpoint marker if one is due, queue it.
+        ``tuples``: the source tuples it stands for (when push-up dropped some)."""
         marker = self.ft.controller.marker() if self.ft is not None else None
         seq = self.next_seq
         self.next_seq += 1
-        return self.submit((seq, batch, ingest, marker))
+        return self.submit((seq, batch, ingest, marker, tuples))
+
+    def reduced(self):
+        """Source batches as tasks see them: with push-up, reduced (empty ones skipped, their
+        tuples counted with the next), as ``(source batch, batch, source tuples)``."""
+        reduce, skipped = self.engine.reduce, 0
+        for sb in self.source.batches():
+            if reduce is None:
+                yield sb, sb.batch, None
+                continue
+            b = reduce(sb.batch)
+            skipped += len(sb.batch)
+            if len(b):
+                yield sb, b, skipped
+                skipped = 0
 
     def restore(self) -> None:
         """Resume from a checkpoint: its task is the one before the next, as if just assembled
@@ -538,7 +565,9 @@ class _Execution:
         for u in self.ingress.load_stream(start):
             if u.offset <= half < u.offset + len(u):
                 crashpoint("recovery_replay")
-            if not self.dispatch(u.batch, self.source.arrival_time(u.offset, len(u), now)):
+            source_end = u.vector_clock[0]  # differs from u.end after push-up
+            if not self.dispatch(u.batch, self.source.arrival_time(source_end - len(u), len(u),
+                                                                   now)):
                 return
         self.replay_last = self.next_seq - 1
         self.metrics.event("recovery", phase="replay_dispatched", offset=self.ingress.end,
@@ -549,14 +578,14 @@ class _Execution:
         ingest = {}
 
         def batches():
-            for sb in self.source.batches():
+            for sb, b, tuples in self.reduced():
                 if self.error is not None:
                     return
-                ingest[sb.seq] = sb.ingest_time
-                yield sb.seq, sb.batch
+                ingest[sb.seq] = (sb.ingest_time, tuples)
+                yield sb.seq, b, sb.batch.end if tuples is not None else None
 
         def deliver(u) -> bool:
-            return self.dispatch(u.batch, ingest.pop(u.batch_id))
+            return self.dispatch(u.batch, *ingest.pop(u.batch_id))
 
         self.pog.persist_ingress(INGRESS, READER, batches(), deliver, operator=self)
 
@@ -577,8 +606,8 @@ class _Execution:
             self.ft.controller.start()
         try:
             if self.ingress is None:
-                for sb in self.source.batches():
-                    if not self.dispatch(sb.batch, sb.ingest_time):
+                for sb, b, tuples in self.reduced():
+                    if not self.dispatch(b, sb.ingest_time, tuples):
                         break
             else:
                 if self.ft is not None and self.ft.replay_from is not None:

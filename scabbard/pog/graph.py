@@ -25,10 +25,10 @@ class POG:
         self.released: dict[str, int] = {}
 
     def pstream(self, name: str, schema: Schema, start: int = 0, max_units: int = 64,
-                max_bytes: int = 256 << 20) -> PStream:
+                max_bytes: int = 256 << 20, compress=None) -> PStream:
         if name in self.streams:
             raise ValueError(f"the graph already has a p-stream {name!r}")
-        s = PStream(name, schema, self.storage, start, max_units, max_bytes)
+        s = PStream(name, schema, self.storage, start, max_units, max_bytes, compress)
         self.streams[name] = s
         return s
 
@@ -43,8 +43,11 @@ class POG:
 
     def persist_ingress(self, stream: str, reader: str, batches: Iterable[tuple[int, Batch]],
                         deliver: Callable[[PUnit], bool], operator=None) -> bool:
-        """Write ``batches`` (batch id, batch) into the ingress p-stream ``stream``, each
-        behind a retain marker, and hand every p-unit to ``deliver`` once it is stored.
+        """Write ``batches`` (batch id, batch, source end) into the ingress p-stream
+        ``stream``, each behind a retain marker, and hand every p-unit to ``deliver`` once
+        it is stored.  The *source end* - how far into the source the p-unit reflects, its
+        vector clock - differs from the p-stream's own offsets when operators moved below
+        the p-stream (push-up) dropped tuples; None means "the p-unit's end".
 
         Writing runs ahead of delivery by what the stream holds in memory
         (``max_units``/``max_bytes``), so disk writes and downstream work overlap.
@@ -63,8 +66,9 @@ class POG:
             waiting -= 1
             return deliver(u)
 
-        for batch_id, b in batches:
-            unit = PUnit(stream, batch_id, Batch(b.schema, b.columns, offset), (offset + len(b),))
+        for batch_id, b, source_end in batches:
+            clock = (offset + len(b) if source_end is None else source_end,)
+            unit = PUnit(stream, batch_id, Batch(b.schema, b.columns, offset), clock)
             while waiting and not s.has_room(b.column_bytes):
                 if take(block=True) is False:
                     return False

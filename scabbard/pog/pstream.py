@@ -54,8 +54,10 @@ class _Entry:
 
 class PStream:
     def __init__(self, name: str, schema: Schema, storage: BlockManager | None = None,
-                 start: int = 0, max_units: int = 64, max_bytes: int = 256 << 20):
+                 start: int = 0, max_units: int = 64, max_bytes: int = 256 << 20,
+                 compress=None):
         self.name, self.schema, self.storage = name, schema, storage
+        self.compress = compress  # batch -> [(codec, payload)] per column; None: stored raw
         self.stream_id = storage.stream(name, schema) if storage is not None else None
         if storage is not None:
             stored = storage.durable_end(self.stream_id)
@@ -137,7 +139,8 @@ class PStream:
             return done
         if self.storage is None:
             raise PStreamError(f"p-stream {self.name!r} has no storage to persist to")
-        ack = self.storage.append(self.stream_id, unit.batch, batch_id, unit.meta_words())
+        ack = self.storage.append(self.stream_id, unit.batch, batch_id, unit.meta_words(),
+                                  compress=self.compress)
 
         def acknowledged(f: Future) -> None:
             err = f.exception()
@@ -216,8 +219,14 @@ class PStream:
         """The persisted p-units from ``start``, read back (in parallel) and verified."""
         if self.storage is None:
             raise PStreamError(f"p-stream {self.name!r} has no storage")
-        for b in self.storage.load(self.stream_id, start, end):
-            yield PUnit(self.name, -1, b, (b.end,), persistent=True)
+        for b, meta in self.storage.load(self.stream_id, start, end, with_meta=True):
+            clock = tuple(int(w) for w in meta) or (b.end,)
+            yield PUnit(self.name, -1, b, clock, persistent=True)
+
+    def last_clock(self) -> tuple[int, ...] | None:
+        """The vector clock stored with the last persisted p-unit (None if none is stored)."""
+        meta = self.storage.last_meta(self.stream_id) if self.storage is not None else None
+        return None if meta is None else tuple(int(w) for w in meta)
 
     def flush(self) -> None:
         if self.storage is not None:

@@ -390,9 +390,12 @@ class BlockManager:
                 self._buffers.append(buf)
 
     def append(self, stream: int, batch: Batch, batch_id: int = 0,
-               meta: np.ndarray | None = None) -> Future:
+               meta: np.ndarray | None = None, compress=None) -> Future:
         """Persist ``batch`` (whose offset must continue the stream) asynchronously.
 
+        ``compress``: a callable, batch -> ``[(codec, payload)]`` per column (e.g. a
+        :class:`scabbard.compression.policy.Compression`), run here, before the segment's
+        place in its file is reserved (its length is the compressed one).
         Returns a future resolving to the batch's end offset once it is
         acknowledged.  Blocks while ``max_pending_bytes`` await writing.
         """
@@ -400,7 +403,8 @@ class BlockManager:
         cfg = self.config
         if s.error is not None:
             raise StorageError(f"stream {s.name!r} cannot be written: {s.error}") from s.error
-        n = sg.segment_length(batch, 0 if meta is None else len(meta), cfg.align)
+        stored = compress(batch) if compress is not None else None
+        n = sg.segment_length(batch, 0 if meta is None else len(meta), cfg.align, stored)
         if n > cfg.file_bytes - cfg.data_start:
             raise StorageError(f"a segment of {n:,} bytes does not fit a {cfg.file_bytes:,}-byte "
                                f"pool file; use larger files or smaller batches")
@@ -426,7 +430,7 @@ class BlockManager:
             s.next_offset = batch.end
             encoded = self._encoders.submit(sg.encode, batch, stream_id=stream, epoch=f.epoch,
                                             batch_id=batch_id, meta=meta, align=cfg.align,
-                                            out=full)
+                                            out=full, stored=stored)
             with s.cond:
                 s.pending.append(_Pending(f, pos, n, encoded, full, batch.offset, len(batch), fut))
                 s.pending_bytes += n
@@ -572,8 +576,18 @@ class BlockManager:
     def read_async(self, stream: int, offset: int) -> Future:
         return self._pool.submit(self.read, stream, offset)
 
-    def load(self, stream: int, start: int | None = None, end: int | None = None):
-        """Every stored batch from ``start`` (default: the first stored) to ``end``, in order.
+    def last_meta(self, stream: int) -> np.ndarray | None:
+        """The metadata words stored with the stream's last acknowledged batch (None if the
+        stream holds none)."""
+        s = self._by_id[stream]
+        if s.durable <= s.start:
+            return None
+        return self.read_with_meta(stream, s.durable - 1)[1]
+
+    def load(self, stream: int, start: int | None = None, end: int | None = None,
+             with_meta: bool = False):
+        """Every stored batch from ``start`` (default: the first stored) to ``end``, in order;
+        with ``with_meta``, ``(batch, metadata words)`` pairs.
 
         Reads run ahead on the I/O pool while the caller consumes.
         """
@@ -584,12 +598,18 @@ class BlockManager:
             firsts = [g.first for f in s.files for g in f.segs if g.first + g.count > start
                       and g.first < end]
         window: deque[Future] = deque()
+
+        def done():
+            batch, meta = window.popleft().result()
+            batch = _cut(batch, start, end)
+            return (batch, meta) if with_meta else batch
+
         for off in firsts:
-            window.append(self.read_async(stream, max(off, start)))
+            window.append(self._pool.submit(self.read_with_meta, stream, max(off, start)))
             if len(window) > self.config.io_threads * 2:
-                yield _cut(window.popleft().result(), start, end)
+                yield done()
         while window:
-            yield _cut(window.popleft().result(), start, end)
+            yield done()
 
     # -- garbage collection --------------------------------------------------------------------------
     def trim(self, stream: int, offset: int) -> int:

@@ -27,9 +27,12 @@ Layout, little-endian, starting on an ``align`` boundary of its file::
     ...  metadata words
     header length: the columns, one after the other, each padded to 8 bytes.
 
-Codec 0 is "raw" (the column's little-endian bytes); the compression issue adds
-the others.  A segment that fails any check raises :class:`CorruptSegment`
-naming the file and the position; it is never returned as data.
+Codec 0 is "raw" (the column's little-endian bytes); any other id is looked up in
+the codec registry (:mod:`scabbard.compression`) and the column decoded with the
+codec its 24 parameter bytes describe - so segments of one stream may each use
+other codecs (adaptive compression, deoptimisation) and all decode.  A segment
+that fails any check raises :class:`CorruptSegment` naming the file and the
+position; it is never returned as data.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scabbard.batch import Batch
+from scabbard.compression import CodecError, codec_from_params
 from scabbard.schema import Schema
 from scabbard.storage.checksum import checksum, copy_checksum
 
@@ -119,20 +123,30 @@ def _pad8(n: int) -> int:
     return round_up(n, 8)
 
 
-def segment_length(batch: Batch, meta_words: int = 0, align: int = PAGE) -> int:
-    payload = sum(_pad8(c.nbytes) for c in batch.columns)
+def segment_length(batch: Batch, meta_words: int = 0, align: int = PAGE,
+                   stored: list | None = None) -> int:
+    sizes = [p.nbytes for _, p in stored] if stored is not None else \
+        [c.nbytes for c in batch.columns]
+    payload = sum(_pad8(n) for n in sizes)
     return round_up(header_length(len(batch.columns), meta_words) + payload, align)
 
 
 def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int, kind: int = KIND_DATA,
            meta: np.ndarray | None = None, align: int = PAGE,
-           out: np.ndarray | None = None) -> np.ndarray:
+           out: np.ndarray | None = None, stored: list | None = None) -> np.ndarray:
     """Write ``batch`` as one segment into ``out`` (or a new aligned buffer); return the segment.
 
+    ``stored``: per column, ``(codec, payload)`` - the column already compressed (see
+    :mod:`scabbard.compression.policy`); by default every column is stored raw.
     The returned view has the segment's full (aligned) length; padding is zero.
     """
     meta = np.zeros(0, np.uint64) if meta is None else np.ascontiguousarray(meta, np.uint64)
-    cols = [np.ascontiguousarray(c) for c in batch.columns]
+    raw = [np.ascontiguousarray(c) for c in batch.columns]
+    if stored is None:
+        stored = [(None, c) for c in raw]
+    elif len(stored) != len(raw):
+        raise ValueError(f"{len(stored)} stored columns for {len(raw)} in the batch")
+    cols = [np.ascontiguousarray(p).reshape(-1).view(np.uint8) for _, p in stored]
     hlen = header_length(len(cols), len(meta))
     payload = sum(_pad8(c.nbytes) for c in cols)
     seglen = round_up(hlen + payload, align)
@@ -143,13 +157,14 @@ def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int, kind: int
     seg = out[:seglen]
     pos, dsum = hlen, 0
     descs = []
-    for c in cols:  # copied and hashed in one pass over memory
+    for (codec, _), c, r in zip(stored, cols, raw, strict=True):  # copied and hashed in one pass
         n = c.nbytes
         dsum = copy_checksum(c, seg[pos:pos + _pad8(n)], dsum)
-        descs.append(_COLUMN.pack(CODEC_RAW, 0, 0, n, n, b""))
+        cid, params = (CODEC_RAW, b"") if codec is None else (codec.codec_id, codec.to_params())
+        descs.append(_COLUMN.pack(cid, 0, 0, r.nbytes, n, params))
         pos += _pad8(n)
     seg[pos:] = 0
-    ts = cols[0] if batch.schema.stream and len(batch) else None
+    ts = raw[0] if batch.schema.stream and len(batch) else None
     mn = int(ts[0]) if ts is not None else 0
     mx = int(ts[-1]) if ts is not None else 0
     fixed = _FIXED.pack(MAGIC, VERSION, kind, hlen, stream_id, len(cols), epoch, batch.offset,
@@ -235,13 +250,22 @@ def decode(buf: np.ndarray, schema: Schema, where: str = "<memory>", position: i
     pos = h.header_len
     cols = []
     for f, c in zip(schema.fields, h.columns, strict=True):
-        if c.codec != CODEC_RAW:
-            raise CorruptSegment(where, position, f"column {f.name!r}: unknown codec {c.codec}")
         want = h.count * f.itemsize
         if c.raw_len != want:
             raise CorruptSegment(where, position, f"column {f.name!r}: {c.raw_len} bytes for "
                                                   f"{h.count} rows, expected {want}")
-        col = buf[pos:pos + c.stored_len].view(f.numpy_dtype).reshape(f.column_shape(h.count))
-        cols.append(col.copy() if copy else col)
+        data = buf[pos:pos + c.stored_len]
+        if c.codec == CODEC_RAW:
+            col = data.view(f.numpy_dtype).reshape(f.column_shape(h.count))
+            cols.append(col.copy() if copy else col)
+        else:
+            try:
+                col = codec_from_params(c.codec, c.params).decode(data, h.count, f.dtype)
+            except CodecError as e:
+                raise CorruptSegment(where, position, f"column {f.name!r}: {e}") from None
+            if col.dtype != f.numpy_dtype or col.shape != f.column_shape(h.count):
+                raise CorruptSegment(where, position, f"column {f.name!r}: codec {c.codec} "
+                                                      f"decoded {col.dtype}{col.shape}")
+            cols.append(col)
         pos += _pad8(c.stored_len)
     return h, Batch(schema, tuple(cols), h.first_offset)

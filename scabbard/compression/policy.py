@@ -1,0 +1,160 @@
+"""Which codec compresses which column of a p-stream, batch by batch (paper §5.2).
+
+:class:`Compression` is the compression operator placed before a p-stream (push-up,
+§3.4): called with a batch, it returns each column's ``(codec, payload)``, which the
+segment stores with the codec's id and parameters.  Its codecs can be swapped at any
+time (the adaptive selector does so while the query runs); a batch that breaks a
+specialised codec's assumption (:class:`~scabbard.compression.base.Unfit`) is
+encoded with the column's generic codec instead - *deoptimisation* - and counted.
+
+The paper's default scheme, used before anything is known of the data (§5.1):
+delta-of-delta for the timestamp, Simple-8b for integers, XOR for floats, Snappy
+for anything else.  ``lossy_decimals`` turns float columns into integers with that
+many decimals (the user's stated error bound, §5.1), falling back to XOR for a batch
+holding values it cannot represent (NaN, ±inf, too large).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scabbard.compression.base import FLOAT, INTEGER, Codec, Unfit, codec_class, codec_from_config
+from scabbard.schema import Schema
+
+SCHEMES = ("none", "default", "adaptive")
+
+
+def generic_codec(dtype: str, timestamp: bool = False) -> Codec:
+    """The paper's default codec for a column of ``dtype`` (lossless, never Unfit)."""
+    if timestamp:
+        return codec_class("delta_of_delta")()
+    if dtype in INTEGER:
+        return codec_class("simple8b")()
+    if dtype in FLOAT:
+        return codec_class("xor")()
+    return codec_class("snappy")()
+
+
+def lossy_codec(decimals: int) -> Codec:
+    return codec_class("lossy_float")(decimals=decimals)
+
+
+@dataclass
+class ColumnStats:
+    """What one column's compression did so far."""
+
+    raw_bytes: int = 0
+    stored_bytes: int = 0
+    seconds: float = 0.0
+    fallbacks: int = 0
+    batches: int = 0
+
+    @property
+    def ratio(self) -> float:
+        return self.raw_bytes / self.stored_bytes if self.stored_bytes else float("nan")
+
+
+@dataclass
+class Swap:
+    """One change of a column's codec (for the Fig. 12 timeline)."""
+
+    at: float  # time.time()
+    column: str
+    codec: str
+    reason: str
+
+
+@dataclass
+class Compression:
+    """The per-column codecs of one p-stream; ``compression(batch)`` -> stored columns."""
+
+    schema: Schema
+    codecs: tuple[Codec, ...]
+    fallbacks: tuple[Codec, ...] = ()
+    stats: dict[str, ColumnStats] = field(default_factory=dict)
+    swaps: list[Swap] = field(default_factory=list)
+    on_event: object = None  # called as on_event(kind, **fields): "codec" swaps, "fallback"s
+
+    def __post_init__(self) -> None:
+        if len(self.codecs) != len(self.schema.fields):
+            raise ValueError(f"{len(self.codecs)} codecs for {len(self.schema.fields)} columns")
+        for f, c in zip(self.schema.fields, self.codecs, strict=True):
+            c.check_dtype(f.dtype)
+        if not self.fallbacks:
+            self.fallbacks = tuple(generic_codec(f.dtype, i == 0 and self.schema.stream)
+                                   for i, f in enumerate(self.schema.fields))
+        self.stats = {f.name: ColumnStats() for f in self.schema.fields}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def scheme(cls, schema: Schema, name: str = "default", lossy_decimals: int | None = None,
+               on_event=None, **adaptive) -> Compression | None:
+        """The compression of ``schema`` for a named scheme (None for ``"none"``); the
+        adaptive scheme starts from the default one and re-selects as it goes
+        (``adaptive``: options of :class:`~scabbard.compression.adaptive.AdaptiveCompression`)."""
+        if name not in SCHEMES:
+            raise ValueError(f"unknown compression scheme {name!r} (choose from "
+                             f"{', '.join(SCHEMES)})")
+        if name == "none":
+            return None
+        codecs = []
+        for i, f in enumerate(schema.fields):
+            if lossy_decimals is not None and f.dtype in FLOAT:
+                codecs.append(lossy_codec(lossy_decimals))
+            else:
+                codecs.append(generic_codec(f.dtype, i == 0 and schema.stream))
+        if name == "adaptive":
+            from scabbard.compression.adaptive import AdaptiveCompression
+
+            return AdaptiveCompression(schema, tuple(codecs), on_event=on_event,
+                                       lossy_decimals=lossy_decimals, **adaptive)
+        return cls(schema, tuple(codecs), on_event=on_event)
+
+    def swap(self, column: str, codec: Codec, reason: str = "") -> None:
+        """Use ``codec`` for ``column`` from the next batch on (the query keeps running)."""
+        i = self.schema.index(column)
+        codec.check_dtype(self.schema.fields[i].dtype)
+        with self._lock:
+            codecs = list(self.codecs)
+            codecs[i] = codec
+            self.codecs = tuple(codecs)  # one assignment: a running batch sees old or new
+            self.swaps.append(Swap(time.time(), column, str(codec), reason))
+        if self.on_event is not None:
+            self.on_event("codec", column=column, codec=str(codec), reason=reason)
+
+    def __call__(self, batch) -> list[tuple[Codec, np.ndarray]]:
+        codecs = self.codecs
+        out = []
+        for f, col, chosen, generic in zip(self.schema.fields, batch.columns, codecs,
+                                           self.fallbacks, strict=True):
+            st = self.stats[f.name]
+            t0 = time.perf_counter()
+            codec = chosen
+            try:
+                payload = codec.encode(col)
+            except Unfit as e:  # deoptimisation: this batch with the generic codec
+                codec, payload = generic, generic.encode(col)
+                st.fallbacks += 1
+                if self.on_event is not None:
+                    self.on_event("fallback", column=f.name, codec=str(chosen), to=str(generic),
+                                  why=str(e))
+            st.seconds += time.perf_counter() - t0
+            st.raw_bytes += col.nbytes
+            st.stored_bytes += payload.nbytes
+            st.batches += 1
+            out.append((codec, payload))
+        return out
+
+    def describe(self) -> dict[str, str]:
+        return {f.name: str(c) for f, c in zip(self.schema.fields, self.codecs, strict=True)}
+
+    def config(self) -> list[dict]:
+        return [c.get_config() for c in self.codecs]
+
+    @classmethod
+    def from_config(cls, schema: Schema, cfg: list[dict], on_event=None) -> Compression:
+        return cls(schema, tuple(codec_from_config(c) for c in cfg), on_event=on_event)
