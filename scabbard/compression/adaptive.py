@@ -1,0 +1,176 @@
+"""Adaptive compression: profile, select, specialise, swap, deoptimise (paper §5.2, Fig. 12).
+
+:class:`AdaptiveCompression` is a :class:`~scabbard.compression.policy.Compression`
+that starts from the paper's default scheme and, while the query runs:
+
+1. **profiles** every ``profile_every``-th batch before it is persisted
+   (:mod:`scabbard.compression.profile`, one numba pass per column);
+2. every ``interval`` seconds (paper: 4 s) **selects** a codec per column from the
+   statistics since the last decision - with the paper's rules (:func:`by_rules`) or a
+   cost model (:func:`by_cost`: encode time plus write time of the bytes at the disk
+   bandwidth, measured by encoding the last profiled batch with each candidate);
+3. **specialises** it with what was learned (a fixed bit width, a byte width, a
+   dictionary bound) and **swaps** it in from the next batch on; the query never stops;
+4. a batch that breaks the specialisation is encoded with the generic codec instead
+   (**deoptimisation**, counted and logged by the base class); the next decision
+   learns the new data and specialises again.
+
+Segments record each column's codec, so batches written before, during and after a
+swap or a fallback all decode - on recovery too.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scabbard.compression.base import FLOAT, INTEGER, Codec, Unfit, codec_class
+from scabbard.compression.policy import Compression
+from scabbard.compression.profile import ColumnProfile
+
+SELECTORS = ("rules", "cost")
+RLE_MIN_RUN = 5.0  # the paper's rule: RLE once ceil(avg run) - 1 >= 5 (LightSaber)
+TS_RLE_MIN_RUN = 16.0  # timestamps: delta-of-delta (1 bit per repeat) unless bursts are long
+
+
+def _c(name: str, **kw) -> Codec:
+    return codec_class(name)(**kw)
+
+
+def _margin(bits: int) -> int:
+    """A specialised width with one bit of headroom (clamped to 1..64)."""
+    return max(1, min(64, bits + 1))
+
+
+def by_rules(p: ColumnProfile, timestamp: bool, lossy_decimals: int | None) -> Codec:
+    """The paper's choice (§5.1) for a column with profile ``p``, specialised."""
+    runs = p.avg_run >= RLE_MIN_RUN
+    if timestamp:  # fixed intervals or short bursts: delta-of-delta; long bursts: BD + RLE
+        if p.avg_run < TS_RLE_MIN_RUN:
+            return _c("delta_of_delta")
+        return _c("rle", inner=_c("base_delta", width=_margin(p.range_bits)))
+    if p.dtype in INTEGER:
+        ns = _c("ns_bit", width=_margin(p.value_bits)) if p.value_bits < 60 else _c("simple8b")
+        return _c("rle", inner=ns) if runs else ns
+    if p.dtype in FLOAT:
+        if lossy_decimals is not None:
+            return _c("lossy_float", decimals=lossy_decimals)
+        return _c("rle") if runs else _c("xor")
+    if 0 <= p.distinct < 1 << 15:  # uuids and the like: a small set of repeating values
+        return _c("dictionary", max_distinct=1 << 16)
+    return _c("snappy")
+
+
+def candidates(p: ColumnProfile, timestamp: bool, lossy_decimals: int | None) -> list[Codec]:
+    """What the cost model weighs for a column (the rules' pick among them)."""
+    out = [by_rules(p, timestamp, lossy_decimals)]
+    if p.dtype in INTEGER:
+        out += [_c("simple8b"), _c("varbyte"), _c("ns_byte"), _c("base_delta"),
+                _c("delta_of_delta"), _c("rle", inner=_c("ns_bit"))]
+    elif p.dtype in FLOAT:
+        out += [_c("xor"), _c("rle"), _c("dictionary")]
+        if lossy_decimals is not None:
+            out.append(_c("lossy_float", decimals=lossy_decimals, inner=_c("delta_of_delta")))
+    else:
+        out += [_c("dictionary"), _c("lz4"), _c("snappy")]
+    out.append(_c("raw"))
+    unique: dict[str, Codec] = {}
+    for c in out:
+        unique.setdefault(str(c), c)
+    return list(unique.values())
+
+
+@dataclass(frozen=True)
+class Trial:
+    codec: str
+    seconds: float
+    bytes: int
+    cost: float  # seconds: encode + write at the disk bandwidth
+
+
+def by_cost(column: np.ndarray, options: list[Codec], disk_bytes_per_s: float,
+            repeat: int = 2) -> tuple[Codec, list[Trial]]:
+    """The option that costs least time for this column: encoding it plus writing what it
+    produces at ``disk_bytes_per_s``.  Options unfit for the sample are skipped."""
+    trials, best = [], None
+    for c in options:
+        try:
+            c.encode(column)  # warm (compiled code, caches)
+            t0 = time.perf_counter()
+            for _ in range(repeat):
+                out = c.encode(column)
+            secs = (time.perf_counter() - t0) / repeat
+        except Unfit:
+            continue
+        t = Trial(str(c), secs, out.nbytes, secs + out.nbytes / disk_bytes_per_s)
+        trials.append(t)
+        if best is None or t.cost < best[1].cost:
+            best = (c, t)
+    return best[0], trials
+
+
+@dataclass
+class AdaptiveCompression(Compression):
+    """Compression that re-profiles and re-selects while the query runs (module docstring)."""
+
+    interval: float = 4.0
+    profile_every: int = 4
+    selector: str = "rules"
+    disk_bytes_per_s: float = 1.0e9
+    lossy_decimals: int | None = None
+    decisions: int = 0
+    trials: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.selector not in SELECTORS:
+            raise ValueError(f"unknown selector {self.selector!r} (choose from "
+                             f"{', '.join(SELECTORS)})")
+        if not self.interval > 0 or self.profile_every < 1:
+            raise ValueError("interval must be positive and profile_every >= 1")
+        self._reset()
+        self._seen = 0
+        self._last = None  # the last profiled batch (the cost model's sample)
+        self._decided_at = time.monotonic()
+
+    def _reset(self) -> None:
+        self.profiles = [ColumnProfile(f.dtype) for f in self.schema.fields]
+
+    def __call__(self, batch):
+        if self._seen % self.profile_every == 0 and len(batch):
+            for p, col in zip(self.profiles, batch.columns, strict=True):
+                p.add(col)
+            self._last = batch
+        self._seen += 1
+        if time.monotonic() - self._decided_at >= self.interval and self._last is not None:
+            self.decide()
+        return super().__call__(batch)
+
+    def decide(self) -> dict[str, str]:
+        """Select (and swap in) a codec per column from the profiles; start new ones."""
+        changed = {}
+        for i, (f, p) in enumerate(zip(self.schema.fields, self.profiles, strict=True)):
+            if p.rows == 0:
+                continue
+            ts = i == 0 and self.schema.stream
+            if self.selector == "rules":
+                pick = by_rules(p, ts, self.lossy_decimals)
+            else:
+                pick, trials = by_cost(self._last.columns[i],
+                                       candidates(p, ts, self.lossy_decimals),
+                                       self.disk_bytes_per_s)
+                self.trials.append((f.name, trials))
+            if pick != self.codecs[i]:
+                self.swap(f.name, pick, reason=f"{self.selector}: {_why(p)}")
+                changed[f.name] = str(pick)
+        self.decisions += 1
+        self._reset()
+        self._decided_at = time.monotonic()
+        return changed
+
+
+def _why(p: ColumnProfile) -> str:
+    return (f"{p.rows:,} rows, {p.value_bits} value bits, range {p.range_bits} bits, "
+            f"avg run {p.avg_run:.1f}, regular {p.regular:.2f}")

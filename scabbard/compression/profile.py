@@ -1,0 +1,154 @@
+"""Column statistics for adaptive compression: the instrumented kernel (paper §5.2).
+
+Before a batch is persisted, :func:`profile_column` reads one column once and returns
+what the codec rules need: min/max, the bit width of the values and of the batch's
+range, the average run length, how regular the deltas are (share of zero
+delta-of-deltas), an estimate of the distinct count, and for floats the number of
+decimals that represents every value exactly.  :class:`ColumnProfile` merges the
+batches profiled since the last decision (as LightSaber's ``addStatistics``: min of
+mins, max of maxes, the widest widths, mean run length).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from scabbard.compression._bits import U64, zigzag
+from scabbard.compression.base import FLOAT
+from scabbard.kernels._jit import kernel
+
+DISTINCT_SLOTS = 4096  # distinct values counted exactly up to half of this, then "many"
+MAX_DECIMALS = 6
+
+
+@kernel
+def _int_stats(v, slots):
+    """One pass: min, max, OR of zigzag codes, value changes, zero delta-of-deltas,
+    distinct values (exact up to len(slots)//2, else -1)."""
+    n = v.shape[0]
+    lo, hi = v[0], v[0]
+    codes = U64(0)
+    changes, dod_zero = 0, 0
+    for i in range(slots.shape[0]):
+        slots[i] = U64(0)
+    used = 0
+    cap = slots.shape[0] // 2
+    mask = U64(slots.shape[0] - 1)
+    prev_d = np.int64(0)
+    for i in range(n):
+        x = v[i]
+        lo = min(lo, x)
+        hi = max(hi, x)
+        codes |= zigzag(x)
+        if i:
+            d = x - v[i - 1]
+            if d != 0:
+                changes += 1
+            if i > 1 and d == prev_d:
+                dod_zero += 1
+            prev_d = d
+        if used >= 0:  # a set of (value + 1) with 0 as empty; value -1 maps to a sentinel
+            key = U64(x) + U64(1)
+            if key == U64(0):
+                key = U64(0x9E3779B97F4A7C15)
+            h = (key * U64(0x9E3779B97F4A7C15)) >> U64(40)
+            j = h & mask
+            while slots[j] != U64(0) and slots[j] != key:
+                j = (j + U64(1)) & mask
+            if slots[j] == U64(0):
+                slots[j] = key
+                used += 1
+                if used > cap:
+                    used = -1
+    return lo, hi, codes, changes, dod_zero, used
+
+
+@kernel
+def _decimals(x, most):
+    """The fewest decimals (<= most) that write every finite value of x exactly; most + 1
+    if none does; -1 if some value is not finite."""
+    best = 0
+    for i in range(x.shape[0]):
+        v = x[i]
+        if not np.isfinite(v):
+            return -1
+        d = best
+        scale = 10.0 ** d
+        while d <= most and np.round(v * scale) / scale != v:
+            d += 1
+            scale *= 10.0
+        best = max(best, d)
+        if best > most:
+            return most + 1
+    return best
+
+
+@dataclass
+class ColumnProfile:
+    """Statistics of one column over the batches profiled since the last decision."""
+
+    dtype: str
+    rows: int = 0
+    batches: int = 0
+    min: int = 0  # of the values (floats: of their int64 bit patterns - not used)
+    max: int = 0
+    value_bits: int = 0  # zigzag bit width of the widest value
+    range_bits: int = 0  # widest in-batch range (max - min) in bits: base-delta's width
+    changes: int = 0  # adjacent values that differ
+    dod_zero: int = 0  # zero delta-of-deltas
+    distinct: int = 0  # largest exact in-batch distinct count; -1 = many
+    decimals: int = -1  # floats: decimals that write every value (-1 non-finite, 7 = many)
+    fmin: float = 0.0
+    fmax: float = 0.0
+
+    @property
+    def avg_run(self) -> float:
+        return self.rows / (self.changes + self.batches) if self.rows else 0.0
+
+    @property
+    def regular(self) -> float:
+        """Share of delta-of-deltas that are zero (1.0: fixed intervals)."""
+        return self.dod_zero / max(1, self.rows - 2 * self.batches)
+
+    def add(self, column: np.ndarray) -> None:
+        n = len(column)
+        if n == 0:
+            return
+        if self.dtype == "uuid":
+            bits = np.ascontiguousarray(column).view(np.int64).reshape(n, 2)[:, 0] ^ \
+                np.ascontiguousarray(column).view(np.int64).reshape(n, 2)[:, 1]
+        elif self.dtype in FLOAT:
+            wide = column.astype(np.float64)
+            bits = np.ascontiguousarray(column).view(np.int32 if column.itemsize == 4
+                                                     else np.int64).astype(np.int64)
+            d = int(_decimals(wide, MAX_DECIMALS))
+            self.decimals = d if self.batches == 0 or self.decimals < 0 or d < 0 \
+                else max(self.decimals, d)
+            if d < 0:
+                self.decimals = -1
+            fin = wide[np.isfinite(wide)]
+            if len(fin):
+                lo, hi = float(fin.min()), float(fin.max())
+                self.fmin = lo if self.batches == 0 else min(self.fmin, lo)
+                self.fmax = hi if self.batches == 0 else max(self.fmax, hi)
+        else:
+            bits = column.astype(np.int64, copy=False)
+        slots = np.empty(DISTINCT_SLOTS, np.uint64)
+        lo, hi, codes, changes, dod_zero, used = _int_stats(np.ascontiguousarray(bits), slots)
+        first = self.batches == 0
+        self.min = int(lo) if first else min(self.min, int(lo))
+        self.max = int(hi) if first else max(self.max, int(hi))
+        self.value_bits = max(self.value_bits, bit_width_of(int(codes)))
+        self.range_bits = max(self.range_bits, bit_width_of(int(hi) - int(lo)))
+        self.changes += int(changes)
+        self.dod_zero += int(dod_zero)
+        self.distinct = -1 if used < 0 or self.distinct < 0 else max(self.distinct, int(used))
+        self.rows += n
+        self.batches += 1
+
+
+def bit_width_of(u: int) -> int:
+    """Bits of a non-negative integer (0 for 0)."""
+    return int(u).bit_length()
