@@ -192,6 +192,9 @@ def _add_run(sub) -> None:
                    help="compress the persisted p-stream per column (§5): default = the "
                         "paper's starting scheme (delta-of-delta timestamps, Simple-8b ints, "
                         "XOR floats); adaptive = profile and switch codecs while running")
+    p.add_argument("--compression-interval", type=float, default=4.0, metavar="SECONDS",
+                   help="with --compression adaptive: seconds between re-selections (default 4, "
+                        "the paper's)")
     p.add_argument("--lossy-decimals", type=int, metavar="N",
                    help="with --compression: store float columns with N decimals (error "
                         "<= 0.5e-N), as integers; batches that cannot be (NaN, inf) fall back "
@@ -333,6 +336,8 @@ def _run_query(args) -> int:
     if reduces and args.checkpoint_only:
         raise CLIError("--checkpoint-only persists no input: --push-up and --compression "
                        "have nothing to reduce")
+    if not args.compression_interval > 0:
+        raise CLIError(f"--compression-interval must be positive, got {args.compression_interval}")
     if args.lossy_decimals is not None and args.compression == "none":
         raise CLIError("--lossy-decimals goes with --compression default or adaptive")
     if args.lossy_decimals is not None and not 0 <= args.lossy_decimals <= 9:
@@ -391,7 +396,8 @@ def _run_engine(args, query, ds) -> int:
                        duration=args.duration, max_tuples=args.max_tuples,
                        metrics_log=args.metrics_log, on_sample=progress, storage=store,
                        push_up=args.push_up, compression=args.compression,
-                       lossy_decimals=args.lossy_decimals)
+                       lossy_decimals=args.lossy_decimals,
+                       compression_interval=args.compression_interval)
     s = report.summary
     lat = s.latency_ms
     print(f"\n{query.name}: {s.tuples:,} tuples in {s.seconds:.2f} s = "
@@ -425,7 +431,8 @@ def _run_fault_tolerant(args, query, ds, config, progress) -> int:
                                metrics_log=args.metrics_log, on_sample=progress,
                                persist_input=not args.checkpoint_only, standby=standby,
                                push_up=args.push_up, compression=args.compression,
-                               lossy_decimals=args.lossy_decimals)
+                               lossy_decimals=args.lossy_decimals,
+                               compression_interval=args.compression_interval)
     except StandbyReleased:
         print("standby: released without taking over", flush=True)
         return 0

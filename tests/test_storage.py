@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -413,12 +414,12 @@ def test_persisted_ingress_delivers_every_unit_once_stored_in_order(tmp_path):
             pog.send_release("in", "r", u.end)
             return True
 
-        batches = ((i, make_batch(0, 300), None) for i in range(50))  # offsets are assigned on write
+        batches = ((i, make_batch(0, 300), None, None) for i in range(50))  # offsets are assigned on write
         assert pog.persist_ingress("in", "r", batches, deliver)
         assert got == list(range(0, 15000, 300))
         assert bm.start(s.stream_id) > 0  # released as delivered: files went back to the pool
         stop_after = iter(range(3))
-        more = ((i, make_batch(0, 300), None) for i in range(50, 100))
+        more = ((i, make_batch(0, 300), None, None) for i in range(50, 100))
         assert not pog.persist_ingress("in", "r2", more, lambda u: next(stop_after, None) is not None)
 
 
@@ -452,3 +453,29 @@ def test_real_full_disk_fails_clearly_and_keeps_acknowledged_data(tiny_disk):
         sid = bm.stream("in", SCHEMA)
         assert bm.durable_end(sid) == acked
         assert sum(len(b) for b in bm.load(sid)) == acked
+
+
+def test_an_emulated_slower_device_paces_writes(tmp_path):
+    """``write_bytes_per_s`` (Fig. 11's emulated disk): acknowledgements come no faster
+    than such a device would write."""
+    cfg = StorageConfig(file_bytes=1 << 20, pool_files=2, bulk_bytes=256 * 1024,
+                        write_bytes_per_s=4e6)
+    with BlockManager(tmp_path, cfg) as bm:
+        sid = bm.stream("s", SCHEMA)
+        t0 = time.perf_counter()
+        for i in range(8):
+            bm.append(sid, make_batch(i * 2000, 2000)).result()
+        took = time.perf_counter() - t0
+        assert bm.bytes_written >= 8 * 2000 * 36  # the columns, 36 bytes a row
+        assert took >= 0.9 * bm.bytes_written / 4e6
+        assert len(bm.read(sid, 0)) == 2000  # and the data is there
+
+
+def test_discard_mode_acknowledges_without_writing_and_refuses_reads(tmp_path):
+    cfg = StorageConfig(file_bytes=1 << 20, pool_files=2, discard=True)
+    with BlockManager(tmp_path, cfg) as bm:
+        sid = bm.stream("s", SCHEMA)
+        assert bm.append(sid, make_batch(0, 1000)).result() == 1000
+        assert bm.bytes_written > 0 and bm.durable_end(sid) == 1000
+        with pytest.raises(StorageError, match="discard"):
+            bm.read(sid, 0)

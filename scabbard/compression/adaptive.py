@@ -139,13 +139,14 @@ class AdaptiveCompression(Compression):
         self.profiles = [ColumnProfile(f.dtype) for f in self.schema.fields]
 
     def __call__(self, batch):
-        if self._seen % self.profile_every == 0 and len(batch):
-            for p, col in zip(self.profiles, batch.columns, strict=True):
-                p.add(col)
-            self._last = batch
-        self._seen += 1
-        if time.monotonic() - self._decided_at >= self.interval and self._last is not None:
-            self.decide()
+        with self._lock:  # profiling and decisions one batch at a time; encoding in parallel
+            if self._seen % self.profile_every == 0 and len(batch):
+                for p, col in zip(self.profiles, batch.columns, strict=True):
+                    p.add(col)
+                self._last = batch
+            self._seen += 1
+            if time.monotonic() - self._decided_at >= self.interval and self._last is not None:
+                self.decide()
         return super().__call__(batch)
 
     def decide(self) -> dict[str, str]:

@@ -210,19 +210,13 @@ def _check_width(name: str, width: int) -> None:
 
 
 # -- base-delta --------------------------------------------------------------------------------
-@register
 @dataclass(frozen=True)
-class BaseDelta(Codec):
-    """Values as unsigned offsets from the batch minimum, bit-packed (Table 2, [84]).
+class _Width(Codec):
+    """A codec with one bit width: 0 = measured per batch (generic), > 0 = fixed (specialised,
+    :class:`Unfit` when a value needs more bits)."""
 
-    ``width=0`` measures the offsets' width per batch; ``width>0`` is the specialised codec
-    a profile learns (§5.2): a batch whose range needs more bits is :class:`Unfit`.
-    """
-
-    codec_id: ClassVar[int] = 1
-    name: ClassVar[str] = "base_delta"
-    accepts: ClassVar[frozenset[str]] = INTEGER
     layout: ClassVar[str] = "<B"
+    example_widths: ClassVar[tuple[int, ...]] = (12,)
 
     width: int = 0
 
@@ -235,7 +229,22 @@ class BaseDelta(Codec):
 
     @classmethod
     def examples(cls) -> list[Codec]:
-        return [cls(), cls(width=12), cls(width=33)]
+        return [cls(), *(cls(width=w) for w in cls.example_widths)]
+
+
+@register
+@dataclass(frozen=True)
+class BaseDelta(_Width):
+    """Values as unsigned offsets from the batch minimum, bit-packed (Table 2, [84]).
+
+    ``width=0`` measures the offsets' width per batch; ``width>0`` is the specialised codec
+    a profile learns (§5.2): a batch whose range needs more bits is :class:`Unfit`.
+    """
+
+    codec_id: ClassVar[int] = 1
+    name: ClassVar[str] = "base_delta"
+    accepts: ClassVar[frozenset[str]] = INTEGER
+    example_widths: ClassVar[tuple[int, ...]] = (12, 33)
 
     def encode(self, values: np.ndarray) -> np.ndarray:
         v, _ = _column(self, values)
@@ -507,7 +516,7 @@ class NullSuppressionByte(Codec):
 # -- null suppression, bit-aligned -------------------------------------------------------------
 @register
 @dataclass(frozen=True)
-class NullSuppressionBit(Codec):
+class NullSuppressionBit(_Width):
     """Leading zero bits dropped: every value packed at one bit width (Table 2).
 
     ``width=0`` measures the batch's width; ``width>0`` is specialised (:class:`Unfit`
@@ -517,20 +526,7 @@ class NullSuppressionBit(Codec):
     codec_id: ClassVar[int] = 4
     name: ClassVar[str] = "ns_bit"
     accepts: ClassVar[frozenset[str]] = INTEGER
-    layout: ClassVar[str] = "<B"
-
-    width: int = 0
-
-    def __post_init__(self):
-        _check_width(self.name, self.width)
-
-    @property
-    def specialised(self) -> bool:
-        return self.width > 0
-
-    @classmethod
-    def examples(cls) -> list[Codec]:
-        return [cls(), cls(width=12), cls(width=40)]
+    example_widths: ClassVar[tuple[int, ...]] = (12, 40)
 
     def encode(self, values: np.ndarray) -> np.ndarray:
         v, zz = _column(self, values)

@@ -88,7 +88,7 @@ class Compression:
             self.fallbacks = tuple(generic_codec(f.dtype, i == 0 and self.schema.stream)
                                    for i, f in enumerate(self.schema.fields))
         self.stats = {f.name: ColumnStats() for f in self.schema.fields}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     @classmethod
     def scheme(cls, schema: Schema, name: str = "default", lossy_decimals: int | None = None,
@@ -138,14 +138,16 @@ class Compression:
                 payload = codec.encode(col)
             except Unfit as e:  # deoptimisation: this batch with the generic codec
                 codec, payload = generic, generic.encode(col)
-                st.fallbacks += 1
+                with self._lock:
+                    st.fallbacks += 1
                 if self.on_event is not None:
                     self.on_event("fallback", column=f.name, codec=str(chosen), to=str(generic),
                                   why=str(e))
-            st.seconds += time.perf_counter() - t0
-            st.raw_bytes += col.nbytes
-            st.stored_bytes += payload.nbytes
-            st.batches += 1
+            with self._lock:  # batches may be compressed by several threads at once
+                st.seconds += time.perf_counter() - t0
+                st.raw_bytes += col.nbytes
+                st.stored_bytes += payload.nbytes
+                st.batches += 1
             out.append((codec, payload))
         return out
 

@@ -52,7 +52,8 @@ class Controller:
                  interval: float = 1.0, sink: str = "clocked", persist_input: bool = True,
                  standby: bool = False, standby_after: float = 2.0,
                  metrics_interval: float = 0.5, push_up: bool = False,
-                 compression: str = "none", lossy_decimals: int | None = None):
+                 compression: str = "none", lossy_decimals: int | None = None,
+                 compression_interval: float = 4.0):
         self.query, self.data = query, Path(data)
         self.dir = Path(workdir)
         self.storage, self.output = self.dir / "storage", self.dir / "output"
@@ -62,6 +63,7 @@ class Controller:
         self.standby, self.standby_after = standby, standby_after
         self.metrics_interval = metrics_interval
         self.push_up, self.compression, self.lossy_decimals = push_up, compression, lossy_decimals
+        self.compression_interval = compression_interval
         self.proc: subprocess.Popen | None = None
         self.spare: subprocess.Popen | None = None
         self.incarnation = 0
@@ -86,7 +88,8 @@ class Controller:
         if self.push_up:
             cmd += ["--push-up"]
         if self.compression != "none":
-            cmd += ["--compression", self.compression]
+            cmd += ["--compression", self.compression,
+                    "--compression-interval", str(self.compression_interval)]
         if self.lossy_decimals is not None:
             cmd += ["--lossy-decimals", str(self.lossy_decimals)]
         return cmd + (["--recover"] if recover else [])

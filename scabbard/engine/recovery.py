@@ -92,8 +92,8 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                        max_tuples: int | None = None, metrics_log: str | Path | None = None,
                        on_sample=None, storage_config: StorageConfig | None = None,
                        persist_input: bool = True, standby=None, push_up: bool = False,
-                       compression: str = "none",
-                       lossy_decimals: int | None = None) -> FTReport:
+                       compression: str = "none", lossy_decimals: int | None = None,
+                       compression_interval: float = 4.0) -> FTReport:
     """Run ``query`` with persisted input, checkpoints and exactly-once output (or recover).
 
     ``push_up``, ``compression``, ``lossy_decimals``: the data reduction before the ingress
@@ -132,8 +132,11 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                       on_sample)
     with BlockManager(storage, storage_config) as bm:
         pog = POG(bm)
-        compress = Compression.scheme(engine.input_schema, had["compression"] or "none",
-                                      had["lossy_decimals"], on_event=metrics.event)
+        scheme = had["compression"] or "none"
+        compress = Compression.scheme(engine.input_schema, scheme, had["lossy_decimals"],
+                                      on_event=metrics.event,
+                                      **({"interval": compression_interval}
+                                         if scheme == "adaptive" else {}))
         ingress = pog.pstream(INGRESS, engine.input_schema, max_units=64,
                               max_bytes=8 * bm.config.bulk_bytes,
                               compress=compress) if persist_input else None

@@ -26,6 +26,7 @@ import queue
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -173,6 +174,7 @@ class RunReport:
     summary: Summary
     batch_rows: int
     workers: int
+    written_bytes: int = 0  # persisted (segments acknowledged by the storage), if any
 
 
 class Engine:
@@ -573,16 +575,54 @@ class _Execution:
         self.metrics.event("recovery", phase="replay_dispatched", offset=self.ingress.end,
                            tasks=self.next_seq)
 
+    def prepared(self):
+        """Source batches with the operators below the ingress p-stream applied - push-up's
+        σ and π, then compression - on a pool of threads, delivered in order as
+        ``(source batch, batch, source tuples, stored columns)``."""
+        reduce, compress = self.engine.reduce, self.ingress.compress
+        if reduce is None and compress is None:
+            for sb in self.source.batches():
+                yield sb, sb.batch, None, None
+            return
+
+        def job(sb):
+            b = reduce(sb.batch) if reduce is not None else sb.batch
+            return b, tuple(compress(b)) if compress is not None and len(b) else None
+
+        workers = self.engine.config.workers
+        window: deque = deque()
+
+        def in_order(pool):
+            for sb in self.source.batches():
+                window.append((sb, pool.submit(job, sb)))
+                while window and (len(window) > 2 * workers or window[0][1].done()):
+                    yield window.popleft()
+            while window:
+                yield window.popleft()
+
+        skipped = 0
+        with ThreadPoolExecutor(workers, thread_name_prefix="persist") as pool:
+            try:
+                for sb, fut in in_order(pool):
+                    b, stored = fut.result()
+                    skipped += len(sb.batch)
+                    if len(b):  # nothing survived: its tuples count with the next batch
+                        yield sb, b, skipped if reduce is not None else None, stored
+                        skipped = 0
+            finally:
+                for _, fut in window:
+                    fut.cancel()
+
     def feed_persistent(self) -> None:
         """Source -> ingress p-stream (retain marker, persisted) -> tasks, once acknowledged."""
         ingest = {}
 
         def batches():
-            for sb, b, tuples in self.reduced():
+            for sb, b, tuples, stored in self.prepared():
                 if self.error is not None:
                     return
                 ingest[sb.seq] = (sb.ingest_time, tuples)
-                yield sb.seq, b, sb.batch.end if tuples is not None else None
+                yield sb.seq, b, sb.batch.end if tuples is not None else None, stored
 
         def deliver(u) -> bool:
             return self.dispatch(u.batch, *ingest.pop(u.batch_id))

@@ -81,7 +81,7 @@ def ingest(query: str, ds: Dataset, storage: str | Path, seconds: float | None =
             nonlocal disk
             for sb in source.batches():
                 disk += segment_length(sb.batch, 1, bm.config.align)  # one meta word: the clock
-                yield sb.seq, sb.batch, None
+                yield sb.seq, sb.batch, None, None
 
         def deliver(u: PUnit) -> bool:
             nonlocal last

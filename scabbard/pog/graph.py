@@ -43,11 +43,12 @@ class POG:
 
     def persist_ingress(self, stream: str, reader: str, batches: Iterable[tuple[int, Batch]],
                         deliver: Callable[[PUnit], bool], operator=None) -> bool:
-        """Write ``batches`` (batch id, batch, source end) into the ingress p-stream
+        """Write ``batches`` (batch id, batch, source end, stored) into the ingress p-stream
         ``stream``, each behind a retain marker, and hand every p-unit to ``deliver`` once
         it is stored.  The *source end* - how far into the source the p-unit reflects, its
         vector clock - differs from the p-stream's own offsets when operators moved below
-        the p-stream (push-up) dropped tuples; None means "the p-unit's end".
+        the p-stream (push-up) dropped tuples; None means "the p-unit's end".  ``stored``:
+        the batch's columns already compressed (see :meth:`PUnit.compress`), or None.
 
         Writing runs ahead of delivery by what the stream holds in memory
         (``max_units``/``max_bytes``), so disk writes and downstream work overlap.
@@ -66,9 +67,10 @@ class POG:
             waiting -= 1
             return deliver(u)
 
-        for batch_id, b, source_end in batches:
+        for batch_id, b, source_end, stored in batches:
             clock = (offset + len(b) if source_end is None else source_end,)
-            unit = PUnit(stream, batch_id, Batch(b.schema, b.columns, offset), clock)
+            unit = PUnit(stream, batch_id, Batch(b.schema, b.columns, offset), clock,
+                         stored=stored)
             while waiting and not s.has_room(b.column_bytes):
                 if take(block=True) is False:
                     return False

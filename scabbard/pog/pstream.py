@@ -57,7 +57,9 @@ class PStream:
                  start: int = 0, max_units: int = 64, max_bytes: int = 256 << 20,
                  compress=None):
         self.name, self.schema, self.storage = name, schema, storage
-        self.compress = compress  # batch -> [(codec, payload)] per column; None: stored raw
+        # batch -> [(codec, payload)] per column, for p-units not compressed yet (a writer may
+        # compress them itself, in parallel: PUnit.compress); None: stored raw
+        self.compress = compress
         self.stream_id = storage.stream(name, schema) if storage is not None else None
         if storage is not None:
             stored = storage.durable_end(self.stream_id)
@@ -140,7 +142,8 @@ class PStream:
         if self.storage is None:
             raise PStreamError(f"p-stream {self.name!r} has no storage to persist to")
         ack = self.storage.append(self.stream_id, unit.batch, batch_id, unit.meta_words(),
-                                  compress=self.compress)
+                                  compress=self.compress if unit.stored is None else None,
+                                  stored=None if unit.stored is None else list(unit.stored))
 
         def acknowledged(f: Future) -> None:
             err = f.exception()

@@ -4,8 +4,11 @@ Paper Table 1 and §3.1.  A p-unit knows where it sits in its stream (offset,
 count), the event-time range it covers, its **vector clock** - for each ingress
 stream, the offset up to which it reflects that stream's input - and its
 **dependencies** (the ranges of upstream p-units it was computed from), which
-GC and recovery follow.  ``compress``/``decompress`` are the codec hooks; until
-the compression issue the only codec is the identity.
+GC and recovery follow.  ``compress`` attaches the p-unit's columns as a
+:class:`~scabbard.compression.policy.Compression` encodes them (``stored``: per column
+``(codec, payload)``), which is what a persisting p-stream writes; the decoded batch
+stays in the p-unit for the operators downstream, so ``decompress`` is only needed for
+p-units read back from storage, and those come decoded.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ class PUnit:
     dependencies: tuple[Dependency, ...] = ()
     persistent: bool = False
     kind: Kind = Kind.DATA
-    codec: str = "identity"
+    stored: tuple | None = None  # the columns compressed for persistence, if compressed
 
     @property
     def offset(self) -> int:
@@ -64,10 +67,9 @@ class PUnit:
     def with_persistence(self, persistent: bool) -> PUnit:
         return self if self.persistent == persistent else replace(self, persistent=persistent)
 
-    def compress(self, codec: str = "identity") -> PUnit:
-        if codec != "identity":
-            raise ValueError(f"unknown codec {codec!r} (only 'identity' until compression lands)")
-        return self
+    def compress(self, compression) -> PUnit:
+        """This p-unit with its columns compressed by ``compression`` (batch -> stored)."""
+        return replace(self, stored=tuple(compression(self.batch)))
 
     def decompress(self) -> PUnit:
-        return self
+        return self if self.stored is None else replace(self, stored=None)

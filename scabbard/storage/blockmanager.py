@@ -39,6 +39,7 @@ import logging
 import os
 import struct
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -85,6 +86,11 @@ class StorageConfig:
     max_pending_bytes: int = 256 * MiB  # appends block beyond this (back-pressure)
     direct: bool = True
     sync: bool = False
+    # emulated devices (Fig. 11): a slower disk - writes wait so that the folder is never
+    # written faster than this many bytes/s; or no disk at all - segments are built (encoded,
+    # checksummed) and acknowledged but not written, so nothing can be read back
+    write_bytes_per_s: float | None = None
+    discard: bool = False
 
     def __post_init__(self) -> None:
         if self.align < PAGE or self.align & (self.align - 1):
@@ -94,6 +100,8 @@ class StorageConfig:
                              f"at least one segment, got {self.file_bytes}")
         if self.io_threads < 1 or self.pool_files < 1 or self.encode_threads < 1:
             raise ValueError("io_threads, encode_threads and pool_files must be >= 1")
+        if self.write_bytes_per_s is not None and not self.write_bytes_per_s > 0:
+            raise ValueError(f"write_bytes_per_s must be positive, got {self.write_bytes_per_s}")
 
     @property
     def data_start(self) -> int:
@@ -174,6 +182,7 @@ class BlockManager:
         self._encoders = ThreadPoolExecutor(self.config.encode_threads,
                                             thread_name_prefix="scabbard-encode")
         self._closed = False
+        self.bytes_written = 0  # segment bytes acknowledged (in discard mode: not written)
 
     # -- the folder ----------------------------------------------------------------------------
     def _open_folder(self) -> None:
@@ -390,12 +399,13 @@ class BlockManager:
                 self._buffers.append(buf)
 
     def append(self, stream: int, batch: Batch, batch_id: int = 0,
-               meta: np.ndarray | None = None, compress=None) -> Future:
+               meta: np.ndarray | None = None, compress=None, stored=None) -> Future:
         """Persist ``batch`` (whose offset must continue the stream) asynchronously.
 
         ``compress``: a callable, batch -> ``[(codec, payload)]`` per column (e.g. a
         :class:`scabbard.compression.policy.Compression`), run here, before the segment's
-        place in its file is reserved (its length is the compressed one).
+        place in its file is reserved (its length is the compressed one); or ``stored``,
+        the columns already compressed.
         Returns a future resolving to the batch's end offset once it is
         acknowledged.  Blocks while ``max_pending_bytes`` await writing.
         """
@@ -403,7 +413,8 @@ class BlockManager:
         cfg = self.config
         if s.error is not None:
             raise StorageError(f"stream {s.name!r} cannot be written: {s.error}") from s.error
-        stored = compress(batch) if compress is not None else None
+        if stored is None and compress is not None:
+            stored = compress(batch)
         n = sg.segment_length(batch, 0 if meta is None else len(meta), cfg.align, stored)
         if n > cfg.file_bytes - cfg.data_start:
             raise StorageError(f"a segment of {n:,} bytes does not fit a {cfg.file_bytes:,}-byte "
@@ -459,11 +470,14 @@ class BlockManager:
             f = chunk[0].file
             try:
                 bufs = [p.encoded.result() for p in chunk]
-                if not f.header_written:
-                    self._write_file_header(f)
-                self._pwritev(f, bufs, chunk[0].pos)
-                if cfg.sync:
-                    os.fdatasync(f.fd)
+                if not cfg.discard:
+                    if not f.header_written:
+                        self._write_file_header(f)
+                    self._pwritev(f, bufs, chunk[0].pos)
+                    if cfg.sync:
+                        os.fdatasync(f.fd)
+                if cfg.write_bytes_per_s:
+                    self._throttle(size)
             except BaseException as e:  # fail every waiting append; nothing unacknowledged lies
                 err = self._io_error(e, s)
                 with s.cond:
@@ -478,6 +492,7 @@ class BlockManager:
                     s.cond.notify_all()
                 return
             with self._lock:
+                self.bytes_written += size
                 for p in chunk:
                     f.segs.append(_Seg(p.first, p.count, p.pos, p.length))
                     f.end = p.first + p.count
@@ -489,6 +504,17 @@ class BlockManager:
             for p in chunk:
                 self._recycle(p.full)
                 p.future.set_result(p.first + p.count)
+
+    def _throttle(self, nbytes: int) -> None:
+        """Emulate a device of ``write_bytes_per_s``: the writer returns when such a device
+        would have finished this write (writes of all streams queue on the one device)."""
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, getattr(self, "_device_free_at", now))
+            self._device_free_at = start + nbytes / self.config.write_bytes_per_s
+            wait = self._device_free_at - now
+        if wait > 0:
+            time.sleep(wait)
 
     def _io_error(self, e: BaseException, s: _Stream) -> BaseException:
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -564,6 +590,9 @@ class BlockManager:
     def read_with_meta(self, stream: int, offset: int) -> tuple[Batch, np.ndarray]:
         """The stored batch containing ``offset`` and the metadata words stored with it."""
         s = self._by_id[stream]
+        if self.config.discard:
+            raise StorageError(f"stream {s.name!r}: storage in {self.path} runs without a disk "
+                               f"(discard mode): nothing was written to read back")
         f, seg = self._locate(s, offset)
         buf = self._pread(f, seg.pos, seg.length)
         h, batch = sg.decode(buf, s.schema, str(f.path), seg.pos, copy=False)
@@ -646,6 +675,7 @@ class BlockManager:
                 "free_files": len(self._free),
                 "pool_bytes": self.pool_bytes,
                 "io_mode": self.io_mode,
+                "bytes_written": self.bytes_written,
                 "streams": {s.name: {"start": s.start, "durable": s.durable,
                                      "files": len(s.files)} for s in self._streams.values()},
             }
