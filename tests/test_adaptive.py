@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scabbard.batch import Batch
-from scabbard.compression import registered
+from scabbard.compression import codec_class, registered
 from scabbard.compression.adaptive import AdaptiveCompression, by_cost, by_rules, candidates
 from scabbard.compression.policy import Compression
 from scabbard.compression.profile import ColumnProfile
@@ -34,6 +34,7 @@ def test_profile_of_hand_checkable_columns():
     p.add(np.repeat(np.arange(10, dtype=np.int64) * 5, 8))  # runs of 8, values 0..45
     assert (p.min, p.max, p.rows, p.distinct) == (0, 45, 80, 10)
     assert p.avg_run == 8.0 and p.range_bits == 6 and p.value_bits == 7  # zigzag(45) = 90
+    assert p.delta_bits == 4 and p.mean_step_bits == 4 * 9 / 79  # nine steps of 5 (zigzag 10)
     q = ColumnProfile("int64")
     q.add(np.arange(0, 1000, 10, dtype=np.int64))
     assert q.regular == 1.0 and q.avg_run == 1.0
@@ -52,6 +53,13 @@ def test_rules_pick_the_papers_codecs():
     runs.add(np.repeat(np.arange(50, dtype=np.int32), 20))
     pick = by_rules(runs, False, None)
     assert pick.name == "rle" and pick.inner.name == "ns_bit" and pick.inner.width == 8
+    walk = ColumnProfile("int32")  # a slowly wandering reading: steps far narrower than values
+    walk.add((10_000 + np.cumsum(np.random.default_rng(1).integers(-20, 21, 5000)))
+             .astype(np.int32))
+    assert by_rules(walk, False, None).name == "delta_of_delta"
+    noise = ColumnProfile("int32")
+    noise.add(np.random.default_rng(2).integers(0, 1 << 14, 5000).astype(np.int32))
+    assert by_rules(noise, False, None) == codec_class("ns_bit")(width=16)
     floats = ColumnProfile("float64")
     floats.add(np.linspace(0, 1, 100))
     assert by_rules(floats, False, None).name == "xor"

@@ -32,6 +32,7 @@ from scabbard.compression.profile import ColumnProfile
 
 SELECTORS = ("rules", "cost")
 RLE_MIN_RUN = 5.0  # the paper's rule: RLE once ceil(avg run) - 1 >= 5 (LightSaber)
+SMOOTH_MARGIN_BITS = 4  # integers whose steps take 4 bits less than their values (on mean): deltas
 TS_RLE_MIN_RUN = 16.0  # timestamps: delta-of-delta (1 bit per repeat) unless bursts are long
 
 
@@ -53,7 +54,11 @@ def by_rules(p: ColumnProfile, timestamp: bool, lossy_decimals: int | None) -> C
         return _c("rle", inner=_c("base_delta", width=_margin(p.range_bits)))
     if p.dtype in INTEGER:
         ns = _c("ns_bit", width=_margin(p.value_bits)) if p.value_bits < 60 else _c("simple8b")
-        return _c("rle", inner=ns) if runs else ns
+        if runs:
+            return _c("rle", inner=ns)
+        if p.mean_step_bits + SMOOTH_MARGIN_BITS <= p.value_bits:  # a slowly wandering reading
+            return _c("delta_of_delta")
+        return ns
     if p.dtype in FLOAT:
         if lossy_decimals is not None:
             return _c("lossy_float", decimals=lossy_decimals)
@@ -173,5 +178,6 @@ class AdaptiveCompression(Compression):
 
 
 def _why(p: ColumnProfile) -> str:
-    return (f"{p.rows:,} rows, {p.value_bits} value bits, range {p.range_bits} bits, "
+    return (f"{p.rows:,} rows, {p.value_bits} value bits, range {p.range_bits} bits, steps "
+            f"{p.mean_step_bits:.1f} bits, "
             f"avg run {p.avg_run:.1f}, regular {p.regular:.2f}")

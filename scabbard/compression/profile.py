@@ -1,8 +1,8 @@
 """Column statistics for adaptive compression: the instrumented kernel (paper §5.2).
 
 Before a batch is persisted, :func:`profile_column` reads one column once and returns
-what the codec rules need: min/max, the bit width of the values and of the batch's
-range, the average run length, how regular the deltas are (share of zero
+what the codec rules need: min/max, the bit width of the values, of the batch's range
+and of the steps between neighbours, the average run length, how regular the deltas are (share of zero
 delta-of-deltas), an estimate of the distinct count, and for floats the number of
 decimals that represents every value exactly.  :class:`ColumnProfile` merges the
 batches profiled since the last decision (as LightSaber's ``addStatistics``: min of
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scabbard.compression._bits import U64, zigzag
+from scabbard.compression._bits import U64, bit_width, zigzag
 from scabbard.compression.base import FLOAT
 from scabbard.kernels._jit import kernel
 
@@ -25,11 +25,14 @@ MAX_DECIMALS = 6
 
 @kernel
 def _int_stats(v, slots):
-    """One pass: min, max, OR of zigzag codes, value changes, zero delta-of-deltas,
-    distinct values (exact up to len(slots)//2, else -1)."""
+    """One pass: min, max, OR of the values' and of the deltas' zigzag codes, the deltas' bit
+    widths summed, value changes,
+    zero delta-of-deltas, distinct values (exact up to len(slots)//2, else -1)."""
     n = v.shape[0]
     lo, hi = v[0], v[0]
     codes = U64(0)
+    dcodes = U64(0)
+    step_bits = 0
     changes, dod_zero = 0, 0
     for i in range(slots.shape[0]):
         slots[i] = U64(0)
@@ -44,6 +47,9 @@ def _int_stats(v, slots):
         codes |= zigzag(x)
         if i:
             d = x - v[i - 1]
+            dz = zigzag(d)
+            dcodes |= dz
+            step_bits += bit_width(dz)
             if d != 0:
                 changes += 1
             if i > 1 and d == prev_d:
@@ -62,7 +68,7 @@ def _int_stats(v, slots):
                 used += 1
                 if used > cap:
                     used = -1
-    return lo, hi, codes, changes, dod_zero, used
+    return lo, hi, codes, dcodes, step_bits, changes, dod_zero, used
 
 
 @kernel
@@ -96,6 +102,8 @@ class ColumnProfile:
     max: int = 0
     value_bits: int = 0  # zigzag bit width of the widest value
     range_bits: int = 0  # widest in-batch range (max - min) in bits: base-delta's width
+    delta_bits: int = 0  # zigzag bit width of the widest step between neighbours
+    step_bits: int = 0  # the steps' zigzag bit widths, summed (their mean: what deltas cost)
     changes: int = 0  # adjacent values that differ
     dod_zero: int = 0  # zero delta-of-deltas
     distinct: int = 0  # largest exact in-batch distinct count; -1 = many
@@ -106,6 +114,11 @@ class ColumnProfile:
     @property
     def avg_run(self) -> float:
         return self.rows / (self.changes + self.batches) if self.rows else 0.0
+
+    @property
+    def mean_step_bits(self) -> float:
+        """Mean bit width of the steps between neighbours (zigzag)."""
+        return self.step_bits / max(1, self.rows - self.batches)
 
     @property
     def regular(self) -> float:
@@ -136,12 +149,15 @@ class ColumnProfile:
         else:
             bits = column.astype(np.int64, copy=False)
         slots = np.empty(DISTINCT_SLOTS, np.uint64)
-        lo, hi, codes, changes, dod_zero, used = _int_stats(np.ascontiguousarray(bits), slots)
+        lo, hi, codes, dcodes, steps, changes, dod_zero, used = _int_stats(
+            np.ascontiguousarray(bits), slots)
         first = self.batches == 0
         self.min = int(lo) if first else min(self.min, int(lo))
         self.max = int(hi) if first else max(self.max, int(hi))
         self.value_bits = max(self.value_bits, bit_width_of(int(codes)))
         self.range_bits = max(self.range_bits, bit_width_of(int(hi) - int(lo)))
+        self.delta_bits = max(self.delta_bits, bit_width_of(int(dcodes)))
+        self.step_bits += int(steps)
         self.changes += int(changes)
         self.dod_zero += int(dod_zero)
         self.distinct = -1 if used < 0 or self.distinct < 0 else max(self.distinct, int(used))

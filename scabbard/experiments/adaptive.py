@@ -103,7 +103,9 @@ def run_scheme(scheme: str, idle: Dataset, working: Dataset, folder: Path,
     source = RegimeChange(idle, working, s.change_at, batch_rows=rows, duration=s.seconds)
     shutil.rmtree(folder, ignore_errors=True)
     log = folder / "metrics.jsonl"
-    storage = StorageConfig(write_bytes_per_s=s.disk_mb_s * 1e6 if s.disk_mb_s else None)
+    # an emulated device takes smaller bulk writes, so that its pace shows smoothly
+    storage = StorageConfig(write_bytes_per_s=s.disk_mb_s * 1e6, bulk_bytes=4 << 20) \
+        if s.disk_mb_s else StorageConfig()
     run_query(q, working, NullSink(), cfg, storage=folder / "storage", storage_config=storage,
               push_up=True, compression=scheme, compression_interval=s.interval,
               metrics_log=log, source=source)

@@ -153,11 +153,11 @@ def plot(table: pd.DataFrame, output_dir: str | None = None):
 
     fig, ax = plt.subplots(figsize=(11, 5.5))
     markers = dict(zip(sorted(table["family"].unique()), "osD^v<>phH*XP+x", strict=False))
-    for name, t in table.groupby("data", sort=False):
-        t = t.sort_values("encode_mb_s")
-        line, = ax.plot(t["encode_mb_s"], t["ratio"], "-", alpha=0.5, label=name)
+    for i, (name, t) in enumerate(table.groupby("data", sort=False)):
+        color = f"C{i}"
+        ax.plot([], [], "s", color=color, label=name)
         for r in t.itertuples():
-            ax.plot(r.encode_mb_s, r.ratio, markers[r.family], color=line.get_color())
+            ax.plot(r.encode_mb_s, r.ratio, markers[r.family], color=color, ms=8, alpha=0.85)
     for fam, m in markers.items():
         ax.plot([], [], m, color="grey", label=fam)
     ax.set_xscale("log")

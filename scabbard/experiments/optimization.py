@@ -61,8 +61,8 @@ class Settings:
 def measure(query: str, config: str, ds, folder: Path, s: Settings) -> dict:
     opts = dict(CONFIGS[config])
     discard = opts.pop("discard", False)
-    storage = StorageConfig(discard=discard,
-                            write_bytes_per_s=s.disk_mb_s * 1e6 if s.disk_mb_s else None)
+    storage = StorageConfig(discard=discard, write_bytes_per_s=s.disk_mb_s * 1e6,
+                            bulk_bytes=4 << 20) if s.disk_mb_s else StorageConfig(discard=discard)
     shutil.rmtree(folder, ignore_errors=True)
     rep = run_query(queries.get(query), ds, NullSink(), EngineConfig(workers=s.workers),
                     duration=s.seconds, storage=folder, storage_config=storage,
