@@ -103,9 +103,9 @@ def run_scheme(scheme: str, idle: Dataset, working: Dataset, folder: Path,
     source = RegimeChange(idle, working, s.change_at, batch_rows=rows, duration=s.seconds)
     shutil.rmtree(folder, ignore_errors=True)
     log = folder / "metrics.jsonl"
-    # an emulated device takes smaller bulk writes, so that its pace shows smoothly
-    storage = StorageConfig(write_bytes_per_s=s.disk_mb_s * 1e6, bulk_bytes=4 << 20) \
-        if s.disk_mb_s else StorageConfig()
+    # an emulated device takes small bulk writes and a short queue (see notebook 06's)
+    storage = StorageConfig(write_bytes_per_s=s.disk_mb_s * 1e6, bulk_bytes=4 << 20,
+                            max_pending_bytes=16 << 20) if s.disk_mb_s else StorageConfig()
     run_query(q, working, NullSink(), cfg, storage=folder / "storage", storage_config=storage,
               push_up=True, compression=scheme, compression_interval=s.interval,
               metrics_log=log, source=source)

@@ -61,8 +61,11 @@ class Settings:
 def measure(query: str, config: str, ds, folder: Path, s: Settings) -> dict:
     opts = dict(CONFIGS[config])
     discard = opts.pop("discard", False)
+    # an emulated device takes small bulk writes and a short queue, so that its pace shows
+    # smoothly and back-pressure reaches the source at once (a long queue drains after the run)
     storage = StorageConfig(discard=discard, write_bytes_per_s=s.disk_mb_s * 1e6,
-                            bulk_bytes=4 << 20) if s.disk_mb_s else StorageConfig(discard=discard)
+                            bulk_bytes=4 << 20, max_pending_bytes=16 << 20) \
+        if s.disk_mb_s else StorageConfig(discard=discard)
     shutil.rmtree(folder, ignore_errors=True)
     rep = run_query(queries.get(query), ds, NullSink(), EngineConfig(workers=s.workers),
                     duration=s.seconds, storage=folder, storage_config=storage,
@@ -119,9 +122,12 @@ def headline(runs: pd.DataFrame, disk_mb_s: float | None) -> str:
         lines.append(f"both (lossless) over no-opt: {g.min():.1f}x .. {g.max():.1f}x, median "
                      f"{g.median():.1f}x (target >= 7x on disk-bound queries; paper 7-50x)")
     if "both-lossy x" in t and "both-lossless x" in t:
-        gain = t["both-lossy x"] / t["both-lossless x"] - 1
-        lines.append(f"lossy over lossless: median {gain.median():+.0%} (paper: +20-40% on CM1, "
-                     f"SG1)")
+        floats = t[t["both-lossy B/tuple"] < 0.95 * t["both-lossless B/tuple"]]  # had floats
+        gain = floats["both-lossy x"] / floats["both-lossless x"] - 1
+        lines.append("lossy over lossless where floats are persisted: "
+                     + ", ".join(f"{q} {g:+.0%}" for q, g in zip(floats["query"], gain,
+                                                                  strict=True))
+                     + " (paper: +20-40% on CM1, SG1)")
     return "\n".join(lines)
 
 
