@@ -1,12 +1,12 @@
 """Lightweight per-column compression (paper §5, Table 2; DESIGN.md §8).
 
 ``base`` holds the codec contract and the registry of codec ids that segment
-headers store; ``ints``, ``floats`` and ``generic`` hold the codecs (numba kernels
+headers store; ``ints``, ``varlen``, ``rle``, ``floats`` and ``generic`` hold the codecs (numba kernels
 over numpy arrays, plus Snappy/LZ4 from their libraries); importing this package
 registers them all.
 """
 
-from scabbard.compression import floats, generic, ints  # noqa: F401  (they register codecs)
+from scabbard.compression import floats, generic, ints, rle, varlen  # noqa: F401 (they register codecs)
 from scabbard.compression.base import (
     Codec,
     CodecError,

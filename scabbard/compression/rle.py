@@ -1,0 +1,147 @@
+"""Run-length encoding (the paper's Table 2, §5.1): runs of equal values as run values (in
+an inner codec) and run lengths; the payload layout is in :mod:`scabbard.compression.ints`'
+docstring."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from scabbard.compression._intcore import _ns_bit_decode, _ns_bit_encode, _start, _words
+from scabbard.compression.base import (
+    FLOAT,
+    INTEGER,
+    Codec,
+    CodecError,
+    Nested,
+    numpy_dtype,
+    register,
+)
+from scabbard.compression.ints import BaseDelta, NullSuppressionBit
+from scabbard.compression.varlen import Simple8b
+from scabbard.kernels._jit import kernel
+
+
+# -- run-length encoding ---------------------------------------------------------------------
+@kernel
+def _count_runs(v):
+    r = 1
+    for i in range(1, v.shape[0]):
+        r += v[i] != v[i - 1]
+    return r
+
+
+@kernel
+def _find_runs(v, values, lengths):
+    """Run values and run lengths minus one (§5.1, RLE [92]); ``lengths`` comes zeroed."""
+    k = 0
+    values[0] = v[0]
+    for i in range(1, v.shape[0]):
+        same = v[i] == v[i - 1]
+        k += 1 - same
+        values[k] = v[i]
+        lengths[k] += same
+
+
+@kernel
+def _expand_runs(values, lengths, out):
+    """Inverse of :func:`_find_runs`; False if the lengths do not add up to ``out``."""
+    n = out.shape[0]
+    i = 0
+    for k in range(values.shape[0]):
+        r = lengths[k] + 1
+        if r > n - i:
+            return False
+        x = values[k]
+        for t in range(r):
+            out[i + t] = x
+        i += r
+    return i == n
+
+
+_BITS_OF = {"float32": "int32", "float64": "int64"}  # what a float's bit pattern is stored as
+
+
+@register
+@dataclass(frozen=True)
+class RunLength(Nested):
+    """Runs of equal values as (value, length) pairs (Table 2, [92]): the run values go to
+    the ``inner`` codec, the lengths to generic bit-aligned NS.
+
+    Floats are compared as bit patterns (NaN payloads, -0.0 survive).  The inner codec gets
+    the run values in the column's dtype if it accepts it, else a float's bit patterns as
+    ``int32``/``int64``.  ``inner=None`` is generic NS-bit for integers and base-delta for
+    float bit patterns.  RLE is specialised iff its inner codec is.
+    """
+
+    codec_id: ClassVar[int] = 7
+    name: ClassVar[str] = "rle"
+    accepts: ClassVar[frozenset[str]] = INTEGER | FLOAT
+
+    def __post_init__(self):
+        if self.inner is not None and not (isinstance(self.inner, Codec)
+                                           and self.inner.lossless):
+            raise CodecError(f"{self.name}: inner codec {self.inner} is not a lossless codec")
+
+    @property
+    def specialised(self) -> bool:
+        return self.inner is not None and self.inner.specialised
+
+    @classmethod
+    def examples(cls) -> list[Codec]:
+        # specialised: base-delta at 63 bits refuses run values that span all 64 (extremes)
+        return [cls(), cls(inner=Simple8b()), cls(inner=BaseDelta(width=63))]
+
+    def _inner_for(self, dtype: str) -> tuple[Codec, str]:
+        inner = self.inner or (NullSuppressionBit() if dtype in INTEGER else BaseDelta())
+        if dtype in inner.accepts:
+            return inner, dtype
+        if _BITS_OF.get(dtype) in inner.accepts:
+            return inner, _BITS_OF[dtype]
+        raise CodecError(f"{self.name}: inner codec {inner} takes neither {dtype} nor its bits")
+
+    def encode(self, values: np.ndarray) -> np.ndarray:
+        values = np.asarray(values)
+        dtype = values.dtype.name
+        self.check_dtype(dtype)
+        if values.ndim != 1:
+            raise CodecError(f"{self.name} encodes 1-D columns, got shape {values.shape}")
+        values = np.ascontiguousarray(values, numpy_dtype(dtype))
+        if not len(values):
+            return np.zeros(0, np.uint8)
+        inner, inner_dtype = self._inner_for(dtype)
+        bits = values.view(numpy_dtype(_BITS_OF.get(dtype, dtype)))
+        v = np.require(bits, np.int64, "CAW") if bits.dtype == np.int64 else bits.astype(np.int64)
+        runs = int(_count_runs(v))
+        run_values = np.empty(runs, np.int64)
+        lengths = np.zeros(runs, np.int64)
+        _find_runs(v, run_values, lengths)
+        stored = run_values.astype(numpy_dtype(_BITS_OF.get(dtype, dtype)), copy=False)
+        held = inner.encode(stored.view(numpy_dtype(inner_dtype)))
+        head = np.array([runs, held.nbytes], np.uint64)
+        pad = np.zeros(-held.nbytes % 8, np.uint8)
+        tail = _ns_bit_encode(lengths, False, 0, str(self))
+        return np.concatenate([head.view(np.uint8), held, pad, tail])
+
+    def decode(self, payload: np.ndarray, count: int, dtype: str) -> np.ndarray:
+        if (p := _start(self, payload, count, dtype)) is None:
+            return np.zeros(0, numpy_dtype(dtype))
+        head = _words(p, 0, 2, self.name)
+        runs, held = int(head[0]), int(head[1])
+        end = 16 + held + (-held % 8)
+        if not 0 < runs <= count or end > p.nbytes:
+            raise CodecError(f"{self.name}: header of {runs} runs, {held} bytes in a "
+                             f"{p.nbytes}-byte payload")
+        inner, inner_dtype = self._inner_for(dtype)
+        run_values = inner.decode(p[16:16 + held], runs, inner_dtype)
+        if run_values.shape != (runs,):
+            raise CodecError(f"{self.name}: inner codec {inner} decoded {run_values.shape}")
+        lengths = _ns_bit_decode(p[end:], runs, False, self.name)
+        bits = run_values.view(numpy_dtype(_BITS_OF.get(dtype, dtype)))
+        out = np.empty(count, np.int64)
+        if not _expand_runs(bits.astype(np.int64, copy=False), lengths, out):
+            raise CodecError(f"{self.name}: run lengths do not add up to {count}")
+        bits_dtype = numpy_dtype(_BITS_OF.get(dtype, dtype))
+        return out.astype(bits_dtype, copy=False).view(numpy_dtype(dtype))
