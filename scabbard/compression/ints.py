@@ -1,6 +1,7 @@
 """Integer codecs of the paper's Table 2 (§5, §5.1): base-delta, delta-of-delta, null
-suppression (byte- and bit-aligned) here; Simple-8b, Var-Byte and run-length encoding in
-:mod:`scabbard.compression.varlen` (re-exported).
+suppression (byte- and bit-aligned) here; Simple-8b and Var-Byte in
+:mod:`scabbard.compression.varlen`, run-length encoding in :mod:`scabbard.compression.rle`.
+The payload layouts of all seven are below; shared code is in ``_intcore``.
 
 Every kernel sees ``int64`` arrays only: the public wrappers widen ``int32``/``uint32``
 columns (one compiled signature per kernel) and narrow the decoded column back.
