@@ -224,11 +224,13 @@ def test_torn_tail_is_dropped_on_reopen(tmp_path, damage):
         assert (len(bm.torn) == 1) == (damage == "torn")
         assert sum(len(b) for b in bm.load(sid)) == last.first
         fill(bm, sid, last.first, 3)  # the lost tail is written again, in a new file incarnation
-    with BlockManager(tmp_path, SMALL) as bm:
-        sid = bm.stream("in", SCHEMA)
-        assert bm.durable_end(sid) == last.first + 900
-        for b in bm.load(sid):
-            check_batch(b)
+    for _ in range(2):  # and every later restart still finds all of it (the torn segment
+        with BlockManager(tmp_path, SMALL) as bm:  # must not resurface and hide older files)
+            sid = bm.stream("in", SCHEMA)
+            assert bm.durable_end(sid) == last.first + 900 and bm.start(sid) == 0
+            assert sum(len(b) for b in bm.load(sid)) == last.first + 900
+            for b in bm.load(sid):
+                check_batch(b)
     assert end == last.first + 300
 
 
@@ -479,3 +481,32 @@ def test_discard_mode_acknowledges_without_writing_and_refuses_reads(tmp_path):
         assert bm.bytes_written > 0 and bm.durable_end(sid) == 1000
         with pytest.raises(StorageError, match="discard"):
             bm.read(sid, 0)
+
+
+def test_a_torn_tail_that_resurfaces_yields_to_the_newer_file(tmp_path):
+    """Killed after the tail was rewritten but before the torn segment's erasure reached the
+    disk: on restart the older file still claims the offsets the newer one holds - the newer
+    incarnation wins for them and everything before stays (nothing older is given up)."""
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        fill(bm, sid, 0, 5)
+        f = bm._by_id[sid].files[-1]
+        last, path = f.segs[-1], f.path
+    with open(path, "r+b") as fh:
+        fh.seek(last.pos)
+        header = fh.read(sg.PAGE)  # the torn segment's header page, valid
+        fh.seek(last.pos + sg.PAGE)
+        fh.write(b"\xff" * 100)
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        fill(bm, sid, last.first, 3)
+    with open(path, "r+b") as fh:  # the erasure is undone: as if it never reached the disk
+        fh.seek(last.pos)
+        fh.write(header)
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        assert (bm.start(sid), bm.durable_end(sid)) == (0, last.first + 900)
+        got = list(bm.load(sid))
+        assert sum(len(b) for b in got) == last.first + 900
+        for b in got:
+            check_batch(b)

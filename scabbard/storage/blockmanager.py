@@ -316,6 +316,10 @@ class BlockManager:
                 self.torn.append(str(e))
                 keep = j
                 break
+        if keep < len(f.segs):  # erase the torn segment's header: later scans stop before it
+            zeros = sg.aligned_empty(PAGE)
+            zeros[:] = 0
+            self._pwritev(f, [zeros], f.segs[keep].pos)
         del f.segs[keep:]
         f.end = f.segs[-1].first + f.segs[-1].count if f.segs else f.first
 
@@ -348,8 +352,16 @@ class BlockManager:
         chain: list[_File] = []
         for f in files:  # keep the ordered run that reaches the newest file
             if chain and f.first < chain[-1].end:
-                self._release(chain)
-                chain = []
+                prev = chain[-1]
+                if f.epoch > prev.epoch and f.first >= prev.first:
+                    # a later incarnation wrote these offsets again (after dropping a torn tail
+                    # of ``prev``): the newer file holds them; ``prev`` keeps what comes before
+                    prev.segs = [g for g in prev.segs if g.first + g.count <= f.first]
+                    prev.end = prev.segs[-1].first + prev.segs[-1].count if prev.segs \
+                        else prev.first
+                if f.first != prev.end:  # not a continuation: the older run is obsolete
+                    self._release(chain)
+                    chain = []
             chain.append(f)
         if chain:
             self._verify_tail(s, chain[-1])
