@@ -33,3 +33,16 @@ def finish(fig, output_dir: str | Path | None, name: str, dpi: int = 120):
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         fig.savefig(Path(output_dir) / name, dpi=dpi)
     return fig
+
+
+def prepared_dataset(query: str, scale: str, data_dir: str | Path, workers: int,
+                     seconds: float = 1.0):
+    """The query's dataset (generated if missing), paged in and the query's compiled code
+    loaded by one unmeasured run of up to ``seconds``, so measured runs start warm."""
+    from scabbard import queries, workloads
+    from scabbard.engine import EngineConfig, NullSink, run_query
+
+    ds = workloads.dataset(queries.workload_of(query), scale, root=str(data_dir))
+    run_query(queries.get(query), ds, NullSink(), EngineConfig(workers=workers),
+              duration=min(1.0, seconds))
+    return ds

@@ -27,11 +27,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scabbard import queries, workloads
+from scabbard import queries
 from scabbard.engine import EngineConfig, NullSink, run_query
 from scabbard.engine.output import ClockedSink, DiscardSink
 from scabbard.engine.recovery import run_fault_tolerant
-from scabbard.experiments import finish, scratch
+from scabbard.experiments import finish, prepared_dataset, scratch
 
 CONFIGS = ("no_ft", "checkpoints", "full_ft")
 
@@ -84,10 +84,8 @@ def run(settings: Settings, log=print) -> pd.DataFrame:
     rows = []
     with scratch(settings.storage_dir, settings.data_dir, "scabbard-checkpoints-") as root:
         for q in settings.queries:
-            ds = workloads.dataset(queries.workload_of(q), settings.scale, root=settings.data_dir)
-            # page the dataset in and load the code before any measured run
-            run_query(queries.get(q), ds, NullSink(), EngineConfig(workers=settings.workers),
-                      duration=min(1.0, settings.seconds))
+            ds = prepared_dataset(q, settings.scale, settings.data_dir, settings.workers,
+                                  settings.seconds)
             for rnd in range(settings.rounds):
                 for config in CONFIGS[rnd % 3:] + CONFIGS[:rnd % 3]:  # no config always first
                     m = measure(q, config, ds, root / f"{q}-{config}", settings)

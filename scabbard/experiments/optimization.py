@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scabbard import queries, workloads
+from scabbard import queries
 from scabbard.engine import EngineConfig, NullSink, run_query
-from scabbard.experiments import finish, scratch
+from scabbard.experiments import finish, prepared_dataset, scratch
 from scabbard.storage import StorageConfig
 
 QUERIES = ("CM1", "CM2", "SG1", "YSB", "NQ", "SM")
@@ -81,9 +81,8 @@ def run(settings: Settings, log=print) -> pd.DataFrame:
     rows = []
     with scratch(settings.storage_dir, settings.data_dir, "scabbard-fig11-") as root:
         for q in settings.queries:
-            ds = workloads.dataset(queries.workload_of(q), settings.scale, root=settings.data_dir)
-            run_query(queries.get(q), ds, NullSink(), EngineConfig(workers=settings.workers),
-                      duration=min(1.0, settings.seconds))  # page the data and the code in
+            ds = prepared_dataset(q, settings.scale, settings.data_dir, settings.workers,
+                                  settings.seconds)
             for config in settings.configs:
                 m = measure(q, config, ds, root / f"{q}-{config}", settings)
                 rows.append({"query": q, "config": config, **m})
