@@ -646,6 +646,25 @@ def _add_bench(sub) -> None:
     zp.add_argument("--repeat", type=int, default=3, help="timed runs, best kept (default 3)")
     zp.add_argument("--out", default="experiments/runs/bench-codecs", help="output folder")
     zp.set_defaults(func=_run_bench_codecs)
+    sp = bsub.add_parser(
+        "synclog",
+        help="the synchronous-log baseline (the paper's Kafka++): ingest and latency vs batch size",
+        description=(
+            "Per query, its dataset serialized into rows (the paper's C layout), batched, "
+            "compressed with LZ4 and appended by --producers threads to their own partition "
+            "files, each batch flushed to disk (fdatasync) before it is acknowledged.  Prints "
+            "tuples/s, MB/s written and append-to-acknowledgement latency; then, for "
+            "--sweep-query, the same for batch sizes from 64 KiB to 16 MiB."
+        ),
+    )
+    sp.add_argument("--queries", nargs="+", type=str.upper, default=None, help="subset")
+    sp.add_argument("--batch-kb", type=int, default=1024, help="batch size in KiB (default 1024)")
+    sp.add_argument("--producers", type=int, default=2, help="producer threads (default 2)")
+    sp.add_argument("--seconds", type=float, default=3.0, help="seconds per run (default 3)")
+    sp.add_argument("--sweep-query", type=str.upper, default="CM1",
+                    help="query for the batch-size sweep (default CM1; 'none' to skip)")
+    sp.add_argument("--scale", default="small", choices=("tiny", "small", "full"))
+    sp.set_defaults(func=_run_bench_synclog)
     kp = bsub.add_parser(
         "kills",
         help="a long kill campaign: SIGKILL the engine at random moments, recover, verify",
@@ -735,6 +754,35 @@ def _run_bench_codecs(args) -> int:
     csv = exp.save(table, args.out)
     exp.plot(table, args.out)
     print(f"\nresults: {csv}, figure: {Path(args.out) / 'compression_tradeoffs.png'}")
+    return 0
+
+
+def _run_bench_synclog(args) -> int:
+    import tempfile
+
+    from scabbard import queries, workloads
+    from scabbard.peers.synclog import ingest
+
+    if args.batch_kb < 1 or args.producers < 1 or not args.seconds > 0:
+        raise CLIError("--batch-kb and --producers must be >= 1 and --seconds positive")
+
+    def show(r) -> None:
+        lat = r.latency_ms
+        print(f"{r.query:5} batch {r.batch_bytes >> 10:6} KiB  {r.tuples_per_s / 1e6:7.2f} M "
+              f"tuples/s  {r.tuples_per_s * r.row_bytes / 1e6:7.0f} MB/s of rows  "
+              f"{r.disk_mb_s:6.0f} MB/s to disk  latency ms p50 {lat['p50']:7.2f}  "
+              f"p95 {lat['p95']:7.2f}", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="scabbard-synclog-", dir=".") as folder:
+        for q in args.queries or queries.NAMES:
+            ds = workloads.dataset(queries.workload_of(q), args.scale)
+            show(ingest(q, ds, folder, args.seconds, args.batch_kb << 10, args.producers))
+        if args.sweep_query != "NONE":
+            ds = workloads.dataset(queries.workload_of(args.sweep_query), args.scale)
+            print(f"\nbatch size sweep, {args.sweep_query}:")
+            for kb in (64, 256, 1024, 4096, 16384):
+                show(ingest(args.sweep_query, ds, folder, args.seconds, kb << 10,
+                            args.producers))
     return 0
 
 
