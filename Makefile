@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 help:
 	@echo "make demo      set up, generate every dataset at small scale, run the datasets notebook"
 	@echo "make test      set up and run the test suite (what CI runs)"
-	@echo "make bench     set up and print the benchmark figures (datagen, engine vs Spark, ingest, checkpoints, codecs)"
+	@echo "make bench     set up and print the benchmark figures (datagen, engine vs Spark, ingest, checkpoints, codecs, Kafka++)"
 	@echo "make setup     only create .venv and install (checks Python 3.11+ and Java 17+)"
 	@echo "make java      install a Java 17 runtime with apt-get (Debian/Ubuntu, needs root)"
 
@@ -31,6 +31,7 @@ bench: setup
 	$(BIN)/scabbard bench ingest
 	$(BIN)/scabbard bench checkpoints
 	$(BIN)/scabbard bench codecs
+	$(BIN)/scabbard bench synclog
 
 lint: setup
 	$(BIN)/ruff check scabbard tests
