@@ -510,3 +510,23 @@ def test_a_torn_tail_that_resurfaces_yields_to_the_newer_file(tmp_path):
         assert sum(len(b) for b in got) == last.first + 900
         for b in got:
             check_batch(b)
+
+
+def test_a_reader_resuming_at_the_end_releases_only_what_it_says(tmp_path):
+    """After a restart the ingress reader subscribes at the stored end; a checkpoint then
+    releases below its own, older offset - the stored input between the two must stay (the
+    CI failure: one release trimmed everything up to the end, and a kill before the next
+    checkpoint left a run that could not be recovered)."""
+    with BlockManager(tmp_path, SMALL) as bm:
+        s = POG(bm).pstream("in", SCHEMA)
+        for i in range(12):
+            s.write(PUnit("in", i, make_batch(i * 300, 300)), i, i * 300, is_persistent=True)
+        s.flush()
+    with BlockManager(tmp_path, SMALL) as bm:
+        pog = POG(bm)
+        s = pog.pstream("in", SCHEMA)
+        assert s.end == 3600
+        s.subscribe(None, "r")  # resumes at the end
+        pog.send_release("in", "r", 1200)  # a checkpoint's input end, before it
+        assert bm.start(s.stream_id) <= 1200
+        assert sum(len(b) for b in bm.load(s.stream_id, 1200)) == 2400

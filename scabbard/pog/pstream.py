@@ -79,10 +79,14 @@ class PStream:
 
     # -- readers -------------------------------------------------------------------------------
     def subscribe(self, operator, reader_id: str, offset: int | None = None) -> None:
+        """A reader that reads from ``offset`` (default: the end) on.  It has released nothing
+        yet: what is stored stays until it says so - a reader that resumes after a crash
+        must not release the stored input a checkpoint before ``offset`` still needs."""
         with self._cond:
             off = self._end if offset is None else offset
+            stored = self.storage.start(self.stream_id) if self.storage is not None else off
             self._readers[reader_id] = off
-            self._released[reader_id] = off
+            self._released[reader_id] = min(off, stored)
             self._operators[reader_id] = operator
 
     @property

@@ -350,18 +350,20 @@ class BlockManager:
     def _restore(self, s: _Stream) -> None:
         files = sorted(self._scanned.pop(s.id, []), key=lambda f: (f.first, f.epoch))
         chain: list[_File] = []
-        for f in files:  # keep the ordered run that reaches the newest file
+        for f in files:  # the files in offset order; where two claim an offset the newer wins
             if chain and f.first < chain[-1].end:
                 prev = chain[-1]
-                if f.epoch > prev.epoch and f.first >= prev.first:
-                    # a later incarnation wrote these offsets again (after dropping a torn tail
-                    # of ``prev``): the newer file holds them; ``prev`` keeps what comes before
-                    prev.segs = [g for g in prev.segs if g.first + g.count <= f.first]
-                    prev.end = prev.segs[-1].first + prev.segs[-1].count if prev.segs \
-                        else prev.first
-                if f.first != prev.end:  # not a continuation: the older run is obsolete
-                    self._release(chain)
-                    chain = []
+                if f.epoch < prev.epoch:  # an older incarnation's file inside newer data: stale
+                    self.torn.append(f"{f.path}: offsets {f.first}.. were written again by a "
+                                     f"later file; the file returned to the pool")
+                    self._release([f])
+                    continue
+                # a later incarnation wrote these offsets again (after dropping a torn tail of
+                # ``prev``): the newer file holds them; ``prev`` keeps what comes before.  Older
+                # data is never given up here: recovery may need it
+                prev.segs = [g for g in prev.segs if g.first + g.count <= f.first]
+                prev.end = prev.segs[-1].first + prev.segs[-1].count if prev.segs \
+                    else prev.first
             chain.append(f)
         if chain:
             self._verify_tail(s, chain[-1])
