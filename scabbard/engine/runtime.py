@@ -530,20 +530,6 @@ class _Execution:
         self.next_seq += 1
         return self.submit((seq, batch, ingest, marker, tuples))
 
-    def reduced(self):
-        """Source batches as tasks see them: with push-up, reduced (empty ones skipped, their
-        tuples counted with the next), as ``(source batch, batch, source tuples)``."""
-        reduce, skipped = self.engine.reduce, 0
-        for sb in self.source.batches():
-            if reduce is None:
-                yield sb, sb.batch, None
-                continue
-            b = reduce(sb.batch)
-            skipped += len(sb.batch)
-            if len(b):
-                yield sb, b, skipped
-                skipped = 0
-
     def restore(self) -> None:
         """Resume from a checkpoint: its task is the one before the next, as if just assembled
         (a long task whose tail is the saved partials)."""
@@ -575,11 +561,12 @@ class _Execution:
         self.metrics.event("recovery", phase="replay_dispatched", offset=self.ingress.end,
                            tasks=self.next_seq)
 
-    def prepared(self):
-        """Source batches with the operators below the ingress p-stream applied - push-up's
-        σ and π, then compression - on a pool of threads, delivered in order as
-        ``(source batch, batch, source tuples, stored columns)``."""
-        reduce, compress = self.engine.reduce, self.ingress.compress
+    def prepared(self, compress=None):
+        """Source batches as tasks see them: the operators push-up moved below the ingress
+        p-stream applied (σ, π), then ``compress``, on a pool of threads, delivered in order
+        as ``(source batch, batch, source tuples, stored columns)``.  A batch nothing survived
+        is skipped; its tuples count with the next."""
+        reduce = self.engine.reduce
         if reduce is None and compress is None:
             for sb in self.source.batches():
                 yield sb, sb.batch, None, None
@@ -606,7 +593,7 @@ class _Execution:
                 for sb, fut in in_order(pool):
                     b, stored = fut.result()
                     skipped += len(sb.batch)
-                    if len(b):  # nothing survived: its tuples count with the next batch
+                    if len(b):
                         yield sb, b, skipped if reduce is not None else None, stored
                         skipped = 0
             finally:
@@ -618,7 +605,7 @@ class _Execution:
         ingest = {}
 
         def batches():
-            for sb, b, tuples, stored in self.prepared():
+            for sb, b, tuples, stored in self.prepared(self.ingress.compress):
                 if self.error is not None:
                     return
                 ingest[sb.seq] = (sb.ingest_time, tuples)
@@ -646,7 +633,7 @@ class _Execution:
             self.ft.controller.start()
         try:
             if self.ingress is None:
-                for sb, b, tuples in self.reduced():
+                for sb, b, tuples, _ in self.prepared():
                     if not self.dispatch(b, sb.ingest_time, tuples):
                         break
             else:

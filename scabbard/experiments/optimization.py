@@ -130,15 +130,19 @@ def headline(runs: pd.DataFrame, disk_mb_s: float | None) -> str:
     return "\n".join(lines)
 
 
-def save(runs: pd.DataFrame, output_dir: str | Path) -> Path:
-    out = Path(output_dir)
+def save(runs: pd.DataFrame, output_dir: str | Path | None, part: str = "") -> Path | None:
+    """The summary (``results.csv``) and every run, under ``output_dir`` (``/part`` for a
+    second device); nothing without an ``output_dir``."""
+    if not output_dir:
+        return None
+    out = Path(output_dir) / part
     out.mkdir(parents=True, exist_ok=True)
     summary(runs).to_csv(out / "results.csv", index=False)
     runs.to_csv(out / "runs.csv", index=False)
     return out / "results.csv"
 
 
-def plot(runs: pd.DataFrame, output_dir: str | None = None, title: str = ""):
+def plot(runs: pd.DataFrame, output_dir: str | None = None, title: str = "", part: str = ""):
     """Fig. 11: throughput per query and configuration (log scale), and bytes persisted."""
     import matplotlib.pyplot as plt
 
@@ -158,4 +162,5 @@ def plot(runs: pd.DataFrame, output_dir: str | None = None, title: str = ""):
     ax.set_title("Throughput per optimisation (paper Fig. 11)" + (f" - {title}" if title else ""))
     bx.set_title("What reaches the p-stream")
     ax.legend(fontsize=7, ncol=2)
-    return finish(fig, output_dir, "optimization_breakdown.png")
+    return finish(fig, f"{output_dir}/{part}" if output_dir and part else output_dir,
+                  "optimization_breakdown.png")
