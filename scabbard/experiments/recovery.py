@@ -20,6 +20,7 @@ interval, press Kill whenever, watch the timeline, read the verdict.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 from dataclasses import dataclass, field
@@ -117,6 +118,8 @@ def outcome(settings: Settings, rate: float, sustainable: float | None, camp: Ca
     m = read_metrics(metrics_log)
     origin = camp.kill_walls[0] if camp.kill_walls else float(m["wall"].min())
     samples = m[m["event"] == "sample"].assign(t=lambda d: d["wall"] - origin)
+    if samples.empty:  # the engine has not sampled yet (a live panel may ask that early)
+        raise ValueError(f"no metrics sample in {metrics_log} yet")
     events = m[m["event"] != "sample"].assign(t=lambda d: d["wall"] - origin)
     out = Outcome(settings, rate, sustainable, camp, samples.reset_index(drop=True),
                   events.reset_index(drop=True))
@@ -328,8 +331,9 @@ class Panel:
                 continue  # no sample yet
             self._draw(out, fig)
         if getattr(self, "campaign", None) is not None and self.controller is not None:
-            self._draw(outcome(s, self.rate, self.sustainable, self.campaign,
-                               self.controller.metrics_log), fig)
+            with contextlib.suppress(KeyError, ValueError):  # a run too short to sample
+                self._draw(outcome(s, self.rate, self.sustainable, self.campaign,
+                                   self.controller.metrics_log), fig)
 
     def _draw(self, out: Outcome, fig) -> None:
         from IPython.display import clear_output, display
