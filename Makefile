@@ -3,13 +3,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-all bench java lint clean-data help
+.PHONY: setup peers demo test test-all bench java lint clean-data help
 
 help:
 	@echo "make demo      set up, generate every dataset at small scale, run the datasets notebook"
 	@echo "make test      set up and run the test suite (what CI runs)"
 	@echo "make bench     set up and print the benchmark figures (datagen, engine vs Spark, ingest, checkpoints, codecs, Kafka++)"
 	@echo "make setup     only create .venv and install (checks Python 3.11+ and Java 17+)"
+	@echo "make peers     install the peers: RabbitMQ (apt-get, needs root) and PyFlink in .venv-flink"
 	@echo "make java      install a Java 17 runtime with apt-get (Debian/Ubuntu, needs root)"
 
 setup: $(STAMP)
@@ -18,14 +19,18 @@ $(STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
 	@touch $(STAMP)
 
+# the peers run beside the engine in the tests and benchmarks: RabbitMQ (apt), PyFlink (.venv-flink)
+peers:
+	scripts/setup-peers.sh
+
 demo: setup
 	$(BIN)/scabbard datagen all --scale small
 	$(BIN)/scabbard reproduce --only 00_datasets --scale small
 
-test: setup
+test: setup peers
 	$(BIN)/python -m pytest
 
-bench: setup
+bench: setup peers
 	$(BIN)/scabbard bench datagen
 	$(BIN)/scabbard bench engine
 	$(BIN)/scabbard bench ingest
