@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -155,6 +156,11 @@ class TransactionalSink(ExactlyOnceSink):
         self._open: list[tuple[Batch, dict]] = []  # the current epoch
         self._cut: dict[int, list[tuple[Batch, dict]]] = {}
         self._final = 0
+        # when each staged batch was written, per epoch: results are visible at the commit,
+        # so ``held_s`` (write -> commit, per batch) is what this sink adds to the latency
+        self._open_at: list[float] = []
+        self._cut_at: dict[int, list[float]] = {}
+        self.held_s: list[float] = []
 
     def recover(self, decided: int) -> None:
         """Epochs up to checkpoint ``decided`` were decided: commit them; drop the rest."""
@@ -179,10 +185,12 @@ class TransactionalSink(ExactlyOnceSink):
 
     def write_clocked(self, batch: Batch, clock: dict) -> None:
         self._open.append((batch, clock))
+        self._open_at.append(time.perf_counter())
 
     def cut(self, checkpoint_id: int) -> None:
         """The marker: what was written so far belongs to checkpoint ``checkpoint_id``."""
         self._cut[checkpoint_id], self._open = self._open, []
+        self._cut_at[checkpoint_id], self._open_at = self._open_at, []
 
     def prepare(self, checkpoint_id: int) -> None:
         staged = self._cut.pop(checkpoint_id, [])
@@ -208,6 +216,9 @@ class TransactionalSink(ExactlyOnceSink):
         if p.exists():
             os.replace(p, self.path / "committed" / p.name)
             fsync_dir(self.path / "committed")
+        now = time.perf_counter()
+        for cid in [c for c in self._cut_at if c <= checkpoint_id]:
+            self.held_s.extend(now - t for t in self._cut_at.pop(cid))
 
     def close(self) -> None:
         """End of the stream: the rest is committed as a last epoch of its own."""

@@ -93,7 +93,8 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                        on_sample=None, storage_config: StorageConfig | None = None,
                        persist_input: bool = True, standby=None, push_up: bool = False,
                        compression: str = "none", lossy_decimals: int | None = None,
-                       compression_interval: float = 4.0) -> FTReport:
+                       compression_interval: float = 4.0, aligned: bool = False,
+                       wrap_source=None) -> FTReport:
     """Run ``query`` with persisted input, checkpoints and exactly-once output (or recover).
 
     ``push_up``, ``compression``, ``lossy_decimals``: the data reduction before the ingress
@@ -103,6 +104,11 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
     ``standby``: called once the code is loaded and before the storage is touched; it returns
     when this process should take over (a warm standby, started ahead of a failure, waits
     there - see :class:`scabbard.engine.controller.Controller`).
+
+    ``aligned``: Flink-style aligned checkpoints (see :class:`FaultTolerance`); the paper's
+    Flink++ pairs them with the transactional sink.  ``wrap_source(source)``: a source in
+    front of the replay (e.g. :class:`scabbard.peers.synclog.LoggedSource`, Flink++'s stream
+    persistence through Kafka++).
     """
     storage = Path(storage)
     phases = {"spawned": float(os.environ.get("SCABBARD_SPAWNED_AT", "nan")),
@@ -173,11 +179,13 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
         # with persisted input: replay what is stored, then continue the source after it;
         # without: the source itself starts again at the checkpoint's offset
         ft = FaultTolerance(state, controller, committed, resume,
-                            replay_from if persist_input else None)
+                            replay_from if persist_input else None, aligned=aligned)
         source_start = _source_position(ingress) if persist_input else (replay_from or 0)
         source = ReplaySource(dataset, run["batch_rows"], rate=run["rate"], duration=duration,
                               max_tuples=run["max_tuples"], loop=True, start=source_start,
                               started_at=run["started_at"])
+        if wrap_source is not None:
+            source = wrap_source(source)
 
         def on_start() -> None:
             for name, at in phases.items():

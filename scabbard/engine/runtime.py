@@ -333,6 +333,10 @@ class FaultTolerance:
     committed_window_end: int = INT64_MIN
     resume: tuple | None = None  # (CheckpointRecord, edges per branch)
     replay_from: int | None = None
+    # Flink-style aligned checkpoints (the paper's Flink++, Fig. 9): at a marker the dispatcher
+    # stops until every task before it is assembled and the state snapshot is taken (the
+    # barrier's alignment), instead of letting later tasks run past the marker
+    aligned: bool = False
 
 
 class _Execution:
@@ -372,6 +376,7 @@ class _Execution:
         self.next = 0
         self.prev_long = False
         self.error: BaseException | None = None
+        self.barrier: threading.Event | None = None  # aligned checkpoints: the marker's task
 
     # -- workers -----------------------------------------------------------------------------
     def _claim(self, r: _TaskResult) -> list[tuple[_TaskResult, _TaskResult]]:
@@ -473,6 +478,8 @@ class _Execution:
             self.ft.state.after_task(r)
             if r.marker is not None:
                 self.ft.controller.on_marker(r.marker)
+                if self.barrier is not None:
+                    self.barrier.set()
             if r.seq == self.replay_last:
                 self.metrics.event("recovery", phase="replayed", tasks=r.seq + 1)
         elif self.ingress is not None:
@@ -528,7 +535,19 @@ class _Execution:
         marker = self.ft.controller.marker() if self.ft is not None else None
         seq = self.next_seq
         self.next_seq += 1
-        return self.submit((seq, batch, ingest, marker, tuples))
+        if marker is None or not self.ft.aligned:
+            return self.submit((seq, batch, ingest, marker, tuples))
+        t0 = time.perf_counter()
+        self.barrier = threading.Event()
+        if not self.submit((seq, batch, ingest, marker, tuples)):
+            return False
+        while not self.barrier.wait(0.1):  # alignment: the pipeline drains up to the marker
+            if self.error is not None:
+                return False
+        self.barrier = None
+        self.metrics.event("alignment", id=marker.checkpoint_id,
+                           ms=round((time.perf_counter() - t0) * 1e3, 3))
+        return True
 
     def restore(self) -> None:
         """Resume from a checkpoint: its task is the one before the next, as if just assembled

@@ -210,3 +210,26 @@ def ingest(query: str, dataset, folder: str | Path, seconds: float = 3.0,
            for p in (5, 25, 50, 75, 95, 99)}
     return SyncLogResult(query, batch_bytes, producers, sum(counts), secs, schema.row_bytes,
                          sum(written), pct)
+
+
+class LoggedSource:
+    """A source whose every batch is appended to a :class:`Partition` - serialized, LZ4,
+    fdatasync - before the engine sees it: stream persistence through a synchronous log, as
+    the paper's Flink++ persists its input through Kafka++ (Fig. 9).  Everything else is the
+    wrapped source's."""
+
+    def __init__(self, source, path: str | Path, codec: int = LZ4):
+        self._source = source
+        self.partition = Partition(path, codec)
+
+    def batches(self):
+        try:
+            for sb in self._source.batches():
+                self.partition.append(to_rows(sb.batch), len(sb.batch))
+                yield sb
+        finally:
+            self.partition.close()
+
+    def __getattr__(self, name):
+        return getattr(self._source, name)
+
