@@ -20,13 +20,15 @@ from pathlib import Path
 import numpy as np
 
 PERCENTILES = (5, 25, 50, 75, 95)
+PEER_PERCENTILES = PERCENTILES + (99,)  # the peers' acknowledgement latencies
 
 
-def percentiles_ms(latencies_s) -> dict[str, float]:
+def percentiles_ms(latencies_s, percentiles=PERCENTILES) -> dict[str, float]:
+    """``{"p50": ms, ...}`` of latencies given in seconds (NaN when there are none)."""
     if len(latencies_s) == 0:
-        return {f"p{p}": float("nan") for p in PERCENTILES}
-    values = np.percentile(np.asarray(latencies_s) * 1000.0, PERCENTILES)
-    return {f"p{p}": round(float(v), 3) for p, v in zip(PERCENTILES, values, strict=True)}
+        return {f"p{p}": float("nan") for p in percentiles}
+    values = np.percentile(np.asarray(latencies_s) * 1000.0, percentiles)
+    return {f"p{p}": round(float(v), 3) for p, v in zip(percentiles, values, strict=True)}
 
 
 @dataclass(frozen=True)

@@ -38,11 +38,13 @@ import socket
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from scabbard.engine.metrics import PEER_PERCENTILES, percentiles_ms
 from scabbard.peers.synclog import from_rows, to_rows
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
@@ -55,6 +57,17 @@ class BrokerError(RuntimeError):
 
 def installed() -> bool:
     return Path(SERVER).exists() and shutil.which("epmd") is not None
+
+
+def _run(coro):
+    """Run a coroutine to its end - also from a thread whose event loop is already running
+    (a Jupyter kernel's): then on a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1, thread_name_prefix="rstream") as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def _free_port() -> int:
@@ -83,7 +96,7 @@ class RabbitMQ:
             raise BrokerError("RabbitMQ is not installed: run scripts/setup-peers.sh (it installs "
                               "the Debian package rabbitmq-server with apt-get)")
         self._own = folder is None
-        self.folder = Path(folder or tempfile.mkdtemp(prefix="scabbard-rabbitmq-"))
+        self.folder = Path(folder or tempfile.mkdtemp(prefix="scabbard-rabbitmq-")).resolve()
         self.keep = keep
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen | None = None
@@ -161,7 +174,7 @@ class RabbitMQ:
                 await producer.close()
 
         try:
-            asyncio.run(asyncio.wait_for(handshake(), timeout))
+            _run(asyncio.wait_for(handshake(), timeout))
             return True
         except Exception:  # noqa: BLE001 - refused, reset, timed out: not ready yet
             return False
@@ -213,7 +226,8 @@ class BrokerResult:
     tuples: int  # confirmed
     seconds: float
     row_bytes: int
-    latency_ms: dict  # publish -> confirm, per message: p5 p25 p50 p75 p95 p99
+    latency_ms: dict  # publish -> confirm, per call: p5 p25 p50 p75 p95 p99
+    streams: tuple = ()
 
     @property
     def tuples_per_s(self) -> float:
@@ -222,12 +236,6 @@ class BrokerResult:
     @property
     def row_mb_s(self) -> float:
         return self.tuples * self.row_bytes / self.seconds / 1e6
-
-
-def _percentiles(seconds: list[float]) -> dict:
-    lat = np.asarray(seconds) * 1e3
-    return {f"p{p}": round(float(np.percentile(lat, p)), 3) if len(lat) else float("nan")
-            for p in (5, 25, 50, 75, 95, 99)}
 
 
 async def _produce(broker: RabbitMQ, stream: str, table, lo: int, seconds: float,
@@ -311,10 +319,23 @@ def ingest(broker: RabbitMQ, query: str, dataset, seconds: float = 3.0, producer
             for i, name in enumerate(names)))
 
     t0 = time.perf_counter()
-    counts = asyncio.run(main())
+    counts = _run(main())
     secs = time.perf_counter() - t0
     return BrokerResult(query, producers, tuples_per_message, sum(counts), secs,
-                        table.schema.row_bytes, _percentiles(latencies))
+                        table.schema.row_bytes, percentiles_ms(latencies, PEER_PERCENTILES), tuple(names))
+
+
+def delete_streams(broker: RabbitMQ, streams) -> None:
+    """Delete ``streams`` and their segment files (a benchmark frees the disk it used)."""
+    from rstream import Producer
+
+    async def main() -> None:
+        async with Producer("127.0.0.1", broker.stream_port, username=USER,
+                            password=PASSWORD) as producer:
+            for name in streams:
+                await producer.delete_stream(name, missing_ok=True)
+
+    _run(main())
 
 
 def read_stream(broker: RabbitMQ, stream: str, schema, timeout: float = 30.0):
@@ -356,6 +377,6 @@ def read_stream(broker: RabbitMQ, stream: str, schema, timeout: float = 30.0):
             with contextlib.suppress(asyncio.CancelledError):
                 await runner
 
-    asyncio.run(main())
+    _run(main())
     rows = np.frombuffer(b"".join(chunks), np.uint8)
     return from_rows(schema, rows)

@@ -36,6 +36,7 @@ import lz4.block
 import numpy as np
 
 from scabbard.batch import Batch
+from scabbard.engine.metrics import PEER_PERCENTILES, percentiles_ms
 from scabbard.schema import Schema
 from scabbard.storage.checksum import checksum
 
@@ -205,9 +206,7 @@ def ingest(query: str, dataset, folder: str | Path, seconds: float = 3.0,
     secs = time.perf_counter() - t0
     if errors:
         raise errors[0]
-    lat = np.array([x for per in latencies for x in per]) * 1e3
-    pct = {f"p{p}": round(float(np.percentile(lat, p)), 3) if len(lat) else float("nan")
-           for p in (5, 25, 50, 75, 95, 99)}
+    pct = percentiles_ms([x for per in latencies for x in per], PEER_PERCENTILES)
     return SyncLogResult(query, batch_bytes, producers, sum(counts), secs, schema.row_bytes,
                          sum(written), pct)
 
