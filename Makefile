@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 help:
 	@echo "make demo      set up, generate every dataset at small scale, run the datasets notebook"
 	@echo "make test      set up and run the test suite (what CI runs)"
-	@echo "make bench     set up and print the benchmark figures (datagen, engine vs Spark, ingest, checkpoints, codecs, Kafka++)"
+	@echo "make bench     set up and print the benchmark figures (datagen, engine vs Spark, ingest, checkpoints, codecs, Kafka++, peers side by side, aligned checkpoints)"
 	@echo "make setup     only create .venv and install (checks Python 3.11+ and Java 17+)"
 	@echo "make peers     install the peers: RabbitMQ (apt-get, needs root) and PyFlink in .venv-flink"
 	@echo "make java      install a Java 17 runtime with apt-get (Debian/Ubuntu, needs root)"
@@ -37,6 +37,8 @@ bench: setup peers
 	$(BIN)/scabbard bench checkpoints
 	$(BIN)/scabbard bench codecs
 	$(BIN)/scabbard bench synclog
+	$(BIN)/scabbard bench peers
+	$(BIN)/scabbard bench aligned
 
 lint: setup
 	$(BIN)/ruff check scabbard tests

@@ -665,6 +665,26 @@ def _add_bench(sub) -> None:
                     help="query for the batch-size sweep (default CM1; 'none' to skip)")
     sp.add_argument("--scale", default="small", choices=("tiny", "small", "full"))
     sp.set_defaults(func=_run_bench_synclog)
+    pp = bsub.add_parser(
+        "peers",
+        help="Fig. 7a and Fig. 8 side by side: the engine vs Spark-FT, Flink-FT, the broker, Kafka++",
+        description=(
+            "On this machine, in one run and on the same data, per query: the engine without "
+            "and with fault tolerance (persisted input, 1 s checkpoints, exactly-once output), "
+            "Spark Structured Streaming and Flink SQL with checkpoints (Fig. 7a; targets: FT >= "
+            "50x each peer), then persisted ingest: the engine's p-stream vs the synchronous log "
+            "(Kafka++) vs a real broker, RabbitMQ Streams, started on 127.0.0.1 for the run and "
+            "stopped after it (Fig. 8; target: >= 100x the broker).  Writes fig7a.csv, fig8.csv "
+            "and their figures to --out."
+        ),
+    )
+    pp.add_argument("--queries", nargs="+", type=str.upper, default=None, help="subset")
+    pp.add_argument("--seconds", type=float, default=5.0, help="seconds per run (default 5)")
+    pp.add_argument("--scale", default="small", choices=("tiny", "small", "full"))
+    pp.add_argument("--no-spark", action="store_true", help="without Spark-FT")
+    pp.add_argument("--no-flink", action="store_true", help="without Flink-FT")
+    pp.add_argument("--out", default="experiments/runs/bench-peers", help="output folder")
+    pp.set_defaults(func=_run_bench_peers)
     ap = bsub.add_parser(
         "aligned",
         help="Fig. 9: aligned checkpoints (Flink++) vs Scabbard's, on YSB, per batch size",
@@ -804,6 +824,47 @@ def _run_bench_synclog(args) -> int:
             for kb in (64, 256, 1024, 4096, 16384):
                 show(ingest(args.sweep_query, ds, folder, args.seconds, kb << 10,
                             args.producers))
+    return 0
+
+
+def _run_bench_peers(args) -> int:
+    from scabbard import queries
+    from scabbard.experiments import comparison, ingest
+
+    if not args.seconds > 0:
+        raise CLIError("--seconds must be positive")
+    names = args.queries or queries.NAMES
+    out = Path(args.out)
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    print("== Fig. 7a: throughput with fault tolerance, the engine vs the FT peers ==", flush=True)
+    runs = comparison.run(comparison.Settings(queries=names, scale=args.scale,
+                                              seconds=args.seconds, spark=not args.no_spark,
+                                              flink=not args.no_flink), log=log)
+    fig7 = comparison.summary(runs)
+    print("\n== Fig. 8: persisted ingest, the engine vs Kafka++ vs the broker ==", flush=True)
+    disk, table = ingest.run(ingest.Settings(queries=names, scale=args.scale,
+                                             seconds=args.seconds, with_query=False,
+                                             disk_bytes=256 << 20), log=log)
+    fig8 = ingest.summary(disk, table)
+    side = fig7.merge(fig8[["query", "ingest M tuples/s", "Kafka++ M tuples/s",
+                            "broker M tuples/s", "ours / broker (target >= 100x)",
+                            "ours p50 ms", "Kafka++ p50 ms", "broker p50 ms"]], on="query")
+    print("\n" + side.round(2).T.to_string(header=False))
+    print(f"\nFig. 7a: {comparison.headline(fig7)}")
+    ratio = fig8["ours / broker (target >= 100x)"]
+    print(f"Fig. 8: ingest / broker: min {ratio.min():.0f}x, median {ratio.median():.0f}x "
+          f"({(ratio >= 100).sum()}/{len(ratio)} queries >= 100x)")
+    print(f"paper: {comparison.PAPER}\npaper: {ingest.PAPER_PEERS}")
+    out.mkdir(parents=True, exist_ok=True)
+    side.to_csv(out / "side_by_side.csv", index=False)
+    comparison.save(runs, out / "fig7a")
+    ingest.save(disk, table, out / "fig8")
+    comparison.plot(runs, out / "fig7a")
+    ingest.plot(disk, table, out / "fig8")
+    print(f"\nresults: {out / 'side_by_side.csv'}, figures: {out}/fig7a, {out}/fig8")
     return 0
 
 

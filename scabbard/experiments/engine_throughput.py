@@ -98,19 +98,25 @@ def measure_engine(query: str, ds: Dataset, settings: Settings) -> list[dict]:
     return rows
 
 
+def peer_dataset(query: str, ds: Dataset, folder: Path, max_copies: int) -> Dataset:
+    """``ds``, or a prefix of it written to ``folder`` as its own dataset: the peers' sliding
+    windows copy every tuple into each of its ``range/slide`` windows, so a peer gets at most
+    ``max_copies / (range/slide)`` tuples."""
+    panes = max(a.window.panes for a in _aggregations(queries.get(query).node))
+    limit = max(1000, max_copies // panes)
+    if ds.rows <= limit:
+        return ds
+    tables = {n: (t.schema, t.columns) for n, t in ds.tables.items()}
+    return write_dataset(Path(folder) / ds.workload / "prefix", ds.schema,
+                         ds.batch(0, limit).columns, tables=tables, workload=ds.workload)
+
+
 def measure_spark(query: str, ds: Dataset, settings: Settings, spark) -> dict:
     from scabbard.peers.spark import run_spark
 
-    q = queries.get(query)
-    panes = max(a.window.panes for a in _aggregations(q.node))
-    limit = max(1000, settings.spark_max_copies // panes)
     with tempfile.TemporaryDirectory(prefix="scabbard-bench-") as tmp:
-        data = ds
-        if ds.rows > limit:  # a prefix of the same data, as its own dataset
-            tables = {n: (t.schema, t.columns) for n, t in ds.tables.items()}
-            data = write_dataset(Path(tmp) / ds.workload / "prefix", ds.schema,
-                                 ds.batch(0, limit).columns, tables=tables, workload=ds.workload)
-        run = run_spark(q, data, spark=spark, workdir=Path(tmp) / "work")
+        data = peer_dataset(query, ds, Path(tmp), settings.spark_max_copies)
+        run = run_spark(queries.get(query), data, spark=spark, workdir=Path(tmp) / "work")
     return _row(query, "spark", spark.sparkContext.defaultParallelism, run.tuples, run.seconds,
                 ds.schema.row_bytes, result_rows=len(run.columns["window_end"]))
 
