@@ -65,8 +65,9 @@ def test_the_barrier_drains_the_pipeline_before_later_tasks_run(tiny, tmp_path, 
 
     monkeypatch.setattr(CheckpointController, "marker", marker)
     monkeypatch.setattr(runtime._Execution, "dispatch", dispatch)
+    n = 10 * ds.rows  # paced to last ~0.4 s on any machine: markers every 0.02 s
     r = run_fault_tolerant(q, ds, tmp_path / "store", TransactionalSink(tmp_path / "out"), CFG,
-                           interval=0.01, max_tuples=10 * ds.rows, persist_input=False,
+                           interval=0.02, max_tuples=n, rate=n / 0.4, persist_input=False,
                            aligned=True)
     assert len(r.checkpoints) >= 2 and len(after) == len(marked)
     assert all(assembled > seq for seq, assembled in after), after

@@ -26,6 +26,16 @@ def scratch(folder: str | None, data_dir: str | Path, prefix: str) -> Iterator[P
             shutil.rmtree(path, ignore_errors=True)
 
 
+def save_tables(output_dir: str | Path, **tables) -> Path:
+    """Each table as ``<name>.csv`` in ``output_dir`` (created); the first one's path (by
+    convention ``results``, the summary a reader opens first)."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, table in tables.items():
+        table.to_csv(out / f"{name}.csv", index=False)
+    return out / f"{next(iter(tables))}.csv"
+
+
 def finish(fig, output_dir: str | Path | None, name: str, dpi: int = 120):
     """Lay ``fig`` out and, with an ``output_dir``, save it there as ``name``."""
     fig.tight_layout()

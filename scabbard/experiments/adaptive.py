@@ -34,7 +34,7 @@ from scabbard.engine import EngineConfig, NullSink, run_query
 from scabbard.engine.metrics import read_metrics
 from scabbard.engine.runtime import Engine
 from scabbard.engine.sources import ReplaySource
-from scabbard.experiments import finish, scratch
+from scabbard.experiments import finish, save_tables, scratch
 from scabbard.storage import StorageConfig
 
 SCHEMES = ("adaptive", "default", "none")
@@ -163,12 +163,7 @@ def phases(timeline: pd.DataFrame, events: pd.DataFrame, interval: float) -> pd.
 
 def save(timeline: pd.DataFrame, events: pd.DataFrame, table: pd.DataFrame,
          output_dir: str | Path) -> Path:
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "results.csv", index=False)
-    timeline.to_csv(out / "timeline.csv", index=False)
-    events.to_csv(out / "codec_events.csv", index=False)
-    return out / "results.csv"
+    return save_tables(output_dir, results=table, timeline=timeline, codec_events=events)
 
 
 def plot(timeline: pd.DataFrame, events: pd.DataFrame, output_dir: str | None = None):

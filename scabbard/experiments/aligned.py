@@ -33,7 +33,7 @@ from scabbard.engine import EngineConfig
 from scabbard.engine.metrics import read_metrics
 from scabbard.engine.output import ClockedSink, TransactionalSink
 from scabbard.engine.recovery import run_fault_tolerant
-from scabbard.experiments import finish, prepared_dataset, scratch
+from scabbard.experiments import finish, prepared_dataset, save_tables, scratch
 from scabbard.peers.synclog import LoggedSource
 
 CONFIGS = ("scabbard", "scabbard_chk", "flinkpp", "flinkpp_persist")
@@ -139,11 +139,7 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def save(runs: pd.DataFrame, output_dir: str | Path) -> Path:
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    summary(runs).to_csv(out / "results.csv", index=False)
-    runs.to_csv(out / "runs.csv", index=False)
-    return out / "results.csv"
+    return save_tables(output_dir, results=summary(runs), runs=runs)
 
 
 def plot(runs: pd.DataFrame, output_dir: str | None = None):

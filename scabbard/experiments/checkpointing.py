@@ -31,7 +31,7 @@ from scabbard import queries
 from scabbard.engine import EngineConfig, NullSink, run_query
 from scabbard.engine.output import ClockedSink, DiscardSink
 from scabbard.engine.recovery import run_fault_tolerant
-from scabbard.experiments import finish, prepared_dataset, scratch
+from scabbard.experiments import finish, prepared_dataset, save_tables, scratch
 
 CONFIGS = ("no_ft", "checkpoints", "full_ft")
 
@@ -126,11 +126,7 @@ def headline(table: pd.DataFrame) -> str:
 
 
 def save(runs: pd.DataFrame, output_dir: str | Path) -> Path:
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    summary(runs).to_csv(out / "results.csv", index=False)
-    runs.to_csv(out / "runs.csv", index=False)
-    return out / "results.csv"
+    return save_tables(output_dir, results=summary(runs), runs=runs)
 
 
 def plot(table: pd.DataFrame, output_dir: str | None = None):

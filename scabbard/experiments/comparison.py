@@ -36,7 +36,7 @@ from scabbard import queries
 from scabbard.engine import EngineConfig, NullSink, run_query
 from scabbard.engine.output import ClockedSink
 from scabbard.engine.recovery import run_fault_tolerant
-from scabbard.experiments import finish, prepared_dataset, scratch
+from scabbard.experiments import finish, prepared_dataset, save_tables, scratch
 from scabbard.experiments.engine_throughput import peer_dataset
 
 SYSTEMS = (("no_ft", "engine, no FT"), ("ft", "engine with FT"), ("spark_ft", "Spark-FT"),
@@ -152,11 +152,7 @@ def headline(table: pd.DataFrame) -> str:
 
 
 def save(runs: pd.DataFrame, output_dir: str | Path) -> Path:
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    summary(runs).to_csv(out / "results.csv", index=False)
-    runs.to_csv(out / "runs.csv", index=False)
-    return out / "results.csv"
+    return save_tables(output_dir, results=summary(runs), runs=runs)
 
 
 def plot(runs: pd.DataFrame, output_dir: str | None = None):

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from scabbard.compression import Codec, codec_class
-from scabbard.experiments import finish
+from scabbard.experiments import finish, save_tables
 
 _INTS = ("integers, random", "integers, runs")
 _TS = ("timestamps, regular", "timestamps, bursty")
@@ -140,11 +140,7 @@ def headline(table: pd.DataFrame) -> str:
 
 
 def save(table: pd.DataFrame, output_dir: str | Path) -> Path:
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "results.csv", index=False)
-    targets(table).to_csv(out / "targets.csv", index=False)
-    return out / "results.csv"
+    return save_tables(output_dir, results=table, targets=targets(table))
 
 
 def plot(table: pd.DataFrame, output_dir: str | None = None):
