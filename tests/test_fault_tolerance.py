@@ -42,8 +42,10 @@ def test_stopped_and_recovered_runs_give_the_failure_free_output(tiny, tmp_path,
     ds = tiny[queries.workload_of(name)]
     n = 150 * ds.rows
     store, out = tmp_path / "store", tmp_path / "out"
+    # paced so that the first 0.4 s never reach the end of the input, however fast the machine
     r = run_fault_tolerant(q, ds, store, kind(out), CFG, interval=0.02, max_tuples=n,
-                           duration=0.4, storage_config=SMALL, persist_input=persist)
+                           rate=n / 2.0, duration=0.4, storage_config=SMALL,
+                           persist_input=persist)
     assert r.checkpoints and not completed(store)
     assert ("input" in json.loads((store / "streams.json").read_text())) == persist
     resumed = []
