@@ -23,6 +23,7 @@ so they have no comparable per-tuple latency).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -38,6 +39,8 @@ from scabbard.engine.output import ClockedSink
 from scabbard.engine.recovery import run_fault_tolerant
 from scabbard.experiments import finish, prepared_dataset, save_tables, scratch
 from scabbard.experiments.engine_throughput import peer_dataset
+
+logger = logging.getLogger(__name__)
 
 SYSTEMS = (("no_ft", "engine, no FT"), ("ft", "engine with FT"), ("spark_ft", "Spark-FT"),
            ("flink_ft", "Flink-FT"))
@@ -87,19 +90,38 @@ def measure(query: str, ds, settings: Settings, root: Path, spark=None) -> list[
     with tempfile.TemporaryDirectory(prefix="scabbard-peers-", dir=root) as tmp:
         data = peer_dataset(query, ds, Path(tmp), settings.peer_max_copies)
         if settings.spark:
-            from scabbard.peers.spark import run_spark
-
-            run = run_spark(queries.get(query), data, spark=spark, workdir=Path(tmp) / "spark")
-            rows.append({"query": query, "system": "spark_ft", "tuples_per_s": run.tuples_per_s,
-                         "peer_tuples": run.tuples})
+            rows.append(_peer(query, "spark_ft", lambda: _spark(query, data, spark, tmp)))
         if settings.flink:
-            from scabbard.peers.flink import run_flink
-
-            run = run_flink(queries.get(query), data, workdir=Path(tmp) / "flink",
-                            checkpoint_interval_s=settings.interval)
-            rows.append({"query": query, "system": "flink_ft", "tuples_per_s": run.tuples_per_s,
-                         "peer_tuples": run.tuples, "checkpoints": run.checkpoints})
+            rows.append(_peer(query, "flink_ft", lambda: _flink(query, data, settings, tmp)))
     return rows
+
+
+def _spark(query: str, data, spark, tmp: str) -> dict:
+    from scabbard.peers.spark import run_spark
+
+    run = run_spark(queries.get(query), data, spark=spark, workdir=Path(tmp) / "spark",
+                    collect=False)
+    return {"tuples_per_s": run.tuples_per_s, "peer_tuples": run.tuples}
+
+
+def _flink(query: str, data, settings: Settings, tmp: str) -> dict:
+    from scabbard.peers.flink import run_flink
+
+    run = run_flink(queries.get(query), data, workdir=Path(tmp) / "flink",
+                    checkpoint_interval_s=settings.interval)
+    return {"tuples_per_s": run.tuples_per_s, "peer_tuples": run.tuples,
+            "checkpoints": run.checkpoints}
+
+
+def _peer(query: str, system: str, measure_peer) -> dict:
+    """A peer's row; a peer that fails on one query (e.g. out of memory) is recorded as
+    failed - with its error - and the comparison goes on with the next."""
+    try:
+        return {"query": query, "system": system, **measure_peer()}
+    except Exception as e:  # noqa: BLE001 - reported in the table, never hidden
+        logger.warning("%s failed on %s: %s", system, query, e)
+        return {"query": query, "system": system, "tuples_per_s": float("nan"),
+                "error": f"{type(e).__name__}: {str(e)[:200]}"}
 
 
 def run(settings: Settings, log=print) -> pd.DataFrame:
