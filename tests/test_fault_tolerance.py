@@ -126,7 +126,8 @@ def test_kill_campaign(tiny, tmp_path, name):
     """SIGKILL the engine process at random moments, recover, compare with a failure-free run."""
     ds = tiny[queries.workload_of(name)]
     rng = random.Random(name)
-    c = Controller(name, ds.path, tmp_path, max_tuples=120 * ds.rows, batch=4000, interval=0.2,
+    n = 120 * ds.rows  # paced to last ~6 s on any machine, so that a kill at 1.2-3 s lands
+    c = Controller(name, ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6, interval=0.2,
                    sink="transactional" if name == "LRB3" else "clocked")
     camp = c.run([rng.uniform(1.2, 3.0) for _ in range(3)])
     assert camp.kills >= 1, "the run finished before any kill: make it longer"
@@ -173,7 +174,8 @@ def test_crash_points_during_a_checkpoint_write_and_during_recovery(tiny, tmp_pa
     storage but no record yet, in the middle of replay while recovering, and between the
     record's write and its rename."""
     ds = tiny["cm"]
-    c = Controller("CM1", ds.path, tmp_path, max_tuples=150 * ds.rows, batch=4000, interval=0.2)
+    n = 150 * ds.rows  # paced to last ~5 s on any machine, so that all three crash points land
+    c = Controller("CM1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 5, interval=0.2)
     camp = c.run([], crash_at=["checkpoint_state:3", "recovery_replay", "checkpoint_record:2"])
     assert camp.crashes == 3, camp
     assert camp.verdict.ok, camp.verdict
