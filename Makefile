@@ -3,12 +3,13 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup peers demo test test-all bench java lint clean-data help
+.PHONY: setup peers demo test test-all bench sim java lint clean-data help
 
 help:
 	@echo "make demo      set up, generate every dataset at small scale, run the datasets notebook"
 	@echo "make test      set up and run the test suite (what CI runs)"
 	@echo "make bench     set up and print the benchmark figures (datagen, engine vs Spark, ingest, checkpoints, codecs, Kafka++, peers side by side, aligned checkpoints)"
+	@echo "make sim       set up, calibrate the simulator on this machine (experiments/calibration.json) and validate it against the engine"
 	@echo "make setup     only create .venv and install (checks Python 3.11+ and Java 17+)"
 	@echo "make peers     install the peers: RabbitMQ (apt-get, needs root) and PyFlink in .venv-flink"
 	@echo "make java      install a Java 17 runtime with apt-get (Debian/Ubuntu, needs root)"
@@ -39,6 +40,13 @@ bench: setup peers
 	$(BIN)/scabbard bench synclog
 	$(BIN)/scabbard bench peers
 	$(BIN)/scabbard bench aligned
+	$(MAKE) sim
+
+# the simulator: costs measured here (all eleven queries), then predicted vs measured
+sim: setup
+	$(BIN)/scabbard datagen all --scale small
+	$(BIN)/scabbard sim calibrate --scale small --out experiments/calibration.json
+	$(BIN)/scabbard sim validate --calibration experiments/calibration.json --out experiments/runs/sim_validation.csv
 
 lint: setup
 	$(BIN)/ruff check scabbard tests

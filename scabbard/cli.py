@@ -926,6 +926,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data(sub)
     _add_reproduce(sub)
     _add_bench(sub)
+    from scabbard.sim.cli import add_parser as _add_sim  # light: SimPy loads on use
+
+    _add_sim(sub)
     return parser
 
 

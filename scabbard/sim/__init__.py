@@ -1,1 +1,35 @@
-"""POG simulator: a discrete-event model calibrated on the real engine. DESIGN.md §12."""
+"""The POG simulator: a calibrated discrete-event model of the engine (DESIGN.md §12).
+
+    from scabbard.sim import PAPER_SSD, SimConfig, load, simulate
+
+    cal = load("experiments/calibration.json")        # scabbard sim calibrate
+    r = simulate(cal, SimConfig("LRB1", workers=16, persist=True, checkpoint_interval=1.0),
+                 PAPER_SSD)
+    print(r.summary.tuples_per_s, r.summary.latency_ms)
+
+* :mod:`scabbard.sim.config` - :class:`Hardware`, :class:`Calibration`, :class:`SimConfig`;
+* :mod:`scabbard.sim.model` - :func:`simulate` (SimPy, one event per task);
+* :mod:`scabbard.sim.calibrate` - the costs, measured on this machine with the real code;
+* :mod:`scabbard.sim.validate` - the real engine and the model side by side;
+* :mod:`scabbard.sim.cli` - ``scabbard sim calibrate|validate|run``.
+"""
+
+from scabbard.sim.config import (
+    PAPER_RDMA_INGEST,
+    PAPER_REMOTE_STORAGE,
+    PAPER_SSD,
+    Calibration,
+    Hardware,
+    PersistCosts,
+    QueryCosts,
+    SimConfig,
+    SystemCosts,
+    load,
+    save,
+)
+from scabbard.sim.model import simulate
+from scabbard.sim.result import SimResult
+
+__all__ = ["PAPER_RDMA_INGEST", "PAPER_REMOTE_STORAGE", "PAPER_SSD", "Calibration", "Hardware",
+           "PersistCosts", "QueryCosts", "SimConfig", "SimResult", "SystemCosts", "load", "save",
+           "simulate"]

@@ -1,0 +1,631 @@
+"""``scabbard sim calibrate``: the simulator's costs, measured on this machine with the real code.
+
+Nothing here is a guess: each cost of :class:`~scabbard.sim.config.Calibration` is timed
+on the engine's own functions, on the query's own data (DESIGN.md §12).
+
+Per query (:func:`calibrate_query`):
+
+* inside real engine runs (:func:`measure_kernels`, :mod:`scabbard.sim.instrument`; the
+  dataset replayed, NullSink), the CPU time (``time.thread_time``) of every call of the
+  source's batch, the fragment function ``Engine._fragment`` and the boundary windows
+  ``Engine._boundary`` (parallel), the ordered assembly ``_Execution.assemble`` (serial),
+  the codecs, the segment encoding and the writes - at several batch sizes (a per-task
+  and a per-tuple cost; *short* tasks apart), with two workers (what company costs a
+  fragment), and with the input persisted per compression scheme;
+* on batches replayed as the engine replays them (:func:`measure_persistence`): each
+  scheme's bytes, and reading a segment back (verified, decompressed);
+* a short fault-tolerant run (:func:`measure_fault_tolerance`): the state per checkpoint,
+  the storage reopened and its stored input read back (the device's read bandwidth), then
+  the run recovered for real by a new process (:func:`measure_recovery`): process start,
+  code loading, state load and replay, as notebook 04's controller sees them.
+
+Per machine (:func:`measure_system`): the BlockManager's own bulk writes into fresh and
+into recycled pool files (bandwidth and per-request latency), dd-like bandwidth
+(:func:`scabbard.storage.diskbench.disk_bandwidth`, kept for reference), the latency of a
+small O_DIRECT write, a checkpoint record's commit, memory copy speed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from scabbard.sim.config import (
+    SCHEMES,
+    Calibration,
+    Hardware,
+    PersistCosts,
+    QueryCosts,
+    SystemCosts,
+    save,
+)
+from scabbard.sim.instrument import timed_run
+from scabbard.sim.machine import LoadMeter, describe, wait_quiet
+
+MiB = 1 << 20
+# the fault-tolerant run's task size: as notebook 04's kill
+# experiment and `scabbard sim validate` run theirs, so a recovery's replay is measured as
+# it is then predicted
+FT_BATCH = 262_144
+DEFAULT_OUT = "experiments/calibration.json"
+
+
+# -- per query: kernels ---------------------------------------------------------------------------
+def _engine_and_data(query: str, scale: str, data_dir: str | Path):
+    from scabbard import queries, workloads
+    from scabbard.engine import Engine, EngineConfig
+
+    ds = workloads.dataset(queries.workload_of(query), scale, root=str(data_dir))
+    engine = Engine(queries.get(query), ds.tables, EngineConfig(workers=1))
+    return ds, engine
+
+
+def _replay(ds, rows: int, tasks: int):
+    """``tasks`` batches of ``rows`` as the engine sees them in a steady run: from the
+    second copy of the dataset on (timestamps shifted)."""
+    from scabbard.engine.sources import ReplaySource
+
+    return ReplaySource(ds, rows, start=ds.rows, max_tuples=ds.rows + rows * tasks, loop=True)
+
+
+def _fit(runs: list[dict], key: str) -> tuple[float, float]:
+    """Per task and per tuple ns from runs at several batch sizes (``key``: seconds per
+    tuple), least squares; all per tuple where no per-task share can be seen."""
+    n = np.array([r["task_rows"] for r in runs])
+    t = np.array([r[key] * r["task_rows"] for r in runs])  # seconds per task
+    if len(runs) < 2 or np.ptp(n) <= 0:
+        return 0.0, float(t.sum() / n.sum()) * 1e9
+    per_tuple, per_task = np.polyfit(n, t, 1)
+    if per_task < 0 or per_tuple < 0:  # noise: no per-task share to be seen
+        return 0.0, float(t.sum() / n.sum()) * 1e9
+    return float(per_task) * 1e9, float(per_tuple) * 1e9
+
+
+def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "data",
+                    seconds: float = 2.0) -> dict:
+    """Costs (ns) of ``query``'s tasks, timed inside real engine runs of ``seconds``
+    (:func:`scabbard.sim.instrument.timed_run`): one worker at the default batch size, at
+    twice it and at smaller sizes (the engine's smallest default, a quarter) - a per-task
+    and a per-tuple cost over the sizes whose tasks are of the default's kind, per-tuple
+    costs of *short* tasks (too few panes for windows of their own) where smaller ones are;
+    two workers (this machine's cores: what company costs a fragment, and the engine's own
+    throughput for reference); and one worker with the input persisted, per compression
+    scheme (codec, segment encoding, write and the p-stream's bookkeeping, as the engine
+    runs them)."""
+    from scabbard.engine.runtime import MIN_BATCH
+    from scabbard.engine.sources import ReplaySource
+
+    ds, engine = _engine_and_data(query, scale, data_dir)
+    per_ms = ReplaySource(ds, 1).tuples_per_ms()
+    rows = engine.batch_rows_for(per_ms)
+    timed_run(query, ds, 1, rows, min(1.0, seconds))  # warm: pages of the dataset
+    base = timed_run(query, ds, 1, rows, seconds)
+    sizes = sorted({2 * rows, MIN_BATCH, max(1, rows // 4)} - {rows}, reverse=True)
+    runs = [base] + [timed_run(query, ds, 1, n, seconds) for n in sizes]
+    two = timed_run(query, ds, 2, rows, seconds)
+    persisted = {}
+    folder = Path(tempfile.mkdtemp(prefix="scabbard-calibrate-", dir=str(data_dir)))
+    try:
+        for scheme in ("none", "default"):
+            persisted[scheme] = timed_run(query, ds, 1, rows, seconds, folder / scheme, scheme)
+            shutil.rmtree(folder / scheme, ignore_errors=True)
+        pushed = timed_run(query, ds, 1, rows, seconds, folder / "push-up", "none", push_up=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    kind = base["long"] > 0.5
+    same = [r for r in runs if (r["long"] > 0.5) == kind and r["tasks"] >= 2]
+    f_task, f_tuple = _fit(same, "parallel_s")
+    a_task, a_tuple = _fit(same, "assembly_s")
+    shared = two["parallel_s"] / base["parallel_s"] if base["parallel_s"] else 1.0
+    out = {"row_bytes": ds.schema.row_bytes, "batch_rows": rows,
+           # the dispatcher: the source's batch and the CPU no part accounts for
+           "source_ns_tuple": (base["source_s"] + base["other_s"]) * 1e9,
+           "fragment_ns_task": f_task,
+           "fragment_ns_tuple": f_tuple, "assembly_ns_task": a_task, "assembly_ns_tuple": a_tuple,
+           # two workers on this machine's cores: what company costs a fragment (never
+           # less than nothing: a faster run with company is noise)
+           "fragment_shared": max(1.0, shared) if two["tasks"] >= 4 else 1.0,
+           # input an open window may still need, in tuples (released beyond it: GC)
+           "horizon_tuples": int(engine.horizon_ms * per_ms) + 1,
+           "long_rows": 0, "short": None,
+           # persistence push-up: the tasks' work per input tuple against the full input's
+           "push_up_work": pushed["work_s"] / persisted["none"]["work_s"]
+           if persisted["none"]["work_s"] and pushed["tuples"] else 1.0,
+           "engine": {"tuples_per_s_1_worker": base["tuples_per_s"],
+                      "tuples_per_s_2_workers": two["tuples_per_s"],
+                      "fragment_ns_tuple_1_worker": base["parallel_s"] * 1e9,
+                      "fragment_ns_tuple_2_workers": two["parallel_s"] * 1e9,
+                      "assembly_ns_tuple_2_workers": two["assembly_s"] * 1e9,
+                      "other_ns_tuple_1_worker": base["other_s"] * 1e9,
+                      "sizes": {r["rows"]: {"fragment_ns_tuple": r["parallel_s"] * 1e9,
+                                            "assembly_ns_tuple": r["assembly_s"] * 1e9,
+                                            "long": r["long"]} for r in runs}},
+           "persisted": {k: {"compress_ns": v["compress_s"] * 1e9,
+                             "encode_ns": v["encode_s"] * 1e9,
+                             "append_ns": max(0.0, v["other_s"] - base["other_s"]) * 1e9,
+                             "written_per_tuple": v["written_per_tuple"],
+                             "write_cpu_ns_byte": v["write_s_byte"] * 1e9,
+                             "writes": v["writes"],
+                             "tuples_per_s_1_worker": v["tuples_per_s"]}
+                         for k, v in persisted.items()}}
+    short = [r for r in runs if kind and r["long"] < 0.5 and r["rows"] < rows]
+    if short:  # smaller tasks are short: their costs are another regime
+        n = sum(r["tuples"] for r in short)
+        b = engine.plan.branches[0]
+        out["long_rows"] = int(2 * b.panes * b.slide_ms * per_ms) + 1
+        out["short"] = {k: sum(r[k] * r["tuples"] for r in short) / n * 1e9 for k in
+                        ("parallel_s", "assembly_s")}
+        out["short"] = {"fragment_ns_tuple": out["short"]["parallel_s"],
+                        "assembly_ns_tuple": out["short"]["assembly_s"]}
+    return out
+
+
+def measure_persistence(query: str, scale: str = "small", data_dir: str | Path = "data",
+                        tasks: int = 8, schemes: Sequence[str] = SCHEMES) -> dict:
+    """Per scheme: stored bytes, codec, segment encode and decode ns per *input* tuple.
+
+    A ``push-up`` scheme first runs the operators persistence push-up moves below the
+    p-stream (:class:`scabbard.engine.pushup.Reducer`, §3.4) - their time counts with the
+    codecs' - and persists what they keep: raw, with the default codecs, or with floats
+    kept to two decimals (``lossy``), as notebook 06's configurations do."""
+    from scabbard.compression.policy import Compression
+    from scabbard.engine.pushup import Reducer
+    from scabbard.engine.sources import ReplaySource
+    from scabbard.query import optimize
+    from scabbard.storage import segment as sg
+
+    ds, engine = _engine_and_data(query, scale, data_dir)
+    rows = engine.batch_rows_for(ReplaySource(ds, 1).tuples_per_ms())
+    full = engine.input_schema
+    out = {}
+    for scheme in schemes:
+        reduce = Reducer(optimize.push_up(engine.query.node)) \
+            if scheme.startswith("push-up") else None
+        schema = reduce.schema if reduce is not None else full
+        codecs = scheme.removeprefix("push-up").removeprefix("+") or "none"
+        comp = Compression.scheme(schema, "none" if codecs == "none" else "default",
+                                  lossy_decimals=2 if codecs == "lossy" else None)
+        buf = None
+        acc = {"compress": 0.0, "encode": 0.0, "decode": 0.0, "bytes": 0, "n": 0}
+        for i, sb in enumerate(_replay(ds, rows, tasks + 1).batches()):
+            b, n_in = sb.batch, len(sb.batch)
+            t = time.thread_time()
+            if reduce is not None:
+                b = reduce(b)
+            stored = comp(b) if comp is not None else None
+            tc = time.thread_time() - t
+            n = sg.segment_length(b, 1, sg.PAGE, stored)
+            if buf is None or buf.nbytes < n:
+                buf = sg.aligned_empty(2 * n)
+                buf[:] = 0  # a recycled buffer, as the BlockManager's: no first-touch faults
+            t = time.thread_time()
+            seg = sg.encode(b, stream_id=1, epoch=1, batch_id=i, meta=np.zeros(1, np.uint64),
+                            out=buf, stored=stored)
+            te = time.thread_time() - t
+            t = time.thread_time()
+            sg.decode(seg, schema, copy=False)  # as the BlockManager reads
+            td = time.thread_time() - t
+            if i == 0:
+                continue  # warm-up
+            acc["compress"] += tc
+            acc["encode"] += te
+            acc["decode"] += td
+            acc["bytes"] += seg.nbytes
+            acc["n"] += n_in
+        n = acc["n"]
+        out[scheme] = {"stored_bytes_per_tuple": acc["bytes"] / n,
+                       "compress_ns": acc["compress"] / n * 1e9,
+                       "encode_ns": acc["encode"] / n * 1e9, "decode_ns": acc["decode"] / n * 1e9}
+    return out
+
+
+# -- per query: checkpoints, state load, restart ------------------------------------------------------
+def _read_back(bm, stream: int, start: int, decode_ns: float, units: int = 6) -> dict:
+    """Stored p-units read back one at a time, as recovery's replay reads them: the CPU
+    per byte beyond decoding them (``decode_ns`` per tuple, measured in memory: what is
+    left is the syscall and the fresh buffer's pages), and the device's read bandwidth
+    (the wall time not spent on the CPU)."""
+    cpu, device, nbytes, off = 0.0, 0.0, 0, start
+    for _ in range(units):
+        if off >= bm.durable_end(stream):
+            break
+        t, wall = time.thread_time(), time.perf_counter()
+        batch, _ = bm.read_with_meta(stream, off)
+        used = time.thread_time() - t
+        device += max(0.0, time.perf_counter() - wall - used)
+        cpu += used - len(batch) * decode_ns * 1e-9
+        nbytes += batch.column_bytes
+        off = batch.end
+    return {"read_cpu_ns_byte": max(0.0, cpu / nbytes * 1e9) if nbytes else 0.0,
+            "read_mb_s": nbytes / device / 1e6 if device > 0 else None}
+
+
+def measure_fault_tolerance(query: str, scale: str = "small", data_dir: str | Path = "data",
+                            seconds: float = 2.5, interval: float = 0.5,
+                            read_mb_s: float | None = None, decode_ns: float = 0.0,
+                            batch: int = FT_BATCH) -> dict:
+    """A short fault-tolerant run (2 workers, the clocked exactly-once output the
+    controller uses): state bytes per checkpoint, checkpoint time; the storage reopened,
+    the newest checkpoint's state loaded and stored input read back, as recovery does;
+    then the run recovered for real by a new process (:func:`measure_recovery`)."""
+    from scabbard import queries
+    from scabbard.engine import EngineConfig
+    from scabbard.engine.ft import QueryState
+    from scabbard.engine.output import ClockedSink
+    from scabbard.engine.recovery import run_fault_tolerant
+    from scabbard.engine.runtime import INGRESS, _Edges
+    from scabbard.pog import POG
+    from scabbard.pog.checkpoint import CheckpointStore
+    from scabbard.storage import BlockManager
+
+    ds, engine = _engine_and_data(query, scale, data_dir)
+    folder = Path(tempfile.mkdtemp(prefix="scabbard-calibrate-", dir=str(data_dir)))
+    try:
+        r = run_fault_tolerant(queries.get(query), ds, folder / "storage",
+                               ClockedSink(folder / "output"),
+                               EngineConfig(workers=2, batch_rows=batch),
+                               interval=interval, duration=seconds)
+        ck = r.checkpoints
+        if not ck:
+            raise RuntimeError(f"{query}: no checkpoint completed in {seconds} s")
+        t0 = time.perf_counter()
+        with BlockManager(folder / "storage") as bm:
+            pog = POG(bm)
+            ingress = pog.pstream(INGRESS, engine.input_schema)
+            state = QueryState(engine.plan.branches, bm, _Edges)
+            rec = CheckpointStore(folder / "storage" / "checkpoints").records()[0]
+            t1 = time.perf_counter()
+            state.load_state(rec)
+            t2 = time.perf_counter()
+            replayed = sum(len(u) for u in ingress.load_stream(rec.input_end))
+            t3 = time.perf_counter()
+            read = _read_back(bm, ingress.stream_id, rec.input_end, decode_ns)
+        disk_s = rec.bytes / (read_mb_s * 1e6) if read_mb_s else 0.0
+        return {"state_bytes": float(np.median([c.bytes for c in ck])),
+                "checkpoint_ms": float(np.median([c.duration_s for c in ck])) * 1e3,
+                "checkpoints": len(ck), "ft_tuples_per_s": r.run.summary.tuples_per_s,
+                "storage_open_s": t1 - t0, "state_load_in_process_s": t2 - t1,
+                "state_disk_s": disk_s,
+                "replay_read_tuples_per_s": replayed / max(1e-9, t3 - t2),
+                "batch": batch,
+                "recovery": measure_recovery(query, ds.path, folder, interval, batch=batch),
+                **read}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def measure_recovery(query: str, data: Path, folder: Path, interval: float,
+                     seconds: float = 1.0, batch: int | None = None) -> dict:
+    """The fault-tolerant run in ``folder`` recovered as the controller recovers one: a new
+    ``python -m scabbard run ... --recover`` process; its phases from its metrics log -
+    process start, code loading, state load, and the replay of the input stored after the
+    checkpoint (tuples and seconds)."""
+    from scabbard.engine import read_metrics
+
+    log = folder / "recovery.jsonl"
+    cmd = [sys.executable, "-m", "scabbard", "run", "--query", query, "--data", str(data),
+           "--storage", str(folder / "storage"), "--output", str(folder / "output"),
+           "--checkpoint-interval", str(interval), "--exactly-once", "clocked",
+           "--workers", "2", "--recover", "--duration", str(seconds),
+           "--metrics-log", str(log), "--quiet"] + (["--batch", str(batch)] if batch else [])
+    env = dict(os.environ, SCABBARD_SPAWNED_AT=repr(time.time()))
+    subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, timeout=300)
+    m = read_metrics(log)
+    at = dict(zip(m["phase"].dropna(), m.loc[m["phase"].notna(), "wall"], strict=True))
+    resume = m[m["phase"] == "resume"].iloc[0]
+    replayed = int(resume["replay_to"] - resume["replay_from"])
+    return {"process_start_s": at["started"] - at["spawned"],
+            "code_load_s": at["code_loaded"] - at["started"],
+            "state_load_s": at["state_loaded"] - at["code_loaded"],
+            "replayed_tuples": replayed,
+            "replay_s": at["replayed"] - at["state_loaded"] if "replayed" in at else 0.0}
+
+
+# -- per machine -------------------------------------------------------------------------------------
+def _small_write_latency(folder: Path, seconds: float = 0.5) -> float:
+    """Median seconds of one 4 KiB O_DIRECT write (queue depth 1)."""
+    from scabbard.storage.segment import aligned_empty
+
+    path = folder / f".latency-{os.getpid()}"
+    buf = aligned_empty(4096)
+    buf[:] = 0x5A
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_DIRECT", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    times = []
+    try:
+        os.posix_fallocate(fd, 0, 64 * MiB)
+        end = time.perf_counter() + seconds
+        pos = 0
+        while time.perf_counter() < end:
+            t = time.perf_counter()
+            os.pwrite(fd, buf, pos)
+            times.append(time.perf_counter() - t)
+            pos = (pos + 4096) % (64 * MiB)
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return statistics.median(times)
+
+
+def _record_s(folder: Path, repeat: int = 10) -> float:
+    """Median seconds to commit a checkpoint record (temp file, fsync, rename, dir fsync)."""
+    from scabbard.pog.checkpoint import CheckpointRecord, CheckpointStore
+
+    store = CheckpointStore(folder / "records")
+    times = []
+    for i in range(1, repeat + 1):
+        rec = CheckpointRecord(i, i, i, {}, [{"stream": "state-0", "first": 0, "end": 1}],
+                               {"last_pane": 0, "last_ts": 0}, 1, 0.0, 0.0)
+        t = time.perf_counter()
+        store.record(rec)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _copy_ns_byte(nbytes: int = 64 * MiB) -> float:
+    parts = [np.ones(nbytes // 8 // 16, dtype=np.int64) for _ in range(16)]
+    np.concatenate(parts)
+    t = time.thread_time()
+    for _ in range(3):
+        np.concatenate(parts)
+    return (time.thread_time() - t) / 3 / nbytes * 1e9
+
+
+def _pool_writes(folder: Path, total: int = 768 * MiB, unit: int = 16 * MiB) -> dict:
+    """The BlockManager's own writes (O_DIRECT, bulk, into its pool files): ``total`` bytes
+    into a new folder - every file fresh, allocated but never written - then, the stream
+    trimmed, as much again into the recycled files.  Per pass, every write's bytes and
+    wall time (:func:`fit_writes`)."""
+    from scabbard.batch import Batch
+    from scabbard.schema import Field, Schema
+    from scabbard.sim.instrument import Probe
+    from scabbard.storage import BlockManager
+
+    schema = Schema("pool-bench", (Field("timestamp", "int64"), Field("value", "int64")))
+    rows = unit // 16
+    cols = (np.arange(rows, dtype=np.int64), np.full(rows, 0x5A5A, dtype=np.int64))
+    passes = {}
+    with BlockManager(folder / "pool-bench") as bm:
+        sid = bm.stream("bench", schema)
+        offset = 0
+        for name in ("fresh", "recycled"):
+            probe = Probe()
+            with probe.patched():
+                futures = []
+                for _ in range(total // unit):
+                    futures.append(bm.append(sid, Batch(schema, cols, offset)))
+                    offset += rows
+                for f in futures:
+                    f.result()
+            passes[name] = probe.writes
+            bm.trim(sid, offset)  # every file back to the pool
+    return passes
+
+
+def measure_system(data_dir: str | Path = "data", disk_mb: int = 512) -> dict:
+    """Disk bandwidth and write latency, the CPU an O_DIRECT write costs, a checkpoint
+    record's commit and memory copy speed - in a scratch folder next to the data."""
+    from scabbard.storage.diskbench import disk_bandwidth
+
+    folder = Path(tempfile.mkdtemp(prefix="scabbard-calibrate-", dir=str(data_dir)))
+    try:
+        t = time.thread_time()
+        bw = disk_bandwidth(folder, total=disk_mb * MiB)
+        cpu = time.thread_time() - t
+        latency = _small_write_latency(folder)
+        record = _record_s(folder)
+        pool = _pool_writes(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    (recycled, lat), (fresh, _) = fit_writes(pool["recycled"]), fit_writes(pool["fresh"])
+    return {"disk_write_mb_s": bw.write_mb_s, "disk_read_mb_s": bw.read_mb_s,
+            "first_write_mb_s": bw.first_write_mb_s,
+            "pool_write_mb_s": recycled, "pool_fresh_write_mb_s": fresh, "pool_latency_ms": lat,
+            "direct": bw.direct,
+            # two write passes and one read pass over ``bytes``
+            "io_cpu_ns_byte": cpu / (3 * bw.bytes) * 1e9,
+            "disk_latency_ms": max(0.0, latency - 4096 / (bw.write_mb_s * 1e6)) * 1e3,
+            "record_s": record, "copy_ns_byte": _copy_ns_byte()}
+
+
+# -- all of it -------------------------------------------------------------------------------------------
+def fit_writes(writes: list[tuple[int, float]]) -> tuple[float | None, float | None]:
+    """Bandwidth (MB/s) and per-request latency (ms) of the disk as the engine's writers
+    got it: ``seconds = latency + bytes / bandwidth``, least squares over their writes
+    (bulk writes of different sizes); the mean rate alone where the fit is not sane."""
+    if not writes:
+        return None, None
+    b = np.array([w[0] for w in writes], dtype=float)
+    t = np.array([w[1] for w in writes], dtype=float)
+    mean_mb_s = b.sum() / t.sum() / 1e6
+    if len(b) < 8 or np.ptp(b) < 0.5 * b.mean():
+        return float(mean_mb_s), None
+    slope, latency = np.polyfit(b, t, 1)
+    if slope <= 0 or latency < 0:
+        return float(mean_mb_s), None
+    return float(1 / slope / 1e6), float(latency * 1e3)
+
+
+def _persist_costs(standalone: dict, in_run: dict | None,
+                   like: dict | None = None) -> PersistCosts:
+    """The costs of persisting under one scheme: as the engine's threads spent them in a
+    persisted run where there was one (codec, encoding, the dispatcher's bookkeeping, the
+    bytes written), reading back as measured on its own.  A scheme without a run of its
+    own (push-up) takes the dispatcher's bookkeeping of ``like``'s run: it is per p-unit."""
+    if in_run is None or not in_run["written_per_tuple"]:
+        append = like["append_ns"] if like is not None and like["written_per_tuple"] else 0.0
+        return PersistCosts(**standalone, append_ns=append)
+    return PersistCosts(stored_bytes_per_tuple=in_run["written_per_tuple"],
+                        compress_ns=in_run["compress_ns"], encode_ns=in_run["encode_ns"],
+                        decode_ns=standalone["decode_ns"], append_ns=in_run["append_ns"])
+
+
+def _restart_warmup(costs: QueryCosts, rec: dict, f: dict) -> float:
+    """Seconds a recovered process's replay took beyond what its parts explain (s).
+
+    The replay of a real recovery (:func:`measure_recovery`) against its parts on this
+    machine's cores: reading back (disk, checksum, decoding, fresh buffers), the fragments
+    (with company) and the serial assembly.  The rest is a new process's start-up cost -
+    numba functions the warm-up did not load (the long-task path), a new heap faulting
+    its pages in - charged once, to its first task.  Never negative."""
+    n, batch = rec["replayed_tuples"], f.get("batch", costs.batch_rows)
+    if n <= 0 or rec["replay_s"] <= 0:
+        return 0.0
+    cores = os.cpu_count() or 1
+    none = costs.persist["none"]
+    read_ns = none.decode_ns + none.stored_bytes_per_tuple * f["read_cpu_ns_byte"]
+    cpu_ns = (costs.fragment_s(batch) * costs.fragment_shared + costs.assembly_s(batch)) \
+        / batch * 1e9 + read_ns
+    disk_ns = none.stored_bytes_per_tuple / (f["read_mb_s"] or math.inf) * 1e3
+    per_tuple_ns = max(cpu_ns / min(cores, max(1, n // batch)), disk_ns,
+                       costs.assembly_s(batch) / batch * 1e9)
+    return max(0.0, rec["replay_s"] - n * per_tuple_ns * 1e-9)
+
+
+def calibrate_query(query: str, scale: str = "small", data_dir: str | Path = "data",
+                    tasks: int = 8, ft_seconds: float = 2.5, kernel_seconds: float = 2.0,
+                    read_mb_s: float | None = None, log=print) -> tuple[QueryCosts, dict]:
+    """Every cost of one query; the second value holds its process start and storage open."""
+    t0 = time.perf_counter()
+    k = measure_kernels(query, scale, data_dir, kernel_seconds)
+    p = measure_persistence(query, scale, data_dir, tasks)
+    f = measure_fault_tolerance(query, scale, data_dir, ft_seconds, read_mb_s=read_mb_s,
+                                decode_ns=p["none"]["decode_ns"])
+    r = f["recovery"]
+    measured = {"checkpoint_ms": f["checkpoint_ms"], "checkpoints": f["checkpoints"],
+                "recovery": r,
+                "persisted": {sch: {f: v for f, v in d.items() if f != "writes"}
+                              for sch, d in k["persisted"].items()},
+                "persist_standalone": p,
+                "ft_tuples_per_s": f["ft_tuples_per_s"],
+                "replay_read_tuples_per_s": f["replay_read_tuples_per_s"], **k["engine"]}
+    short = k["short"] or {}
+    costs = QueryCosts(
+        query=query, row_bytes=k["row_bytes"], batch_rows=k["batch_rows"],
+        source_ns_tuple=k["source_ns_tuple"], fragment_ns_task=k["fragment_ns_task"],
+        fragment_ns_tuple=k["fragment_ns_tuple"], assembly_ns_task=k["assembly_ns_task"],
+        assembly_ns_tuple=k["assembly_ns_tuple"],
+        persist={s: replace(_persist_costs(v, k["persisted"].get(s), k["persisted"].get("default")),
+                            work=k["push_up_work"] if s.startswith("push-up") else 1.0)
+                 for s, v in p.items()},
+        state_bytes=f["state_bytes"],
+        # the real recovery's state load, but for the storage's opening and the disk's reads
+        state_load_s=max(0.0, r["state_load_s"] - f["storage_open_s"] - f["state_disk_s"]),
+        code_load_s=r["code_load_s"],
+        fragment_shared=k["fragment_shared"], horizon_tuples=k["horizon_tuples"],
+        long_rows=k["long_rows"], short_fragment_ns_tuple=short.get("fragment_ns_tuple"),
+        short_assembly_ns_tuple=short.get("assembly_ns_tuple"), measured=measured)
+    costs = replace(costs, restart_warmup_s=_restart_warmup(costs, r, f))
+    log(f"{query:5} fragment {costs.fragment_ns_tuple:7.1f} ns/t (+{costs.fragment_ns_task / 1e3:7.1f}"
+        f" us/task, x{costs.fragment_shared:.2f} shared)  assembly {costs.assembly_ns_tuple:6.2f} ns/t  source "
+        f"{costs.source_ns_tuple:5.2f} ns/t  stored {p['none']['stored_bytes_per_tuple']:.1f} -> "
+        f"{p.get('default', p['none'])['stored_bytes_per_tuple']:.1f} B/t  state "
+        f"{f['state_bytes'] / 1e6:.2f} MB  ({time.perf_counter() - t0:.0f} s)")
+    return costs, {"process_start_s": r["process_start_s"], "storage_open_s": f["storage_open_s"],
+                   "read_cpu_ns_byte": f["read_cpu_ns_byte"], "read_mb_s": f["read_mb_s"],
+                   "write_cpu_ns_byte": k["persisted"]["none"]["write_cpu_ns_byte"],
+                   }
+
+
+def _calibrate_query_in_child(kwargs: dict, log) -> tuple[QueryCosts, dict]:
+    """:func:`calibrate_query` in a new process: each query starts from a clean heap (the
+    big queries' runs leave gigabytes behind in one), as the engine's own runs do."""
+    out = subprocess.run([sys.executable, "-m", "scabbard.sim.calibrate", json.dumps(kwargs)],
+                         capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        raise RuntimeError(f"calibrating {kwargs['query']} failed (exit {out.returncode}):\n"
+                           + out.stderr[-3000:])
+    lines = out.stdout.strip().splitlines()
+    for line in lines[:-1]:
+        log(line)
+    doc = json.loads(lines[-1])
+    return QueryCosts(**doc["costs"]), doc["extra"]
+
+
+def calibrate(queries: Sequence[str] | None = None, scale: str = "small",
+              data_dir: str | Path = "data", seconds: float = 2.0, tasks: int = 8,
+              out: str | Path | None = DEFAULT_OUT, quiet_cores: float = 0.25,
+              quiet_timeout: float = 120.0, log=print) -> Calibration:
+    """Measure this machine and each query (default: all eleven); save to ``out``
+    (None: not saved).  ``seconds``: each timed engine run (the fault-tolerant one at least
+    2.5 s, for a few checkpoints); ``tasks``: batches per codec measurement.  Before each
+    query it waits (up to ``quiet_timeout`` s) for other processes to leave the cores alone
+    (at most ``quiet_cores`` busy)."""
+    from scabbard import queries as qmod
+
+    names = [q.upper() for q in (queries or qmod.NAMES)]
+    for q in names:
+        qmod.workload_of(q)  # unknown names fail before anything is measured
+    if tasks < 2:
+        raise ValueError(f"tasks must be >= 2, got {tasks}")
+    if seconds <= 0:
+        raise ValueError(f"seconds must be positive, got {seconds}")
+    background = [wait_quiet(quiet_cores, quiet_timeout, log)]
+    s = measure_system(data_dir)
+    log(f"disk: write {s['disk_write_mb_s']:,.0f} MB/s (the pool's bulk writes: "
+        f"{s['pool_write_mb_s'] or 0:,.0f} MB/s, into fresh files "
+        f"{s['pool_fresh_write_mb_s'] or 0:,.0f}), read {s['disk_read_mb_s']:,.0f} MB/s, "
+        f"4 KiB write {s['disk_latency_ms']:.3f} ms; record commit {s['record_s'] * 1e3:.2f} ms")
+    costs, extra = {}, []
+    for q in names:
+        background.append(wait_quiet(quiet_cores, quiet_timeout, log))
+        with LoadMeter() as load:
+            c, more = _calibrate_query_in_child(
+                dict(query=q, scale=scale, data_dir=str(data_dir), tasks=tasks,
+                     ft_seconds=max(2.5, seconds), kernel_seconds=seconds,
+                     read_mb_s=s["disk_read_mb_s"]), log)
+        # how much others disturbed the measurement (CPU times inflate on a shared machine)
+        costs[q] = replace(c, measured={**c.measured,
+                                        "background_cores": round(load.background_cores, 2),
+                                        "stolen_cores": round(load.stolen_cores, 2)})
+        extra.append(more)
+    cores = os.cpu_count() or 1
+    # the disk's write bandwidth as the engine's writers got it (diskbench's figures are
+    # kept in ``machine``: a sequential dd-like pass is faster than the pool's bulk writes)
+    reads = [e["read_mb_s"] for e in extra if e["read_mb_s"]]
+    hw = Hardware(cores=cores, disk_write_mb_s=s["pool_write_mb_s"] or s["disk_write_mb_s"],
+                  disk_fresh_write_mb_s=s["pool_fresh_write_mb_s"],
+                  disk_read_mb_s=statistics.median(reads) if reads else s["disk_read_mb_s"],
+                  disk_latency_ms=s["disk_latency_ms"] if s["pool_latency_ms"] is None
+                  else s["pool_latency_ms"], name="this machine (measured)")
+    system = SystemCosts(
+        process_start_s=statistics.median(e["process_start_s"] for e in extra),
+        storage_open_s=statistics.median(e["storage_open_s"] for e in extra),
+        record_s=s["record_s"], copy_ns_byte=s["copy_ns_byte"],
+        io_cpu_ns_byte=statistics.median(e["write_cpu_ns_byte"] for e in extra),
+        read_cpu_ns_byte=statistics.median(e["read_cpu_ns_byte"] for e in extra))
+    machine = {**describe(), "scale": scale, "direct_io": s["direct"],
+               "diskbench_write_mb_s": s["disk_write_mb_s"],
+               "diskbench_first_write_mb_s": s["first_write_mb_s"],
+               "diskbench_read_mb_s": s["disk_read_mb_s"],
+               "engine_read_mb_s": {q: e["read_mb_s"] for q, e in zip(costs, extra, strict=True)},
+               "diskbench_latency_ms": s["disk_latency_ms"],
+               "diskbench_cpu_ns_byte": s["io_cpu_ns_byte"],
+               "background_cores_max": round(max(background), 2)}
+    cal = Calibration(hw, system, costs, machine,
+                      datetime.now(UTC).isoformat(timespec="seconds"))
+    if out is not None:
+        save(cal, out)
+        log(f"calibration of {len(costs)} queries written to {out}")
+    return cal
+
+
+if __name__ == "__main__":  # one query, for calibrate(): JSON arguments in, JSON costs out
+    _costs, _extra = calibrate_query(**json.loads(sys.argv[1]))
+    print(json.dumps({"costs": asdict(_costs), "extra": _extra}))

@@ -1,0 +1,334 @@
+"""``scabbard sim ...``: calibrate the simulator, validate it, run it (DESIGN.md §12).
+
+    scabbard sim calibrate [--queries Q ...] [--scale small] [--out experiments/calibration.json]
+    scabbard sim validate  [--queries Q ...] [--calibration FILE] [--out results.csv]
+    scabbard sim run --query Q [--cores N] [--disk-mb-s X] [--iops N] [--network-gbps G] ...
+
+:func:`add_parser` adds the ``sim`` command to the ``scabbard`` parser's subcommands;
+each handler returns the exit code and raises :class:`scabbard.cli.CLIError` for bad
+input, as every other command does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+from scabbard.sim.config import SCHEMES
+
+DEFAULT_CALIBRATION = "experiments/calibration.json"
+PRESETS = ("this", "paper-ssd", "paper-remote", "paper-rdma")
+
+
+def _error(message: str):
+    from scabbard.cli import CLIError
+
+    return CLIError(message)
+
+
+def _queries(names: list[str] | None) -> list[str] | None:
+    from scabbard import queries
+
+    if not names:
+        return None
+    out = []
+    for n in names:
+        try:
+            queries.workload_of(n)
+        except queries.UnknownQueryError as e:
+            raise _error(str(e)) from None
+        out.append(n.upper())
+    return out
+
+
+def _load(path: str):
+    from scabbard.sim.config import load
+
+    try:
+        return load(path)
+    except FileNotFoundError as e:
+        raise _error(str(e)) from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise _error(f"{path} is not a usable calibration file ({e}): calibrate again") from None
+
+
+def add_parser(subparsers) -> None:
+    """Add ``sim`` (calibrate, validate, run) to a ``scabbard`` subparsers object."""
+    from scabbard.queries import NAMES
+
+    p = subparsers.add_parser(
+        "sim",
+        help="the POG simulator: calibrate it here, validate it, run it on other hardware",
+        description=(
+            "A discrete-event model of the engine (cores, task queue, fragment and assembly "
+            "costs, codecs, disk bandwidth/IOPS/latency, network ingest, asynchronous "
+            "checkpoints, fail-stop recovery) with costs measured on this machine.  It "
+            "answers what the engine would do on hardware this machine is not: 16 cores, the "
+            "paper's SSD, remote block storage, 100 Gb/s ingest."),
+    )
+    sub = p.add_subparsers(dest="sim_cmd", required=True, metavar="SUBCOMMAND")
+
+    cp = sub.add_parser(
+        "calibrate",
+        help="measure the engine's costs on this machine, per query, into a calibration file",
+        description=(
+            "Time the real engine's parts inside real runs on each query's dataset (source, "
+            "fragment function, boundary windows, assembly), the codecs and the segment "
+            "encoding per compression scheme, the disk (bandwidth, small-write latency), "
+            "a checkpoint's state size, the state load and a process restart.  Writes a JSON "
+            "file with the machine's description and the date; every cost in it is measured."),
+        epilog="Takes about 20-30 s per query; waits for other processes to leave the cores alone.",
+    )
+    cp.add_argument("--queries", nargs="+", metavar="Q", help=f"subset of {', '.join(NAMES)} "
+                    "(default: all eleven)")
+    cp.add_argument("--scale", default="small", choices=("tiny", "small", "full"),
+                    help="dataset scale to measure on (default: small)")
+    cp.add_argument("--data", default="data", metavar="DIR", help="data root (default: data)")
+    cp.add_argument("--out", default=DEFAULT_CALIBRATION, metavar="FILE",
+                    help=f"calibration file to write (default: {DEFAULT_CALIBRATION}); queries "
+                         "already in it and not measured now are kept")
+    cp.add_argument("--seconds", type=float, default=2.0,
+                    help="seconds of each timed engine run (default 2)")
+    cp.add_argument("--quiet-timeout", type=float, default=120.0, metavar="SECONDS",
+                    help="how long to wait for a quiet machine before each query (default 120)")
+    cp.set_defaults(func=run_calibrate)
+
+    vp = sub.add_parser(
+        "validate",
+        help="run the real engine and the simulator on the same configurations; compare",
+        description=(
+            "Per query: 1 and 2 workers, without and with persisted input, compression none "
+            "and default - each run for real and simulated - then one fault-tolerant run "
+            "killed (SIGKILL) and recovered, and the same run simulated.  Prints predicted "
+            "vs measured with the error in %%; targets: throughput within 15 %%, recovery "
+            "time within 25 %%."),
+        epilog="About a minute per query.  Rows measured while other processes kept cores "
+               "busy say so (background_cores).",
+    )
+    vp.add_argument("--queries", nargs="+", metavar="Q", default=None,
+                    help="queries to validate (default: CM1 LRB1 YSB)")
+    vp.add_argument("--calibration", default=DEFAULT_CALIBRATION, metavar="FILE",
+                    help=f"calibration file (default: {DEFAULT_CALIBRATION})")
+    vp.add_argument("--scale", default="small", choices=("tiny", "small", "full"))
+    vp.add_argument("--data", default="data", metavar="DIR", help="data root (default: data)")
+    vp.add_argument("--seconds", type=float, default=3.0, help="seconds per real run (default 3)")
+    vp.add_argument("--no-kill", action="store_true", help="throughput only, no kill")
+    vp.add_argument("--repeats", type=int, default=3,
+                    help="real runs per configuration; their median is compared (default 3)")
+    vp.add_argument("--retries", type=int, default=2,
+                    help="runs measured while other processes kept the cores busy are repeated "
+                         "up to this many times (default 2)")
+    vp.add_argument("--out", metavar="FILE", help="also write the table as CSV")
+    vp.set_defaults(func=run_validate)
+
+    rp = sub.add_parser(
+        "run",
+        help="simulate one query on a machine you describe; print the predicted metrics",
+        description=(
+            "Simulate QUERY with the calibrated costs on this machine's hardware (measured at "
+            "calibration) or a preset, with any part changed by the flags below.  Prints "
+            "throughput, latency percentiles, bytes written, checkpoints, recovery phases "
+            "(with --fail-at) and what kept the cores and the disk busy."),
+        epilog=("Presets: this (the calibrated machine), paper-ssd (16 cores, 950 MB/s, 72k "
+                "IOPS), paper-remote (16 cores, remote block storage: 700 MB/s, 16k IOPS of "
+                "256 KiB, 1 ms), paper-rdma (paper-ssd with 100 Gb/s ingest)."),
+    )
+    rp.add_argument("--query", required=True, help=f"one of {', '.join(NAMES)}")
+    rp.add_argument("--calibration", default=DEFAULT_CALIBRATION, metavar="FILE",
+                    help=f"calibration file (default: {DEFAULT_CALIBRATION})")
+    rp.add_argument("--preset", default="this", choices=PRESETS,
+                    help="hardware to start from (default: this)")
+    hw = rp.add_argument_group("hardware")
+    hw.add_argument("--cores", type=int, help="cores")
+    hw.add_argument("--disk-mb-s", type=float, metavar="MB_S", help="disk write bandwidth, MB/s")
+    hw.add_argument("--disk-read-mb-s", type=float, metavar="MB_S",
+                    help="disk read bandwidth, MB/s (default: as the write bandwidth)")
+    hw.add_argument("--iops", type=float, help="disk IOPS cap")
+    hw.add_argument("--io-kb", type=float, metavar="KIB",
+                    help="KiB one I/O covers for the IOPS count (remote block storage: 256)")
+    hw.add_argument("--disk-latency-ms", type=float, metavar="MS", help="latency per request")
+    hw.add_argument("--queue-depth", type=int, help="requests outstanding per process")
+    hw.add_argument("--network-gbps", type=float, metavar="GBPS",
+                    help="the input arrives over a link of this many Gbit/s (default: local)")
+    run = rp.add_argument_group("the run")
+    run.add_argument("--workers", type=int, help="worker threads (default: the cores)")
+    run.add_argument("--batch", type=int, metavar="ROWS",
+                     help="tuples per task (default: the engine's for the query)")
+    run.add_argument("--duration", type=float, default=10.0, help="seconds of input (default 10)")
+    run.add_argument("--rate", type=float, metavar="TUPLES_PER_S", help="input rate cap")
+    run.add_argument("--persist", action=argparse.BooleanOptionalAction, default=True,
+                     help="persist the input in the ingress p-stream (default) or not")
+    run.add_argument("--compression", default="none", choices=SCHEMES,
+                     help="how the input is persisted: raw (none), the default codecs, or "
+                          "after persistence push-up (raw, codecs, lossy floats); default: none")
+    run.add_argument("--checkpoint-interval", type=float, default=1.0, metavar="SECONDS",
+                     help="checkpoint every SECONDS (default 1; 0: no checkpoints)")
+    run.add_argument("--fail-at", type=float, metavar="SECONDS",
+                     help="kill the engine at this simulated second and recover")
+    rp.add_argument("--timeline", action="store_true", help="also print the 0.5 s timeline")
+    rp.add_argument("--json", action="store_true", help="print the result as JSON")
+    rp.set_defaults(func=run_sim)
+
+
+# -- handlers ------------------------------------------------------------------------------------------
+def run_calibrate(args) -> int:
+    from scabbard.sim.calibrate import calibrate
+    from scabbard.sim.config import load, merge, save
+
+    if not args.seconds > 0:
+        raise _error(f"--seconds must be positive, got {args.seconds}")
+    names = _queries(args.queries)
+    cal = calibrate(names, scale=args.scale, data_dir=args.data, seconds=args.seconds,
+                    out=None, quiet_timeout=args.quiet_timeout)
+    out = Path(args.out)
+    if out.is_file():
+        with contextlib.suppress(ValueError, KeyError, TypeError):  # an old format: replaced
+            cal = merge(load(out), cal)
+    save(cal, out)
+    print(f"calibration ({', '.join(cal.queries)}) written to {out}")
+    return 0
+
+
+def run_validate(args) -> int:
+    from scabbard.sim.validate import Settings, format_table, summary, validate
+
+    if not args.seconds > 0:
+        raise _error(f"--seconds must be positive, got {args.seconds}")
+    if args.repeats < 1:
+        raise _error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.retries < 0:
+        raise _error(f"--retries must be >= 0, got {args.retries}")
+    cal = _load(args.calibration)
+    names = _queries(args.queries)
+    try:
+        table = validate(names, cal, Settings(scale=args.scale, data_dir=args.data,
+                                              seconds=args.seconds, kill=not args.no_kill,
+                                              retries=args.retries, repeats=args.repeats))
+    except ValueError as e:
+        raise _error(str(e)) from None
+    print()
+    print(format_table(table))
+    print()
+    print(summary(table).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.out, index=False)
+        print(f"\nwritten to {args.out}")
+    return 0
+
+
+def hardware_from_args(args, cal):
+    """The preset (or the calibrated machine) with the flags' changes."""
+    from scabbard.sim import config
+
+    base = {"this": cal.hardware, "paper-ssd": config.PAPER_SSD,
+            "paper-remote": config.PAPER_REMOTE_STORAGE,
+            "paper-rdma": config.PAPER_RDMA_INGEST}[args.preset]
+    changes = {"cores": args.cores, "disk_write_mb_s": args.disk_mb_s,
+               "disk_read_mb_s": args.disk_read_mb_s, "disk_iops": args.iops,
+               "io_bytes": int(args.io_kb * 1024) if args.io_kb is not None else None,
+               "disk_latency_ms": args.disk_latency_ms, "queue_depth": args.queue_depth,
+               "network_mb_s": args.network_gbps * 1e9 / 8 / 1e6
+               if args.network_gbps is not None else None}
+    changes = {k: v for k, v in changes.items() if v is not None}
+    try:
+        hw = replace(base, **changes)
+    except ValueError as e:
+        raise _error(_flag_message(str(e))) from None
+    return hw
+
+
+def _flag_message(message: str) -> str:
+    """``Hardware.disk_write_mb_s must ...`` -> ``--disk-mb-s must ...``."""
+    flags = {"Hardware.cores": "--cores", "Hardware.disk_write_mb_s": "--disk-mb-s",
+             "Hardware.disk_read_mb_s": "--disk-read-mb-s", "Hardware.disk_iops": "--iops",
+             "Hardware.io_bytes": "--io-kb", "Hardware.disk_latency_ms": "--disk-latency-ms",
+             "Hardware.queue_depth": "--queue-depth", "Hardware.network_mb_s": "--network-gbps",
+             "SimConfig.workers": "--workers", "SimConfig.batch_rows": "--batch",
+             "SimConfig.duration": "--duration", "SimConfig.rate": "--rate",
+             "SimConfig.fail_at": "--fail-at",
+             "SimConfig.checkpoint_interval": "--checkpoint-interval"}
+    for name, flag in flags.items():
+        message = message.replace(name, flag)
+    return message
+
+
+def run_sim(args) -> int:
+    from scabbard.sim.config import SimConfig
+    from scabbard.sim.model import simulate
+
+    (query,) = _queries([args.query])
+    cal = _load(args.calibration)
+    hw = hardware_from_args(args, cal)
+    if args.checkpoint_interval is not None and args.checkpoint_interval < 0:
+        raise _error(f"--checkpoint-interval must be >= 0, got {args.checkpoint_interval}")
+    try:
+        cfg = SimConfig(query, workers=args.workers or hw.cores, batch_rows=args.batch,
+                        persist=args.persist, compression=args.compression,
+                        checkpoint_interval=args.checkpoint_interval or None,
+                        duration=args.duration, rate=args.rate, fail_at=args.fail_at)
+        cal.costs(query)
+        result = simulate(cal, cfg, hw)
+    except ValueError as e:
+        raise _error(_flag_message(str(e))) from None
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=1, default=_jsonable))
+        return 0
+    print(describe(result))
+    if args.timeline:
+        print()
+        print(result.timeline.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    return 0
+
+
+def _jsonable(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return str(v)
+
+
+def describe(result) -> str:
+    """The predicted metrics as a few lines of text."""
+    cfg, hw, s = result.config, result.hardware, result.summary
+    disk = f"{hw.disk_write_mb_s:,.0f} MB/s"
+    if hw.disk_iops:
+        disk += f", {hw.disk_iops:,.0f} IOPS"
+    if hw.disk_latency_ms:
+        disk += f", {hw.disk_latency_ms:g} ms"
+    net = f", ingest over {hw.network_mb_s * 8 / 1e3:g} Gb/s" if hw.network_mb_s else ""
+    lines = [
+        f"{cfg.query} on {hw.cores} cores ({cfg.workers} workers), disk {disk}{net}"
+        f"{' - ' + hw.name if hw.name else ''}",
+        f"  input {'persisted' if cfg.persist else 'not persisted'}"
+        f"{', compression ' + cfg.compression if cfg.persist else ''}"
+        f"{f', checkpoints every {cfg.checkpoint_interval:g} s' if cfg.checkpoint_interval else ''}"
+        f"{f', rate {cfg.rate / 1e6:g} M tuples/s' if cfg.rate else ''}",
+        f"  throughput     {s.tuples_per_s / 1e6:10.2f} M tuples/s ({s.mb_per_s:,.0f} MB/s); "
+        f"steady {result.steady_tuples_per_s / 1e6:.2f} M tuples/s",
+        "  latency ms     " + "  ".join(f"{k} {v:,.1f}" for k, v in s.latency_ms.items()),
+    ]
+    if cfg.persist:
+        lines.append(f"  written        {result.written_bytes / 1e6:10,.1f} MB "
+                     f"({result.written_bytes / 1e6 / max(s.seconds, 1e-9):,.0f} MB/s)")
+    ck = result.checkpoints
+    if len(ck):
+        lines.append(f"  checkpoints    {len(ck):10d}, {ck['duration_ms'].mean():.1f} ms on "
+                     f"average, {ck['state_bytes'].mean() / 1e6:.2f} MB of state each")
+    rec = result.recovery
+    if rec:
+        lines.append(f"  recovery       failed at {rec['failed_at']:.2f} s: restart "
+                     f"{rec.get('restart_init_s', math.nan) * 1e3:.0f} ms + state load "
+                     f"{rec.get('state_load_s', math.nan) * 1e3:.0f} ms + replay "
+                     f"{rec.get('replay_s', math.nan) * 1e3:.0f} ms of "
+                     f"{rec.get('replayed_tuples', 0) / 1e6:.2f} M tuples = "
+                     f"{rec.get('recovery_s', math.nan) * 1e3:.0f} ms")
+    util = result.utilisation
+    parts = ", ".join(f"{k.removeprefix('cores_')} {v:.0%}" for k, v in util.items()
+                      if k.startswith("cores_"))
+    lines.append(f"  busy           cores {util['cores']:.0%} ({parts}); disk {util['disk']:.0%}")
+    lines.append(f"  simulated in   {result.wall_s:.2f} s of wall time")
+    return "\n".join(lines)

@@ -1,0 +1,335 @@
+"""What the simulator is told: the hardware, the measured costs, and the run.
+
+Three frozen objects (DESIGN.md §12):
+
+* :class:`Hardware` - the machine: cores, the disk (write and read bandwidth, IOPS and
+  the size one I/O counts for, per-request latency, queue depth) and the network the
+  input arrives over (None: a local source).  Hypothetical machines are inputs;
+  :data:`PAPER_SSD` and :data:`PAPER_REMOTE_STORAGE` are the paper's (§6.1, §6.6).
+* :class:`QueryCosts` and :class:`Calibration` - what each piece of the engine costs on
+  one core of the calibrated machine, per query, as measured by
+  :func:`scabbard.sim.calibrate.calibrate` with the real code; saved as JSON
+  (:func:`save`, :func:`load`) with the machine it was measured on and the date.
+* :class:`SimConfig` - the run: query, workers, batch size, persisted input and its
+  compression, checkpoint interval, duration, input rate, a fail-stop moment.
+
+Every constructor validates and raises :class:`ValueError` with the bad field named.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+MB = 1e6
+# how the input is persisted, with measured costs: raw, the default codecs, and after
+# persistence push-up (σ, π below the p-stream, §3.4) raw, with the codecs, or lossy
+SCHEMES = ("none", "default", "push-up", "push-up+default", "push-up+lossy")
+FORMAT_VERSION = 1
+
+
+def _positive(owner: str, **values) -> None:
+    for name, v in values.items():
+        if v is not None and not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+            raise ValueError(f"{owner}.{name} must be a positive number, got {v!r}")
+
+
+def _non_negative(owner: str, **values) -> None:
+    for name, v in values.items():
+        if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{owner}.{name} must be >= 0, got {v!r}")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A machine to simulate.  Bandwidths in MB/s (10^6 bytes/s).
+
+    The disk serves requests one after the other at ``disk_write_mb_s`` (reads at
+    ``disk_read_mb_s``), each occupying it for ``max(bytes / bandwidth, ios / disk_iops)``
+    where a request counts ``ceil(bytes / io_bytes)`` I/Os (one if ``io_bytes`` is None;
+    remote block storage counts I/Os of up to 256 KiB); ``disk_latency_ms`` is added to
+    every request and overlaps with the others, ``queue_depth`` requests at a time.
+    ``network_mb_s``: the link the input arrives over (None: the source is local).
+    ``background_cores``: other processes keep this many cores busy on average (a shared
+    machine: their work arrives every 10 ms and queues for the cores like the engine's).
+    ``disk_fresh_write_mb_s``: writes into space never written before - new pool files,
+    allocated but unwritten (the file system converts their extents); None: as the others.
+    """
+
+    cores: int
+    disk_write_mb_s: float
+    disk_read_mb_s: float | None = None  # None: as the write bandwidth
+    disk_fresh_write_mb_s: float | None = None
+    disk_iops: float | None = None  # None: no IOPS limit
+    io_bytes: int | None = None  # bytes one I/O covers for the IOPS count (None: any size)
+    disk_latency_ms: float = 0.0
+    queue_depth: int = 32
+    network_mb_s: float | None = None
+    background_cores: float = 0.0
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cores, int) or isinstance(self.cores, bool) or self.cores < 1:
+            raise ValueError(f"Hardware.cores must be an integer >= 1, got {self.cores!r}")
+        _positive("Hardware", disk_write_mb_s=self.disk_write_mb_s,
+                  disk_read_mb_s=self.disk_read_mb_s, disk_iops=self.disk_iops,
+                  disk_fresh_write_mb_s=self.disk_fresh_write_mb_s,
+                  io_bytes=self.io_bytes, network_mb_s=self.network_mb_s)
+        _non_negative("Hardware", disk_latency_ms=self.disk_latency_ms,
+                      background_cores=self.background_cores)
+        if self.background_cores >= self.cores:
+            raise ValueError(f"Hardware.background_cores ({self.background_cores}) leaves none of "
+                             f"the {self.cores} cores to the engine")
+        if not isinstance(self.queue_depth, int) or self.queue_depth < 1:
+            raise ValueError(f"Hardware.queue_depth must be an integer >= 1, "
+                             f"got {self.queue_depth!r}")
+
+    @property
+    def read_mb_s(self) -> float:
+        return self.disk_read_mb_s or self.disk_write_mb_s
+
+
+# The paper's machines (§6.1; §6.6 for remote storage and ingest): hardware parameters
+# are inputs, not measurements of this machine.
+PAPER_SSD = Hardware(cores=16, disk_write_mb_s=950.0, disk_iops=72_000, name="paper: 16 cores, SSD")
+PAPER_REMOTE_STORAGE = Hardware(cores=16, disk_write_mb_s=700.0, disk_iops=16_000,
+                                io_bytes=256 << 10, disk_latency_ms=1.0,
+                                name="paper: remote block storage")
+PAPER_RDMA_INGEST = replace(PAPER_SSD, network_mb_s=100e9 / 8 / MB,
+                            name="paper: 100 Gb/s RDMA ingest")
+
+
+@dataclass(frozen=True)
+class PersistCosts:
+    """Persisting the input under one compression scheme, per input tuple."""
+
+    stored_bytes_per_tuple: float  # segment bytes (headers, padding, compressed columns)
+    compress_ns: float  # the codecs (0 for "none"), on the compression pool
+    encode_ns: float  # the segment: copy and checksum, on the BlockManager's encoder pool
+    decode_ns: float  # reading it back: checksum verified, columns decompressed
+    append_ns: float = 0.0  # the dispatcher's share: p-units, retain markers, deliveries
+    # the tasks' work (fragments, assembly) relative to the full input's: below 1 after
+    # persistence push-up, whose tasks hold only the tuples and attributes it kept
+    work: float = 1.0
+
+    def __post_init__(self) -> None:
+        _positive("PersistCosts", stored_bytes_per_tuple=self.stored_bytes_per_tuple,
+                  work=self.work)
+        _non_negative("PersistCosts", compress_ns=self.compress_ns, encode_ns=self.encode_ns,
+                      decode_ns=self.decode_ns, append_ns=self.append_ns)
+
+
+@dataclass(frozen=True)
+class QueryCosts:
+    """Measured costs of one query on one core (ns; ``*_task`` per task, ``*_tuple`` per tuple).
+
+    A task of ``n`` tuples costs ``fragment_ns_task + n * fragment_ns_tuple`` on a worker
+    (the fragment function and the boundary windows: parallel) and
+    ``assembly_ns_task + n * assembly_ns_tuple`` in assembly (serial, in task order).
+    A task of fewer than ``long_rows`` tuples is *short* - it spans too few panes to have
+    windows of its own, and the assembler computes them all - and costs ``n`` times the
+    ``short_*`` figures, measured on such tasks (when the calibration found the regime).
+    ``fragment_shared``: the fragment's cost while the engine's other threads keep cores
+    busy, relative to running alone (one process: its allocator, page faults and memory
+    traffic; measured with two workers).
+    """
+
+    query: str
+    row_bytes: int  # the paper's layout (Table 3): what throughput in MB/s counts
+    batch_rows: int  # the engine's default task size for this query's data
+    source_ns_tuple: float  # the dispatcher: the source's batch (timestamps shifted)
+    fragment_ns_task: float
+    fragment_ns_tuple: float
+    assembly_ns_task: float
+    assembly_ns_tuple: float
+    persist: dict[str, PersistCosts]  # compression scheme -> costs
+    state_bytes: float  # operator state per checkpoint
+    state_load_s: float  # its p-units rebuilt in recovery (CPU: the disk's read time apart)
+    code_load_s: float  # a new process: the query's compiled code and data opened
+    fragment_shared: float = 1.0
+    horizon_tuples: int = 0  # input an open window may still need (released beyond: GC)
+    restart_warmup_s: float = 0.0  # a new process's first tasks, beyond their parts
+    long_rows: int = 0
+    short_fragment_ns_tuple: float | None = None
+    short_assembly_ns_tuple: float | None = None
+    measured: dict = field(default_factory=dict)  # the engine's own figures, for reference
+
+    def __post_init__(self) -> None:
+        _positive("QueryCosts", row_bytes=self.row_bytes, batch_rows=self.batch_rows,
+                  fragment_shared=self.fragment_shared)
+        _non_negative("QueryCosts", source_ns_tuple=self.source_ns_tuple,
+                      fragment_ns_task=self.fragment_ns_task,
+                      fragment_ns_tuple=self.fragment_ns_tuple,
+                      assembly_ns_task=self.assembly_ns_task,
+                      assembly_ns_tuple=self.assembly_ns_tuple, state_bytes=self.state_bytes,
+                      state_load_s=self.state_load_s, code_load_s=self.code_load_s,
+                      horizon_tuples=self.horizon_tuples,
+                      restart_warmup_s=self.restart_warmup_s)
+        if "none" not in self.persist:
+            raise ValueError(f"QueryCosts({self.query}).persist needs the 'none' scheme")
+        object.__setattr__(self, "persist", {k: v if isinstance(v, PersistCosts)
+                                             else PersistCosts(**v)
+                                             for k, v in self.persist.items()})
+
+    def _short(self, n: int) -> bool:
+        return n < self.long_rows and self.short_fragment_ns_tuple is not None
+
+    def fragment_s(self, n: int) -> float:
+        if self._short(n):
+            return n * self.short_fragment_ns_tuple * 1e-9
+        return (self.fragment_ns_task + n * self.fragment_ns_tuple) * 1e-9
+
+    def assembly_s(self, n: int) -> float:
+        if self._short(n):
+            return n * self.short_assembly_ns_tuple * 1e-9
+        return (self.assembly_ns_task + n * self.assembly_ns_tuple) * 1e-9
+
+
+@dataclass(frozen=True)
+class SystemCosts:
+    """Costs that do not depend on the query (measured once per machine)."""
+
+    process_start_s: float  # spawn -> interpreter up and the engine's modules imported
+    storage_open_s: float  # the storage folder reopened, checkpoint records read
+    record_s: float  # a checkpoint record written and fsynced (the commit)
+    copy_ns_byte: float  # memory copy (the checkpoint's cut of the state partials)
+    io_cpu_ns_byte: float  # CPU an I/O thread spends per byte written (O_DIRECT)
+    read_cpu_ns_byte: float  # ... per byte read back into a fresh buffer (recovery's replay)
+    encode_threads: int = 2  # the BlockManager's (StorageConfig)
+    io_threads: int = 2
+    bulk_bytes: int = 32 << 20  # group commit: the largest write
+    pstream_units: int = 64  # p-units a p-stream holds in memory ahead of its reader
+    pstream_bytes: int = 256 << 20  # ... and bytes (of their raw columns)
+
+    def __post_init__(self) -> None:
+        _non_negative("SystemCosts", process_start_s=self.process_start_s,
+                      storage_open_s=self.storage_open_s, record_s=self.record_s,
+                      copy_ns_byte=self.copy_ns_byte, io_cpu_ns_byte=self.io_cpu_ns_byte,
+                      read_cpu_ns_byte=self.read_cpu_ns_byte)
+        _positive("SystemCosts", encode_threads=self.encode_threads,
+                  io_threads=self.io_threads, bulk_bytes=self.bulk_bytes,
+                  pstream_units=self.pstream_units, pstream_bytes=self.pstream_bytes)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured costs of this machine: per query, and the query-independent ones."""
+
+    hardware: Hardware  # the calibrated machine as measured (disk bandwidth, latency, IOPS)
+    system: SystemCosts
+    queries: dict[str, QueryCosts]
+    machine: dict = field(default_factory=dict)  # CPU model, kernel, Python, numba...
+    created: str = ""  # ISO date and time of the measurement
+
+    def costs(self, query: str) -> QueryCosts:
+        key = query.upper()
+        if key not in self.queries:
+            raise ValueError(f"the calibration has no costs for query {query!r} (it has "
+                             f"{', '.join(self.queries) or 'none'}): run `scabbard sim "
+                             f"calibrate --queries {key}`")
+        return self.queries[key]
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulated run (the engine's ``run_query``/``run_fault_tolerant`` arguments).
+
+    ``checkpoint_interval`` (seconds) makes it a fault-tolerant run; ``persist`` stores the
+    input in the ingress p-stream (compressed with ``compression``); ``fail_at`` kills the
+    engine (fail-stop) at that simulated second and recovers it; ``rate`` caps the input
+    (tuples/s; None: as fast as the engine takes it); ``duration``: seconds of input;
+    ``max_tuples``: stop the input after that many tuples instead; ``source_lead``: seconds
+    the input has been arriving before the engine starts (a backlog waits for it - the
+    engine's restartable source counts arrivals from the run's start, before code loading).
+    """
+
+    query: str
+    workers: int
+    batch_rows: int | None = None  # None: the engine's default for the query (calibrated)
+    persist: bool = False
+    compression: str = "none"
+    checkpoint_interval: float | None = None
+    duration: float = 10.0
+    rate: float | None = None
+    fail_at: float | None = None
+    max_tuples: int | None = None
+    bulk_bytes: int | None = None  # group commit's largest write (None: the engine's)
+    source_lead: float = 0.0
+    timeline_interval: float = 0.5
+
+    def __post_init__(self) -> None:
+        from scabbard.queries import NAMES
+
+        if not isinstance(self.query, str) or self.query.upper() not in NAMES:
+            raise ValueError(f"SimConfig.query: unknown query {self.query!r} (choose from "
+                             f"{', '.join(NAMES)})")
+        object.__setattr__(self, "query", self.query.upper())
+        if not isinstance(self.workers, int) or self.workers < 1:
+            raise ValueError(f"SimConfig.workers must be an integer >= 1, got {self.workers!r}")
+        if self.batch_rows is not None and (not isinstance(self.batch_rows, int)
+                                            or self.batch_rows < 1):
+            raise ValueError(f"SimConfig.batch_rows must be an integer >= 1, "
+                             f"got {self.batch_rows!r}")
+        if self.compression not in SCHEMES:
+            raise ValueError(f"SimConfig.compression must be one of {', '.join(SCHEMES)}, got "
+                             f"{self.compression!r}")
+        if self.compression != "none" and not self.persist:
+            raise ValueError("SimConfig.compression applies to the persisted input: set "
+                             "persist=True")
+        _positive("SimConfig", checkpoint_interval=self.checkpoint_interval,
+                  duration=self.duration, rate=self.rate, max_tuples=self.max_tuples,
+                  timeline_interval=self.timeline_interval)
+        _non_negative("SimConfig", source_lead=self.source_lead)
+        if self.bulk_bytes is not None and self.bulk_bytes < 0:
+            raise ValueError(f"SimConfig.bulk_bytes must be >= 0, got {self.bulk_bytes}")
+        if self.fail_at is not None:
+            _positive("SimConfig", fail_at=self.fail_at)
+            if self.checkpoint_interval is None:
+                raise ValueError("SimConfig.fail_at needs a fault-tolerant run: set "
+                                 "checkpoint_interval")
+            if self.max_tuples is None and self.fail_at >= self.duration:
+                raise ValueError(f"SimConfig.fail_at ({self.fail_at}) must come before the "
+                                 f"end of the input (duration {self.duration})")
+
+
+# -- files ------------------------------------------------------------------------------------------
+def to_dict(cal: Calibration) -> dict:
+    return {"format": FORMAT_VERSION, "created": cal.created, "machine": cal.machine,
+            "hardware": asdict(cal.hardware), "system": asdict(cal.system),
+            "queries": {k: asdict(v) for k, v in cal.queries.items()}}
+
+
+def from_dict(doc: dict) -> Calibration:
+    if doc.get("format") != FORMAT_VERSION:
+        raise ValueError(f"calibration format {doc.get('format')!r} is not "
+                         f"{FORMAT_VERSION}: calibrate again")
+    known = {f.name for f in fields(QueryCosts)}
+    return Calibration(Hardware(**doc["hardware"]), SystemCosts(**doc["system"]),
+                       {k: QueryCosts(**{f: v for f, v in q.items() if f in known})
+                        for k, q in doc["queries"].items()},
+                       doc.get("machine", {}), doc.get("created", ""))
+
+
+def save(cal: Calibration, path: str | Path) -> Path:
+    """Write ``cal`` as JSON, atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(to_dict(cal), indent=1, sort_keys=False))
+    os.replace(tmp, path)
+    return path
+
+
+def load(path: str | Path) -> Calibration:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no calibration file {path}: run `scabbard sim calibrate` first")
+    return from_dict(json.loads(path.read_text()))
+
+
+def merge(old: Calibration, new: Calibration) -> Calibration:
+    """``new`` with the queries of ``old`` it did not measure (machine figures from ``new``)."""
+    return replace(new, queries={**old.queries, **new.queries})

@@ -1,0 +1,105 @@
+"""This machine: what it is, and how busy other processes keep it.
+
+Calibration and validation measure wall-clock behaviour on a machine that may be
+shared; :class:`LoadMeter` measures the CPU other processes used meanwhile
+(``/proc/stat`` busy time minus this process's and its children's), so every
+measurement can say how many cores it really had, and :func:`wait_quiet` waits for
+a moment when others leave the cores alone.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from dataclasses import dataclass
+
+
+def describe() -> dict:
+    """CPU model, cores, kernel, and the versions that change the measured costs."""
+    import numba
+    import numpy
+
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": model or platform.processor(), "cores": os.cpu_count() or 1,
+            "kernel": platform.release(), "python": platform.python_version(),
+            "numpy": numpy.__version__, "numba": numba.__version__}
+
+
+def _jiffies() -> tuple[float, float] | None:
+    """(busy, stolen) jiffies of all cores since boot: stolen is the time the hypervisor
+    ran something else while this virtual machine wanted its cores."""
+    try:
+        with open("/proc/stat") as f:
+            parts = f.readline().split()
+    except OSError:
+        return None
+    vals = [float(v) for v in parts[1:]]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0.0)  # idle + iowait
+    steal = vals[7] if len(vals) > 7 else 0.0
+    return sum(vals[:8]) - idle - steal, steal
+
+
+def _own_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+@dataclass
+class LoadMeter:
+    """``with LoadMeter() as m: ...`` -> ``m.background_cores``: the cores other processes
+    kept busy on average meanwhile; ``m.stolen_cores``: the cores the hypervisor gave to
+    other machines while this one wanted them (steal time; a shared host); 0 where
+    ``/proc/stat`` is missing."""
+
+    background_cores: float = 0.0
+    own_cores: float = 0.0
+    stolen_cores: float = 0.0
+
+    def __enter__(self) -> LoadMeter:
+        self._t = time.perf_counter()
+        self._start = _jiffies()
+        self._own = _own_cpu_s()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        wall = max(time.perf_counter() - self._t, 1e-9)
+        own = _own_cpu_s() - self._own
+        end = _jiffies()
+        self.own_cores = own / wall
+        if end is None or self._start is None:
+            return
+        tick = os.sysconf("SC_CLK_TCK")
+        total = (end[0] - self._start[0]) / tick
+        self.background_cores = max(0.0, (total - own) / wall)
+        self.stolen_cores = max(0.0, (end[1] - self._start[1]) / tick / wall)
+
+
+def background_load(seconds: float = 1.0) -> float:
+    """Cores busy with other processes' work over the next ``seconds``."""
+    with LoadMeter() as m:
+        time.sleep(seconds)
+    return m.background_cores
+
+
+def wait_quiet(max_cores: float = 0.25, timeout: float = 120.0, log=None) -> float:
+    """Wait (up to ``timeout`` s) until other processes use at most ``max_cores``; returns
+    the last background load seen (measurements proceed after the timeout, noted)."""
+    deadline = time.monotonic() + timeout
+    said = False
+    while True:
+        load = background_load(1.0)
+        if load <= max_cores or time.monotonic() >= deadline:
+            return load
+        if log is not None and not said:
+            log(f"  (other processes keep {load:.1f} cores busy: waiting up to "
+                f"{timeout:.0f} s for a quiet machine)")
+            said = True

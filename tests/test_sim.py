@@ -1,0 +1,350 @@
+"""The POG simulator on cases checkable by hand (issue 8), its files, its CLI and its errors.
+
+Costs are given, not measured, so every expected figure follows from them: a disk-bound
+pipeline runs at bandwidth / bytes per tuple, an IOPS-bound one at IOPS x batch size, a
+CPU-bound one N times faster on N cores until the serial assembler binds (1 / assembly
+cost), and recovery takes restart + state load + replay.  The slow tests calibrate on
+real data with the real engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+
+import pytest
+
+from scabbard.sim import (
+    PAPER_SSD,
+    Calibration,
+    Hardware,
+    PersistCosts,
+    QueryCosts,
+    SimConfig,
+    SystemCosts,
+    load,
+    save,
+    simulate,
+)
+from scabbard.sim.cli import add_parser
+
+FAST_DISK = 1e9  # MB/s: never the bottleneck
+
+
+def calibration(fragment_ns=100.0, assembly_ns=0.0, source_ns=0.0, batch=10_000, row_bytes=64,
+                stored=64.0, state_bytes=0.0, state_load_s=0.0, code_load_s=0.0,
+                process_start_s=0.0, cores=1, **system) -> Calibration:
+    q = QueryCosts("CM1", row_bytes, batch, source_ns, 0.0, fragment_ns, 0.0, assembly_ns,
+                   {"none": PersistCosts(stored, 0.0, 0.0, 0.0),
+                    "default": PersistCosts(stored / 4, 10.0, 0.0, 0.0)},
+                   state_bytes=state_bytes, state_load_s=state_load_s, code_load_s=code_load_s)
+    sysc = SystemCosts(**{"process_start_s": process_start_s, "storage_open_s": 0.0,
+                          "record_s": 0.0, "copy_ns_byte": 0.0, "io_cpu_ns_byte": 0.0,
+                          "read_cpu_ns_byte": 0.0, **system})
+    return Calibration(Hardware(cores=cores, disk_write_mb_s=FAST_DISK), sysc, {"CM1": q},
+                       {"cpu": "hand-made"}, "2026-01-01T00:00:00+00:00")
+
+
+def within(value: float, expected: float, rel: float) -> bool:
+    return abs(value - expected) <= rel * expected
+
+
+# -- the issue's hand-checkable cases ------------------------------------------------------------
+def test_disk_bound_throughput_is_bandwidth_over_bytes_per_tuple():
+    cal = calibration(fragment_ns=10.0, stored=64.0)
+    for mb_s in (32.0, 64.0, 200.0):
+        hw = Hardware(cores=4, disk_write_mb_s=mb_s)
+        r = simulate(cal, SimConfig("CM1", workers=4, persist=True, duration=20.0), hw)
+        assert within(r.steady_tuples_per_s, mb_s * 1e6 / 64.0, 0.01), (mb_s, r.steady_tuples_per_s)
+        assert r.utilisation["disk"] > 0.97
+    # compression cuts the bytes per tuple: the same disk carries 4x the tuples
+    hw = Hardware(cores=4, disk_write_mb_s=64.0)
+    r = simulate(cal, SimConfig("CM1", workers=4, persist=True, compression="default",
+                                duration=20.0), hw)
+    assert within(r.steady_tuples_per_s, 64e6 / 16.0, 0.01)
+
+
+def test_writes_into_fresh_pool_files_run_at_their_own_bandwidth():
+    # input released as soon as its task is assembled: the pool's files are reused
+    cal = calibration(fragment_ns=10.0, stored=64.0)
+    hw = Hardware(cores=4, disk_write_mb_s=64.0, disk_fresh_write_mb_s=32.0)
+    cfg = SimConfig("CM1", workers=4, persist=True, duration=20.0)
+    assert within(simulate(cal, cfg, hw).steady_tuples_per_s, 1e6, 0.02)
+    # input an open window needs for longer than the run: every byte goes to a new file
+    cal = dataclasses.replace(cal, queries={"CM1": dataclasses.replace(
+        cal.costs("CM1"), horizon_tuples=10**12)})
+    assert within(simulate(cal, cfg, hw).steady_tuples_per_s, 0.5e6, 0.02)
+
+
+def test_iops_bound_throughput_is_iops_times_batch_size():
+    cal = calibration(fragment_ns=10.0)
+    for batch, iops in ((1000, 200.0), (4000, 100.0)):
+        hw = Hardware(cores=2, disk_write_mb_s=FAST_DISK, disk_iops=iops)
+        # one write per p-unit (no group commit)
+        cfg = SimConfig("CM1", workers=2, persist=True, batch_rows=batch, bulk_bytes=0,
+                        duration=20.0)
+        r = simulate(cal, cfg, hw)
+        assert within(r.steady_tuples_per_s, iops * batch, 0.01), (batch, r.steady_tuples_per_s)
+        # with group commit, on a device that counts an I/O per batch-sized block
+        hw = dataclasses.replace(hw, io_bytes=batch * 64)
+        r = simulate(cal, dataclasses.replace(cfg, bulk_bytes=None), hw)
+        assert within(r.steady_tuples_per_s, iops * batch, 0.01), (batch, r.steady_tuples_per_s)
+
+
+def test_cpu_bound_throughput_scales_with_cores():
+    cal = calibration(fragment_ns=100.0)  # 10 M tuples/s per core
+    for cores in (1, 2, 4, 8, 16):
+        hw = Hardware(cores=cores, disk_write_mb_s=FAST_DISK)
+        r = simulate(cal, SimConfig("CM1", workers=cores, duration=2.0), hw)
+        assert within(r.steady_tuples_per_s, cores * 1e7, 0.01), (cores, r.steady_tuples_per_s)
+
+
+def test_the_serial_assembler_caps_throughput_at_one_over_its_cost():
+    cal = calibration(fragment_ns=100.0, assembly_ns=20.0)  # assembly: at most 50 M tuples/s
+    for cores, expected in ((1, 1e9 / 120), (2, 2e9 / 120), (16, 1e9 / 20)):
+        hw = Hardware(cores=cores, disk_write_mb_s=FAST_DISK)
+        r = simulate(cal, SimConfig("CM1", workers=cores, duration=2.0), hw)
+        assert within(r.steady_tuples_per_s, expected, 0.02), (cores, r.steady_tuples_per_s)
+    assert r.utilisation["cores_assembly"] * 16 > 0.97  # one core, always assembling
+
+
+def test_other_processes_take_their_cores_from_the_engine():
+    cal = calibration(fragment_ns=100.0)
+    for busy, expected in ((0.0, 2e7), (0.5, 1.5e7), (1.0, 1e7)):
+        hw = Hardware(cores=2, disk_write_mb_s=FAST_DISK, background_cores=busy)
+        r = simulate(cal, SimConfig("CM1", workers=2, duration=3.0), hw)
+        assert within(r.steady_tuples_per_s, expected, 0.02), (busy, r.steady_tuples_per_s)
+        assert r.utilisation.get("cores_background", 0.0) * 2 == pytest.approx(busy, abs=0.02)
+    # one worker cannot use more than a core anyway: a busy second core costs it nothing
+    hw = Hardware(cores=2, disk_write_mb_s=FAST_DISK, background_cores=1.0)
+    r = simulate(cal, SimConfig("CM1", workers=1, duration=3.0), hw)
+    assert within(r.steady_tuples_per_s, 1e7, 0.02)
+
+
+def test_recovery_time_is_restart_plus_state_load_plus_replay():
+    # 1 core at 100 ns/tuple, input at half that (5 M/s), checkpoints every second, 20 MB of
+    # state read at 200 MB/s (+ 50 ms to rebuild it), the stored input read back at 10 GB/s
+    cal = calibration(fragment_ns=100.0, state_bytes=20e6, state_load_s=0.05,
+                      code_load_s=0.3, process_start_s=0.2)
+    hw = Hardware(cores=1, disk_write_mb_s=10_000.0, disk_read_mb_s=10_000.0)
+    cfg = SimConfig("CM1", workers=1, persist=True, checkpoint_interval=1.0, rate=5e6,
+                    duration=6.0, fail_at=3.5)
+    r = simulate(cal, cfg, hw)
+    rec = r.recovery
+    assert rec["failed_at"] == pytest.approx(3.5)
+    assert rec["restart_init_s"] == pytest.approx(0.2 + 0.3)
+    assert rec["state_load_s"] == pytest.approx(20e6 / 10_000e6 + 0.05)
+    # the checkpoint taken at ~3 s holds the input up to ~15 M; the rest stored at the failure
+    # (~17.5 M) is replayed at the engine's 10 M tuples/s
+    assert rec["replay_from"] == pytest.approx(15e6, abs=2 * 10_000)
+    assert rec["replayed_tuples"] == pytest.approx(2.5e6, abs=2 * 10_000)
+    replay = rec["replayed_tuples"] * 100e-9
+    assert rec["replay_s"] == pytest.approx(replay, rel=0.02)
+    assert rec["recovery_s"] == pytest.approx(rec["restart_init_s"] + rec["state_load_s"]
+                                              + rec["replay_s"])
+    # afterwards the backlog is worked off: every input tuple ends up processed
+    assert r.summary.tuples >= 30e6
+    assert r.timeline["tuples_per_s"].iloc[-3:].max() > 5e6  # catching up, above the rate
+
+
+def test_a_recovered_process_pays_its_warm_up_once():
+    base = calibration(fragment_ns=100.0, state_bytes=20e6)
+    cal = dataclasses.replace(base, queries={"CM1": dataclasses.replace(
+        base.costs("CM1"), restart_warmup_s=0.25)})
+    hw = Hardware(cores=1, disk_write_mb_s=10_000.0)
+    cfg = SimConfig("CM1", workers=1, persist=True, checkpoint_interval=1.0, rate=5e6,
+                    duration=6.0, fail_at=3.5)
+    cold, warm = simulate(cal, cfg, hw).recovery, simulate(base, cfg, hw).recovery
+    assert cold["replayed_tuples"] == warm["replayed_tuples"]
+    assert cold["replay_s"] == pytest.approx(warm["replay_s"] + 0.25, rel=0.01)
+
+
+def test_recovery_without_persisted_input_asks_the_source_again():
+    cal = calibration(fragment_ns=100.0, state_bytes=1e6)
+    hw = Hardware(cores=1, disk_write_mb_s=10_000.0)
+    cfg = SimConfig("CM1", workers=1, checkpoint_interval=1.0, rate=5e6, duration=6.0,
+                    fail_at=3.5)
+    rec = simulate(cal, cfg, hw).recovery
+    assert rec["replayed_tuples"] == pytest.approx(2.5e6, abs=2 * 10_000)
+    assert rec["replay_s"] == pytest.approx(rec["replayed_tuples"] * 100e-9, rel=0.02)
+
+
+def test_checkpoints_every_interval_and_their_duration():
+    # the state's copy, encode and write are the checkpoint's time: 10 MB at 100 MB/s + 5 ms
+    cal = calibration(fragment_ns=10.0, state_bytes=10e6, record_s=0.005)
+    hw = Hardware(cores=2, disk_write_mb_s=100.0)
+    r = simulate(cal, SimConfig("CM1", workers=2, checkpoint_interval=1.0, duration=5.5), hw)
+    ck = r.checkpoints
+    assert list(ck["id"]) == [1, 2, 3, 4, 5]
+    assert ck["started"].diff().dropna().tolist() == pytest.approx([1.0] * 4, abs=0.01)
+    assert ck["duration_ms"].tolist() == pytest.approx([105.0] * 5, rel=0.01)
+    assert r.written_bytes == pytest.approx(5 * 10e6)
+
+
+def test_network_ingest_bounds_throughput():
+    cal = calibration(fragment_ns=10.0, row_bytes=100)
+    hw = Hardware(cores=8, disk_write_mb_s=FAST_DISK, network_mb_s=500.0)
+    r = simulate(cal, SimConfig("CM1", workers=8, duration=5.0), hw)
+    assert within(r.steady_tuples_per_s, 500e6 / 100, 0.01)
+
+
+def test_results_have_the_engines_shape():
+    cal = calibration(fragment_ns=100.0)
+    r = simulate(cal, SimConfig("CM1", workers=1, duration=2.0, rate=1e6))
+    assert r.hardware == cal.hardware  # the calibrated machine by default
+    assert set(r.summary.latency_ms) == {"p5", "p25", "p50", "p75", "p95"}
+    assert r.summary.tuples == pytest.approx(2e6, rel=0.01)
+    assert list(r.timeline.columns[:4]) == ["t", "tuples", "tuples_per_s", "mb_per_s"]
+    assert r.timeline["t"].iloc[0] == pytest.approx(0.5)
+    middle = r.timeline["tuples_per_s"].iloc[1:-1].tolist()
+    assert len(middle) >= 2 and middle == pytest.approx([1e6] * len(middle), rel=0.01)
+    # at the input rate: a task waits for its batch (half of it, on average) and is processed
+    assert r.summary.latency_ms["p50"] == pytest.approx(5 + 1, rel=0.05)
+    assert json.dumps(r.as_dict(), default=str)
+
+
+def test_sixty_seconds_of_sixteen_cores_simulate_in_under_ten_seconds():
+    cal = calibration(fragment_ns=20.0, assembly_ns=0.1, source_ns=1.5, batch=262_144,
+                      state_bytes=20e6)
+    cfg = SimConfig("CM1", workers=16, persist=True, compression="default",
+                    checkpoint_interval=1.0, duration=60.0)
+    t0 = time.perf_counter()
+    r = simulate(cal, cfg, dataclasses.replace(PAPER_SSD, disk_write_mb_s=20_000.0))
+    wall = time.perf_counter() - t0
+    assert r.summary.seconds >= 60.0
+    assert r.summary.tasks > 100_000  # CPU-bound at ~500 M tuples/s: a real load of events
+    assert wall < 10.0, wall
+
+
+# -- files, CLI, errors --------------------------------------------------------------------------------
+def test_calibration_file_round_trips(tmp_path):
+    cal = calibration(fragment_ns=12.5, assembly_ns=0.25, state_bytes=3e6)
+    path = save(cal, tmp_path / "cal" / "calibration.json")
+    back = load(path)
+    assert back == cal
+    doc = json.loads(path.read_text())
+    assert doc["machine"] == {"cpu": "hand-made"} and doc["created"].startswith("2026")
+    doc["format"] = 0
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="calibrate again"):
+        load(path)
+    with pytest.raises(FileNotFoundError, match="scabbard sim calibrate"):
+        load(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: Hardware(cores=0, disk_write_mb_s=100.0), "cores must be an integer >= 1"),
+    (lambda: Hardware(cores=2, disk_write_mb_s=-1.0), "disk_write_mb_s must be a positive"),
+    (lambda: Hardware(cores=2, disk_write_mb_s=100.0, disk_iops=0), "disk_iops must be"),
+    (lambda: Hardware(cores=2, disk_write_mb_s=float("nan")), "disk_write_mb_s must be"),
+    (lambda: SimConfig("Q99", workers=1), "unknown query 'Q99'"),
+    (lambda: SimConfig("CM1", workers=0), "workers must be an integer >= 1"),
+    (lambda: SimConfig("CM1", workers=1, compression="zip"), "compression must be one of"),
+    (lambda: SimConfig("CM1", workers=1, compression="default"), "set persist=True"),
+    (lambda: SimConfig("CM1", workers=1, fail_at=1.0), "needs a fault-tolerant run"),
+    (lambda: SimConfig("CM1", workers=1, checkpoint_interval=1.0, fail_at=20.0),
+     "must come before the end"),
+    (lambda: SimConfig("CM1", workers=1, duration=-2.0), "duration must be a positive"),
+])
+def test_bad_input_raises_a_clear_value_error(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_a_query_the_calibration_lacks_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"no costs for query 'LRB1'.*calibrate --queries LRB1"):
+        simulate(calibration(), SimConfig("LRB1", workers=1))
+
+
+def _sim_cli(argv):
+    parser = argparse.ArgumentParser(prog="scabbard")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_cli_run_prints_the_predicted_metrics(tmp_path, capsys):
+    path = save(calibration(fragment_ns=50.0, state_bytes=1e6), tmp_path / "cal.json")
+    code = _sim_cli(["sim", "run", "--query", "cm1", "--calibration", str(path), "--cores", "4",
+                     "--disk-mb-s", "100", "--duration", "3", "--fail-at", "1.5"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "CM1 on 4 cores (4 workers), disk 100 MB/s" in out
+    assert "M tuples/s" in out and "recovery" in out and "checkpoints" in out
+    code = _sim_cli(["sim", "run", "--query", "CM1", "--calibration", str(path), "--preset",
+                     "paper-rdma", "--no-persist", "--json", "--duration", "1"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["hardware"]["cores"] == 16 and doc["hardware"]["network_mb_s"] == 12_500.0
+    assert doc["config"]["persist"] is False
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--cores", "0"], "--cores must be an integer >= 1"),
+    (["--disk-mb-s", "-5"], "--disk-mb-s must be a positive number"),
+    (["--query", "Q7"], "unknown query 'Q7'"),
+    (["--duration", "0"], "--duration must be a positive number"),
+])
+def test_cli_run_rejects_bad_flags(tmp_path, flags, message):
+    from scabbard.cli import CLIError
+
+    path = save(calibration(), tmp_path / "cal.json")
+    with pytest.raises(CLIError, match=message):
+        _sim_cli(["sim", "run", "--query", "CM1", "--calibration", str(path), *flags])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["calibrate", "--queries", "XX1"], "unknown query 'XX1'"),
+    (["calibrate", "--seconds", "0"], "--seconds must be positive"),
+    (["validate", "--queries", "CM1", "--seconds", "-1"], "--seconds must be positive"),
+    (["validate", "--queries", "CM1", "--retries", "-1"], "--retries must be >= 0"),
+    (["validate", "--queries", "CM1", "--repeats", "0"], "--repeats must be >= 1"),
+    (["validate", "--queries", "CM1"], "no calibration file"),
+])
+def test_cli_calibrate_and_validate_reject_bad_input_before_measuring(tmp_path, argv, message):
+    from scabbard.cli import CLIError
+
+    extra = ["--calibration", str(tmp_path / "none.json")] if argv[0] == "validate" else \
+        ["--out", str(tmp_path / "cal.json")]
+    with pytest.raises(CLIError, match=message):
+        _sim_cli(["sim", *argv, *extra])
+
+
+def test_cli_run_without_a_calibration_says_how_to_make_one(tmp_path):
+    from scabbard.cli import CLIError
+
+    with pytest.raises(CLIError, match="scabbard sim calibrate"):
+        _sim_cli(["sim", "run", "--query", "CM1", "--calibration", str(tmp_path / "no.json")])
+
+
+def test_cli_help_describes_every_subcommand(capsys):
+    for sub in ("calibrate", "validate", "run"):
+        with pytest.raises(SystemExit):
+            _sim_cli(["sim", sub, "--help"])
+        out = capsys.readouterr().out
+        assert "usage: scabbard sim " + sub in out
+    with pytest.raises(SystemExit):
+        _sim_cli(["sim", "--help"])
+    assert "discrete-event model" in capsys.readouterr().out
+
+
+# -- with the real engine ------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.spark
+def test_calibrate_on_real_data_then_simulate(tiny, data_root, tmp_path):
+    from scabbard.sim.calibrate import calibrate
+
+    cal = calibrate(["CM1"], scale="tiny", data_dir=data_root, seconds=1.0,
+                    out=tmp_path / "cal.json", quiet_timeout=5)
+    assert load(tmp_path / "cal.json") == cal
+    c = cal.costs("CM1")
+    assert c.fragment_ns_tuple > 0 and c.batch_rows > 0 and c.row_bytes == 64
+    assert c.persist["default"].stored_bytes_per_tuple < c.persist["none"].stored_bytes_per_tuple
+    assert cal.hardware.disk_write_mb_s > 0 and cal.system.process_start_s > 0
+    assert cal.machine["cores"] >= 1 and cal.created
+    r = simulate(cal, SimConfig("CM1", workers=1, duration=2.0))
+    engine = c.measured["tuples_per_s_1_worker"]
+    # same machine, same costs: the prediction is the engine's order of magnitude (the
+    # validation table is where the accuracy is shown, on a quiet machine)
+    assert engine / 3 < r.tuples_per_s < engine * 3
