@@ -47,6 +47,7 @@ sim: setup
 	$(BIN)/scabbard datagen all --scale small
 	$(BIN)/scabbard sim calibrate --scale small --out experiments/calibration.json
 	$(BIN)/scabbard sim validate --calibration experiments/calibration.json --out experiments/runs/sim_validation.csv
+	$(BIN)/scabbard sim speed --calibration experiments/calibration.json
 
 lint: setup
 	$(BIN)/ruff check scabbard tests

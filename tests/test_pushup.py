@@ -93,9 +93,11 @@ def test_kills_with_push_up_and_compression_stay_exactly_once(tiny, tmp_path, na
     codecs (and fallbacks)."""
     ds = tiny[queries.workload_of(name)]
     n = 120 * ds.rows
-    c = Controller(name, ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6, interval=0.2,
+    # each incarnation lives 2.5 s from its spawn: past process start and code loading
+    # (~1.3 s) and its first re-profile, so the killed ones have swapped codecs too
+    c = Controller(name, ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 8, interval=0.2,
                    push_up=True, compression=scheme, compression_interval=0.3)
-    camp = c.run([1.5, 1.5])
+    camp = c.run([2.5, 2.5])
     assert camp.kills >= 1, camp
     assert camp.verdict.ok, camp.verdict
     if scheme == "adaptive":

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import time
 
 import pytest
 
@@ -91,6 +90,14 @@ def test_iops_bound_throughput_is_iops_times_batch_size():
         hw = dataclasses.replace(hw, io_bytes=batch * 64)
         r = simulate(cal, dataclasses.replace(cfg, bulk_bytes=None), hw)
         assert within(r.steady_tuples_per_s, iops * batch, 0.01), (batch, r.steady_tuples_per_s)
+
+
+def test_faster_cores_divide_every_measured_cpu_cost():
+    cal = calibration(fragment_ns=100.0)  # 10 M tuples/s per core at speed 1
+    for speed in (0.5, 2.0):
+        hw = Hardware(cores=2, disk_write_mb_s=FAST_DISK, core_speed=speed)
+        r = simulate(cal, SimConfig("CM1", workers=2, duration=2.0), hw)
+        assert within(r.steady_tuples_per_s, 2e7 * speed, 0.01), (speed, r.steady_tuples_per_s)
 
 
 def test_cpu_bound_throughput_scales_with_cores():
@@ -205,17 +212,23 @@ def test_results_have_the_engines_shape():
     assert json.dumps(r.as_dict(), default=str)
 
 
-def test_sixty_seconds_of_sixteen_cores_simulate_in_under_ten_seconds():
+def test_sixty_seconds_of_sixteen_cores_run_to_the_end():
+    # how long it takes is printed by `scabbard sim speed` (make sim), not asserted here
     cal = calibration(fragment_ns=20.0, assembly_ns=0.1, source_ns=1.5, batch=262_144,
                       state_bytes=20e6)
     cfg = SimConfig("CM1", workers=16, persist=True, compression="default",
                     checkpoint_interval=1.0, duration=60.0)
-    t0 = time.perf_counter()
     r = simulate(cal, cfg, dataclasses.replace(PAPER_SSD, disk_write_mb_s=20_000.0))
-    wall = time.perf_counter() - t0
     assert r.summary.seconds >= 60.0
     assert r.summary.tasks > 100_000  # CPU-bound at ~500 M tuples/s: a real load of events
-    assert wall < 10.0, wall
+    assert len(r.checkpoints) >= 55  # one a second
+
+
+def test_cli_speed_prints_the_wall_time_per_query(tmp_path, capsys):
+    path = save(calibration(batch=262_144), tmp_path / "cal.json")
+    assert _sim_cli(["sim", "speed", "--calibration", str(path), "--seconds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "CM1" in out and "wall" in out and "slowest" in out
 
 
 # -- files, CLI, errors --------------------------------------------------------------------------------
@@ -335,7 +348,7 @@ def test_cli_help_describes_every_subcommand(capsys):
 def test_calibrate_on_real_data_then_simulate(tiny, data_root, tmp_path):
     from scabbard.sim.calibrate import calibrate
 
-    cal = calibrate(["CM1"], scale="tiny", data_dir=data_root, seconds=1.0,
+    cal = calibrate(["CM1"], scale="tiny", data_dir=data_root, seconds=0.4,
                     out=tmp_path / "cal.json", quiet_timeout=5)
     assert load(tmp_path / "cal.json") == cal
     c = cal.costs("CM1")

@@ -63,6 +63,13 @@ PAPER = {
 }
 
 
+def _progress(items, desc: str):
+    """``items`` with a progress bar (simulating a full figure takes minutes)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(list(items), desc=desc, unit="query", leave=False)
+
+
 def default_calibration() -> Path:
     """The calibration file of this repository (``scabbard sim calibrate`` writes it)."""
     return Path(__file__).resolve().parents[2] / "experiments" / "calibration.json"
@@ -75,7 +82,7 @@ class Settings:
     seconds: float = 10.0  # simulated seconds of input per run
     interval: float = 1.0  # checkpoint interval, seconds
     cores: Sequence[int] = (1, 2, 4, 6, 8, 12, 16)  # Fig. 13's sweep
-    batches_kib: Sequence[int] = (64, 256, 1024, 4096)  # Fig. 14's sweep
+    batches_kib: Sequence[int] = (256, 1024, 4096, 16384)  # Fig. 14: KiB per task
     output_dir: str | None = None
 
     def load(self) -> Calibration:
@@ -109,7 +116,7 @@ def fig7a(cal: Calibration, s: Settings, hardware: Hardware = PAPER_SSD) -> pd.D
     """Per query on 16 cores: no FT, and FT (persisted, reduced input; checkpoints)."""
     rows = []
     names, _ = _names(cal, s.queries)
-    for q in names:
+    for q in _progress(names, "Fig. 7a"):
         base = SimConfig(q, workers=hardware.cores, duration=s.seconds)
         no_ft = simulate(cal, base, hardware)
         scheme = _best_scheme(cal, q)
@@ -135,7 +142,7 @@ def overheads(table: pd.DataFrame) -> pd.DataFrame:
 def fig11(cal: Calibration, s: Settings, hardware: Hardware = PAPER_SSD) -> pd.DataFrame:
     rows = []
     names, _ = _names(cal, [q for q in s.queries if q.upper() in FIG11_QUERIES] or FIG11_QUERIES)
-    for q in names:
+    for q in _progress(names, "Fig. 11"):
         persist = cal.costs(q).persist
         for config, (scheme, no_disk) in FIG11_CONFIGS.items():
             if scheme not in persist:
@@ -156,7 +163,7 @@ def fig13(cal: Calibration, s: Settings, hardware: Hardware = PAPER_SERVER_C) ->
     """Input over the network; per query, reduction and core count: GB/s ingested."""
     rows = []
     names, _ = _names(cal, s.queries)
-    for q in names:
+    for q in _progress(names, "Fig. 13"):
         for reduction, scheme in (("no-opt", "none"), ("reduced", _best_scheme(cal, q))):
             for n in s.cores:
                 hw = replace(hardware, cores=n)
@@ -193,7 +200,7 @@ def fig14(cal: Calibration, s: Settings,
     """Remote block storage against no disk, per batch size (the c5.4xlarge: 8 cores)."""
     rows = []
     names, _ = _names(cal, [q for q in s.queries if q.upper() in FIG14_QUERIES] or FIG14_QUERIES)
-    for q in names:
+    for q in _progress(names, "Fig. 14"):
         costs = cal.costs(q)
         scheme = _best_scheme(cal, q)
         for kib in s.batches_kib:
@@ -297,6 +304,8 @@ class WhatIf:
         self.query = w.Dropdown(options=names, value=query if query in names else names[0],
                                 description="query", style=style)
         self.cores = w.IntSlider(value=16, min=1, max=64, description="cores", style=style)
+        self.speed = w.FloatLogSlider(value=1.0, base=2, min=-2, max=2, step=0.25,
+                                      description="core speed x", style=style)
         self.disk = w.FloatLogSlider(value=950, base=10, min=1, max=5, description="disk MB/s",
                                      style=style)
         self.iops = w.FloatLogSlider(value=72_000, base=10, min=3, max=6, description="IOPS",
@@ -316,7 +325,8 @@ class WhatIf:
         self.out = w.Output()
         self.button.on_click(lambda _: self.show())
         self.query.observe(self._schemes, names="value")
-        self.widget = w.VBox([w.HBox([w.VBox([self.query, self.cores, self.disk, self.iops]),
+        self.widget = w.VBox([w.HBox([w.VBox([self.query, self.cores, self.speed, self.disk,
+                                              self.iops]),
                                       w.VBox([self.network, self.local, self.interval,
                                               self.scheme]),
                                       w.VBox([self.seconds, self.fail, self.button])]),
@@ -332,7 +342,8 @@ class WhatIf:
         display(self.widget)
 
     def hardware(self) -> Hardware:
-        return Hardware(cores=self.cores.value, disk_write_mb_s=self.disk.value,
+        return Hardware(cores=self.cores.value, core_speed=self.speed.value,
+                        disk_write_mb_s=self.disk.value,
                         disk_iops=self.iops.value,
                         network_mb_s=None if self.local.value else self.network.value * 125.0,
                         name="what-if")

@@ -53,7 +53,7 @@ from scabbard.sim.config import (
     save,
 )
 from scabbard.sim.instrument import timed_run
-from scabbard.sim.machine import LoadMeter, describe, wait_quiet
+from scabbard.sim.machine import LoadMeter, describe, speed_probe, wait_quiet
 
 MiB = 1 << 20
 # the fault-tolerant run's task size: as notebook 04's kill
@@ -120,8 +120,13 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
     folder = Path(tempfile.mkdtemp(prefix="scabbard-calibrate-", dir=str(data_dir)))
     try:
         for scheme in ("none", "default"):
-            persisted[scheme] = timed_run(query, ds, 1, rows, seconds, folder / scheme, scheme)
-            shutil.rmtree(folder / scheme, ignore_errors=True)
+            # twice, the faster kept: one short run on a shared host can stall on the disk
+            # or lose its core for a while (the least disturbed run is the engine's cost)
+            tries = []
+            for _ in range(2):
+                tries.append(timed_run(query, ds, 1, rows, seconds, folder / scheme, scheme))
+                shutil.rmtree(folder / scheme, ignore_errors=True)
+            persisted[scheme] = max(tries, key=lambda r: r["tuples_per_s"])
         pushed = timed_run(query, ds, 1, rows, seconds, folder / "push-up", "none", push_up=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -130,7 +135,7 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
     f_task, f_tuple = _fit(same, "parallel_s")
     a_task, a_tuple = _fit(same, "assembly_s")
     shared = two["parallel_s"] / base["parallel_s"] if base["parallel_s"] else 1.0
-    out = {"row_bytes": ds.schema.row_bytes, "batch_rows": rows,
+    out = {"row_bytes": ds.schema.row_bytes, "batch_rows": rows, "dataset_rows": ds.rows,
            # the dispatcher: the source's batch and the CPU no part accounts for
            "source_ns_tuple": (base["source_s"] + base["other_s"]) * 1e9,
            "fragment_ns_task": f_task,
@@ -518,6 +523,7 @@ def calibrate_query(query: str, scale: str = "small", data_dir: str | Path = "da
     short = k["short"] or {}
     costs = QueryCosts(
         query=query, row_bytes=k["row_bytes"], batch_rows=k["batch_rows"],
+        dataset_rows=k["dataset_rows"],
         source_ns_tuple=k["source_ns_tuple"], fragment_ns_task=k["fragment_ns_task"],
         fragment_ns_tuple=k["fragment_ns_tuple"], assembly_ns_task=k["assembly_ns_task"],
         assembly_ns_tuple=k["assembly_ns_tuple"],
@@ -582,9 +588,10 @@ def calibrate(queries: Sequence[str] | None = None, scale: str = "small",
         f"{s['pool_write_mb_s'] or 0:,.0f} MB/s, into fresh files "
         f"{s['pool_fresh_write_mb_s'] or 0:,.0f}), read {s['disk_read_mb_s']:,.0f} MB/s, "
         f"4 KiB write {s['disk_latency_ms']:.3f} ms; record commit {s['record_s'] * 1e3:.2f} ms")
-    costs, extra = {}, []
+    costs, extra, probes = {}, [], []
     for q in names:
         background.append(wait_quiet(quiet_cores, quiet_timeout, log))
+        probes.append(speed_probe())  # how fast the cores are while this query is measured
         with LoadMeter() as load:
             c, more = _calibrate_query_in_child(
                 dict(query=q, scale=scale, data_dir=str(data_dir), tasks=tasks,
@@ -593,7 +600,8 @@ def calibrate(queries: Sequence[str] | None = None, scale: str = "small",
         # how much others disturbed the measurement (CPU times inflate on a shared machine)
         costs[q] = replace(c, measured={**c.measured,
                                         "background_cores": round(load.background_cores, 2),
-                                        "stolen_cores": round(load.stolen_cores, 2)})
+                                        "stolen_cores": round(load.stolen_cores, 2),
+                                        "probe_ns": round(probes[-1], 3)})
         extra.append(more)
     cores = os.cpu_count() or 1
     # the disk's write bandwidth as the engine's writers got it (diskbench's figures are
@@ -617,7 +625,10 @@ def calibrate(queries: Sequence[str] | None = None, scale: str = "small",
                "engine_read_mb_s": {q: e["read_mb_s"] for q, e in zip(costs, extra, strict=True)},
                "diskbench_latency_ms": s["disk_latency_ms"],
                "diskbench_cpu_ns_byte": s["io_cpu_ns_byte"],
-               "background_cores_max": round(max(background), 2)}
+               "background_cores_max": round(max(background), 2),
+               # the speed probe's ns per element while the queries were measured: a
+               # validation later scales the CPU costs by the ratio to its own probe
+               "probe_ns": round(statistics.median(probes), 3)}
     cal = Calibration(hw, system, costs, machine,
                       datetime.now(UTC).isoformat(timespec="seconds"))
     if out is not None:

@@ -57,6 +57,9 @@ class Hardware:
     machine: their work arrives every 10 ms and queues for the cores like the engine's).
     ``disk_fresh_write_mb_s``: writes into space never written before - new pool files,
     allocated but unwritten (the file system converts their extents); None: as the others.
+    ``core_speed``: how fast a core is against the calibrated machine's (2.0: every
+    measured CPU cost takes half the time) - a faster CPU, or this machine at a slower
+    moment (:func:`scabbard.sim.machine.speed_probe`).
     """
 
     cores: int
@@ -69,6 +72,7 @@ class Hardware:
     queue_depth: int = 32
     network_mb_s: float | None = None
     background_cores: float = 0.0
+    core_speed: float = 1.0  # the cores' speed relative to the calibrated machine's
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -77,7 +81,8 @@ class Hardware:
         _positive("Hardware", disk_write_mb_s=self.disk_write_mb_s,
                   disk_read_mb_s=self.disk_read_mb_s, disk_iops=self.disk_iops,
                   disk_fresh_write_mb_s=self.disk_fresh_write_mb_s,
-                  io_bytes=self.io_bytes, network_mb_s=self.network_mb_s)
+                  io_bytes=self.io_bytes, network_mb_s=self.network_mb_s,
+                  core_speed=self.core_speed)
         _non_negative("Hardware", disk_latency_ms=self.disk_latency_ms,
                       background_cores=self.background_cores)
         if self.background_cores >= self.cores:
@@ -153,6 +158,9 @@ class QueryCosts:
     horizon_tuples: int = 0  # input an open window may still need (released beyond: GC)
     restart_warmup_s: float = 0.0  # a new process's first tasks, beyond their parts
     long_rows: int = 0
+    # the dataset's rows: the source replays it in copies and a batch never spans two
+    # (``ReplaySource``), so tasks are at most this long (0: an unbounded stream)
+    dataset_rows: int = 0
     short_fragment_ns_tuple: float | None = None
     short_assembly_ns_tuple: float | None = None
     measured: dict = field(default_factory=dict)  # the engine's own figures, for reference

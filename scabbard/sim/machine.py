@@ -9,6 +9,7 @@ a moment when others leave the cores alone.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import time
@@ -103,3 +104,42 @@ def wait_quiet(max_cores: float = 0.25, timeout: float = 120.0, log=None) -> flo
             log(f"  (other processes keep {load:.1f} cores busy: waiting up to "
                 f"{timeout:.0f} s for a quiet machine)")
             said = True
+
+
+# -- how fast the cores are right now ------------------------------------------------------------------
+def _probe_kernel():
+    import numba
+
+    @numba.njit(cache=True, nogil=True)
+    def kernel(keys, values, table):  # a pane aggregation in small: hash, probe, add
+        mask = len(table) - 1
+        acc = 0.0
+        for i in range(len(keys)):
+            h = (keys[i] * 0x9E3779B97F4A7C15) & mask
+            table[h] += values[i]
+            acc += table[(h + 1) & mask]
+        return acc
+
+    return kernel
+
+
+def speed_probe(repeats: int = 5, n: int = 4_000_000) -> float:
+    """ns per element of a fixed kernel in the engine's style (hash, probe, aggregate over
+    arrays larger than the caches): the least disturbed of ``repeats`` timings.  The same
+    machine gives different figures at different times on a shared host (other virtual
+    machines' load, frequency); the ratio of two probes scales the calibrated CPU costs
+    (:attr:`scabbard.sim.config.Hardware.core_speed`)."""
+    import numpy as np
+
+    kernel = _probe_kernel()
+    rng = np.random.default_rng(7)
+    keys = rng.integers(0, 1 << 40, n, dtype=np.int64)
+    values = rng.random(n)
+    table = np.zeros(1 << 21, dtype=np.float64)  # 16 MiB
+    kernel(keys[:1000], values[:1000], table)  # compiled (or loaded from the cache)
+    best = math.inf
+    for _ in range(repeats):
+        t = time.perf_counter()
+        kernel(keys, values, table)
+        best = min(best, time.perf_counter() - t)
+    return best / n * 1e9

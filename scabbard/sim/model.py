@@ -109,6 +109,15 @@ class _Run:
             ready = self.link_free
         return ready, stamp
 
+    def batch_at(self, offset: int, end: float) -> int:
+        """The source's batch from ``offset``: ``batch`` tuples, never past ``end`` nor across
+        the end of a copy of the dataset (as ``ReplaySource`` cuts them)."""
+        n = min(self.batch, end - offset)
+        rows = self.costs.dataset_rows
+        if rows:
+            n = min(n, rows - offset % rows)
+        return int(n)
+
     def input_over(self, offset: int) -> bool:
         return offset >= self.input_end or (self.cfg.max_tuples is None
                                             and self.env.now >= self.cfg.duration)
@@ -230,7 +239,7 @@ class _Engine:
         self.run, self.env = run, run.env
         cfg, hw, sysc = run.cfg, run.hw, run.sys
         self.cfg, self.costs, self.sys = cfg, run.costs, sysc
-        self.cpu = CPU(self.env, hw.cores)
+        self.cpu = CPU(self.env, hw.cores, hw.core_speed)
         run.cpus.append(self.cpu)
         self.slots = Semaphore(self.env, hw.queue_depth)  # this process's outstanding I/Os
         w = cfg.workers
@@ -325,9 +334,8 @@ class _Engine:
         env, run = self.env, self.run
         if self.replay is not None:
             yield from self.replay_stored()
-        n0 = run.batch
         while not run.input_over(self.offset):
-            n = int(min(n0, run.input_end - self.offset))
+            n = run.batch_at(self.offset, run.input_end)
             ready, stamp = run.arrival(self.offset, n)
             if ready > env.now:
                 yield env.timeout(ready - env.now)
@@ -381,7 +389,7 @@ class _Engine:
         units = []
         off = lo
         while off < hi:  # p-units as they were written: one per batch
-            n = int(min(run.batch, hi - off))
+            n = run.batch_at(off, hi)
             units.append(_Task(self.seq, off, n, None))
             self.seq += 1
             off += n

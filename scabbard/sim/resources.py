@@ -20,8 +20,9 @@ class CPU:
     """``cores`` cores shared by every thread of the engine: non-preemptive, first come
     first served (the OS time-slices; over a task the work done per core is the same)."""
 
-    def __init__(self, env: simpy.Environment, cores: int):
+    def __init__(self, env: simpy.Environment, cores: int, speed: float = 1.0):
         self.env, self.cores, self.free = env, cores, cores
+        self.speed = speed  # measured costs are divided by it (background work is not)
         self.waiting: deque[simpy.Event] = deque()
         self.busy: dict[str, float] = {}
         self.foreign = 0  # cores held by other processes' work (``run(..., "background")``)
@@ -46,8 +47,10 @@ class CPU:
             self.free += 1
 
     def work(self, seconds: float, what: str):
-        """Hold a core (already acquired) for ``seconds``."""
+        """Hold a core (already acquired) for ``seconds`` of the calibrated machine's."""
         if seconds > 0:
+            if what != "background":
+                seconds /= self.speed
             self.busy[what] = self.busy.get(what, 0.0) + seconds
             yield self.env.timeout(seconds)
 

@@ -28,7 +28,7 @@ import pandas as pd
 
 from scabbard.sim.calibrate import DEFAULT_OUT
 from scabbard.sim.config import Calibration, SimConfig, load
-from scabbard.sim.machine import LoadMeter, wait_quiet
+from scabbard.sim.machine import LoadMeter, speed_probe, wait_quiet
 from scabbard.sim.model import simulate
 
 TARGETS = {"tuples/s": 15.0, "recovery s": 25.0}  # |error| % the issue asks for
@@ -64,6 +64,7 @@ class Settings:
     quiet_cores: float = 0.25  # wait for other processes to use at most this many cores
     quiet_timeout: float = 60.0
     retries: int = 2  # a run others disturbed (> quiet_cores busy meanwhile) is repeated
+    probe: bool = False  # scale the CPU costs by a speed probe now against at calibration
     repeats: int = 3  # real runs per configuration: the median is compared
     work_dir: str | None = None
 
@@ -82,11 +83,29 @@ def _row(query: str, config: str, metric: str, predicted: float, measured: float
             "engine_cores": None if load is None else round(load.own_cores, 2), "note": note}
 
 
-def _shared(cal: Calibration, load: LoadMeter):
+def _shared(cal: Calibration, load: LoadMeter, speed: float = 1.0):
     """The calibrated machine with the cores other processes kept busy during a run, and
-    those the hypervisor took (steal time): the engine did not have them either."""
+    those the hypervisor took (steal time): the engine did not have them either; its cores
+    at ``speed`` (the speed probe now against at calibration)."""
     bg = min(load.background_cores + load.stolen_cores, cal.hardware.cores - 0.05)
-    return replace(cal.hardware, background_cores=bg if bg > 0.05 else 0.0)
+    return replace(cal.hardware, background_cores=bg if bg > 0.05 else 0.0, core_speed=speed)
+
+
+def core_speed(cal: Calibration, query: str | None = None, log=print) -> float:
+    """This machine's cores now against when ``cal`` measured ``query`` (the calibration's
+    median without a query; 1.0 without a probe in the calibration): a shared host is not
+    equally fast all day."""
+    then = cal.machine.get("probe_ns")
+    if query is not None:
+        then = cal.costs(query).measured.get("probe_ns", then)
+    if not then:
+        return 1.0
+    now = speed_probe()
+    speed = then / now
+    if abs(speed - 1) > 0.05:
+        log(f"  (the cores run at {speed:.0%} of their speed at calibration: "
+            f"probe {now:.1f} ns against {then:.1f}; the model is told so)")
+    return speed
 
 
 def _real_run(query: str, ds, rc: RunConfig, seconds: float, folder: Path):
@@ -128,6 +147,8 @@ def validate_throughput(cal: Calibration, query: str, settings: Settings, root: 
     ds = prepared_dataset(query, settings.scale, settings.data_dir, 2, 1.0)
     rows = []
     for rc in settings.configs:
+        wait_quiet(settings.quiet_cores, settings.quiet_timeout, log)
+        speed = core_speed(cal, query, log) if settings.probe else 1.0
         # the median of ``repeats`` runs: one run of a few seconds on a shared host varies
         # by tens of % (other machines' steal time); ``spread_pct`` says by how much
         runs = sorted((_least_disturbed(
@@ -139,10 +160,11 @@ def validate_throughput(cal: Calibration, query: str, settings: Settings, root: 
             / max(real["tuples_per_s"], 1e-9) * 100
         cfg = SimConfig(query, workers=rc.workers, persist=rc.persist, compression=rc.compression,
                         duration=real["seconds"])
-        sim, idle = simulate(cal, cfg, _shared(cal, load)), simulate(cal, cfg)
+        sim, idle = simulate(cal, cfg, _shared(cal, load, speed)), simulate(cal, cfg)
         tput = _row(query, rc.name, "tuples/s", sim.tuples_per_s, real["tuples_per_s"],
                     idle.tuples_per_s, load, note=f"median of {len(runs)} runs")
         tput["spread_pct"] = round(spread, 1)
+        tput["core_speed"] = round(speed, 3)
         rows.append(tput)
         rows.append(_row(query, rc.name, "latency p50 ms", sim.summary.latency_ms["p50"],
                          real["p50_ms"], idle.summary.latency_ms["p50"], load))
@@ -186,6 +208,7 @@ def validate_recovery(cal: Calibration, query: str, settings: Settings, root: Pa
     from scabbard.experiments import recovery
 
     wait_quiet(settings.quiet_cores, settings.quiet_timeout, log)
+    speed = core_speed(cal, query, log) if settings.probe else 1.0
     rs = recovery.Settings(query=query, scale=settings.scale, data_dir=settings.data_dir,
                            load=0.5, interval=settings.interval, seconds=settings.kill_seconds,
                            kill_at=settings.kill_at, batch=settings.kill_batch, workers=2,
@@ -197,7 +220,7 @@ def validate_recovery(cal: Calibration, query: str, settings: Settings, root: Pa
     if not ph:
         return [_row(query, "kill", "recovery s", float("nan"), float("nan"), load=load,
                      note="the run ended before the kill")]
-    hw = _shared(cal, load)
+    hw = _shared(cal, load, speed)
     base = SimConfig(query, workers=2, batch_rows=settings.kill_batch, persist=True,
                      checkpoint_interval=settings.interval, duration=3.0)
     ft, ft_idle = simulate(cal, base, hw), simulate(cal, base)
@@ -275,6 +298,7 @@ def format_table(table: pd.DataFrame) -> str:
     t["metric"] = t["metric"].replace({"tuples/s": "M tuples/s"})
     t["predicted_idle"] = t["predicted_idle"] * scale
     cols = ["query", "config", "metric", "predicted", "measured", "error_pct", "within",
-            "predicted_idle", "spread_pct", "background_cores", "stolen_cores", "engine_cores"]
+            "predicted_idle", "spread_pct", "core_speed", "background_cores", "stolen_cores",
+            "engine_cores"]
     return t[cols].to_string(index=False, float_format=lambda v: f"{v:,.3f}",
                              na_rep="-")
