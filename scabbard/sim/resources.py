@@ -16,56 +16,6 @@ import simpy
 from scabbard.sim.config import MB, Hardware
 
 
-class CPU:
-    """``cores`` cores shared by every thread of the engine: non-preemptive, first come
-    first served (the OS time-slices; over a task the work done per core is the same)."""
-
-    def __init__(self, env: simpy.Environment, cores: int, speed: float = 1.0):
-        self.env, self.cores, self.free = env, cores, cores
-        self.speed = speed  # measured costs are divided by it (background work is not)
-        self.waiting: deque[simpy.Event] = deque()
-        self.busy: dict[str, float] = {}
-        self.foreign = 0  # cores held by other processes' work (``run(..., "background")``)
-
-    def acquire(self):
-        if self.free:
-            self.free -= 1
-            return
-        ev = self.env.event()
-        self.waiting.append(ev)
-        yield ev
-
-    @property
-    def in_use(self) -> int:
-        """Cores the engine's own threads hold."""
-        return self.cores - self.free - self.foreign
-
-    def release(self) -> None:
-        if self.waiting:
-            self.waiting.popleft().succeed()  # the core passes straight to the next thread
-        else:
-            self.free += 1
-
-    def work(self, seconds: float, what: str):
-        """Hold a core (already acquired) for ``seconds`` of the calibrated machine's."""
-        if seconds > 0:
-            if what != "background":
-                seconds /= self.speed
-            self.busy[what] = self.busy.get(what, 0.0) + seconds
-            yield self.env.timeout(seconds)
-
-    def run(self, seconds: float, what: str):
-        """Acquire a core, work ``seconds`` on it, release it."""
-        if seconds <= 0:
-            return
-        yield from self.acquire()
-        foreign = what == "background"
-        self.foreign += foreign
-        yield from self.work(seconds, what)
-        self.foreign -= foreign
-        self.release()
-
-
 class Queue:
     """A bounded FIFO channel (``capacity`` None: unbounded)."""
 
@@ -97,6 +47,9 @@ class Queue:
 
 
 class Semaphore:
+    """A counting semaphore: :meth:`acquire` waits, first come first served, while
+    ``count`` is 0."""
+
     def __init__(self, env: simpy.Environment, count: int):
         self.env, self.count = env, count
         self.waiting: deque[simpy.Event] = deque()
@@ -109,16 +62,47 @@ class Semaphore:
         self.waiting.append(ev)
         yield ev
 
+    def release(self) -> None:
+        if self.waiting:
+            self.waiting.popleft().succeed()  # the unit passes straight to the next waiter
+        else:
+            self.count += 1
+
+
+class CPU(Semaphore):
+    """``cores`` cores shared by every thread of the engine: non-preemptive, first come
+    first served (the OS time-slices; over a task the work done per core is the same)."""
+
+    def __init__(self, env: simpy.Environment, cores: int, speed: float = 1.0):
+        super().__init__(env, cores)  # ``count``: the free cores
+        self.cores = cores
+        self.speed = speed  # measured costs are divided by it (background work is not)
+        self.busy: dict[str, float] = {}
+        self.foreign = 0  # cores held by other processes' work (``run(..., "background")``)
+
     @property
     def in_use(self) -> int:
         """Cores the engine's own threads hold."""
-        return self.cores - self.free - self.foreign
+        return self.cores - self.count - self.foreign
 
-    def release(self) -> None:
-        if self.waiting:
-            self.waiting.popleft().succeed()
-        else:
-            self.count += 1
+    def work(self, seconds: float, what: str):
+        """Hold a core (already acquired) for ``seconds`` of the calibrated machine's."""
+        if seconds > 0:
+            if what != "background":
+                seconds /= self.speed
+            self.busy[what] = self.busy.get(what, 0.0) + seconds
+            yield self.env.timeout(seconds)
+
+    def run(self, seconds: float, what: str):
+        """Acquire a core, work ``seconds`` on it, release it."""
+        if seconds <= 0:
+            return
+        yield from self.acquire()
+        foreign = what == "background"
+        self.foreign += foreign
+        yield from self.work(seconds, what)
+        self.foreign -= foreign
+        self.release()
 
 
 class Signal:
