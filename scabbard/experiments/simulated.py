@@ -89,12 +89,6 @@ class Settings:
         return load_calibration(self.calibration or default_calibration())
 
 
-def _best_scheme(cal: Calibration, query: str) -> str:
-    """What Scabbard persists with: push-up and compression where calibrated."""
-    persist = cal.costs(query).persist
-    return next(s for s in ("push-up+default", "default", "none") if s in persist)
-
-
 def _row(r, **keys) -> dict:
     s = r.summary
     return {**keys, "tuples_per_s": r.steady_tuples_per_s or s.tuples_per_s,
@@ -119,7 +113,7 @@ def fig7a(cal: Calibration, s: Settings, hardware: Hardware = PAPER_SSD) -> pd.D
     for q in _progress(names, "Fig. 7a"):
         base = SimConfig(q, workers=hardware.cores, duration=s.seconds)
         no_ft = simulate(cal, base, hardware)
-        scheme = _best_scheme(cal, q)
+        scheme = cal.costs(q).best_scheme
         ft = simulate(cal, replace(base, persist=True, compression=scheme,
                                    checkpoint_interval=s.interval), hardware)
         for system, r in (("no FT", no_ft), ("Scabbard", ft)):
@@ -164,7 +158,7 @@ def fig13(cal: Calibration, s: Settings, hardware: Hardware = PAPER_SERVER_C) ->
     rows = []
     names, _ = _names(cal, s.queries)
     for q in _progress(names, "Fig. 13"):
-        for reduction, scheme in (("no-opt", "none"), ("reduced", _best_scheme(cal, q))):
+        for reduction, scheme in (("no-opt", "none"), ("reduced", cal.costs(q).best_scheme)):
             for n in s.cores:
                 hw = replace(hardware, cores=n)
                 r = simulate(cal, SimConfig(q, workers=n, persist=True, compression=scheme,
@@ -202,7 +196,7 @@ def fig14(cal: Calibration, s: Settings,
     names, _ = _names(cal, [q for q in s.queries if q.upper() in FIG14_QUERIES] or FIG14_QUERIES)
     for q in _progress(names, "Fig. 14"):
         costs = cal.costs(q)
-        scheme = _best_scheme(cal, q)
+        scheme = cal.costs(q).best_scheme
         for kib in s.batches_kib:
             batch = max(1, int(kib * 1024 // costs.row_bytes))
             for storage in ("remote", "no disk"):
@@ -316,7 +310,7 @@ class WhatIf:
         self.interval = w.FloatSlider(value=1.0, min=0.1, max=10, step=0.1,
                                       description="checkpoint s", style=style)
         schemes = list(self.cal.costs(self.query.value).persist)
-        self.scheme = w.Dropdown(options=schemes, value=_best_scheme(self.cal, self.query.value),
+        self.scheme = w.Dropdown(options=schemes, value=self.cal.costs(self.query.value).best_scheme,
                                  description="codecs", style=style)
         self.fail = w.Checkbox(value=True, description="kill at half time")
         self.seconds = w.FloatSlider(value=10, min=2, max=60, step=1,
@@ -334,7 +328,7 @@ class WhatIf:
 
     def _schemes(self, change) -> None:
         self.scheme.options = list(self.cal.costs(change["new"]).persist)
-        self.scheme.value = _best_scheme(self.cal, change["new"])
+        self.scheme.value = self.cal.costs(change["new"]).best_scheme
 
     def _ipython_display_(self):
         from IPython.display import display

@@ -260,8 +260,7 @@ def run_speed(args) -> int:
     print(f"{'query':6} {'M tuples/s':>11} {'tasks':>9} {'wall s':>7}")
     worst = 0.0
     for q in names:
-        scheme = next(s for s in ("push-up+default", "default", "none")
-                      if s in cal.costs(q).persist)
+        scheme = cal.costs(q).best_scheme
         cfg = SimConfig(q, workers=args.cores, persist=True, compression=scheme,
                         checkpoint_interval=1.0, duration=args.seconds)
         t0 = time.perf_counter()

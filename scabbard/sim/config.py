@@ -182,6 +182,12 @@ class QueryCosts:
                                              else PersistCosts(**v)
                                              for k, v in self.persist.items()})
 
+    @property
+    def best_scheme(self) -> str:
+        """How Scabbard would persist this query's input: push-up and the codecs where
+        calibrated, else the codecs, else raw."""
+        return next(s for s in ("push-up+default", "default", "none") if s in self.persist)
+
     def _short(self, n: int) -> bool:
         return n < self.long_rows and self.short_fragment_ns_tuple is not None
 
