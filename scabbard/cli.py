@@ -21,6 +21,7 @@ from scabbard import __version__
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+MAX_INTERVAL = 86_400  # a checkpoint at least once a day
 
 
 class CLIError(Exception):
@@ -141,15 +142,20 @@ def _add_run(sub) -> None:
             "aggregates) go to --out."
         ),
         epilog=(
-            "Without --duration the dataset is read once; with it, the dataset is replayed "
-            "endlessly with shifted timestamps (as the paper's benchmarks do) until the time "
-            "is up.  The default dataset is data/<workload>/small, generated on first use."
+            "Without --duration or --max-tuples the dataset is read once (fault-tolerant runs "
+            "too); with either, it is replayed with shifted timestamps (as the paper's "
+            "benchmarks do) until the limit.  The default dataset is data/<workload>/small, "
+            "generated on first use; its manifest is checked on every run (sizes, schema), its "
+            "checksums with --verify.  A fault-tolerant run records its dataset's identity and "
+            "its settings in <storage>/run.json; --recover refuses other data or settings."
         ),
     )
     p.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
                    help=f"one of {', '.join(NAMES)}")
     p.add_argument("--backend", choices=("scabbard", "spark"), default="scabbard")
     p.add_argument("--data", metavar="DIR", help="dataset folder (default: data/<workload>/small)")
+    p.add_argument("--verify", action="store_true",
+                   help="recompute the dataset's checksums before running (reads every byte)")
     p.add_argument("--out", metavar="PATH", help="write the results to a .parquet or .csv file")
     p.add_argument("--workers", type=int, help="worker threads (default: one per core)")
     p.add_argument("--rate", type=float, help="input rate limit, tuples per second")
@@ -170,6 +176,11 @@ def _add_run(sub) -> None:
     p.add_argument("--checkpoint-interval", type=float, metavar="SECONDS",
                    help="fault tolerance: persist the input, checkpoint the operator every "
                         "SECONDS, write exactly-once output to --output (implies --persist-input)")
+    p.add_argument("--durability", choices=("process", "machine"),
+                   help="with --checkpoint-interval: machine (the default) flushes everything a "
+                        "checkpoint record or an acknowledgement depends on to the device first "
+                        "(fdatasync after the O_DIRECT writes, directories fsynced): the run "
+                        "survives power loss; process only survives the engine being killed")
     p.add_argument("--output", metavar="DIR",
                    help="exactly-once output folder (with --checkpoint-interval or --recover)")
     p.add_argument("--exactly-once", choices=("clocked", "transactional"), default="clocked",
@@ -188,10 +199,11 @@ def _add_run(sub) -> None:
                    help="persistence push-up (paper §3.4): selections and projections run "
                         "before the ingress p-stream, which then stores only the tuples and "
                         "attributes the query needs (see 'scabbard explain')")
-    p.add_argument("--compression", choices=("none", "default", "adaptive"), default="none",
+    p.add_argument("--compression", choices=("none", "default", "adaptive"),
                    help="compress the persisted p-stream per column (§5): default = the "
                         "paper's starting scheme (delta-of-delta timestamps, Simple-8b ints, "
-                        "XOR floats); adaptive = profile and switch codecs while running")
+                        "XOR floats); adaptive = profile and switch codecs while running "
+                        "(default none; a recovery takes the run's own)")
     p.add_argument("--compression-interval", type=float, default=4.0, metavar="SECONDS",
                    help="with --compression adaptive: seconds between re-selections (default 4, "
                         "the paper's)")
@@ -315,6 +327,8 @@ def _run_query(args) -> int:
     if args.out and not args.out.endswith((".parquet", ".csv")):
         raise CLIError(f"--out {args.out}: use a .parquet or .csv file name")
     ft = args.checkpoint_interval is not None or args.recover
+    if args.durability and not ft:
+        raise CLIError("--durability goes with --checkpoint-interval (or --recover)")
     if args.storage and not (args.persist_input or ft):
         raise CLIError("--storage is the folder for --persist-input; add --persist-input")
     if ft and not args.output:
@@ -329,7 +343,7 @@ def _run_query(args) -> int:
         raise CLIError("--checkpoint-only goes with --checkpoint-interval")
     if args.checkpoint_only and args.persist_input:
         raise CLIError("--checkpoint-only and --persist-input contradict each other")
-    reduces = args.push_up or args.compression != "none"
+    reduces = args.push_up or args.compression not in (None, "none")
     if reduces and not (args.persist_input or ft):
         raise CLIError("--push-up and --compression reduce the persisted input: add "
                        "--persist-input or --checkpoint-interval")
@@ -338,12 +352,13 @@ def _run_query(args) -> int:
                        "have nothing to reduce")
     if not args.compression_interval > 0:
         raise CLIError(f"--compression-interval must be positive, got {args.compression_interval}")
-    if args.lossy_decimals is not None and args.compression == "none":
+    if args.lossy_decimals is not None and args.compression in (None, "none"):
         raise CLIError("--lossy-decimals goes with --compression default or adaptive")
     if args.lossy_decimals is not None and not 0 <= args.lossy_decimals <= 9:
         raise CLIError(f"--lossy-decimals must be 0..9, got {args.lossy_decimals}")
-    if args.checkpoint_interval is not None and not args.checkpoint_interval > 0:
-        raise CLIError(f"--checkpoint-interval must be positive, got {args.checkpoint_interval}")
+    if args.checkpoint_interval is not None and not 0 < args.checkpoint_interval <= MAX_INTERVAL:
+        raise CLIError(f"--checkpoint-interval must be in (0, {MAX_INTERVAL:,}] seconds, got "
+                       f"{args.checkpoint_interval}")
     ds = _query_dataset(args)
     print(f"{query.name} on {ds.path} ({ds.rows:,} tuples, {ds.schema.row_bytes} B each), "
           f"backend {args.backend}", flush=True)
@@ -359,8 +374,9 @@ def _query_dataset(args):
 
     workload = queries.workload_of(args.query)
     schema = workloads.get(workload).SCHEMA
+    verify = getattr(args, "verify", False)
     if args.data:
-        ds = open_dataset(args.data, schema=schema)
+        ds = open_dataset(args.data, schema=schema, verify=verify)
     else:
         path = dataset_path("data", workload, "small")
         if not (path / "manifest.json").is_file():
@@ -368,7 +384,7 @@ def _query_dataset(args):
                   flush=True)
             spec = workloads.get(workload).SPEC
             spec.generate(scale="small", out="data", log=lambda s: print(s, flush=True))
-        ds = open_dataset(path, schema=schema)
+        ds = open_dataset(path, schema=schema, verify=verify)
     return ds
 
 
@@ -395,7 +411,7 @@ def _run_engine(args, query, ds) -> int:
     report = run_query(query, ds, sink=sink_for(args.out), config=config, rate=args.rate,
                        duration=args.duration, max_tuples=args.max_tuples,
                        metrics_log=args.metrics_log, on_sample=progress, storage=store,
-                       push_up=args.push_up, compression=args.compression,
+                       push_up=args.push_up, compression=args.compression or "none",
                        lossy_decimals=args.lossy_decimals,
                        compression_interval=args.compression_interval)
     s = report.summary
@@ -429,14 +445,17 @@ def _run_fault_tolerant(args, query, ds, config, progress) -> int:
                                interval=interval, recover=args.recover, rate=args.rate,
                                duration=args.duration, max_tuples=args.max_tuples,
                                metrics_log=args.metrics_log, on_sample=progress,
-                               persist_input=not args.checkpoint_only, standby=standby,
-                               push_up=args.push_up, compression=args.compression,
-                               lossy_decimals=args.lossy_decimals,
-                               compression_interval=args.compression_interval)
+                               persist_input=False if args.checkpoint_only else None,
+                               standby=standby, push_up=args.push_up,
+                               compression=args.compression, lossy_decimals=args.lossy_decimals,
+                               compression_interval=args.compression_interval,
+                               durability=args.durability)
     except StandbyReleased:
         print("standby: released without taking over", flush=True)
         return 0
     s = r.run.summary
+    for what in r.damage:
+        print(f"storage: {what}")
     if r.resumed_from is not None or args.recover:
         print(f"resumed from checkpoint {r.resumed_from}, replayed input from offset "
               f"{r.replayed_from:,}")
@@ -445,7 +464,8 @@ def _run_fault_tolerant(args, query, ds, config, progress) -> int:
           f"{s.tuples_per_s / 1e6:.2f} M tuples/s, {len(r.checkpoints)} checkpoints"
           + (f" (avg {sum(times) / len(times):.1f} ms, state "
              f"{r.checkpoints[-1].bytes / 1e6:.2f} MB)" if times else "")
-          + (f", {r.failed_checkpoints} failed" if r.failed_checkpoints else ""))
+          + (f", {len(r.damage)} damaged or torn storage items dropped on opening"
+             if r.damage else ""))
     print(f"results: {s.result_rows:,} rows -> {args.output}")
     return 0
 
@@ -961,9 +981,17 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         for names, code in ((_USAGE_ERRORS, EXIT_USAGE), (_FAILURES, EXIT_FAILURE)):
             if isinstance(e, _loaded(names)):
-                print(f"scabbard: error: {e}", file=sys.stderr)
+                print(f"scabbard: error: {_one_line(e)}", file=sys.stderr)
                 return code
+        if isinstance(e, OSError):  # a full disk, a failed write, a missing folder ...
+            where = f" ({e.filename})" if e.filename else ""
+            print(f"scabbard: error: {e.strerror or e}{where}", file=sys.stderr)
+            return EXIT_FAILURE
         raise
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
 
 
 if __name__ == "__main__":

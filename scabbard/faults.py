@@ -7,7 +7,9 @@ kill is as real as the Controller's - no handler runs, nothing is flushed.
 
 Points: ``checkpoint_state`` (state p-units handed to storage, record not yet written),
 ``checkpoint_record`` (record written to its temporary file, not yet renamed into place),
-``recovery_replay`` (recovering: state loaded, the stored input half replayed).
+``checkpoint_commit`` (record in place, the sink's epoch not yet committed: between the two
+phases of two-phase commit), ``recovery_replay`` (recovering: state loaded, the stored input
+half replayed).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import signal
 import threading
 
-POINTS = ("checkpoint_state", "checkpoint_record", "recovery_replay")
+POINTS = ("checkpoint_state", "checkpoint_record", "checkpoint_commit", "recovery_replay")
 _spec = os.environ.get("SCABBARD_CRASH_AT", "")
 _name, _, _k = _spec.partition(":")
 _left = int(_k or 1)

@@ -10,28 +10,36 @@ committed window end (windows are emitted in order, each window in one piece).
   batch (a torn last write is rejected on reopen).  Low latency.
 * :class:`TransactionalSink` stages results per checkpoint epoch and commits
   them with the checkpoint, in two phases: ``prepare`` writes the epoch to
-  ``pending/`` (fsync), the checkpoint record is the decision, ``commit``
-  renames it into ``committed/``.  ``recover(latest)`` rolls decided epochs
-  forward and drops the others.  Output is visible once per checkpoint.
+  ``pending/``, the checkpoint record is the decision, ``commit`` renames it into
+  ``committed/``.  ``recover(latest)`` rolls decided epochs forward and drops the
+  others.  Output is visible once per checkpoint.  An epoch is named by its
+  checkpoint id, ids are never reused, and a committed epoch is never replaced;
+  the staged results of an epoch are kept until it is committed, so a failed
+  write loses nothing.
+
+A fault-tolerant run binds its sink to the run's file I/O and durability
+(:meth:`ExactlyOnceSink.bind`): with ``machine`` durability the clocked log is
+flushed before each write is acknowledged, and the transactional epochs and the
+folders that name them are flushed before the record that decides them.
 
 ``read_output(path)`` reads either back as a DataFrame.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
 from scabbard.batch import Batch
-from scabbard.data.format import fsync_dir
 from scabbard.engine.sinks import Sink
-from scabbard.schema import Schema
-from scabbard.storage import BlockManager, StorageConfig
+from scabbard.schema import Schema, SchemaError
+from scabbard.storage import BlockManager, StorageConfig, StorageError
 from scabbard.storage import segment as sg
+from scabbard.storage.fileio import OS, Durability, FileIO, write_atomic, write_new
 
 NO_WINDOW = np.iinfo(np.int64).min
 _KIND = ".sink.json"
@@ -46,16 +54,32 @@ def _meta(clock: dict) -> np.ndarray:
     return np.array([clock["input_end"], clock["window_end"]], np.int64).view(np.uint64)
 
 
-def _mark(path: Path, kind: str, schema: Schema) -> None:
+def _read_mark(path: Path) -> dict:
+    """The output folder's ``.sink.json`` (kind and schema), checked."""
     f = path / _KIND
-    if f.exists():
-        have = json.loads(f.read_text())
+    try:
+        doc = json.loads(f.read_text())
+        if not isinstance(doc, dict) or doc.get("kind") not in ("clocked", "transactional") \
+                or not isinstance(doc.get("schema"), str):
+            raise ValueError("not an exactly-once output description")
+        Schema.from_dict(doc["schema_doc"])
+    except FileNotFoundError:
+        raise StorageError(f"{path} is not an exactly-once output folder (no {_KIND})") from None
+    except (ValueError, KeyError, TypeError, SchemaError, UnicodeDecodeError) as e:
+        raise StorageError(f"{f} is damaged ({e}); this output folder cannot be read") from None
+    return doc
+
+
+def _mark(path: Path, kind: str, schema: Schema, io: FileIO, durability: Durability) -> None:
+    if (path / _KIND).exists():
+        have = _read_mark(path)
         if have["kind"] != kind or have["schema"] != schema.fingerprint:
             raise ValueError(f"{path} holds {have['kind']} output of another schema or kind; "
                              f"choose another --output folder")
         return
-    f.write_text(json.dumps({"kind": kind, "schema": schema.fingerprint,
-                             "schema_doc": schema.to_dict()}))
+    write_atomic(io, path / _KIND, json.dumps({"kind": kind, "schema": schema.fingerprint,
+                                               "schema_doc": schema.to_dict()}).encode(),
+                 durability)
 
 
 class ExactlyOnceSink(Sink):
@@ -64,6 +88,22 @@ class ExactlyOnceSink(Sink):
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.schema: Schema | None = None
+        self.io: FileIO = OS
+        self.durability = Durability.MACHINE
+
+    def bind(self, io: FileIO, durability: Durability) -> None:
+        """The run's file I/O and durability (before :meth:`open`)."""
+        self.io, self.durability = io, durability
+
+    def _mkdir(self, path: Path) -> None:
+        fresh = not path.is_dir()
+        self.io.mkdir(path)
+        if fresh and self.durability.flush:
+            self.io.fsync_dir(path.parent)
+
+    def holds_results(self) -> bool:
+        """Whether the folder already holds committed results (a new run must not add to them)."""
+        return (self.path / _KIND).exists() and len(read_output(self.path)) > 0
 
     def committed(self) -> dict:
         """The clock of the newest committed result."""
@@ -84,12 +124,14 @@ class ClockedSink(ExactlyOnceSink):
     def open(self, schema: Schema) -> None:
         if self.schema is not None:
             return
-        self.path.mkdir(parents=True, exist_ok=True)
-        _mark(self.path, self.kind, schema)
+        self._mkdir(self.path)
+        _mark(self.path, self.kind, schema, self.io, self.durability)
         self.schema = schema
-        self.bm = BlockManager(self.path / "log", self.CONFIG)
+        config = dataclasses.replace(self.CONFIG, sync=self.durability.flush)
+        self.bm = BlockManager(self.path / "log", config, self.io)
         self.sid = self.bm.stream("results", schema)
         self.rows = self.bm.durable_end(self.sid)
+        self.torn = list(self.bm.torn)
 
     def committed(self) -> dict:
         if self.rows == 0:
@@ -151,11 +193,10 @@ class TransactionalSink(ExactlyOnceSink):
             return
         self.schema = schema
         for d in ("pending", "committed"):
-            (self.path / d).mkdir(parents=True, exist_ok=True)
-        _mark(self.path, self.kind, schema)
+            self._mkdir(self.path / d)
+        _mark(self.path, self.kind, schema, self.io, self.durability)
         self._open: list[tuple[Batch, dict]] = []  # the current epoch
-        self._cut: dict[int, list[tuple[Batch, dict]]] = {}
-        self._final = 0
+        self._cut: dict[int, list[tuple[Batch, dict]]] = {}  # cut, not yet committed
         # when each staged batch was written, per epoch: results are visible at the commit,
         # so ``held_s`` (write -> commit, per batch) is what this sink adds to the latency
         self._open_at: list[float] = []
@@ -163,18 +204,31 @@ class TransactionalSink(ExactlyOnceSink):
         self.held_s: list[float] = []
 
     def recover(self, decided: int) -> None:
-        """Epochs up to checkpoint ``decided`` were decided: commit them; drop the rest."""
+        """Epochs up to checkpoint ``decided`` were decided: commit them; drop the rest.
+        A pending epoch that is committed already (a crash between the two renames of an
+        older build) is dropped, never written over the committed one."""
         for d in ("pending", "committed"):
-            (self.path / d).mkdir(parents=True, exist_ok=True)
-        for p in sorted((self.path / "pending").glob("*.seg")):
-            if int(p.stem) <= decided:
-                os.replace(p, self.path / "committed" / p.name)
+            self._mkdir(self.path / d)
+        for p in _epochs(self.path / "pending"):
+            done = self.path / "committed" / p.name
+            if int(p.stem) <= decided and not done.exists():
+                self.io.replace(p, done)
             else:
-                p.unlink()
-        fsync_dir(self.path / "committed")
+                self.io.unlink(p)
+        for tmp in (self.path / "pending").glob(".*.tmp"):
+            self.io.unlink(tmp, missing_ok=True)
+        if self.durability.flush:
+            self.io.fsync_dir(self.path / "committed")
+            self.io.fsync_dir(self.path / "pending")
 
     def _parts(self) -> list[Path]:
-        return sorted((self.path / "committed").glob("*.seg"))
+        return _epochs(self.path / "committed")
+
+    def highest_epoch(self) -> int:
+        """The highest epoch id this folder holds, committed or pending (never handed out
+        again)."""
+        return max((int(p.stem) for d in ("pending", "committed")
+                    for p in _epochs(self.path / d)), default=0)
 
     def committed(self) -> dict:
         parts = self._parts()
@@ -192,43 +246,62 @@ class TransactionalSink(ExactlyOnceSink):
         self._cut[checkpoint_id], self._open = self._open, []
         self._cut_at[checkpoint_id], self._open_at = self._open_at, []
 
+    def _staged(self, checkpoint_id: int) -> list[tuple[Batch, dict]]:
+        """Epoch ``checkpoint_id``'s results, with those of earlier epochs not committed."""
+        return [x for c in sorted(self._cut) if c <= checkpoint_id for x in self._cut[c]]
+
     def prepare(self, checkpoint_id: int) -> None:
-        staged = self._cut.pop(checkpoint_id, [])
-        for cid in [c for c in self._cut if c < checkpoint_id]:  # epochs of failed checkpoints
-            staged = self._cut.pop(cid) + staged
+        """Phase 1: the epoch's results durable in ``pending/``, not visible.  They stay
+        staged in memory until :meth:`commit`: if this write fails, nothing is lost."""
+        staged = self._staged(checkpoint_id)
         if not staged:
             return
+        done = self.path / "committed" / f"{checkpoint_id:012d}.seg"
+        if done.exists():
+            raise StorageError(f"{done} is committed already: epoch {checkpoint_id} would "
+                               f"replace committed results")
         cols = [np.concatenate([b.columns[i] for b, _ in staged])
                 for i in range(len(self.schema.fields))]
         clock = staged[-1][1]
         seg = sg.encode(Batch(self.schema, tuple(cols), 0), stream_id=0, epoch=checkpoint_id,
                         batch_id=checkpoint_id, meta=_meta(clock))
         tmp = self.path / "pending" / f".{checkpoint_id:012d}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(seg.tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path / "pending" / f"{checkpoint_id:012d}.seg")
-        fsync_dir(self.path / "pending")
+        try:
+            write_new(self.io, tmp, seg, self.durability)
+        except BaseException:
+            self.io.unlink(tmp, missing_ok=True)
+            raise
+        self.io.replace(tmp, self.path / "pending" / f"{checkpoint_id:012d}.seg")
+        if self.durability.flush:
+            self.io.fsync_dir(self.path / "pending")
 
     def commit(self, checkpoint_id: int) -> None:
+        """Phase 2: visible.  The staged results of this and earlier epochs are dropped."""
         p = self.path / "pending" / f"{checkpoint_id:012d}.seg"
         if p.exists():
-            os.replace(p, self.path / "committed" / p.name)
-            fsync_dir(self.path / "committed")
+            self.io.replace(p, self.path / "committed" / p.name)
+            if self.durability.flush:
+                self.io.fsync_dir(self.path / "committed")
+        for cid in [c for c in self._cut if c <= checkpoint_id]:
+            del self._cut[cid]
         now = time.perf_counter()
         for cid in [c for c in self._cut_at if c <= checkpoint_id]:
             self.held_s.extend(now - t for t in self._cut_at.pop(cid))
 
-    def close(self) -> None:
-        """End of the stream: the rest is committed as a last epoch of its own."""
-        last = max([int(p.stem) for p in self._parts()], default=0) + (1 << 30)
-        self.cut(last)
-        self.prepare(last)
-        self.commit(last)
+    def finish(self, epoch: int) -> None:
+        """End of the stream: the rest is committed as a last epoch ``epoch`` (a fresh id)."""
+        self.cut(epoch)
+        self.prepare(epoch)
+        self.commit(epoch)
+
+
+def _epochs(folder: Path) -> list[Path]:
+    """The epoch files of a folder, in id order."""
+    return sorted(p for p in folder.glob("*.seg") if p.stem.isdigit())
 
 
 def open_output(path: str | Path, kind: str) -> ExactlyOnceSink:
+    """An exactly-once sink of ``kind`` on the output folder ``path``."""
     kinds = {"clocked": ClockedSink, "transactional": TransactionalSink}
     if kind not in kinds:
         raise ValueError(f"unknown exactly-once sink {kind!r}; choose one of {', '.join(kinds)}")
@@ -240,7 +313,7 @@ def read_output(path: str | Path):
     import pandas as pd
 
     path = Path(path)
-    doc = json.loads((path / _KIND).read_text())
+    doc = _read_mark(path)
     schema = Schema.from_dict(doc["schema_doc"])
     frames = []
     if doc["kind"] == "clocked":
@@ -248,7 +321,7 @@ def read_output(path: str | Path):
             sid = bm.stream("results", schema)
             frames = [b.to_pandas() for b in bm.load(sid)]
     else:
-        for p in sorted((path / "committed").glob("*.seg")):
+        for p in _epochs(path / "committed"):
             frames.append(sg.decode(np.fromfile(p, np.uint8), schema, str(p))[1].to_pandas())
     if not frames:
         return Batch(schema, tuple(np.zeros((0,) + f.column_shape(0)[1:], f.numpy_dtype)

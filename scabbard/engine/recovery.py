@@ -28,11 +28,12 @@ by :class:`scabbard.engine.controller.Controller`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from scabbard.compression.policy import Compression
@@ -42,6 +43,7 @@ from scabbard.engine.metrics import Metrics
 from scabbard.engine.output import ExactlyOnceSink
 from scabbard.engine.runtime import (
     INGRESS,
+    MIN_BATCH,
     READER,
     Engine,
     EngineConfig,
@@ -54,6 +56,7 @@ from scabbard.pog import POG
 from scabbard.pog.checkpoint import CheckpointController, CheckpointError, CheckpointStore
 from scabbard.query import Query
 from scabbard.storage import BlockManager, StorageConfig, StorageError
+from scabbard.storage.fileio import OS, Durability, FileIO, write_atomic
 
 log = logging.getLogger(__name__)
 RUN_FILE = "run.json"
@@ -63,26 +66,69 @@ class StandbyReleased(Exception):
     """A warm standby was told it will not be needed (it exits without touching storage)."""
 
 
-def _run_file(storage: Path, query: Query, recover: bool, params: dict) -> dict:
+def dataset_identity(dataset: Dataset) -> dict:
+    """What makes a dataset the same input: its manifest checksum, schema, size, parameters."""
+    return {"workload": dataset.workload, "name": dataset.name, "checksum": dataset.checksum,
+            "schema": dataset.schema.fingerprint, "rows": dataset.rows,
+            "params": dataset.params, "path": str(dataset.path)}
+
+
+# settings a recovery must repeat (or leave out: None takes the recorded one)
+_SETTINGS = ("batch_rows", "rate", "max_tuples", "persist_input", "push_up", "compression",
+             "lossy_decimals", "durability", "sink")
+
+
+def _differences(have: dict, want: dict) -> list[str]:
+    """The recorded run's dataset and settings against this start's; one phrase each."""
+    out = []
+    a, b = have.get("dataset", {}), want["dataset"]
+    for key in ("checksum", "schema", "rows", "workload", "params"):
+        if a.get(key) != b[key]:
+            out.append(f"the dataset's {key} ({a.get(key)!r} recorded from {a.get('path')}, "
+                       f"{b[key]!r} in {b['path']})")
+    for key in _SETTINGS:
+        if want.get(key) is not None and have.get(key) != want[key]:
+            out.append(f"{key} {have.get(key)!r} recorded, {want[key]!r} given")
+    return out
+
+
+def _run_file(storage: Path, io: FileIO, query: Query, recover: bool, want: dict,
+              durability: Durability) -> dict:
+    """Create ``run.json`` for a new run, or check a recovery against it (one line each)."""
     path = storage / RUN_FILE
     if recover:
         if not path.is_file():
             raise CheckpointError(f"{storage} holds no run to recover ({RUN_FILE} is missing); "
                                   f"start one without --recover")
-        have = json.loads(path.read_text())
+        have = _read_run(path)
         if have["query"] != query.name:
             raise CheckpointError(f"{storage} holds a run of {have['query']}, not {query.name}")
+        diff = _differences(have, want)
+        if diff:
+            raise CheckpointError(f"{storage} holds a run with other input or settings: "
+                                  + "; ".join(diff) + ". Recover it with what it was started with")
         return have
     if path.is_file():
-        raise CheckpointError(f"{storage} already holds a run of "
-                              f"{json.loads(path.read_text())['query']}: add --recover to "
-                              f"continue it, or choose an empty --storage folder")
-    storage.mkdir(parents=True, exist_ok=True)
-    doc = {"query": query.name, "started_at": time.time(), **params}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1))
-    os.replace(tmp, path)
+        raise CheckpointError(f"{storage} already holds a run of {_read_run(path)['query']}: "
+                              f"add --recover to continue it, or choose an empty --storage "
+                              f"folder")
+    fresh = not storage.is_dir()
+    io.mkdir(storage)
+    if fresh and durability.flush:
+        io.fsync_dir(storage.parent)
+    doc = {"query": query.name, "started_at": time.time(), **want}
+    write_atomic(io, path, json.dumps(doc, indent=1).encode(), durability)
     return doc
+
+
+def _read_run(path: Path) -> dict:
+    try:
+        doc = json.loads(path.read_text())
+        if not isinstance(doc, dict) or not isinstance(doc.get("query"), str):
+            raise ValueError("not a run description")
+        return doc
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is damaged ({e}): the run cannot be identified") from None
 
 
 def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
@@ -91,15 +137,25 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                        rate: float | None = None, duration: float | None = None,
                        max_tuples: int | None = None, metrics_log: str | Path | None = None,
                        on_sample=None, storage_config: StorageConfig | None = None,
-                       persist_input: bool = True, standby=None, push_up: bool = False,
-                       compression: str = "none", lossy_decimals: int | None = None,
-                       compression_interval: float = 4.0, aligned: bool = False,
-                       wrap_source=None) -> FTReport:
+                       persist_input: bool | None = None, standby=None,
+                       push_up: bool = False, compression: str | None = None,
+                       lossy_decimals: int | None = None, compression_interval: float = 4.0,
+                       aligned: bool = False, wrap_source=None,
+                       durability: str | Durability | None = None, io: FileIO = OS,
+                       every_tasks: int | None = None) -> FTReport:
     """Run ``query`` with persisted input, checkpoints and exactly-once output (or recover).
 
+    The dataset is read once, unless ``duration`` or ``max_tuples`` asks for more (then it
+    is replayed with shifted timestamps), as :func:`scabbard.engine.run_query` does.
+
     ``push_up``, ``compression``, ``lossy_decimals``: the data reduction before the ingress
-    p-stream (§3.4, §5; see :func:`scabbard.engine.run_query`).  A run is recovered with
-    the reduction it was started with (it is recorded with the run).
+    p-stream (§3.4, §5; see :func:`scabbard.engine.run_query`).  ``durability``: ``machine``
+    (the default: everything a record or an acknowledgement depends on is flushed first)
+    or ``process`` (survives ``kill -9`` of the engine, not power loss).
+
+    A run is recorded in ``<storage>/run.json`` with its dataset's identity (manifest
+    checksum, schema, rows, parameters) and its settings; a recovery takes the recorded
+    ones (None) and refuses other data or settings with a message naming each difference.
 
     ``standby``: called once the code is loaded and before the storage is touched; it returns
     when this process should take over (a warm standby, started ahead of a failure, waits
@@ -108,38 +164,55 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
     ``aligned``: Flink-style aligned checkpoints (see :class:`FaultTolerance`); the paper's
     Flink++ pairs them with the transactional sink.  ``wrap_source(source)``: a source in
     front of the replay (e.g. :class:`scabbard.peers.synclog.LoggedSource`, Flink++'s stream
-    persistence through Kafka++).
+    persistence through Kafka++).  ``io``: the file operations (a
+    :class:`~scabbard.storage.fileio.RecordingIO` for the crash-state explorer);
+    ``every_tasks``: also a checkpoint every that many tasks (deterministic markers).
     """
     storage = Path(storage)
     phases = {"spawned": float(os.environ.get("SCABBARD_SPAWNED_AT", "nan")),
               "started": time.time()}
-    if push_up and not persist_input:
+    if push_up and persist_input is False:
         raise ValueError("persistence push-up needs persisted input (it moves operators below "
                          "the ingress p-stream); without it the source replays the input")
+    if dataset.schema.fingerprint != query.source.schema.fingerprint:
+        raise ValueError(f"{query.name} reads {query.source.schema.name!r} data, but the dataset "
+                         f"holds {dataset.schema.name!r}")
     engine = Engine(query, dataset.tables, config, push_up=push_up)
-    reduction = {"push_up": push_up, "compression": compression, "lossy_decimals": lossy_decimals}
-    params = {"batch_rows": engine.batch_rows_for(ReplaySource(dataset, 1).tuples_per_ms()),
-              "rate": rate, "max_tuples": max_tuples, "persist_input": persist_input,
-              **reduction}
+    want = {"dataset": dataset_identity(dataset),
+            "batch_rows": engine.config.batch_rows, "rate": rate, "max_tuples": max_tuples,
+            "persist_input": persist_input, "push_up": push_up, "compression": compression,
+            "lossy_decimals": lossy_decimals,
+            "durability": None if durability is None else Durability.of(durability).value,
+            "sink": sink.kind}
+    if not recover:  # a new run: the defaults
+        want.update(
+            batch_rows=engine.batch_rows_for(ReplaySource(dataset, 1).tuples_per_ms()),
+            persist_input=persist_input is not False, compression=compression or "none",
+            durability=want["durability"] or Durability.MACHINE.value,
+            loop=duration is not None or max_tuples is not None)
+    durable = Durability.of(want["durability"] or Durability.MACHINE)
     # compiled code from numba's on-disk cache (a full batch: the long-task path too)
-    engine.warm_up(ReplaySource(dataset, params["batch_rows"]).peek())
+    engine.warm_up(ReplaySource(dataset, want["batch_rows"] or MIN_BATCH).peek())
     phases["code_loaded"] = time.time()
     if standby is not None:
         standby()
         phases["activated"] = time.time()
-    run = _run_file(storage, query, recover, params)
+    run = _run_file(storage, io, query, recover, want, durable)
+    durable = Durability.of(run.get("durability", Durability.PROCESS.value))
     persist_input = run.get("persist_input", True)  # a recovered run keeps its mode
-    had = {k: run.get(k, v if k != "push_up" else False) for k, v in reduction.items()}
-    if recover and had["push_up"] != push_up:
-        raise CheckpointError(f"{storage} holds a run {'with' if had['push_up'] else 'without'} "
-                              f"persistence push-up: recover it the same way "
-                              f"({'add' if had['push_up'] else 'drop'} --push-up)")
+    if recover and run.get("push_up", False) != push_up:
+        raise CheckpointError(f"{storage} holds a run {'with' if run.get('push_up') else 'without'}"
+                              f" persistence push-up: recover it the same way "
+                              f"({'add' if run.get('push_up') else 'drop'} --push-up)")
     metrics = Metrics(dataset.schema.row_bytes, metrics_log, engine.config.metrics_interval,
                       on_sample)
-    with BlockManager(storage, storage_config) as bm:
+    sink.bind(io, durable)
+    storage_config = dataclasses.replace(storage_config or StorageConfig(),
+                                         sync=durable.flush)
+    with BlockManager(storage, storage_config, io) as bm:
         pog = POG(bm)
-        scheme = had["compression"] or "none"
-        compress = Compression.scheme(engine.input_schema, scheme, had["lossy_decimals"],
+        scheme = run.get("compression") or "none"
+        compress = Compression.scheme(engine.input_schema, scheme, run.get("lossy_decimals"),
                                       on_event=metrics.event,
                                       **({"interval": compression_interval}
                                          if scheme == "adaptive" else {}))
@@ -147,49 +220,39 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                               max_bytes=8 * bm.config.bulk_bytes,
                               compress=compress) if persist_input else None
         state = QueryState(engine.plan.branches, bm, _Edges)
-        store = CheckpointStore(storage / "checkpoints")
-        resume, replay_from, skipped = None, None, []
-        records = store.records() if recover else []
+        store = CheckpointStore(storage / "checkpoints", io=io, durability=durable)
         if recover:
-            stored_from = bm.start(ingress.stream_id) if persist_input else 0
-            for rec in records:
-                try:
-                    if stored_from > rec.input_end:
-                        raise CheckpointError(f"its input from offset {rec.input_end} was "
-                                              f"released (stored from {stored_from})")
-                    resume = (rec, state.load_state(rec))
-                    break
-                except (StorageError, CheckpointError, FileNotFoundError, ValueError) as e:
-                    log.warning("checkpoint %d is not usable (%s); trying an older one", rec.id, e)
-                    skipped.append(rec.id)
-            if resume is None and stored_from > 0:
-                raise CheckpointError(
-                    f"no usable checkpoint in {storage / 'checkpoints'} and the input before "
-                    f"offset {stored_from} was released: this run cannot be recovered")
-            replay_from = resume[0].input_end if resume else stored_from
-            if hasattr(sink, "recover"):
-                sink.recover(records[0].id if records else 0)
+            resume, replay_from, skipped = _resume(storage, store, state, bm, ingress, sink)
+        else:
+            resume, replay_from, skipped = None, None, []
+            if sink.holds_results():
+                raise CheckpointError(f"{sink.path} already holds results of another run: "
+                                      f"choose an empty --output folder")
         sink.open(engine.schema)
         committed = sink.committed()["window_end"]
+        damage = list(bm.torn) + list(getattr(sink, "torn", []))
         phases["state_loaded"] = time.time()
         controller = CheckpointController(
             store, state, interval, sink=sink,
             release=(lambda off: pog.send_release(INGRESS, READER, off)) if persist_input else None,
-            trim_state=state.trim, on_event=metrics.event)
+            trim_state=state.trim, on_event=metrics.event,
+            resumed=resume[0] if resume else None, every_tasks=every_tasks)
         # with persisted input: replay what is stored, then continue the source after it;
         # without: the source itself starts again at the checkpoint's offset
         ft = FaultTolerance(state, controller, committed, resume,
                             replay_from if persist_input else None, aligned=aligned)
         source_start = _source_position(ingress) if persist_input else (replay_from or 0)
         source = ReplaySource(dataset, run["batch_rows"], rate=run["rate"], duration=duration,
-                              max_tuples=run["max_tuples"], loop=True, start=source_start,
-                              started_at=run["started_at"])
+                              max_tuples=run["max_tuples"], loop=run.get("loop", True),
+                              start=source_start, started_at=run["started_at"])
         if wrap_source is not None:
             source = wrap_source(source)
 
         def on_start() -> None:
             for name, at in phases.items():
                 metrics.event("phase", phase=name, wall=at)
+            for what in damage:
+                metrics.event("storage_damage", detail=what)
             if recover:
                 metrics.event("recovery", phase="resume",
                               checkpoint=resume[0].id if resume else None,
@@ -199,12 +262,39 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
 
         metrics.on_start = on_start
         report = engine.run(source, sink, pog=pog, ft=ft, metrics=metrics)
-        if report.summary.tuples and (run["max_tuples"] is not None
-                                      and source.exhausted):
-            done = dict(run, completed=time.time())
-            (storage / RUN_FILE).write_text(json.dumps(done, indent=1))
-        return FTReport(report, list(controller.stats.completed), controller.stats.failed,
-                        resume[0].id if resume else None, replay_from)
+        if source.exhausted:
+            write_atomic(io, storage / RUN_FILE,
+                         json.dumps(dict(run, completed=time.time()), indent=1).encode(), durable)
+        return FTReport(report, list(controller.stats.completed),
+                        resume[0].id if resume else None, replay_from, damage)
+
+
+def _resume(storage: Path, store: CheckpointStore, state: QueryState, bm: BlockManager,
+            ingress, sink) -> tuple:
+    """Recovery steps 1-3: the newest checkpoint whose state loads and whose input is still
+    stored (damaged ones are skipped, loudly), the input offset to replay from, the sink's
+    decided epochs rolled forward.  Returns ``(resume, replay_from, skipped ids)``."""
+    resume, skipped = None, []
+    records = store.records()
+    stored_from = bm.start(ingress.stream_id) if ingress is not None else 0
+    for rec in records:
+        try:
+            if stored_from > rec.input_end:
+                raise CheckpointError(f"its input from offset {rec.input_end} was "
+                                      f"released (stored from {stored_from})")
+            resume = (rec, state.load_state(rec))
+            break
+        except (StorageError, CheckpointError, FileNotFoundError, ValueError) as e:
+            log.warning("checkpoint %d is not usable (%s); trying an older one", rec.id, e)
+            skipped.append(rec.id)
+    if resume is None and stored_from > 0:
+        raise CheckpointError(
+            f"no usable checkpoint in {storage / 'checkpoints'} and the input before "
+            f"offset {stored_from} was released: this run cannot be recovered")
+    replay_from = resume[0].input_end if resume else stored_from
+    if hasattr(sink, "recover"):
+        sink.recover(records[0].id if records else 0)
+    return resume, replay_from, skipped
 
 
 def _source_position(ingress) -> int:
@@ -224,6 +314,6 @@ def _source_position(ingress) -> int:
 class FTReport:
     run: RunReport
     checkpoints: list  # CheckpointRecord, in order
-    failed_checkpoints: int
     resumed_from: int | None  # checkpoint id, when recovering
     replayed_from: int | None  # input offset, when recovering
+    damage: list = field(default_factory=list)  # torn or quarantined storage found on opening

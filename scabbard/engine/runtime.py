@@ -544,6 +544,7 @@ class _Execution:
         while not self.barrier.wait(0.1):  # alignment: the pipeline drains up to the marker
             if self.error is not None:
                 return False
+            self.ft.controller.check()
         self.barrier = None
         self.metrics.event("alignment", id=marker.checkpoint_id,
                            ms=round((time.perf_counter() - t0) * 1e3, 3))
@@ -659,17 +660,17 @@ class _Execution:
                 if self.ft is not None and self.ft.replay_from is not None:
                     self.replay()
                 self.feed_persistent()
+        except BaseException as e:  # the dispatcher failed (e.g. fault tolerance: fail-stop)
+            if self.error is None:
+                self.error = e
+            self.source.stop()
         finally:
             for _ in threads:
                 self.tasks.put(None)
             for t in threads:
                 t.join()
         if self.error is not None:
-            if self.ft is not None:
-                self.ft.controller.stop(wait=False)
-            self.sink.close()
-            metrics.stop(error=repr(self.error))
-            raise self.error
+            self._fail()
         self.drain()
         if self.results:
             raise RuntimeError(f"tasks {sorted(self.results)} were never assembled")
@@ -680,6 +681,20 @@ class _Execution:
                                     zip(self.plan.branches, self.assemblers, strict=True)])
             metrics.add_result_rows(self.emit(final, self.clock["input_end"]))
         if self.ft is not None:
-            self.ft.controller.stop()
+            try:
+                self.ft.controller.stop()  # raises if the machinery failed (fail-stop)
+            except BaseException as e:
+                self.error = e
+                self._fail()
         self.sink.close()
         return RunReport(engine.query.name, metrics.stop(), batch_rows, cfg.workers)
+
+    def _fail(self) -> None:
+        """Stop everything and raise the run's error; the sink commits nothing more."""
+        if self.ft is not None:
+            self.ft.controller.stop(wait=False)
+        try:
+            self.sink.close()
+        finally:
+            self.metrics.stop(error=repr(self.error))
+        raise self.error

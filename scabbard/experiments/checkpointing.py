@@ -73,7 +73,6 @@ def measure(query: str, config: str, ds, folder: Path, settings: Settings) -> di
     shutil.rmtree(folder, ignore_errors=True)
     ck = r.checkpoints
     return {"tuples_per_s": r.run.summary.tuples_per_s, "checkpoints": len(ck),
-            "failed_checkpoints": r.failed_checkpoints,
             "state_mb": float(np.mean([c.bytes for c in ck])) / 1e6 if ck else float("nan"),
             "checkpoint_ms": float(np.mean([c.duration_s for c in ck])) * 1e3 if ck
             else float("nan")}

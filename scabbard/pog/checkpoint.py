@@ -8,22 +8,41 @@ Paper §3.2, Alg. 1 and Table 1; DESIGN.md §6-7.
   later, on the I/O pools), restored (``load_state``) and whose progress
   vectors ``PV_in``/``PV_out`` say which input and output it reflects.
 * :class:`CheckpointController` - injects checkpoint markers every
-  ``interval`` seconds (or on demand); with one checkpoint in flight at a
-  time it tracks the asynchronous state writes, then commits the output
-  (two-phase: ``prepare`` before, ``commit`` after the record) and writes the
-  :class:`CheckpointRecord` atomically.  Input before the older of the two
-  newest records is released (GC), so recovery can fall back one checkpoint
-  if the newest turns out to be damaged.
+  ``interval`` seconds, every ``every_tasks`` tasks, or on demand; with one
+  checkpoint in flight at a time it runs the checkpoint protocol below.
 * :class:`CheckpointStore` - the records: ``<storage>/checkpoints/ckpt-<id>.json``,
-  written to a temporary file, fsynced, renamed, directory fsynced; a record
+  written to a temporary file, (flushed,) renamed, (directory flushed); a record
   carries its own checksum, so a torn or edited one is skipped, loudly.
+
+The checkpoint protocol, for checkpoint ``N`` (one in flight at a time):
+
+1. **marker** - the dispatcher attaches the marker to the next task; ``N`` is new:
+   ids are never reused, not even those of records that are damaged
+   (:meth:`CheckpointStore.highest_id`) or of epochs a sink holds.
+2. **snapshot** - when the marker's task is assembled, the operator's state is
+   captured by reference (``prepare_checkpoint``) and the sink's open epoch is cut.
+3. **state write** - the snapshot is written as state p-units, asynchronously.
+4. **prepare** - once every state p-unit is acknowledged, the sink makes the
+   epoch's output durable but invisible (phase 1 of two-phase commit).
+5. **record** - the :class:`CheckpointRecord` is written atomically: the decision.
+6. **commit** - the sink makes the epoch visible (phase 2).
+7. **release** - only now is older data given up: input and state below the older
+   of the two newest records recovery could use.  After a fallback recovery the
+   record resumed from is the older one, so nothing a fallback needs is released;
+   with a single record nothing is released.
+
+A failure in any step - a write that fails, a full disk, an exception in a
+callback, a dead timer - is **fail-stop**: the controller keeps the error and the
+run stops at the next task with it (:meth:`CheckpointController.check`); it never
+continues unprotected.  Nothing committed is lost: recovery resumes from the last
+record and the epoch is produced again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-import os
 import threading
 import time
 import zlib
@@ -32,9 +51,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from scabbard.data.format import fsync_dir
 from scabbard.faults import crashpoint
 from scabbard.pog.markers import Marker, MarkerKind
+from scabbard.storage.fileio import OS, Durability, FileIO, write_new
 
 log = logging.getLogger(__name__)
 
@@ -65,45 +84,57 @@ class CheckpointRecord:
 class CheckpointStore:
     """The folder of checkpoint records, newest last; keeps the ``keep`` newest."""
 
-    def __init__(self, path: str | Path, keep: int = 3):
+    def __init__(self, path: str | Path, keep: int = 3, io: FileIO = OS,
+                 durability: Durability = Durability.MACHINE):
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.io, self.durability = io, durability
+        fresh = not self.path.is_dir()
+        io.mkdir(self.path)
+        if fresh and durability.flush:
+            io.fsync_dir(self.path.parent)
         self.keep = keep
 
     def _file(self, cid: int) -> Path:
         return self.path / f"ckpt-{cid:08d}.json"
 
+    def _files(self) -> list[Path]:
+        return sorted(p for p in self.path.glob("ckpt-*.json") if p.stem[5:].isdigit())
+
     def record(self, rec: CheckpointRecord) -> None:
         body = json.dumps(asdict(rec), sort_keys=True)
         text = json.dumps({"record": json.loads(body), "crc32": zlib.crc32(body.encode())})
         tmp = self.path / f".ckpt-{rec.id:08d}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, text.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_new(self.io, tmp, text.encode(), self.durability)
         crashpoint("checkpoint_record")
-        os.replace(tmp, self._file(rec.id))
-        fsync_dir(self.path)
-        for old in sorted(self.path.glob("ckpt-*.json"))[:-self.keep]:
-            old.unlink(missing_ok=True)
+        self.io.replace(tmp, self._file(rec.id))
+        if self.durability.flush:
+            self.io.fsync_dir(self.path)
+        for old in self._files()[:-self.keep]:
+            self.io.unlink(old, missing_ok=True)
+
+    def highest_id(self) -> int:
+        """The highest id any record file carries, readable or not (ids are never reused)."""
+        return max((int(p.stem[5:]) for p in self._files()), default=0)
 
     def records(self) -> list[CheckpointRecord]:
         """Every readable record, newest first; damaged ones are logged and skipped."""
         out = []
-        for p in sorted(self.path.glob("ckpt-*.json"), reverse=True):
+        for p in reversed(self._files()):
             try:
                 doc = json.loads(p.read_text())
                 body = json.dumps(doc["record"], sort_keys=True)
                 if zlib.crc32(body.encode()) != doc["crc32"]:
                     raise ValueError("checksum mismatch")
-                out.append(CheckpointRecord(**doc["record"]))
-            except (OSError, ValueError, KeyError, TypeError) as e:
+                rec = CheckpointRecord(**doc["record"])
+                if rec.id != int(p.stem[5:]):
+                    raise ValueError(f"holds checkpoint {rec.id}")
+                out.append(rec)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
                 log.warning("checkpoint record %s is damaged (%s): skipped", p, e)
         return out
 
     def latest_id(self) -> int:
+        """The id of the newest *readable* record (0: none)."""
         recs = self.records()
         return recs[0].id if recs else 0
 
@@ -157,43 +188,82 @@ class FTOperator:
 @dataclass
 class CheckpointStats:
     completed: list = field(default_factory=list)  # CheckpointRecord
-    failed: int = 0
 
 
 class CheckpointController:
-    """Markers every ``interval`` seconds, one checkpoint in flight, atomic records.
+    """Markers every ``interval`` seconds (and/or every ``every_tasks`` tasks), one checkpoint
+    in flight, atomic records; the protocol is the module's.
 
-    ``release(input_offset)`` is called after each record with the offset below
-    which input is no longer needed (the older of the two newest checkpoints).
-    ``sink`` may implement ``prepare(id)``/``commit(id)`` (two-phase commit).
+    ``resumed``: the record recovery resumed from (None for a fresh run, or a recovery that
+    found none): GC keeps what it needs until a newer record exists beside the new one.
+    ``release(input_offset)`` and ``trim_state(parts)`` give up input and state p-units;
+    ``sink`` may implement ``cut(id)``/``prepare(id)``/``commit(id)`` (two-phase commit),
+    ``highest_epoch()`` (epochs it already holds: their ids are never handed out again) and
+    ``finish(id)`` (the end of the stream: the rest of the output committed as epoch ``id``).
     """
 
-    def __init__(self, store: CheckpointStore, operator: FTOperator, interval: float | None = 1.0,
-                 sink=None, release: Callable[[int], None] | None = None,
-                 trim_state: Callable[[list], None] | None = None, on_event=None):
+    def __init__(self, store: CheckpointStore, operator: FTOperator,
+                 interval: float | None = 1.0, sink=None,
+                 release: Callable[[int], None] | None = None,
+                 trim_state: Callable[[list], None] | None = None, on_event=None,
+                 resumed: CheckpointRecord | None = None, every_tasks: int | None = None):
+        if interval is not None and not 0 < interval <= threading.TIMEOUT_MAX:
+            raise CheckpointError(f"checkpoint interval must be in (0, {threading.TIMEOUT_MAX:g}] "
+                                  f"seconds, got {interval}")
+        if every_tasks is not None and every_tasks < 1:
+            raise CheckpointError(f"every_tasks must be >= 1, got {every_tasks}")
         self.store, self.operator, self.interval = store, operator, interval
+        self.every_tasks = every_tasks
         self.sink, self.release, self.trim_state = sink, release, trim_state
         self.on_event = on_event or (lambda name, **kw: None)
         self.stats = CheckpointStats()
-        self.next_id = store.latest_id() + 1
+        # Step 1's rule: never an id that any record file or sink epoch already carries
+        epochs = self.sink.highest_epoch() if hasattr(self.sink, "highest_epoch") else 0
+        self.next_id = max(store.highest_id(), epochs) + 1
+        self.error: BaseException | None = None
         self._requested = False
+        self._tasks = 0
         self._inflight: int | None = None
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
-        self._history = store.records()[:1]  # the newest complete one, for GC
+        self._history = [resumed] if resumed is not None else []  # usable records, for GC
         self._exec = ThreadPoolExecutor(1, thread_name_prefix="checkpoint")  # record + commit
 
-    # -- markers -----------------------------------------------------------------------------
+    # -- fail-stop ---------------------------------------------------------------------------
+    def _fail(self, err: BaseException, cid: int | None = None) -> None:
+        """Any failure of the machinery: keep the first error; the run stops at the next task."""
+        what = f"checkpoint {cid}" if cid is not None else "fault tolerance"
+        log.error("%s failed: %s", what, err)
+        with self._lock:
+            if self.error is None:
+                self.error = CheckpointError(
+                    f"{what} failed: {err}; the run stopped so as never to continue "
+                    f"unprotected (nothing committed is lost: continue it with --recover)")
+                self.error.__cause__ = err
+            self._inflight = None
+            self._idle.notify_all()
+        with contextlib.suppress(Exception):  # already failing: the error above is what counts
+            self.on_event("checkpoint_failed", id=cid, error=repr(err))
+
+    def check(self) -> None:
+        """Raise the machinery's error, if any (the dispatcher calls this before each task)."""
+        if self.error is not None:
+            raise self.error
+
+    # -- markers (Step 1) ----------------------------------------------------------------------
     def start(self) -> None:
         if self.interval:
             self._timer = threading.Thread(target=self._tick, name="checkpoint-timer", daemon=True)
             self._timer.start()
 
     def _tick(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.request()
+        try:
+            while not self._stop.wait(self.interval):
+                self.request()
+        except BaseException as e:  # noqa: BLE001 - a dead timer would stop checkpoints silently
+            self._fail(e)
 
     def request(self) -> None:
         """Ask for a checkpoint at the next task boundary (on demand, or from the timer)."""
@@ -201,8 +271,13 @@ class CheckpointController:
             self._requested = True
 
     def marker(self) -> Marker | None:
-        """Called by the dispatcher before each task: a checkpoint marker, if one is due."""
+        """Called by the dispatcher before each task: a checkpoint marker, if one is due.
+        Raises the machinery's error once it failed (fail-stop)."""
+        self.check()
         with self._lock:
+            self._tasks += 1
+            if self.every_tasks and self._tasks % self.every_tasks == 0:
+                self._requested = True
             if not self._requested or self._inflight is not None:
                 return None
             self._requested = False
@@ -210,18 +285,27 @@ class CheckpointController:
             self.next_id += 1
             return Marker(MarkerKind.CHECKPOINT, "input", checkpoint_id=self._inflight)
 
+    def allocate_id(self) -> int:
+        """A fresh id outside the checkpoint sequence (e.g. the final epoch of a sink)."""
+        with self._lock:
+            cid = self.next_id
+            self.next_id += 1
+            return cid
+
     # -- Alg. 1: the marker reached the operator -------------------------------------------------
     def on_marker(self, marker: Marker) -> None:
         """Called when every input delivered ``marker`` (here: its task was assembled)."""
         cid = marker.checkpoint_id
         started = time.time()
-        snap = self.operator.prepare_checkpoint(marker)
-        if self.sink is not None and hasattr(self.sink, "cut"):
-            self.sink.cut(cid)
         try:
+            # Step 2: snapshot by reference; the sink's epoch is cut at the same task
+            snap = self.operator.prepare_checkpoint(marker)
+            if self.sink is not None and hasattr(self.sink, "cut"):
+                self.sink.cut(cid)
+            # Step 3: the state p-units, written asynchronously
             parts, futures, nbytes = self.operator.checkpoint(snap)
-        except BaseException as e:  # noqa: BLE001 - a failed checkpoint must not stop the query
-            self._failed(cid, e)
+        except BaseException as e:  # noqa: BLE001
+            self._fail(e, cid)
             return
         crashpoint("checkpoint_state")
         pending = [len(futures)]
@@ -235,46 +319,50 @@ class CheckpointController:
                 last = pending[0] == 0
             if last:
                 if errors:
-                    self._failed(cid, errors[0])
+                    self._fail(errors[0], cid)
                 else:
-                    self._exec.submit(self._complete, cid, snap, parts, nbytes, started)
+                    self._submit(cid, snap, parts, nbytes, started)
 
         if not futures:
-            self._exec.submit(self._complete, cid, snap, parts, nbytes, started)
+            self._submit(cid, snap, parts, nbytes, started)
         for f in futures:
             f.add_done_callback(done)
+
+    def _submit(self, cid: int, snap: Snapshot, parts: list, nbytes: int, started: float) -> None:
+        try:
+            self._exec.submit(self._complete, cid, snap, parts, nbytes, started)
+        except RuntimeError as e:  # the executor was shut down (the run is stopping)
+            self._fail(e, cid)
 
     def _complete(self, cid: int, snap: Snapshot, parts: list, nbytes: int,
                   started: float) -> None:
         try:
+            # Step 4: phase 1 - the epoch's output durable, not visible
             if self.sink is not None and hasattr(self.sink, "prepare"):
-                self.sink.prepare(cid)  # phase 1: the epoch's output is durable, not visible
+                self.sink.prepare(cid)
+            # Step 5: the decision
             rec = CheckpointRecord(cid, snap.seq, snap.input_end, snap.output, parts,
                                    snap.operator, nbytes, started, time.time())
-            self.store.record(rec)  # the decision
+            self.store.record(rec)
+            crashpoint("checkpoint_commit")
+            # Step 6: phase 2 - visible
             if self.sink is not None and hasattr(self.sink, "commit"):
-                self.sink.commit(cid)  # phase 2: visible
+                self.sink.commit(cid)
+            self.stats.completed.append(rec)
+            self.operator.send_ack(cid)
+            # Step 7: GC below the older of the two newest usable records
+            self._history = (self._history + [rec])[-2:]
+            if len(self._history) == 2:
+                oldest = self._history[0]
+                if self.release is not None:
+                    self.release(oldest.input_end)
+                if self.trim_state is not None:
+                    self.trim_state(oldest.state)
+            self.on_event("checkpoint", id=cid, state_bytes=nbytes,
+                          duration_ms=round(rec.duration_s * 1e3, 2), input_end=snap.input_end)
         except BaseException as e:  # noqa: BLE001
-            self._failed(cid, e)
+            self._fail(e, cid)
             return
-        self.stats.completed.append(rec)
-        self.operator.send_ack(cid)
-        self._history = (self._history + [rec])[-2:]
-        oldest = self._history[0]
-        if self.release is not None:
-            self.release(oldest.input_end)
-        if self.trim_state is not None:
-            self.trim_state(oldest.state)
-        self.on_event("checkpoint", id=cid, state_bytes=nbytes,
-                      duration_ms=round(rec.duration_s * 1e3, 2), input_end=snap.input_end)
-        with self._lock:
-            self._inflight = None
-            self._idle.notify_all()
-
-    def _failed(self, cid: int, err: BaseException) -> None:
-        log.warning("checkpoint %d failed: %s", cid, err)
-        self.stats.failed += 1
-        self.on_event("checkpoint_failed", id=cid, error=repr(err))
         with self._lock:
             self._inflight = None
             self._idle.notify_all()
@@ -284,12 +372,24 @@ class CheckpointController:
             return self._idle.wait_for(lambda: self._inflight is None, timeout)
 
     def stop(self, wait: bool = True) -> None:
-        """No more markers; with ``wait``, let the checkpoint in flight complete."""
+        """No more markers.  With ``wait`` (the end of a run): let the checkpoint in flight
+        complete, let the sink commit the rest of its output as a last epoch of its own, and
+        raise the machinery's error if it failed.  Without: just stop (the run failed)."""
         self._stop.set()
         if self._timer is not None:
             self._timer.join()
         with self._lock:
             self._requested = False
-        if wait:
-            self.wait_idle(60)
-        self._exec.shutdown(wait=wait)
+        if not wait:
+            self._exec.shutdown(wait=False)
+            return
+        if not self.wait_idle(600):
+            self._fail(TimeoutError("the checkpoint in flight did not complete in 600 s"))
+        self._exec.shutdown(wait=True)
+        self.check()
+        if self.sink is not None and hasattr(self.sink, "finish"):
+            try:
+                self.sink.finish(self.allocate_id())
+            except BaseException as e:  # noqa: BLE001
+                self._fail(e)
+        self.check()

@@ -1,7 +1,4 @@
-"""BlockManager, segment format, async O_DIRECT I/O (DESIGN.md §7).
-
-The CheckpointController arrives with the checkpoint issue.
-"""
+"""BlockManager, segment format, async O_DIRECT I/O, the one I/O interface (DESIGN.md §7, §13)."""
 
 from scabbard.storage.blockmanager import (
     BlockManager,
@@ -10,7 +7,9 @@ from scabbard.storage.blockmanager import (
     StorageLocked,
     TrimmedError,
 )
-from scabbard.storage.segment import CorruptSegment, StorageError
+from scabbard.storage.fileio import OS, Durability, FileIO, RecordingIO, write_atomic
+from scabbard.storage.segment import CorruptSegment, FormatVersionError, StorageError
 
-__all__ = ["BlockManager", "CorruptSegment", "StorageConfig", "StorageError", "StorageFull",
-           "StorageLocked", "TrimmedError"]
+__all__ = ["OS", "BlockManager", "CorruptSegment", "Durability", "FileIO", "FormatVersionError",
+           "RecordingIO", "StorageConfig", "StorageError", "StorageFull", "StorageLocked",
+           "TrimmedError", "write_atomic"]

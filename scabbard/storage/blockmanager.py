@@ -22,11 +22,18 @@ DESIGN.md §7, paper §4.2.  One storage folder per query run::
   flight on the I/O thread pool; the segments appended meanwhile are written
   together by the next ``pwritev``, up to ``bulk_bytes``.  A segment is
   *acknowledged* (its future resolves) once its write returned - it then
-  survives the engine process being killed; with ``sync=True`` also an OS crash.
+  survives the engine process being killed; with ``sync=True`` (``machine``
+  durability) once it was also flushed (``fdatasync``), so it survives power loss;
+  new pool files and ``streams.json`` are then made durable in their directory too.
 * Opening an existing folder rebuilds every stream's list from the file headers
   and segment headers; the tail of each stream is verified in full and a torn
-  last segment is dropped (:attr:`BlockManager.torn` lists it).  The tail file
-  is then sealed and writing continues in a new incarnation.
+  last segment is dropped; offsets after a hole (a lost write of an earlier file)
+  are dropped too.  A pool file whose header cannot be read is moved to
+  ``quarantine/``, never reused; files of another format version are refused.
+  :attr:`BlockManager.torn` lists what was dropped or quarantined (runs report it).
+  The tail file is then sealed and writing continues in a new incarnation.
+* Every file operation goes through a :class:`scabbard.storage.fileio.FileIO`
+  (recorded for the crash-state explorer).
 """
 
 from __future__ import annotations
@@ -51,13 +58,15 @@ from scabbard.batch import Batch
 from scabbard.schema import Schema
 from scabbard.storage import segment as sg
 from scabbard.storage.checksum import checksum
-from scabbard.storage.segment import PAGE, CorruptSegment, StorageError
+from scabbard.storage.fileio import OS, Durability, FileIO, write_atomic
+from scabbard.storage.segment import PAGE, CorruptSegment, FormatVersionError, StorageError
 
 log = logging.getLogger(__name__)
 
 MiB = 1 << 20
 _FILE_HEADER = struct.Struct("<8sHHIQQQQ")  # magic, version, 0, stream, epoch, first offset, 0, sum
 FILE_MAGIC = b"SCABFILE"
+FILE_VERSION = 1
 
 
 class StorageFull(StorageError):
@@ -85,7 +94,7 @@ class StorageConfig:
     bulk_bytes: int = 32 * MiB
     max_pending_bytes: int = 256 * MiB  # appends block beyond this (back-pressure)
     direct: bool = True
-    sync: bool = False
+    sync: bool = False  # machine durability: flush every write before it is acknowledged
     # emulated devices (Fig. 11): a slower disk - writes wait so that the folder is never
     # written faster than this many bytes/s; or no disk at all - segments are built (encoded,
     # checksummed) and acknowledged but not written, so nothing can be read back
@@ -106,6 +115,10 @@ class StorageConfig:
     @property
     def data_start(self) -> int:
         return max(PAGE, self.align)
+
+    @property
+    def durability(self) -> Durability:
+        return Durability.MACHINE if self.sync else Durability.PROCESS
 
 
 @dataclass
@@ -163,9 +176,11 @@ class _Stream:
 class BlockManager:
     """Owns one storage folder: ``with BlockManager(path) as bm: ...``."""
 
-    def __init__(self, path: str | Path, config: StorageConfig | None = None):
+    def __init__(self, path: str | Path, config: StorageConfig | None = None,
+                 io: FileIO = OS):
         self.path = Path(path)
         self.config = config or StorageConfig()
+        self.io = io
         self._lock = threading.RLock()
         self._files: dict[int, _File] = {}
         self._free: deque[_File] = deque()
@@ -186,11 +201,16 @@ class BlockManager:
 
     # -- the folder ----------------------------------------------------------------------------
     def _open_folder(self) -> None:
+        io = self.io
+        fresh = not (self.path / "pool").is_dir()
         try:
-            (self.path / "pool").mkdir(parents=True, exist_ok=True)
+            io.mkdir(self.path / "pool")
+            if fresh and self.config.sync:
+                io.fsync_dir(self.path)
+                io.fsync_dir(self.path.parent)
             probe = self.path / f".write-probe-{os.getpid()}"
-            probe.write_bytes(b"")
-            probe.unlink()
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT, 0o644))  # nothing to record
+            os.unlink(probe)
         except OSError as e:
             raise StorageError(f"storage folder {self.path} is not writable: {e.strerror}. "
                                f"Choose another with --storage DIR") from e
@@ -206,26 +226,44 @@ class BlockManager:
         os.pwrite(self._lockfd, f"{os.getpid()}\n".encode(), 0)
         reg = self.path / "streams.json"
         if reg.exists():
-            self._registry = json.loads(reg.read_text())
-        existing = sorted((self.path / "pool").glob("f*.seg"))
-        for p in existing:
-            self._scan_file(self._open_file(int(p.stem[1:]), p))
-        if not existing:
-            for _ in range(self.config.pool_files):
-                self._free.append(self._create_file())
+            try:
+                self._registry = json.loads(reg.read_text())
+                if not isinstance(self._registry, dict):
+                    raise ValueError("not an object")
+            except (ValueError, UnicodeDecodeError) as e:
+                self._unlock()
+                raise StorageError(f"{reg} is damaged ({e}): this storage folder cannot be "
+                                   f"reopened") from None
+        existing = sorted(p for p in (self.path / "pool").glob("f*.seg")
+                          if p.stem[1:].isdigit())
+        try:
+            for p in existing:
+                self._scan_file(self._open_file(int(p.stem[1:]), p))
+            if not existing:
+                for _ in range(self.config.pool_files):
+                    self._free.append(self._create_file())
+        except BaseException:
+            for f in self._files.values():
+                io.close(f.fd)
+            self._unlock()
+            raise
+
+    def _unlock(self) -> None:
+        fcntl.flock(self._lockfd, fcntl.LOCK_UN)
+        os.close(self._lockfd)
 
     def _open_file(self, fid: int, path: Path) -> _File:
         flags = os.O_RDWR | os.O_CREAT
         if self.io_mode == "O_DIRECT":
             try:
-                fd = os.open(path, flags | os.O_DIRECT, 0o644)
+                fd = self.io.open(path, flags | os.O_DIRECT)
             except OSError as e:
                 if e.errno != errno.EINVAL:
                     raise
                 self._buffered(f"the file system of {self.path} refuses O_DIRECT")
-                fd = os.open(path, flags, 0o644)
+                fd = self.io.open(path, flags)
         else:
-            fd = os.open(path, flags, 0o644)
+            fd = self.io.open(path, flags)
         f = _File(fid, path, fd)
         self._files[fid] = f
         return f
@@ -241,13 +279,18 @@ class BlockManager:
             raise StorageFull(f"storage folder {self.path} is at its cap of {cfg.max_bytes:,} bytes "
                               f"({len(self._files)} files) and nothing was released")
         fid = max(self._files, default=-1) + 1
+        while (self.path / "pool" / f"f{fid:06d}.seg").exists():  # e.g. a quarantined id
+            fid += 1
         f = self._open_file(fid, self.path / "pool" / f"f{fid:06d}.seg")
         try:
-            os.posix_fallocate(f.fd, 0, cfg.file_bytes)
+            self.io.fallocate(f.fd, 0, cfg.file_bytes)
+            if cfg.sync:  # the file's size and its name survive power loss
+                self.io.fsync(f.fd)
+                self.io.fsync_dir(self.path / "pool")
         except OSError as e:
-            os.close(f.fd)
+            self.io.close(f.fd)
             del self._files[fid]
-            f.path.unlink(missing_ok=True)
+            self.io.unlink(f.path, missing_ok=True)
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise StorageFull(f"no space left on the device of {self.path} for another "
                                   f"{cfg.file_bytes / MiB:.0f} MiB pool file") from e
@@ -259,25 +302,33 @@ class BlockManager:
         buf = sg.aligned_empty(n)
         done = 0
         while done < n:
-            got = os.preadv(f.fd, [buf[done:]], pos + done)
+            got = self.io.preadv(f.fd, [buf[done:]], pos + done)
             if got == 0:
                 break
             done += got
         return buf[:done]
 
     def _scan_file(self, f: _File) -> None:
-        """Rebuild what one pool file holds; a file without a valid header is free."""
-        size = os.fstat(f.fd).st_size
+        """Rebuild what one pool file holds.  A file whose header is zero (never used, or
+        released) is free; one whose header cannot be read is quarantined - it may hold data
+        recovery needs, so it is never overwritten."""
+        size = self.io.size(f.fd)
         head = self._pread(f, 0, PAGE)
-        if len(head) < _FILE_HEADER.size or bytes(head[:8]) != FILE_MAGIC:
+        if len(head) < _FILE_HEADER.size or not head[:_FILE_HEADER.size].any():
             self._free.append(f)
             return
-        magic, _, _, stream, epoch, first, _, hsum = _FILE_HEADER.unpack(
+        if bytes(head[:8]) != FILE_MAGIC:
+            self._quarantine(f, "no pool-file header (bad magic)")
+            return
+        magic, version, _, stream, epoch, first, _, hsum = _FILE_HEADER.unpack(
             head[:_FILE_HEADER.size].tobytes())
         if checksum(head[:_FILE_HEADER.size - 8]) != hsum:
-            self.torn.append(f"{f.path}: damaged file header, file returned to the pool")
-            self._free.append(f)
+            self._quarantine(f, "damaged pool-file header")
             return
+        if version != FILE_VERSION:
+            raise FormatVersionError(f"{f.path}: pool-file format version {version}; this "
+                                     f"build reads version {FILE_VERSION}. Open {self.path} "
+                                     f"with the scabbard that wrote it, or use another folder")
         f.stream, f.epoch, f.first, f.end = stream, epoch, first, first
         f.header_written = True
         self._epoch = max(self._epoch, epoch)
@@ -286,6 +337,9 @@ class BlockManager:
             head = self._pread(f, pos, PAGE)
             try:
                 h = sg.parse_header(head, str(f.path), pos, file_len=size)
+            except FormatVersionError as e:
+                raise FormatVersionError(f"{e}. Open {self.path} with the scabbard that wrote "
+                                         f"it, or use another folder") from None
             except CorruptSegment as e:
                 if e.problem != "no segment (zeros)":
                     self.torn.append(str(e))
@@ -298,6 +352,21 @@ class BlockManager:
         f.write_pos = pos
         f.sealed = True
         self._scanned.setdefault(stream, []).append(f)
+
+    def _quarantine(self, f: _File, why: str) -> None:
+        """Move an unreadable pool file to ``quarantine/``: out of the pool, never reused."""
+        qdir = self.path / "quarantine"
+        self.io.mkdir(qdir)
+        n = 0
+        while (qdir / f"{f.path.name}.{n}").exists():
+            n += 1
+        self.io.close(f.fd)
+        del self._files[f.id]
+        self.io.replace(f.path, qdir / f"{f.path.name}.{n}")
+        if self.config.sync:
+            self.io.fsync_dir(qdir)
+            self.io.fsync_dir(self.path / "pool")
+        self.torn.append(f"{f.path}: {why}; moved to {qdir / f'{f.path.name}.{n}'}")
 
     def _verify_tail(self, s: _Stream, f: _File) -> None:
         """Verify the stream's last segments in full; drop a torn tail."""
@@ -338,9 +407,9 @@ class BlockManager:
                 sid = max((e["id"] for e in self._registry.values()), default=0) + 1
                 entry = {"id": sid, "fingerprint": schema.fingerprint, "schema": schema.name}
                 self._registry[name] = entry
-                tmp = self.path / f".streams.json.{os.getpid()}"
-                tmp.write_text(json.dumps(self._registry, indent=1))
-                os.replace(tmp, self.path / "streams.json")
+                write_atomic(self.io, self.path / "streams.json",
+                             json.dumps(self._registry, indent=1).encode(),
+                             self.config.durability)
             s = _Stream(entry["id"], name, schema)
             self._restore(s)
             self._streams[name] = s
@@ -364,6 +433,13 @@ class BlockManager:
                 prev.segs = [g for g in prev.segs if g.first + g.count <= f.first]
                 prev.end = prev.segs[-1].first + prev.segs[-1].count if prev.segs \
                     else prev.first
+            if chain and f.first > chain[-1].end:  # a hole: an earlier write was lost
+                for g in [x for x in files if x.first >= f.first]:
+                    self.torn.append(f"{g.path}: offsets {g.first}.. of stream {s.name!r} "
+                                     f"follow a hole (offsets {chain[-1].end}..{f.first} were "
+                                     f"lost); the file returned to the pool")
+                    self._release([g])
+                break
             chain.append(f)
         if chain:
             self._verify_tail(s, chain[-1])
@@ -436,6 +512,8 @@ class BlockManager:
         with s.cond:
             while s.pending_bytes > cfg.max_pending_bytes and s.error is None:
                 s.cond.wait()
+        if s.error is not None:  # the writer failed while this append waited
+            raise StorageError(f"stream {s.name!r} cannot be written: {s.error}") from s.error
         full = self._buffer(n)
         fut: Future = Future()
         with self._lock:
@@ -489,7 +567,7 @@ class BlockManager:
                         self._write_file_header(f)
                     self._pwritev(f, bufs, chunk[0].pos)
                     if cfg.sync:
-                        os.fdatasync(f.fd)
+                        self.io.fdatasync(f.fd)
                 if cfg.write_bytes_per_s:
                     self._throttle(size)
             except BaseException as e:  # fail every waiting append; nothing unacknowledged lies
@@ -550,25 +628,20 @@ class BlockManager:
         f.header_written = True
 
     def _pwritev(self, f: _File, bufs: list[np.ndarray], pos: int) -> None:
-        total = sum(b.nbytes for b in bufs)
+        """Write all of ``bufs`` (a short write is completed by the I/O interface)."""
         try:
-            done = os.pwritev(f.fd, bufs, pos)
+            self.io.pwritev(f.fd, bufs, pos)
         except OSError as e:
             if e.errno != errno.EINVAL or self.io_mode != "O_DIRECT":
                 raise
             self._buffered(f"O_DIRECT write refused in {self.path}")
             self._reopen_buffered()
-            done = os.pwritev(f.fd, bufs, pos)
-        while done < total:  # a short write: finish it
-            flat = np.concatenate([b.reshape(-1) for b in bufs])
-            done += os.pwrite(f.fd, flat[done:], pos + done)
+            self.io.pwritev(f.fd, bufs, pos)
 
     def _reopen_buffered(self) -> None:
         with self._lock:
             for f in self._files.values():
-                fd = os.open(f.path, os.O_RDWR)
-                os.dup2(fd, f.fd)
-                os.close(fd)
+                self.io.reopen(f.fd, f.path, os.O_RDWR)
 
     def flush(self, stream: int | None = None) -> None:
         """Wait until every append so far is acknowledged (or failed)."""
@@ -704,9 +777,8 @@ class BlockManager:
             self._pool.shutdown(wait=True)
             self._encoders.shutdown(wait=True)
             for f in self._files.values():
-                os.close(f.fd)
-            fcntl.flock(self._lockfd, fcntl.LOCK_UN)
-            os.close(self._lockfd)
+                self.io.close(f.fd)
+            self._unlock()
 
     def __enter__(self) -> BlockManager:
         return self

@@ -63,6 +63,11 @@ class StorageError(RuntimeError):
     """Anything the storage layer cannot do, with what to do about it."""
 
 
+class FormatVersionError(StorageError):
+    """Data written by another version of the on-disk format: refused, never taken for damage
+    (which would hide it) nor for free space (which would overwrite it)."""
+
+
 class CorruptSegment(StorageError):
     """A segment that is torn, truncated, zero-filled or damaged."""
 
@@ -199,7 +204,8 @@ def parse_header(buf: np.ndarray, where: str = "<memory>", position: int = 0,
             raise CorruptSegment(where, position, "no segment (zeros)")
         raise CorruptSegment(where, position, f"bad magic {magic!r}")
     if version != VERSION:
-        raise CorruptSegment(where, position, f"format version {version}, this build reads {VERSION}")
+        raise FormatVersionError(f"{where} at byte {position}: segment format version {version}; "
+                                 f"this build reads version {VERSION}")
     if hlen != header_length(ncols, meta_len // 8) or meta_len % 8 or hlen > buf.nbytes:
         raise CorruptSegment(where, position, f"inconsistent header length {hlen}")
     head = buf[:hlen].copy()
