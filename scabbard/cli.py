@@ -5,6 +5,7 @@
     scabbard data list|check ...
     scabbard reproduce [--only NAME] [--scale small|full]
     scabbard bench datagen ...
+    scabbard check crash-states --query Q [--sink clocked|transactional] [--states N]
 
 Every subcommand has ``--help``.  Errors print one line, ``scabbard: error: ...``,
 and exit non-zero (2 for bad input, 1 for failures while running).
@@ -946,9 +947,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data(sub)
     _add_reproduce(sub)
     _add_bench(sub)
+    from scabbard.check.cli import add_parser as _add_check
     from scabbard.sim.cli import add_parser as _add_sim  # light: SimPy loads on use
 
     _add_sim(sub)
+    _add_check(sub)
     return parser
 
 

@@ -1,0 +1,205 @@
+"""The crash-state explorer: recover from every state a machine crash may leave (DESIGN.md §13).
+
+1. **record** - a short fault-tolerant run of the query, in this process, with every file
+   operation of its storage, checkpoints and sink logged
+   (:class:`~scabbard.storage.fileio.RecordingIO`); checkpoints every few tasks, so the
+   run is the same on any machine.
+2. **build** - crash states from that log (:class:`~scabbard.check.model.FileSystemModel`):
+   every prefix up to a flush, with the writes not yet flushed dropped, kept or torn.
+3. **check** each state, written out as real folders:
+
+   * the committed output it holds is a *prefix* of the failure-free output - whole
+     windows, in order, no duplicate, no other result;
+   * recovery from it (``--recover``, or a fresh start where the run was never
+     recorded, as :class:`~scabbard.engine.controller.Controller` does) continues to
+     exactly the failure-free output.
+
+A state that fails either check is a *violation*; the first one's operation log is
+kept.  ``machine`` durability must give none; ``process`` durability (nothing
+flushed) shows why it exists.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from scabbard import queries
+from scabbard.check.model import CrashState, FileSystemModel
+from scabbard.data import Dataset
+from scabbard.engine import CollectSink, EngineConfig, run_query
+from scabbard.engine.output import open_output, read_output
+from scabbard.engine.recovery import run_fault_tolerant
+from scabbard.engine.verify import compare
+from scabbard.storage import RecordingIO, StorageConfig
+
+STORAGE = StorageConfig(file_bytes=1 << 20, pool_files=2, bulk_bytes=1 << 18)
+
+
+@dataclass(frozen=True)
+class Settings:
+    query: str
+    sink: str = "clocked"  # or "transactional"
+    durability: str = "machine"
+    states: int = 1000
+    seed: int = 0
+    tuples: int = 60_000  # input of the recorded run
+    batch_rows: int = 4000
+    every_tasks: int = 3  # a checkpoint marker every that many tasks
+    workers: int = 2
+    push_up: bool = False
+    compression: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.sink not in ("clocked", "transactional"):
+            raise ValueError(f"sink must be clocked or transactional, got {self.sink!r}")
+        if self.durability not in ("process", "machine"):
+            raise ValueError(f"durability must be process or machine, got {self.durability!r}")
+        for name in ("states", "tuples", "batch_rows", "every_tasks", "workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class Violation:
+    state: CrashState
+    problem: str
+    log: str  # the operation log up to the crash, marked
+
+
+@dataclass
+class Report:
+    settings: Settings
+    operations: int = 0
+    crash_points: int = 0
+    explored: int = 0
+    violations: list[Violation] = field(default_factory=list)
+    kinds: Counter = field(default_factory=Counter)  # "all kept" / "all dropped" / "random"
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def summary(self) -> str:
+        s = self.settings
+        lines = [f"{s.query} {s.sink} sink, {s.durability} durability: {self.explored:,} crash "
+                 f"states explored ({', '.join(f'{v} {k}' for k, v in sorted(self.kinds.items()))})"
+                 f" from {self.operations:,} file operations, {self.crash_points:,} crash points; "
+                 f"{len(self.violations)} violations ({self.seconds:.0f} s)"]
+        problems = Counter(v.problem.split(":")[0] for v in self.violations)
+        lines += [f"  {n:5d} x {p}" for p, n in problems.most_common()]
+        if self.violations:
+            v = self.violations[0]
+            lines += ["", f"first violation: {v.problem}", v.log]
+        return "\n".join(lines)
+
+
+class Explorer:
+    """Records one run of ``settings.query`` on ``dataset`` and checks its crash states."""
+
+    def __init__(self, settings: Settings, dataset: Dataset, workdir: str | Path | None = None):
+        self.s, self.ds = settings, dataset
+        self.query = queries.get(settings.query)
+        self._own = workdir is None
+        self.dir = Path(tempfile.mkdtemp(prefix="scabbard-crash-states-")) if workdir is None \
+            else Path(workdir)
+        self.config = EngineConfig(workers=settings.workers, batch_rows=settings.batch_rows)
+
+    def _run(self, root: Path, recover: bool, io=None) -> None:
+        kw = {"io": io} if io is not None else {}
+        run_fault_tolerant(self.query, self.ds, root / "storage",
+                           open_output(root / "output", self.s.sink), self.config,
+                           interval=None, every_tasks=self.s.every_tasks, recover=recover,
+                           max_tuples=None if recover else self.s.tuples,
+                           storage_config=STORAGE,
+                           durability=None if recover else self.s.durability,
+                           push_up=self.s.push_up,
+                           compression=None if recover else self.s.compression, **kw)
+
+    def expected(self) -> pd.DataFrame:
+        sink = CollectSink()
+        run_query(self.query, self.ds, sink=sink, config=self.config, max_tuples=self.s.tuples)
+        return sink.to_pandas()
+
+    def record(self) -> FileSystemModel:
+        root = self.dir / "recorded"
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        io = RecordingIO(root)
+        self._run(root, recover=False, io=io)
+        return FileSystemModel(io.ops)
+
+    def check(self, model: FileSystemModel, state: CrashState, want: pd.DataFrame) -> str | None:
+        """None if the state is fine, else what is wrong (one line)."""
+        root = self.dir / "state"
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        model.materialize(state, root)
+        schema = self.query.schema
+        if (root / "output" / ".sink.json").exists():
+            try:
+                before = read_output(root / "output")
+            except Exception as e:  # noqa: BLE001 - any failure to read it is the finding
+                return f"committed output unreadable: {_line(e)}"
+            problem = _prefix_problem(before, want, schema)
+            if problem:
+                return f"committed output is not a prefix of the failure-free output: {problem}"
+        run = root / "storage" / "run.json"
+        try:
+            completed = run.is_file() and "completed" in json.loads(run.read_text())
+            if not completed:
+                self._run(root, recover=run.is_file())
+        except Exception as e:  # noqa: BLE001
+            return f"recovery failed: {_line(e)}"
+        try:
+            after = read_output(root / "output")
+        except Exception as e:  # noqa: BLE001
+            return f"output unreadable after recovery: {_line(e)}"
+        v = compare(after, want, schema)
+        return None if v.ok else f"recovered output differs: {v}"
+
+    def explore(self, progress=None) -> Report:
+        t0 = time.perf_counter()
+        rep = Report(self.s)
+        try:
+            want = self.expected()
+            model = self.record()
+            rep.operations, rep.crash_points = len(model.ops), len(model.crash_points())
+            rng = random.Random(self.s.seed)
+            for state in model.sample(self.s.states, rng):
+                problem = self.check(model, state, want)
+                rep.explored += 1
+                rep.kinds[state.how] += 1
+                if problem is not None:
+                    rep.violations.append(Violation(state, problem,
+                                                    model.describe(state) if not rep.violations
+                                                    else ""))
+                if progress is not None:
+                    progress(rep)
+        finally:
+            if self._own:
+                shutil.rmtree(self.dir, ignore_errors=True)
+        rep.seconds = time.perf_counter() - t0
+        return rep
+
+
+def _line(e: BaseException) -> str:
+    return f"{type(e).__name__}: " + " ".join(str(e).split())[:300]
+
+
+def _prefix_problem(got: pd.DataFrame, want: pd.DataFrame, schema) -> str | None:
+    """Whether ``got`` is exactly the failure-free output's windows up to its last one."""
+    if not len(got):
+        return None
+    last = got["window_end"].max()
+    v = compare(got, want[want["window_end"] <= last], schema)
+    return None if v.ok else str(v)

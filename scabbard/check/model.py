@@ -1,0 +1,230 @@
+"""What a POSIX file system may hold after a machine crash (after CrashMonkey and ALICE).
+
+Input: the operations a run issued, in order (:class:`scabbard.storage.fileio.Op`,
+logged by a :class:`~scabbard.storage.fileio.RecordingIO`).  A *crash state* is
+what the disk holds if the machine stops after the first ``at`` operations:
+
+* **file data** - a write, extension or truncation of a file is durable once that
+  file is flushed (``fsync``/``fdatasync``) later in the prefix; a write not yet
+  flushed may have reached the disk whole, not at all, or **torn** - any subset of
+  its 4 KiB pages (the device's atomic unit).  Unflushed writes persist
+  independently of each other (the disk may reorder them).
+* **names** - creations, renames, removals and ``mkdir`` are journaled in order
+  (ext4, XFS): a crash keeps a *prefix* of them, at least up to the last one its
+  directory was flushed (``fsync`` of the directory) after.  A rename is atomic.
+
+:class:`CrashState` names one such state (the crash point, the persisted prefix
+of name operations, and per unflushed write: kept, dropped or the pages kept);
+:meth:`FileSystemModel.materialize` writes it out as real files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scabbard.storage.fileio import Op
+
+PAGE = 4096
+_DATA = ("write", "extend", "truncate")
+
+
+def _parent(path: str) -> str:
+    return os.path.dirname(path)
+
+
+def _meta_dir(op: Op) -> str:
+    """The directory whose flush makes ``op`` durable."""
+    return _parent(op.dst if op.kind == "rename" else op.path)
+
+
+@dataclass(frozen=True)
+class CrashState:
+    at: int  # operations issued before the crash
+    meta_kept: int  # how many of the name operations before ``at`` persisted (a prefix)
+    # per unflushed data operation (by index): None = kept whole, () = dropped,
+    # a tuple of page numbers = torn, only those pages written
+    writes: tuple[tuple[int, tuple | None], ...] = ()
+    how: str = ""  # "all kept", "all dropped", "random"
+
+    def digest(self) -> str:
+        return hashlib.sha1(repr((self.at, self.meta_kept, self.writes)).encode()).hexdigest()
+
+
+@dataclass
+class _Point:
+    """What is forced and what is open at one crash point."""
+
+    at: int
+    meta: list[int]  # indices of the name operations issued
+    forced: int  # how many of them must persist
+    pending: list[int]  # indices of data operations not yet flushed
+    durable: set[int] = field(default_factory=set)  # data operations flushed
+
+
+class FileSystemModel:
+    def __init__(self, ops: list[Op]):
+        self.ops = ops
+
+    # -- crash points --------------------------------------------------------------------------
+    def crash_points(self) -> list[int]:
+        """Where a crash is worth trying: before every flush (the writes since the last one
+        are all open), after every name operation (e.g. a record renamed into place), and at
+        the end.  Crashes between two such points are covered by dropping writes."""
+        pts = {len(self.ops)}
+        for i, op in enumerate(self.ops):
+            if op.kind in ("sync", "syncdir"):
+                pts.add(i)
+            elif op.is_meta:
+                pts.add(i + 1)
+        return sorted(p for p in pts if p > 0)
+
+    def point(self, at: int) -> _Point:
+        ops = self.ops[:at]
+        meta = [i for i, op in enumerate(ops) if op.is_meta]
+        # name operations forced by a later flush of their directory, and all before them
+        forced_upto = -1
+        flushed_dirs: dict[str, int] = {}
+        for i, op in enumerate(ops):
+            if op.kind == "syncdir":
+                flushed_dirs[op.path] = i
+        for j in reversed(meta):
+            d = _meta_dir(ops[j])
+            if flushed_dirs.get(d, -1) > j:
+                forced_upto = j
+                break
+        forced = sum(1 for j in meta if j <= forced_upto)
+        last_sync: dict[int, int] = {}
+        for i, op in enumerate(ops):
+            if op.kind == "sync":
+                last_sync[op.ino] = i
+        durable, pending = set(), []
+        for i, op in enumerate(ops):
+            if op.kind in _DATA:
+                (durable.add(i) if last_sync.get(op.ino, -1) > i else pending.append(i))
+        return _Point(at, meta, forced, pending, durable)
+
+    # -- sampling ------------------------------------------------------------------------------
+    def sample(self, n: int, rng: random.Random):
+        """Up to ``n`` distinct crash states, round robin over the crash points (in a shuffled
+        order): at each, the state where every open write persisted (what a killed process
+        leaves), the one where none did, and random ones (each open write kept, dropped or
+        torn; a random prefix of the name operations) - mixed from the first round on, so a
+        budget smaller than the points still sees every kind."""
+        points = self.crash_points()
+        rng.shuffle(points)
+        seen: set[str] = set()
+        cache: dict[int, _Point] = {}
+        modes = ("all dropped", "random", "all kept")
+        for rnd in range(20 * max(1, -(-n // max(1, len(points))))):
+            for k, at in enumerate(points):
+                if len(seen) >= n:
+                    return
+                p = cache[at] if at in cache else cache.setdefault(at, self.point(at))
+                how = modes[(rnd + k) % 3] if rnd < 3 else "random"
+                s = self._state(p, how, rng)
+                if s.digest() not in seen:
+                    seen.add(s.digest())
+                    yield s
+
+    def _state(self, p: _Point, how: str, rng: random.Random) -> CrashState:
+        if how == "all kept":
+            return CrashState(p.at, len(p.meta), (), how)
+        if how == "all dropped":
+            return CrashState(p.at, p.forced, tuple((i, ()) for i in p.pending), how)
+        writes = []
+        for i in p.pending:
+            r = rng.random()
+            if r < 0.5:
+                continue  # kept
+            if r < 0.8 or self.ops[i].kind != "write":
+                writes.append((i, ()))
+            else:
+                pages = _pages(self.ops[i])
+                keep = tuple(pg for pg in pages if rng.random() < 0.5)
+                writes.append((i, keep))
+        meta_kept = rng.randint(p.forced, len(p.meta))
+        return CrashState(p.at, meta_kept, tuple(writes), how)
+
+    # -- building a state ----------------------------------------------------------------------
+    def materialize(self, state: CrashState, target: Path) -> None:
+        """Write the crash state's files under ``target`` (an empty folder)."""
+        ops = self.ops[:state.at]
+        p = self.point(state.at)
+        choice = dict(state.writes)
+        content: dict[int, bytearray] = {}
+        for i, op in enumerate(ops):
+            if op.kind not in _DATA or (i not in p.durable and choice.get(i) == ()):
+                continue
+            buf = content.setdefault(op.ino, bytearray())
+            if op.kind == "truncate":
+                del buf[op.size:]
+            elif op.kind == "extend":
+                if len(buf) < op.size:
+                    buf.extend(bytes(op.size - len(buf)))
+            else:
+                keep = None if i in p.durable else choice.get(i)
+                _write(buf, op, keep)
+        names: dict[str, int] = {}
+        dirs = {""}
+        for j in p.meta[:state.meta_kept]:
+            op = ops[j]
+            if op.kind == "mkdir" and _parent(op.path) in dirs:
+                dirs.add(op.path)
+            elif op.kind == "create" and _parent(op.path) in dirs:
+                names[op.path] = op.ino
+            elif op.kind == "rename" and op.path in names and _parent(op.dst) in dirs:
+                names[op.dst] = names.pop(op.path)
+            elif op.kind == "unlink":
+                names.pop(op.path, None)
+        target = Path(target)
+        for d in sorted(dirs):
+            (target / d).mkdir(parents=True, exist_ok=True)
+        for path, ino in names.items():
+            (target / path).write_bytes(bytes(content.get(ino, b"")))
+
+    def describe(self, state: CrashState, around: int = 40) -> str:
+        """The operation log up to the crash, the last ``around`` operations, marked."""
+        p = self.point(state.at)
+        choice = dict(state.writes)
+        kept_meta = set(p.meta[:state.meta_kept])
+        lines = [f"crash after operation {state.at} of {len(self.ops)} ({state.how}); "
+                 f"{state.meta_kept} of {len(p.meta)} name operations persisted "
+                 f"({p.forced} forced by directory flushes)"]
+        for i in range(max(0, state.at - around), state.at):
+            op = self.ops[i]
+            if op.is_meta:
+                mark = "kept   " if i in kept_meta else "LOST   "
+            elif op.kind in _DATA:
+                if i in p.durable:
+                    mark = "durable"
+                elif i not in choice or choice[i] is None:
+                    mark = "kept   "
+                elif choice[i] == ():
+                    mark = "DROPPED"
+                else:
+                    mark = f"TORN {len(choice[i])}/{len(_pages(op))}"
+            else:
+                mark = "       "
+            lines.append(f"  {i:6d} {mark}  {op.describe()}")
+        return "\n".join(lines)
+
+
+def _pages(op: Op) -> list[int]:
+    first, last = op.pos // PAGE, (op.pos + len(op.data) - 1) // PAGE
+    return list(range(first, last + 1))
+
+
+def _write(buf: bytearray, op: Op, pages: tuple | None) -> None:
+    end = op.pos + len(op.data)
+    if len(buf) < end:
+        buf.extend(bytes(end - len(buf)))
+    if pages is None:
+        buf[op.pos:end] = op.data
+        return
+    for pg in pages:
+        lo, hi = max(op.pos, pg * PAGE), min(end, (pg + 1) * PAGE)
+        buf[lo:hi] = op.data[lo - op.pos:hi - op.pos]
