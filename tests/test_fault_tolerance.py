@@ -236,3 +236,87 @@ def test_the_notebook_panel_kills_on_demand_and_shows_the_verdict(tiny, data_roo
     assert panel.campaign.kills == 1, panel.status.value
     assert "exactly once" in panel.status.value and "0 lost" in panel.status.value
     assert panel.start_button.disabled is False
+
+
+def _wait_for(cond, proc, what: str, timeout: float = 120) -> None:
+    """Wait for an event (a record on disk, a process exit); fail if the process ends first."""
+    import time
+
+    deadline = time.time() + timeout
+    while not cond():
+        assert proc.poll() is None, f"the engine exited ({proc.returncode}) before {what}"
+        assert time.time() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.02)
+
+
+def _run_to_completion(c: Controller) -> None:
+    while not c.completed():
+        c.start(recover=True)
+        assert c.wait(300) == 0, c.log_tail()
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+def test_a_damaged_newest_state_falls_back_and_survives_a_second_kill(tiny, tmp_path):
+    """Killed; the newest checkpoint's state p-unit is damaged on disk; the recovery falls back
+    to the one before, checkpoints again, is killed too; the next recovery finishes exactly."""
+    from ftkit import damage_state, records
+
+    from scabbard.engine.metrics import read_metrics
+
+    ds = tiny["cm"]
+    q = queries.get("CM1")
+    n = 150 * ds.rows  # paced over ~6 s: the kills land while input is still coming
+    c = Controller("CM1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6,
+                   interval=0.1)
+    c.start()
+    _wait_for(lambda: len(records(c.storage)) >= 2, c.proc, "two checkpoints")
+    c.kill()
+    newest = records(c.storage)[0]
+    damage_state(c.storage, newest, q, ds)
+    c.start(recover=True)
+    _wait_for(lambda: records(c.storage)[0].id > newest.id, c.proc, "a new checkpoint")
+    c.kill()
+    _run_to_completion(c)
+    resumes = read_metrics(c.metrics_log)
+    resumes = resumes[(resumes["event"] == "recovery") & (resumes["phase"] == "resume")]
+    assert newest.id in resumes.iloc[0]["skipped"]  # the first recovery fell back
+    assert c.verify().ok, c.verify()
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+def test_the_transactional_sink_killed_between_the_record_and_the_commit(tiny, tmp_path):
+    """A kill after a checkpoint's record is in place but before its epoch is committed:
+    recovery commits the decided epoch, never twice, never loses it."""
+    ds = tiny["lrb"]
+    n = 150 * ds.rows
+    c = Controller("LRB1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6,
+                   interval=0.2, sink="transactional")
+    camp = c.run([], crash_at=["checkpoint_commit:2", "checkpoint_commit:1",
+                               "checkpoint_commit:3"])
+    assert camp.crashes == 3, camp
+    assert camp.verdict.ok, camp.verdict
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+def test_a_kill_during_a_fallback_recovery(tiny, tmp_path):
+    """The newest state is damaged, and the recovery that falls back is itself killed in the
+    middle of its replay: the next one still falls back and finishes exactly."""
+    from ftkit import damage_state, records
+
+    ds = tiny["cm"]
+    q = queries.get("CM1")
+    n = 150 * ds.rows
+    c = Controller("CM1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6,
+                   interval=0.1)
+    c.start()
+    _wait_for(lambda: len(records(c.storage)) >= 3, c.proc, "three checkpoints")
+    c.kill()
+    damage_state(c.storage, records(c.storage)[0], q, ds)
+    c.start(recover=True, crash_at="recovery_replay")
+    code = c.wait(300)
+    assert code == -9, f"the recovery did not reach its crash point ({code}):\n{c.log_tail()}"
+    _run_to_completion(c)
+    assert c.verify().ok, c.verify()
