@@ -21,7 +21,6 @@ flushed) shows why it exists.
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import tempfile
@@ -37,7 +36,7 @@ from scabbard.check.model import CrashState, FileSystemModel
 from scabbard.data import Dataset
 from scabbard.engine import CollectSink, EngineConfig, run_query
 from scabbard.engine.output import open_output, read_output
-from scabbard.engine.recovery import run_fault_tolerant
+from scabbard.engine.recovery import recorded_run, run_fault_tolerant
 from scabbard.engine.verify import compare
 from scabbard.storage import RecordingIO, StorageConfig
 
@@ -153,11 +152,10 @@ class Explorer:
             problem = _prefix_problem(before, want, schema)
             if problem:
                 return f"committed output is not a prefix of the failure-free output: {problem}"
-        run = root / "storage" / "run.json"
         try:
-            completed = run.is_file() and "completed" in json.loads(run.read_text())
-            if not completed:
-                self._run(root, recover=run.is_file())
+            run = recorded_run(root / "storage")
+            if run is None or "completed" not in run:
+                self._run(root, recover=run is not None)
         except Exception as e:  # noqa: BLE001
             return f"recovery failed: {_line(e)}"
         try:

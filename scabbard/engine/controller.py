@@ -9,7 +9,6 @@ committed output with a failure-free run of the same query on the same input
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -133,8 +132,10 @@ class Controller:
             return None
 
     def completed(self) -> bool:
-        f = self.storage / "run.json"
-        return f.is_file() and "completed" in json.loads(f.read_text())
+        from scabbard.engine.recovery import recorded_run
+
+        run = recorded_run(self.storage)
+        return run is not None and "completed" in run
 
     def log_tail(self, lines: int = 15) -> str:
         text = (self.dir / f"engine-{self.incarnation}.log").read_text(errors="replace")

@@ -121,6 +121,13 @@ def _run_file(storage: Path, io: FileIO, query: Query, recover: bool, want: dict
     return doc
 
 
+def recorded_run(storage: str | Path) -> dict | None:
+    """The run recorded in ``storage`` (None if none was; raises CheckpointError if its
+    ``run.json`` is damaged).  ``"completed" in it``: the run consumed all its input."""
+    path = Path(storage) / RUN_FILE
+    return _read_run(path) if path.is_file() else None
+
+
 def _read_run(path: Path) -> dict:
     try:
         doc = json.loads(path.read_text())

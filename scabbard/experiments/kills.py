@@ -1,0 +1,118 @@
+"""``scabbard bench kills``: a long kill campaign over the queries, both exactly-once sinks,
+and the data reductions.
+
+Each *configuration* - a query, a sink, with or without persistence push-up and a
+compression scheme - runs as its own engine process (:class:`Controller`), paced so
+that its input lasts the campaign's kills; every incarnation is sent ``SIGKILL`` after
+a random life, restarted with ``--recover`` until the input is consumed, and the
+committed output is compared with a failure-free run of the same query on the same
+input.  One row per configuration: kills, results compared, lost, duplicated, different.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from scabbard import queries, workloads
+from scabbard.engine.controller import Controller
+
+RESTART_S = 3.0  # about what an incarnation takes to start and recover on this machine
+
+
+@dataclass(frozen=True)
+class Config:
+    query: str
+    sink: str = "clocked"
+    push_up: bool = False
+    compression: str = "none"
+
+    @property
+    def name(self) -> str:
+        extra = (["push-up"] if self.push_up else []) + (
+            [self.compression] if self.compression != "none" else [])
+        return " ".join([self.query, self.sink] + extra)
+
+
+@dataclass(frozen=True)
+class Settings:
+    queries: Sequence[str] = field(default=queries.NAMES)
+    sinks: Sequence[str] = ("clocked", "transactional")
+    kills: int = 23  # per configuration (11 queries x 2 sinks x 23 = 506)
+    reduce_every: int = 3  # every that many configurations: push-up + a compression scheme
+    scale: str = "tiny"
+    data_dir: str = "data"
+    rate: float = 300_000.0  # input tuples/s of every run
+    interval: float = 0.2
+    min_life: float = 1.0
+    max_life: float = 3.5
+    batch: int = 4000
+    seed: int = 0
+    work: str = "experiments/runs/kills"
+
+    def __post_init__(self) -> None:
+        if self.kills < 1 or self.reduce_every < 1:
+            raise ValueError("kills and reduce_every must be >= 1")
+        if not 0 < self.min_life <= self.max_life:
+            raise ValueError(f"need 0 < min_life <= max_life, got {self.min_life}, "
+                             f"{self.max_life}")
+
+
+def plan(settings: Settings) -> list[Config]:
+    """Every query with every sink; push-up and compression on every ``reduce_every``-th
+    configuration (the adaptive and the default scheme in turn)."""
+    out = []
+    for q in settings.queries:
+        for sink in settings.sinks:
+            k = len(out)
+            reduce = k % settings.reduce_every == settings.reduce_every - 1
+            scheme = ("adaptive", "default")[(k // settings.reduce_every) % 2] if reduce \
+                else "none"
+            out.append(Config(q, sink, push_up=reduce, compression=scheme))
+    return out
+
+
+def run_one(cfg: Config, settings: Settings, rng: random.Random) -> dict:
+    ds = workloads.dataset(queries.workload_of(cfg.query), settings.scale,
+                           root=settings.data_dir)
+    work = Path(settings.work) / cfg.name.replace(" ", "-")
+    shutil.rmtree(work, ignore_errors=True)
+    # the input lasts every planned life and restart, so that every kill lands on a run
+    seconds = settings.kills * ((settings.min_life + settings.max_life) / 2 + RESTART_S)
+    n = max(ds.rows, int(settings.rate * seconds))
+    c = Controller(cfg.query, ds.path, work, max_tuples=n, batch=settings.batch,
+                   rate=settings.rate, interval=settings.interval, sink=cfg.sink,
+                   push_up=cfg.push_up, compression=cfg.compression)
+    camp = c.run([rng.uniform(settings.min_life, settings.max_life)
+                  for _ in range(settings.kills)], timeout=4 * seconds + 600)
+    v = camp.verdict
+    shutil.rmtree(work, ignore_errors=True)
+    return {"configuration": cfg.name, "query": cfg.query, "sink": cfg.sink,
+            "push_up": cfg.push_up, "compression": cfg.compression, "kills": camp.kills,
+            "restarts": camp.restarts, "tuples": n, "compared": v.compared, "lost": v.lost,
+            "duplicated": v.duplicated, "different": v.different, "ok": v.ok,
+            "seconds": round(camp.seconds, 1)}
+
+
+def run(settings: Settings, log=print) -> pd.DataFrame:
+    rng = random.Random(settings.seed)
+    rows = []
+    for cfg in plan(settings):
+        r = run_one(cfg, settings, rng)
+        rows.append(r)
+        log(f"{cfg.name:38s} kills {r['kills']:4d}  results compared {r['compared']:>10,}  "
+            f"lost {r['lost']}  duplicated {r['duplicated']}  different {r['different']}  "
+            f"({r['seconds']:.0f} s)")
+    return pd.DataFrame(rows)
+
+
+def headline(runs: pd.DataFrame) -> str:
+    return (f"{len(runs)} configurations, {int(runs['kills'].sum()):,} kills, "
+            f"{int(runs['compared'].sum()):,} results compared: {int(runs['lost'].sum())} lost, "
+            f"{int(runs['duplicated'].sum())} duplicated, {int(runs['different'].sum())} "
+            f"different" + ("" if runs["ok"].all() else "  -- MISMATCH"))
