@@ -373,3 +373,19 @@ def test_a_fault_tolerant_run_without_limits_reads_the_dataset_once(tiny, tmp_pa
     assert r.run.summary.tuples == ds.rows
     assert json.loads((tmp_path / "store" / "run.json").read_text())["completed"]
     assert compare(read_output(out), failure_free(q, ds, None), q.schema).ok
+
+
+def test_recovering_with_other_settings_is_a_one_line_error(tiny, tmp_path):
+    ds = tiny["cm"]
+    base = [sys.executable, "-m", "scabbard", "run", "--query", "CM1", "--data", str(ds.path),
+            "--storage", str(tmp_path / "s"), "--output", str(tmp_path / "o"), "--quiet",
+            "--checkpoint-interval", "0.1", "--batch", "4000"]
+    r = subprocess.run(base + ["--max-tuples", str(2 * ds.rows)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(base + ["--recover", "--rate", "1000"], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "rate None recorded, 1000.0 given" in r.stderr
+    r = subprocess.run(base + ["--recover", "--exactly-once", "transactional"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "sink 'clocked' recorded, 'transactional' given" in r.stderr
