@@ -73,8 +73,9 @@ def dataset_identity(dataset: Dataset) -> dict:
             "params": dataset.params, "path": str(dataset.path)}
 
 
-# settings a recovery must repeat (or leave out: None takes the recorded one)
-_SETTINGS = ("batch_rows", "rate", "max_tuples", "persist_input", "push_up", "compression",
+# settings a recovery must repeat (or leave out: None takes the recorded one); push-up is
+# checked on its own (it is a flag: leaving it out means "without")
+_SETTINGS = ("batch_rows", "rate", "max_tuples", "persist_input", "compression",
              "lossy_decimals", "durability", "sink")
 
 
