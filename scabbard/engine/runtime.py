@@ -357,6 +357,7 @@ class _Execution:
         self.replay_last = -1  # the last task replayed from the p-stream on recovery
         if ft is not None:
             ft.state.output_clock = lambda: dict(self.clock)
+            ft.controller.running = lambda: self.error is None
         self.ingress = pog.streams.get(INGRESS) if pog is not None else None
         self.assembled: deque[tuple[int, int]] = deque()  # (last ts, end offset) per task
         self.plan = engine.plan

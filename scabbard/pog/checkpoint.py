@@ -221,6 +221,7 @@ class CheckpointController:
         epochs = self.sink.highest_epoch() if hasattr(self.sink, "highest_epoch") else 0
         self.next_id = max(store.highest_id(), epochs) + 1
         self.error: BaseException | None = None
+        self.running: Callable[[], bool] = lambda: True  # set by the run: False once it failed
         self._requested = False
         self._tasks = 0
         self._inflight: int | None = None
@@ -272,12 +273,21 @@ class CheckpointController:
 
     def marker(self) -> Marker | None:
         """Called by the dispatcher before each task: a checkpoint marker, if one is due.
-        Raises the machinery's error once it failed (fail-stop)."""
+        Raises the machinery's error once it failed (fail-stop).
+
+        Every ``every_tasks``-th task gets a marker, always: if the previous checkpoint is
+        still in flight, this waits for it (while the run is :attr:`running`), so checkpoints
+        fall on the same tasks on any machine."""
+        running = self.running
         self.check()
         with self._lock:
             self._tasks += 1
             if self.every_tasks and self._tasks % self.every_tasks == 0:
                 self._requested = True
+                while self._inflight is not None and self.error is None and running():
+                    self._idle.wait(0.05)
+            if self.error is not None:
+                raise self.error
             if not self._requested or self._inflight is not None:
                 return None
             self._requested = False
