@@ -27,9 +27,10 @@ DESIGN.md §7, paper §4.2.  One storage folder per query run::
   new pool files and ``streams.json`` are then made durable in their directory too.
 * Opening an existing folder rebuilds every stream's list from the file headers
   and segment headers; the tail of each stream is verified in full and a torn
-  last segment is dropped; offsets after a hole (a lost write of an earlier file)
-  are dropped too.  A pool file whose header cannot be read is moved to
-  ``quarantine/``, never reused; files of another format version are refused.
+  last segment is dropped.  A pool file whose header cannot be read, or whose
+  offsets end before a hole after which the stream continues (a released file
+  whose zeroed header a machine crash lost), is moved to ``quarantine/``, never
+  reused; files of another format version are refused.
   :attr:`BlockManager.torn` lists what was dropped or quarantined (runs report it).
   The tail file is then sealed and writing continues in a new incarnation.
 * Every file operation goes through a :class:`scabbard.storage.fileio.FileIO`
@@ -433,13 +434,16 @@ class BlockManager:
                 prev.segs = [g for g in prev.segs if g.first + g.count <= f.first]
                 prev.end = prev.segs[-1].first + prev.segs[-1].count if prev.segs \
                     else prev.first
-            if chain and f.first > chain[-1].end:  # a hole: an earlier write was lost
-                for g in [x for x in files if x.first >= f.first]:
-                    self.torn.append(f"{g.path}: offsets {g.first}.. of stream {s.name!r} "
-                                     f"follow a hole (offsets {chain[-1].end}..{f.first} were "
-                                     f"lost); the file returned to the pool")
-                    self._release([g])
-                break
+            if chain and f.first > chain[-1].end:
+                # a hole.  The stream continues after it, so the files before it are cut off:
+                # released files whose zeroed header was lost in a machine crash (stale), or,
+                # without machine durability, data whose successor was lost.  Never reused.
+                hole = f"{chain[-1].end}..{f.first}"
+                for g in chain:
+                    self._quarantine(g, f"offsets {g.first}..{g.end} of stream {s.name!r} end "
+                                        f"before a hole (offsets {hole} are missing) after "
+                                        f"which the stream continues")
+                chain = []
             chain.append(f)
         if chain:
             self._verify_tail(s, chain[-1])
