@@ -21,6 +21,7 @@ flushed) shows why it exists.
 
 from __future__ import annotations
 
+import logging
 import random
 import shutil
 import tempfile
@@ -168,6 +169,9 @@ class Explorer:
     def explore(self, progress=None) -> Report:
         t0 = time.perf_counter()
         rep = Report(self.s)
+        quiet = logging.getLogger("scabbard")
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)  # every state's failures are in the report, once
         try:
             want = self.expected()
             model = self.record()
@@ -184,6 +188,7 @@ class Explorer:
                 if progress is not None:
                     progress(rep)
         finally:
+            quiet.setLevel(level)
             if self._own:
                 shutil.rmtree(self.dir, ignore_errors=True)
         rep.seconds = time.perf_counter() - t0

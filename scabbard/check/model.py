@@ -111,20 +111,21 @@ class FileSystemModel:
     def sample(self, n: int, rng: random.Random):
         """Up to ``n`` distinct crash states, round robin over the crash points (in a shuffled
         order): at each, the state where every open write persisted (what a killed process
-        leaves), the one where none did, and random ones (each open write kept, dropped or
-        torn; a random prefix of the name operations) - mixed from the first round on, so a
-        budget smaller than the points still sees every kind."""
+        leaves), the one where none did, ones where all but one did (the disk reordered
+        them), and random ones (each open write kept, dropped or torn; a random prefix of the
+        name operations) - mixed from the first round on, so a budget smaller than the points
+        still sees every kind."""
         points = self.crash_points()
         rng.shuffle(points)
         seen: set[str] = set()
         cache: dict[int, _Point] = {}
-        modes = ("all dropped", "random", "all kept")
+        modes = ("all dropped", "one dropped", "random", "all kept")
         for rnd in range(20 * max(1, -(-n // max(1, len(points))))):
             for k, at in enumerate(points):
                 if len(seen) >= n:
                     return
                 p = cache[at] if at in cache else cache.setdefault(at, self.point(at))
-                how = modes[(rnd + k) % 3] if rnd < 3 else "random"
+                how = modes[(rnd + k) % 4] if rnd < 4 else ("one dropped", "random")[rnd % 2]
                 s = self._state(p, how, rng)
                 if s.digest() not in seen:
                     seen.add(s.digest())
@@ -135,6 +136,11 @@ class FileSystemModel:
             return CrashState(p.at, len(p.meta), (), how)
         if how == "all dropped":
             return CrashState(p.at, p.forced, tuple((i, ()) for i in p.pending), how)
+        if how == "one dropped":  # every open write but one reached the disk (reordering)
+            if not p.pending:
+                return CrashState(p.at, rng.randint(p.forced, len(p.meta)), (), how)
+            i = rng.choice(p.pending)
+            return CrashState(p.at, len(p.meta), ((i, ()),), how)
         writes = []
         for i in p.pending:
             r = rng.random()
