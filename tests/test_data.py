@@ -1,11 +1,14 @@
 """The replay format: writing, validating reader, corruption, atomic publication, Parquet round trip."""
 
+import contextlib
 import json
 import os
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
 
 from scabbard import workloads
 from scabbard.data import DatasetError, open_dataset, write_dataset
@@ -209,3 +212,105 @@ def test_table_writer_streams_in_pieces(tmp_path):
     assert entry["event_time"] == {"first": int(cols[0][0]), "last": int(cols[0][-1]), "unit": "ms"}
     size = os.path.getsize(tmp_path / "t" / "columns" / "mf01.bin")
     assert size == 400
+
+
+def _stream_col(m, i, **change):
+    cols = [dict(c) for c in m["stream"]["columns"]]
+    cols[i].update(change)
+    return {**m, "stream": {**m["stream"], "columns": cols}}
+
+
+@pytest.mark.parametrize(
+    "corrupt, message",
+    [
+        # column files outside the dataset: never memory-mapped
+        (lambda m: _stream_col(m, 0, file="../../ysb/x/stream/columns/timestamp.bin"),
+         r"column 0 of table 'stream' 'file' must be a relative path inside"),
+        (lambda m: _stream_col(m, 1, file="/etc/passwd"), r"column 1 .* relative path inside"),
+        (lambda m: _stream_col(m, 1, file="columns/../../x.bin"), "relative path inside"),
+        (lambda m: _stream_col(m, 1, file=""), "relative path inside"),
+        (lambda m: _stream_col(m, 1, file="columns\\x.bin"), "relative path inside"),
+        (lambda m: {**m, "tables": {"../../escape": m["tables"]["ad_campaign"]}},
+         "table name '../../escape' must be a plain folder name"),
+        (lambda m: {**m, "tables": {".hidden": m["tables"]["ad_campaign"]}}, "plain folder name"),
+        # wrong types, each named
+        (lambda m: _stream_col(m, 2, file=7), r"column 2 of table 'stream' 'file' must be a string"),
+        (lambda m: _stream_col(m, 2, bytes="8000"), r"'bytes' must be an integer, got str"),
+        (lambda m: _stream_col(m, 2, bytes=True), r"'bytes' must be an integer, got bool"),
+        (lambda m: {**m, "stream": {**m["stream"], "columns": "all"}},
+         r"'columns' of table 'stream' must be a list"),
+        (lambda m: {**m, "stream": {**m["stream"], "columns": ["a"] * 7}},
+         r"column 0 of table 'stream' must be an object"),
+        (lambda m: {**m, "stream": {**m["stream"], "rows": True}}, "bad row count True"),
+        (lambda m: {**m, "stream": {**m["stream"], "rows": "1000"}}, "bad row count"),
+        (lambda m: {**m, "stream": {**m["stream"], "schema": [1, 2]}},
+         r"the schema of table 'stream' must be an object"),
+        (lambda m: {**m, "params": [1]}, r"'params' must be an object"),
+        (lambda m: {**m, "tables": []}, r"'tables' must be an object"),
+        (lambda m: {**m, "stream": 5}, r"'stream' must be an object"),
+        (lambda m: {**m, "workload": None}, r"'workload' must be a string"),
+        (lambda m: _stream_col(m, 3, name=None), r"column 3 of table 'stream' 'name'"),
+    ],
+)
+def test_hostile_or_malformed_manifests_are_refused_naming_the_field(ysb_dataset, corrupt,
+                                                                       message):
+    ds = ysb_dataset[0]
+    _rewrite(ds, corrupt(_manifest(ds)))
+    with pytest.raises(DatasetError, match=message):
+        open_dataset(ds.path)
+
+
+def test_a_column_file_that_links_out_of_the_dataset_is_refused(ysb_dataset, tmp_path):
+    ds = ysb_dataset[0]
+    outside = tmp_path / "secret.bin"
+    col = ds.path / "stream" / "columns" / "timestamp.bin"
+    outside.write_bytes(col.read_bytes())
+    col.unlink()
+    col.symlink_to(outside)
+    with pytest.raises(DatasetError, match="leads outside the table folder"):
+        open_dataset(ds.path)
+
+
+def _mutations(doc, path=()):
+    """Every (path, value) in a JSON document."""
+    yield path, doc
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _mutations(v, path + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _mutations(v, path + (i,))
+
+
+def _set(doc, path, value):
+    if not path:
+        return value
+    doc = json.loads(json.dumps(doc))
+    node = doc
+    for p in path[:-1]:
+        node = node[p]
+    node[path[-1]] = value
+    return doc
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 10**6) | st.text(max_size=12)
+                     | st.sampled_from(["..", "/etc/passwd", "../x", "columns/../../y"]),
+                     lambda kids: st.lists(kids, max_size=3)
+                     | st.dictionaries(st.text(max_size=6), kids, max_size=3), max_leaves=6)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@seed(20261124)
+@given(data=st.data())
+def test_any_manifest_opens_or_fails_with_a_dataset_error(ysb_dataset, data):
+    """A manifest with any value replaced by any JSON value: it opens, or DatasetError - never
+    another exception."""
+    ds = ysb_dataset[0]
+    good = _manifest(ds)
+    try:
+        where = data.draw(st.sampled_from([p for p, _ in _mutations(good)]))
+        _rewrite(ds, _set(good, where, data.draw(_JSON)))
+        with contextlib.suppress(DatasetError):
+            open_dataset(ds.path)
+    finally:
+        _rewrite(ds, good)

@@ -8,7 +8,10 @@
 :func:`open_dataset` checks the manifest, the schema (against the workload's
 ``SCHEMA`` when given) and every column file's size before it maps anything, and
 raises :class:`DatasetError` naming the file and the mismatch.  ``verify=True``
-also recomputes the checksums.
+also recomputes the checksums.  A manifest is not trusted: every field's type is
+checked, table names must be plain names and column files must lie inside their
+table's folder (no absolute paths, no ``..``, no symbolic link out of it) - any
+malformed or hostile manifest is a :class:`DatasetError` naming the field.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
@@ -199,32 +202,84 @@ def _read_manifest(path: Path) -> dict:
     for key in ("workload", "name", "params", "stream", "tables", "checksum"):
         if key not in manifest:
             raise DatasetError(f"{mpath}: corrupt manifest, missing {key!r}")
+    for key, kind in (("workload", str), ("name", str), ("checksum", str), ("params", dict),
+                      ("stream", dict), ("tables", dict)):
+        _expect(manifest[key], kind, mpath, repr(key))
+    for name in manifest["tables"]:
+        if not _plain_name(name):
+            raise DatasetError(f"{mpath}: corrupt manifest, table name {name!r} must be a plain "
+                               f"folder name (no '/', '..' or leading '.')")
     return manifest
+
+
+_KINDS = {int: "an integer", str: "a string", dict: "an object", list: "a list"}
+
+
+def _expect(value, kind: type, where: Path, what: str):
+    """``value`` if it is a ``kind`` (an int is never a bool), else a DatasetError."""
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise DatasetError(f"{where}: corrupt manifest, {what} must be {_KINDS[kind]}, got "
+                           f"{type(value).__name__} {value!r:.60}")
+    return value
+
+
+def _plain_name(name) -> bool:
+    return (isinstance(name, str) and name not in ("", ".", "..") and not name.startswith(".")
+            and not any(c in name for c in "/\\\0"))
+
+
+def _column_path(table_dir: Path, file, where: Path, what: str) -> Path:
+    """The column file a manifest names, refused unless it stays inside ``table_dir``."""
+    _expect(file, str, where, f"{what} 'file'")
+    rel = PurePosixPath(file)
+    if (not file or rel.is_absolute() or any(p in ("..", "") for p in rel.parts)
+            or any(c in file for c in "\\\0")):
+        raise DatasetError(f"{where}: corrupt manifest, {what} 'file' must be a relative path "
+                           f"inside the table folder, got {file!r}")
+    path = table_dir / rel
+    try:
+        inside = path.resolve().is_relative_to(table_dir.resolve())
+    except (OSError, RuntimeError):  # a symbolic link loop
+        inside = False
+    if not inside:
+        raise DatasetError(f"{where}: corrupt manifest, {what} 'file' {file!r} leads outside "
+                           f"the table folder {table_dir}")
+    return path
 
 
 def _open_table(name: str, table_dir: Path, entry: dict, where: Path) -> Table:
     if not isinstance(entry, dict) or any(k not in entry for k in _TABLE_KEYS):
         raise DatasetError(f"{where}: corrupt manifest, table {name!r} lacks {list(_TABLE_KEYS)}")
+    _expect(entry["schema"], dict, where, f"the schema of table {name!r}")
     try:
         schema = Schema.from_dict(entry["schema"])
-    except (KeyError, TypeError, ValueError, SchemaError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, SchemaError) as e:
         raise DatasetError(f"{where}: corrupt manifest, bad schema for {name!r}: {e}") from None
     if schema.fingerprint != entry["schema_fingerprint"]:
         raise DatasetError(
             f"{where}: corrupt manifest, schema of {name!r} does not match its fingerprint"
         )
     rows = entry["rows"]
-    if not isinstance(rows, int) or rows < 0:
+    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
         raise DatasetError(f"{where}: corrupt manifest, bad row count {rows!r} for {name!r}")
-    listed = [c.get("name") for c in entry["columns"]]
+    _expect(entry["checksum"], str, where, f"the checksum of table {name!r}")
+    _expect(entry["columns"], list, where, f"'columns' of table {name!r}")
+    for i, c in enumerate(entry["columns"]):
+        what = f"column {i} of table {name!r}"
+        _expect(c, dict, where, what)
+        for key, kind in (("name", str), ("file", str), ("bytes", int), ("sha256", str)):
+            if key not in c:
+                raise DatasetError(f"{where}: corrupt manifest, {what} lacks {key!r}")
+            _expect(c[key], kind, where, f"{what} {key!r}")
+    listed = [c["name"] for c in entry["columns"]]
     if listed != list(schema.names):
         raise DatasetError(
             f"{where}: corrupt manifest, columns {listed} of {name!r} do not match its schema "
             f"{list(schema.names)}"
         )
     columns = []
-    for fld, c in zip(schema.fields, entry["columns"], strict=True):
-        path = table_dir / c["file"]
+    for i, (fld, c) in enumerate(zip(schema.fields, entry["columns"], strict=True)):
+        path = _column_path(table_dir, c["file"], where, f"column {i} of table {name!r}")
         expected = rows * fld.itemsize
         if not path.is_file():
             raise DatasetError(f"{path}: column file of {name}.{fld.name} is missing")
@@ -259,8 +314,6 @@ def open_dataset(
     stream = _open_table("stream", path / "stream", manifest["stream"], mpath)
     if schema is not None and stream.schema.fingerprint != schema.fingerprint:
         raise DatasetError(_schema_mismatch(path, schema, stream.schema))
-    if not isinstance(manifest["tables"], dict):
-        raise DatasetError(f"{mpath}: corrupt manifest, 'tables' must be an object")
     tables = {
         name: _open_table(name, path / "tables" / name, entry, mpath)
         for name, entry in manifest["tables"].items()
