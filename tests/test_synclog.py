@@ -84,3 +84,66 @@ def test_ingest_reports_throughput_and_latency(tiny, tmp_path):
     total = sum(first + n for p in tmp_path.glob("partition-*.log")
                 for first, n, _ in list(read_partition(p, with_data=False))[-1:])
     assert total == r.tuples  # every tuple counted is in a partition
+
+
+def test_a_short_write_is_completed_before_the_acknowledgement(tmp_path, monkeypatch):
+    """writev may write less than asked (a signal, a nearly full disk): the rest is written
+    before the fdatasync, so everything acknowledged reads back."""
+    import os as _os
+
+    from scabbard.peers import synclog
+
+    calls = []
+
+    def short_writev(fd, bufs):
+        calls.append(1)
+        first = bytes(memoryview(bufs[0]).cast("B"))[:13]  # 13 bytes, then stop
+        return _os.write(fd, first)
+
+    monkeypatch.setattr(synclog, "_writev", short_writev)
+    part = Partition(tmp_path / "p.log")
+    batches = [make_batch(off, 200) for off in range(0, 1000, 200)]
+    for b in batches:
+        part.append(to_rows(b), len(b))
+    part.close()
+    assert len(calls) == len(batches)
+    frames = list(read_partition(tmp_path / "p.log"))
+    assert [f[1] for f in frames] == [200] * 5
+    for (first, n, rows), b in zip(frames, batches, strict=True):
+        assert _same(from_rows(SCHEMA, rows, first), b)
+
+
+@pytest.mark.parametrize("failure", ["no progress", "disk full"])
+def test_a_write_that_fails_midway_acknowledges_nothing_and_leaves_no_torn_frame(
+        tmp_path, monkeypatch, failure):
+    import errno
+    import os as _os
+
+    from scabbard.peers import synclog
+    from scabbard.peers.synclog import LogError
+
+    part = Partition(tmp_path / "p.log")
+    good = make_batch(0, 300)
+    part.append(to_rows(good), len(good))
+
+    def half_then_stop(fd, bufs):
+        data = b"".join(bytes(memoryview(b).cast("B")) for b in bufs)
+        return _os.write(fd, data[:len(data) // 2])
+
+    def stop(fd, data):
+        if failure == "disk full":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return 0
+
+    monkeypatch.setattr(synclog, "_writev", half_then_stop)
+    monkeypatch.setattr(synclog, "_write", stop)
+    with pytest.raises(LogError, match="failed"):
+        part.append(to_rows(make_batch(300, 300)), 300)
+    assert part.end == 300  # the failed batch was not acknowledged
+    monkeypatch.undo()
+    later = make_batch(300, 250)
+    assert part.append(to_rows(later), len(later)) == 550  # and the log goes on after it
+    part.close()
+    frames = list(read_partition(tmp_path / "p.log"))
+    assert [(f[0], f[1]) for f in frames] == [(0, 300), (300, 250)]
+    assert _same(from_rows(SCHEMA, frames[1][2], 300), later)

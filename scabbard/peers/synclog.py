@@ -25,6 +25,8 @@ for a while and reports throughput and the append-to-acknowledgement latency.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import struct
 import threading
@@ -75,6 +77,24 @@ def from_rows(schema: Schema, rows: np.ndarray, offset: int = 0) -> Batch:
     return Batch(schema, tuple(cols), offset)
 
 
+_writev, _write = os.writev, os.write  # the system calls (tests replace them with short ones)
+
+
+def _write_frame(fd: int, bufs: list) -> None:
+    """Append all of ``bufs``: a short write (a signal, a nearly full disk) is completed from
+    where it stopped; a write that makes no progress raises."""
+    total = sum(memoryview(b).nbytes for b in bufs)
+    done = _writev(fd, bufs)
+    if done == total:
+        return
+    flat = b"".join(bytes(memoryview(b).cast("B")) for b in bufs)
+    while done < total:
+        n = _write(fd, flat[done:])
+        if n <= 0:
+            raise OSError(errno.EIO, f"a write made no progress ({done} of {total} bytes)")
+        done += n
+
+
 class Partition:
     """One append-only partition file; ``append`` returns once the batch is on disk."""
 
@@ -83,11 +103,11 @@ class Partition:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.codec, self.sync = codec, sync
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self.end, valid = 0, 0
+        self.end, self.valid = 0, 0  # tuples, and bytes of whole frames
         for frame_end, first, n, _ in _frames(np.fromfile(self.path, np.uint8), False):
-            self.end, valid = first + n, frame_end
-        if os.fstat(self.fd).st_size > valid:  # a torn tail from a crash: cut it off
-            os.ftruncate(self.fd, valid)
+            self.end, self.valid = first + n, frame_end
+        if os.fstat(self.fd).st_size > self.valid:  # a torn tail from a crash: cut it off
+            os.ftruncate(self.fd, self.valid)
         self.bytes_written = 0
 
     def append(self, rows: np.ndarray, tuples: int) -> int:
@@ -100,12 +120,15 @@ class Partition:
         head = _FRAME.pack(MAGIC, self.end, tuples, len(payload), len(raw), self.codec,
                            checksum(padded))
         try:
-            os.writev(self.fd, [head, padded])
+            _write_frame(self.fd, [head, padded])
             if self.sync:
                 os.fdatasync(self.fd)
         except OSError as e:
+            with contextlib.suppress(OSError):  # the next frame must not follow a torn one
+                os.ftruncate(self.fd, self.valid)
             raise LogError(f"appending to {self.path} failed: {e}") from e
         self.end += tuples
+        self.valid += len(head) + len(padded)
         self.bytes_written += len(head) + len(padded)
         return self.end
 
