@@ -37,7 +37,7 @@ def test_appended_batches_read_back_in_order(tmp_path):
     part.close()
     frames = list(read_partition(tmp_path / "p.log"))
     assert [f[0] for f in frames] == [b.offset for b in batches]
-    for (first, _n, rows), b in zip(frames, batches, strict=True):
+    for (first, n, rows), b in zip(frames, batches, strict=True):
         assert n == len(b) and _same(from_rows(SCHEMA, rows, first), b)
 
 
