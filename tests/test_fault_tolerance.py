@@ -8,24 +8,14 @@ import random
 import numpy as np
 import pandas as pd
 import pytest
+from ftkit import CFG, SMALL, failure_free
 
 from scabbard import queries
-from scabbard.engine import CollectSink, EngineConfig, run_query
 from scabbard.engine.controller import Controller
 from scabbard.engine.output import ClockedSink, TransactionalSink, open_output, read_output
 from scabbard.engine.recovery import run_fault_tolerant
 from scabbard.engine.verify import compare
 from scabbard.pog.checkpoint import CheckpointError
-from scabbard.storage import StorageConfig
-
-SMALL = StorageConfig(file_bytes=1 << 20, pool_files=2, bulk_bytes=1 << 18)
-CFG = EngineConfig(workers=2, batch_rows=4000)
-
-
-def failure_free(q, ds, n):
-    sink = CollectSink()
-    run_query(q, ds, sink=sink, max_tuples=n, config=CFG)
-    return sink.to_pandas()
 
 
 def completed(storage) -> bool:

@@ -142,13 +142,7 @@ def write_atomic(io: FileIO, path: str | Path, data: bytes, durability: Durabili
     ``machine`` durability flushed), renamed over ``path``, the directory flushed."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    fd = io.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    try:
-        io.pwritev(fd, [data], 0)
-        if durability.flush:
-            io.fsync(fd)
-    finally:
-        io.close(fd)
+    write_new(io, tmp, data, durability)
     io.replace(tmp, path)
     if durability.flush:
         io.fsync_dir(path.parent)
