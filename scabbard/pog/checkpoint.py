@@ -236,7 +236,7 @@ class CheckpointController:
     def _fail(self, err: BaseException, cid: int | None = None) -> None:
         """Any failure of the machinery: keep the first error; the run stops at the next task."""
         what = f"checkpoint {cid}" if cid is not None else "fault tolerance"
-        log.error("%s failed: %s", what, err)
+        log.info("%s failed: %s", what, err)
         with self._lock:
             if self.error is None:
                 self.error = CheckpointError(
