@@ -427,8 +427,8 @@ def _run_engine(args, query, ds) -> int:
 
 
 def _run_fault_tolerant(args, query, ds, config, progress) -> int:
-    from scabbard.engine.output import open_output
-    from scabbard.engine.recovery import StandbyReleased, run_fault_tolerant
+    from scabbard.ft.recovery import StandbyReleased, run_fault_tolerant
+    from scabbard.ft.sinks import open_output
 
     interval = args.checkpoint_interval or 1.0
     standby = None

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from scabbard import queries
 from scabbard.engine import CollectSink, EngineConfig, run_query
-from scabbard.engine.ft import state_schema
 from scabbard.engine.runtime import Engine
+from scabbard.ft.state import state_schema
 from scabbard.pog.checkpoint import CheckpointRecord, CheckpointStore
 from scabbard.storage import BlockManager, FileIO, StorageConfig
 from scabbard.storage import segment as sg

@@ -9,10 +9,10 @@ import numpy as np
 from scabbard import queries
 from scabbard.engine import CollectSink, EngineConfig, run_query
 from scabbard.engine.metrics import read_metrics
-from scabbard.engine.output import TransactionalSink, read_output
-from scabbard.engine.recovery import run_fault_tolerant
-from scabbard.engine.verify import compare
 from scabbard.experiments import aligned
+from scabbard.ft.recovery import run_fault_tolerant
+from scabbard.ft.sinks import TransactionalSink, read_output
+from scabbard.ft.verify import compare
 from scabbard.peers.synclog import LoggedSource, read_partition
 
 CFG = EngineConfig(workers=2, batch_rows=2000)

@@ -11,10 +11,10 @@ import pytest
 from ftkit import CFG, SMALL, failure_free
 
 from scabbard import queries
-from scabbard.engine.controller import Controller
-from scabbard.engine.output import ClockedSink, TransactionalSink, open_output, read_output
-from scabbard.engine.recovery import run_fault_tolerant
-from scabbard.engine.verify import compare
+from scabbard.ft.controller import Controller
+from scabbard.ft.recovery import run_fault_tolerant
+from scabbard.ft.sinks import ClockedSink, TransactionalSink, open_output, read_output
+from scabbard.ft.verify import compare
 from scabbard.pog.checkpoint import CheckpointError
 
 

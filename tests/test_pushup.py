@@ -9,9 +9,9 @@ import pytest
 
 from scabbard import queries
 from scabbard.engine import CollectSink, run_query
-from scabbard.engine.controller import Controller
 from scabbard.engine.metrics import read_metrics
-from scabbard.engine.verify import compare
+from scabbard.ft.controller import Controller
+from scabbard.ft.verify import compare
 from scabbard.query import Query
 from scabbard.query.aggregates import count, max, sum  # noqa: A004
 from scabbard.query.expr import Col

@@ -32,9 +32,9 @@ from ftkit import (
 from scabbard.batch import Batch
 from scabbard.data import write_dataset
 from scabbard.engine.metrics import read_metrics
-from scabbard.engine.output import ClockedSink, TransactionalSink, read_output
-from scabbard.engine.recovery import run_fault_tolerant
-from scabbard.engine.verify import compare
+from scabbard.ft.recovery import run_fault_tolerant
+from scabbard.ft.sinks import ClockedSink, TransactionalSink, read_output
+from scabbard.ft.verify import compare
 from scabbard.pog.checkpoint import CheckpointController, CheckpointError, CheckpointStore
 from scabbard.schema import Field, Schema
 from scabbard.storage import (

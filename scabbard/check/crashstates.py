@@ -11,7 +11,7 @@
    * the committed output it holds is a *prefix* of the failure-free output - whole
      windows, in order, no duplicate, no other result;
    * recovery from it (``--recover``, or a fresh start where the run was never
-     recorded, as :class:`~scabbard.engine.controller.Controller` does) continues to
+     recorded, as :class:`~scabbard.ft.controller.Controller` does) continues to
      exactly the failure-free output.
 
 A state that fails either check is a *violation*; the first one's operation log is
@@ -36,9 +36,9 @@ from scabbard import queries
 from scabbard.check.model import CrashState, FileSystemModel
 from scabbard.data import Dataset
 from scabbard.engine import CollectSink, EngineConfig, run_query
-from scabbard.engine.output import open_output, read_output
-from scabbard.engine.recovery import recorded_run, run_fault_tolerant
-from scabbard.engine.verify import compare
+from scabbard.ft.recovery import recorded_run, run_fault_tolerant
+from scabbard.ft.sinks import open_output, read_output
+from scabbard.ft.verify import compare
 from scabbard.storage import RecordingIO, StorageConfig
 
 STORAGE = StorageConfig(file_bytes=1 << 20, pool_files=2, bulk_bytes=1 << 18)

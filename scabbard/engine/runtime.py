@@ -310,7 +310,7 @@ class Engine:
         written to it behind a retain marker - persisted before any task reads it -
         and released (trimmed) once no open window needs it.  With ``ft``, the
         operator is checkpointed and input is released by the checkpoints instead
-        (:mod:`scabbard.engine.recovery` sets it up).
+        (:mod:`scabbard.ft.recovery` sets it up).
         """
         metrics = metrics or Metrics(source.schema.row_bytes, metrics_log,
                                      self.config.metrics_interval, on_sample)

@@ -31,9 +31,9 @@ import pandas as pd
 from scabbard import queries
 from scabbard.engine import EngineConfig
 from scabbard.engine.metrics import read_metrics
-from scabbard.engine.output import ClockedSink, TransactionalSink
-from scabbard.engine.recovery import run_fault_tolerant
 from scabbard.experiments import finish, prepared_dataset, save_tables, scratch
+from scabbard.ft.recovery import run_fault_tolerant
+from scabbard.ft.sinks import ClockedSink, TransactionalSink
 from scabbard.peers.synclog import LoggedSource
 
 CONFIGS = ("scabbard", "scabbard_chk", "flinkpp", "flinkpp_persist")

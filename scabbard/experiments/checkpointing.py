@@ -33,9 +33,9 @@ import pandas as pd
 
 from scabbard import queries
 from scabbard.engine import EngineConfig, NullSink, run_query
-from scabbard.engine.output import ClockedSink, DiscardSink
-from scabbard.engine.recovery import run_fault_tolerant
 from scabbard.experiments import finish, prepared_dataset, save_tables, scratch
+from scabbard.ft.recovery import run_fault_tolerant
+from scabbard.ft.sinks import ClockedSink, DiscardSink
 
 CONFIGS = ("no_ft", "checkpoints", "full_ft_process", "full_ft")
 

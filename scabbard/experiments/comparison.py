@@ -35,10 +35,10 @@ import pandas as pd
 
 from scabbard import queries
 from scabbard.engine import EngineConfig, NullSink, run_query
-from scabbard.engine.output import ClockedSink
-from scabbard.engine.recovery import run_fault_tolerant
 from scabbard.experiments import finish, prepared_dataset, save_tables, scratch
 from scabbard.experiments.engine_throughput import peer_dataset
+from scabbard.ft.recovery import run_fault_tolerant
+from scabbard.ft.sinks import ClockedSink
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from scabbard import queries, workloads
-from scabbard.engine.controller import Controller
+from scabbard.ft.controller import Controller
 
 RESTART_S = 3.0  # about what an incarnation takes to start and recover on this machine
 

@@ -3,7 +3,7 @@
 The query runs fault-tolerantly as its own process (persisted input, checkpoints every
 ``interval`` s, clocked exactly-once output) with its input arriving at ``load`` times
 its sustainable rate - measured first, in the same configuration - so it can catch up
-after a failure.  :class:`scabbard.engine.controller.Controller` kills it with SIGKILL
+after a failure.  :class:`scabbard.ft.controller.Controller` kills it with SIGKILL
 ``kill_at`` seconds in and restarts it with ``--recover``, cold (a new process) or from a
 warm standby; the output is then compared with a failure-free run.
 
@@ -31,10 +31,10 @@ import pandas as pd
 
 from scabbard import queries, workloads
 from scabbard.engine import EngineConfig, read_metrics
-from scabbard.engine.controller import Campaign, Controller
-from scabbard.engine.output import ClockedSink
-from scabbard.engine.recovery import run_fault_tolerant
 from scabbard.experiments import finish, scratch
+from scabbard.ft.controller import Campaign, Controller
+from scabbard.ft.recovery import run_fault_tolerant
+from scabbard.ft.sinks import ClockedSink
 
 PHASES = ("process start", "code loading", "state load", "replay", "catch-up")
 COLORS = dict(zip(PHASES, ("#dd8452", "#c44e52", "#8172b3", "#55a868", "#ccb974"), strict=True))

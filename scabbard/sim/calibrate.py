@@ -268,10 +268,10 @@ def measure_fault_tolerance(query: str, scale: str = "small", data_dir: str | Pa
     then the run recovered for real by a new process (:func:`measure_recovery`)."""
     from scabbard import queries
     from scabbard.engine import EngineConfig
-    from scabbard.engine.ft import QueryState
-    from scabbard.engine.output import ClockedSink
-    from scabbard.engine.recovery import run_fault_tolerant
     from scabbard.engine.runtime import INGRESS, _Edges
+    from scabbard.ft.recovery import run_fault_tolerant
+    from scabbard.ft.sinks import ClockedSink
+    from scabbard.ft.state import QueryState
     from scabbard.pog import POG
     from scabbard.pog.checkpoint import CheckpointStore
     from scabbard.storage import BlockManager

@@ -1,7 +1,7 @@
 """The POG simulator: the engine as a discrete-event model, one event per task (DESIGN.md §12).
 
 What runs, as in :mod:`scabbard.engine.runtime` (paper §2.3, §4.1) and
-:mod:`scabbard.engine.recovery` (§3.2):
+:mod:`scabbard.ft.recovery` (§3.2):
 
 * the **source** hands out batches of ``batch_rows`` tuples - at the input ``rate``,
   through the **network** link if the hardware has one, as fast as taken otherwise; the
@@ -156,7 +156,7 @@ class _Run:
         self.env.process(self.recover())
 
     def recover(self):
-        """Fail-stop recovery (paper §3.2, :func:`scabbard.engine.recovery.run_fault_tolerant`):
+        """Fail-stop recovery (paper §3.2, :func:`scabbard.ft.recovery.run_fault_tolerant`):
 
         1. restart: a new process starts and loads the compiled code;
         2. progress recovery and data recovery: the storage is opened, the newest complete

@@ -23,7 +23,7 @@ kept it.
 
 Each phase is logged with its wall-clock time to the metrics log (``recovery``
 events), from the moment the process was spawned (``SCABBARD_SPAWNED_AT``, set
-by :class:`scabbard.engine.controller.Controller`).
+by :class:`scabbard.ft.controller.Controller`).
 """
 
 from __future__ import annotations
@@ -38,9 +38,7 @@ from pathlib import Path
 
 from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
-from scabbard.engine.ft import QueryState
 from scabbard.engine.metrics import Metrics
-from scabbard.engine.output import ExactlyOnceSink
 from scabbard.engine.runtime import (
     INGRESS,
     MIN_BATCH,
@@ -52,6 +50,8 @@ from scabbard.engine.runtime import (
     _Edges,
 )
 from scabbard.engine.sources import ReplaySource
+from scabbard.ft.sinks import ExactlyOnceSink
+from scabbard.ft.state import QueryState
 from scabbard.pog import POG
 from scabbard.pog.checkpoint import CheckpointController, CheckpointError, CheckpointStore
 from scabbard.query import Query
@@ -167,7 +167,7 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
 
     ``standby``: called once the code is loaded and before the storage is touched; it returns
     when this process should take over (a warm standby, started ahead of a failure, waits
-    there - see :class:`scabbard.engine.controller.Controller`).
+    there - see :class:`scabbard.ft.controller.Controller`).
 
     ``aligned``: Flink-style aligned checkpoints (see :class:`FaultTolerance`); the paper's
     Flink++ pairs them with the transactional sink.  ``wrap_source(source)``: a source in

@@ -4,7 +4,7 @@
 sends it ``SIGKILL`` at a chosen or random moment, restarts it with
 ``--recover`` until the run has ingested all its input, and compares the
 committed output with a failure-free run of the same query on the same input
-(:mod:`scabbard.engine.verify`).  The CLI, the tests and notebook 04 use it.
+(:mod:`scabbard.ft.verify`).  The CLI, the tests and notebook 04 use it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from scabbard import queries
 from scabbard.data import open_dataset
-from scabbard.engine.verify import Verdict, compare
+from scabbard.ft.verify import Verdict, compare
 
 
 @dataclass
@@ -132,7 +132,7 @@ class Controller:
             return None
 
     def completed(self) -> bool:
-        from scabbard.engine.recovery import recorded_run
+        from scabbard.ft.recovery import recorded_run
 
         run = recorded_run(self.storage)
         return run is not None and "completed" in run
@@ -248,7 +248,7 @@ class Controller:
         return sink.to_pandas()
 
     def verify(self) -> Verdict:
-        from scabbard.engine.output import read_output
+        from scabbard.ft.sinks import read_output
 
         q = queries.get(self.query)
         return compare(read_output(self.output), self.expected(), q.schema)
