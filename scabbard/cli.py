@@ -392,7 +392,8 @@ def _query_dataset(args):
 def _run_engine(args, query, ds) -> int:
     import os
 
-    from scabbard.engine import EngineConfig, run_query, sink_for
+    from scabbard.engine import EngineConfig, sink_for
+    from scabbard.ft.ingress import run_persisted
 
     config = EngineConfig(workers=args.workers or os.cpu_count() or 1, batch_rows=args.batch,
                           metrics_interval=args.metrics_interval)
@@ -409,12 +410,12 @@ def _run_engine(args, query, ds) -> int:
     store = _storage_dir(args, query.name) if args.persist_input else None
     if store is not None:
         print(f"persisting the input to {store}", flush=True)
-    report = run_query(query, ds, sink=sink_for(args.out), config=config, rate=args.rate,
-                       duration=args.duration, max_tuples=args.max_tuples,
-                       metrics_log=args.metrics_log, on_sample=progress, storage=store,
-                       push_up=args.push_up, compression=args.compression or "none",
-                       lossy_decimals=args.lossy_decimals,
-                       compression_interval=args.compression_interval)
+    report = run_persisted(query, ds, store, sink=sink_for(args.out), config=config,
+                           rate=args.rate, duration=args.duration, max_tuples=args.max_tuples,
+                           metrics_log=args.metrics_log, on_sample=progress,
+                           push_up=args.push_up, compression=args.compression or "none",
+                           lossy_decimals=args.lossy_decimals,
+                           compression_interval=args.compression_interval)
     s = report.summary
     lat = s.latency_ms
     print(f"\n{query.name}: {s.tuples:,} tuples in {s.seconds:.2f} s = "

@@ -159,6 +159,7 @@ def test_random_queries_any_batching(run):
 @pytest.mark.parametrize("name", ["CM1", "YSB", "LRB1", "SG3"])
 def test_persisted_ingress_gives_the_same_results_and_bounded_disk(tiny, tmp_path, name):
     """--persist-input: every batch is stored before processing; released input is trimmed."""
+    from scabbard.ft.ingress import run_persisted
     from scabbard.storage import BlockManager, StorageConfig
 
     q = queries.get(name)
@@ -170,8 +171,8 @@ def test_persisted_ingress_gives_the_same_results_and_bounded_disk(tiny, tmp_pat
     for copies in (short, 6 * short):
         sink = CollectSink()
         n = copies * ds.rows
-        run_query(q, ds, sink=sink, max_tuples=n, config=EngineConfig(batch_rows=4000),
-                  storage=tmp_path / str(copies), storage_config=cfg)
+        run_persisted(q, ds, tmp_path / str(copies), sink=sink, max_tuples=n,
+                      config=EngineConfig(batch_rows=4000), storage_config=cfg)
         with BlockManager(tmp_path / str(copies), cfg) as bm:
             pools[copies] = bm.pool_bytes
     plain = CollectSink()

@@ -11,6 +11,7 @@ from scabbard import queries
 from scabbard.engine import CollectSink, run_query
 from scabbard.engine.metrics import read_metrics
 from scabbard.ft.controller import Controller
+from scabbard.ft.ingress import run_persisted
 from scabbard.ft.verify import compare
 from scabbard.query import Query
 from scabbard.query.aggregates import count, max, sum  # noqa: A004
@@ -76,7 +77,7 @@ def test_pushed_up_plan_gives_the_same_results(tiny, tmp_path, name):
     q = queries.get(name)
     plain, reduced = CollectSink(), CollectSink()
     run_query(q, ds, sink=plain)
-    r = run_query(q, ds, sink=reduced, storage=tmp_path, push_up=True, compression="default")
+    r = run_persisted(q, ds, tmp_path, sink=reduced, push_up=True, compression="default")
     assert r.summary.tuples == ds.rows  # throughput counts source tuples, not kept ones
     v = compare(reduced.to_pandas(), plain.to_pandas(), q.schema)
     assert v.ok and v.compared == len(plain.to_pandas()), v

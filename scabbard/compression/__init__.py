@@ -6,7 +6,14 @@ over numpy arrays, plus Snappy/LZ4 from their libraries); importing this package
 registers them all.
 """
 
-from scabbard.compression import floats, generic, ints, rle, varlen  # noqa: F401 (they register codecs)
+from scabbard.compression import (  # noqa: F401 (they register codecs)
+    adaptive,  # noqa: F401 (it registers the adaptive scheme)
+    floats,
+    generic,
+    ints,
+    rle,
+    varlen,
+)
 from scabbard.compression.base import (
     Codec,
     CodecError,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from scabbard.compression.base import FLOAT, INTEGER, Codec, Unfit, codec_class
-from scabbard.compression.policy import Compression
+from scabbard.compression.policy import ADAPTIVE, Compression
 from scabbard.compression.profile import ColumnProfile
 
 SELECTORS = ("rules", "cost")
@@ -181,3 +181,6 @@ def _why(p: ColumnProfile) -> str:
     return (f"{p.rows:,} rows, {p.value_bits} value bits, range {p.range_bits} bits, steps "
             f"{p.mean_step_bits:.1f} bits, "
             f"avg run {p.avg_run:.1f}, regular {p.regular:.2f}")
+
+
+ADAPTIVE[:] = [AdaptiveCompression]  # Compression.scheme(..., 'adaptive') builds one

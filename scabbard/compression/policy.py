@@ -26,6 +26,7 @@ from scabbard.compression.base import FLOAT, INTEGER, Codec, Unfit, codec_class,
 from scabbard.schema import Schema
 
 SCHEMES = ("none", "default", "adaptive")
+ADAPTIVE: list[type] = []  # the adaptive scheme's class, registered by its module
 
 
 def generic_codec(dtype: str, timestamp: bool = False) -> Codec:
@@ -107,11 +108,10 @@ class Compression:
                 codecs.append(lossy_codec(lossy_decimals))
             else:
                 codecs.append(generic_codec(f.dtype, i == 0 and schema.stream))
-        if name == "adaptive":
-            from scabbard.compression.adaptive import AdaptiveCompression
-
-            return AdaptiveCompression(schema, tuple(codecs), on_event=on_event,
-                                       lossy_decimals=lossy_decimals, **adaptive)
+        if name == "adaptive":  # registered by scabbard.compression.adaptive (the package
+            # imports it), which builds on this module: no import back
+            return ADAPTIVE[0](schema, tuple(codecs), on_event=on_event,
+                               lossy_decimals=lossy_decimals, **adaptive)
         return cls(schema, tuple(codecs), on_event=on_event)
 
     def swap(self, column: str, codec: Codec, reason: str = "") -> None:

@@ -25,8 +25,6 @@ import os
 import queue
 import threading
 import time
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,18 +33,17 @@ import numpy as np
 from scabbard.batch import Batch
 from scabbard.data import Table
 from scabbard.engine import physical
+from scabbard.engine.feeds import SourceFeed
 from scabbard.engine.metrics import Metrics, Summary
+from scabbard.engine.ports import AssemblyListener, ClockedWriter, Resume
 from scabbard.engine.pushup import Reducer
 from scabbard.engine.sinks import Sink
-from scabbard.faults import crashpoint
 from scabbard.kernels import hashtable as ht
 from scabbard.kernels import window as kw
 from scabbard.kernels.aggregate import _pane_aggregate, key_ids
 from scabbard.kernels.join import build_index
-from scabbard.pog import POG
 from scabbard.query import Query, QueryError, optimize
 
-INGRESS, READER = "input", "query"
 MIN_BATCH = 1 << 18
 MAX_BATCH = 1 << 22
 INT64_MIN = np.iinfo(np.int64).min
@@ -74,7 +71,7 @@ class EngineConfig:
 
 
 @dataclass
-class _Edges:
+class Edges:
     """Pane partials of one branch at a task's edges, keyed (not by task-local gid)."""
 
     pane: np.ndarray
@@ -85,24 +82,24 @@ class _Edges:
 
 
 @dataclass
-class _TaskResult:
+class TaskResult:
     seq: int
     tuples: int
     ingest_time: float
     first_pane: int
     last_pane: int
     long: bool  # has windows of its own (then ``internal`` holds them)
-    heads: list[_Edges]
-    tails: list[_Edges]
+    heads: list[Edges]
+    tails: list[Edges]
     internal: dict | None
     end_offset: int = 0  # input offset one past the task's batch
     last_ts: int = 0
     marker: object = None  # a checkpoint marker that followed this task's batch
 
 
-def _edges(partials, lo: int, hi: int) -> _Edges:
+def _edges(partials, lo: int, hi: int) -> Edges:
     pane, gid, cnt, iv, fv, gkeys = partials
-    return _Edges(pane[lo:hi], gkeys[gid[lo:hi]], cnt[lo:hi], iv[lo:hi], fv[lo:hi])
+    return Edges(pane[lo:hi], gkeys[gid[lo:hi]], cnt[lo:hi], iv[lo:hi], fv[lo:hi])
 
 
 class _BranchAssembler:
@@ -123,9 +120,9 @@ class _BranchAssembler:
         self.fifo = kw.fifo_new(ni, nf)
         self.out = kw.out_new(k, ni, nf, 1024)
         self.cur = np.array([INT64_MIN], dtype=np.int64)
-        self.pending: tuple[_Edges, int] | None = None  # a long task's tail, not yet loaded
+        self.pending: tuple[Edges, int] | None = None  # a long task's tail, not yet loaded
 
-    def _feed(self, e: _Edges, emit: bool, upto: int, m: int) -> int:
+    def _feed(self, e: Edges, emit: bool, upto: int, m: int) -> int:
         b = self.b
         (self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out, m) = kw.asm_feed(
             self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out, self.cur, e.pane,
@@ -145,7 +142,7 @@ class _BranchAssembler:
         self.table = ht.new_table(self.b.key_width, 64)
         self._feed(tail, False, last_pane, 0)
 
-    def task(self, r: _TaskResult, i: int):
+    def task(self, r: TaskResult, i: int):
         """The windows of task ``r`` it could not compute alone, sequentially."""
         self._load_pending()
         if r.long:
@@ -154,7 +151,7 @@ class _BranchAssembler:
             return raw
         return self._raw(self._feed(r.heads[i], True, r.last_pane, 0))
 
-    def skip(self, r: _TaskResult, i: int) -> None:
+    def skip(self, r: TaskResult, i: int) -> None:
         """Task ``r``'s leading windows were computed in parallel; keep only its tail."""
         self.pending = (r.tails[i], r.last_pane)
 
@@ -223,7 +220,7 @@ class Engine:
         return int(min(MAX_BATCH, max(MIN_BATCH, want)))
 
     # -- the fragment function (parallel) ----------------------------------------------------
-    def _fragment(self, seq: int, batch: Batch, ingest: float) -> _TaskResult:
+    def _fragment(self, seq: int, batch: Batch, ingest: float) -> TaskResult:
         ts = np.ascontiguousarray(batch.timestamps)
         n = len(ts)
         cols = {f.name: c for f, c in zip(batch.schema.fields, batch.columns, strict=True)}
@@ -256,7 +253,7 @@ class Engine:
                 heads.append(_edges(partials, 0, len(pane)))
                 tails.append(_edges(partials, len(pane), len(pane)))
         internal = self.plan.post(internals) if long else None
-        return _TaskResult(seq, n, ingest, first, last, long, heads, tails, internal,
+        return TaskResult(seq, n, ingest, first, last, long, heads, tails, internal,
                            batch.end, int(ts[-1]) if n else 0)
 
     def warm_up(self, batch: Batch) -> None:
@@ -279,7 +276,7 @@ class Engine:
             a.task(r, i)
             b.finalize(a.flush())
 
-    def _boundary(self, prev: _TaskResult, cur: _TaskResult) -> dict:
+    def _boundary(self, prev: TaskResult, cur: TaskResult) -> dict:
         """Windows between two long tasks, from the first's tail and the second's head.
 
         They end at panes ``prev.last_pane .. cur.first_pane + range/slide - 1``: exactly the
@@ -301,20 +298,28 @@ class Engine:
         return Batch(self.schema, tuple(cols[n] for n in self.schema.names))
 
     # -- running -----------------------------------------------------------------------------
-    def run(self, source, sink: Sink, metrics_log: str | Path | None = None,
-            on_sample=None, pog: POG | None = None, ft: FaultTolerance | None = None,
-            metrics: Metrics | None = None) -> RunReport:
-        """Run until the source ends; return throughput and latency figures.
+    def feed(self, source, transform=None) -> SourceFeed:
+        """``source`` as this engine's tasks: the operators push-up moved before the engine
+        applied (σ, π), then ``transform``, on the workers' threads."""
+        return SourceFeed(source, self.reduce, transform, self.config.workers)
 
-        With a ``pog`` holding an ingress p-stream named ``"input"``, every batch is
-        written to it behind a retain marker - persisted before any task reads it -
-        and released (trimmed) once no open window needs it.  With ``ft``, the
-        operator is checkpointed and input is released by the checkpoints instead
-        (:mod:`scabbard.ft.recovery` sets it up).
+    def run(self, feed, sink: Sink, metrics_log: str | Path | None = None,
+            on_sample=None, metrics: Metrics | None = None,
+            listener: AssemblyListener | None = None, resume: Resume | None = None,
+            emit_after: int = INT64_MIN) -> RunReport:
+        """Run until the feed ends; return throughput and latency figures.
+
+        ``feed``: a :class:`~scabbard.engine.ports.TaskFeed`, or a source (read through
+        :meth:`feed`).  ``listener`` hears of every assembled task and may mark tasks at
+        dispatch (checkpoints, GC: :mod:`scabbard.ft`); ``resume`` starts the assembly where a
+        checkpoint left it; results whose window ends at or before ``emit_after`` are not
+        emitted (they were committed before a failure).
         """
-        metrics = metrics or Metrics(source.schema.row_bytes, metrics_log,
+        if not hasattr(feed, "tasks"):
+            feed = self.feed(feed)
+        metrics = metrics or Metrics(feed.schema.row_bytes, metrics_log,
                                      self.config.metrics_interval, on_sample)
-        return _Execution(self, source, sink, metrics, pog, ft).run()
+        return _Execution(self, feed, sink, metrics, listener, resume, emit_after).run()
 
     @property
     def horizon_ms(self) -> int:
@@ -322,21 +327,15 @@ class Engine:
         return max(b.panes * b.slide_ms + b.slide_ms for b in self.plan.branches)
 
 
-@dataclass
-class FaultTolerance:
-    """What a fault-tolerant run adds: the operator state, the checkpoint controller, the
-    output's committed clock (results at or below its window end are dropped on replay),
-    and, when recovering, the state to resume from and the input offset to replay from."""
+@dataclass(slots=True)
+class _Job:
+    """A dispatched task: its number, what it runs on, and the marker it carries."""
 
-    state: object  # ft.QueryState
-    controller: object  # pog.CheckpointController
-    committed_window_end: int = INT64_MIN
-    resume: tuple | None = None  # (CheckpointRecord, edges per branch)
-    replay_from: int | None = None
-    # Flink-style aligned checkpoints (the paper's Flink++, Fig. 9): at a marker the dispatcher
-    # stops until every task before it is assembled and the state snapshot is taken (the
-    # barrier's alignment), instead of letting later tasks run past the marker
-    aligned: bool = False
+    seq: int
+    batch: Batch
+    ingest_time: float
+    marker: object = None
+    source_tuples: int | None = None
 
 
 class _Execution:
@@ -348,18 +347,14 @@ class _Execution:
     them sequentially from its window state.
     """
 
-    def __init__(self, engine: Engine, source, sink: Sink, metrics: Metrics,
-                 pog: POG | None = None, ft: FaultTolerance | None = None):
-        self.engine, self.source, self.sink, self.metrics = engine, source, sink, metrics
-        self.pog, self.ft = pog, ft
+    def __init__(self, engine: Engine, feed, sink: Sink, metrics: Metrics,
+                 listener: AssemblyListener | None = None, resume: Resume | None = None,
+                 emit_after: int = INT64_MIN):
+        self.engine, self.feed, self.sink, self.metrics = engine, feed, sink, metrics
+        self.listener, self.resume, self.emit_after = listener, resume, emit_after
+        self.clocked = isinstance(sink, ClockedWriter)
         self.next_seq = 0  # the dispatcher's task numbering
         self.clock = {"input_end": 0, "window_end": INT64_MIN}  # of the last emitted result
-        self.replay_last = -1  # the last task replayed from the p-stream on recovery
-        if ft is not None:
-            ft.state.output_clock = lambda: dict(self.clock)
-            ft.controller.running = lambda: self.error is None
-        self.ingress = pog.streams.get(INGRESS) if pog is not None else None
-        self.assembled: deque[tuple[int, int]] = deque()  # (last ts, end offset) per task
         self.plan = engine.plan
         self.assemblers = [_BranchAssembler(b) for b in self.plan.branches]
         workers = engine.config.workers
@@ -370,8 +365,8 @@ class _Execution:
         self.window = threading.Semaphore(depth + 2 * workers)
         self.lock = threading.Lock()  # guards the dictionaries below
         self.assembly_lock = threading.Lock()
-        self.results: dict[int, _TaskResult] = {}  # finished fragments, not yet assembled
-        self.tails: dict[int, _TaskResult] = {}  # long tasks whose next boundary is not done
+        self.results: dict[int, TaskResult] = {}  # finished fragments, not yet assembled
+        self.tails: dict[int, TaskResult] = {}  # long tasks whose next boundary is not done
         self.boundaries: dict[int, dict] = {}  # boundary k -> result columns
         self.claimed: set[int] = set()
         self.next = 0
@@ -380,7 +375,7 @@ class _Execution:
         self.barrier: threading.Event | None = None  # aligned checkpoints: the marker's task
 
     # -- workers -----------------------------------------------------------------------------
-    def _claim(self, r: _TaskResult) -> list[tuple[_TaskResult, _TaskResult]]:
+    def _claim(self, r: TaskResult) -> list[tuple[TaskResult, TaskResult]]:
         """Boundaries this finished task completes (call with the lock held)."""
         if not r.long:
             return []
@@ -395,7 +390,7 @@ class _Execution:
             jobs.append((r, nxt))
         return jobs
 
-    def _compute_boundary(self, prev: _TaskResult, cur: _TaskResult) -> None:
+    def _compute_boundary(self, prev: TaskResult, cur: TaskResult) -> None:
         cols = self.engine._boundary(prev, cur)
         with self.lock:
             self.boundaries[cur.seq] = cols
@@ -407,10 +402,10 @@ class _Execution:
             if item is None:
                 return
             try:
-                r = self.engine._fragment(*item[:3])
-                r.marker = item[3]
-                if item[4] is not None:  # source tuples, when push-up dropped some
-                    r.tuples = item[4]
+                r = self.engine._fragment(item.seq, item.batch, item.ingest_time)
+                r.marker = item.marker
+                if item.source_tuples is not None:  # when push-up dropped some
+                    r.tuples = item.source_tuples
                 with self.lock:
                     self.results[r.seq] = r
                     if r.long:
@@ -421,27 +416,27 @@ class _Execution:
                 self.drain()
             except BaseException as e:  # surface in run(); stop the source
                 self.error = e
-                self.source.stop()
+                self.feed.stop()
                 return
 
     # -- ordered assembly ----------------------------------------------------------------------
     def emit(self, cols: dict[str, np.ndarray], input_end: int = 0) -> int:
         we = cols["window_end"]
-        if self.ft is not None and len(we) and we[0] <= self.ft.committed_window_end:
-            keep = we > self.ft.committed_window_end  # committed before the failure: a duplicate
+        if len(we) and we[0] <= self.emit_after:
+            keep = we > self.emit_after  # committed before a failure: a duplicate
             cols = {k: v[keep] for k, v in cols.items()}
             we = cols["window_end"]
         n = len(we)
         if n:
             batch = self.engine._result_batch(cols)
             self.clock = {"input_end": input_end, "window_end": int(we[-1])}
-            if hasattr(self.sink, "write_clocked"):
+            if self.clocked:
                 self.sink.write_clocked(batch, self.clock)
             else:
                 self.sink.write(batch)
         return n
 
-    def _ready(self) -> _TaskResult | None:
+    def _ready(self) -> TaskResult | None:
         """The next task if it can be assembled now (with the lock held)."""
         r = self.results.get(self.next)
         if r is None:
@@ -455,7 +450,7 @@ class _Execution:
         del self.results[self.next]
         return r
 
-    def assemble(self, r: _TaskResult) -> None:
+    def assemble(self, r: TaskResult) -> None:
         rows = 0
         if r.long and self.prev_long:
             with self.lock:
@@ -475,29 +470,13 @@ class _Execution:
                 self.tails.pop(r.seq - 1, None)
         if r.internal is not None:
             rows += self.emit(r.internal, r.end_offset)
-        if self.ft is not None:
-            self.ft.state.after_task(r)
-            if r.marker is not None:
-                self.ft.controller.on_marker(r.marker)
-                if self.barrier is not None:
-                    self.barrier.set()
-            if r.seq == self.replay_last:
-                self.metrics.event("recovery", phase="replayed", tasks=r.seq + 1)
-        elif self.ingress is not None:
-            self.release(r)
+        if self.listener is not None:
+            self.listener.assembled(r, dict(self.clock))
+            if r.marker is not None and self.barrier is not None:
+                self.barrier.set()
         self.prev_long = r.long
         self.window.release()
         self.metrics.record(r.tuples, time.perf_counter() - r.ingest_time, rows)
-
-    def release(self, r: _TaskResult) -> None:
-        """Feedback channel: input that no open window needs any more is released (GC)."""
-        self.assembled.append((r.last_ts, r.end_offset))
-        horizon = r.last_ts - self.engine.horizon_ms
-        upto = None
-        while self.assembled and self.assembled[0][0] < horizon:
-            upto = self.assembled.popleft()[1]
-        if upto is not None:
-            self.pog.send_release(INGRESS, READER, upto)
 
     def drain(self) -> None:
         while True:
@@ -520,7 +499,7 @@ class _Execution:
                     return
 
     # -- the run -------------------------------------------------------------------------------
-    def submit(self, item) -> bool:
+    def submit(self, item: _Job) -> bool:
         """Queue a task once the assembly window has room; False if the run failed."""
         while not self.window.acquire(timeout=0.1):
             if self.error is not None:
@@ -531,140 +510,62 @@ class _Execution:
         return True
 
     def dispatch(self, batch: Batch, ingest: float, tuples: int | None = None) -> bool:
-        """Number the task, attach a checkpoint marker if one is due, queue it.
+        """Number the task, attach the listener's marker if it has one, queue it.
         ``tuples``: the source tuples it stands for (when push-up dropped some)."""
-        marker = self.ft.controller.marker() if self.ft is not None else None
+        marker = self.listener.marker() if self.listener is not None else None
         seq = self.next_seq
         self.next_seq += 1
-        if marker is None or not self.ft.aligned:
-            return self.submit((seq, batch, ingest, marker, tuples))
+        job = _Job(seq, batch, ingest, marker, tuples)
+        if marker is None or not self.listener.align:
+            return self.submit(job)
         t0 = time.perf_counter()
         self.barrier = threading.Event()
-        if not self.submit((seq, batch, ingest, marker, tuples)):
+        if not self.submit(job):
             return False
         while not self.barrier.wait(0.1):  # alignment: the pipeline drains up to the marker
             if self.error is not None:
                 return False
-            self.ft.controller.check()
         self.barrier = None
-        self.metrics.event("alignment", id=marker.checkpoint_id,
+        self.metrics.event("alignment", id=getattr(marker, "checkpoint_id", None),
                            ms=round((time.perf_counter() - t0) * 1e3, 3))
         return True
 
-    def restore(self) -> None:
-        """Resume from a checkpoint: its task is the one before the next, as if just assembled
-        (a long task whose tail is the saved partials)."""
-        rec, edges = self.ft.resume
-        last_pane, last_ts = rec.operator["last_pane"], rec.operator["last_ts"]
-        prev = _TaskResult(rec.seq, 0, 0.0, last_pane, last_pane, True, [], edges, None,
-                           rec.input_end, last_ts)
-        self.tails[rec.seq] = prev
+    def restore(self, at: Resume) -> None:
+        """Start after task ``at.seq``, as if it had just been assembled (a long task whose
+        tail is the saved partials)."""
+        prev = TaskResult(at.seq, 0, 0.0, at.last_pane, at.last_pane, True, [], at.edges,
+                           None, at.input_end, at.last_ts)
+        self.tails[at.seq] = prev
         self.prev_long = True
-        for a, e in zip(self.assemblers, edges, strict=True):
-            a.pending = (e, last_pane)
-        self.ft.state.restore(rec.seq, rec.input_end, last_pane, last_ts, edges)
-        self.next = self.next_seq = rec.seq + 1
-        self.clock = dict(rec.output) or self.clock
-
-    def replay(self) -> None:
-        """Recovery: the persisted input after the checkpoint, read back, as tasks."""
-        start = self.ft.replay_from
-        now = time.perf_counter()
-        half = (start + self.ingress.end) // 2
-        for u in self.ingress.load_stream(start):
-            if u.offset <= half < u.offset + len(u):
-                crashpoint("recovery_replay")
-            source_end = u.vector_clock[0]  # differs from u.end after push-up
-            if not self.dispatch(u.batch, self.source.arrival_time(source_end - len(u), len(u),
-                                                                   now)):
-                return
-        self.replay_last = self.next_seq - 1
-        self.metrics.event("recovery", phase="replay_dispatched", offset=self.ingress.end,
-                           tasks=self.next_seq)
-
-    def prepared(self, compress=None):
-        """Source batches as tasks see them: the operators push-up moved below the ingress
-        p-stream applied (σ, π), then ``compress``, on a pool of threads, delivered in order
-        as ``(source batch, batch, source tuples, stored columns)``.  A batch nothing survived
-        is skipped; its tuples count with the next."""
-        reduce = self.engine.reduce
-        if reduce is None and compress is None:
-            for sb in self.source.batches():
-                yield sb, sb.batch, None, None
-            return
-
-        def job(sb):
-            b = reduce(sb.batch) if reduce is not None else sb.batch
-            return b, tuple(compress(b)) if compress is not None and len(b) else None
-
-        workers = self.engine.config.workers
-        window: deque = deque()
-
-        def in_order(pool):
-            for sb in self.source.batches():
-                window.append((sb, pool.submit(job, sb)))
-                while window and (len(window) > 2 * workers or window[0][1].done()):
-                    yield window.popleft()
-            while window:
-                yield window.popleft()
-
-        skipped = 0
-        with ThreadPoolExecutor(workers, thread_name_prefix="persist") as pool:
-            try:
-                for sb, fut in in_order(pool):
-                    b, stored = fut.result()
-                    skipped += len(sb.batch)
-                    if len(b):
-                        yield sb, b, skipped if reduce is not None else None, stored
-                        skipped = 0
-            finally:
-                for _, fut in window:
-                    fut.cancel()
-
-    def feed_persistent(self) -> None:
-        """Source -> ingress p-stream (retain marker, persisted) -> tasks, once acknowledged."""
-        ingest = {}
-
-        def batches():
-            for sb, b, tuples, stored in self.prepared(self.ingress.compress):
-                if self.error is not None:
-                    return
-                ingest[sb.seq] = (sb.ingest_time, tuples)
-                yield sb.seq, b, sb.batch.end if tuples is not None else None, stored
-
-        def deliver(u) -> bool:
-            return self.dispatch(u.batch, *ingest.pop(u.batch_id))
-
-        self.pog.persist_ingress(INGRESS, READER, batches(), deliver, operator=self)
+        for a, e in zip(self.assemblers, at.edges, strict=True):
+            a.pending = (e, at.last_pane)
+        self.next = self.next_seq = at.seq + 1
+        self.clock = dict(at.clock) or self.clock
 
     def run(self) -> RunReport:
         engine, metrics = self.engine, self.metrics
         cfg = engine.config
-        batch_rows = getattr(self.source, "batch_rows", 0)
         self.sink.open(engine.schema)
         threads = [threading.Thread(target=self.worker, name=f"worker-{i}", daemon=True)
                    for i in range(cfg.workers)]
-        engine.warm_up(self.source.peek())
-        metrics.start(query=engine.query.name, workers=cfg.workers, batch_rows=batch_rows)
+        engine.warm_up(self.feed.peek())
+        metrics.start(query=engine.query.name, workers=cfg.workers,
+                      batch_rows=self.feed.batch_rows)
         for t in threads:
             t.start()
-        if self.ft is not None:
-            if self.ft.resume is not None:
-                self.restore()
-            self.ft.controller.start()
+        if self.resume is not None:
+            self.restore(self.resume)
         try:
-            if self.ingress is None:
-                for sb, b, tuples, _ in self.prepared():
-                    if not self.dispatch(b, sb.ingest_time, tuples):
-                        break
-            else:
-                if self.ft is not None and self.ft.replay_from is not None:
-                    self.replay()
-                self.feed_persistent()
+            if self.listener is not None:
+                self.listener.start(lambda: self.error is None)
+            for task in self.feed.tasks():
+                if self.error is not None or not self.dispatch(task.batch, task.ingest_time,
+                                                               task.source_tuples):
+                    break
         except BaseException as e:  # the dispatcher failed (e.g. fault tolerance: fail-stop)
             if self.error is None:
                 self.error = e
-            self.source.stop()
+            self.feed.stop()
         finally:
             for _ in threads:
                 self.tasks.put(None)
@@ -675,25 +576,25 @@ class _Execution:
         self.drain()
         if self.results:
             raise RuntimeError(f"tasks {sorted(self.results)} were never assembled")
-        # end of stream: the open windows are final.  A fault-tolerant run stopped early (by
-        # duration) is not at the end of its stream: it continues with --recover.
-        if self.ft is None or getattr(self.source, "exhausted", True):
+        # end of stream: the open windows are final.  A run stopped early (by duration) is not
+        # at the end of its stream: a fault-tolerant one continues with --recover.
+        if self.listener is None or self.feed.exhausted:
             final = self.plan.post([b.finalize(a.flush()) for b, a in
                                     zip(self.plan.branches, self.assemblers, strict=True)])
             metrics.add_result_rows(self.emit(final, self.clock["input_end"]))
-        if self.ft is not None:
+        if self.listener is not None:
             try:
-                self.ft.controller.stop()  # raises if the machinery failed (fail-stop)
+                self.listener.stop(failed=False)  # may raise (fault tolerance: fail-stop)
             except BaseException as e:
                 self.error = e
                 self._fail()
         self.sink.close()
-        return RunReport(engine.query.name, metrics.stop(), batch_rows, cfg.workers)
+        return RunReport(engine.query.name, metrics.stop(), self.feed.batch_rows, cfg.workers)
 
     def _fail(self) -> None:
         """Stop everything and raise the run's error; the sink commits nothing more."""
-        if self.ft is not None:
-            self.ft.controller.stop(wait=False)
+        if self.listener is not None:
+            self.listener.stop(failed=True)
         try:
             self.sink.close()
         finally:

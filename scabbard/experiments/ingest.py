@@ -28,10 +28,11 @@ import pandas as pd
 
 from scabbard import queries, workloads
 from scabbard.data import Dataset
-from scabbard.engine import Engine, EngineConfig, NullSink, ReplaySource, run_query
+from scabbard.engine import Engine, EngineConfig, NullSink, ReplaySource
 from scabbard.engine.metrics import percentiles_ms
 from scabbard.experiments import finish
 from scabbard.experiments import scratch as scratch_dir
+from scabbard.ft.ingress import run_persisted
 from scabbard.peers import broker, synclog
 from scabbard.pog import POG, PUnit
 from scabbard.storage import BlockManager, StorageConfig
@@ -175,8 +176,8 @@ def _measure(q: str, settings: Settings, scratch: Path, bw, node) -> tuple[dict,
         cfg = EngineConfig(workers=settings.workers)
         for persist in (False, True):
             store = scratch / f"{q}-run" if persist else None
-            rep = run_query(queries.get(q), ds, NullSink(), cfg, duration=settings.seconds,
-                            storage=store)
+            rep = run_persisted(queries.get(q), ds, store, NullSink(), cfg,
+                                duration=settings.seconds)
             key = "query_persisted" if persist else "query_memory"
             row[f"{key}_tuples_per_s"] = rep.summary.tuples_per_s
             row[f"{key}_p50_ms"] = rep.summary.latency_ms["p50"]

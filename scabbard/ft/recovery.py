@@ -39,17 +39,11 @@ from pathlib import Path
 from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
 from scabbard.engine.metrics import Metrics
-from scabbard.engine.runtime import (
-    INGRESS,
-    MIN_BATCH,
-    READER,
-    Engine,
-    EngineConfig,
-    FaultTolerance,
-    RunReport,
-    _Edges,
-)
+from scabbard.engine.ports import Resume
+from scabbard.engine.runtime import MIN_BATCH, Edges, Engine, EngineConfig, RunReport
 from scabbard.engine.sources import ReplaySource
+from scabbard.ft.checkpointing import CheckpointListener
+from scabbard.ft.ingress import INGRESS, READER, PersistedFeed, ReplayFeed, ingress_stream
 from scabbard.ft.sinks import ExactlyOnceSink
 from scabbard.ft.state import QueryState
 from scabbard.pog import POG
@@ -169,8 +163,9 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
     when this process should take over (a warm standby, started ahead of a failure, waits
     there - see :class:`scabbard.ft.controller.Controller`).
 
-    ``aligned``: Flink-style aligned checkpoints (see :class:`FaultTolerance`); the paper's
-    Flink++ pairs them with the transactional sink.  ``wrap_source(source)``: a source in
+    ``aligned``: Flink-style aligned checkpoints (at a marker the dispatcher waits until
+    every task before it is assembled and the state snapshotted); the paper's Flink++ pairs
+    them with the transactional sink.  ``wrap_source(source)``: a source in
     front of the replay (e.g. :class:`scabbard.peers.synclog.LoggedSource`, Flink++'s stream
     persistence through Kafka++).  ``io``: the file operations (a
     :class:`~scabbard.storage.fileio.RecordingIO` for the crash-state explorer);
@@ -224,10 +219,8 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                                       on_event=metrics.event,
                                       **({"interval": compression_interval}
                                          if scheme == "adaptive" else {}))
-        ingress = pog.pstream(INGRESS, engine.input_schema, max_units=64,
-                              max_bytes=8 * bm.config.bulk_bytes,
-                              compress=compress) if persist_input else None
-        state = QueryState(engine.plan.branches, bm, _Edges)
+        ingress = ingress_stream(pog, engine, compress) if persist_input else None
+        state = QueryState(engine.plan.branches, bm, Edges)
         store = CheckpointStore(storage / "checkpoints", io=io, durability=durable)
         if recover:
             resume, replay_from, skipped = _resume(storage, store, state, bm, ingress, sink)
@@ -245,16 +238,28 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
             release=(lambda off: pog.send_release(INGRESS, READER, off)) if persist_input else None,
             trim_state=state.trim, on_event=metrics.event,
             resumed=resume[0] if resume else None, every_tasks=every_tasks)
+        at = None
+        if resume is not None:  # the assembly starts where the checkpoint left it
+            rec, edges = resume
+            last_pane, last_ts = rec.operator["last_pane"], rec.operator["last_ts"]
+            state.restore(rec.seq, rec.input_end, last_pane, last_ts, edges)
+            at = Resume(rec.seq, rec.input_end, last_pane, last_ts, edges, rec.output)
+        listener = CheckpointListener(state, controller, metrics, align=aligned,
+                                      first_seq=at.seq + 1 if at is not None else 0)
         # with persisted input: replay what is stored, then continue the source after it;
         # without: the source itself starts again at the checkpoint's offset
-        ft = FaultTolerance(state, controller, committed, resume,
-                            replay_from if persist_input else None, aligned=aligned)
         source_start = _source_position(ingress) if persist_input else (replay_from or 0)
         source = ReplaySource(dataset, run["batch_rows"], rate=run["rate"], duration=duration,
                               max_tuples=run["max_tuples"], loop=run.get("loop", True),
                               start=source_start, started_at=run["started_at"])
         if wrap_source is not None:
             source = wrap_source(source)
+        feed = engine.feed(source)
+        if persist_input:
+            feed = PersistedFeed(pog, engine, source)
+            if recover:
+                feed = ReplayFeed(ingress, replay_from, feed, source,
+                                  lambda n: listener.replayed(n, ingress.end))
 
         def on_start() -> None:
             for name, at in phases.items():
@@ -269,7 +274,8 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                               skipped=skipped)
 
         metrics.on_start = on_start
-        report = engine.run(source, sink, pog=pog, ft=ft, metrics=metrics)
+        report = engine.run(feed, sink, metrics=metrics, listener=listener, resume=at,
+                            emit_after=committed)
         if source.exhausted:
             write_atomic(io, storage / RUN_FILE,
                          json.dumps(dict(run, completed=time.time()), indent=1).encode(), durable)

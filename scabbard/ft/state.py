@@ -46,10 +46,10 @@ class QueryState(FTOperator):
         self.sids = [storage.stream(s.name, s) for s in self.schemas]
         self.recent: list[list] = [[] for _ in branches]
         self.seq, self.last_pane, self.last_ts = -1, 0, 0
-        self.output_clock = lambda: {}
+        self.clock: dict = {}  # the output's clock after the last assembled task
 
     # -- tracking (assembly thread) -------------------------------------------------------------
-    def after_task(self, r) -> None:
+    def after_task(self, r, clock: dict | None = None) -> None:
         for i, b in enumerate(self.branches):
             if r.long:
                 self.recent[i] = [r.tails[i]]
@@ -61,6 +61,8 @@ class QueryState(FTOperator):
                 self.recent[i] = keep
         self.seq, self.pv_in, self.last_pane, self.last_ts = (r.seq, r.end_offset, r.last_pane,
                                                               r.last_ts)
+        if clock is not None:
+            self.clock = clock
 
     def restore(self, seq: int, input_end: int, last_pane: int, last_ts: int, edges: list) -> None:
         self.recent = [[e] for e in edges]
@@ -68,7 +70,7 @@ class QueryState(FTOperator):
 
     # -- FTOperator -----------------------------------------------------------------------------
     def prepare_checkpoint(self, marker: Marker) -> Snapshot:
-        return Snapshot(self.seq, self.pv_in, self.output_clock(),
+        return Snapshot(self.seq, self.pv_in, dict(self.clock),
                         [list(r) for r in self.recent],
                         {"last_pane": self.last_pane, "last_ts": self.last_ts,
                          "checkpoint_id": marker.checkpoint_id})

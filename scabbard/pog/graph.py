@@ -8,7 +8,7 @@ persistent-streams layer needs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from scabbard.batch import Batch
 from scabbard.pog.markers import Marker, MarkerKind
@@ -41,47 +41,45 @@ class POG:
         self.released[stream] = offset
         return self.streams[stream].trim_from(reader, offset, is_persistent=True)
 
-    def persist_ingress(self, stream: str, reader: str, batches: Iterable[tuple[int, Batch]],
-                        deliver: Callable[[PUnit], bool], operator=None) -> bool:
+    def persisted(self, stream: str, reader: str, batches: Iterable[tuple],
+                  operator=None) -> Iterator[PUnit]:
         """Write ``batches`` (batch id, batch, source end, stored) into the ingress p-stream
-        ``stream``, each behind a retain marker, and hand every p-unit to ``deliver`` once
-        it is stored.  The *source end* - how far into the source the p-unit reflects, its
-        vector clock - differs from the p-stream's own offsets when operators moved below
-        the p-stream (push-up) dropped tuples; None means "the p-unit's end".  ``stored``:
-        the batch's columns already compressed (see :meth:`PUnit.compress`), or None.
+        ``stream``, each behind a retain marker, and yield every p-unit once it is stored, in
+        order.  The *source end* - how far into the source the p-unit reflects, its vector
+        clock - differs from the p-stream's own offsets when operators moved below the
+        p-stream (push-up) dropped tuples; None means "the p-unit's end".  ``stored``: the
+        batch's columns already compressed (see :meth:`PUnit.compress`), or None.
 
-        Writing runs ahead of delivery by what the stream holds in memory
+        Writing runs ahead of the consumer by what the stream holds in memory
         (``max_units``/``max_bytes``), so disk writes and downstream work overlap.
-        ``deliver`` returns False to stop; so does this function then.
         """
         s = self.streams[stream]
         offset = s.end
         s.subscribe(operator, reader, offset)
         waiting = 0
-
-        def take(block: bool) -> bool | None:
-            nonlocal waiting
-            u = s.read(reader, timeout=None if block else 0)
-            if u is None:
-                return None
-            waiting -= 1
-            return deliver(u)
-
         for batch_id, b, source_end, stored in batches:
             clock = (offset + len(b) if source_end is None else source_end,)
             unit = PUnit(stream, batch_id, Batch(b.schema, b.columns, offset), clock,
                          stored=stored)
             while waiting and not s.has_room(b.column_bytes):
-                if take(block=True) is False:
-                    return False
+                waiting -= 1
+                yield s.read(reader, timeout=None)
             self.insert_retain_marker(stream)
             s.write(unit, batch_id, offset)
             waiting += 1
             offset = unit.end
-            while (more := take(block=False)) is not None:
-                if more is False:
-                    return False
+            while waiting and (u := s.read(reader, timeout=0)) is not None:
+                waiting -= 1
+                yield u
         while waiting:
-            if take(block=True) is False:
+            waiting -= 1
+            yield s.read(reader, timeout=None)
+
+    def persist_ingress(self, stream: str, reader: str, batches: Iterable[tuple],
+                        deliver: Callable[[PUnit], bool], operator=None) -> bool:
+        """:meth:`persisted`, handing every stored p-unit to ``deliver``; ``deliver`` returns
+        False to stop, and so does this function then."""
+        for u in self.persisted(stream, reader, batches, operator):
+            if deliver(u) is False:
                 return False
         return True

@@ -268,7 +268,8 @@ def measure_fault_tolerance(query: str, scale: str = "small", data_dir: str | Pa
     then the run recovered for real by a new process (:func:`measure_recovery`)."""
     from scabbard import queries
     from scabbard.engine import EngineConfig
-    from scabbard.engine.runtime import INGRESS, _Edges
+    from scabbard.engine.runtime import Edges
+    from scabbard.ft.ingress import INGRESS
     from scabbard.ft.recovery import run_fault_tolerant
     from scabbard.ft.sinks import ClockedSink
     from scabbard.ft.state import QueryState
@@ -290,7 +291,7 @@ def measure_fault_tolerance(query: str, scale: str = "small", data_dir: str | Pa
         with BlockManager(folder / "storage") as bm:
             pog = POG(bm)
             ingress = pog.pstream(INGRESS, engine.input_schema)
-            state = QueryState(engine.plan.branches, bm, _Edges)
+            state = QueryState(engine.plan.branches, bm, Edges)
             rec = CheckpointStore(folder / "storage" / "checkpoints").records()[0]
             t1 = time.perf_counter()
             state.load_state(rec)

@@ -116,13 +116,14 @@ def timed_run(query: str, ds, workers: int, rows: int, seconds: float,
     ``work_s``: the fragments, boundaries and assembly per *input* tuple (with push-up the
     tasks hold only what the pushed-up operators kept)."""
     from scabbard import queries
-    from scabbard.engine import EngineConfig, NullSink, run_query
+    from scabbard.engine import EngineConfig, NullSink
+    from scabbard.ft.ingress import run_persisted
 
     probe = Probe()
     with probe.patched():
-        rep = run_query(queries.get(query), ds, NullSink(),
-                        EngineConfig(workers=workers, batch_rows=rows), duration=seconds,
-                        storage=storage, compression=compression, push_up=push_up)
+        rep = run_persisted(queries.get(query), ds, storage, NullSink(),
+                            EngineConfig(workers=workers, batch_rows=rows), duration=seconds,
+                            compression=compression, push_up=push_up)
         cpu_total = _process_cpu_s() - (probe.cpu_at_start or _process_cpu_s())
     # the first fragment call is the engine's warm-up (a few rows, before the clock)
     frag, n = probe.cpu_s("fragment", skip=1)

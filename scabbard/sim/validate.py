@@ -110,13 +110,14 @@ def core_speed(cal: Calibration, query: str | None = None, log=print) -> float:
 
 def _real_run(query: str, ds, rc: RunConfig, seconds: float, folder: Path):
     from scabbard import queries
-    from scabbard.engine import EngineConfig, NullSink, run_query
+    from scabbard.engine import EngineConfig, NullSink
+    from scabbard.ft.ingress import run_persisted
 
     shutil.rmtree(folder, ignore_errors=True)
     with LoadMeter() as load:
-        rep = run_query(queries.get(query), ds, NullSink(), EngineConfig(workers=rc.workers),
-                        duration=seconds, storage=folder if rc.persist else None,
-                        compression=rc.compression)
+        rep = run_persisted(queries.get(query), ds, folder if rc.persist else None, NullSink(),
+                            EngineConfig(workers=rc.workers), duration=seconds,
+                            compression=rc.compression)
     shutil.rmtree(folder, ignore_errors=True)
     s = rep.summary
     return ({"tuples_per_s": s.tuples_per_s, "p50_ms": s.latency_ms["p50"],

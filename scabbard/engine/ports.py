@@ -1,0 +1,87 @@
+"""Where the engine core meets what wraps it (DESIGN.md §13): typed records and small ports.
+
+The core (dispatcher, workers, ordered assembly) knows nothing of files.  Persistence and
+fault tolerance (:mod:`scabbard.ft`) plug in here:
+
+* a :class:`TaskFeed` is what the dispatcher reads - a source, or input persisted before it
+  is processed, or stored input replayed after a crash;
+* an :class:`AssemblyListener` hears of every task in task order once its windows were
+  emitted, and may attach a marker to a task before it is dispatched (checkpoints, GC);
+* a sink that is a :class:`ClockedWriter` receives each result batch with its clock;
+* a :class:`Resume` starts the assembly where a checkpoint left it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from scabbard.batch import Batch
+from scabbard.schema import Schema
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One batch for the fragment function, and where it came from."""
+
+    batch: Batch
+    ingest_time: float  # time.perf_counter() units: when its (median) tuple arrived
+    source_tuples: int | None = None  # the source tuples it stands for, if fewer survived
+    source_end: int | None = None  # the source offset one past it (None: ``batch.end``)
+    seq: int = 0  # the feed's own numbering
+    stored: tuple | None = None  # the batch's columns compressed, for a feed that persists
+
+
+class TaskFeed(Protocol):
+    """What the dispatcher reads, in order."""
+
+    schema: Schema
+    batch_rows: int
+    exhausted: bool  # the stream ended (it was not stopped early)
+
+    def peek(self) -> Batch: ...
+
+    def tasks(self) -> Iterator[Task]: ...
+
+    def stop(self) -> None: ...
+
+
+class AssemblyListener(Protocol):
+    """Hears of every task once assembled, in task order; may mark tasks at dispatch."""
+
+    align: bool  # the dispatcher waits at a marked task until it is assembled (a barrier)
+
+    def start(self, running) -> None:
+        """The run starts; ``running()`` is False once it failed."""
+
+    def marker(self) -> object | None:
+        """Before each task is dispatched: a marker for it to carry, or None."""
+
+    def assembled(self, result, clock: dict) -> None:
+        """Task ``result`` was assembled and its windows emitted; ``clock`` is the output's
+        ``{"input_end", "window_end"}`` after it."""
+
+    def stop(self, failed: bool) -> None:
+        """The run ends (``failed``: with an error); may raise its own error."""
+
+
+@runtime_checkable
+class ClockedWriter(Protocol):
+    """A sink that stores each result batch with the clock of what it reflects."""
+
+    def write_clocked(self, batch: Batch, clock: dict) -> None: ...
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Start as if task ``seq`` had just been assembled: its input ended at ``input_end``, its
+    last pane was ``last_pane``, and ``edges`` (per branch) are the pane partials the open
+    windows still need; ``clock`` is the output's clock at that point."""
+
+    seq: int
+    input_end: int
+    last_pane: int
+    last_ts: int
+    edges: list
+    clock: dict

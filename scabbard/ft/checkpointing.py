@@ -1,0 +1,43 @@
+"""Checkpoints as an assembly listener: how the checkpoint controller plugs into the engine.
+
+:class:`CheckpointListener` is the engine core's
+:class:`~scabbard.engine.ports.AssemblyListener` for a fault-tolerant run: at dispatch it
+hands out the controller's checkpoint markers; after each assembled task it updates the
+operator state (:class:`scabbard.ft.state.QueryState`) and, at a marked task, starts that
+checkpoint (Alg. 1); it reports the end of a recovery's replay; at the end of the run it
+stops the controller, whose error - if any part of the machinery failed - ends the run.
+With ``align`` the dispatcher waits at every marker until its task was assembled (Flink's
+aligned checkpoints, the paper's Flink++).
+"""
+
+from __future__ import annotations
+
+
+class CheckpointListener:
+    def __init__(self, state, controller, metrics, align: bool = False, first_seq: int = 0):
+        self.state, self.controller, self.metrics, self.align = state, controller, metrics, align
+        self.first_seq = first_seq  # the first task this run dispatches
+        self.replay_last = -1
+
+    def start(self, running) -> None:
+        self.controller.running = running
+        self.controller.start()
+
+    def marker(self):
+        return self.controller.marker()
+
+    def replayed(self, tasks: int, offset: int) -> None:
+        """The stored input after the checkpoint was handed out as ``tasks`` tasks."""
+        self.replay_last = self.first_seq + tasks - 1
+        self.metrics.event("recovery", phase="replay_dispatched", offset=offset,
+                           tasks=self.first_seq + tasks)
+
+    def assembled(self, r, clock: dict) -> None:
+        self.state.after_task(r, clock)
+        if r.marker is not None:
+            self.controller.on_marker(r.marker)
+        if r.seq == self.replay_last:
+            self.metrics.event("recovery", phase="replayed", tasks=r.seq + 1)
+
+    def stop(self, failed: bool) -> None:
+        self.controller.stop(wait=not failed)

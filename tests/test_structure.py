@@ -1,0 +1,53 @@
+"""The layering of DESIGN.md §2 and §13, read off the source with ``ast``: the engine core
+imports nothing of persistence or storage, and no ``scabbard`` modules import each other in
+a circle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import scabbard
+
+ROOT = Path(scabbard.__file__).parent
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in ROOT.rglob("*.py"):
+        parts = p.relative_to(ROOT.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def imports(module: str) -> set[str]:
+    """The ``scabbard`` modules ``module`` imports (anywhere in it, lazily too)."""
+    deps = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Import):
+            deps |= {_resolve(a.name) for a in node.names if a.name.startswith("scabbard")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.startswith("scabbard"):
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                deps.add(full if full in MODULES else _resolve(node.module))
+    deps.discard(module)
+    return deps
+
+
+def test_the_engine_core_imports_nothing_of_persistence_or_storage():
+    core = [m for m in MODULES if m == "scabbard.engine" or m.startswith("scabbard.engine.")]
+    assert len(core) >= 8
+    bad = {m: sorted(d for d in imports(m) if d.split(".")[1] in ("pog", "storage", "ft"))
+           for m in core}
+    assert not {m: d for m, d in bad.items() if d}, bad
