@@ -15,6 +15,7 @@ import json
 
 import pytest
 
+from scabbard.cli.sim import add_parser
 from scabbard.sim import (
     PAPER_SSD,
     Calibration,
@@ -27,7 +28,6 @@ from scabbard.sim import (
     save,
     simulate,
 )
-from scabbard.sim.cli import add_parser
 
 FAST_DISK = 1e9  # MB/s: never the bottleneck
 

@@ -51,3 +51,52 @@ def test_the_engine_core_imports_nothing_of_persistence_or_storage():
     bad = {m: sorted(d for d in imports(m) if d.split(".")[1] in ("pog", "storage", "ft"))
            for m in core}
     assert not {m: d for m, d in bad.items() if d}, bad
+
+
+def _cycles() -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    graph = {m: imports(m) for m in MODULES}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_scabbard_modules_import_each_other_in_a_circle():
+    assert _cycles() == []
+
+
+def test_the_check_finds_a_circle_where_there_is_one(monkeypatch):
+    """The cycle check can fail: two modules made to import each other are found."""
+    a, b = "scabbard.engine.sinks", "scabbard.engine.sources"
+    real = imports
+
+    def fake(m):
+        return real(m) | ({b} if m == a else {a} if m == b else set())
+
+    monkeypatch.setattr(__import__(__name__), "imports", fake)
+    assert [a, b] in _cycles()

@@ -354,7 +354,7 @@ class WhatIf:
         import matplotlib.pyplot as plt
         from IPython.display import display
 
-        from scabbard.sim.cli import describe
+        from scabbard.sim.report import describe
 
         self.out.clear_output(wait=True)
         with self.out:

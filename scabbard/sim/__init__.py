@@ -11,7 +11,8 @@
 * :mod:`scabbard.sim.model` - :func:`simulate` (SimPy, one event per task);
 * :mod:`scabbard.sim.calibrate` - the costs, measured on this machine with the real code;
 * :mod:`scabbard.sim.validate` - the real engine and the model side by side;
-* :mod:`scabbard.sim.cli` - ``scabbard sim calibrate|validate|run``.
+* :mod:`scabbard.cli.sim` - ``scabbard sim calibrate|validate|run``; :mod:`~scabbard.sim.report`
+  the predictions as text.
 """
 
 from scabbard.sim.config import (

@@ -59,7 +59,8 @@ def add_parser(subparsers) -> None:
 
 def _run_crash_states(args) -> int:
     from scabbard.check import Explorer, Settings
-    from scabbard.cli import CLIError, _query_dataset
+    from scabbard.cli.common import query_dataset
+    from scabbard.cli.errors import CLIError
 
     try:
         settings = Settings(args.query, sink=args.sink, durability=args.durability,
@@ -68,7 +69,7 @@ def _run_crash_states(args) -> int:
                             push_up=args.push_up, compression=args.compression)
     except ValueError as e:
         raise CLIError(str(e)) from None
-    ds = _query_dataset(args)
+    ds = query_dataset(args)
     t0 = time.perf_counter()
     print(f"recording a {args.tuples:,}-tuple run of {args.query} ({args.sink} sink, "
           f"{args.durability} durability) on {ds.path}, then exploring {args.states:,} crash "

@@ -1,0 +1,53 @@
+"""``scabbard data list|check``: the generated datasets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+# -- data --------------------------------------------------------------------------------------
+def add(sub) -> None:
+    p = sub.add_parser("data", help="list and check generated datasets",
+                       description="List generated datasets or validate one.")
+    dsub = p.add_subparsers(dest="data_cmd", required=True)
+    lp = dsub.add_parser("list", help="list datasets under a root folder")
+    lp.add_argument("--root", default="data", help="data root (default: data)")
+    lp.set_defaults(func=_run_data_list)
+    cp = dsub.add_parser("check", help="validate a dataset folder (manifest, schema, sizes)")
+    cp.add_argument("path", help="dataset folder, e.g. data/lrb/small")
+    cp.add_argument("--verify", action="store_true", help="also recompute every checksum")
+    cp.set_defaults(func=_run_data_check)
+
+
+def _run_data_list(args) -> int:
+    from scabbard.data import DatasetError, open_dataset
+
+    root = Path(args.root)
+    found = sorted(p.parent for p in root.glob("*/*/manifest.json"))
+    if not found:
+        print(f"no datasets under {root}/ (make them with `scabbard datagen`)")
+        return 0
+    print(f"{'dataset':<36} {'rows':>12} {'MB':>9}  checksum")
+    for path in found:
+        try:
+            ds = open_dataset(path)
+            print(f"{str(path.relative_to(root)):<36} {ds.rows:>12,} {ds.stream.nbytes / 1e6:>9.1f}  "
+                  f"{ds.checksum[:19]}")
+        except DatasetError as e:
+            print(f"{str(path.relative_to(root)):<36} INVALID: {e}")
+    return 0
+
+
+def _run_data_check(args) -> int:
+    from scabbard import workloads
+    from scabbard.data import open_dataset
+
+    ds = open_dataset(args.path)
+    try:
+        expected = workloads.get(ds.workload).SCHEMA
+    except workloads.UnknownWorkloadError:
+        expected = None
+    ds = open_dataset(args.path, schema=expected, verify=args.verify)
+    what = "checksums verified" if args.verify else "sizes and schema valid (--verify for checksums)"
+    print(f"{ds.path}: {ds.workload} {ds.rows:,} rows, {len(ds.tables)} side tables; {what}")
+    return 0

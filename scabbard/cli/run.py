@@ -1,0 +1,356 @@
+"""``scabbard run``, ``ingest``, ``explain``: a query on the engine (or Spark), with or
+without fault tolerance; pure persisted ingest; the plan before and after push-up."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from scabbard.cli.common import query_dataset, storage_dir
+from scabbard.cli.errors import CLIError
+
+MAX_INTERVAL = 86_400  # a checkpoint at least once a day
+
+
+# -- run ---------------------------------------------------------------------------------------
+def add_run(sub) -> None:
+    from scabbard.queries import NAMES
+
+    p = sub.add_parser(
+        "run",
+        help="run one of the paper's queries on a dataset",
+        description=(
+            "Run a query of the paper's Table 3 on a generated dataset with the engine (or with "
+            "Spark Structured Streaming), printing live throughput and latency and a final "
+            "summary.  Results (one row per window and group: window_start, window_end, keys, "
+            "aggregates) go to --out."
+        ),
+        epilog=(
+            "Without --duration or --max-tuples the dataset is read once (fault-tolerant runs "
+            "too); with either, it is replayed with shifted timestamps (as the paper's "
+            "benchmarks do) until the limit.  The default dataset is data/<workload>/small, "
+            "generated on first use; its manifest is checked on every run (sizes, schema), its "
+            "checksums with --verify.  A fault-tolerant run records its dataset's identity and "
+            "its settings in <storage>/run.json; --recover refuses other data or settings."
+        ),
+    )
+    p.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
+                   help=f"one of {', '.join(NAMES)}")
+    p.add_argument("--backend", choices=("scabbard", "spark"), default="scabbard")
+    p.add_argument("--data", metavar="DIR", help="dataset folder (default: data/<workload>/small)")
+    p.add_argument("--verify", action="store_true",
+                   help="recompute the dataset's checksums before running (reads every byte)")
+    p.add_argument("--out", metavar="PATH", help="write the results to a .parquet or .csv file")
+    p.add_argument("--workers", type=int, help="worker threads (default: one per core)")
+    p.add_argument("--rate", type=float, help="input rate limit, tuples per second")
+    p.add_argument("--duration", type=float, metavar="SECONDS",
+                   help="replay the dataset endlessly for this long (wall time)")
+    p.add_argument("--max-tuples", type=int, help="stop after this many input tuples")
+    p.add_argument("--batch", type=int, metavar="ROWS", help="tuples per task (default: per query)")
+    p.add_argument("--metrics-log", metavar="PATH", help="JSON-lines metrics log (live samples)")
+    p.add_argument("--metrics-interval", type=float, default=0.5, metavar="SECONDS",
+                   help="seconds between metrics samples (default 0.5)")
+    p.add_argument("--master", default="local[*]", help="Spark master for --backend spark")
+    p.add_argument("--persist-input", action="store_true",
+                   help="persist the ingress p-stream while the query runs (stored before "
+                        "processed; released input is garbage-collected)")
+    p.add_argument("--storage", metavar="DIR",
+                   help="storage folder for --persist-input / checkpoints (default: "
+                        "storage/<QUERY>-<time>)")
+    p.add_argument("--checkpoint-interval", type=float, metavar="SECONDS",
+                   help="fault tolerance: persist the input, checkpoint the operator every "
+                        "SECONDS, write exactly-once output to --output (implies --persist-input)")
+    p.add_argument("--durability", choices=("process", "machine"),
+                   help="with --checkpoint-interval: machine (the default) flushes everything a "
+                        "checkpoint record or an acknowledgement depends on to the device first "
+                        "(fdatasync after the O_DIRECT writes, directories fsynced): the run "
+                        "survives power loss; process only survives the engine being killed")
+    p.add_argument("--output", metavar="DIR",
+                   help="exactly-once output folder (with --checkpoint-interval or --recover)")
+    p.add_argument("--exactly-once", choices=("clocked", "transactional"), default="clocked",
+                   help="clocked: results stored at once with their vector clock, duplicates "
+                        "dropped on replay; transactional: two-phase commit with each checkpoint")
+    p.add_argument("--checkpoint-only", action="store_true",
+                   help="with --checkpoint-interval: checkpoint the operator state but do not "
+                        "persist the input; recovery requests the input again from the source "
+                        "(the paper's Scabbard-Chk)")
+    p.add_argument("--recover", action="store_true",
+                   help="continue the killed run in --storage (same query, data and --output)")
+    p.add_argument("--standby", action="store_true",
+                   help="with --recover: a warm standby - load the code, print 'standby: ready', "
+                        "wait for a line on stdin, then recover (exit quietly if stdin closes)")
+    p.add_argument("--push-up", action="store_true",
+                   help="persistence push-up (paper §3.4): selections and projections run "
+                        "before the ingress p-stream, which then stores only the tuples and "
+                        "attributes the query needs (see 'scabbard explain')")
+    p.add_argument("--compression", choices=("none", "default", "adaptive"),
+                   help="compress the persisted p-stream per column (§5): default = the "
+                        "paper's starting scheme (delta-of-delta timestamps, Simple-8b ints, "
+                        "XOR floats); adaptive = profile and switch codecs while running "
+                        "(default none; a recovery takes the run's own)")
+    p.add_argument("--compression-interval", type=float, default=4.0, metavar="SECONDS",
+                   help="with --compression adaptive: seconds between re-selections (default 4, "
+                        "the paper's)")
+    p.add_argument("--lossy-decimals", type=int, metavar="N",
+                   help="with --compression: store float columns with N decimals (error "
+                        "<= 0.5e-N), as integers; batches that cannot be (NaN, inf) fall back "
+                        "to lossless XOR")
+    p.add_argument("--quiet", action="store_true", help="no live progress lines")
+    p.set_defaults(func=_run_query)
+
+
+
+
+def add_ingest(sub) -> None:
+    from scabbard.queries import NAMES
+
+    p = sub.add_parser(
+        "ingest",
+        help="measure pure ingest with persistence (no query processing)",
+        description=(
+            "Replay the query's dataset endlessly into its ingress p-stream in the query's batch "
+            "size; every p-unit is persisted (O_DIRECT, bulk writes) before it is readable, and "
+            "released right after it is read, so the file pool is reused.  Prints tuples/s and "
+            "MB/s written to disk."
+        ),
+    )
+    p.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
+                   help=f"one of {', '.join(NAMES)}")
+    p.add_argument("--data", metavar="DIR", help="dataset folder (default: data/<workload>/small)")
+    p.add_argument("--storage", metavar="DIR", help="storage folder (default: storage/<QUERY>-<time>)")
+    p.add_argument("--duration", type=float, default=5.0, metavar="SECONDS",
+                   help="how long to ingest (default 5)")
+    p.add_argument("--batch", type=int, metavar="ROWS", help="tuples per p-unit (default: per query)")
+    p.set_defaults(func=_run_ingest)
+
+
+def add_explain(sub) -> None:
+    from scabbard.queries import NAMES
+
+    p = sub.add_parser(
+        "explain",
+        help="show a query's plan before and after persistence push-up, and bytes persisted",
+        description=(
+            "Print the query's logical plan with the ingress p-stream where it persists: before "
+            "persistence push-up (right after the source: every attribute of every tuple) and "
+            "after it (paper §3.4: selections, projections and compression moved below the "
+            "p-stream; stateful operators never move).  Then the bytes persisted per input "
+            "tuple for each, measured on the first --sample tuples of the dataset: the "
+            "selectivity of the moved selections, and the paper's default compression scheme "
+            "(lossless, and with --lossy-decimals for float columns)."
+        ),
+    )
+    p.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
+                   help=f"one of {', '.join(NAMES)}")
+    p.add_argument("--data", metavar="DIR",
+                   help="dataset to measure on (default: data/<workload>/small if generated)")
+    p.add_argument("--sample", type=int, default=1 << 20, metavar="TUPLES",
+                   help="tuples to measure on (default 1,048,576)")
+    p.add_argument("--lossy-decimals", type=int, default=2, metavar="N",
+                   help="also show floats stored with N decimals (default 2; -1: do not)")
+    p.set_defaults(func=_run_explain)
+
+
+def _run_explain(args) -> int:
+    from scabbard import queries, workloads
+    from scabbard.data import dataset_path, open_dataset
+    from scabbard.engine.pushup import explain, footprint
+
+    if args.sample < 1:
+        raise CLIError(f"--sample must be >= 1, got {args.sample}")
+    query = queries.get(args.query)
+    workload = queries.workload_of(args.query)
+    path = args.data or dataset_path("data", workload, "small")
+    ds = None
+    if args.data or (Path(path) / "manifest.json").is_file():
+        ds = open_dataset(path, schema=workloads.get(workload).SCHEMA)
+    decimals = None if args.lossy_decimals < 0 else args.lossy_decimals
+    print(explain(query, footprint(query, ds, rows=args.sample, lossy_decimals=decimals)))
+    if ds is None:
+        print(f"(no dataset at {path}: generate one with 'scabbard datagen {workload}' or pass "
+              f"--data to measure selectivity and compression)")
+    return 0
+
+
+def _run_ingest(args) -> int:
+    from scabbard.experiments.ingest import ingest
+
+    if not args.duration > 0:
+        raise CLIError(f"--duration must be positive, got {args.duration}")
+    ds = query_dataset(args)
+    store = storage_dir(args, args.query)
+    print(f"ingest of {ds.path} for {args.query} into {store} for {args.duration:g} s", flush=True)
+    r = ingest(args.query, ds, store, args.duration, batch_rows=args.batch,
+               progress=lambda n, t: print(f"  {t:6.1f} s  {n / t / 1e6:8.2f} M tuples/s",
+                                           flush=True))
+    print(f"\n{args.query} ingest: {r.tuples:,} tuples in {r.seconds:.2f} s = "
+          f"{r.tuples_per_s / 1e6:.2f} M tuples/s, {r.disk_mb_s:,.0f} MB/s to disk "
+          f"({r.row_mb_s:,.0f} MB/s of {r.row_bytes}-byte rows), {r.io_mode}; "
+          f"pool {r.pool_bytes / 1e6:.0f} MB in {store}")
+    return 0
+
+
+def _run_query(args) -> int:
+    from scabbard import queries
+
+    query = queries.get(args.query)
+    for flag in ("workers", "batch", "max_tuples"):
+        v = getattr(args, flag)
+        if v is not None and v < 1:
+            raise CLIError(f"--{flag.replace('_', '-')} must be >= 1, got {v}")
+    for flag in ("rate", "duration"):
+        v = getattr(args, flag)
+        if v is not None and not v > 0:
+            raise CLIError(f"--{flag} must be positive, got {v}")
+    if not args.metrics_interval > 0:
+        raise CLIError(f"--metrics-interval must be positive, got {args.metrics_interval}")
+    if args.out and not args.out.endswith((".parquet", ".csv")):
+        raise CLIError(f"--out {args.out}: use a .parquet or .csv file name")
+    ft = args.checkpoint_interval is not None or args.recover
+    if args.durability and not ft:
+        raise CLIError("--durability goes with --checkpoint-interval (or --recover)")
+    if args.storage and not (args.persist_input or ft):
+        raise CLIError("--storage is the folder for --persist-input; add --persist-input")
+    if ft and not args.output:
+        raise CLIError("fault tolerance needs an --output folder for exactly-once results")
+    if ft and not args.storage:
+        raise CLIError("fault tolerance needs a --storage folder (to recover from it later)")
+    if args.output and not ft:
+        raise CLIError("--output is the exactly-once folder; add --checkpoint-interval")
+    if args.standby and not args.recover:
+        raise CLIError("--standby goes with --recover")
+    if args.checkpoint_only and not ft:
+        raise CLIError("--checkpoint-only goes with --checkpoint-interval")
+    if args.checkpoint_only and args.persist_input:
+        raise CLIError("--checkpoint-only and --persist-input contradict each other")
+    reduces = args.push_up or args.compression not in (None, "none")
+    if reduces and not (args.persist_input or ft):
+        raise CLIError("--push-up and --compression reduce the persisted input: add "
+                       "--persist-input or --checkpoint-interval")
+    if reduces and args.checkpoint_only:
+        raise CLIError("--checkpoint-only persists no input: --push-up and --compression "
+                       "have nothing to reduce")
+    if not args.compression_interval > 0:
+        raise CLIError(f"--compression-interval must be positive, got {args.compression_interval}")
+    if args.lossy_decimals is not None and args.compression in (None, "none"):
+        raise CLIError("--lossy-decimals goes with --compression default or adaptive")
+    if args.lossy_decimals is not None and not 0 <= args.lossy_decimals <= 9:
+        raise CLIError(f"--lossy-decimals must be 0..9, got {args.lossy_decimals}")
+    if args.checkpoint_interval is not None and not 0 < args.checkpoint_interval <= MAX_INTERVAL:
+        raise CLIError(f"--checkpoint-interval must be in (0, {MAX_INTERVAL:,}] seconds, got "
+                       f"{args.checkpoint_interval}")
+    ds = query_dataset(args)
+    print(f"{query.name} on {ds.path} ({ds.rows:,} tuples, {ds.schema.row_bytes} B each), "
+          f"backend {args.backend}", flush=True)
+    if args.backend == "spark":
+        return _run_spark(args, query, ds)
+    return _run_engine(args, query, ds)
+
+
+
+
+def _run_engine(args, query, ds) -> int:
+    import os
+
+    from scabbard.engine import EngineConfig, sink_for
+    from scabbard.ft.ingress import run_persisted
+
+    config = EngineConfig(workers=args.workers or os.cpu_count() or 1, batch_rows=args.batch,
+                          metrics_interval=args.metrics_interval)
+
+    def progress(s: dict) -> None:
+        if not args.quiet:
+            lat = s["latency_ms"]["p50"]
+            print(f"  {s['t']:7.1f} s  {s['tuples_per_s'] / 1e6:8.2f} M tuples/s  "
+                  f"{s['mb_per_s']:8.1f} MB/s  p50 {lat:7.1f} ms  results {s['result_rows']:,}",
+                  flush=True)
+
+    if args.checkpoint_interval is not None or args.recover:
+        return _run_fault_tolerant(args, query, ds, config, progress)
+    store = storage_dir(args, query.name) if args.persist_input else None
+    if store is not None:
+        print(f"persisting the input to {store}", flush=True)
+    report = run_persisted(query, ds, store, sink=sink_for(args.out), config=config,
+                           rate=args.rate, duration=args.duration, max_tuples=args.max_tuples,
+                           metrics_log=args.metrics_log, on_sample=progress,
+                           push_up=args.push_up, compression=args.compression or "none",
+                           lossy_decimals=args.lossy_decimals,
+                           compression_interval=args.compression_interval)
+    s = report.summary
+    lat = s.latency_ms
+    print(f"\n{query.name}: {s.tuples:,} tuples in {s.seconds:.2f} s = "
+          f"{s.tuples_per_s / 1e6:.2f} M tuples/s ({s.mb_per_s:.1f} MB/s), "
+          f"{config.workers} workers, {report.batch_rows:,} tuples per task")
+    print(f"latency ms: p5 {lat['p5']}  p25 {lat['p25']}  p50 {lat['p50']}  p75 {lat['p75']}  "
+          f"p95 {lat['p95']}")
+    print(f"results: {s.result_rows:,} rows" + (f" -> {args.out}" if args.out else ""))
+    return 0
+
+
+def _run_fault_tolerant(args, query, ds, config, progress) -> int:
+    from scabbard.ft.recovery import StandbyReleased, run_fault_tolerant
+    from scabbard.ft.sinks import open_output
+
+    interval = args.checkpoint_interval or 1.0
+    standby = None
+    if args.standby:
+        def standby() -> None:
+            print("standby: ready", flush=True)
+            if not sys.stdin.readline():
+                raise StandbyReleased  # stdin closed: the controller has no failure for us
+    what = "recovering" if args.recover else "starting"
+    print(f"{what} a fault-tolerant run: storage {args.storage}, checkpoints every {interval:g} s, "
+          f"{args.exactly_once} exactly-once output to {args.output}", flush=True)
+    try:
+        r = run_fault_tolerant(query, ds, args.storage,
+                               open_output(args.output, args.exactly_once), config,
+                               interval=interval, recover=args.recover, rate=args.rate,
+                               duration=args.duration, max_tuples=args.max_tuples,
+                               metrics_log=args.metrics_log, on_sample=progress,
+                               persist_input=False if args.checkpoint_only else None,
+                               standby=standby, push_up=args.push_up,
+                               compression=args.compression, lossy_decimals=args.lossy_decimals,
+                               compression_interval=args.compression_interval,
+                               durability=args.durability)
+    except StandbyReleased:
+        print("standby: released without taking over", flush=True)
+        return 0
+    s = r.run.summary
+    for what in r.damage:
+        print(f"storage: {what}")
+    if r.resumed_from is not None or args.recover:
+        print(f"resumed from checkpoint {r.resumed_from}, replayed input from offset "
+              f"{r.replayed_from:,}")
+    times = [c.duration_s * 1e3 for c in r.checkpoints]
+    print(f"\n{query.name}: {s.tuples:,} tuples in {s.seconds:.2f} s = "
+          f"{s.tuples_per_s / 1e6:.2f} M tuples/s, {len(r.checkpoints)} checkpoints"
+          + (f" (avg {sum(times) / len(times):.1f} ms, state "
+             f"{r.checkpoints[-1].bytes / 1e6:.2f} MB)" if times else "")
+          + (f", {len(r.damage)} damaged or torn storage items dropped on opening"
+             if r.damage else ""))
+    print(f"results: {s.result_rows:,} rows -> {args.output}")
+    return 0
+
+
+def _run_spark(args, query, ds) -> int:
+    from scabbard.peers.spark import run_spark
+    from scabbard.sparksession import SparkSettings, get_spark
+
+    if args.persist_input or args.checkpoint_interval is not None or args.recover:
+        raise CLIError("--persist-input, --checkpoint-interval and --recover apply to the "
+                       "scabbard backend")
+    for flag in ("rate", "duration", "max_tuples", "batch", "workers", "metrics_log"):
+        if getattr(args, flag) is not None:
+            raise CLIError(f"--{flag.replace('_', '-')} applies to the scabbard backend; the spark "
+                           "backend reads the dataset once")
+    spark = get_spark(SparkSettings(master=args.master, app_name=f"scabbard-{query.name}"))
+    out = args.out if args.out and args.out.endswith(".parquet") else None
+    if args.out and out is None:
+        raise CLIError("--out: the spark backend writes .parquet")
+    run = run_spark(query, ds, spark=spark, output=out)
+    rows = len(run.columns["window_end"])
+    print(f"\n{query.name} (Spark Structured Streaming, {spark.sparkContext.master}): "
+          f"{run.tuples:,} tuples in {run.seconds:.2f} s = {run.tuples_per_s / 1e6:.3f} M tuples/s "
+          f"(streaming part; {run.seconds_total:.2f} s in all)")
+    print(f"results: {rows:,} rows" + (f" -> {out}" if out else ""))
+    return 0

@@ -1,0 +1,48 @@
+"""The simulator's predictions as text (``scabbard sim run``, notebook 08)."""
+
+from __future__ import annotations
+
+import math
+
+
+def describe(result) -> str:
+    """The predicted metrics as a few lines of text."""
+    cfg, hw, s = result.config, result.hardware, result.summary
+    disk = f"{hw.disk_write_mb_s:,.0f} MB/s"
+    if hw.disk_iops:
+        disk += f", {hw.disk_iops:,.0f} IOPS"
+    if hw.disk_latency_ms:
+        disk += f", {hw.disk_latency_ms:g} ms"
+    net = f", ingest over {hw.network_mb_s * 8 / 1e3:g} Gb/s" if hw.network_mb_s else ""
+    lines = [
+        f"{cfg.query} on {hw.cores} cores ({cfg.workers} workers), disk {disk}{net}"
+        f"{' - ' + hw.name if hw.name else ''}",
+        f"  input {'persisted' if cfg.persist else 'not persisted'}"
+        f"{', compression ' + cfg.compression if cfg.persist else ''}"
+        f"{f', checkpoints every {cfg.checkpoint_interval:g} s' if cfg.checkpoint_interval else ''}"
+        f"{f', rate {cfg.rate / 1e6:g} M tuples/s' if cfg.rate else ''}",
+        f"  throughput     {s.tuples_per_s / 1e6:10.2f} M tuples/s ({s.mb_per_s:,.0f} MB/s); "
+        f"steady {result.steady_tuples_per_s / 1e6:.2f} M tuples/s",
+        "  latency ms     " + "  ".join(f"{k} {v:,.1f}" for k, v in s.latency_ms.items()),
+    ]
+    if cfg.persist:
+        lines.append(f"  written        {result.written_bytes / 1e6:10,.1f} MB "
+                     f"({result.written_bytes / 1e6 / max(s.seconds, 1e-9):,.0f} MB/s)")
+    ck = result.checkpoints
+    if len(ck):
+        lines.append(f"  checkpoints    {len(ck):10d}, {ck['duration_ms'].mean():.1f} ms on "
+                     f"average, {ck['state_bytes'].mean() / 1e6:.2f} MB of state each")
+    rec = result.recovery
+    if rec:
+        lines.append(f"  recovery       failed at {rec['failed_at']:.2f} s: restart "
+                     f"{rec.get('restart_init_s', math.nan) * 1e3:.0f} ms + state load "
+                     f"{rec.get('state_load_s', math.nan) * 1e3:.0f} ms + replay "
+                     f"{rec.get('replay_s', math.nan) * 1e3:.0f} ms of "
+                     f"{rec.get('replayed_tuples', 0) / 1e6:.2f} M tuples = "
+                     f"{rec.get('recovery_s', math.nan) * 1e3:.0f} ms")
+    util = result.utilisation
+    parts = ", ".join(f"{k.removeprefix('cores_')} {v:.0%}" for k, v in util.items()
+                      if k.startswith("cores_"))
+    lines.append(f"  busy           cores {util['cores']:.0%} ({parts}); disk {util['disk']:.0%}")
+    lines.append(f"  simulated in   {result.wall_s:.2f} s of wall time")
+    return "\n".join(lines)
