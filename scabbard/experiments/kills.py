@@ -20,9 +20,11 @@ from pathlib import Path
 import pandas as pd
 
 from scabbard import queries, workloads
+from scabbard.engine import CollectSink, run_query
 from scabbard.ft.controller import Controller
 
 RESTART_S = 3.0  # about what an incarnation takes to start and recover on this machine
+MAX_RESULTS = 3_000_000  # the failure-free output is held and compared in memory
 
 
 @dataclass(frozen=True)
@@ -82,11 +84,13 @@ def run_one(cfg: Config, settings: Settings, rng: random.Random) -> dict:
                            root=settings.data_dir)
     work = Path(settings.work) / cfg.name.replace(" ", "-")
     shutil.rmtree(work, ignore_errors=True)
-    # the input lasts every planned life and restart, so that every kill lands on a run
+    # the input lasts every planned life and restart, so that every kill lands on a run; a
+    # query with much output (SG2: a result per plug and second) reads less at a lower rate
     seconds = settings.kills * ((settings.min_life + settings.max_life) / 2 + RESTART_S)
-    n = max(ds.rows, int(settings.rate * seconds))
+    per_tuple = _results_per_tuple(cfg.query, ds)
+    n = max(ds.rows, min(int(settings.rate * seconds), int(MAX_RESULTS / per_tuple)))
     c = Controller(cfg.query, ds.path, work, max_tuples=n, batch=settings.batch,
-                   rate=settings.rate, interval=settings.interval, sink=cfg.sink,
+                   rate=n / seconds, interval=settings.interval, sink=cfg.sink,
                    push_up=cfg.push_up, compression=cfg.compression)
     camp = c.run([rng.uniform(settings.min_life, settings.max_life)
                   for _ in range(settings.kills)], timeout=4 * seconds + 600)
@@ -94,9 +98,17 @@ def run_one(cfg: Config, settings: Settings, rng: random.Random) -> dict:
     shutil.rmtree(work, ignore_errors=True)
     return {"configuration": cfg.name, "query": cfg.query, "sink": cfg.sink,
             "push_up": cfg.push_up, "compression": cfg.compression, "kills": camp.kills,
-            "restarts": camp.restarts, "tuples": n, "compared": v.compared, "lost": v.lost,
+            "restarts": camp.restarts, "tuples": n, "rate": round(n / seconds),
+            "compared": v.compared, "lost": v.lost,
             "duplicated": v.duplicated, "different": v.different, "ok": v.ok,
             "seconds": round(camp.seconds, 1)}
+
+
+def _results_per_tuple(query: str, ds) -> float:
+    """Result rows per input tuple over one pass of the dataset."""
+    sink = CollectSink()
+    run_query(queries.get(query), ds, sink=sink)
+    return max(sink.rows, 1) / ds.rows
 
 
 def run(settings: Settings, log=print) -> pd.DataFrame:
