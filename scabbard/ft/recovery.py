@@ -306,8 +306,7 @@ def _resume(storage: Path, store: CheckpointStore, state: QueryState, bm: BlockM
             f"no usable checkpoint in {storage / 'checkpoints'} and the input before "
             f"offset {stored_from} was released: this run cannot be recovered")
     replay_from = resume[0].input_end if resume else stored_from
-    if hasattr(sink, "recover"):
-        sink.recover(records[0].id if records else 0)
+    sink.recover(records[0].id if records else 0)
     return resume, replay_from, skipped
 
 

@@ -28,6 +28,7 @@ folders that name them are flushed before the record that decides them.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import time
 from pathlib import Path
@@ -36,6 +37,7 @@ import numpy as np
 
 from scabbard.batch import Batch
 from scabbard.engine.sinks import Sink
+from scabbard.pog.checkpoint import ProtocolError
 from scabbard.schema import Schema, SchemaError
 from scabbard.storage import BlockManager, StorageConfig, StorageError
 from scabbard.storage import segment as sg
@@ -115,6 +117,26 @@ class ExactlyOnceSink(Sink):
     def write(self, batch: Batch) -> None:
         self.write_clocked(batch, {"input_end": 0, "window_end": int(batch.column("window_end").max())})
 
+    # -- the checkpoint controller's side (scabbard.pog.checkpoint.TwoPhaseSink) ---------------
+    def cut(self, epoch: int) -> None:
+        """The marker: what was written so far belongs to checkpoint ``epoch``."""
+
+    def prepare(self, epoch: int) -> None:
+        """Before checkpoint ``epoch`` is recorded: its output durable (not yet visible)."""
+
+    def commit(self, epoch: int) -> None:
+        """Checkpoint ``epoch`` was recorded: its output visible."""
+
+    def finish(self, epoch: int) -> None:
+        """The end of the stream: the rest of the output committed as epoch ``epoch``."""
+
+    def highest_epoch(self) -> int:
+        """The highest epoch id the output holds (never handed out again)."""
+        return 0
+
+    def recover(self, decided: int) -> None:
+        """After a crash: checkpoints up to ``decided`` were recorded."""
+
 
 class ClockedSink(ExactlyOnceSink):
     kind = "clocked"
@@ -185,7 +207,30 @@ class DiscardSink(ExactlyOnceSink):
         pass
 
 
+class Epoch(enum.Enum):
+    """Where an epoch of the transactional sink is in two-phase commit."""
+
+    CUT = 1  # its results are staged in memory (the marker passed)
+    PREPARED = 2  # phase 1: durable in pending/, not visible
+    COMMITTED = 3  # phase 2: in committed/, visible
+
+
 class TransactionalSink(ExactlyOnceSink):
+    """Results staged per checkpoint epoch and committed with it, in two phases:
+
+    1. **cut** - the checkpoint's marker: the results written so far form epoch ``N``;
+    2. **prepare** (phase 1) - epoch ``N`` (with any earlier epoch not committed) is written to
+       ``pending/N.seg`` and made durable; its results stay staged in memory, so a failed
+       write loses nothing and may be retried;
+    3. the checkpoint record is written: the decision;
+    4. **commit** (phase 2) - ``pending/N.seg`` is renamed into ``committed/``; the staged
+       results are dropped.
+
+    :attr:`epochs` holds each epoch's :class:`Epoch` status; a step out of order raises
+    :class:`~scabbard.pog.checkpoint.ProtocolError`.  ``recover(decided)`` after a crash rolls
+    the epochs up to the newest record forward and drops the rest.
+    """
+
     kind = "transactional"
 
     def open(self, schema: Schema) -> None:
@@ -197,6 +242,7 @@ class TransactionalSink(ExactlyOnceSink):
         _mark(self.path, self.kind, schema, self.io, self.durability)
         self._open: list[tuple[Batch, dict]] = []  # the current epoch
         self._cut: dict[int, list[tuple[Batch, dict]]] = {}  # cut, not yet committed
+        self.epochs: dict[int, Epoch] = {}  # this run's epochs, by id
         # when each staged batch was written, per epoch: results are visible at the commit,
         # so ``held_s`` (write -> commit, per batch) is what this sink adds to the latency
         self._open_at: list[float] = []
@@ -241,8 +287,16 @@ class TransactionalSink(ExactlyOnceSink):
         self._open.append((batch, clock))
         self._open_at.append(time.perf_counter())
 
+    def _advance(self, epoch: int, to: Epoch, allowed: tuple) -> None:
+        have = self.epochs.get(epoch)
+        if have not in allowed:
+            raise ProtocolError(f"epoch {epoch}: {have.name if have else 'unknown'} -> "
+                                f"{to.name} is out of order")
+        self.epochs[epoch] = to
+
     def cut(self, checkpoint_id: int) -> None:
-        """The marker: what was written so far belongs to checkpoint ``checkpoint_id``."""
+        """Step 1: what was written so far belongs to checkpoint ``checkpoint_id``."""
+        self._advance(checkpoint_id, Epoch.CUT, (None,))
         self._cut[checkpoint_id], self._open = self._open, []
         self._cut_at[checkpoint_id], self._open_at = self._open_at, []
 
@@ -251,10 +305,14 @@ class TransactionalSink(ExactlyOnceSink):
         return [x for c in sorted(self._cut) if c <= checkpoint_id for x in self._cut[c]]
 
     def prepare(self, checkpoint_id: int) -> None:
-        """Phase 1: the epoch's results durable in ``pending/``, not visible.  They stay
-        staged in memory until :meth:`commit`: if this write fails, nothing is lost."""
+        """Step 2 (phase 1): the epoch's results durable in ``pending/``, not visible.  They
+        stay staged in memory until :meth:`commit`: if this write fails, nothing is lost and
+        it may be retried."""
+        if self.epochs.get(checkpoint_id) is not Epoch.CUT:
+            self._advance(checkpoint_id, Epoch.PREPARED, (Epoch.CUT,))
         staged = self._staged(checkpoint_id)
         if not staged:
+            self.epochs[checkpoint_id] = Epoch.PREPARED
             return
         done = self.path / "committed" / f"{checkpoint_id:012d}.seg"
         if done.exists():
@@ -274,9 +332,12 @@ class TransactionalSink(ExactlyOnceSink):
         self.io.replace(tmp, self.path / "pending" / f"{checkpoint_id:012d}.seg")
         if self.durability.flush:
             self.io.fsync_dir(self.path / "pending")
+        self.epochs[checkpoint_id] = Epoch.PREPARED
 
     def commit(self, checkpoint_id: int) -> None:
-        """Phase 2: visible.  The staged results of this and earlier epochs are dropped."""
+        """Step 4 (phase 2): visible.  The staged results of this and earlier epochs are
+        dropped."""
+        self._advance(checkpoint_id, Epoch.COMMITTED, (Epoch.PREPARED,))
         p = self.path / "pending" / f"{checkpoint_id:012d}.seg"
         if p.exists():
             self.io.replace(p, self.path / "committed" / p.name)
@@ -284,6 +345,7 @@ class TransactionalSink(ExactlyOnceSink):
                 self.io.fsync_dir(self.path / "committed")
         for cid in [c for c in self._cut if c <= checkpoint_id]:
             del self._cut[cid]
+            self.epochs[cid] = Epoch.COMMITTED
         now = time.perf_counter()
         for cid in [c for c in self._cut_at if c <= checkpoint_id]:
             self.held_s.extend(now - t for t in self._cut_at.pop(cid))

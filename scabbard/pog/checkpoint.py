@@ -41,15 +41,18 @@ record and the epoch is produced again.
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import logging
 import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from scabbard.faults import crashpoint
 from scabbard.pog.markers import Marker, MarkerKind
@@ -60,6 +63,54 @@ log = logging.getLogger(__name__)
 
 class CheckpointError(RuntimeError):
     """No usable checkpoint, or one that cannot be written."""
+
+
+class ProtocolError(CheckpointError):
+    """A step taken out of its order: a bug, never a condition to recover from."""
+
+
+class Status(enum.Enum):
+    """Where checkpoint ``N`` is in the protocol (the module's numbered steps)."""
+
+    MARKED = 1
+    SNAPSHOTTED = 2
+    STATE_WRITTEN = 3
+    PREPARED = 4
+    RECORDED = 5
+    COMMITTED = 6
+    RELEASED = 7
+    FAILED = 0
+
+
+@dataclass
+class InFlight:
+    """The checkpoint in flight and its status, guarded against a step out of order."""
+
+    id: int
+    status: Status = Status.MARKED
+
+    def advance(self, to: Status) -> None:
+        ok = (self.status not in (Status.RELEASED, Status.FAILED)) and (
+            to is Status.FAILED or to.value == self.status.value + 1)
+        if not ok:
+            raise ProtocolError(f"checkpoint {self.id}: step {self.status.name} -> {to.name} "
+                                f"is out of order")
+        self.status = to
+
+
+class TwoPhaseSink(Protocol):
+    """What the controller asks of the output (every exactly-once sink; most steps are no-ops
+    for the clocked sink, which only flushes at ``prepare``)."""
+
+    def cut(self, epoch: int) -> None: ...
+
+    def prepare(self, epoch: int) -> None: ...
+
+    def commit(self, epoch: int) -> None: ...
+
+    def finish(self, epoch: int) -> None: ...
+
+    def highest_epoch(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -203,7 +254,7 @@ class CheckpointController:
     """
 
     def __init__(self, store: CheckpointStore, operator: FTOperator,
-                 interval: float | None = 1.0, sink=None,
+                 interval: float | None = 1.0, sink: TwoPhaseSink | None = None,
                  release: Callable[[int], None] | None = None,
                  trim_state: Callable[[list], None] | None = None, on_event=None,
                  resumed: CheckpointRecord | None = None, every_tasks: int | None = None):
@@ -218,13 +269,14 @@ class CheckpointController:
         self.on_event = on_event or (lambda name, **kw: None)
         self.stats = CheckpointStats()
         # Step 1's rule: never an id that any record file or sink epoch already carries
-        epochs = self.sink.highest_epoch() if hasattr(self.sink, "highest_epoch") else 0
+        epochs = self.sink.highest_epoch() if self.sink is not None else 0
         self.next_id = max(store.highest_id(), epochs) + 1
         self.error: BaseException | None = None
         self.running: Callable[[], bool] = lambda: True  # set by the run: False once it failed
         self._requested = False
         self._tasks = 0
-        self._inflight: int | None = None
+        self.current: InFlight | None = None  # the checkpoint in flight
+        self.trace: deque[tuple[int, Status]] = deque(maxlen=256)  # the steps taken, in order
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._stop = threading.Event()
@@ -243,7 +295,10 @@ class CheckpointController:
                     f"{what} failed: {err}; the run stopped so as never to continue "
                     f"unprotected (nothing committed is lost: continue it with --recover)")
                 self.error.__cause__ = err
-            self._inflight = None
+            if self.current is not None and self.current.status is not Status.FAILED:
+                self.current.status = Status.FAILED
+                self.trace.append((self.current.id, Status.FAILED))
+            self.current = None
             self._idle.notify_all()
         with contextlib.suppress(Exception):  # already failing: the error above is what counts
             self.on_event("checkpoint_failed", id=cid, error=repr(err))
@@ -284,16 +339,27 @@ class CheckpointController:
             self._tasks += 1
             if self.every_tasks and self._tasks % self.every_tasks == 0:
                 self._requested = True
-                while self._inflight is not None and self.error is None and running():
+                while self.current is not None and self.error is None and running():
                     self._idle.wait(0.05)
             if self.error is not None:
                 raise self.error
-            if not self._requested or self._inflight is not None:
+            if not self._requested or self.current is not None:
                 return None
             self._requested = False
-            self._inflight = self.next_id
+            self.current = InFlight(self.next_id)
+            self.trace.append((self.current.id, Status.MARKED))
             self.next_id += 1
-            return Marker(MarkerKind.CHECKPOINT, "input", checkpoint_id=self._inflight)
+            return Marker(MarkerKind.CHECKPOINT, "input", checkpoint_id=self.current.id)
+
+    def _step(self, cid: int, to: Status) -> None:
+        """Checkpoint ``cid`` took step ``to`` (raises ProtocolError if out of order)."""
+        with self._lock:
+            cur = self.current
+            if cur is None or cur.id != cid:
+                raise ProtocolError(f"checkpoint {cid} took step {to.name}, but "
+                                    f"{'none' if cur is None else cur.id} is in flight")
+            cur.advance(to)
+            self.trace.append((cid, to))
 
     def allocate_id(self) -> int:
         """A fresh id outside the checkpoint sequence (e.g. the final epoch of a sink)."""
@@ -310,8 +376,9 @@ class CheckpointController:
         try:
             # Step 2: snapshot by reference; the sink's epoch is cut at the same task
             snap = self.operator.prepare_checkpoint(marker)
-            if self.sink is not None and hasattr(self.sink, "cut"):
+            if self.sink is not None:
                 self.sink.cut(cid)
+            self._step(cid, Status.SNAPSHOTTED)
             # Step 3: the state p-units, written asynchronously
             parts, futures, nbytes = self.operator.checkpoint(snap)
         except BaseException as e:  # noqa: BLE001
@@ -347,17 +414,21 @@ class CheckpointController:
     def _complete(self, cid: int, snap: Snapshot, parts: list, nbytes: int,
                   started: float) -> None:
         try:
+            self._step(cid, Status.STATE_WRITTEN)  # every state p-unit acknowledged
             # Step 4: phase 1 - the epoch's output durable, not visible
-            if self.sink is not None and hasattr(self.sink, "prepare"):
+            if self.sink is not None:
                 self.sink.prepare(cid)
+            self._step(cid, Status.PREPARED)
             # Step 5: the decision
             rec = CheckpointRecord(cid, snap.seq, snap.input_end, snap.output, parts,
                                    snap.operator, nbytes, started, time.time())
             self.store.record(rec)
+            self._step(cid, Status.RECORDED)
             crashpoint("checkpoint_commit")
             # Step 6: phase 2 - visible
-            if self.sink is not None and hasattr(self.sink, "commit"):
+            if self.sink is not None:
                 self.sink.commit(cid)
+            self._step(cid, Status.COMMITTED)
             self.stats.completed.append(rec)
             self.operator.send_ack(cid)
             # Step 7: GC below the older of the two newest usable records
@@ -368,18 +439,19 @@ class CheckpointController:
                     self.release(oldest.input_end)
                 if self.trim_state is not None:
                     self.trim_state(oldest.state)
+            self._step(cid, Status.RELEASED)
             self.on_event("checkpoint", id=cid, state_bytes=nbytes,
                           duration_ms=round(rec.duration_s * 1e3, 2), input_end=snap.input_end)
         except BaseException as e:  # noqa: BLE001
             self._fail(e, cid)
             return
         with self._lock:
-            self._inflight = None
+            self.current = None
             self._idle.notify_all()
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         with self._lock:
-            return self._idle.wait_for(lambda: self._inflight is None, timeout)
+            return self._idle.wait_for(lambda: self.current is None, timeout)
 
     def stop(self, wait: bool = True) -> None:
         """No more markers.  With ``wait`` (the end of a run): let the checkpoint in flight
@@ -397,7 +469,7 @@ class CheckpointController:
             self._fail(TimeoutError("the checkpoint in flight did not complete in 600 s"))
         self._exec.shutdown(wait=True)
         self.check()
-        if self.sink is not None and hasattr(self.sink, "finish"):
+        if self.sink is not None:
             try:
                 self.sink.finish(self.allocate_id())
             except BaseException as e:  # noqa: BLE001

@@ -1,0 +1,189 @@
+"""The checkpoint protocol and two-phase commit as units: numbered steps in order, guarded
+against steps out of order, fail-stop, ids never reused - without an engine or Spark."""
+
+from __future__ import annotations
+
+import errno
+from concurrent.futures import Future
+
+import numpy as np
+import pytest
+from ftkit import FailingIO
+
+from scabbard.batch import Batch
+from scabbard.ft.sinks import Epoch, TransactionalSink, read_output
+from scabbard.pog.checkpoint import (
+    CheckpointController,
+    CheckpointError,
+    CheckpointStore,
+    FTOperator,
+    InFlight,
+    ProtocolError,
+    Snapshot,
+    Status,
+)
+from scabbard.schema import Field, Schema
+
+RESULTS = Schema("r", (Field("window_start", "int64"), Field("window_end", "int64"),
+                       Field("n", "int64")), stream=False)
+
+
+def results(lo: int, hi: int) -> Batch:
+    we = np.arange(lo, hi, dtype=np.int64)
+    return Batch(RESULTS, (we - 1, we, we * 10))
+
+
+class Operator(FTOperator):
+    """State that is a counter; its checkpoint is one p-unit, acknowledged at once (or not)."""
+
+    def __init__(self, fail_write: bool = False):
+        super().__init__()
+        self.seq, self.fail_write = -1, fail_write
+
+    def prepare_checkpoint(self, marker):
+        return Snapshot(self.seq, 100 * (self.seq + 1), {}, [], {"id": marker.checkpoint_id})
+
+    def checkpoint(self, snap):
+        f = Future()
+        if self.fail_write:
+            f.set_exception(OSError(errno.EIO, "I/O error"))
+        else:
+            f.set_result(1)
+        return [{"stream": "s", "first": snap.seq, "end": snap.seq + 1}], [f], 8
+
+
+def controller(tmp_path, sink=None, op=None, **kw):
+    released, trimmed = [], []
+    c = CheckpointController(CheckpointStore(tmp_path / "ck"), op or Operator(), interval=None,
+                             sink=sink, release=released.append, trim_state=trimmed.append, **kw)
+    return c, released, trimmed
+
+
+def checkpoint(c: CheckpointController, op: Operator, seq: int) -> int:
+    """One task with a checkpoint marker, assembled."""
+    c.request()
+    m = c.marker()
+    op.seq = seq
+    c.on_marker(m)
+    assert c.wait_idle(30)
+    return m.checkpoint_id
+
+
+def test_the_steps_are_taken_in_order_and_gc_waits_for_a_second_record(tmp_path):
+    op = Operator()
+    c, released, trimmed = controller(tmp_path, op=op)
+    first = checkpoint(c, op, 4)
+    assert [s for i, s in c.trace if i == first] == [
+        Status.MARKED, Status.SNAPSHOTTED, Status.STATE_WRITTEN, Status.PREPARED,
+        Status.RECORDED, Status.COMMITTED, Status.RELEASED]
+    assert released == [] and trimmed == []  # one record: nothing older to fall back to
+    checkpoint(c, op, 9)
+    assert released == [500]  # the older record's input end
+    assert [r.id for r in c.store.records()] == [first + 1, first]
+    c.stop()
+
+
+def test_a_failed_state_write_fails_the_checkpoint_and_stops_the_run(tmp_path):
+    op = Operator(fail_write=True)
+    c, released, _ = controller(tmp_path, op=op)
+    c.request()
+    m = c.marker()
+    c.on_marker(m)
+    assert c.wait_idle(30)
+    assert c.trace[-1] == (m.checkpoint_id, Status.FAILED)
+    with pytest.raises(CheckpointError, match="checkpoint 1 failed.*I/O error"):
+        c.marker()  # fail-stop: the next task does not run unprotected
+    assert not c.store.records() and released == []
+    c.stop(wait=False)
+
+
+def test_a_step_out_of_order_is_refused():
+    f = InFlight(3)
+    f.advance(Status.SNAPSHOTTED)
+    with pytest.raises(ProtocolError, match="SNAPSHOTTED -> RECORDED"):
+        f.advance(Status.RECORDED)
+    f.advance(Status.FAILED)
+    with pytest.raises(ProtocolError):
+        f.advance(Status.STATE_WRITTEN)
+
+
+def test_ids_are_never_reused_not_even_those_of_damaged_records(tmp_path):
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "ckpt-00000007.json").write_text("{ torn")
+    sink = TransactionalSink(tmp_path / "out")
+    (tmp_path / "out" / "committed").mkdir(parents=True)
+    (tmp_path / "out" / "committed" / f"{9:012d}.seg").write_bytes(b"")
+    c, _, _ = controller(tmp_path, sink=sink)
+    assert c.next_id == 10  # above the damaged record 7 and the sink's epoch 9
+    c.stop(wait=False)
+
+
+def _sink(tmp_path, io=None) -> TransactionalSink:
+    s = TransactionalSink(tmp_path / "out")
+    if io is not None:
+        from scabbard.storage import Durability
+        s.bind(io, Durability.MACHINE)
+    s.open(RESULTS)
+    return s
+
+
+def test_two_phase_commit_makes_an_epoch_visible_only_at_commit(tmp_path):
+    s = _sink(tmp_path)
+    s.write_clocked(results(1, 5), {"input_end": 10, "window_end": 4})
+    s.cut(1)
+    s.write_clocked(results(5, 7), {"input_end": 20, "window_end": 6})  # the next epoch
+    s.prepare(1)
+    assert s.epochs[1] is Epoch.PREPARED and len(read_output(tmp_path / "out")) == 0
+    s.commit(1)
+    assert s.epochs[1] is Epoch.COMMITTED
+    assert list(read_output(tmp_path / "out")["window_end"]) == [1, 2, 3, 4]
+    assert s.committed() == {"input_end": 10, "window_end": 4}
+    s.finish(2)
+    assert list(read_output(tmp_path / "out")["window_end"]) == [1, 2, 3, 4, 5, 6]
+
+
+def test_two_phase_commit_steps_out_of_order_are_refused(tmp_path):
+    s = _sink(tmp_path)
+    with pytest.raises(ProtocolError, match="epoch 1: unknown -> COMMITTED"):
+        s.commit(1)
+    s.cut(1)
+    with pytest.raises(ProtocolError, match="epoch 1: CUT -> COMMITTED"):
+        s.commit(1)
+    with pytest.raises(ProtocolError, match="epoch 1: CUT -> CUT"):
+        s.cut(1)
+    s.prepare(1)
+    s.commit(1)
+    with pytest.raises(ProtocolError, match="COMMITTED -> PREPARED"):
+        s.prepare(1)
+
+
+def test_a_failed_prepare_keeps_the_epoch_staged_and_a_retry_commits_it_whole(tmp_path):
+    io = FailingIO(lambda path, pos, bufs: ".tmp" in path and "pending" in path,
+                   err=errno.ENOSPC)
+    s = _sink(tmp_path, io)
+    s.write_clocked(results(1, 4), {"input_end": 10, "window_end": 3})
+    s.cut(1)
+    with pytest.raises(OSError, match="No space left"):
+        s.prepare(1)
+    assert s.epochs[1] is Epoch.CUT and not list((tmp_path / "out" / "pending").iterdir())
+    s.prepare(1)  # the disk has room again
+    s.commit(1)
+    assert list(read_output(tmp_path / "out")["window_end"]) == [1, 2, 3]
+
+
+def test_recovery_rolls_decided_epochs_forward_and_never_replaces_a_committed_one(tmp_path):
+    s = _sink(tmp_path)
+    for e in (1, 2, 3):
+        s.write_clocked(results(10 * e, 10 * e + 2), {"input_end": e, "window_end": 10 * e + 1})
+        s.cut(e)
+        s.prepare(e)
+    s.commit(1)
+    committed = (tmp_path / "out" / "committed" / f"{1:012d}.seg").read_bytes()
+    (tmp_path / "out" / "pending" / f"{1:012d}.seg").write_bytes(b"stale")  # a leftover
+    again = TransactionalSink(tmp_path / "out")
+    again.recover(decided=2)  # record 2 was written, record 3 was not
+    assert (tmp_path / "out" / "committed" / f"{1:012d}.seg").read_bytes() == committed
+    assert sorted(p.name for p in (tmp_path / "out" / "committed").iterdir()) == [
+        f"{1:012d}.seg", f"{2:012d}.seg"]
+    assert not list((tmp_path / "out" / "pending").iterdir())
+    assert again.highest_epoch() == 2
