@@ -95,8 +95,13 @@ class Report:
                  f"states explored ({', '.join(f'{v} {k}' for k, v in sorted(self.kinds.items()))})"
                  f" from {self.operations:,} file operations, {self.crash_points:,} crash points; "
                  f"{len(self.violations)} violations ({self.seconds:.0f} s)"]
-        problems = Counter(v.problem.split(":")[0] for v in self.violations)
-        lines += [f"  {n:5d} x {p}" for p, n in problems.most_common()]
+        kinds = Counter(_kind(v.problem) for v in self.violations)
+        example = {}
+        for v in self.violations:
+            example.setdefault(_kind(v.problem), v.problem)
+        for kind, n in kinds.most_common():
+            lines.append(f"  {n:5d} x {kind}")
+            lines.append(f"          e.g. {example[kind][:240]}")
         if self.violations:
             v = self.violations[0]
             lines += ["", f"first violation: {v.problem}", v.log]
@@ -193,6 +198,13 @@ class Explorer:
                 shutil.rmtree(self.dir, ignore_errors=True)
         rep.seconds = time.perf_counter() - t0
         return rep
+
+
+def _kind(problem: str) -> str:
+    """A violation's class: what failed and, for a failure, the exception's type."""
+    what, _, rest = problem.partition(": ")
+    error = rest.split(":")[0] if rest[:1].isupper() and "Error" in rest.split(":")[0] else ""
+    return f"{what} ({error})" if error else what
 
 
 def _line(e: BaseException) -> str:
