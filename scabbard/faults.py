@@ -1,7 +1,8 @@
 """Crash points: a process kills itself with SIGKILL at a named place (failure injection).
 
 A random kill rarely lands inside a 5 ms checkpoint write; a crash point makes it land
-there.  ``SCABBARD_CRASH_AT=NAME[:K]`` in the environment of an engine process sends
+there.  :func:`arm` (``FTConfig.crash_at``, ``scabbard run --crash-at NAME[:K]``, set by
+the test harness and :class:`scabbard.ft.controller.Controller`) makes the process send
 SIGKILL to itself the K-th time (default: first) it reaches ``crashpoint(NAME)``.  The
 kill is as real as the Controller's - no handler runs, nothing is flushed.
 
@@ -19,19 +20,23 @@ import signal
 import threading
 
 POINTS = ("checkpoint_state", "checkpoint_record", "checkpoint_commit", "recovery_replay")
-_spec = os.environ.get("SCABBARD_CRASH_AT", "")
-_name, _, _k = _spec.partition(":")
-_left = int(_k or 1)
+_armed = {"name": "", "left": 0}
 _lock = threading.Lock()
-if _name and _name not in POINTS:
-    raise ValueError(f"SCABBARD_CRASH_AT={_spec!r}: unknown point (choose from {', '.join(POINTS)})")
+
+
+def arm(spec: str | None) -> None:
+    """Crash at ``NAME[:K]`` (None or "": nowhere)."""
+    name, _, k = (spec or "").partition(":")
+    if name and name not in POINTS:
+        raise ValueError(f"crash point {spec!r}: unknown (choose from {', '.join(POINTS)})")
+    with _lock:
+        _armed["name"], _armed["left"] = name, int(k or 1)
 
 
 def crashpoint(name: str) -> None:
-    global _left
-    if name != _name:
+    if name != _armed["name"]:
         return
     with _lock:
-        _left -= 1
-        if _left == 0:
+        _armed["left"] -= 1
+        if _armed["left"] == 0:
             os.kill(os.getpid(), signal.SIGKILL)

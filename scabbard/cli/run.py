@@ -9,8 +9,6 @@ from pathlib import Path
 from scabbard.cli.common import query_dataset, storage_dir
 from scabbard.cli.errors import CLIError
 
-MAX_INTERVAL = 86_400  # a checkpoint at least once a day
-
 
 # -- run ---------------------------------------------------------------------------------------
 def add_run(sub) -> None:
@@ -95,6 +93,12 @@ def add_run(sub) -> None:
                    help="with --compression: store float columns with N decimals (error "
                         "<= 0.5e-N), as integers; batches that cannot be (NaN, inf) fall back "
                         "to lossless XOR")
+    p.add_argument("--crash-at", metavar="POINT[:K]",
+                   help="failure injection (the test harness and scabbard.ft.controller use it): "
+                        "SIGKILL this process the K-th time it reaches POINT - checkpoint_state, "
+                        "checkpoint_record, checkpoint_commit or recovery_replay")
+    p.add_argument("--spawned-at", type=float, metavar="UNIX_TIME",
+                   help="when the controller spawned this process (recovery phases count from it)")
     p.add_argument("--quiet", action="store_true", help="no live progress lines")
     p.set_defaults(func=_run_query)
 
@@ -190,20 +194,16 @@ def _run_ingest(args) -> int:
     return 0
 
 
-def _run_query(args) -> int:
-    from scabbard import queries
+# the fields of the configuration (scabbard.ft.config) and the flags they come from
+FLAGS = {"batch_rows": "--batch", "interval": "--checkpoint-interval", "sink": "--exactly-once",
+         "persist": "--storage"}
 
-    query = queries.get(args.query)
-    for flag in ("workers", "batch", "max_tuples"):
-        v = getattr(args, flag)
-        if v is not None and v < 1:
-            raise CLIError(f"--{flag.replace('_', '-')} must be >= 1, got {v}")
-    for flag in ("rate", "duration"):
-        v = getattr(args, flag)
-        if v is not None and not v > 0:
-            raise CLIError(f"--{flag} must be positive, got {v}")
-    if not args.metrics_interval > 0:
-        raise CLIError(f"--metrics-interval must be positive, got {args.metrics_interval}")
+
+def config_from_args(args):
+    """The run's :class:`~scabbard.ft.config.RunConfig`, from the flags one to one; flags that
+    contradict each other, or a value a field refuses, are a one-line CLIError."""
+    from scabbard.ft.config import ConfigError, FTConfig, PersistConfig, RunConfig
+
     if args.out and not args.out.endswith((".parquet", ".csv")):
         raise CLIError(f"--out {args.out}: use a .parquet or .csv file name")
     ft = args.checkpoint_interval is not None or args.recover
@@ -219,6 +219,8 @@ def _run_query(args) -> int:
         raise CLIError("--output is the exactly-once folder; add --checkpoint-interval")
     if args.standby and not args.recover:
         raise CLIError("--standby goes with --recover")
+    if (args.crash_at or args.spawned_at is not None) and not ft:
+        raise CLIError("--crash-at and --spawned-at go with --checkpoint-interval or --recover")
     if args.checkpoint_only and not ft:
         raise CLIError("--checkpoint-only goes with --checkpoint-interval")
     if args.checkpoint_only and args.persist_input:
@@ -230,33 +232,40 @@ def _run_query(args) -> int:
     if reduces and args.checkpoint_only:
         raise CLIError("--checkpoint-only persists no input: --push-up and --compression "
                        "have nothing to reduce")
-    if not args.compression_interval > 0:
-        raise CLIError(f"--compression-interval must be positive, got {args.compression_interval}")
-    if args.lossy_decimals is not None and args.compression in (None, "none"):
-        raise CLIError("--lossy-decimals goes with --compression default or adaptive")
-    if args.lossy_decimals is not None and not 0 <= args.lossy_decimals <= 9:
-        raise CLIError(f"--lossy-decimals must be 0..9, got {args.lossy_decimals}")
-    if args.checkpoint_interval is not None and not 0 < args.checkpoint_interval <= MAX_INTERVAL:
-        raise CLIError(f"--checkpoint-interval must be in (0, {MAX_INTERVAL:,}] seconds, got "
-                       f"{args.checkpoint_interval}")
+    try:
+        persist = PersistConfig(
+            Path(args.storage) if args.storage else storage_dir(args, args.query),
+            args.push_up, args.compression, args.lossy_decimals,
+            args.compression_interval) if (args.persist_input or ft) else None
+        return RunConfig(
+            args.query, Path(args.data) if args.data else None, args.rate, args.duration,
+            args.max_tuples, args.workers, args.batch, args.metrics_interval,
+            Path(args.metrics_log) if args.metrics_log else None, args.verify, persist,
+            FTConfig(Path(args.output), args.exactly_once, args.checkpoint_interval or 1.0,
+                     durability=args.durability,
+                     persist_input=False if args.checkpoint_only else None,
+                     crash_at=args.crash_at, spawned_at=args.spawned_at) if ft else None)
+    except ConfigError as e:
+        flag = FLAGS.get(e.field, "--" + e.field.replace("_", "-"))
+        raise CLIError(f"{flag} {e.problem}") from None
+
+
+def _run_query(args) -> int:
+    from scabbard import queries
+
+    query = queries.get(args.query)
+    config = config_from_args(args)
     ds = query_dataset(args)
     print(f"{query.name} on {ds.path} ({ds.rows:,} tuples, {ds.schema.row_bytes} B each), "
           f"backend {args.backend}", flush=True)
     if args.backend == "spark":
         return _run_spark(args, query, ds)
-    return _run_engine(args, query, ds)
+    return _run_engine(args, config, ds)
 
 
-
-
-def _run_engine(args, query, ds) -> int:
-    import os
-
-    from scabbard.engine import EngineConfig, sink_for
-    from scabbard.ft.ingress import run_persisted
-
-    config = EngineConfig(workers=args.workers or os.cpu_count() or 1, batch_rows=args.batch,
-                          metrics_interval=args.metrics_interval)
+def _run_engine(args, config, ds) -> int:
+    from scabbard.engine import sink_for
+    from scabbard.ft.run import engine_config, open_run
 
     def progress(s: dict) -> None:
         if not args.quiet:
@@ -265,33 +274,26 @@ def _run_engine(args, query, ds) -> int:
                   f"{s['mb_per_s']:8.1f} MB/s  p50 {lat:7.1f} ms  results {s['result_rows']:,}",
                   flush=True)
 
-    if args.checkpoint_interval is not None or args.recover:
-        return _run_fault_tolerant(args, query, ds, config, progress)
-    store = storage_dir(args, query.name) if args.persist_input else None
-    if store is not None:
-        print(f"persisting the input to {store}", flush=True)
-    report = run_persisted(query, ds, store, sink=sink_for(args.out), config=config,
-                           rate=args.rate, duration=args.duration, max_tuples=args.max_tuples,
-                           metrics_log=args.metrics_log, on_sample=progress,
-                           push_up=args.push_up, compression=args.compression or "none",
-                           lossy_decimals=args.lossy_decimals,
-                           compression_interval=args.compression_interval)
+    if config.ft is not None:
+        return _run_fault_tolerant(args, config, ds, progress)
+    if config.persist is not None:
+        print(f"persisting the input to {config.persist.storage}", flush=True)
+    report = open_run(config, dataset=ds, sink=sink_for(args.out), on_sample=progress)
     s = report.summary
     lat = s.latency_ms
-    print(f"\n{query.name}: {s.tuples:,} tuples in {s.seconds:.2f} s = "
+    print(f"\n{config.query}: {s.tuples:,} tuples in {s.seconds:.2f} s = "
           f"{s.tuples_per_s / 1e6:.2f} M tuples/s ({s.mb_per_s:.1f} MB/s), "
-          f"{config.workers} workers, {report.batch_rows:,} tuples per task")
+          f"{engine_config(config).workers} workers, {report.batch_rows:,} tuples per task")
     print(f"latency ms: p5 {lat['p5']}  p25 {lat['p25']}  p50 {lat['p50']}  p75 {lat['p75']}  "
           f"p95 {lat['p95']}")
     print(f"results: {s.result_rows:,} rows" + (f" -> {args.out}" if args.out else ""))
     return 0
 
 
-def _run_fault_tolerant(args, query, ds, config, progress) -> int:
-    from scabbard.ft.recovery import StandbyReleased, run_fault_tolerant
-    from scabbard.ft.sinks import open_output
+def _run_fault_tolerant(args, config, ds, progress) -> int:
+    from scabbard.ft.recovery import StandbyReleased
+    from scabbard.ft.run import open_run
 
-    interval = args.checkpoint_interval or 1.0
     standby = None
     if args.standby:
         def standby() -> None:
@@ -299,19 +301,12 @@ def _run_fault_tolerant(args, query, ds, config, progress) -> int:
             if not sys.stdin.readline():
                 raise StandbyReleased  # stdin closed: the controller has no failure for us
     what = "recovering" if args.recover else "starting"
-    print(f"{what} a fault-tolerant run: storage {args.storage}, checkpoints every {interval:g} s, "
-          f"{args.exactly_once} exactly-once output to {args.output}", flush=True)
+    ft = config.ft
+    print(f"{what} a fault-tolerant run: storage {config.persist.storage}, checkpoints every "
+          f"{ft.interval:g} s, {ft.sink} exactly-once output to {ft.output}", flush=True)
     try:
-        r = run_fault_tolerant(query, ds, args.storage,
-                               open_output(args.output, args.exactly_once), config,
-                               interval=interval, recover=args.recover, rate=args.rate,
-                               duration=args.duration, max_tuples=args.max_tuples,
-                               metrics_log=args.metrics_log, on_sample=progress,
-                               persist_input=False if args.checkpoint_only else None,
-                               standby=standby, push_up=args.push_up,
-                               compression=args.compression, lossy_decimals=args.lossy_decimals,
-                               compression_interval=args.compression_interval,
-                               durability=args.durability)
+        r = open_run(config, recover=args.recover, dataset=ds, on_sample=progress,
+                     standby=standby)
     except StandbyReleased:
         print("standby: released without taking over", flush=True)
         return 0
@@ -322,13 +317,13 @@ def _run_fault_tolerant(args, query, ds, config, progress) -> int:
         print(f"resumed from checkpoint {r.resumed_from}, replayed input from offset "
               f"{r.replayed_from:,}")
     times = [c.duration_s * 1e3 for c in r.checkpoints]
-    print(f"\n{query.name}: {s.tuples:,} tuples in {s.seconds:.2f} s = "
+    print(f"\n{config.query}: {s.tuples:,} tuples in {s.seconds:.2f} s = "
           f"{s.tuples_per_s / 1e6:.2f} M tuples/s, {len(r.checkpoints)} checkpoints"
           + (f" (avg {sum(times) / len(times):.1f} ms, state "
              f"{r.checkpoints[-1].bytes / 1e6:.2f} MB)" if times else "")
           + (f", {len(r.damage)} damaged or torn storage items dropped on opening"
              if r.damage else ""))
-    print(f"results: {s.result_rows:,} rows -> {args.output}")
+    print(f"results: {s.result_rows:,} rows -> {ft.output}")
     return 0
 
 

@@ -9,7 +9,6 @@ committed output with a failure-free run of the same query on the same input
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -97,13 +96,11 @@ class Controller:
     def _spawn(self, cmd: list[str], log: Path, stdin=None,
                crash_at: str | None = None) -> subprocess.Popen:
         self.dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, SCABBARD_SPAWNED_AT=repr(time.time()))
-        env.pop("SCABBARD_CRASH_AT", None)
+        cmd = cmd + ["--spawned-at", repr(time.time())]
         if crash_at:
-            env["SCABBARD_CRASH_AT"] = crash_at
+            cmd += ["--crash-at", crash_at]
         with open(log, "w") as out:
-            return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=stdin,
-                                    env=env)
+            return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=stdin)
 
     def start(self, recover: bool = False, crash_at: str | None = None) -> subprocess.Popen:
         self.incarnation += 1

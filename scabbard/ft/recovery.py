@@ -22,8 +22,8 @@ from the source - the dataset, replayable from any offset, plays the upstream sy
 kept it.
 
 Each phase is logged with its wall-clock time to the metrics log (``recovery``
-events), from the moment the process was spawned (``SCABBARD_SPAWNED_AT``, set
-by :class:`scabbard.ft.controller.Controller`).
+events), from the moment the process was spawned (``FTConfig.spawned_at``, ``run
+--spawned-at``, set by :class:`scabbard.ft.controller.Controller`).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scabbard import faults, queries
 from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
 from scabbard.engine.metrics import Metrics
@@ -43,8 +44,9 @@ from scabbard.engine.ports import Resume
 from scabbard.engine.runtime import MIN_BATCH, Edges, Engine, EngineConfig, RunReport
 from scabbard.engine.sources import ReplaySource
 from scabbard.ft.checkpointing import CheckpointListener
+from scabbard.ft.config import ConfigError, FTConfig, PersistConfig, RunConfig
 from scabbard.ft.ingress import INGRESS, READER, PersistedFeed, ReplayFeed, ingress_stream
-from scabbard.ft.sinks import ExactlyOnceSink
+from scabbard.ft.sinks import ExactlyOnceSink, open_output
 from scabbard.ft.state import QueryState
 from scabbard.pog import POG
 from scabbard.pog.checkpoint import CheckpointController, CheckpointError, CheckpointStore
@@ -145,15 +147,42 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                        aligned: bool = False, wrap_source=None,
                        durability: str | Durability | None = None, io: FileIO = OS,
                        every_tasks: int | None = None) -> FTReport:
-    """Run ``query`` with persisted input, checkpoints and exactly-once output (or recover).
+    """:func:`open_fault_tolerant` with its configuration given as keywords (the Python
+    convenience; the tests and experiments use it): ``config`` gives the workers and batch
+    size, the rest map onto :class:`RunConfig`, :class:`PersistConfig` and :class:`FTConfig`
+    field by field."""
+    engine = config or EngineConfig()
+    cfg = RunConfig(
+        query.name, dataset.path, rate=rate, duration=duration, max_tuples=max_tuples,
+        workers=engine.workers, batch_rows=engine.batch_rows,
+        metrics_interval=engine.metrics_interval,
+        metrics_log=None if metrics_log is None else Path(metrics_log),
+        persist=PersistConfig(storage, push_up, compression, lossy_decimals,
+                              compression_interval, storage_config or StorageConfig()),
+        ft=FTConfig(sink.path, sink.kind, interval, every_tasks,
+                    None if durability is None else Durability.of(durability).value,
+                    persist_input, aligned))
+    return open_fault_tolerant(cfg, dataset, sink=sink, recover=recover, io=io,
+                               standby=standby, on_sample=on_sample, wrap_source=wrap_source,
+                               engine_config=engine, query=query)
+
+
+def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = False,
+                        sink: ExactlyOnceSink | None = None, io: FileIO = OS, standby=None,
+                        on_sample=None, wrap_source=None,
+                        engine_config: EngineConfig | None = None,
+                        query: Query | None = None) -> FTReport:
+    """Run ``cfg.query`` with persisted input, checkpoints and exactly-once output (or recover).
 
     The dataset is read once, unless ``duration`` or ``max_tuples`` asks for more (then it
     is replayed with shifted timestamps), as :func:`scabbard.engine.run_query` does.
 
-    ``push_up``, ``compression``, ``lossy_decimals``: the data reduction before the ingress
-    p-stream (§3.4, §5; see :func:`scabbard.engine.run_query`).  ``durability``: ``machine``
-    (the default: everything a record or an acknowledgement depends on is flushed first)
-    or ``process`` (survives ``kill -9`` of the engine, not power loss).
+    ``cfg.persist``: where, and the data reduction before the ingress p-stream (§3.4, §5).
+    ``cfg.ft.durability``: ``machine`` (the default: everything a record or an
+    acknowledgement depends on is flushed first) or ``process`` (survives ``kill -9`` of the
+    engine, not power loss).  ``sink``: the exactly-once sink (default: ``cfg.ft``'s, on its
+    output folder); ``engine_config``/``query``: the engine's settings and the query, when
+    the caller has them at hand (default: from ``cfg``).
 
     A run is recorded in ``<storage>/run.json`` with its dataset's identity (manifest
     checksum, schema, rows, parameters) and its settings; a recovery takes the recorded
@@ -171,8 +200,23 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
     :class:`~scabbard.storage.fileio.RecordingIO` for the crash-state explorer);
     ``every_tasks``: also a checkpoint every that many tasks (deterministic markers).
     """
-    storage = Path(storage)
-    phases = {"spawned": float(os.environ.get("SCABBARD_SPAWNED_AT", "nan")),
+    ft, persist = cfg.ft, cfg.persist
+    if ft is None or persist is None:
+        raise ConfigError("a fault-tolerant run needs an FTConfig and a PersistConfig")
+    query = query or queries.get(cfg.query)
+    sink = sink if sink is not None else open_output(ft.output, ft.sink)
+    config = engine_config or EngineConfig(workers=cfg.workers or os.cpu_count() or 1,
+                                           batch_rows=cfg.batch_rows,
+                                           metrics_interval=cfg.metrics_interval)
+    storage, storage_config = persist.storage, persist.layout
+    rate, duration, max_tuples = cfg.rate, cfg.duration, cfg.max_tuples
+    push_up, compression, lossy_decimals = (persist.push_up, persist.compression,
+                                            persist.lossy_decimals)
+    compression_interval, metrics_log = persist.compression_interval, cfg.metrics_log
+    interval, every_tasks, aligned = ft.interval, ft.every_tasks, ft.aligned
+    persist_input, durability = ft.persist_input, ft.durability
+    faults.arm(ft.crash_at)
+    phases = {"spawned": ft.spawned_at if ft.spawned_at is not None else float("nan"),
               "started": time.time()}
     if push_up and persist_input is False:
         raise ValueError("persistence push-up needs persisted input (it moves operators below "
@@ -210,8 +254,7 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
     metrics = Metrics(dataset.schema.row_bytes, metrics_log, engine.config.metrics_interval,
                       on_sample)
     sink.bind(io, durable)
-    storage_config = dataclasses.replace(storage_config or StorageConfig(),
-                                         sync=durable.flush)
+    storage_config = dataclasses.replace(storage_config, sync=durable.flush)
     with BlockManager(storage, storage_config, io) as bm:
         pog = POG(bm)
         scheme = run.get("compression") or "none"

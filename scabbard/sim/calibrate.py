@@ -326,9 +326,9 @@ def measure_recovery(query: str, data: Path, folder: Path, interval: float,
            "--storage", str(folder / "storage"), "--output", str(folder / "output"),
            "--checkpoint-interval", str(interval), "--exactly-once", "clocked",
            "--workers", "2", "--recover", "--duration", str(seconds),
-           "--metrics-log", str(log), "--quiet"] + (["--batch", str(batch)] if batch else [])
-    env = dict(os.environ, SCABBARD_SPAWNED_AT=repr(time.time()))
-    subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, timeout=300)
+           "--metrics-log", str(log), "--quiet", "--spawned-at", repr(time.time())] + (
+               ["--batch", str(batch)] if batch else [])
+    subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
     m = read_metrics(log)
     at = dict(zip(m["phase"].dropna(), m.loc[m["phase"].notna(), "wall"], strict=True))
     resume = m[m["phase"] == "resume"].iloc[0]

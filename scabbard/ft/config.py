@@ -1,0 +1,143 @@
+"""One frozen configuration per run (DESIGN.md §13, STYLE.md rule 7).
+
+:class:`RunConfig` says what to run (query, data, rate, limits, workers, batch size);
+:class:`PersistConfig` whether and how its input is persisted (storage folder, push-up,
+compression); :class:`FTConfig` whether it is fault-tolerant (exactly-once output, sink,
+checkpoint interval, durability, crash point).  Each validates its own fields and raises
+:class:`ConfigError` with one line naming the field; the CLI's flags map onto them one to
+one, and :func:`scabbard.ft.run.open_run` opens a run from a :class:`RunConfig`, fresh or
+recovering.  Nothing here reads the environment.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scabbard.compression.policy import SCHEMES
+from scabbard.faults import POINTS
+from scabbard.storage import StorageConfig
+
+SINKS = ("clocked", "transactional", "discard")  # discard: the benchmarks' (nothing kept)
+DURABILITIES = ("process", "machine")
+MAX_INTERVAL = 86_400.0  # a checkpoint at least once a day
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be run: ``field`` and what is wrong with it (``problem``);
+    the CLI names the flag the field maps onto."""
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field} {problem}")
+        self.field, self.problem = field, problem
+
+
+def _positive(name: str, value, integer: bool = False) -> None:
+    if value is None:
+        return
+    if integer:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(name, f"must be >= 1, got {value!r}")
+    elif not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise ConfigError(name, f"must be positive, got {value!r}")
+
+
+@dataclass(frozen=True)
+class PersistConfig:
+    """The ingress p-stream persisted in ``storage`` (``--persist-input``, ``--storage``)."""
+
+    storage: Path
+    push_up: bool = False  # --push-up
+    compression: str | None = None  # --compression; None: "none", or as recorded (recovery)
+    lossy_decimals: int | None = None  # --lossy-decimals
+    compression_interval: float = 4.0  # --compression-interval
+    layout: StorageConfig = field(default_factory=StorageConfig)  # the pool's files
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "storage", Path(self.storage))
+        if self.compression is not None and self.compression not in SCHEMES:
+            raise ConfigError("compression", f"must be one of {', '.join(SCHEMES)}, got "
+                                             f"{self.compression!r}")
+        _positive("compression_interval", self.compression_interval)
+        if self.lossy_decimals is not None:
+            if self.compression in (None, "none"):
+                raise ConfigError("lossy_decimals", "goes with compression default or adaptive")
+            if not (isinstance(self.lossy_decimals, int) and 0 <= self.lossy_decimals <= 9):
+                raise ConfigError("lossy_decimals", f"must be 0..9, got {self.lossy_decimals!r}")
+
+    @property
+    def reduces(self) -> bool:
+        return self.push_up or self.compression not in (None, "none")
+
+
+@dataclass(frozen=True)
+class FTConfig:
+    """Fault tolerance: checkpoints and exactly-once output to ``output``."""
+
+    output: Path  # --output
+    sink: str = "clocked"  # --exactly-once
+    interval: float | None = 1.0  # --checkpoint-interval (None: none on a timer)
+    every_tasks: int | None = None  # a checkpoint every that many tasks (deterministic)
+    durability: str | None = None  # --durability; None: machine, or as recorded (recovery)
+    persist_input: bool | None = None  # False: --checkpoint-only; None: as recorded / True
+    aligned: bool = False  # Flink-style aligned checkpoints (the paper's Flink++)
+    crash_at: str | None = None  # a crash point, NAME[:K] (scabbard.faults), for tests
+    spawned_at: float | None = None  # when the process was spawned (recovery phases)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "output", Path(self.output))
+        if self.sink not in SINKS:
+            raise ConfigError("sink", f"must be one of {', '.join(SINKS)}, got {self.sink!r}")
+        if self.interval is not None and not (
+                isinstance(self.interval, int | float)
+                and 0 < self.interval <= min(MAX_INTERVAL, threading.TIMEOUT_MAX)):
+            raise ConfigError("interval", f"must be in (0, {MAX_INTERVAL:,.0f}] seconds, got "
+                                          f"{self.interval!r}")
+        _positive("every_tasks", self.every_tasks, integer=True)
+        if self.durability is not None and self.durability not in DURABILITIES:
+            raise ConfigError("durability", f"must be process or machine, got "
+                                            f"{self.durability!r}")
+        if self.crash_at is not None:
+            name, _, k = self.crash_at.partition(":")
+            if name not in POINTS or (k and not (k.isdigit() and int(k) >= 1)):
+                raise ConfigError("crash_at", f"must be NAME[:K] with NAME one of "
+                                              f"{', '.join(POINTS)}, got {self.crash_at!r}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One run of a query: what, on which data, how fast, how long, on how many workers."""
+
+    query: str
+    data: Path | None = None  # the dataset folder (None: the query's small default)
+    rate: float | None = None  # input tuples per second
+    duration: float | None = None  # wall seconds (the dataset replayed until then)
+    max_tuples: int | None = None  # input tuples (the dataset replayed until then)
+    workers: int | None = None  # None: one per core
+    batch_rows: int | None = None  # tuples per task (None: from the data)
+    metrics_interval: float = 0.5
+    metrics_log: Path | None = None
+    verify: bool = False  # recompute the dataset's checksums first
+    persist: PersistConfig | None = None
+    ft: FTConfig | None = None
+
+    def __post_init__(self) -> None:
+        from scabbard import queries
+
+        try:
+            queries.workload_of(self.query)
+        except queries.UnknownQueryError as e:
+            raise ConfigError("query", str(e)) from None
+        for name in ("rate", "duration", "metrics_interval"):
+            _positive(name, getattr(self, name))
+        for name in ("max_tuples", "workers", "batch_rows"):
+            _positive(name, getattr(self, name), integer=True)
+        if self.ft is not None:
+            if self.persist is None:
+                raise ConfigError("persist", "is needed by fault tolerance (a storage folder "
+                                             "to recover from)")
+            if self.ft.persist_input is False and self.persist.reduces:
+                raise ConfigError("persist", "cannot reduce input that is not persisted "
+                                             "(checkpoint-only): drop push-up and compression")

@@ -1,0 +1,51 @@
+"""Open a run from its :class:`~scabbard.ft.config.RunConfig`, fresh or recovering.
+
+:func:`open_run` is the one entry point the command line uses: a query in memory
+(:func:`scabbard.engine.run_query`), with its input persisted
+(:func:`scabbard.ft.ingress.run_persisted`), or fault-tolerant
+(:func:`scabbard.ft.recovery.open_fault_tolerant`), as the configuration says.
+"""
+
+from __future__ import annotations
+
+import os
+
+from scabbard import queries, workloads
+from scabbard.data import Dataset, dataset_path, open_dataset
+from scabbard.engine import EngineConfig, RunReport, Sink
+from scabbard.ft.config import RunConfig
+from scabbard.ft.ingress import run_persisted
+from scabbard.ft.recovery import FTReport, open_fault_tolerant
+
+
+def dataset_of(config: RunConfig) -> Dataset:
+    """The dataset ``config`` names (checked against the query's schema; checksums verified
+    with ``config.verify``); the query's small default must exist."""
+    schema = workloads.get(queries.workload_of(config.query)).SCHEMA
+    path = config.data or dataset_path("data", queries.workload_of(config.query), "small")
+    return open_dataset(path, schema=schema, verify=config.verify)
+
+
+def engine_config(config: RunConfig) -> EngineConfig:
+    return EngineConfig(workers=config.workers or os.cpu_count() or 1,
+                        batch_rows=config.batch_rows, metrics_interval=config.metrics_interval)
+
+
+def open_run(config: RunConfig, *, recover: bool = False, dataset: Dataset | None = None,
+             sink: Sink | None = None, on_sample=None, standby=None) -> RunReport | FTReport:
+    """Run what ``config`` says.  ``sink``: where results go without fault tolerance (with it,
+    the exactly-once sink of ``config.ft``); ``standby``: see
+    :func:`~scabbard.ft.recovery.open_fault_tolerant`."""
+    ds = dataset or dataset_of(config)
+    if config.ft is not None:
+        return open_fault_tolerant(config, ds, recover=recover, on_sample=on_sample,
+                                   standby=standby)
+    p = config.persist
+    return run_persisted(queries.get(config.query), ds, p.storage if p else None, sink,
+                         engine_config(config), rate=config.rate, duration=config.duration,
+                         max_tuples=config.max_tuples, metrics_log=config.metrics_log,
+                         on_sample=on_sample, push_up=bool(p and p.push_up),
+                         compression=(p.compression or "none") if p else "none",
+                         lossy_decimals=p.lossy_decimals if p else None,
+                         compression_interval=p.compression_interval if p else 4.0,
+                         storage_config=p.layout if p else None)
