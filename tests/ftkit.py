@@ -15,7 +15,7 @@ from scabbard.engine.runtime import Engine
 from scabbard.ft.state import state_schema
 from scabbard.pog.checkpoint import CheckpointRecord, CheckpointStore
 from scabbard.storage import BlockManager, FileIO, StorageConfig
-from scabbard.storage import segment as sg
+from scabbard.storage import segment as seg_fmt
 
 SMALL = StorageConfig(file_bytes=1 << 20, pool_files=2, bulk_bytes=1 << 18)
 CFG = EngineConfig(workers=2, batch_rows=4000)
@@ -82,7 +82,7 @@ def damage_state(store: Path, rec: CheckpointRecord, q, ds) -> None:
             with BlockManager(store, SMALL) as bm:
                 sid = bm.stream(schema.name, schema)
                 f, seg = bm._locate(bm._by_id[sid], part["first"])
-                head = sg.parse_header(bm._pread(f, seg.pos, sg.PAGE))
+                head = seg_fmt.parse_header(bm._pread(f, seg.pos, seg_fmt.PAGE))
                 at = seg.pos + head.header_len
             with open(f.path, "r+b") as fh:
                 fh.seek(at)

@@ -14,7 +14,7 @@ from scabbard.compression.policy import Compression
 from scabbard.compression.profile import ColumnProfile
 from scabbard.schema import Field, Schema
 from scabbard.storage import BlockManager, StorageConfig
-from scabbard.storage import segment as sg
+from scabbard.storage import segment as seg_fmt
 
 SCHEMA = Schema("t", (Field("timestamp", "int64"), Field("k", "int32"), Field("v", "float64"),
                       Field("u", "uuid")), row_bytes=40)
@@ -98,8 +98,8 @@ def test_distribution_change_falls_back_then_respecialises_without_a_wrong_value
     assert c.codecs[1].name == "ns_bit" and c.codecs[1].width > 20  # specialised again
     assert c.stats["k"].fallbacks == before + 1
     for b, cols in stored:  # every batch decodes to exactly what was written
-        seg = sg.encode(b, stream_id=1, epoch=1, batch_id=0, stored=cols)
-        _, back = sg.decode(seg, SCHEMA)
+        seg = seg_fmt.encode(b, stream_id=1, epoch=1, batch_id=0, stored=cols)
+        _, back = seg_fmt.decode(seg, SCHEMA)
         for x, y in zip(b.columns, back.columns, strict=True):
             assert np.array_equal(x.view(np.uint8), y.view(np.uint8))
 
@@ -118,8 +118,8 @@ def test_mixed_codec_segments_round_trip(data):
         fits = [c for c in _CODECS if f.dtype in c.accepts and c.lossless and not c.specialised]
         codec = data.draw(st.sampled_from(fits))
         stored.append((codec, codec.encode(col)))
-    seg = sg.encode(b, stream_id=3, epoch=2, batch_id=1, stored=stored)
-    h, back = sg.decode(seg, SCHEMA)
+    seg = seg_fmt.encode(b, stream_id=3, epoch=2, batch_id=1, stored=stored)
+    h, back = seg_fmt.decode(seg, SCHEMA)
     assert [c.codec for c in h.columns] == [c.codec_id for c, _ in stored]
     for x, y in zip(b.columns, back.columns, strict=True):
         assert np.array_equal(x.view(np.uint8), y.view(np.uint8))

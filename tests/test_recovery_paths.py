@@ -45,7 +45,7 @@ from scabbard.storage import (
     StorageConfig,
     StorageError,
 )
-from scabbard.storage import segment as sg
+from scabbard.storage import segment as seg_fmt
 
 
 def stopped(q, ds, store, sink, k, **kw):
@@ -333,7 +333,7 @@ def test_a_released_file_resurrected_by_a_machine_crash_never_hides_live_data(tm
         for i in range(40):
             bm.append(sid, _batch(i * 500, 500)).result()
         files = list(bm._by_id[sid].files)
-        heads = {f.path: f.path.read_bytes()[:sg.PAGE] for f in files[:2]}
+        heads = {f.path: f.path.read_bytes()[:seg_fmt.PAGE] for f in files[:2]}
         trim_to = files[2].first
         assert bm.trim(sid, trim_to) == 2
         end = bm.durable_end(sid)
@@ -356,7 +356,7 @@ def test_a_torn_tail_is_reported_in_the_metrics_log_and_the_summary(tiny, tmp_pa
         sid = bm.stream("input", q.source.schema)
         f, seg = bm._locate(bm._by_id[sid], bm.durable_end(sid) - 1)
     with open(f.path, "r+b") as fh:
-        fh.seek(seg.pos + sg.PAGE)
+        fh.seek(seg.pos + seg_fmt.PAGE)
         fh.write(b"\x00" * 4096)
     log = tmp_path / "metrics.jsonl"
     r = finish(q, ds, store, ClockedSink(out), metrics_log=log)

@@ -24,7 +24,7 @@ from scabbard.storage import (
     StorageLocked,
     TrimmedError,
 )
-from scabbard.storage import segment as sg
+from scabbard.storage import segment as seg_fmt
 from scabbard.storage.checksum import checksum, copy_checksum
 
 SCHEMA = Schema("s", (Field("timestamp", "int64"), Field("k", "int32"), Field("v", "float64"),
@@ -58,9 +58,9 @@ def fill(bm: BlockManager, sid: int, start: int, count: int, rows: int = 300) ->
 
 def test_segment_round_trip_with_metadata():
     b = make_batch(1234, 1000)
-    seg = sg.encode(b, stream_id=3, epoch=9, batch_id=17, meta=np.array([5, 6], np.uint64))
-    assert seg.nbytes % sg.PAGE == 0 and seg.ctypes.data % sg.PAGE == 0
-    h, out = sg.decode(seg, SCHEMA)
+    seg = seg_fmt.encode(b, stream_id=3, epoch=9, batch_id=17, meta=np.array([5, 6], np.uint64))
+    assert seg.nbytes % seg_fmt.PAGE == 0 and seg.ctypes.data % seg_fmt.PAGE == 0
+    h, out = seg_fmt.decode(seg, SCHEMA)
     assert (h.stream_id, h.epoch, h.batch_id, h.first_offset, h.count) == (3, 9, 17, 1234, 1000)
     assert (h.min_ts, h.max_ts) == (12340, 22330)
     assert list(h.meta) == [5, 6]
@@ -83,24 +83,24 @@ def test_copy_checksum_is_copy_then_checksum(data, shift, seed):
 
 def test_segment_with_odd_column_lengths_round_trips_and_checks_padding():
     b = make_batch(5, 1001)  # the int32 column is 4004 bytes: padded to 4008
-    seg = sg.encode(b, stream_id=1, epoch=1, batch_id=0)
-    check_batch(sg.decode(seg, SCHEMA)[1])
-    h = sg.parse_header(seg)
+    seg = seg_fmt.encode(b, stream_id=1, epoch=1, batch_id=0)
+    check_batch(seg_fmt.decode(seg, SCHEMA)[1])
+    h = seg_fmt.parse_header(seg)
     k_pad = h.header_len + 8 * 1001 + 4004  # the padding after the int32 column
     seg[k_pad] ^= 1
     with pytest.raises(CorruptSegment, match="checksum"):
-        sg.decode(seg, SCHEMA)
+        seg_fmt.decode(seg, SCHEMA)
 
 
 def test_segment_of_zero_rows():
-    h, out = sg.decode(sg.encode(make_batch(7, 0), stream_id=1, epoch=1, batch_id=0), SCHEMA)
+    h, out = seg_fmt.decode(seg_fmt.encode(make_batch(7, 0), stream_id=1, epoch=1, batch_id=0), SCHEMA)
     assert h.count == 0 and len(out) == 0 and out.offset == 7
 
 
 @pytest.mark.parametrize("damage", ["truncated", "torn", "zero-block", "payload-bit", "header-bit",
                                     "all-zero", "wrong-schema"])
 def test_every_corruption_is_detected(damage):
-    seg = sg.encode(make_batch(0, 2000), stream_id=1, epoch=1, batch_id=0)
+    seg = seg_fmt.encode(make_batch(0, 2000), stream_id=1, epoch=1, batch_id=0)
     bad = seg.copy()
     schema = SCHEMA
     if damage == "truncated":
@@ -108,7 +108,7 @@ def test_every_corruption_is_detected(damage):
     elif damage == "torn":  # the second half of the write never reached the disk
         bad[seg.nbytes // 2:] = 0xAB
     elif damage == "zero-block":
-        bad[sg.PAGE * 2: sg.PAGE * 3] = 0
+        bad[seg_fmt.PAGE * 2: seg_fmt.PAGE * 3] = 0
     elif damage == "payload-bit":
         bad[seg.nbytes // 3] ^= 0x10
     elif damage == "header-bit":
@@ -118,7 +118,7 @@ def test_every_corruption_is_detected(damage):
     elif damage == "wrong-schema":
         schema = Schema("other", SCHEMA.fields[:3])
     with pytest.raises(CorruptSegment) as e:
-        sg.decode(bad, schema, where="f000001.seg", position=8192)
+        seg_fmt.decode(bad, schema, where="f000001.seg", position=8192)
     assert "f000001.seg" in str(e.value) and "8192" in str(e.value)
 
 
@@ -174,7 +174,7 @@ def test_trim_returns_files_to_the_pool_and_disk_stays_bounded(tmp_path):
         sizes = []
         for _ in range(200):
             off = fill(bm, sid, off, 4)
-            written += 4 * sg.segment_length(make_batch(0, 300))
+            written += 4 * seg_fmt.segment_length(make_batch(0, 300))
             freed = bm.trim(sid, off - 600)
             assert freed >= 0
             sizes.append(bm.pool_bytes)
@@ -216,7 +216,7 @@ def test_torn_tail_is_dropped_on_reopen(tmp_path, damage):
         last = f.segs[-1]
         path = f.path
     with open(path, "r+b") as fh:
-        fh.seek(last.pos + (sg.PAGE if damage == "torn" else 0))
+        fh.seek(last.pos + (seg_fmt.PAGE if damage == "torn" else 0))
         fh.write(b"\xff" * 100 if damage == "torn" else b"\0" * last.length)
     with BlockManager(tmp_path, SMALL) as bm:
         sid = bm.stream("in", SCHEMA)
@@ -494,8 +494,8 @@ def test_a_torn_tail_that_resurfaces_yields_to_the_newer_file(tmp_path):
         last, path = f.segs[-1], f.path
     with open(path, "r+b") as fh:
         fh.seek(last.pos)
-        header = fh.read(sg.PAGE)  # the torn segment's header page, valid
-        fh.seek(last.pos + sg.PAGE)
+        header = fh.read(seg_fmt.PAGE)  # the torn segment's header page, valid
+        fh.seek(last.pos + seg_fmt.PAGE)
         fh.write(b"\xff" * 100)
     with BlockManager(tmp_path, SMALL) as bm:
         sid = bm.stream("in", SCHEMA)

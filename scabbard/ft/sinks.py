@@ -40,7 +40,7 @@ from scabbard.engine.sinks import Sink
 from scabbard.pog.checkpoint import ProtocolError
 from scabbard.schema import Schema, SchemaError
 from scabbard.storage import BlockManager, StorageConfig, StorageError
-from scabbard.storage import segment as sg
+from scabbard.storage import segment as seg_fmt
 from scabbard.storage.fileio import OS, Durability, FileIO, write_atomic, write_new
 
 NO_WINDOW = np.iinfo(np.int64).min
@@ -280,7 +280,7 @@ class TransactionalSink(ExactlyOnceSink):
         parts = self._parts()
         if not parts:
             return {"input_end": 0, "window_end": NO_WINDOW}
-        h = sg.parse_header(np.fromfile(parts[-1], np.uint8, count=sg.PAGE * 4), str(parts[-1]))
+        h = seg_fmt.parse_header(np.fromfile(parts[-1], np.uint8, count=seg_fmt.PAGE * 4), str(parts[-1]))
         return _clock(h.meta)
 
     def write_clocked(self, batch: Batch, clock: dict) -> None:
@@ -321,7 +321,7 @@ class TransactionalSink(ExactlyOnceSink):
         cols = [np.concatenate([b.columns[i] for b, _ in staged])
                 for i in range(len(self.schema.fields))]
         clock = staged[-1][1]
-        seg = sg.encode(Batch(self.schema, tuple(cols), 0), stream_id=0, epoch=checkpoint_id,
+        seg = seg_fmt.encode(Batch(self.schema, tuple(cols), 0), stream_id=0, epoch=checkpoint_id,
                         batch_id=checkpoint_id, meta=_meta(clock))
         tmp = self.path / "pending" / f".{checkpoint_id:012d}.tmp"
         try:
@@ -384,7 +384,7 @@ def read_output(path: str | Path):
             frames = [b.to_pandas() for b in bm.load(sid)]
     else:
         for p in _epochs(path / "committed"):
-            frames.append(sg.decode(np.fromfile(p, np.uint8), schema, str(p))[1].to_pandas())
+            frames.append(seg_fmt.decode(np.fromfile(p, np.uint8), schema, str(p))[1].to_pandas())
     if not frames:
         return Batch(schema, tuple(np.zeros((0,) + f.column_shape(0)[1:], f.numpy_dtype)
                                    for f in schema.fields)).to_pandas()

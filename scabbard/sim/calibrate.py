@@ -190,7 +190,7 @@ def measure_persistence(query: str, scale: str = "small", data_dir: str | Path =
     from scabbard.engine.pushup import Reducer
     from scabbard.engine.sources import ReplaySource
     from scabbard.query import optimize
-    from scabbard.storage import segment as sg
+    from scabbard.storage import segment as seg_fmt
 
     ds, engine = _engine_and_data(query, scale, data_dir)
     rows = engine.batch_rows_for(ReplaySource(ds, 1).tuples_per_ms())
@@ -212,16 +212,16 @@ def measure_persistence(query: str, scale: str = "small", data_dir: str | Path =
                 b = reduce(b)
             stored = comp(b) if comp is not None else None
             tc = time.thread_time() - t
-            n = sg.segment_length(b, 1, sg.PAGE, stored)
+            n = seg_fmt.segment_length(b, 1, seg_fmt.PAGE, stored)
             if buf is None or buf.nbytes < n:
-                buf = sg.aligned_empty(2 * n)
+                buf = seg_fmt.aligned_empty(2 * n)
                 buf[:] = 0  # a recycled buffer, as the BlockManager's: no first-touch faults
             t = time.thread_time()
-            seg = sg.encode(b, stream_id=1, epoch=1, batch_id=i, meta=np.zeros(1, np.uint64),
+            seg = seg_fmt.encode(b, stream_id=1, epoch=1, batch_id=i, meta=np.zeros(1, np.uint64),
                             out=buf, stored=stored)
             te = time.thread_time() - t
             t = time.thread_time()
-            sg.decode(seg, schema, copy=False)  # as the BlockManager reads
+            seg_fmt.decode(seg, schema, copy=False)  # as the BlockManager reads
             td = time.thread_time() - t
             if i == 0:
                 continue  # warm-up

@@ -57,7 +57,7 @@ import numpy as np
 
 from scabbard.batch import Batch
 from scabbard.schema import Schema
-from scabbard.storage import segment as sg
+from scabbard.storage import segment as seg_fmt
 from scabbard.storage.checksum import checksum
 from scabbard.storage.fileio import OS, Durability, FileIO, write_atomic
 from scabbard.storage.segment import PAGE, CorruptSegment, FormatVersionError, StorageError
@@ -300,7 +300,7 @@ class BlockManager:
 
     # -- reading files back (open) ---------------------------------------------------------------
     def _pread(self, f: _File, pos: int, n: int) -> np.ndarray:
-        buf = sg.aligned_empty(n)
+        buf = seg_fmt.aligned_empty(n)
         done = 0
         while done < n:
             got = self.io.preadv(f.fd, [buf[done:]], pos + done)
@@ -337,7 +337,7 @@ class BlockManager:
         while pos + PAGE <= size:
             head = self._pread(f, pos, PAGE)
             try:
-                h = sg.parse_header(head, str(f.path), pos, file_len=size)
+                h = seg_fmt.parse_header(head, str(f.path), pos, file_len=size)
             except FormatVersionError as e:
                 raise FormatVersionError(f"{e}. Open {self.path} with the scabbard that wrote "
                                          f"it, or use another folder") from None
@@ -380,14 +380,14 @@ class BlockManager:
         for j in range(i + 1, len(f.segs)):
             seg = f.segs[j]
             try:
-                sg.decode(self._pread(f, seg.pos, seg.length), s.schema, str(f.path), seg.pos,
+                seg_fmt.decode(self._pread(f, seg.pos, seg.length), s.schema, str(f.path), seg.pos,
                           copy=False)
             except CorruptSegment as e:
                 self.torn.append(str(e))
                 keep = j
                 break
         if keep < len(f.segs):  # erase the torn segment's header: later scans stop before it
-            zeros = sg.aligned_empty(PAGE)
+            zeros = seg_fmt.aligned_empty(PAGE)
             zeros[:] = 0
             self._pwritev(f, [zeros], f.segs[keep].pos)
         del f.segs[keep:]
@@ -485,7 +485,7 @@ class BlockManager:
             for i, b in enumerate(self._buffers):
                 if n <= b.nbytes <= 2 * n:
                     return self._buffers.pop(i)
-        return sg.aligned_empty(n)
+        return seg_fmt.aligned_empty(n)
 
     def _recycle(self, buf: np.ndarray) -> None:
         with self._lock:
@@ -509,7 +509,7 @@ class BlockManager:
             raise StorageError(f"stream {s.name!r} cannot be written: {s.error}") from s.error
         if stored is None and compress is not None:
             stored = compress(batch)
-        n = sg.segment_length(batch, 0 if meta is None else len(meta), cfg.align, stored)
+        n = seg_fmt.segment_length(batch, 0 if meta is None else len(meta), cfg.align, stored)
         if n > cfg.file_bytes - cfg.data_start:
             raise StorageError(f"a segment of {n:,} bytes does not fit a {cfg.file_bytes:,}-byte "
                                f"pool file; use larger files or smaller batches")
@@ -535,7 +535,7 @@ class BlockManager:
             f.write_pos += n
             f.inflight += 1
             s.next_offset = batch.end
-            encoded = self._encoders.submit(sg.encode, batch, stream_id=stream, epoch=f.epoch,
+            encoded = self._encoders.submit(seg_fmt.encode, batch, stream_id=stream, epoch=f.epoch,
                                             batch_id=batch_id, meta=meta, align=cfg.align,
                                             out=full, stored=stored)
             with s.cond:
@@ -622,7 +622,7 @@ class BlockManager:
         return e
 
     def _write_file_header(self, f: _File) -> None:
-        head = sg.aligned_empty(PAGE)
+        head = seg_fmt.aligned_empty(PAGE)
         head[:] = 0
         body = _FILE_HEADER.pack(FILE_MAGIC, 1, 0, f.stream, f.epoch, f.first, 0, 0)[:-8]
         head[:len(body)] = np.frombuffer(body, np.uint8)
@@ -686,7 +686,7 @@ class BlockManager:
                                f"(discard mode): nothing was written to read back")
         f, seg = self._locate(s, offset)
         buf = self._pread(f, seg.pos, seg.length)
-        h, batch = sg.decode(buf, s.schema, str(f.path), seg.pos, copy=False)
+        h, batch = seg_fmt.decode(buf, s.schema, str(f.path), seg.pos, copy=False)
         if h.stream_id != s.id or h.epoch != f.epoch or h.first_offset != seg.first:
             raise CorruptSegment(str(f.path), seg.pos, f"holds stream {h.stream_id} epoch "
                                  f"{h.epoch} offset {h.first_offset}, expected stream {s.id} "
@@ -745,7 +745,7 @@ class BlockManager:
         return len(freed)
 
     def _release(self, files: list[_File]) -> None:
-        zeros = sg.aligned_empty(PAGE)
+        zeros = seg_fmt.aligned_empty(PAGE)
         zeros[:] = 0
         for f in files:
             self._pwritev(f, [zeros], 0)  # the file no longer claims any data
