@@ -30,11 +30,12 @@ import pandas as pd
 
 from scabbard import queries, workloads
 from scabbard.data import Dataset
-from scabbard.engine import EngineConfig, NullSink, run_query
+from scabbard.engine import EngineConfig, NullSink
 from scabbard.engine.metrics import read_metrics
 from scabbard.engine.runtime import Engine
 from scabbard.engine.sources import ReplaySource
 from scabbard.experiments import finish, save_tables, scratch
+from scabbard.ft.ingress import run_persisted
 from scabbard.storage import StorageConfig
 
 SCHEMES = ("adaptive", "default", "none")
@@ -106,9 +107,9 @@ def run_scheme(scheme: str, idle: Dataset, working: Dataset, folder: Path,
     # an emulated device takes small bulk writes and a short queue (see notebook 06's)
     storage = StorageConfig(write_bytes_per_s=s.disk_mb_s * 1e6, bulk_bytes=4 << 20,
                             max_pending_bytes=16 << 20) if s.disk_mb_s else StorageConfig()
-    run_query(q, working, NullSink(), cfg, storage=folder / "storage", storage_config=storage,
-              push_up=True, compression=scheme, compression_interval=s.interval,
-              metrics_log=log, source=source)
+    run_persisted(q, working, folder / "storage", NullSink(), cfg, storage_config=storage,
+                  push_up=True, compression=scheme, compression_interval=s.interval,
+                  metrics_log=log, source=source)
     m = read_metrics(log)
     samples = m[m["event"] == "sample"] if "event" in m else m
     events = m[m["event"].isin(["codec", "fallback"])] if "event" in m else m.iloc[:0]

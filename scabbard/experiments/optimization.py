@@ -29,8 +29,9 @@ import numpy as np
 import pandas as pd
 
 from scabbard import queries
-from scabbard.engine import EngineConfig, NullSink, run_query
+from scabbard.engine import EngineConfig, NullSink
 from scabbard.experiments import finish, prepared_dataset, scratch
+from scabbard.ft.ingress import run_persisted
 from scabbard.storage import StorageConfig
 
 QUERIES = ("CM1", "CM2", "SG1", "YSB", "NQ", "SM")
@@ -67,9 +68,9 @@ def measure(query: str, config: str, ds, folder: Path, s: Settings) -> dict:
                             bulk_bytes=4 << 20, max_pending_bytes=16 << 20) \
         if s.disk_mb_s else StorageConfig(discard=discard)
     shutil.rmtree(folder, ignore_errors=True)
-    rep = run_query(queries.get(query), ds, NullSink(), EngineConfig(workers=s.workers),
-                    duration=s.seconds, storage=folder, storage_config=storage,
-                    compression_interval=s.adaptive_interval, **opts)
+    rep = run_persisted(queries.get(query), ds, folder, NullSink(),
+                        EngineConfig(workers=s.workers), duration=s.seconds,
+                        storage_config=storage, compression_interval=s.adaptive_interval, **opts)
     shutil.rmtree(folder, ignore_errors=True)
     sm = rep.summary
     return {"tuples_per_s": sm.tuples_per_s, "input_mb_s": sm.mb_per_s,

@@ -47,7 +47,6 @@ import logging
 import os
 import struct
 import threading
-import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -59,6 +58,7 @@ from scabbard.batch import Batch
 from scabbard.schema import Schema
 from scabbard.storage import segment as seg_fmt
 from scabbard.storage.checksum import checksum
+from scabbard.storage.devices import EmulatedDevice
 from scabbard.storage.fileio import OS, Durability, FileIO, write_atomic
 from scabbard.storage.segment import PAGE, CorruptSegment, FormatVersionError, StorageError
 
@@ -181,7 +181,9 @@ class BlockManager:
                  io: FileIO = OS):
         self.path = Path(path)
         self.config = config or StorageConfig()
-        self.io = io
+        cfg = self.config
+        self.io = EmulatedDevice(io, cfg.write_bytes_per_s, cfg.discard) \
+            if cfg.write_bytes_per_s or cfg.discard else io
         self._lock = threading.RLock()
         self._files: dict[int, _File] = {}
         self._free: deque[_File] = deque()
@@ -566,14 +568,11 @@ class BlockManager:
             f = chunk[0].file
             try:
                 bufs = [p.encoded.result() for p in chunk]
-                if not cfg.discard:
-                    if not f.header_written:
-                        self._write_file_header(f)
-                    self._pwritev(f, bufs, chunk[0].pos)
-                    if cfg.sync:
-                        self.io.fdatasync(f.fd)
-                if cfg.write_bytes_per_s:
-                    self._throttle(size)
+                if not f.header_written:
+                    self._write_file_header(f)
+                self._pwritev(f, bufs, chunk[0].pos)
+                if cfg.sync:
+                    self.io.fdatasync(f.fd)
             except BaseException as e:  # fail every waiting append; nothing unacknowledged lies
                 err = self._io_error(e, s)
                 with s.cond:
@@ -600,17 +599,6 @@ class BlockManager:
             for p in chunk:
                 self._recycle(p.full)
                 p.future.set_result(p.first + p.count)
-
-    def _throttle(self, nbytes: int) -> None:
-        """Emulate a device of ``write_bytes_per_s``: the writer returns when such a device
-        would have finished this write (writes of all streams queue on the one device)."""
-        with self._lock:
-            now = time.monotonic()
-            start = max(now, getattr(self, "_device_free_at", now))
-            self._device_free_at = start + nbytes / self.config.write_bytes_per_s
-            wait = self._device_free_at - now
-        if wait > 0:
-            time.sleep(wait)
 
     def _io_error(self, e: BaseException, s: _Stream) -> BaseException:
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
