@@ -14,7 +14,7 @@ boundary       ``Engine._boundary`` (workers; the assembler's      tuple of the 
 assembly       ``_Execution.assemble`` (serial)                    tuple
 compress       ``Compression.__call__`` (compression pool)         tuple
 encode         ``segment.encode`` (BlockManager encoder pool)      tuple
-write          ``BlockManager._pwritev`` (I/O threads)             byte
+write          ``GroupCommitWriter._pwritev`` (I/O threads)        byte
 =============  ==================================================  ==========================
 
 Each call is timed with ``time.thread_time`` (what the calling thread's core spent,
@@ -80,7 +80,7 @@ class Probe:
     def patched(self):
         from scabbard.compression import policy
         from scabbard.engine import runtime, sources
-        from scabbard.storage import blockmanager, segment
+        from scabbard.storage import segment, writer
 
         targets = [
             (sources.ReplaySource, "_batch", "source", lambda a, out: len(out)),
@@ -89,7 +89,7 @@ class Probe:
             (runtime._Execution, "assemble", "assembly", lambda a, out: a[1].tuples),
             (policy.Compression, "__call__", "compress", lambda a, out: len(a[1])),
             (segment, "encode", "encode", lambda a, out: len(a[0])),
-            (blockmanager.BlockManager, "_pwritev", "write",
+            (writer.GroupCommitWriter, "_pwritev", "write",
              lambda a, out: sum(b.nbytes for b in a[2])),
         ]
         saved = [(obj, name, obj.__dict__[name]) for obj, name, _, _ in targets]

@@ -7,8 +7,8 @@ from scabbard.storage.blockmanager import (
     StorageLocked,
     TrimmedError,
 )
+from scabbard.storage.errors import CorruptSegment, FormatVersionError, StorageError
 from scabbard.storage.fileio import OS, Durability, FileIO, RecordingIO, write_atomic
-from scabbard.storage.segment import CorruptSegment, FormatVersionError, StorageError
 
 __all__ = ["OS", "BlockManager", "CorruptSegment", "Durability", "FileIO", "FormatVersionError",
            "RecordingIO", "StorageConfig", "StorageError", "StorageFull", "StorageLocked",

@@ -46,6 +46,7 @@ from scabbard.batch import Batch
 from scabbard.compression import CodecError, codec_from_params
 from scabbard.schema import Schema
 from scabbard.storage.checksum import checksum, copy_checksum
+from scabbard.storage.errors import CorruptSegment, FormatVersionError
 
 MAGIC = b"SCABSEG1"
 VERSION = 2  # 2: the payload checksum chains per column
@@ -57,23 +58,6 @@ _FIXED = struct.Struct("<8sHHIIIQQQQqqQQ16sQQII")
 _COLUMN = struct.Struct("<HHIQQ24s")
 assert _FIXED.size == 128 and _COLUMN.size == 48
 _HEADER_SUM_AT, _SUM_AT = 104, 112
-
-
-class StorageError(RuntimeError):
-    """Anything the storage layer cannot do, with what to do about it."""
-
-
-class FormatVersionError(StorageError):
-    """Data written by another version of the on-disk format: refused, never taken for damage
-    (which would hide it) nor for free space (which would overwrite it)."""
-
-
-class CorruptSegment(StorageError):
-    """A segment that is torn, truncated, zero-filled or damaged."""
-
-    def __init__(self, where: str, position: int, problem: str):
-        self.where, self.position, self.problem = where, position, problem
-        super().__init__(f"corrupt segment in {where} at byte {position}: {problem}")
 
 
 def round_up(n: int, align: int) -> int:

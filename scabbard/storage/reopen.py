@@ -1,0 +1,268 @@
+"""Opening a storage folder: the lock, the stream registry, the pool files, and rebuilding every
+stream's files from their headers after a restart - torn tails dropped, unreadable files and
+files cut off by a hole quarantined, other format versions refused.  A part of
+:class:`scabbard.storage.blockmanager.BlockManager`."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from scabbard.storage import segment as seg_fmt
+from scabbard.storage.checksum import checksum
+from scabbard.storage.errors import (
+    CorruptSegment,
+    FormatVersionError,
+    StorageError,
+    StorageFull,
+    StorageLocked,
+)
+from scabbard.storage.layout import (
+    _FILE_HEADER,
+    FILE_MAGIC,
+    FILE_VERSION,
+    MiB,
+    _File,
+    _Seg,
+    _Stream,
+)
+from scabbard.storage.segment import PAGE
+
+log = logging.getLogger(__name__)
+
+
+class FolderScan:
+    """The folder side of the BlockManager (a mixin: it shares the manager's attributes)."""
+
+    def _open_folder(self) -> None:
+        io = self.io
+        fresh = not (self.path / "pool").is_dir()
+        try:
+            io.mkdir(self.path / "pool")
+            if fresh and self.config.sync:
+                io.fsync_dir(self.path)
+                io.fsync_dir(self.path.parent)
+            probe = self.path / f".write-probe-{os.getpid()}"
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT, 0o644))  # nothing to record
+            os.unlink(probe)
+        except OSError as e:
+            raise StorageError(f"storage folder {self.path} is not writable: {e.strerror}. "
+                               f"Choose another with --storage DIR") from e
+        self._lockfd = os.open(self.path / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lockfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._lockfd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(self._lockfd)
+            raise StorageLocked(f"storage folder {self.path} is in use by another engine "
+                                f"(pid {holder}); stop it or choose another folder") from None
+        os.ftruncate(self._lockfd, 0)
+        os.pwrite(self._lockfd, f"{os.getpid()}\n".encode(), 0)
+        reg = self.path / "streams.json"
+        if reg.exists():
+            try:
+                self._registry = json.loads(reg.read_text())
+                if not isinstance(self._registry, dict):
+                    raise ValueError("not an object")
+            except (ValueError, UnicodeDecodeError) as e:
+                self._unlock()
+                raise StorageError(f"{reg} is damaged ({e}): this storage folder cannot be "
+                                   f"reopened") from None
+        existing = sorted(p for p in (self.path / "pool").glob("f*.seg")
+                          if p.stem[1:].isdigit())
+        try:
+            for p in existing:
+                self._scan_file(self._open_file(int(p.stem[1:]), p))
+            if not existing:
+                for _ in range(self.config.pool_files):
+                    self._free.append(self._create_file())
+        except BaseException:
+            for f in self._files.values():
+                io.close(f.fd)
+            self._unlock()
+            raise
+
+    def _unlock(self) -> None:
+        fcntl.flock(self._lockfd, fcntl.LOCK_UN)
+        os.close(self._lockfd)
+
+    def _open_file(self, fid: int, path: Path) -> _File:
+        flags = os.O_RDWR | os.O_CREAT
+        if self.io_mode == "O_DIRECT":
+            try:
+                fd = self.io.open(path, flags | os.O_DIRECT)
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+                self._buffered(f"the file system of {self.path} refuses O_DIRECT")
+                fd = self.io.open(path, flags)
+        else:
+            fd = self.io.open(path, flags)
+        f = _File(fid, path, fd)
+        self._files[fid] = f
+        return f
+
+    def _buffered(self, why: str) -> None:
+        if self.io_mode == "O_DIRECT":
+            log.warning("%s: using buffered I/O (page cache) instead", why)
+            self.io_mode = f"buffered ({why})"
+
+    def _create_file(self) -> _File:
+        cfg = self.config
+        if cfg.max_bytes is not None and (len(self._files) + 1) * cfg.file_bytes > cfg.max_bytes:
+            raise StorageFull(f"storage folder {self.path} is at its cap of {cfg.max_bytes:,} bytes "
+                              f"({len(self._files)} files) and nothing was released")
+        fid = max(self._files, default=-1) + 1
+        while (self.path / "pool" / f"f{fid:06d}.seg").exists():  # e.g. a quarantined id
+            fid += 1
+        f = self._open_file(fid, self.path / "pool" / f"f{fid:06d}.seg")
+        try:
+            self.io.fallocate(f.fd, 0, cfg.file_bytes)
+            if cfg.sync:  # the file's size and its name survive power loss
+                self.io.fsync(f.fd)
+                self.io.fsync_dir(self.path / "pool")
+        except OSError as e:
+            self.io.close(f.fd)
+            del self._files[fid]
+            self.io.unlink(f.path, missing_ok=True)
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise StorageFull(f"no space left on the device of {self.path} for another "
+                                  f"{cfg.file_bytes / MiB:.0f} MiB pool file") from e
+            raise StorageError(f"cannot allocate {f.path}: {e.strerror}") from e
+        return f
+
+    # -- reading files back (open) ---------------------------------------------------------------
+    def _pread(self, f: _File, pos: int, n: int) -> np.ndarray:
+        buf = seg_fmt.aligned_empty(n)
+        done = 0
+        while done < n:
+            got = self.io.preadv(f.fd, [buf[done:]], pos + done)
+            if got == 0:
+                break
+            done += got
+        return buf[:done]
+
+    def _scan_file(self, f: _File) -> None:
+        """Rebuild what one pool file holds.  A file whose header is zero (never used, or
+        released) is free; one whose header cannot be read is quarantined - it may hold data
+        recovery needs, so it is never overwritten."""
+        size = self.io.size(f.fd)
+        head = self._pread(f, 0, PAGE)
+        if len(head) < _FILE_HEADER.size or not head[:_FILE_HEADER.size].any():
+            self._free.append(f)
+            return
+        if bytes(head[:8]) != FILE_MAGIC:
+            self._quarantine(f, "no pool-file header (bad magic)")
+            return
+        magic, version, _, stream, epoch, first, _, hsum = _FILE_HEADER.unpack(
+            head[:_FILE_HEADER.size].tobytes())
+        if checksum(head[:_FILE_HEADER.size - 8]) != hsum:
+            self._quarantine(f, "damaged pool-file header")
+            return
+        if version != FILE_VERSION:
+            raise FormatVersionError(f"{f.path}: pool-file format version {version}; this "
+                                     f"build reads version {FILE_VERSION}. Open {self.path} "
+                                     f"with the scabbard that wrote it, or use another folder")
+        f.stream, f.epoch, f.first, f.end = stream, epoch, first, first
+        f.header_written = True
+        self._epoch = max(self._epoch, epoch)
+        pos = self.config.data_start
+        while pos + PAGE <= size:
+            head = self._pread(f, pos, PAGE)
+            try:
+                h = seg_fmt.parse_header(head, str(f.path), pos, file_len=size)
+            except FormatVersionError as e:
+                raise FormatVersionError(f"{e}. Open {self.path} with the scabbard that wrote "
+                                         f"it, or use another folder") from None
+            except CorruptSegment as e:
+                if e.problem != "no segment (zeros)":
+                    self.torn.append(str(e))
+                break
+            if h.stream_id != stream or h.epoch != epoch or h.first_offset < f.end:
+                break  # a segment of an earlier incarnation of this file
+            f.segs.append(_Seg(h.first_offset, h.count, pos, h.segment_len))
+            f.end = h.end_offset
+            pos += h.segment_len
+        f.write_pos = pos
+        f.sealed = True
+        self._scanned.setdefault(stream, []).append(f)
+
+    def _quarantine(self, f: _File, why: str) -> None:
+        """Move an unreadable pool file to ``quarantine/``: out of the pool, never reused."""
+        qdir = self.path / "quarantine"
+        self.io.mkdir(qdir)
+        n = 0
+        while (qdir / f"{f.path.name}.{n}").exists():
+            n += 1
+        self.io.close(f.fd)
+        del self._files[f.id]
+        self.io.replace(f.path, qdir / f"{f.path.name}.{n}")
+        if self.config.sync:
+            self.io.fsync_dir(qdir)
+            self.io.fsync_dir(self.path / "pool")
+        self.torn.append(f"{f.path}: {why}; moved to {qdir / f'{f.path.name}.{n}'}")
+
+    def _verify_tail(self, s: _Stream, f: _File) -> None:
+        """Verify the stream's last segments in full; drop a torn tail."""
+        cfg = self.config
+        keep = len(f.segs)
+        budget = cfg.bulk_bytes + (f.segs[-1].length if f.segs else 0)
+        i = len(f.segs) - 1
+        while i >= 0 and f.write_pos - f.segs[i].pos <= budget:
+            i -= 1
+        for j in range(i + 1, len(f.segs)):
+            seg = f.segs[j]
+            try:
+                seg_fmt.decode(self._pread(f, seg.pos, seg.length), s.schema, str(f.path), seg.pos,
+                          copy=False)
+            except CorruptSegment as e:
+                self.torn.append(str(e))
+                keep = j
+                break
+        if keep < len(f.segs):  # erase the torn segment's header: later scans stop before it
+            zeros = seg_fmt.aligned_empty(PAGE)
+            zeros[:] = 0
+            self._pwritev(f, [zeros], f.segs[keep].pos)
+        del f.segs[keep:]
+        f.end = f.segs[-1].first + f.segs[-1].count if f.segs else f.first
+
+
+    def _restore(self, s: _Stream) -> None:
+        files = sorted(self._scanned.pop(s.id, []), key=lambda f: (f.first, f.epoch))
+        chain: list[_File] = []
+        for f in files:  # the files in offset order; where two claim an offset the newer wins
+            if chain and f.first < chain[-1].end:
+                prev = chain[-1]
+                if f.epoch < prev.epoch:  # an older incarnation's file inside newer data: stale
+                    self.torn.append(f"{f.path}: offsets {f.first}.. were written again by a "
+                                     f"later file; the file returned to the pool")
+                    self._release([f])
+                    continue
+                # a later incarnation wrote these offsets again (after dropping a torn tail of
+                # ``prev``): the newer file holds them; ``prev`` keeps what comes before.  Older
+                # data is never given up here: recovery may need it
+                prev.segs = [g for g in prev.segs if g.first + g.count <= f.first]
+                prev.end = prev.segs[-1].first + prev.segs[-1].count if prev.segs \
+                    else prev.first
+            if chain and f.first > chain[-1].end:
+                # a hole.  The stream continues after it, so the files before it are cut off:
+                # released files whose zeroed header was lost in a machine crash (stale), or,
+                # without machine durability, data whose successor was lost.  Never reused.
+                hole = f"{chain[-1].end}..{f.first}"
+                for g in chain:
+                    self._quarantine(g, f"offsets {g.first}..{g.end} of stream {s.name!r} end "
+                                        f"before a hole (offsets {hole} are missing) after "
+                                        f"which the stream continues")
+                chain = []
+            chain.append(f)
+        if chain:
+            self._verify_tail(s, chain[-1])
+            s.files.extend(chain)
+            s.start = chain[0].first
+            s.next_offset = s.durable = chain[-1].end

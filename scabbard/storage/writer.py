@@ -1,0 +1,213 @@
+"""Writing p-units: files taken from the pool, pooled aligned buffers, asynchronous appends
+encoded off the caller's thread, one group-commit writer per stream (a bulk ``pwritev``, then
+``fdatasync`` with machine durability), acknowledgements, and a failed write failing every
+waiting append.  A part of :class:`scabbard.storage.blockmanager.BlockManager`."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import struct
+from concurrent.futures import Future
+
+import numpy as np
+
+from scabbard.batch import Batch
+from scabbard.storage import segment as seg_fmt
+from scabbard.storage.checksum import checksum
+from scabbard.storage.errors import (
+    StorageError,
+    StorageFull,
+)
+from scabbard.storage.layout import (
+    _FILE_HEADER,
+    FILE_MAGIC,
+    MiB,
+    _File,
+    _Pending,
+    _Seg,
+    _Stream,
+)
+from scabbard.storage.segment import PAGE
+
+log = logging.getLogger(__name__)
+
+
+class GroupCommitWriter:
+    """The write side of the BlockManager (a mixin: it shares the manager's attributes)."""
+
+    def _next_epoch(self) -> int:
+        self._epoch += 1
+        return self._epoch
+
+    def _take_file(self, s: _Stream, first: int) -> _File:
+        f = self._free.popleft() if self._free else self._create_file()
+        f.stream, f.epoch, f.first, f.end = s.id, self._next_epoch(), first, first
+        f.write_pos, f.sealed, f.header_written, f.segs = self.config.data_start, False, False, []
+        s.files.append(f)
+        return f
+
+    def _buffer(self, n: int) -> np.ndarray:
+        """An aligned buffer of at least ``n`` bytes, reused (fresh pages cost page faults)."""
+        with self._lock:
+            for i, b in enumerate(self._buffers):
+                if n <= b.nbytes <= 2 * n:
+                    return self._buffers.pop(i)
+        return seg_fmt.aligned_empty(n)
+
+    def _recycle(self, buf: np.ndarray) -> None:
+        with self._lock:
+            if sum(b.nbytes for b in self._buffers) + buf.nbytes <= 256 * MiB:
+                self._buffers.append(buf)
+
+    def append(self, stream: int, batch: Batch, batch_id: int = 0,
+               meta: np.ndarray | None = None, compress=None, stored=None) -> Future:
+        """Persist ``batch`` (whose offset must continue the stream) asynchronously.
+
+        ``compress``: a callable, batch -> ``[(codec, payload)]`` per column (e.g. a
+        :class:`scabbard.compression.policy.Compression`), run here, before the segment's
+        place in its file is reserved (its length is the compressed one); or ``stored``,
+        the columns already compressed.
+        Returns a future resolving to the batch's end offset once it is
+        acknowledged.  Blocks while ``max_pending_bytes`` await writing.
+        """
+        s = self._by_id[stream]
+        cfg = self.config
+        if s.error is not None:
+            raise StorageError(f"stream {s.name!r} cannot be written: {s.error}") from s.error
+        if stored is None and compress is not None:
+            stored = compress(batch)
+        n = seg_fmt.segment_length(batch, 0 if meta is None else len(meta), cfg.align, stored)
+        if n > cfg.file_bytes - cfg.data_start:
+            raise StorageError(f"a segment of {n:,} bytes does not fit a {cfg.file_bytes:,}-byte "
+                               f"pool file; use larger files or smaller batches")
+        with s.cond:
+            while s.pending_bytes > cfg.max_pending_bytes and s.error is None:
+                s.cond.wait()
+        if s.error is not None:  # the writer failed while this append waited
+            raise StorageError(f"stream {s.name!r} cannot be written: {s.error}") from s.error
+        full = self._buffer(n)
+        fut: Future = Future()
+        with self._lock:
+            if batch.offset < s.next_offset:
+                self._recycle(full)
+                raise StorageError(f"stream {s.name!r}: batch at offset {batch.offset}, but "
+                                   f"offsets up to {s.next_offset} are written (appends go "
+                                   f"forward; p-units not persisted leave gaps)")
+            f = s.files[-1] if s.files else None
+            if f is None or f.sealed or f.write_pos + n > cfg.file_bytes:
+                if f is not None:
+                    f.sealed = True
+                f = self._take_file(s, batch.offset)
+            pos = f.write_pos
+            f.write_pos += n
+            f.inflight += 1
+            s.next_offset = batch.end
+            encoded = self._encoders.submit(seg_fmt.encode, batch, stream_id=stream, epoch=f.epoch,
+                                            batch_id=batch_id, meta=meta, align=cfg.align,
+                                            out=full, stored=stored)
+            with s.cond:
+                s.pending.append(_Pending(f, pos, n, encoded, full, batch.offset, len(batch), fut))
+                s.pending_bytes += n
+                start = not s.inflight
+                s.inflight = True
+        if start:
+            self._pool.submit(self._writer, s)
+        return fut
+
+    def _writer(self, s: _Stream) -> None:
+        """Write the stream's pending segments, in order, in bulk chunks (one writer per stream)."""
+        cfg = self.config
+        while True:
+            with s.cond:
+                if not s.pending or s.error is not None:
+                    s.inflight = False
+                    s.cond.notify_all()
+                    return
+                chunk = [s.pending.popleft()]
+                size = chunk[0].length
+                while (s.pending and s.pending[0].file is chunk[0].file
+                       and s.pending[0].pos == chunk[-1].pos + chunk[-1].length
+                       and size + s.pending[0].length <= cfg.bulk_bytes):
+                    chunk.append(s.pending.popleft())
+                    size += chunk[-1].length
+            f = chunk[0].file
+            try:
+                bufs = [p.encoded.result() for p in chunk]
+                if not f.header_written:
+                    self._write_file_header(f)
+                self._pwritev(f, bufs, chunk[0].pos)
+                if cfg.sync:
+                    self.io.fdatasync(f.fd)
+            except BaseException as e:  # fail every waiting append; nothing unacknowledged lies
+                err = self._io_error(e, s)
+                with s.cond:
+                    s.error = err
+                    rest = list(s.pending)
+                    s.pending.clear()
+                    s.pending_bytes = 0
+                for p in chunk + rest:
+                    p.future.set_exception(err)
+                with s.cond:
+                    s.inflight = False
+                    s.cond.notify_all()
+                return
+            with self._lock:
+                self.bytes_written += size
+                for p in chunk:
+                    f.segs.append(_Seg(p.first, p.count, p.pos, p.length))
+                    f.end = p.first + p.count
+                    f.inflight -= 1
+                s.durable = f.end
+            with s.cond:
+                s.pending_bytes -= size
+                s.cond.notify_all()
+            for p in chunk:
+                self._recycle(p.full)
+                p.future.set_result(p.first + p.count)
+
+    def _io_error(self, e: BaseException, s: _Stream) -> BaseException:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return StorageFull(f"no space left writing stream {s.name!r} in {self.path}; "
+                               f"offsets below {s.durable} are safe")
+        if isinstance(e, OSError):
+            return StorageError(f"writing stream {s.name!r} in {self.path} failed: {e}; "
+                                f"offsets below {s.durable} are safe")
+        return e
+
+    def _write_file_header(self, f: _File) -> None:
+        head = seg_fmt.aligned_empty(PAGE)
+        head[:] = 0
+        body = _FILE_HEADER.pack(FILE_MAGIC, 1, 0, f.stream, f.epoch, f.first, 0, 0)[:-8]
+        head[:len(body)] = np.frombuffer(body, np.uint8)
+        head[len(body):len(body) + 8] = np.frombuffer(
+            struct.pack("<Q", checksum(head[:len(body)])), np.uint8)
+        self._pwritev(f, [head], 0)
+        f.header_written = True
+
+    def _pwritev(self, f: _File, bufs: list[np.ndarray], pos: int) -> None:
+        """Write all of ``bufs`` (a short write is completed by the I/O interface)."""
+        try:
+            self.io.pwritev(f.fd, bufs, pos)
+        except OSError as e:
+            if e.errno != errno.EINVAL or self.io_mode != "O_DIRECT":
+                raise
+            self._buffered(f"O_DIRECT write refused in {self.path}")
+            self._reopen_buffered()
+            self.io.pwritev(f.fd, bufs, pos)
+
+    def _reopen_buffered(self) -> None:
+        with self._lock:
+            for f in self._files.values():
+                self.io.reopen(f.fd, f.path, os.O_RDWR)
+
+    def flush(self, stream: int | None = None) -> None:
+        """Wait until every append so far is acknowledged (or failed)."""
+        streams = [self._by_id[stream]] if stream is not None else list(self._by_id.values())
+        for s in streams:
+            with s.cond:
+                while s.inflight:
+                    s.cond.wait()
+            if s.error is not None:
+                raise s.error
