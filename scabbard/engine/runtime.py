@@ -40,7 +40,7 @@ from scabbard.engine.pushup import Reducer
 from scabbard.engine.sinks import Sink
 from scabbard.kernels import hashtable as ht
 from scabbard.kernels import window as kw
-from scabbard.kernels.aggregate import _pane_aggregate, key_ids
+from scabbard.kernels.aggregate import key_ids, pane_aggregate
 from scabbard.kernels.join import build_index
 from scabbard.query import Query, QueryError, optimize
 
@@ -235,15 +235,15 @@ class Engine:
             o_f = np.empty((n, nf), dtype=np.float64)
             kernel = b.kernel(self.config.cache_dir)
             m = kernel(n, ts, *(cols[c] for c in b.input_columns), *rel_args, o_ts, o_keys, o_i, o_f)
-            partials = _pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
-                                       b.slide_ms)
+            partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
+                                      b.slide_ms, ordered=True)
             first, last = int(ts[0]) // b.slide_ms, int(ts[-1]) // b.slide_ms
             pane = partials[0]
             long = last - first + 1 > 2 * b.panes
             if long:
                 lo, hi = first + b.panes, last - 1
-                raw = kw._windows_from_partials(*partials, b.iops, b.fops, b.panes, b.slide_ms,
-                                                lo, hi)
+                raw = kw.windows_from_partials(partials, b.iops, b.fops, b.panes, b.slide_ms,
+                                               lo, hi)
                 internals.append(b.finalize(raw))
                 h = int(np.searchsorted(pane, first + b.panes))
                 t = int(np.searchsorted(pane, last - b.panes + 1))
@@ -287,9 +287,9 @@ class Engine:
         for i, b in enumerate(self.plan.branches):
             t, h = prev.tails[i], cur.heads[i]
             gid, gkeys = key_ids(np.concatenate([t.keys, h.keys]))
-            raw = kw._windows_from_partials(
-                np.concatenate([t.pane, h.pane]), gid, np.concatenate([t.cnt, h.cnt]),
-                np.concatenate([t.ints, h.ints]), np.concatenate([t.floats, h.floats]), gkeys,
+            raw = kw.windows_from_partials(
+                (np.concatenate([t.pane, h.pane]), gid, np.concatenate([t.cnt, h.cnt]),
+                 np.concatenate([t.ints, h.ints]), np.concatenate([t.floats, h.floats]), gkeys),
                 b.iops, b.fops, b.panes, b.slide_ms, prev.last_pane, cur.first_pane + b.panes - 1)
             parts.append(b.finalize(raw))
         return self.plan.post(parts)
