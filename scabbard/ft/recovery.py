@@ -305,8 +305,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                                   lambda n: listener.replayed(n, ingress.end))
 
         def on_start() -> None:
-            for name, at in phases.items():
-                metrics.event("phase", phase=name, wall=at)
+            for name, wall in phases.items():
+                metrics.event("phase", phase=name, wall=wall)
             for what in damage:
                 metrics.event("storage_damage", detail=what)
             if recover:
