@@ -361,3 +361,34 @@ def test_calibrate_on_real_data_then_simulate(tiny, data_root, tmp_path):
     # same machine, same costs: the prediction is the engine's order of magnitude (the
     # validation table is where the accuracy is shown, on a quiet machine)
     assert engine / 3 < r.tuples_per_s < engine * 3
+
+
+@pytest.mark.spark
+def test_the_probe_hears_every_timed_part_of_a_persisted_run(tiny, tmp_path):
+    """The engine's timers (scabbard.timers) report every part while a Probe records, and
+    nothing once it stopped: what calibration is measured with."""
+    from scabbard import queries, timers
+    from scabbard.engine import EngineConfig, NullSink
+    from scabbard.ft.ingress import run_persisted
+    from scabbard.sim.instrument import Probe
+
+    ds = tiny["ysb"]  # 10 s tumbling windows over 30 s of data: a task of one copy is long
+    probe = Probe()
+    with probe.recording():  # one worker: it computes each boundary as its next task ends
+        run_persisted(queries.get("YSB"), ds, tmp_path / "store", NullSink(),
+                      EngineConfig(workers=1, batch_rows=ds.rows), compression="default",
+                      max_tuples=3 * ds.rows)
+    counted = {p: probe.cpu_s(p)[1] for p in timers.PARTS}
+    n = 3 * ds.rows
+    assert counted["fragment"] == counted["compress"] == counted["encode"] == n
+    assert counted["assembly"] == n and counted["boundary"] == 2 * ds.rows
+    assert n <= counted["source"] <= n + ds.rows  # and the batch peeked at first
+    assert [c[2] for c in probe.calls["fragment"]] == [True] * 3
+    assert counted["write"] >= n * 16 and sum(b for b, _ in probe.writes) == counted["write"]
+    before = {p: len(c) for p, c in probe.calls.items()}
+    run_persisted(queries.get("YSB"), ds, tmp_path / "store2", NullSink(),
+                  EngineConfig(workers=1, batch_rows=4096), compression="default")
+    assert {p: len(c) for p, c in probe.calls.items()} == before
+    with (probe.recording(), pytest.raises(RuntimeError, match="one at a time"),
+          timers.recording(Probe())):
+        pass

@@ -100,3 +100,52 @@ def test_the_check_finds_a_circle_where_there_is_one(monkeypatch):
 
     monkeypatch.setattr(__import__(__name__), "imports", fake)
     assert [a, b] in _cycles()
+
+
+def _patches(module: str) -> list[str]:
+    """Where ``module`` may replace another's functions: any ``setattr(...)`` call, and any
+    assignment to an attribute of a class or module it imported
+    (``policy.Compression.__call__ = ...``)."""
+    imported = set()
+    tree = ast.parse(MODULES[module].read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("scabbard"):
+            imported |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            imported |= {(a.asname or a.name).split(".")[0] for a in node.names
+                         if a.name.startswith("scabbard")}
+    out = []
+    for node in ast.walk(tree):
+        target = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id == "setattr" and node.args:
+            out.append(f"{module}:{node.lineno}")
+            continue
+        if isinstance(node, ast.Assign | ast.AugAssign):
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                if isinstance(t, ast.Attribute):
+                    target = t.value
+        while isinstance(target, ast.Attribute):
+            target = target.value
+        if isinstance(target, ast.Name) and target.id in imported:
+            out.append(f"{module}:{node.lineno}")
+    return sorted(out)
+
+
+def test_no_scabbard_module_patches_another():
+    """The simulator measures the engine through the timers it exposes
+    (:mod:`scabbard.timers`), not by replacing its functions."""
+    assert [p for m in MODULES for p in _patches(m)] == []
+
+
+def test_the_patch_check_finds_a_patch(tmp_path, monkeypatch):
+    src = tmp_path / "patching.py"
+    src.write_text("from scabbard.engine import runtime\n"
+                   "for obj in (runtime.Engine,):\n"
+                   "    setattr(obj, '_fragment', None)\n"
+                   "runtime.Engine.warm_up = None\n"
+                   "class A:\n"
+                   "    def __init__(self):\n"
+                   "        self.x = 1\n")
+    monkeypatch.setitem(MODULES, "scabbard.patching", src)
+    assert _patches("scabbard.patching") == ["scabbard.patching:3", "scabbard.patching:4"]

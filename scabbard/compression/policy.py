@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from scabbard import timers
 from scabbard.compression.base import FLOAT, INTEGER, Codec, Unfit, codec_class, codec_from_config
 from scabbard.schema import Schema
 
@@ -127,6 +128,7 @@ class Compression:
             self.on_event("codec", column=column, codec=str(codec), reason=reason)
 
     def __call__(self, batch) -> list[tuple[Codec, np.ndarray]]:
+        span = timers.start()
         codecs = self.codecs
         out = []
         for f, col, chosen, generic in zip(self.schema.fields, batch.columns, codecs,
@@ -149,6 +151,7 @@ class Compression:
                 st.stored_bytes += payload.nbytes
                 st.batches += 1
             out.append((codec, payload))
+        timers.stop(span, "compress", len(batch))
         return out
 
     def describe(self) -> dict[str, str]:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scabbard import timers
 from scabbard.batch import Batch
 from scabbard.data import Table
 from scabbard.engine import physical
@@ -391,7 +392,9 @@ class _Execution:
         return jobs
 
     def _compute_boundary(self, prev: TaskResult, cur: TaskResult) -> None:
+        span = timers.start()
         cols = self.engine._boundary(prev, cur)
+        timers.stop(span, "boundary", cur.tuples)
         with self.lock:
             self.boundaries[cur.seq] = cols
             self.tails.pop(prev.seq, None)
@@ -402,7 +405,9 @@ class _Execution:
             if item is None:
                 return
             try:
+                span = timers.start()
                 r = self.engine._fragment(item.seq, item.batch, item.ingest_time)
+                timers.stop(span, "fragment", len(item.batch), r.long)
                 r.marker = item.marker
                 if item.source_tuples is not None:  # when push-up dropped some
                     r.tuples = item.source_tuples
@@ -488,7 +493,9 @@ class _Execution:
                         r = self._ready()
                     if r is None:
                         break
+                    span = timers.start()
                     self.assemble(r)
+                    timers.stop(span, "assembly", r.tuples)
                     self.next += 1
             finally:
                 self.assembly_lock.release()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scabbard import timers
 from scabbard.batch import Batch
 from scabbard.data import Dataset, Table
 
@@ -128,9 +129,11 @@ class ReplaySource:
             seq += 1
 
     def _batch(self, lo: int, hi: int, copy: int, offset: int) -> Batch:
+        span = timers.start()
         cols = [c[lo:hi] for c in self.table.columns]
         if copy:
             cols[0] = np.add(cols[0], copy * self.step)
+        timers.stop(span, "source", hi - lo)
         return Batch(self.schema, tuple(cols), offset)
 
 

@@ -7,9 +7,9 @@ Per query (:func:`calibrate_query`):
 
 * inside real engine runs (:func:`measure_kernels`, :mod:`scabbard.sim.instrument`; the
   dataset replayed, NullSink), the CPU time (``time.thread_time``) of every call of the
-  source's batch, the fragment function ``Engine._fragment`` and the boundary windows
-  ``Engine._boundary`` (parallel), the ordered assembly ``_Execution.assemble`` (serial),
-  the codecs, the segment encoding and the writes - at several batch sizes (a per-task
+  engine's timed parts (:mod:`scabbard.timers`): the source's batch, the fragment function
+  and the boundary windows (parallel), the ordered assembly (serial), the codecs, the
+  segment encoding and the writes - at several batch sizes (a per-task
   and a per-tuple cost; *short* tasks apart), with two workers (what company costs a
   fragment), and with the input persisted per compression scheme;
 * on batches replayed as the engine replays them (:func:`measure_persistence`): each
@@ -412,7 +412,7 @@ def _pool_writes(folder: Path, total: int = 768 * MiB, unit: int = 16 * MiB) -> 
         offset = 0
         for name in ("fresh", "recycled"):
             probe = Probe()
-            with probe.patched():
+            with probe.recording():
                 futures = []
                 for _ in range(total // unit):
                     futures.append(bm.append(sid, Batch(schema, cols, offset)))

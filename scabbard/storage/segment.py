@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scabbard import timers
 from scabbard.batch import Batch
 from scabbard.compression import CodecError, codec_from_params
 from scabbard.schema import Schema
@@ -129,6 +130,7 @@ def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int, kind: int
     :mod:`scabbard.compression.policy`); by default every column is stored raw.
     The returned view has the segment's full (aligned) length; padding is zero.
     """
+    span = timers.start()
     meta = np.zeros(0, np.uint64) if meta is None else np.ascontiguousarray(meta, np.uint64)
     raw = [np.ascontiguousarray(c) for c in batch.columns]
     if stored is None:
@@ -163,6 +165,7 @@ def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int, kind: int
     seg[:hlen] = np.frombuffer(head, np.uint8)
     struct.pack_into("<Q", seg, _SUM_AT, dsum)
     _seal_header(seg, hlen)
+    timers.stop(span, "encode", len(batch))
     return seg
 
 

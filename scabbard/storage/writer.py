@@ -13,6 +13,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
+from scabbard import timers
 from scabbard.batch import Batch
 from scabbard.storage import segment as seg_fmt
 from scabbard.storage.checksum import checksum
@@ -188,6 +189,7 @@ class GroupCommitWriter:
 
     def _pwritev(self, f: _File, bufs: list[np.ndarray], pos: int) -> None:
         """Write all of ``bufs`` (a short write is completed by the I/O interface)."""
+        span = timers.start()
         try:
             self.io.pwritev(f.fd, bufs, pos)
         except OSError as e:
@@ -196,6 +198,7 @@ class GroupCommitWriter:
             self._buffered(f"O_DIRECT write refused in {self.path}")
             self._reopen_buffered()
             self.io.pwritev(f.fd, bufs, pos)
+        timers.stop(span, "write", sum(b.nbytes for b in bufs))
 
     def _reopen_buffered(self) -> None:
         with self._lock:

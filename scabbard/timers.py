@@ -1,0 +1,74 @@
+"""Timers the engine exposes: the CPU time of its parts, call by call.
+
+The simulator (:mod:`scabbard.sim.instrument`) calibrates its costs inside the engine's own
+runs.  The parts report here, and nothing is recorded unless a :class:`Recorder` is
+installed with :func:`recording` - then each call costs two clock reads:
+
+=============  ==============================================  ===================
+part           where                                           counted per
+=============  ==============================================  ===================
+source         the replay source cuts a batch (dispatcher)     tuple
+fragment       a worker runs a task's fragment function        tuple
+boundary       a worker computes the windows between two       tuple of the later
+               long tasks                                      task
+assembly       the ordered assembly of one task (serial;       tuple
+               boundaries it computes itself included)
+compress       a batch's columns compressed                    tuple
+encode         a batch encoded as a segment                    tuple
+write          one write of the group-commit writer            byte
+=============  ==============================================  ===================
+
+    span = timers.start()
+    ... the part's work ...
+    timers.stop(span, "fragment", len(batch))
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from typing import Protocol
+
+PARTS = ("source", "fragment", "boundary", "assembly", "compress", "encode", "write")
+
+
+class Recorder(Protocol):
+    def record(self, part: str, cpu_s: float, wall_s: float, count: int, long: bool) -> None:
+        """One call of ``part``: its thread's CPU seconds, wall seconds, what it counted."""
+
+
+_recorder: Recorder | None = None
+_lock = threading.Lock()
+
+
+@contextmanager
+def recording(recorder: Recorder):
+    """Send every part's calls to ``recorder`` while the block runs (one at a time)."""
+    global _recorder
+    with _lock:
+        if _recorder is not None:
+            raise RuntimeError("a recorder is installed already: timers record for one at a time")
+        _recorder = recorder
+    try:
+        yield recorder
+    finally:
+        with _lock:
+            _recorder = None
+
+
+def start() -> tuple[float, float] | None:
+    """The clocks now, if anything records (else None: :func:`stop` does nothing)."""
+    if _recorder is None:
+        return None
+    return time.thread_time(), time.perf_counter()
+
+
+def stop(span: tuple[float, float] | None, part: str, count: int, long: bool = False) -> None:
+    """The call begun at ``span`` was one of ``part``, counting ``count``."""
+    if span is None:
+        return
+    cpu, wall = time.thread_time() - span[0], time.perf_counter() - span[1]
+    rec = _recorder
+    if rec is not None:
+        rec.record(part, cpu, wall, count, long)
