@@ -161,3 +161,42 @@ def test_run_with_persisted_input_and_ingest(tiny, tmp_path, capsys):
     assert "CM1 ingest:" in out and "MB/s to disk" in out
     assert main(["run", "--query", "CM1", "--storage", str(store)]) == 2
     assert "add --persist-input" in capsys.readouterr().err
+
+
+BENCH_SETTINGS = {"engine": "engine_throughput", "ingest": "ingest", "checkpoints": "checkpointing",
+                  "codecs": "compression", "peers": "comparison", "aligned": "aligned",
+                  "kills": "kills"}
+
+
+@pytest.mark.parametrize("command", sorted(BENCH_SETTINGS))
+def test_bench_flags_are_the_experiments_settings(command):
+    """Each benchmark's flags are its experiment's settings, declared once: with no flag
+    given it runs the experiment's defaults (and what the command line sets apart)."""
+    import dataclasses
+    import importlib
+
+    from scabbard.cli import bench, build_parser
+
+    exp = importlib.import_module(f"scabbard.experiments.{BENCH_SETTINGS[command]}")
+    args = build_parser("bench").parse_args(["bench", command])
+    extra = {"output_dir": args.out} if command == "engine" else {}
+    overrides = {"rounds": 2} if command == "checkpoints" else {}
+    got = bench._settings(exp.Settings, args, **extra)
+    assert got == dataclasses.replace(exp.Settings(), **extra, **overrides)
+    flags = set(vars(args)) - {"command", "bench_cmd", "func", "out"}
+    assert flags and flags <= {f.name for f in dataclasses.fields(exp.Settings)}
+
+
+def test_bench_flags_reach_the_settings_and_bad_values_are_one_line(capsys):
+    from scabbard.cli import bench, build_parser
+    from scabbard.experiments import kills
+
+    args = build_parser("bench").parse_args(
+        ["bench", "kills", "--queries", "cm1", "lrb3", "--sinks", "transactional", "--kills",
+         "3", "--min", "0.5", "--max", "2"])
+    s = bench._settings(kills.Settings, args)
+    assert (s.queries, s.sinks, s.kills, s.min_life, s.max_life) == (
+        ("CM1", "LRB3"), ("transactional",), 3, 0.5, 2.0)
+    assert main(["bench", "kills", "--kills", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("scabbard: error: ") and err.count("\n") == 1

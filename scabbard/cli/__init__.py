@@ -23,7 +23,10 @@ __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "CLIError", "build_parser", "main"]
 
 
 # -- main --------------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser.  ``command``: the one that will run (its group's heavy
+    modules - the benchmarks' experiments - are imported only when it is that group, so
+    that the engine's restart after a crash does not load pandas)."""
     parser = argparse.ArgumentParser(
         prog="scabbard",
         description="Scabbard workbench: fault-tolerant single-node stream processing.",
@@ -38,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_explain(sub)
     data.add(sub)
     reproduce.add(sub)
-    bench.add(sub)
+    bench.add(sub, full=command in (None, "bench"))
     from scabbard.cli import check, sim  # light: SimPy loads on use
 
     sim.add_parser(sub)
@@ -62,7 +65,8 @@ def _loaded(names: list[tuple[str, str]]) -> tuple[type, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(next((w for w in words if not w.startswith("-")), ""))
     args = parser.parse_args(argv)
     try:
         return args.func(args)
