@@ -42,13 +42,13 @@ def test_aligned_checkpoints_with_the_kafkapp_log_give_the_failure_free_results(
 def test_the_barrier_drains_the_pipeline_before_later_tasks_run(tiny, tmp_path, monkeypatch):
     """A task that carries a marker is assembled (the state snapshotted) before the dispatcher
     returns to the source for the next one."""
-    from scabbard.engine import runtime
+    from scabbard.engine import execution
     from scabbard.pog.checkpoint import CheckpointController
 
     q = queries.get("CM1")
     ds = tiny["cm"]
     marked, after = [], []
-    real_marker, real_dispatch = CheckpointController.marker, runtime._Execution.dispatch
+    real_marker, real_dispatch = CheckpointController.marker, execution.Execution.dispatch
 
     def marker(self):
         m = real_marker(self)
@@ -64,7 +64,7 @@ def test_the_barrier_drains_the_pipeline_before_later_tasks_run(tiny, tmp_path, 
         return ok
 
     monkeypatch.setattr(CheckpointController, "marker", marker)
-    monkeypatch.setattr(runtime._Execution, "dispatch", dispatch)
+    monkeypatch.setattr(execution.Execution, "dispatch", dispatch)
     n = 10 * ds.rows  # paced to last ~0.4 s on any machine: markers every 0.02 s
     r = run_fault_tolerant(q, ds, tmp_path / "store", TransactionalSink(tmp_path / "out"), CFG,
                            interval=0.02, max_tuples=n, rate=n / 0.4, persist_input=False,

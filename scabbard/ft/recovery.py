@@ -41,8 +41,9 @@ from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
 from scabbard.engine.metrics import Metrics
 from scabbard.engine.ports import Resume
-from scabbard.engine.runtime import MIN_BATCH, Edges, Engine, EngineConfig, RunReport
+from scabbard.engine.runtime import MIN_BATCH, Engine, EngineConfig, RunReport
 from scabbard.engine.sources import ReplaySource
+from scabbard.engine.tasks import Edges
 from scabbard.ft.checkpointing import CheckpointListener
 from scabbard.ft.config import ConfigError, FTConfig, PersistConfig, RunConfig
 from scabbard.ft.ingress import INGRESS, READER, PersistedFeed, ReplayFeed, ingress_stream

@@ -268,7 +268,7 @@ def measure_fault_tolerance(query: str, scale: str = "small", data_dir: str | Pa
     then the run recovered for real by a new process (:func:`measure_recovery`)."""
     from scabbard import queries
     from scabbard.engine import EngineConfig
-    from scabbard.engine.runtime import Edges
+    from scabbard.engine.tasks import Edges
     from scabbard.ft.ingress import INGRESS
     from scabbard.ft.recovery import run_fault_tolerant
     from scabbard.ft.sinks import ClockedSink

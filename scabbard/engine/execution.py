@@ -1,0 +1,312 @@
+"""One run of the engine: the dispatcher, the workers, parallel boundary windows, ordered
+assembly (DESIGN.md §5, paper §2.3 and §4.1)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from scabbard import timers
+from scabbard.batch import Batch
+from scabbard.engine.assembly import BranchAssembler
+from scabbard.engine.metrics import Metrics, Summary
+from scabbard.engine.ports import AssemblyListener, ClockedWriter, Resume
+from scabbard.engine.sinks import Sink
+from scabbard.engine.tasks import INT64_MIN, TaskResult
+
+
+@dataclass(frozen=True)
+class RunReport:
+    query: str
+    summary: Summary
+    batch_rows: int
+    workers: int
+    written_bytes: int = 0  # persisted (segments acknowledged by the storage), if any
+
+
+@dataclass(slots=True)
+class Job:
+    """A dispatched task: its number, what it runs on, and the marker it carries."""
+
+    seq: int
+    batch: Batch
+    ingest_time: float
+    marker: object = None
+    source_tuples: int | None = None
+
+
+class Execution:
+    """One run: the dispatcher, the workers, parallel boundary windows and ordered assembly.
+
+    Task ``k`` is assembled after task ``k-1``.  When both are long, the windows
+    between them (``boundary k``) are computed by whichever worker finishes the
+    second of the two, outside the assembly lock; otherwise the assembler computes
+    them sequentially from its window state.
+
+    ``engine``: the :class:`~scabbard.engine.runtime.Engine` whose fragment and boundary
+    functions the workers run.
+    """
+
+    def __init__(self, engine, feed, sink: Sink, metrics: Metrics,
+                 listener: AssemblyListener | None = None, resume: Resume | None = None,
+                 emit_after: int = INT64_MIN):
+        self.engine, self.feed, self.sink, self.metrics = engine, feed, sink, metrics
+        self.listener, self.resume, self.emit_after = listener, resume, emit_after
+        self.clocked = isinstance(sink, ClockedWriter)
+        self.next_seq = 0  # the dispatcher's task numbering
+        self.clock = {"input_end": 0, "window_end": INT64_MIN}  # of the last emitted result
+        self.plan = engine.plan
+        self.assemblers = [BranchAssembler(b) for b in self.plan.branches]
+        workers = engine.config.workers
+        depth = engine.config.queue_depth or 2 * workers
+        self.tasks: queue.Queue = queue.Queue(maxsize=depth)
+        # tasks dispatched but not yet assembled: bounds memory (and the input persisted ahead
+        # of the windows) when assembly is the bottleneck
+        self.window = threading.Semaphore(depth + 2 * workers)
+        self.lock = threading.Lock()  # guards the dictionaries below
+        self.assembly_lock = threading.Lock()
+        self.results: dict[int, TaskResult] = {}  # finished fragments, not yet assembled
+        self.tails: dict[int, TaskResult] = {}  # long tasks whose next boundary is not done
+        self.boundaries: dict[int, dict] = {}  # boundary k -> result columns
+        self.claimed: set[int] = set()
+        self.next = 0
+        self.prev_long = False
+        self.error: BaseException | None = None
+        self.barrier: threading.Event | None = None  # aligned checkpoints: the marker's task
+
+    # -- workers -----------------------------------------------------------------------------
+    def _claim(self, r: TaskResult) -> list[tuple[TaskResult, TaskResult]]:
+        """Boundaries this finished task completes (call with the lock held)."""
+        if not r.long:
+            return []
+        jobs = []
+        prev = self.tails.get(r.seq - 1)
+        if prev is not None and r.seq not in self.claimed:
+            self.claimed.add(r.seq)
+            jobs.append((prev, r))
+        nxt = self.results.get(r.seq + 1)
+        if nxt is not None and nxt.long and r.seq + 1 not in self.claimed:
+            self.claimed.add(r.seq + 1)
+            jobs.append((r, nxt))
+        return jobs
+
+    def _compute_boundary(self, prev: TaskResult, cur: TaskResult) -> None:
+        span = timers.start()
+        cols = self.engine._boundary(prev, cur)
+        timers.stop(span, "boundary", cur.tuples)
+        with self.lock:
+            self.boundaries[cur.seq] = cols
+            self.tails.pop(prev.seq, None)
+
+    def worker(self) -> None:
+        while True:
+            item = self.tasks.get()
+            if item is None:
+                return
+            try:
+                span = timers.start()
+                r = self.engine._fragment(item.seq, item.batch, item.ingest_time)
+                timers.stop(span, "fragment", len(item.batch), r.long)
+                r.marker = item.marker
+                if item.source_tuples is not None:  # when push-up dropped some
+                    r.tuples = item.source_tuples
+                with self.lock:
+                    self.results[r.seq] = r
+                    if r.long:
+                        self.tails[r.seq] = r
+                    jobs = self._claim(r)
+                for prev, cur in jobs:
+                    self._compute_boundary(prev, cur)
+                self.drain()
+            except BaseException as e:  # surface in run(); stop the source
+                self.error = e
+                self.feed.stop()
+                return
+
+    # -- ordered assembly ----------------------------------------------------------------------
+    def emit(self, cols: dict[str, np.ndarray], input_end: int = 0) -> int:
+        we = cols["window_end"]
+        if len(we) and we[0] <= self.emit_after:
+            keep = we > self.emit_after  # committed before a failure: a duplicate
+            cols = {k: v[keep] for k, v in cols.items()}
+            we = cols["window_end"]
+        n = len(we)
+        if n:
+            batch = self.engine._result_batch(cols)
+            self.clock = {"input_end": input_end, "window_end": int(we[-1])}
+            if self.clocked:
+                self.sink.write_clocked(batch, self.clock)
+            else:
+                self.sink.write(batch)
+        return n
+
+    def _ready(self) -> TaskResult | None:
+        """The next task if it can be assembled now (with the lock held)."""
+        r = self.results.get(self.next)
+        if r is None:
+            return None
+        parallel = r.long and self.prev_long
+        if parallel and r.seq not in self.boundaries:
+            if r.seq in self.claimed:
+                return None  # a worker is computing it; it drains when done
+            self.claimed.add(r.seq)
+            self.boundaries[r.seq] = None  # computed below, by the assembler
+        del self.results[self.next]
+        return r
+
+    def assemble(self, r: TaskResult) -> None:
+        rows = 0
+        if r.long and self.prev_long:
+            with self.lock:
+                cols = self.boundaries.pop(r.seq)
+                prev = self.tails.pop(r.seq - 1, None)
+            if cols is None:
+                cols = self.engine._boundary(prev, r)
+            rows += self.emit(cols, r.end_offset)
+            for i, a in enumerate(self.assemblers):
+                a.skip(r, i)
+        else:
+            raws = [a.task(r, i) for i, a in enumerate(self.assemblers)]
+            rows += self.emit(self.plan.post([b.finalize(raw) for b, raw in
+                                              zip(self.plan.branches, raws, strict=True)]),
+                              r.end_offset)
+            with self.lock:
+                self.tails.pop(r.seq - 1, None)
+        if r.internal is not None:
+            rows += self.emit(r.internal, r.end_offset)
+        if self.listener is not None:
+            self.listener.assembled(r, dict(self.clock))
+            if r.marker is not None and self.barrier is not None:
+                self.barrier.set()
+        self.prev_long = r.long
+        self.window.release()
+        self.metrics.record(r.tuples, time.perf_counter() - r.ingest_time, rows)
+
+    def drain(self) -> None:
+        while True:
+            if not self.assembly_lock.acquire(blocking=False):
+                return
+            try:
+                while True:
+                    with self.lock:
+                        r = self._ready()
+                    if r is None:
+                        break
+                    span = timers.start()
+                    self.assemble(r)
+                    timers.stop(span, "assembly", r.tuples)
+                    self.next += 1
+            finally:
+                self.assembly_lock.release()
+            with self.lock:
+                r = self.results.get(self.next)
+                if r is None or (r.long and self.prev_long and r.seq in self.claimed
+                                 and r.seq not in self.boundaries):
+                    return
+
+    # -- the run -------------------------------------------------------------------------------
+    def submit(self, item: Job) -> bool:
+        """Queue a task once the assembly window has room; False if the run failed."""
+        while not self.window.acquire(timeout=0.1):
+            if self.error is not None:
+                return False
+        if self.error is not None:
+            return False
+        self.tasks.put(item)
+        return True
+
+    def dispatch(self, batch: Batch, ingest: float, tuples: int | None = None) -> bool:
+        """Number the task, attach the listener's marker if it has one, queue it.
+        ``tuples``: the source tuples it stands for (when push-up dropped some)."""
+        marker = self.listener.marker() if self.listener is not None else None
+        seq = self.next_seq
+        self.next_seq += 1
+        job = Job(seq, batch, ingest, marker, tuples)
+        if marker is None or not self.listener.align:
+            return self.submit(job)
+        t0 = time.perf_counter()
+        self.barrier = threading.Event()
+        if not self.submit(job):
+            return False
+        while not self.barrier.wait(0.1):  # alignment: the pipeline drains up to the marker
+            if self.error is not None:
+                return False
+        self.barrier = None
+        self.metrics.event("alignment", id=getattr(marker, "checkpoint_id", None),
+                           ms=round((time.perf_counter() - t0) * 1e3, 3))
+        return True
+
+    def restore(self, at: Resume) -> None:
+        """Start after task ``at.seq``, as if it had just been assembled (a long task whose
+        tail is the saved partials)."""
+        prev = TaskResult(at.seq, 0, 0.0, at.last_pane, at.last_pane, True, [], at.edges,
+                           None, at.input_end, at.last_ts)
+        self.tails[at.seq] = prev
+        self.prev_long = True
+        for a, e in zip(self.assemblers, at.edges, strict=True):
+            a.pending = (e, at.last_pane)
+        self.next = self.next_seq = at.seq + 1
+        self.clock = dict(at.clock) or self.clock
+
+    def run(self) -> RunReport:
+        engine, metrics = self.engine, self.metrics
+        cfg = engine.config
+        self.sink.open(engine.schema)
+        threads = [threading.Thread(target=self.worker, name=f"worker-{i}", daemon=True)
+                   for i in range(cfg.workers)]
+        engine.warm_up(self.feed.peek())
+        metrics.start(query=engine.query.name, workers=cfg.workers,
+                      batch_rows=self.feed.batch_rows)
+        for t in threads:
+            t.start()
+        if self.resume is not None:
+            self.restore(self.resume)
+        try:
+            if self.listener is not None:
+                self.listener.start(lambda: self.error is None)
+            for task in self.feed.tasks():
+                if self.error is not None or not self.dispatch(task.batch, task.ingest_time,
+                                                               task.source_tuples):
+                    break
+        except BaseException as e:  # the dispatcher failed (e.g. fault tolerance: fail-stop)
+            if self.error is None:
+                self.error = e
+            self.feed.stop()
+        finally:
+            for _ in threads:
+                self.tasks.put(None)
+            for t in threads:
+                t.join()
+        if self.error is not None:
+            self._fail()
+        self.drain()
+        if self.results:
+            raise RuntimeError(f"tasks {sorted(self.results)} were never assembled")
+        # end of stream: the open windows are final.  A run stopped early (by duration) is not
+        # at the end of its stream: a fault-tolerant one continues with --recover.
+        if self.listener is None or self.feed.exhausted:
+            final = self.plan.post([b.finalize(a.flush()) for b, a in
+                                    zip(self.plan.branches, self.assemblers, strict=True)])
+            metrics.add_result_rows(self.emit(final, self.clock["input_end"]))
+        if self.listener is not None:
+            try:
+                self.listener.stop(failed=False)  # may raise (fault tolerance: fail-stop)
+            except BaseException as e:
+                self.error = e
+                self._fail()
+        self.sink.close()
+        return RunReport(engine.query.name, metrics.stop(), self.feed.batch_rows, cfg.workers)
+
+    def _fail(self) -> None:
+        """Stop everything and raise the run's error; the sink commits nothing more."""
+        if self.listener is not None:
+            self.listener.stop(failed=True)
+        try:
+            self.sink.close()
+        finally:
+            self.metrics.stop(error=repr(self.error))
+        raise self.error
