@@ -154,8 +154,8 @@ def evaluate(node, columns: dict, relations: dict) -> pd.DataFrame:
         return out[list(node.schema.names)]
     if isinstance(node, WindowJoin):
         left = evaluate(node.left, columns, relations)
-        right = evaluate(node.right, columns, relations)
-        out = left.merge(right, on=["window_start", "window_end", *node.on], how="inner")
+        right = evaluate(node.right, columns, relations).drop(columns="window_start")
+        out = left.merge(right, on=["window_end", *node.on], how="inner")
         if node.predicate is not None:
             out = out[np.asarray(_value(node.predicate, out, node.schema), dtype=bool)]
         return out[list(node.schema.names)]
@@ -229,3 +229,9 @@ def windows(partials: dict, iops, fops, panes: int, slide: int, p_lo: int, p_hi:
             for j, op in enumerate(fops):
                 st[2][j] = _apply(op, st[2][j], fv[j])
     return out
+
+
+def equi_join_pairs(lkeys, rkeys) -> list[tuple[int, int]]:
+    """Row pairs with equal key rows, by nested loops: left order, then right order."""
+    return [(i, j) for i in range(len(lkeys)) for j in range(len(rkeys))
+            if tuple(lkeys[i]) == tuple(rkeys[j])]

@@ -152,3 +152,15 @@ def test_hash_table_behaves_like_a_dict(ops):
         for (a, b), g in model.items():
             probe = np.array([[a, b]], dtype=np.int64)
             assert ht.find(table, probe, 0, np.uint64(ht.hash_key(probe, 0, 2))) == g
+
+
+@given(st.integers(0, 3), st.integers(0, 60), st.integers(0, 60), st.sampled_from([1, 3, 1000]))
+@SETTINGS
+def test_equi_join_matches_nested_loops(width, n, m, domain):
+    from scabbard.kernels.join import equi_join
+
+    rng = np.random.default_rng(n * 1000 + m * 10 + width)
+    lk = rng.integers(0, domain, (n, width + 1))
+    rk = rng.integers(0, domain, (m, width + 1))
+    li, ri = equi_join(lk, rk)
+    assert list(zip(li.tolist(), ri.tolist(), strict=True)) == ref.equi_join_pairs(lk, rk)

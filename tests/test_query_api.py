@@ -40,7 +40,7 @@ def cm_stream():
         (lambda: Query.stream(ysb.SCHEMA).join(Relation("r", ysb.AD_CAMPAIGN), on=("event_type", "ad_id"),
                                                columns="campaign_id"), "different types"),
         (lambda: cm_stream().window(60, 1).aggregate(count()).join_windows(
-            cm_stream().window(30, 1).aggregate(sum_("cpu"))), "the windows differ"),
+            cm_stream().window(30, 2).aggregate(sum_("cpu"))), "the slides differ"),
         (lambda: cm_stream().window(60, 1).aggregate(count()).join_windows(
             Query.stream(sg.SCHEMA).window(60, 1).aggregate(sum_("value"))), "same source"),
         (lambda: cm_stream().window(60, 1).aggregate(count()).join_windows(

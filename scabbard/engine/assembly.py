@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from scabbard.engine import physical
-from scabbard.engine.tasks import INT64_MIN, Edges, TaskResult
+from scabbard.engine.tasks import INT64_MIN, BranchPart, Edges
 from scabbard.kernels import hashtable as ht
 from scabbard.kernels import window as kw
 
@@ -50,18 +50,18 @@ class BranchAssembler:
         self.table = ht.new_table(self.b.key_width, 64)
         self._feed(tail, False, last_pane, 0)
 
-    def task(self, r: TaskResult, i: int):
-        """The windows of task ``r`` it could not compute alone, sequentially."""
+    def task(self, part: BranchPart):
+        """The windows of a task's ``part`` it could not compute alone, sequentially."""
         self._load_pending()
-        if r.long:
-            raw = self._raw(self._feed(r.heads[i], True, r.first_pane + self.b.panes, 0))
-            self.pending = (r.tails[i], r.last_pane)
+        if part.long:
+            raw = self._raw(self._feed(part.head, True, part.first_pane + self.b.panes, 0))
+            self.pending = (part.tail, part.last_pane)
             return raw
-        return self._raw(self._feed(r.heads[i], True, r.last_pane, 0))
+        return self._raw(self._feed(part.head, True, part.last_pane, 0))
 
-    def skip(self, r: TaskResult, i: int) -> None:
-        """Task ``r``'s leading windows were computed in parallel; keep only its tail."""
-        self.pending = (r.tails[i], r.last_pane)
+    def skip(self, part: BranchPart) -> None:
+        """The part's leading windows were computed in parallel; keep only its tail."""
+        self.pending = (part.tail, part.last_pane)
 
     def flush(self):
         self._load_pending()

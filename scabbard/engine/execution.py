@@ -13,10 +13,11 @@ import numpy as np
 from scabbard import timers
 from scabbard.batch import Batch
 from scabbard.engine.assembly import BranchAssembler
+from scabbard.engine.graph import OperatorGraph
 from scabbard.engine.metrics import Metrics, Summary
 from scabbard.engine.ports import AssemblyListener, ClockedWriter, Resume
 from scabbard.engine.sinks import Sink
-from scabbard.engine.tasks import INT64_MIN, TaskResult
+from scabbard.engine.tasks import INT64_MAX, INT64_MIN, BranchPart, TaskResult
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,47 @@ class Job:
     source_tuples: int | None = None
 
 
+class Lane:
+    """One branch's ordered assembly: its window state, the long tasks whose boundary with
+    the next is not done yet, the boundaries computed (or being computed) by workers."""
+
+    def __init__(self, i: int, branch):
+        self.i, self.branch = i, branch
+        self.assembler = BranchAssembler(branch)
+        self.tails: dict[int, TaskResult] = {}  # long tasks whose next boundary is not done
+        self.boundaries: dict[int, dict | None] = {}  # boundary k -> result columns
+        self.claimed: set[int] = set()
+        self.prev_long = False
+
+    def claim(self, r: TaskResult, results: dict) -> list[tuple[Lane, TaskResult, TaskResult]]:
+        """Boundaries finished task ``r`` completes in this lane (call with the lock held)."""
+        if not r.parts[self.i].long:
+            return []
+        jobs = []
+        prev = self.tails.get(r.seq - 1)
+        if prev is not None and r.seq not in self.claimed:
+            self.claimed.add(r.seq)
+            jobs.append((self, prev, r))
+        nxt = results.get(r.seq + 1)
+        if nxt is not None and nxt.parts[self.i].long and r.seq + 1 not in self.claimed:
+            self.claimed.add(r.seq + 1)
+            jobs.append((self, r, nxt))
+        return jobs
+
+    def busy(self, r: TaskResult) -> bool:
+        """A worker is computing ``r``'s boundary in this lane (call with the lock held)."""
+        return (r.parts[self.i].long and self.prev_long and r.seq in self.claimed
+                and r.seq not in self.boundaries)
+
+
 class Execution:
     """One run: the dispatcher, the workers, parallel boundary windows and ordered assembly.
 
-    Task ``k`` is assembled after task ``k-1``.  When both are long, the windows
-    between them (``boundary k``) are computed by whichever worker finishes the
-    second of the two, outside the assembly lock; otherwise the assembler computes
-    them sequentially from its window state.
+    Task ``k`` is assembled after task ``k-1``.  Per branch (a :class:`Lane`), when both
+    tasks are long in it, the windows between them (``boundary k``) are computed by
+    whichever worker finishes the second of the two, outside the assembly lock; otherwise
+    the assembler computes them sequentially from the branch's window state.  The branches'
+    complete windows go through the operator graph (joins, ...) to the sink.
 
     ``engine``: the :class:`~scabbard.engine.runtime.Engine` whose fragment and boundary
     functions the workers run.
@@ -60,47 +95,29 @@ class Execution:
         self.next_seq = 0  # the dispatcher's task numbering
         self.clock = {"input_end": 0, "window_end": INT64_MIN}  # of the last emitted result
         self.plan = engine.plan
-        self.assemblers = [BranchAssembler(b) for b in self.plan.branches]
+        self.lanes = [Lane(i, b) for i, b in enumerate(self.plan.branches)]
+        self.graph = OperatorGraph(self.plan)
         workers = engine.config.workers
         depth = engine.config.queue_depth or 2 * workers
         self.tasks: queue.Queue = queue.Queue(maxsize=depth)
         # tasks dispatched but not yet assembled: bounds memory (and the input persisted ahead
         # of the windows) when assembly is the bottleneck
         self.window = threading.Semaphore(depth + 2 * workers)
-        self.lock = threading.Lock()  # guards the dictionaries below
+        self.lock = threading.Lock()  # guards the dictionaries below and the lanes'
         self.assembly_lock = threading.Lock()
         self.results: dict[int, TaskResult] = {}  # finished fragments, not yet assembled
-        self.tails: dict[int, TaskResult] = {}  # long tasks whose next boundary is not done
-        self.boundaries: dict[int, dict] = {}  # boundary k -> result columns
-        self.claimed: set[int] = set()
         self.next = 0
-        self.prev_long = False
         self.error: BaseException | None = None
         self.barrier: threading.Event | None = None  # aligned checkpoints: the marker's task
 
     # -- workers -----------------------------------------------------------------------------
-    def _claim(self, r: TaskResult) -> list[tuple[TaskResult, TaskResult]]:
-        """Boundaries this finished task completes (call with the lock held)."""
-        if not r.long:
-            return []
-        jobs = []
-        prev = self.tails.get(r.seq - 1)
-        if prev is not None and r.seq not in self.claimed:
-            self.claimed.add(r.seq)
-            jobs.append((prev, r))
-        nxt = self.results.get(r.seq + 1)
-        if nxt is not None and nxt.long and r.seq + 1 not in self.claimed:
-            self.claimed.add(r.seq + 1)
-            jobs.append((r, nxt))
-        return jobs
-
-    def _compute_boundary(self, prev: TaskResult, cur: TaskResult) -> None:
+    def _compute_boundary(self, lane: Lane, prev: TaskResult, cur: TaskResult) -> None:
         span = timers.start()
-        cols = self.engine._boundary(prev, cur)
+        cols = self.engine._boundary(prev, cur, lane.i)
         timers.stop(span, "boundary", cur.tuples)
         with self.lock:
-            self.boundaries[cur.seq] = cols
-            self.tails.pop(prev.seq, None)
+            lane.boundaries[cur.seq] = cols
+            lane.tails.pop(prev.seq, None)
 
     def worker(self) -> None:
         while True:
@@ -114,13 +131,15 @@ class Execution:
                 r.marker = item.marker
                 if item.source_tuples is not None:  # when push-up dropped some
                     r.tuples = item.source_tuples
+                jobs = []
                 with self.lock:
                     self.results[r.seq] = r
-                    if r.long:
-                        self.tails[r.seq] = r
-                    jobs = self._claim(r)
-                for prev, cur in jobs:
-                    self._compute_boundary(prev, cur)
+                    for lane in self.lanes:
+                        if r.parts[lane.i].long:
+                            lane.tails[r.seq] = r
+                        jobs += lane.claim(r, self.results)
+                for lane, prev, cur in jobs:
+                    self._compute_boundary(lane, prev, cur)
                 self.drain()
             except BaseException as e:  # surface in run(); stop the source
                 self.error = e
@@ -149,40 +168,54 @@ class Execution:
         r = self.results.get(self.next)
         if r is None:
             return None
-        parallel = r.long and self.prev_long
-        if parallel and r.seq not in self.boundaries:
-            if r.seq in self.claimed:
-                return None  # a worker is computing it; it drains when done
-            self.claimed.add(r.seq)
-            self.boundaries[r.seq] = None  # computed below, by the assembler
+        for lane in self.lanes:
+            if r.parts[lane.i].long and lane.prev_long and r.seq not in lane.boundaries:
+                if r.seq in lane.claimed:
+                    return None  # a worker is computing it; it drains when done
+                lane.claimed.add(r.seq)
+                lane.boundaries[r.seq] = None  # computed below, by the assembler
         del self.results[self.next]
         return r
 
+    def _lane_windows(self, lane: Lane, r: TaskResult) -> list[dict]:
+        """Branch ``lane``'s complete windows of task ``r``, in window order."""
+        part, i = r.parts[lane.i], lane.i
+        if part.long and lane.prev_long:
+            with self.lock:
+                cols = lane.boundaries.pop(r.seq)
+                prev = lane.tails.pop(r.seq - 1, None)
+                lane.claimed.discard(r.seq)
+            if cols is None:
+                cols = self.engine._boundary(prev, r, i)
+            lane.assembler.skip(part)
+        else:
+            cols = self.plan.post(i, lane.branch.finalize(lane.assembler.task(part)))
+            with self.lock:
+                lane.tails.pop(r.seq - 1, None)
+                lane.claimed.discard(r.seq)
+        lane.prev_long = part.long
+        return [cols] if part.internal is None else [cols, part.internal]
+
+    def _push(self, lane: Lane, pieces: list[dict], watermark: int, input_end: int) -> int:
+        """A lane's windows through the operator graph; what reaches the sink is emitted."""
+        rows = 0
+        top = self.plan.top(lane.i)
+        for k, cols in enumerate(pieces):
+            for out in self.graph.push(top, cols, watermark if k == len(pieces) - 1 else None):
+                rows += self.emit(out, input_end)
+        return rows
+
     def assemble(self, r: TaskResult) -> None:
         rows = 0
-        if r.long and self.prev_long:
-            with self.lock:
-                cols = self.boundaries.pop(r.seq)
-                prev = self.tails.pop(r.seq - 1, None)
-            if cols is None:
-                cols = self.engine._boundary(prev, r)
-            rows += self.emit(cols, r.end_offset)
-            for i, a in enumerate(self.assemblers):
-                a.skip(r, i)
-        else:
-            raws = [a.task(r, i) for i, a in enumerate(self.assemblers)]
-            rows += self.emit(self.plan.post([b.finalize(raw) for b, raw in
-                                              zip(self.plan.branches, raws, strict=True)]),
-                              r.end_offset)
-            with self.lock:
-                self.tails.pop(r.seq - 1, None)
-        if r.internal is not None:
-            rows += self.emit(r.internal, r.end_offset)
+        for lane in self.lanes:
+            pieces = self._lane_windows(lane, r)
+            # every window ending at or before the task's last pane is complete
+            rows += self._push(lane, pieces, r.parts[lane.i].last_pane * lane.branch.slide_ms,
+                               r.end_offset)
         if self.listener is not None:
-            self.listener.assembled(r, dict(self.clock))
+            self.listener.assembled(r, dict(self.clock), self.graph)
             if r.marker is not None and self.barrier is not None:
                 self.barrier.set()
-        self.prev_long = r.long
         self.window.release()
         self.metrics.record(r.tuples, time.perf_counter() - r.ingest_time, rows)
 
@@ -204,8 +237,7 @@ class Execution:
                 self.assembly_lock.release()
             with self.lock:
                 r = self.results.get(self.next)
-                if r is None or (r.long and self.prev_long and r.seq in self.claimed
-                                 and r.seq not in self.boundaries):
+                if r is None or any(lane.busy(r) for lane in self.lanes):
                     return
 
     # -- the run -------------------------------------------------------------------------------
@@ -242,13 +274,17 @@ class Execution:
 
     def restore(self, at: Resume) -> None:
         """Start after task ``at.seq``, as if it had just been assembled (a long task whose
-        tail is the saved partials)."""
-        prev = TaskResult(at.seq, 0, 0.0, at.last_pane, at.last_pane, True, [], at.edges,
-                           None, at.input_end, at.last_ts)
-        self.tails[at.seq] = prev
-        self.prev_long = True
-        for a, e in zip(self.assemblers, at.edges, strict=True):
-            a.pending = (e, at.last_pane)
+        tails are the saved partials), with the operator graph's saved state."""
+        parts = []
+        for lane, e in zip(self.lanes, at.edges, strict=True):
+            last = at.last_ts // lane.branch.slide_ms
+            parts.append(BranchPart(last, last, True, e, e, None))
+            lane.assembler.pending = (e, last)
+            lane.prev_long = True
+        prev = TaskResult(at.seq, 0, 0.0, parts, at.input_end, at.last_ts)
+        for lane in self.lanes:
+            lane.tails[at.seq] = prev
+        self.graph.restore(at.graph)
         self.next = self.next_seq = at.seq + 1
         self.clock = dict(at.clock) or self.clock
 
@@ -289,9 +325,10 @@ class Execution:
         # end of stream: the open windows are final.  A run stopped early (by duration) is not
         # at the end of its stream: a fault-tolerant one continues with --recover.
         if self.listener is None or self.feed.exhausted:
-            final = self.plan.post([b.finalize(a.flush()) for b, a in
-                                    zip(self.plan.branches, self.assemblers, strict=True)])
-            metrics.add_result_rows(self.emit(final, self.clock["input_end"]))
+            for lane in self.lanes:
+                final = self.plan.post(lane.i, lane.branch.finalize(lane.assembler.flush()))
+                metrics.add_result_rows(self._push(lane, [final], INT64_MAX,
+                                                   self.clock["input_end"]))
         if self.listener is not None:
             try:
                 self.listener.stop(failed=False)  # may raise (fault tolerance: fail-stop)

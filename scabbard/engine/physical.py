@@ -158,6 +158,7 @@ class Branch:
     fops: np.ndarray
     outputs: tuple[Output, ...]
     _kernel: object = None
+    id: str = "window0"  # the operator's stable id (:func:`operators`)
 
     @property
     def key_width(self) -> int:
@@ -347,77 +348,171 @@ def _per_window_aggregate(node: PerWindowAggregate, cols: dict[str, np.ndarray])
     return out
 
 
-def _window_join(node: WindowJoin, left: dict, right: dict) -> dict:
-    import pandas as pd
+def _key_words(cols: dict[str, np.ndarray], schema: Schema, names) -> list[np.ndarray]:
+    """The int64 words of key columns (a uuid is two)."""
+    out = []
+    for n in names:
+        v = np.asarray(cols[n])
+        if schema.field(n).dtype == "uuid":
+            w = np.ascontiguousarray(v).view(np.int64).reshape(len(v), 2)
+            out += [w[:, 0], w[:, 1]]
+        else:
+            out.append(v.astype(np.int64))
+    return out
 
-    on = ["window_start", "window_end", *node.on]
-    lschema, rschema = node.left.schema, node.right.schema
 
-    def frame(cols, schema):
-        data = {}
-        for f in schema.fields:
-            v = cols[f.name]
-            data[f.name] = [bytes(r) for r in np.ascontiguousarray(v).view("V16")] \
-                if f.dtype == "uuid" else v
-        return pd.DataFrame(data)
+def window_join(node: WindowJoin, left: dict, right: dict) -> dict:
+    """⋈ of two batches of complete windows on the window end and ``node.on`` (a numba hash
+    join, :func:`scabbard.kernels.join.equi_join`), then ``node.predicate``; rows in the left
+    side's order, so in window order.  The left side's window bounds are kept."""
+    from scabbard.kernels.join import equi_join
 
-    merged = frame(left, lschema).merge(frame(right, rschema), on=on, how="inner", sort=False)
-    merged = merged.sort_values("window_end", kind="stable")
-    out = {}
-    for f in node.schema.fields:
-        v = merged[f.name].to_numpy()
-        if f.dtype == "uuid":
-            v = np.frombuffer(b"".join(v), dtype=np.uint64).reshape(-1, 2) if len(v) else \
-                np.zeros((0, 2), np.uint64)
-        out[f.name] = np.asarray(v, dtype=f.numpy_dtype) if f.dtype != "uuid" else v
-    if node.predicate is not None and len(merged):
+    ls, rs = node.left.schema, node.right.schema
+    lkeys = np.column_stack([left["window_end"], *_key_words(left, ls, node.on)])
+    rkeys = np.column_stack([right["window_end"], *_key_words(right, rs, node.on)])
+    li, ri = equi_join(lkeys, rkeys)
+    out = {f.name: left[f.name][li] for f in ls.fields}
+    for f in rs.fields[2:]:
+        if f.name not in node.on:
+            out[f.name] = right[f.name][ri]
+    if node.predicate is not None and len(li):
         out = take(out, eval_numpy(node.predicate, out, node.schema))
+    return out
+
+
+# -- the operator graph ---------------------------------------------------------------------------
+_KINDS = {WindowAggregate: "window", Having: "having", KeepMax: "keep_max",
+          PerWindowAggregate: "per_window", WindowJoin: "join"}
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One operator of the query's graph above the source: a stable id (``window0``,
+    ``join0``, ... numbered per kind in plan order), its plan node, the operators it reads
+    (``source`` for a window over the input stream) and the one it feeds (``sink``)."""
+
+    id: str
+    node: Node
+    inputs: tuple[str, ...]
+    output: str
+
+    @property
+    def kind(self) -> str:
+        return _KINDS[type(self.node)]
+
+    @property
+    def stateful(self) -> bool:
+        """Holds state across batches of complete windows (a window over the source, a join)."""
+        return self.kind in ("window", "join")
+
+    def apply(self, *inputs: dict) -> dict:
+        """The operator on one batch of complete windows per input (stateless operators and
+        a join whose inputs cover the same windows)."""
+        node = self.node
+        if isinstance(node, Having):
+            cols = inputs[0]
+            if not len(cols["window_end"]):
+                return cols
+            return take(cols, eval_numpy(node.predicate, cols, node.input.schema))
+        if isinstance(node, KeepMax):
+            return _keep_max(inputs[0], node.column)
+        if isinstance(node, PerWindowAggregate):
+            return _per_window_aggregate(node, inputs[0])
+        if isinstance(node, WindowJoin):
+            return window_join(node, inputs[0], inputs[1])
+        raise QueryError(f"{node.label()} is not a per-window operator")
+
+
+def operators(root: Node) -> dict[str, Operator]:
+    """The operators above the source, by id, in topological order (inputs first)."""
+    ids: dict[int, str] = {}
+    counts: dict[str, int] = {}
+    order: list[Node] = []
+    parent: dict[int, Node] = {}
+
+    def visit(node: Node) -> None:
+        for c in node.children:
+            if not isinstance(c, (Source, Filter, Project, RelationJoin)):
+                parent[id(c)] = node
+            visit(c)
+        if type(node) in _KINDS:
+            kind = _KINDS[type(node)]
+            ids[id(node)] = f"{kind}{counts.get(kind, 0)}"
+            counts[kind] = counts.get(kind, 0) + 1
+            order.append(node)
+
+    visit(root)
+    out = {}
+    for node in order:
+        inputs = ("source",) if isinstance(node, WindowAggregate) else tuple(
+            ids[id(c)] for c in node.children)
+        up = parent.get(id(node))
+        out[ids[id(node)]] = Operator(ids[id(node)], node, inputs,
+                                      ids[id(up)] if up is not None else "sink")
     return out
 
 
 @dataclass
 class PhysicalPlan:
-    """Branches over the source, and the post-window function combining their results."""
+    """The query's operators: windows over the source (branches, each with its own window),
+    per branch the stateless operators fused above it (run wherever its windows complete:
+    inside tasks, in parallel, or in the assembly), and the operators the graph runs in
+    window order after them (joins, what is above a join, and whatever sits above an edge
+    that must not be fused - a p-stream's)."""
 
     root: Node
     branches: tuple[Branch, ...]
     schema: Schema  # of the final result rows
+    operators: dict[str, Operator]
+    chains: tuple[tuple[Operator, ...], ...]  # per branch: the operators fused above it
+    graph: tuple[Operator, ...]  # the rest, in topological order
 
-    def post(self, per_branch: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        """Complete windows of every branch (same windows) -> final result rows."""
-        index = {id(b.node): cols for b, cols in zip(self.branches, per_branch, strict=True)}
-        return _apply(self.root, index)
+    def post(self, i: int, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Branch ``i``'s complete windows through its fused operators."""
+        for op in self.chains[i]:
+            cols = op.apply(cols)
+        return cols
 
-
-def _apply(node: Node, index: dict[int, dict]) -> dict[str, np.ndarray]:
-    if isinstance(node, WindowAggregate):
-        return index[id(node)]
-    if isinstance(node, Having):
-        cols = _apply(node.input, index)
-        if not len(cols["window_end"]):
-            return cols
-        return take(cols, eval_numpy(node.predicate, cols, node.input.schema))
-    if isinstance(node, KeepMax):
-        return _keep_max(_apply(node.input, index), node.column)
-    if isinstance(node, PerWindowAggregate):
-        return _per_window_aggregate(node, _apply(node.input, index))
-    if isinstance(node, WindowJoin):
-        return _window_join(node, _apply(node.left, index), _apply(node.right, index))
-    raise QueryError(f"{node.label()} is not a per-window operator")
+    def top(self, i: int) -> str:
+        """The operator whose output leaves branch ``i``'s fused chain."""
+        return self.chains[i][-1].id if self.chains[i] else self.branches[i].id
 
 
-def _aggregations(node: Node) -> list[WindowAggregate]:
+def _windows(node: Node) -> list[WindowAggregate]:
     if isinstance(node, WindowAggregate):
         return [node]
-    return [a for c in node.children for a in _aggregations(c)]
+    return [a for c in node.children for a in _windows(c)]
 
 
-def plan(root: Node) -> PhysicalPlan:
-    """Compile a logical plan; it must end in a window aggregation (or operators on one)."""
-    aggs = _aggregations(root)
-    if not aggs:
+def plan(root: Node, unfused: frozenset[str] = frozenset()) -> PhysicalPlan:
+    """Compile a logical plan; it must end in window aggregations (or operators on them).
+
+    ``unfused``: operators whose *output* edge must stay an edge (a p-stream sits on it):
+    what reads it is never fused into them."""
+    if not _windows(root):
         raise QueryError("the engine runs windowed queries: add .window(...).aggregate(...)")
-    first = aggs[0].window
-    if any(a.window != first for a in aggs):
-        raise QueryError("all window aggregations of a query must use the same window")
-    return PhysicalPlan(root, tuple(make_branch(a) for a in aggs), root.schema)
+    ops = operators(root)
+    unknown = sorted(set(unfused) - set(ops))
+    if unknown:
+        raise QueryError(f"no operator {', '.join(unknown)} in this query (operators: "
+                         f"{', '.join(ops)})")
+    branches = []
+    chains = []
+    fused: set[str] = set()
+    for op in ops.values():
+        if op.kind != "window":
+            continue
+        b = make_branch(op.node)
+        b.id = op.id
+        branches.append(b)
+        chain, cur = [], op
+        while cur.output != "sink" and cur.id not in unfused:
+            up = ops[cur.output]
+            if len(up.inputs) != 1:
+                break
+            chain.append(up)
+            cur = up
+        chains.append(tuple(chain))
+        fused |= {c.id for c in chain}
+    graph = tuple(o for o in ops.values() if o.kind != "window" and o.id not in fused)
+    return PhysicalPlan(root, tuple(branches), root.schema, ops, tuple(chains), graph)

@@ -14,7 +14,7 @@ fault tolerance (:mod:`scabbard.ft`) plug in here:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from scabbard.batch import Batch
@@ -58,9 +58,11 @@ class AssemblyListener(Protocol):
     def marker(self) -> object | None:
         """Before each task is dispatched: a marker for it to carry, or None."""
 
-    def assembled(self, result, clock: dict) -> None:
+    def assembled(self, result, clock: dict, graph) -> None:
         """Task ``result`` was assembled and its windows emitted; ``clock`` is the output's
-        ``{"input_end", "window_end"}`` after it."""
+        ``{"input_end", "window_end"}`` after it; ``graph`` the operator graph
+        (:class:`~scabbard.engine.graph.OperatorGraph`), whose ``snapshot()`` is its state
+        now."""
 
     def stop(self, failed: bool) -> None:
         """The run ends (``failed``: with an error); may raise its own error."""
@@ -76,12 +78,14 @@ class ClockedWriter(Protocol):
 @dataclass(frozen=True)
 class Resume:
     """Start as if task ``seq`` had just been assembled: its input ended at ``input_end``, its
-    last pane was ``last_pane``, and ``edges`` (per branch) are the pane partials the open
-    windows still need; ``clock`` is the output's clock at that point."""
+    last tuple's event time was ``last_ts`` (each branch's last pane follows from it),
+    ``edges`` (per branch) are the pane partials the open windows still need, ``graph`` the
+    state of the operators above the branches (:meth:`OperatorGraph.snapshot`); ``clock`` is
+    the output's clock at that point."""
 
     seq: int
     input_end: int
-    last_pane: int
     last_ts: int
     edges: list
     clock: dict
+    graph: dict = field(default_factory=dict)

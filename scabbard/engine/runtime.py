@@ -33,11 +33,12 @@ from scabbard.engine import physical
 from scabbard.engine.assembly import BranchAssembler
 from scabbard.engine.execution import Execution, RunReport
 from scabbard.engine.feeds import SourceFeed
+from scabbard.engine.graph import OperatorGraph
 from scabbard.engine.metrics import Metrics
 from scabbard.engine.ports import AssemblyListener, Resume
 from scabbard.engine.pushup import Reducer
 from scabbard.engine.sinks import Sink
-from scabbard.engine.tasks import INT64_MIN, Edges, TaskResult, task_edges
+from scabbard.engine.tasks import INT64_MAX, INT64_MIN, BranchPart, Edges, TaskResult, task_edges
 from scabbard.kernels import window as kw
 from scabbard.kernels.aggregate import key_ids, pane_aggregate
 from scabbard.kernels.join import build_index
@@ -109,11 +110,11 @@ class Engine:
             self._relation_args.append(tuple(args))
 
     def batch_rows_for(self, tuples_per_ms: float) -> int:
-        """Batch size: enough panes for tasks to have windows of their own (4 windows' worth)."""
+        """Batch size: enough panes for tasks to have windows of their own (4 windows' worth)
+        in the branch with the shortest window (a longer one takes the assembler's path)."""
         if self.config.batch_rows:
             return self.config.batch_rows
-        b = self.plan.branches[0]
-        want = 4 * b.panes * b.slide_ms * tuples_per_ms
+        want = min(4 * b.panes * b.slide_ms * tuples_per_ms for b in self.plan.branches)
         return int(min(MAX_BATCH, max(MIN_BATCH, want)))
 
     # -- the fragment function (parallel) ----------------------------------------------------
@@ -121,10 +122,9 @@ class Engine:
         ts = np.ascontiguousarray(batch.timestamps)
         n = len(ts)
         cols = {f.name: c for f, c in zip(batch.schema.fields, batch.columns, strict=True)}
-        heads, tails, internals = [], [], []
-        long = False
-        first = last = 0
-        for b, rel_args in zip(self.plan.branches, self._relation_args, strict=True):
+        parts = []
+        for i, (b, rel_args) in enumerate(zip(self.plan.branches, self._relation_args,
+                                              strict=True)):
             k, ni, nf = b.key_width, len(b.iops), len(b.fops)
             o_ts = np.empty(n, dtype=np.int64)
             o_keys = np.empty((n, k), dtype=np.int64)
@@ -136,25 +136,21 @@ class Engine:
                                       b.slide_ms, ordered=True)
             first, last = int(ts[0]) // b.slide_ms, int(ts[-1]) // b.slide_ms
             pane = partials[0]
-            long = last - first + 1 > 2 * b.panes
-            if long:
-                lo, hi = first + b.panes, last - 1
+            if last - first + 1 > 2 * b.panes:  # long: windows of its own
                 raw = kw.windows_from_partials(partials, b.iops, b.fops, b.panes, b.slide_ms,
-                                               lo, hi)
-                internals.append(b.finalize(raw))
+                                               first + b.panes, last - 1)
                 h = int(np.searchsorted(pane, first + b.panes))
                 t = int(np.searchsorted(pane, last - b.panes + 1))
-                heads.append(task_edges(partials, 0, h))
-                tails.append(task_edges(partials, t, len(pane)))
+                parts.append(BranchPart(first, last, True, task_edges(partials, 0, h),
+                                        task_edges(partials, t, len(pane)),
+                                        self.plan.post(i, b.finalize(raw))))
             else:
-                heads.append(task_edges(partials, 0, len(pane)))
-                tails.append(task_edges(partials, len(pane), len(pane)))
-        internal = self.plan.post(internals) if long else None
-        return TaskResult(seq, n, ingest, first, last, long, heads, tails, internal,
-                           batch.end, int(ts[-1]) if n else 0)
+                parts.append(BranchPart(first, last, False, task_edges(partials, 0, len(pane)),
+                                        task_edges(partials, len(pane), len(pane)), None))
+        return TaskResult(seq, n, ingest, parts, batch.end, int(ts[-1]) if n else 0)
 
     def warm_up(self, batch: Batch) -> None:
-        """Run the fragment and assembly code once on a few rows, results discarded.
+        """Run the fragment, assembly and graph code once on a few rows, results discarded.
 
         Loads the compiled kernels (from numba's on-disk cache) before the clock
         starts, so the first tasks of a run are not charged for it.  Once per engine.
@@ -168,28 +164,29 @@ class Engine:
         self._warm = True
         head = batch.slice(0, min(len(batch), 2048))
         r = self._fragment(0, head, 0.0)
+        graph = OperatorGraph(self.plan)
         for i, b in enumerate(self.plan.branches):
             a = BranchAssembler(b)
-            a.task(r, i)
-            b.finalize(a.flush())
+            a.task(r.parts[i])
+            graph.push(self.plan.top(i), self.plan.post(i, b.finalize(a.flush())), INT64_MAX)
 
-    def _boundary(self, prev: TaskResult, cur: TaskResult) -> dict:
-        """Windows between two long tasks, from the first's tail and the second's head.
+    def _boundary(self, prev: TaskResult, cur: TaskResult, i: int) -> dict:
+        """Branch ``i``'s windows between two long tasks, from the first's tail and the
+        second's head.
 
         They end at panes ``prev.last_pane .. cur.first_pane + range/slide - 1``: exactly the
         windows neither task computed alone.  Independent of every other task, so any
         worker can compute them, in parallel with the rest.
         """
-        parts = []
-        for i, b in enumerate(self.plan.branches):
-            t, h = prev.tails[i], cur.heads[i]
-            gid, gkeys = key_ids(np.concatenate([t.keys, h.keys]))
-            raw = kw.windows_from_partials(
-                (np.concatenate([t.pane, h.pane]), gid, np.concatenate([t.cnt, h.cnt]),
-                 np.concatenate([t.ints, h.ints]), np.concatenate([t.floats, h.floats]), gkeys),
-                b.iops, b.fops, b.panes, b.slide_ms, prev.last_pane, cur.first_pane + b.panes - 1)
-            parts.append(b.finalize(raw))
-        return self.plan.post(parts)
+        b = self.plan.branches[i]
+        p, c = prev.parts[i], cur.parts[i]
+        t, h = p.tail, c.head
+        gid, gkeys = key_ids(np.concatenate([t.keys, h.keys]))
+        raw = kw.windows_from_partials(
+            (np.concatenate([t.pane, h.pane]), gid, np.concatenate([t.cnt, h.cnt]),
+             np.concatenate([t.ints, h.ints]), np.concatenate([t.floats, h.floats]), gkeys),
+            b.iops, b.fops, b.panes, b.slide_ms, p.last_pane, c.first_pane + b.panes - 1)
+        return self.plan.post(i, b.finalize(raw))
 
     def _result_batch(self, cols: dict[str, np.ndarray]) -> Batch:
         return Batch(self.schema, tuple(cols[n] for n in self.schema.names))

@@ -32,8 +32,8 @@ class CheckpointListener:
         self.metrics.event("recovery", phase="replay_dispatched", offset=offset,
                            tasks=self.first_seq + tasks)
 
-    def assembled(self, r, clock: dict) -> None:
-        self.state.after_task(r, clock)
+    def assembled(self, r, clock: dict, graph) -> None:
+        self.state.after_task(r, clock, graph)
         if r.marker is not None:
             self.controller.on_marker(r.marker)
         if r.seq == self.replay_last:

@@ -129,7 +129,7 @@ class InputRelease:
     def marker(self) -> None:
         return None
 
-    def assembled(self, r, clock: dict) -> None:
+    def assembled(self, r, clock: dict, graph) -> None:
         self.assembled_tasks.append((r.last_ts, r.end_offset))
         horizon = r.last_ts - self.horizon_ms
         upto = None

@@ -43,7 +43,6 @@ from scabbard.engine.metrics import Metrics
 from scabbard.engine.ports import Resume
 from scabbard.engine.runtime import MIN_BATCH, Engine, EngineConfig, RunReport
 from scabbard.engine.sources import ReplaySource
-from scabbard.engine.tasks import Edges
 from scabbard.ft.checkpointing import CheckpointListener
 from scabbard.ft.config import ConfigError, FTConfig, PersistConfig, RunConfig
 from scabbard.ft.ingress import INGRESS, READER, PersistedFeed, ReplayFeed, ingress_stream
@@ -264,7 +263,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                                       **({"interval": compression_interval}
                                          if scheme == "adaptive" else {}))
         ingress = ingress_stream(pog, engine, compress) if persist_input else None
-        state = QueryState(engine.plan.branches, bm, Edges)
+        state = QueryState(engine.plan, bm)
         store = CheckpointStore(storage / "checkpoints", io=io, durability=durable)
         if recover:
             resume, replay_from, skipped = _resume(storage, store, state, bm, ingress, sink)
@@ -284,10 +283,10 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
             resumed=resume[0] if resume else None, every_tasks=every_tasks)
         at = None
         if resume is not None:  # the assembly starts where the checkpoint left it
-            rec, edges = resume
-            last_pane, last_ts = rec.operator["last_pane"], rec.operator["last_ts"]
-            state.restore(rec.seq, rec.input_end, last_pane, last_ts, edges)
-            at = Resume(rec.seq, rec.input_end, last_pane, last_ts, edges, rec.output)
+            rec, (edges, graph) = resume
+            last_ts = rec.operator["last_ts"]
+            state.restore(rec.seq, rec.input_end, last_ts, edges)
+            at = Resume(rec.seq, rec.input_end, last_ts, edges, rec.output, graph)
         listener = CheckpointListener(state, controller, metrics, align=aligned,
                                       first_seq=at.seq + 1 if at is not None else 0)
         # with persisted input: replay what is stored, then continue the source after it;

@@ -59,3 +59,68 @@ def probe2(table, k0: np.int64, k1: np.int64) -> int:
     """Row of the relation whose uuid key is (``k0``, ``k1``), or -1."""
     h = ht.mix(ht.mix(np.uint64(ht.SEED), k0), k1)
     return _scan(table, h, k0, k1, 2)
+
+
+# -- the equi-join of two windowed result streams (SG3) -------------------------------------------
+@kernel
+def _build_chains(rkeys: np.ndarray):
+    """Distinct right keys in a table; per key gid the first right row, per row the next one."""
+    k = rkeys.shape[1]
+    table = ht.new_table(k, max(16, rkeys.shape[0]))
+    head = np.full(max(16, rkeys.shape[0]), -1, dtype=np.int64)
+    nxt = np.full(rkeys.shape[0], -1, dtype=np.int64)
+    last = np.full(max(16, rkeys.shape[0]), -1, dtype=np.int64)
+    for r in range(rkeys.shape[0]):
+        g, fresh, table = ht.find_or_insert(table, rkeys, r)
+        if g >= head.shape[0]:
+            n = 2 * g + 2
+            h2 = np.full(n, -1, dtype=np.int64)
+            h2[:head.shape[0]] = head
+            l2 = np.full(n, -1, dtype=np.int64)
+            l2[:last.shape[0]] = last
+            head, last = h2, l2
+        if fresh:
+            head[g] = r
+        else:
+            nxt[last[g]] = r
+        last[g] = r
+    return table, head, nxt
+
+
+@kernel
+def _probe_chains(table, head, nxt, lkeys: np.ndarray, count_only: bool, li, ri) -> int:
+    k = lkeys.shape[1]
+    m = 0
+    for r in range(lkeys.shape[0]):
+        g = ht.find(table, lkeys, r, ht.hash_key(lkeys, r, k))
+        if g < 0:
+            continue
+        j = head[g]
+        while j != -1:
+            if not count_only:
+                li[m] = r
+                ri[m] = j
+            m += 1
+            j = nxt[j]
+    return m
+
+
+def equi_join(lkeys: np.ndarray, rkeys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row pairs ``(li, ri)`` with ``lkeys[li] == rkeys[ri]`` (rows of int64 words), in left
+    order and, per left row, in right order: a hash join built on the right side.
+
+    The window join of the paper's SG3 (§6.1, Table 3): its keys are the window end and the
+    ``on`` columns, so every left row meets the right rows of its own window.
+    """
+    lkeys, rkeys = (np.ascontiguousarray(k, dtype=np.int64) for k in (lkeys, rkeys))
+    lkeys, rkeys = (k.reshape(-1, 1) if k.ndim == 1 else k for k in (lkeys, rkeys))
+    if lkeys.shape[1] != rkeys.shape[1]:
+        raise ValueError(f"join keys of {lkeys.shape[1]} and {rkeys.shape[1]} words")
+    none = np.zeros(0, dtype=np.int64)
+    if not len(lkeys) or not len(rkeys):
+        return none, none.copy()
+    table, head, nxt = _build_chains(rkeys)
+    n = _probe_chains(table, head, nxt, lkeys, True, none, none)
+    li, ri = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    _probe_chains(table, head, nxt, lkeys, False, li, ri)
+    return li, ri

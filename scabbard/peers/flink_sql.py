@@ -372,7 +372,7 @@ class _Compiler:
     def window_join(self, node: WindowJoin) -> str:
         left, right = self.compile(node.left), self.compile(node.right)
         ls, rs = node.left.schema, node.right.schema
-        on = ["l.window_start = r.window_start", "l.window_end = r.window_end"]
+        on = ["l.window_end = r.window_end"]  # the sides' ranges may differ (SG3)
         on += [f"l.{q(c)} = r.{q(c)}" for k in node.on for c in flat_names(ls.field(k))]
         cols = [f"l.{q(c)}" for c in WINDOW_COLUMNS]
         cols += [f"l.{q(c)}" for f in ls.fields[2:] for c in flat_names(f)]

@@ -159,9 +159,9 @@ def _post(node: Node, frames: dict):
         return (df.groupBy("window_start", "window_end", *keys)
                 .agg(*(_agg_column(a, schema) for a in node.aggs)))
     if isinstance(node, WindowJoin):
-        left, right = _post(node.left, frames), _post(node.right, frames)
-        on = ["window_start", "window_end", *node.on]
-        out = left.join(right, on=on, how="inner")
+        left = _post(node.left, frames)
+        right = _post(node.right, frames).drop("window_start")  # the left side's bounds stay
+        out = left.join(right, on=["window_end", *node.on], how="inner")
         if node.predicate is not None:
             out = out.where(column(resolve(node.predicate, node.schema)))
         return out.select(*node.schema.names)

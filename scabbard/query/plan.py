@@ -408,7 +408,11 @@ class PerWindowAggregate(Node):
 
 @dataclass(frozen=True, eq=False)
 class WindowJoin(Node):
-    """⋈ of two windowed results over the same windows, on equal ``on`` keys and ``predicate``."""
+    """⋈ of two windowed result streams, window by window: a result row of one side meets the
+    rows of the other side that end at the same time (``[RANGE 1 SLIDE 1]`` on the result
+    streams), on equal ``on`` keys and ``predicate``.  The two sides may have different
+    ranges (SG3 joins a 3600 s and a 128 s window) but slide alike; the left side's window
+    bounds are kept."""
 
     left: Node
     right: Node
@@ -418,8 +422,9 @@ class WindowJoin(Node):
 
     def __post_init__(self) -> None:
         lw, rw = windowed_root(self.left), windowed_root(self.right)
-        if lw.window != rw.window:
-            raise QueryError(f"join_windows: the windows differ ({lw.window} vs {rw.window})")
+        if lw.window.slide_ms != rw.window.slide_ms:
+            raise QueryError(f"join_windows: the slides differ ({lw.window} vs {rw.window}): "
+                             f"the two result streams must end windows at the same times")
         if self.left.source() != self.right.source():
             raise QueryError("join_windows: both sides must read the same source stream")
         ls, rs = self.left.schema, self.right.schema
@@ -443,7 +448,7 @@ class WindowJoin(Node):
         return (self.left, self.right)
 
     def label(self) -> str:
-        on = " and ".join(f"l.{k} = r.{k}" for k in self.on)
+        on = " and ".join(["l.window_end = r.window_end"] + [f"l.{k} = r.{k}" for k in self.on])
         pred = repr(self.predicate) if self.predicate is not None else ""
-        cond = " and ".join(x for x in (on, pred) if x) or "true"
+        cond = " and ".join(x for x in (on, pred) if x)
         return f"⋈ per window[{cond}]"

@@ -268,7 +268,6 @@ def measure_fault_tolerance(query: str, scale: str = "small", data_dir: str | Pa
     then the run recovered for real by a new process (:func:`measure_recovery`)."""
     from scabbard import queries
     from scabbard.engine import EngineConfig
-    from scabbard.engine.tasks import Edges
     from scabbard.ft.ingress import INGRESS
     from scabbard.ft.recovery import run_fault_tolerant
     from scabbard.ft.sinks import ClockedSink
@@ -291,7 +290,7 @@ def measure_fault_tolerance(query: str, scale: str = "small", data_dir: str | Pa
         with BlockManager(folder / "storage") as bm:
             pog = POG(bm)
             ingress = pog.pstream(INGRESS, engine.input_schema)
-            state = QueryState(engine.plan.branches, bm, Edges)
+            state = QueryState(engine.plan, bm)
             rec = CheckpointStore(folder / "storage" / "checkpoints").records()[0]
             t1 = time.perf_counter()
             state.load_state(rec)
@@ -377,7 +376,7 @@ def _record_s(folder: Path, repeat: int = 10) -> float:
     times = []
     for i in range(1, repeat + 1):
         rec = CheckpointRecord(i, i, i, {}, [{"stream": "state-0", "first": 0, "end": 1}],
-                               {"last_pane": 0, "last_ts": 0}, 1, 0.0, 0.0)
+                               {"last_ts": 0}, 1, 0.0, 0.0)
         t = time.perf_counter()
         store.record(rec)
         times.append(time.perf_counter() - t)

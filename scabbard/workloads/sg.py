@@ -154,16 +154,16 @@ def sg2() -> Query:
 def sg3() -> Query:
     """SG3: plugs whose average exceeds the global average (joins SG1's and SG2's results).
 
-    local  = SELECT plug, household, house, AVG(value) AS local_avg
+    global = SG1: SELECT AVG(value) AS global_avg FROM sg [RANGE 3600 SECONDS SLIDE 1 SECOND]
+    local  = SG2: SELECT plug, household, house, AVG(value) AS local_avg
              FROM sg [RANGE 128 SECONDS SLIDE 1 SECOND] GROUP BY plug, household, house
-    global = SELECT AVG(value) AS global_avg FROM sg [RANGE 128 SECONDS SLIDE 1 SECOND]
     SELECT l.*, g.global_avg FROM local [RANGE 1 SLIDE 1] l, global [RANGE 1 SLIDE 1] g
-    WHERE l.local_avg > g.global_avg
+    WHERE l.window_end = g.window_end AND l.local_avg > g.global_avg
     """
-    src = Query.stream(SCHEMA, "sg").select("value", "plug", "household", "house")
-    local = (src.window(128, 1).group_by("plug", "household", "house")
-             .aggregate(avg("value").alias("local_avg")))
-    global_ = src.window(128, 1).aggregate(avg("value").alias("global_avg"))
+    src = Query.stream(SCHEMA, "sg")
+    local = (src.select("value", "plug", "household", "house").window(128, 1)
+             .group_by("plug", "household", "house").aggregate(avg("value").alias("local_avg")))
+    global_ = src.select("value").window(3600, 1).aggregate(avg("value").alias("global_avg"))
     return (local.join_windows(global_, where=col("local_avg") > col("global_avg"))
             .named("SG3", sg3.__doc__))
 
