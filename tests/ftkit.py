@@ -75,10 +75,10 @@ def records(store: Path) -> list[CheckpointRecord]:
 def damage_state(store: Path, rec: CheckpointRecord, q, ds) -> None:
     """Flip a payload byte of the record's first non-empty state p-unit: its record still
     reads, its state does not load."""
-    branches = Engine(q, ds.tables, CFG).plan.branches
-    for i, part in enumerate(rec.state):
-        if part["end"] > part["first"]:
-            schema = state_schema(branches[i], i)
+    schemas = {s.name: s for s in map(state_schema, Engine(q, ds.tables, CFG).plan.branches)}
+    for part in rec.state:
+        if part["end"] > part["first"] and part["stream"] in schemas:
+            schema = schemas[part["stream"]]
             with BlockManager(store, SMALL) as bm:
                 sid = bm.stream(schema.name, schema)
                 f, seg = bm._locate(bm._by_id[sid], part["first"])

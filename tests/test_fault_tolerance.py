@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 
 import numpy as np
 import pandas as pd
@@ -174,12 +175,35 @@ def test_crash_points_during_a_checkpoint_write_and_during_recovery(tiny, tmp_pa
 @pytest.mark.slow
 @pytest.mark.crash
 def test_a_warm_standby_takes_over_after_a_kill(tiny, tmp_path):
+    """Each kill comes once the running incarnation checkpointed and a standby is ready
+    (events, not a guess of how fast processes start here): both are served by the standby."""
+    import threading
+
     ds = tiny["lrb"]
-    n = 150 * ds.rows  # paced to last ~7 s on any machine, so that both kills land
-    c = Controller("LRB1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 7,
+    n = 400 * ds.rows  # paced over 20 s: room for two kills however slowly processes start
+    c = Controller("LRB1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 20,
                    interval=0.2, standby=True, standby_after=0.3)
-    camp = c.run([2.5, 2.0])
-    assert camp.kills == 2 and camp.standby_takeovers >= 1, camp
+    out: dict = {}
+    runner = threading.Thread(target=lambda: out.update(camp=c.run([])))
+    runner.start()
+
+    def newest() -> int:
+        return max((int(p.stem[5:]) for p in (tmp_path / "storage" / "checkpoints")
+                    .glob("ckpt-*.json")), default=0)
+
+    seen = 0
+    for kill in range(2):
+        deadline = time.time() + 120
+        while runner.is_alive() and not (newest() > seen and c.standby_ready()):
+            assert time.time() < deadline, f"kill {kill}: no checkpoint and ready standby"
+            time.sleep(0.01)
+        seen = newest()
+        c.request_kill()
+        while runner.is_alive() and c.campaign.kills == kill:
+            time.sleep(0.01)
+    runner.join(300)
+    camp = out["camp"]
+    assert camp.kills == 2 and camp.standby_takeovers == 2, camp
     assert camp.verdict.ok, camp.verdict
 
 
@@ -216,11 +240,14 @@ def test_the_notebook_panel_kills_on_demand_and_shows_the_verdict(tiny, data_roo
     panel.seconds.value = 6.0
     panel.start_button.click()
     deadline = time.time() + 120
-    while (panel.controller is None or panel.controller.campaign is None
-           or not panel.controller.metrics_log.is_file()):
+    def checkpointed() -> bool:  # the run is under way: a checkpoint is recorded
+        c = panel.controller
+        return (c is not None and c.campaign is not None and c.metrics_log.is_file()
+                and any((c.storage / "checkpoints").glob("ckpt-*.json")))
+
+    while not checkpointed():
         assert time.time() < deadline and not panel._done.is_set(), panel.status.value
-        time.sleep(0.1)
-    time.sleep(1.5)
+        time.sleep(0.05)
     panel.kill_button.click()
     assert panel._done.wait(180), panel.status.value
     assert panel.campaign.kills == 1, panel.status.value

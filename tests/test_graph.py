@@ -7,7 +7,7 @@ import pytest
 from scabbard import queries
 from scabbard.engine import physical
 from scabbard.engine.graph import OperatorGraph, empty_columns
-from scabbard.engine.tasks import INT64_MAX
+from scabbard.engine.tasks import INT64_MAX, INT64_MIN, BranchPart, TaskResult, empty_edges
 from scabbard.query import QueryError
 
 
@@ -43,24 +43,29 @@ def _rows(schema, ends, **values):
     return cols
 
 
+def _through(g: OperatorGraph, producer: str, cols, watermark):
+    g.push(producer, cols, watermark, {"input_end": 0})
+    return [what for kind, what, _ in g.pump() if kind == "data"]
+
+
 def test_the_join_waits_for_both_watermarks_and_emits_in_window_order():
     plan = physical.plan(queries.get("SG3").node)
     local, global_ = (plan.operators[i].node.schema for i in ("window0", "window1"))
     g = OperatorGraph(plan)
     # the local side runs ahead: nothing is joined until the global side passes its windows
-    assert g.push("window0", _rows(local, [1000, 1000, 2000], plug=[1, 2, 1],
-                                   local_avg=[5.0, 1.0, 9.0]), 2000) == []
-    out = g.push("window1", _rows(global_, [1000], global_avg=[2.0]), 1000)
+    assert _through(g, "window0", _rows(local, [1000, 1000, 2000], plug=[1, 2, 1],
+                                        local_avg=[5.0, 1.0, 9.0]), 2000) == []
+    out = _through(g, "window1", _rows(global_, [1000], global_avg=[2.0]), 1000)
     assert [c["plug"].tolist() for c in out] == [[1]]  # window 1000: plug 1 above 2.0
     snap = g.snapshot()
     j = snap["join0"]
     assert j["watermarks"] == [2000, 1000] and j["pending"][0]["window_end"].tolist() == [2000]
     # an empty batch still moves the watermark: window 2000 has no global row, so no result
-    assert g.push("window1", _rows(global_, []), 3000) == []
+    assert _through(g, "window1", _rows(global_, []), 3000) == []
     assert g.snapshot()["join0"]["pending"][0]["window_end"].tolist() == []
     again = OperatorGraph(plan)
     again.restore(snap)
-    out = again.push("window1", _rows(global_, [2000], global_avg=[3.0]), INT64_MAX)
+    out = _through(again, "window1", _rows(global_, [2000], global_avg=[3.0]), INT64_MAX)
     assert [(c["window_end"].tolist(), c["local_avg"].tolist()) for c in out] == [([2000], [9.0])]
 
 
@@ -73,23 +78,113 @@ def test_a_joins_waiting_rows_are_checkpointed_and_load_back(tmp_path):
     plan = physical.plan(queries.get("SG3").node)
     local = plan.operators["window0"].node.schema
     g = OperatorGraph(plan)
-    g.push("window0", _rows(local, [1000, 2000, 2000], plug=[1, 2, 3], household=[4, 5, 6],
-                            local_avg=[1.5, 2.5, 3.5]), 2000)
+    _through(g, "window0", _rows(local, [1000, 2000, 2000], plug=[1, 2, 3], household=[4, 5, 6],
+                                 local_avg=[1.5, 2.5, 3.5]), 2000)
+    marker = Marker(MarkerKind.CHECKPOINT, "input", checkpoint_id=7)
     with BlockManager(tmp_path / "store") as bm:
         state = QueryState(plan, bm)
-        state.graph = g
-        snap = state.prepare_checkpoint(Marker(MarkerKind.CHECKPOINT, "input", checkpoint_id=7))
+        # the marker's task assembled (the windows take it), then it reaches the join and
+        # passes the sink
+        parts = [BranchPart(2, 2, False, empty_edges(b.key_width, len(b.iops), len(b.fops)),
+                            empty_edges(b.key_width, len(b.iops), len(b.fops)), None)
+                 for b in plan.branches]
+        state.after_task(TaskResult(5, 100, 0.0, parts, 100, 2999, marker), {}, g)
+        assert not state.complete()
+        state.reached("join0", g.snapshot()["join0"], {"in": {}, "out": {}})
+        state.reached("sink", {"input_end": 100, "window_end": 1000}, {"in": {}, "out": {}})
+        assert state.complete()
+        snap = state.prepare_checkpoint(marker)
         parts, futures, nbytes = state.checkpoint(snap)
         for f in futures:
             f.result()
         rec = CheckpointRecord(7, snap.seq, snap.input_end, snap.output, parts, snap.operator,
                                nbytes, 0.0, 0.0)
-    assert [p["stream"] for p in parts] == ["state-0", "state-1", "state-join0-l",
+    assert [p["stream"] for p in parts] == ["state-window0", "state-window1", "state-join0-l",
                                             "state-join0-r"]
     with BlockManager(tmp_path / "store") as bm:
         edges, graph = QueryState(plan, bm).load_state(rec)
-    assert len(edges) == 2 and graph["join0"]["watermarks"] == [2000, g.joins["join0"].watermarks[1]]
+    assert len(edges) == 2 and graph["join0"]["watermarks"] == [2000, INT64_MIN]
     rows = graph["join0"]["pending"][0]
     assert rows["plug"].tolist() == [1, 2, 3] and rows["local_avg"].tolist() == [1.5, 2.5, 3.5]
     assert rows["household"].tolist() == [4, 5, 6]
     assert len(graph["join0"]["pending"][1]["global_avg"]) == 0  # the global side held none
+
+
+class _Marker:
+    def __init__(self, cid):
+        self.checkpoint_id = cid
+
+
+class _Stored:
+    """A store that persists nothing (a future set at once), so channels behave as persisted."""
+
+    def __init__(self):
+        self.start = {"end": 0, "consumed": 0, "skip_through": INT64_MIN, "replay": []}
+        self.written, self.taken_offsets = [], []
+
+    def write(self, cols, offset, watermark, clock):
+        from concurrent.futures import Future
+
+        f = Future()
+        f.set_result(None)
+        self.written.append(offset)
+        return f
+
+    def taken(self, item):
+        self.taken_offsets.append(item.offset)
+
+
+def _sg3_graph(stores=None):
+    plan = physical.plan(queries.get("SG3").node, unfused=frozenset(stores or ()))
+    reports = []
+    g = OperatorGraph(plan, stores, lambda *a: reports.append(a))
+    local, global_ = (plan.operators[i].node.schema for i in ("window0", "window1"))
+    return g, reports, local, global_
+
+
+def _events(g):
+    return [(k, w if k == "marker" else w["window_end"].tolist()) for k, w, _ in g.pump()]
+
+
+@pytest.mark.parametrize("first", ["window0", "window1"])
+def test_alg1_snapshots_at_the_first_marker_forwards_it_and_records_the_other_input(first):
+    """SG3's join has two inputs; whichever marker comes first, the snapshot is the join's
+    state then, the marker goes on to the sink at once, and what the other input delivers
+    before its own marker is recorded into the snapshot (Chandy-Lamport's channel state)."""
+    g, reports, local, global_ = _sg3_graph()
+    second = "window1" if first == "window0" else "window0"
+    rows = {"window0": _rows(local, [1000, 2000], plug=[1, 1], local_avg=[5.0, 6.0]),
+            "window1": _rows(global_, [1000, 2000], global_avg=[2.0, 2.0])}
+    g.push(first, rows[first], 2000, {"input_end": 10})
+    m = _Marker(4)
+    g.mark(first, m)
+    assert _events(g) == [("marker", m)] and reports == []  # forwarded at the first marker
+    g.push(second, rows[second], 2000, {"input_end": 10})  # before its marker: recorded
+    assert _events(g) == [("data", [1000, 2000])]  # ... and processed
+    g.mark(second, m)
+    assert _events(g) == [] and len(reports) == 1
+    where, marker, snap, pv = reports[0]
+    assert (where, marker) == ("join0", m)
+    port = 0 if second == "window0" else 1
+    assert snap["pending"][port]["window_end"].tolist() == [1000, 2000]  # recorded
+    assert snap["pending"][1 - port]["window_end"].tolist() == [1000, 2000]  # the state then
+    assert snap["emitted"] == INT64_MIN  # nothing was joined before the snapshot
+    again = OperatorGraph(g.plan)  # restored from it, the same windows come out again
+    again.restore({"join0": snap})
+    again.push(first, _rows(local if first == "window0" else global_, []), 3000, {})
+    again.push(second, _rows(local if second == "window0" else global_, []), 3000, {})
+    assert [e for e in _events(again) if e[0] == "data"] == [("data", [1000, 2000])]
+
+
+def test_alg1_does_not_record_an_input_its_p_stream_replays():
+    store = _Stored()
+    g, reports, local, global_ = _sg3_graph({"window1": store})
+    m = _Marker(1)
+    g.mark("window0", m)
+    g.push("window1", _rows(global_, [1000], global_avg=[2.0]), 1000, {"input_end": 5})
+    g.mark("window1", m)
+    g.pump()
+    (where, _, snap, pv), = reports
+    assert snap["pending"][1]["window_end"].tolist() == []  # the p-stream has it
+    assert pv["in"] == {"window1": 0}  # where its replay starts: before that batch
+    assert store.written == [0] and store.taken_offsets == [0]

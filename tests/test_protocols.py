@@ -60,10 +60,11 @@ def controller(tmp_path, sink=None, op=None, **kw):
 
 
 def checkpoint(c: CheckpointController, op: Operator, seq: int) -> int:
-    """One task with a checkpoint marker, assembled."""
+    """One task with a checkpoint marker, assembled; the marker passes the sink."""
     c.request()
     m = c.marker()
     op.seq = seq
+    c.cut(m.checkpoint_id)
     c.on_marker(m)
     assert c.wait_idle(30)
     return m.checkpoint_id
@@ -78,7 +79,7 @@ def test_the_steps_are_taken_in_order_and_gc_waits_for_a_second_record(tmp_path)
         Status.RECORDED, Status.COMMITTED, Status.RELEASED]
     assert released == [] and trimmed == []  # one record: nothing older to fall back to
     checkpoint(c, op, 9)
-    assert released == [500]  # the older record's input end
+    assert [r.input_end for r in released] == [500]  # below the older record
     assert [r.id for r in c.store.records()] == [first + 1, first]
     c.stop()
 
@@ -88,12 +89,24 @@ def test_a_failed_state_write_fails_the_checkpoint_and_stops_the_run(tmp_path):
     c, released, _ = controller(tmp_path, op=op)
     c.request()
     m = c.marker()
+    c.cut(m.checkpoint_id)
     c.on_marker(m)
     assert c.wait_idle(30)
     assert c.trace[-1] == (m.checkpoint_id, Status.FAILED)
     with pytest.raises(CheckpointError, match="checkpoint 1 failed.*I/O error"):
         c.marker()  # fail-stop: the next task does not run unprotected
     assert not c.store.records() and released == []
+    c.stop(wait=False)
+
+
+def test_a_checkpoint_snapshotted_before_the_sink_was_cut_fails_stop(tmp_path):
+    c, _, _ = controller(tmp_path)
+    c.request()
+    m = c.marker()
+    c.on_marker(m)  # every operator took the marker, but it never passed the sink
+    assert c.trace[-1] == (m.checkpoint_id, Status.FAILED)
+    with pytest.raises(CheckpointError, match="before the sink was cut"):
+        c.marker()
     c.stop(wait=False)
 
 

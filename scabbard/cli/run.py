@@ -72,6 +72,12 @@ def add_run(sub) -> None:
                    help="with --checkpoint-interval: checkpoint the operator state but do not "
                         "persist the input; recovery requests the input again from the source "
                         "(the paper's Scabbard-Chk)")
+    p.add_argument("--persist-at", metavar="EDGE[,EDGE]",
+                   help="with --checkpoint-interval: where p-streams sit (paper §3.1, 'scabbard "
+                        "explain' lists the edges): ingress (the input), an operator id (its "
+                        "output: window0, join0, ...) or output (before the sink); without "
+                        "ingress the source replays the input (as --checkpoint-only).  Default: "
+                        "ingress")
     p.add_argument("--recover", action="store_true",
                    help="continue the killed run in --storage (same query, data and --output)")
     p.add_argument("--standby", action="store_true",
@@ -225,18 +231,30 @@ def config_from_args(args):
         raise CLIError("--checkpoint-only goes with --checkpoint-interval")
     if args.checkpoint_only and args.persist_input:
         raise CLIError("--checkpoint-only and --persist-input contradict each other")
+    placement = [e.strip() for e in args.persist_at.split(",") if e.strip()] \
+        if args.persist_at else None
+    if placement is not None and not ft:
+        raise CLIError("--persist-at goes with --checkpoint-interval (or --recover)")
+    if placement is not None and args.checkpoint_only:
+        raise CLIError("--checkpoint-only and --persist-at both place the p-streams: use "
+                       "--persist-at without ingress")
+    ingress = placement is None or "ingress" in placement
+    if not ingress:
+        args.checkpoint_only = True
     reduces = args.push_up or args.compression not in (None, "none")
     if reduces and not (args.persist_input or ft):
         raise CLIError("--push-up and --compression reduce the persisted input: add "
                        "--persist-input or --checkpoint-interval")
     if reduces and args.checkpoint_only:
-        raise CLIError("--checkpoint-only persists no input: --push-up and --compression "
-                       "have nothing to reduce")
+        raise CLIError("no persisted input (--checkpoint-only, or --persist-at without "
+                       "ingress): --push-up and --compression have nothing to reduce")
     try:
         persist = PersistConfig(
             Path(args.storage) if args.storage else storage_dir(args, args.query),
             args.push_up, args.compression, args.lossy_decimals,
-            args.compression_interval) if (args.persist_input or ft) else None
+            args.compression_interval,
+            persist_at=tuple(e for e in placement or () if e != "ingress"),
+        ) if (args.persist_input or ft) else None
         return RunConfig(
             args.query, Path(args.data) if args.data else None, args.rate, args.duration,
             args.max_tuples, args.workers, args.batch, args.metrics_interval,

@@ -3,9 +3,11 @@ assembly (DESIGN.md §5, paper §2.3 and §4.1)."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,11 +15,13 @@ import numpy as np
 from scabbard import timers
 from scabbard.batch import Batch
 from scabbard.engine.assembly import BranchAssembler
-from scabbard.engine.graph import OperatorGraph
+from scabbard.engine.graph import OperatorGraph, progress
 from scabbard.engine.metrics import Metrics, Summary
 from scabbard.engine.ports import AssemblyListener, ClockedWriter, Resume
 from scabbard.engine.sinks import Sink
 from scabbard.engine.tasks import INT64_MAX, INT64_MIN, BranchPart, TaskResult
+
+BACKLOG_BYTES = 256 << 20  # batches waiting in persisted channels before the assembly waits
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ class Execution:
 
     def __init__(self, engine, feed, sink: Sink, metrics: Metrics,
                  listener: AssemblyListener | None = None, resume: Resume | None = None,
-                 emit_after: int = INT64_MIN):
+                 emit_after: int = INT64_MIN, stores: dict | None = None):
         self.engine, self.feed, self.sink, self.metrics = engine, feed, sink, metrics
         self.listener, self.resume, self.emit_after = listener, resume, emit_after
         self.clocked = isinstance(sink, ClockedWriter)
@@ -96,7 +100,10 @@ class Execution:
         self.clock = {"input_end": 0, "window_end": INT64_MIN}  # of the last emitted result
         self.plan = engine.plan
         self.lanes = [Lane(i, b) for i, b in enumerate(self.plan.branches)]
-        self.graph = OperatorGraph(self.plan)
+        # a stored batch of a persisted channel becomes readable on the writer's thread: that
+        # thread hands the assembly a kick, and whoever assembles then moves it on
+        self._kicker = ThreadPoolExecutor(1, thread_name_prefix="graph") if stores else None
+        self.graph = OperatorGraph(self.plan, stores, self._reached, self._kick)
         workers = engine.config.workers
         depth = engine.config.queue_depth or 2 * workers
         self.tasks: queue.Queue = queue.Queue(maxsize=depth)
@@ -146,8 +153,41 @@ class Execution:
                 self.feed.stop()
                 return
 
+    # -- the operator graph's channels ----------------------------------------------------------
+    def _kick(self) -> None:
+        # shut down: the run is ending, and its end moves what is left
+        with contextlib.suppress(RuntimeError):
+            self._kicker.submit(self.drain)
+
+    def _reached(self, where: str, marker, snapshot, pv: dict) -> None:
+        """Operator ``where`` of the graph took the marker on every input (Alg. 1)."""
+        if self.listener is not None:
+            self.listener.reached(where, marker, snapshot, pv)
+
+    def _pump(self) -> int:
+        """Move what can move through the graph; emit what reaches the sink (call with the
+        assembly lock held)."""
+        rows = 0
+        for kind, what, clock in self.graph.pump():
+            if kind == "data":
+                rows += self.emit(what, clock)
+            elif self.listener is not None:  # the marker passed the sink
+                self.listener.reached("sink", what, dict(self.clock),
+                                      progress([self.graph.sink], None))
+        return rows
+
+    def _finish_graph(self) -> None:
+        """The end of the run: wait for every persisted batch, move everything to the sink."""
+        while True:
+            self.metrics.add_result_rows(self._pump())
+            waiting = [ch.items[0] for ch in self.graph.channels.values() if ch.items]
+            if not waiting:
+                return
+            for item in waiting:
+                item.check()
+
     # -- ordered assembly ----------------------------------------------------------------------
-    def emit(self, cols: dict[str, np.ndarray], input_end: int = 0) -> int:
+    def emit(self, cols: dict[str, np.ndarray], clock: dict) -> int:
         we = cols["window_end"]
         if len(we) and we[0] <= self.emit_after:
             keep = we > self.emit_after  # committed before a failure: a duplicate
@@ -156,7 +196,8 @@ class Execution:
         n = len(we)
         if n:
             batch = self.engine._result_batch(cols)
-            self.clock = {"input_end": input_end, "window_end": int(we[-1])}
+            self.clock = dict(clock, input_end=clock.get("input_end", 0),
+                              window_end=int(we[-1]))
             if self.clocked:
                 self.sink.write_clocked(batch, self.clock)
             else:
@@ -196,32 +237,41 @@ class Execution:
         lane.prev_long = part.long
         return [cols] if part.internal is None else [cols, part.internal]
 
-    def _push(self, lane: Lane, pieces: list[dict], watermark: int, input_end: int) -> int:
-        """A lane's windows through the operator graph; what reaches the sink is emitted."""
-        rows = 0
+    def _push(self, lane: Lane, pieces: list[dict], watermark: int, input_end: int) -> None:
+        """A lane's windows into its channel of the operator graph."""
         top = self.plan.top(lane.i)
         for k, cols in enumerate(pieces):
-            for out in self.graph.push(top, cols, watermark if k == len(pieces) - 1 else None):
-                rows += self.emit(out, input_end)
-        return rows
+            self.graph.push(top, cols, watermark if k == len(pieces) - 1 else None,
+                            {"input_end": input_end})
 
     def assemble(self, r: TaskResult) -> None:
-        rows = 0
         for lane in self.lanes:
             pieces = self._lane_windows(lane, r)
             # every window ending at or before the task's last pane is complete
-            rows += self._push(lane, pieces, r.parts[lane.i].last_pane * lane.branch.slide_ms,
-                               r.end_offset)
+            self._push(lane, pieces, r.parts[lane.i].last_pane * lane.branch.slide_ms,
+                       r.end_offset)
         if self.listener is not None:
             self.listener.assembled(r, dict(self.clock), self.graph)
-            if r.marker is not None and self.barrier is not None:
-                self.barrier.set()
+        if r.marker is not None:  # the windows took it at the task; it follows their output
+            for lane in self.lanes:
+                self.graph.mark(self.plan.top(lane.i), r.marker)
+        rows = self._pump()
+        while True:  # back-pressure: what waits to be stored in the channels is bounded
+            waiting, oldest = self.graph.backlog()
+            if waiting <= BACKLOG_BYTES:
+                break
+            oldest.check()
+            rows += self._pump()
+        if r.marker is not None and self.barrier is not None:
+            self.barrier.set()
         self.window.release()
         self.metrics.record(r.tuples, time.perf_counter() - r.ingest_time, rows)
 
-    def drain(self) -> None:
+    def drain(self, wait: bool = False) -> None:
+        """Assemble every task that can be, and move the graph; if another thread is at it,
+        leave it to that one (``wait``: wait for it - the end of the run)."""
         while True:
-            if not self.assembly_lock.acquire(blocking=False):
+            if not self.assembly_lock.acquire(blocking=wait):
                 return
             try:
                 while True:
@@ -233,12 +283,15 @@ class Execution:
                     self.assemble(r)
                     timers.stop(span, "assembly", r.tuples)
                     self.next += 1
+                if self.graph.ready():  # persisted batches stored since
+                    self.metrics.add_result_rows(self._pump())
             finally:
                 self.assembly_lock.release()
             with self.lock:
                 r = self.results.get(self.next)
-                if r is None or any(lane.busy(r) for lane in self.lanes):
-                    return
+                task = r is not None and not any(lane.busy(r) for lane in self.lanes)
+            if not task and not self.graph.ready():
+                return
 
     # -- the run -------------------------------------------------------------------------------
     def submit(self, item: Job) -> bool:
@@ -319,16 +372,23 @@ class Execution:
                 t.join()
         if self.error is not None:
             self._fail()
-        self.drain()
+        self.drain(wait=True)
         if self.results:
             raise RuntimeError(f"tasks {sorted(self.results)} were never assembled")
         # end of stream: the open windows are final.  A run stopped early (by duration) is not
         # at the end of its stream: a fault-tolerant one continues with --recover.
-        if self.listener is None or self.feed.exhausted:
-            for lane in self.lanes:
-                final = self.plan.post(lane.i, lane.branch.finalize(lane.assembler.flush()))
-                metrics.add_result_rows(self._push(lane, [final], INT64_MAX,
-                                                   self.clock["input_end"]))
+        with self.assembly_lock:  # the graph's kicks wait: the end moves what is left
+            try:
+                if self.listener is None or self.feed.exhausted:
+                    for lane in self.lanes:
+                        final = self.plan.post(lane.i,
+                                               lane.branch.finalize(lane.assembler.flush()))
+                        self._push(lane, [final], INT64_MAX, self.clock["input_end"])
+                self._finish_graph()
+            except BaseException as e:  # a persisted channel failed: fail-stop
+                self.error = e
+        if self.error is not None:
+            self._fail()
         if self.listener is not None:
             try:
                 self.listener.stop(failed=False)  # may raise (fault tolerance: fail-stop)
@@ -336,10 +396,14 @@ class Execution:
                 self.error = e
                 self._fail()
         self.sink.close()
+        if self._kicker is not None:
+            self._kicker.shutdown(wait=True)
         return RunReport(engine.query.name, metrics.stop(), self.feed.batch_rows, cfg.workers)
 
     def _fail(self) -> None:
         """Stop everything and raise the run's error; the sink commits nothing more."""
+        if self._kicker is not None:
+            self._kicker.shutdown(wait=False)
         if self.listener is not None:
             self.listener.stop(failed=True)
         try:

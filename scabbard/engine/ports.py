@@ -64,6 +64,13 @@ class AssemblyListener(Protocol):
         (:class:`~scabbard.engine.graph.OperatorGraph`), whose ``snapshot()`` is its state
         now."""
 
+    def reached(self, where: str, marker, snapshot, pv: dict) -> None:
+        """``marker`` came on every input of ``where`` - an operator of the graph, or
+        ``"sink"`` (every result before the marker was emitted) - whose ``snapshot`` (an
+        operator's state at the first marker, with the channel state recorded after it; the
+        output's clock for the sink) and ``pv`` (its progress in persisted channels:
+        :func:`~scabbard.engine.graph.progress`) belong to the marker's checkpoint (Alg. 1)."""
+
     def stop(self, failed: bool) -> None:
         """The run ends (``failed``: with an error); may raise its own error."""
 

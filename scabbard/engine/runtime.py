@@ -76,15 +76,19 @@ class Engine:
     """Runs one query: ``Engine(query, relations).run(source, sink)``."""
 
     def __init__(self, query: Query, relations: dict[str, Table] | None = None,
-                 config: EngineConfig | None = None, push_up: bool = False):
+                 config: EngineConfig | None = None, push_up: bool = False,
+                 cut_after: frozenset[str] = frozenset()):
         """``push_up``: run the plan persistence push-up rewrote (§3.4): selections and
-        projections before the ingress p-stream (:attr:`reduce`), the rest after it."""
+        projections before the ingress p-stream (:attr:`reduce`), the rest after it.
+        ``cut_after``: operators whose output edge stays an edge (a p-stream will sit on it:
+        nothing is fused above them)."""
         self.query = query
         self.config = config or EngineConfig()
         self.pushup = optimize.push_up(query.node) if push_up else None
         self.reduce = Reducer(self.pushup) if push_up else None
         self.input_schema = self.pushup.schema if push_up else query.node.source().schema
-        self.plan = physical.plan(self.pushup.plan if push_up else query.node)
+        self.plan = physical.plan(self.pushup.plan if push_up else query.node,
+                                  frozenset(cut_after))
         self.schema = self.plan.schema
         self._bind(relations or {})
         for b in self.plan.branches:
@@ -168,7 +172,8 @@ class Engine:
         for i, b in enumerate(self.plan.branches):
             a = BranchAssembler(b)
             a.task(r.parts[i])
-            graph.push(self.plan.top(i), self.plan.post(i, b.finalize(a.flush())), INT64_MAX)
+            graph.push(self.plan.top(i), self.plan.post(i, b.finalize(a.flush())), INT64_MAX, {})
+        graph.pump()
 
     def _boundary(self, prev: TaskResult, cur: TaskResult, i: int) -> dict:
         """Branch ``i``'s windows between two long tasks, from the first's tail and the
@@ -200,20 +205,22 @@ class Engine:
     def run(self, feed, sink: Sink, metrics_log: str | Path | None = None,
             on_sample=None, metrics: Metrics | None = None,
             listener: AssemblyListener | None = None, resume: Resume | None = None,
-            emit_after: int = INT64_MIN) -> RunReport:
+            emit_after: int = INT64_MIN, stores: dict | None = None) -> RunReport:
         """Run until the feed ends; return throughput and latency figures.
 
         ``feed``: a :class:`~scabbard.engine.ports.TaskFeed`, or a source (read through
         :meth:`feed`).  ``listener`` hears of every assembled task and may mark tasks at
         dispatch (checkpoints, GC: :mod:`scabbard.ft`); ``resume`` starts the assembly where a
         checkpoint left it; results whose window ends at or before ``emit_after`` are not
-        emitted (they were committed before a failure).
+        emitted (they were committed before a failure); ``stores``: per operator whose output
+        edge is persisted (see ``cut_after``), the p-stream's store
+        (:class:`~scabbard.engine.graph.Channel`).
         """
         if not hasattr(feed, "tasks"):
             feed = self.feed(feed)
         metrics = metrics or Metrics(feed.schema.row_bytes, metrics_log,
                                      self.config.metrics_interval, on_sample)
-        return Execution(self, feed, sink, metrics, listener, resume, emit_after).run()
+        return Execution(self, feed, sink, metrics, listener, resume, emit_after, stores).run()
 
     @property
     def horizon_ms(self) -> int:

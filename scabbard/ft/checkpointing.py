@@ -3,8 +3,10 @@
 :class:`CheckpointListener` is the engine core's
 :class:`~scabbard.engine.ports.AssemblyListener` for a fault-tolerant run: at dispatch it
 hands out the controller's checkpoint markers; after each assembled task it updates the
-operator state (:class:`scabbard.ft.state.QueryState`) and, at a marked task, starts that
-checkpoint (Alg. 1); it reports the end of a recovery's replay; at the end of the run it
+operators' state (:class:`scabbard.ft.state.QueryState`); as the marker reaches the windows
+(its task assembled), each operator of the graph (Alg. 1) and the sink (the epoch's cut),
+it collects the checkpoint's parts, and once all are in starts that checkpoint; it reports
+the end of a recovery's replay; at the end of the run it
 stops the controller, whose error - if any part of the machinery failed - ends the run.
 With ``align`` the dispatcher waits at every marker until its task was assembled (Flink's
 aligned checkpoints, the paper's Flink++).
@@ -33,11 +35,24 @@ class CheckpointListener:
                            tasks=self.first_seq + tasks)
 
     def assembled(self, r, clock: dict, graph) -> None:
+        """Task ``r`` was assembled: the windows' state follows it; with a marker, they took
+        it (their part of the checkpoint)."""
         self.state.after_task(r, clock, graph)
         if r.marker is not None:
-            self.controller.on_marker(r.marker)
+            self._check(r.marker)
         if r.seq == self.replay_last:
             self.metrics.event("recovery", phase="replayed", tasks=r.seq + 1)
+
+    def reached(self, where: str, marker, snapshot, pv: dict) -> None:
+        """An operator of the graph took the marker on every input, or it passed the sink."""
+        if where == "sink":
+            self.controller.cut(marker.checkpoint_id)
+        self.state.reached(where, snapshot, pv)
+        self._check(marker)
+
+    def _check(self, marker) -> None:
+        if self.state.complete():
+            self.controller.on_marker(marker)
 
     def stop(self, failed: bool) -> None:
         self.controller.stop(wait=not failed)

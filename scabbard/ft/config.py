@@ -54,6 +54,7 @@ class PersistConfig:
     lossy_decimals: int | None = None  # --lossy-decimals
     compression_interval: float = 4.0  # --compression-interval
     layout: StorageConfig = field(default_factory=StorageConfig)  # the pool's files
+    persist_at: tuple[str, ...] = ()  # --persist-at: edges between operators with p-streams
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "storage", Path(self.storage))
@@ -61,6 +62,10 @@ class PersistConfig:
             raise ConfigError("compression", f"must be one of {', '.join(SCHEMES)}, got "
                                              f"{self.compression!r}")
         _positive("compression_interval", self.compression_interval)
+        if isinstance(self.persist_at, str) or not all(
+                isinstance(e, str) and e for e in self.persist_at):
+            raise ConfigError("persist_at", f"must be edge names, got {self.persist_at!r}")
+        object.__setattr__(self, "persist_at", tuple(self.persist_at))
         if self.lossy_decimals is not None:
             if self.compression in (None, "none"):
                 raise ConfigError("lossy_decimals", "goes with compression default or adaptive")

@@ -51,7 +51,7 @@ class Controller:
                  standby: bool = False, standby_after: float = 2.0,
                  metrics_interval: float = 0.5, push_up: bool = False,
                  compression: str = "none", lossy_decimals: int | None = None,
-                 compression_interval: float = 4.0):
+                 compression_interval: float = 4.0, persist_at: tuple[str, ...] = ()):
         self.query, self.data = query, Path(data)
         self.dir = Path(workdir)
         self.storage, self.output = self.dir / "storage", self.dir / "output"
@@ -62,6 +62,7 @@ class Controller:
         self.metrics_interval = metrics_interval
         self.push_up, self.compression, self.lossy_decimals = push_up, compression, lossy_decimals
         self.compression_interval = compression_interval
+        self.persist_at = tuple(persist_at)  # p-streams between operators (--persist-at)
         self.proc: subprocess.Popen | None = None
         self.spare: subprocess.Popen | None = None
         self.incarnation = 0
@@ -81,7 +82,10 @@ class Controller:
             cmd += ["--batch", str(self.batch)]
         if self.rate:
             cmd += ["--rate", str(self.rate)]
-        if not self.persist_input:
+        if self.persist_at:
+            placed = (("ingress",) if self.persist_input else ()) + self.persist_at
+            cmd += ["--persist-at", ",".join(placed)]
+        elif not self.persist_input:
             cmd += ["--checkpoint-only"]
         if self.push_up:
             cmd += ["--push-up"]
@@ -147,6 +151,10 @@ class Controller:
     def _spare_ready(self) -> bool:
         return (self.spare is not None and self.spare.poll() is None
                 and "standby: ready" in self._spare_log.read_text(errors="replace"))
+
+    def standby_ready(self) -> bool:
+        """A warm standby is loaded and waiting (a kill now is served by it)."""
+        return self._spare_ready()
 
     def _drop_spare(self) -> None:
         if self.spare is not None:

@@ -138,6 +138,9 @@ class InputRelease:
         if upto is not None:
             self.pog.send_release(self.stream, self.reader, upto)
 
+    def reached(self, where: str, marker, snapshot, pv: dict) -> None:
+        pass
+
     def stop(self, failed: bool) -> None:
         pass
 

@@ -43,6 +43,7 @@ from scabbard.engine.metrics import Metrics
 from scabbard.engine.ports import Resume
 from scabbard.engine.runtime import MIN_BATCH, Engine, EngineConfig, RunReport
 from scabbard.engine.sources import ReplaySource
+from scabbard.ft import channels
 from scabbard.ft.checkpointing import CheckpointListener
 from scabbard.ft.config import ConfigError, FTConfig, PersistConfig, RunConfig
 from scabbard.ft.ingress import INGRESS, READER, PersistedFeed, ReplayFeed, ingress_stream
@@ -72,7 +73,7 @@ def dataset_identity(dataset: Dataset) -> dict:
 # settings a recovery must repeat (or leave out: None takes the recorded one); push-up is
 # checked on its own (it is a flag: leaving it out means "without")
 _SETTINGS = ("batch_rows", "rate", "max_tuples", "persist_input", "compression",
-             "lossy_decimals", "durability", "sink")
+             "lossy_decimals", "durability", "sink", "persist_at")
 
 
 def _differences(have: dict, want: dict) -> list[str]:
@@ -146,7 +147,8 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                        lossy_decimals: int | None = None, compression_interval: float = 4.0,
                        aligned: bool = False, wrap_source=None,
                        durability: str | Durability | None = None, io: FileIO = OS,
-                       every_tasks: int | None = None) -> FTReport:
+                       every_tasks: int | None = None,
+                       persist_at: tuple[str, ...] = ()) -> FTReport:
     """:func:`open_fault_tolerant` with its configuration given as keywords (the Python
     convenience; the tests and experiments use it): ``config`` gives the workers and batch
     size, the rest map onto :class:`RunConfig`, :class:`PersistConfig` and :class:`FTConfig`
@@ -158,7 +160,8 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
         metrics_interval=engine.metrics_interval,
         metrics_log=None if metrics_log is None else Path(metrics_log),
         persist=PersistConfig(storage, push_up, compression, lossy_decimals,
-                              compression_interval, storage_config or StorageConfig()),
+                              compression_interval, storage_config or StorageConfig(),
+                              persist_at),
         ft=FTConfig(sink.path, sink.kind, interval, every_tasks,
                     None if durability is None else Durability.of(durability).value,
                     persist_input, aligned))
@@ -224,13 +227,14 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
     if dataset.schema.fingerprint != query.source.schema.fingerprint:
         raise ValueError(f"{query.name} reads {query.source.schema.name!r} data, but the dataset "
                          f"holds {dataset.schema.name!r}")
-    engine = Engine(query, dataset.tables, config, push_up=push_up)
+    persist_at = channels.resolve(query.node, persist.persist_at)
+    engine = Engine(query, dataset.tables, config, push_up=push_up, cut_after=persist_at)
     want = {"dataset": dataset_identity(dataset),
             "batch_rows": engine.config.batch_rows, "rate": rate, "max_tuples": max_tuples,
             "persist_input": persist_input, "push_up": push_up, "compression": compression,
             "lossy_decimals": lossy_decimals,
             "durability": None if durability is None else Durability.of(durability).value,
-            "sink": sink.kind}
+            "sink": sink.kind, "persist_at": list(persist_at)}
     if not recover:  # a new run: the defaults
         want.update(
             batch_rows=engine.batch_rows_for(ReplaySource(dataset, 1).tuples_per_ms()),
@@ -253,7 +257,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                               f"({'add' if run.get('push_up') else 'drop'} --push-up)")
     metrics = Metrics(dataset.schema.row_bytes, metrics_log, engine.config.metrics_interval,
                       on_sample)
-    sink.bind(io, durable)
+    sink.bind(io, durable, persist_at)
     storage_config = dataclasses.replace(storage_config, sync=durable.flush)
     with BlockManager(storage, storage_config, io) as bm:
         pog = POG(bm)
@@ -263,10 +267,12 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                                       **({"interval": compression_interval}
                                          if scheme == "adaptive" else {}))
         ingress = ingress_stream(pog, engine, compress) if persist_input else None
-        state = QueryState(engine.plan, bm)
+        stores = channels.open_channels(pog, engine.plan, persist_at)
+        state = QueryState(engine.plan, bm, persist_at)
         store = CheckpointStore(storage / "checkpoints", io=io, durability=durable)
         if recover:
             resume, replay_from, skipped = _resume(storage, store, state, bm, ingress, sink)
+            channels.resume_channels(stores, resume[0] if resume else None)
         else:
             resume, replay_from, skipped = None, None, []
             if sink.holds_results():
@@ -278,7 +284,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         phases["state_loaded"] = time.time()
         controller = CheckpointController(
             store, state, interval, sink=sink,
-            release=(lambda off: pog.send_release(INGRESS, READER, off)) if persist_input else None,
+            release=lambda rec: channels.release(pog, engine.plan, stores, rec,
+                                                 (INGRESS, READER) if persist_input else None),
             trim_state=state.trim, on_event=metrics.event,
             resumed=resume[0] if resume else None, every_tasks=every_tasks)
         at = None
@@ -318,7 +325,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
 
         metrics.on_start = on_start
         report = engine.run(feed, sink, metrics=metrics, listener=listener, resume=at,
-                            emit_after=committed)
+                            emit_after=committed, stores=stores)
         if source.exhausted:
             write_atomic(io, storage / RUN_FILE,
                          json.dumps(dict(run, completed=time.time()), indent=1).encode(), durable)

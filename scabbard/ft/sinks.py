@@ -1,9 +1,10 @@
 """Exactly-once output: the two methods of paper §3.2.
 
-Both store results as checksummed segments and know the *clock* of what they
-committed - ``(input offset, last window end)`` - so that after a crash the
-engine replays from its checkpoint and drops every result at or below the
-committed window end (windows are emitted in order, each window in one piece).
+Both store results as checksummed segments and know the *vector clock* of what they
+committed - the input offset, the last window end, and the position in every persisted
+channel the result depends on - so that after a crash the engine replays from its
+checkpoint and drops every result at or below the committed window end, the output's own
+position (windows are emitted in order, each window in one piece).
 
 * :class:`ClockedSink` writes each result batch at once, with its clock in the
   segment's metadata; ``committed()`` returns the clock of the newest stored
@@ -47,13 +48,18 @@ NO_WINDOW = np.iinfo(np.int64).min
 _KIND = ".sink.json"
 
 
-def _clock(meta: np.ndarray) -> dict:
+def _clock(meta: np.ndarray, layout: tuple[str, ...] = ()) -> dict:
+    """A result's vector clock from its segment's metadata: the input offset, the last window
+    end, and the position in every persisted channel it depends on (``layout``)."""
     m = np.asarray(meta, np.uint64).view(np.int64)
-    return {"input_end": int(m[0]), "window_end": int(m[1])}
+    clock = {"input_end": int(m[0]), "window_end": int(m[1])}
+    clock.update({n: int(v) for n, v in zip(layout, m[2:], strict=False)})
+    return clock
 
 
-def _meta(clock: dict) -> np.ndarray:
-    return np.array([clock["input_end"], clock["window_end"]], np.int64).view(np.uint64)
+def _meta(clock: dict, layout: tuple[str, ...] = ()) -> np.ndarray:
+    words = [clock["input_end"], clock["window_end"], *(clock.get(n, 0) for n in layout)]
+    return np.array(words, np.int64).view(np.uint64)
 
 
 def _read_mark(path: Path) -> dict:
@@ -92,10 +98,12 @@ class ExactlyOnceSink(Sink):
         self.schema: Schema | None = None
         self.io: FileIO = OS
         self.durability = Durability.MACHINE
+        self.layout: tuple[str, ...] = ()  # the clock's channel entries, in order
 
-    def bind(self, io: FileIO, durability: Durability) -> None:
-        """The run's file I/O and durability (before :meth:`open`)."""
-        self.io, self.durability = io, durability
+    def bind(self, io: FileIO, durability: Durability, clock: tuple[str, ...] = ()) -> None:
+        """The run's file I/O and durability (before :meth:`open`); ``clock``: the persisted
+        channels a result's vector clock has an entry for, besides the input."""
+        self.io, self.durability, self.layout = io, durability, tuple(clock)
 
     def _mkdir(self, path: Path) -> None:
         fresh = not path.is_dir()
@@ -158,7 +166,7 @@ class ClockedSink(ExactlyOnceSink):
     def committed(self) -> dict:
         if self.rows == 0:
             return {"input_end": 0, "window_end": NO_WINDOW}
-        return _clock(self.bm.read_with_meta(self.sid, self.rows - 1)[1])
+        return _clock(self.bm.read_with_meta(self.sid, self.rows - 1)[1], self.layout)
 
     def write_clocked(self, batch: Batch, clock: dict) -> None:
         """One segment per piece that fits a log file; pieces end at a window's end, so a
@@ -178,7 +186,7 @@ class ClockedSink(ExactlyOnceSink):
             piece = batch.slice(lo, hi)
             last = clock if hi == len(batch) else dict(clock, window_end=int(we[hi - 1]))
             self.bm.append(self.sid, Batch(self.schema, piece.columns, self.rows),
-                           meta=_meta(last))
+                           meta=_meta(last, self.layout))
             self.rows += len(piece)
             lo = hi
 
@@ -281,7 +289,7 @@ class TransactionalSink(ExactlyOnceSink):
         if not parts:
             return {"input_end": 0, "window_end": NO_WINDOW}
         h = seg_fmt.parse_header(np.fromfile(parts[-1], np.uint8, count=seg_fmt.PAGE * 4), str(parts[-1]))
-        return _clock(h.meta)
+        return _clock(h.meta, self.layout)
 
     def write_clocked(self, batch: Batch, clock: dict) -> None:
         self._open.append((batch, clock))
@@ -322,7 +330,7 @@ class TransactionalSink(ExactlyOnceSink):
                 for i in range(len(self.schema.fields))]
         clock = staged[-1][1]
         seg = seg_fmt.encode(Batch(self.schema, tuple(cols), 0), stream_id=0, epoch=checkpoint_id,
-                        batch_id=checkpoint_id, meta=_meta(clock))
+                        batch_id=checkpoint_id, meta=_meta(clock, self.layout))
         tmp = self.path / "pending" / f".{checkpoint_id:012d}.tmp"
         try:
             write_new(self.io, tmp, seg, self.durability)

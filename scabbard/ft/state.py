@@ -1,19 +1,26 @@
-"""The query's state as an ft-operator: checkpointed and restored (paper §3.2).
+"""The query's stateful operators as ft-operators: checkpointed and restored (paper §3.2).
 
-After task ``k`` is assembled every window of branch ``b`` ending before its last pane
-``L_b`` has been emitted, and what the open windows still need is, per branch, the pane
-partials (pane, key, count, int and float partial aggregates) of panes
-``L_b - range/slide + 1 .. L_b`` - the paper's *partial window results*.  Above the
-branches, a window join holds the rows of each input the other has not covered yet, and
-the two watermarks.  That is the whole state: the windows still to come are a function of
-it and of the input after task ``k``.  Assembly keeps references to those partials (long
-tasks leave them as their tail; short ones add their whole partials), so
-``prepare_checkpoint`` is a copy of a few references on the assembly thread (and the
-join's rows, concatenated); ``checkpoint`` writes one state p-unit per branch to the
-p-stream ``state-<branch>`` and per join input to ``state-<join>-<side>`` of the same
-BlockManager, asynchronously.
+One :class:`~scabbard.pog.checkpoint.FTOperator` per stateful operator, with the operator's
+stable id (``window0``, ``join0``, ...):
 
-``load_state`` reads them back (verified segments) for recovery.
+* :class:`WindowOperator` - a window aggregation over the source.  After task ``k`` is
+  assembled every window ending before its last pane ``L`` has been emitted, and what the
+  open windows still need is the pane partials (pane, key, count, int and float partial
+  aggregates) of panes ``L - range/slide + 1 .. L`` - the paper's *partial window results*.
+  Assembly keeps references to those partials (long tasks leave them as their tail; short
+  ones add their whole partials), so its snapshot at a marker is a copy of a few
+  references; its state p-units go to the p-stream ``state-<id>``.
+* :class:`JoinOperator` - a window join: the rows of each input the other has not covered
+  yet and the two watermarks, as of Alg. 1's first marker, with the rows recorded on the
+  other input until its marker (``state-<id>-l``, ``state-<id>-r``).
+
+:class:`QueryState` is the query's checkpoint as the controller sees it: it collects each
+operator's part as the marker reaches it (the windows at the marker's task, the graph's
+operators as Alg. 1 completes at each, the sink when the marker passes it) and is complete
+when every part is in; ``checkpoint`` writes them all, asynchronously, and ``load_state``
+reads them back (verified segments) for recovery.  The record keeps, per operator, its
+progress vectors: ``pv_in`` (how far into the input, and into each persisted input
+channel, its state reflects) and ``pv_out`` (how far into its persisted output channel).
 """
 
 from __future__ import annotations
@@ -31,12 +38,13 @@ from scabbard.schema import Field, Schema
 from scabbard.storage import BlockManager
 
 
-def state_schema(branch, i: int) -> Schema:
+def state_schema(branch) -> Schema:
+    """The pane partials of a window operator, as its state stream stores them."""
     k, ni, nf = branch.key_width, len(branch.iops), len(branch.fops)
     fields = ([Field("pane", "int64")] + [Field(f"k{j}", "int64") for j in range(k)]
               + [Field("cnt", "int64")] + [Field(f"i{j}", "int64") for j in range(ni)]
               + [Field(f"f{j}", "float64") for j in range(nf)])
-    return Schema(f"state-{i}", tuple(fields), stream=False)
+    return Schema(f"state-{branch.id}", tuple(fields), stream=False)
 
 
 def join_state_schema(op, side: int) -> Schema:
@@ -45,85 +53,28 @@ def join_state_schema(op, side: int) -> Schema:
     return Schema(f"state-{op.id}-{'lr'[side]}", node.schema.fields, stream=False)
 
 
-class QueryState(FTOperator):
-    """Per branch, the pane partials an open window still needs, tracked task by task; the
-    operator graph's state (the joins' waiting rows) captured at a marker."""
+def _empty(f: Field) -> np.ndarray:
+    return np.zeros((0, 2), np.uint64) if f.dtype == "uuid" else np.zeros(0, f.numpy_dtype)
 
-    def __init__(self, plan, storage: BlockManager):
+
+def _matrix(cols: list, n: int, dtype) -> np.ndarray:
+    return np.stack(cols, axis=1) if cols else np.zeros((n, 0), dtype)
+
+
+class _Stored(FTOperator):
+    """An ft-operator whose state is a few column sets, one state stream each."""
+
+    def __init__(self, id: str, schemas: list[Schema], storage: BlockManager):
         super().__init__()
-        self.branches, self.bm = plan.branches, storage
-        self.joins = [op for op in plan.graph if op.kind == "join"]
-        self.schemas = [state_schema(b, i) for i, b in enumerate(self.branches)]
-        self.schemas += [join_state_schema(op, s) for op in self.joins for s in (0, 1)]
-        self.sids = [storage.stream(s.name, s) for s in self.schemas]
-        self.recent: list[list] = [[] for _ in self.branches]
-        self.seq, self.last_ts = -1, 0
-        self.graph = None  # the engine's operator graph (its state is read at a marker)
-        self.clock: dict = {}  # the output's clock after the last assembled task
+        self.id, self.schemas, self.bm = id, schemas, storage
+        self.sids = [storage.stream(s.name, s) for s in schemas]
 
-    # -- tracking (assembly thread) -------------------------------------------------------------
-    def after_task(self, r, clock: dict | None = None, graph=None) -> None:
-        for i, b in enumerate(self.branches):
-            part = r.parts[i]
-            if part.long:
-                self.recent[i] = [part.tail]
-            else:
-                lo = part.last_pane - b.panes + 1
-                keep = [e for e in self.recent[i] if len(e.pane) and e.pane[-1] >= lo]
-                if len(part.head.pane):
-                    keep.append(part.head)
-                self.recent[i] = keep
-        self.seq, self.pv_in, self.last_ts = r.seq, r.end_offset, r.last_ts
-        if clock is not None:
-            self.clock = clock
-        if graph is not None:
-            self.graph = graph
-
-    def restore(self, seq: int, input_end: int, last_ts: int, edges: list) -> None:
-        self.recent = [[e] for e in edges]
-        self.seq, self.pv_in, self.last_ts = seq, input_end, last_ts
-
-    # -- FTOperator -----------------------------------------------------------------------------
-    def prepare_checkpoint(self, marker: Marker) -> Snapshot:
-        graph = self.graph.snapshot() if self.graph is not None else {}
-        joins = [graph[op.id] for op in self.joins]
-        return Snapshot(self.seq, self.pv_in, dict(self.clock),
-                        [list(r) for r in self.recent] + [j["pending"] for j in joins],
-                        {"last_ts": self.last_ts, "checkpoint_id": marker.checkpoint_id,
-                         "graph": {op.id: {"watermarks": [int(w) for w in j["watermarks"]],
-                                           "emitted": j["emitted"]}
-                                   for op, j in zip(self.joins, joins, strict=True)}})
-
-    def _cut(self, i: int, parts: list, last_ts: int) -> Edges:
-        b = self.branches[i]
-        e = Edges(*(np.concatenate([getattr(p, f) for p in parts]) if parts
-                    else np.zeros((0,) + shape, dtype)
-                    for f, shape, dtype in (
-                        ("pane", (), np.int64), ("keys", (b.key_width,), np.int64),
-                        ("cnt", (), np.int64), ("ints", (len(b.iops),), np.int64),
-                        ("floats", (len(b.fops),), np.float64))))
-        lo = int(np.searchsorted(e.pane, last_ts // b.slide_ms - b.panes + 1))
-        return Edges(e.pane[lo:], e.keys[lo:], e.cnt[lo:], e.ints[lo:], e.floats[lo:])
-
-    def _columns(self, i: int, snap: Snapshot) -> tuple:
-        """The ``i``-th state stream's columns in the snapshot."""
-        if i < len(self.branches):
-            e = self._cut(i, snap.parts[i], snap.operator["last_ts"])
-            return tuple([e.pane] + [e.keys[:, j] for j in range(e.keys.shape[1])] + [e.cnt]
-                         + [e.ints[:, j] for j in range(e.ints.shape[1])]
-                         + [e.floats[:, j] for j in range(e.floats.shape[1])])
-        j, side = divmod(i - len(self.branches), 2)
-        cols = snap.parts[len(self.branches) + j][side]
-        return tuple(cols[n] for n in self.schemas[i].names)
-
-    def checkpoint(self, snap: Snapshot) -> tuple[list[dict], list[Future], int]:
+    def write(self, columns: list[tuple], cid: int) -> tuple[list[dict], list[Future], int]:
+        """Each column set as state p-units of its stream (cut to fit the pool's files)."""
         parts, futures, nbytes = [], [], 0
-        cid = snap.operator["checkpoint_id"]
-        for i, (sid, schema) in enumerate(zip(self.sids, self.schemas, strict=True)):
+        for sid, schema, cols in zip(self.sids, self.schemas, columns, strict=True):
             first = self.bm.durable_end(sid)
-            batch = Batch(schema, tuple(np.ascontiguousarray(c) for c in self._columns(i, snap)),
-                          first)
-            # cut into p-units that fit the pool's files
+            batch = Batch(schema, tuple(np.ascontiguousarray(c) for c in cols), first)
             per = max(1, (self.bm.config.file_bytes // 4) // schema.row_bytes)
             for lo in range(0, len(batch), per):
                 part = batch.slice(lo, min(len(batch), lo + per))
@@ -133,44 +84,185 @@ class QueryState(FTOperator):
             parts.append({"stream": schema.name, "first": first, "end": first + len(batch)})
         return parts, futures, nbytes
 
-    def _load(self, i: int, rec: CheckpointRecord) -> list[np.ndarray]:
-        part = rec.state[i]
-        got = list(self.bm.load(self.sids[i], part["first"], part["end"]))
-        if sum(len(x) for x in got) != part["end"] - part["first"]:
-            raise FileNotFoundError(f"state of checkpoint {rec.id}, {self.schemas[i].name}: "
-                                    f"{sum(len(x) for x in got)} of "
-                                    f"{part['end'] - part['first']} rows stored")
-        return [np.concatenate([x.columns[j] for x in got]) if got else
-                (np.zeros((0, 2), np.uint64) if f.dtype == "uuid" else np.zeros(0, f.numpy_dtype))
-                for j, f in enumerate(self.schemas[i].fields)]
+    def read(self, parts: list[dict], cid: int) -> list[list[np.ndarray]]:
+        out = []
+        for sid, schema, part in zip(self.sids, self.schemas, parts, strict=True):
+            got = list(self.bm.load(sid, part["first"], part["end"]))
+            if sum(len(x) for x in got) != part["end"] - part["first"]:
+                raise FileNotFoundError(f"state of checkpoint {cid}, {schema.name}: "
+                                        f"{sum(len(x) for x in got)} of "
+                                        f"{part['end'] - part['first']} rows stored")
+            out.append([np.concatenate([x.columns[j] for x in got]) if got else _empty(f)
+                        for j, f in enumerate(schema.fields)])
+        return out
 
-    def load_state(self, rec: CheckpointRecord) -> tuple[list, dict]:
-        """The checkpoint's partials per branch and the operator graph's state (raises
-        CorruptSegment/TrimmedError if damaged)."""
-        if len(rec.state) != len(self.schemas):
-            raise ValueError(f"checkpoint {rec.id} holds {len(rec.state)} state streams, the "
-                             f"query {len(self.schemas)}")
-        edges = []
-        for i, b in enumerate(self.branches):
-            cols = self._load(i, rec)
-            k, ni, n = b.key_width, len(b.iops), len(cols[0])
-            edges.append(Edges(cols[0], _matrix(cols[1:1 + k], n, np.int64), cols[1 + k],
-                               _matrix(cols[2 + k:2 + k + ni], n, np.int64),
-                               _matrix(cols[2 + k + ni:], n, np.float64)))
-        graph = {}
-        saved = rec.operator.get("graph", {})
-        for j, op in enumerate(self.joins):
-            pending = []
-            for side in (0, 1):
-                i = len(self.branches) + 2 * j + side
-                pending.append(dict(zip(self.schemas[i].names, self._load(i, rec), strict=True)))
-            graph[op.id] = dict(saved[op.id], pending=pending)
-        return edges, graph
-
-    def trim(self, state: list) -> None:
-        for sid, part in zip(self.sids, state, strict=True):
+    def trim(self, parts: list[dict]) -> None:
+        for sid, part in zip(self.sids, parts, strict=True):
             self.bm.trim(sid, part["first"])
 
 
-def _matrix(cols: list, n: int, dtype) -> np.ndarray:
-    return np.stack(cols, axis=1) if cols else np.zeros((n, 0), dtype)
+class WindowOperator(_Stored):
+    """A window aggregation over the source: the pane partials its open windows need."""
+
+    def __init__(self, branch, storage: BlockManager):
+        super().__init__(branch.id, [state_schema(branch)], storage)
+        self.branch = branch
+        self.recent: list = []
+
+    def after_task(self, part) -> None:
+        if part.long:
+            self.recent = [part.tail]
+            return
+        lo = part.last_pane - self.branch.panes + 1
+        keep = [e for e in self.recent if len(e.pane) and e.pane[-1] >= lo]
+        if len(part.head.pane):
+            keep.append(part.head)
+        self.recent = keep
+
+    def snapshot(self) -> list:
+        return list(self.recent)
+
+    def columns(self, recent: list, last_ts: int) -> tuple:
+        b = self.branch
+        e = Edges(*(np.concatenate([getattr(p, f) for p in recent]) if recent
+                    else np.zeros((0,) + shape, dtype)
+                    for f, shape, dtype in (
+                        ("pane", (), np.int64), ("keys", (b.key_width,), np.int64),
+                        ("cnt", (), np.int64), ("ints", (len(b.iops),), np.int64),
+                        ("floats", (len(b.fops),), np.float64))))
+        lo = int(np.searchsorted(e.pane, last_ts // b.slide_ms - b.panes + 1))
+        return tuple([e.pane[lo:]] + [e.keys[lo:, j] for j in range(e.keys.shape[1])]
+                     + [e.cnt[lo:]] + [e.ints[lo:, j] for j in range(e.ints.shape[1])]
+                     + [e.floats[lo:, j] for j in range(e.floats.shape[1])])
+
+    def edges(self, cols: list[np.ndarray]) -> Edges:
+        b = self.branch
+        k, ni, n = b.key_width, len(b.iops), len(cols[0])
+        return Edges(cols[0], _matrix(cols[1:1 + k], n, np.int64), cols[1 + k],
+                     _matrix(cols[2 + k:2 + k + ni], n, np.int64),
+                     _matrix(cols[2 + k + ni:], n, np.float64))
+
+    def restore(self, edges: Edges) -> None:
+        self.recent = [edges]
+
+
+class JoinOperator(_Stored):
+    """A window join: each input's rows not yet joined, and the watermarks."""
+
+    def __init__(self, op, storage: BlockManager):
+        super().__init__(op.id, [join_state_schema(op, 0), join_state_schema(op, 1)], storage)
+        self.op = op
+
+    def columns(self, snap: dict) -> list[tuple]:
+        return [tuple(snap["pending"][side][n] for n in self.schemas[side].names)
+                for side in (0, 1)]
+
+
+class QueryState(FTOperator):
+    """The query's checkpoint: every stateful operator's part, collected as the marker
+    reaches it (see the module)."""
+
+    def __init__(self, plan, storage: BlockManager, channels: tuple[str, ...] = ()):
+        super().__init__()
+        self.plan, self.bm = plan, storage
+        self.windows = [WindowOperator(b, storage) for b in plan.branches]
+        self.joins = [JoinOperator(op, storage) for op in plan.graph if op.kind == "join"]
+        self.operators: dict[str, _Stored] = {o.id: o for o in [*self.windows, *self.joins]}
+        self.channels = tuple(channels)  # the persisted channels (by producer id)
+        self.reporting = {op.id for op in plan.graph} | {"sink"}
+        self.seq, self.last_ts = -1, 0
+        self.graph = None  # the engine's operator graph
+        self._parts: dict = {}  # the checkpoint in flight: what reached the marker so far
+
+    # -- tracking (the assembly's thread) ---------------------------------------------------------
+    def after_task(self, r, clock: dict | None = None, graph=None) -> None:
+        for w, part in zip(self.windows, r.parts, strict=True):
+            w.after_task(part)
+        self.seq, self.pv_in, self.last_ts = r.seq, r.end_offset, r.last_ts
+        if graph is not None:
+            self.graph = graph
+        if r.marker is not None:  # the windows took the marker with this task
+            pv = {}
+            for i, w in enumerate(self.windows):
+                top = self.plan.top(i)
+                pv[w.id] = {"in": {"input": r.end_offset}, "out": {}}
+                if top in self.channels and self.graph is not None:
+                    pv[w.id]["out"][top] = self.graph.channels[top].end
+            self._parts = {"seq": r.seq, "input_end": r.end_offset, "last_ts": r.last_ts,
+                           "windows": [w.snapshot() for w in self.windows], "pv": pv,
+                           "graph": {}}
+
+    def reached(self, where: str, snapshot, pv: dict) -> None:
+        """The marker came on every input of ``where`` (an operator id, or ``sink``)."""
+        if where == "sink":
+            self._parts["output"] = snapshot
+        else:
+            self._parts["graph"][where] = snapshot
+        self._parts["pv"][where] = pv
+
+    def complete(self) -> bool:
+        """Every part of the checkpoint in flight is in."""
+        return "windows" in self._parts and self.reporting <= set(self._parts["pv"])
+
+    def restore(self, seq: int, input_end: int, last_ts: int, edges: list) -> None:
+        for w, e in zip(self.windows, edges, strict=True):
+            w.restore(e)
+        self.seq, self.pv_in, self.last_ts = seq, input_end, last_ts
+
+    # -- FTOperator -----------------------------------------------------------------------------
+    def prepare_checkpoint(self, marker: Marker) -> Snapshot:
+        p, self._parts = self._parts, {}
+        if "windows" not in p:
+            raise RuntimeError(f"checkpoint {marker.checkpoint_id}: no operator took its marker")
+        joins = [p["graph"][j.id] for j in self.joins]
+        return Snapshot(p["seq"], p["input_end"], dict(p["output"]), p["windows"] + joins,
+                        {"last_ts": p["last_ts"], "checkpoint_id": marker.checkpoint_id,
+                         "pv": p["pv"],
+                         "graph": {j.id: {"watermarks": [int(w) for w in s["watermarks"]],
+                                          "emitted": int(s["emitted"])}
+                                   for j, s in zip(self.joins, joins, strict=True)}})
+
+    def checkpoint(self, snap: Snapshot) -> tuple[list[dict], list[Future], int]:
+        cid = snap.operator["checkpoint_id"]
+        parts, futures, nbytes = [], [], 0
+        for i, w in enumerate(self.windows):
+            got = w.write([w.columns(snap.parts[i], snap.operator["last_ts"])], cid)
+            parts += got[0]
+            futures += got[1]
+            nbytes += got[2]
+        for j, op in enumerate(self.joins):
+            got = op.write(op.columns(snap.parts[len(self.windows) + j]), cid)
+            parts += got[0]
+            futures += got[1]
+            nbytes += got[2]
+        return parts, futures, nbytes
+
+    def _by_operator(self, rec: CheckpointRecord) -> dict[str, list[dict]]:
+        streams = {p["stream"]: p for p in rec.state}
+        out = {}
+        for o in self.operators.values():
+            missing = [s.name for s in o.schemas if s.name not in streams]
+            if missing:
+                raise ValueError(f"checkpoint {rec.id} holds no state stream {missing[0]} "
+                                 f"(another query's)")
+            out[o.id] = [streams[s.name] for s in o.schemas]
+        return out
+
+    def load_state(self, rec: CheckpointRecord) -> tuple[list, dict]:
+        """The checkpoint's partials per window and the graph's state (raises
+        CorruptSegment/TrimmedError/FileNotFoundError if damaged)."""
+        parts = self._by_operator(rec)
+        edges = [w.edges(w.read(parts[w.id], rec.id)[0]) for w in self.windows]
+        graph = {}
+        saved = rec.operator.get("graph", {})
+        for op in self.joins:
+            sides = op.read(parts[op.id], rec.id)
+            graph[op.id] = dict(saved[op.id], pending=[
+                dict(zip(op.schemas[s].names, sides[s], strict=True)) for s in (0, 1)])
+        return edges, graph
+
+    def trim(self, state: list) -> None:
+        streams = {p["stream"]: p for p in state}
+        for o in self.operators.values():
+            if all(s.name in streams for s in o.schemas):
+                o.trim([streams[s.name] for s in o.schemas])

@@ -19,15 +19,19 @@ The checkpoint protocol, for checkpoint ``N`` (one in flight at a time):
 1. **marker** - the dispatcher attaches the marker to the next task; ``N`` is new:
    ids are never reused, not even those of records that are damaged
    (:meth:`CheckpointStore.highest_id`) or of epochs a sink holds.
-2. **snapshot** - when the marker's task is assembled, the operator's state is
-   captured by reference (``prepare_checkpoint``) and the sink's open epoch is cut.
+2. **snapshot** - the marker travels with the data: the windows take it when its task is
+   assembled, every operator above them when it came on all its inputs (Alg. 1), and when
+   it passes the sink, the sink's open epoch is cut (:meth:`CheckpointController.cut`);
+   once every operator's state was captured by reference (``prepare_checkpoint``), the
+   checkpoint is snapshotted (:meth:`CheckpointController.on_marker`).
 3. **state write** - the snapshot is written as state p-units, asynchronously.
 4. **prepare** - once every state p-unit is acknowledged, the sink makes the
    epoch's output durable but invisible (phase 1 of two-phase commit).
 5. **record** - the :class:`CheckpointRecord` is written atomically: the decision.
 6. **commit** - the sink makes the epoch visible (phase 2).
-7. **release** - only now is older data given up: input and state below the older
-   of the two newest records recovery could use.  After a fallback recovery the
+7. **release** - only now is older data given up: input, persisted channels and state
+   below the older of the two newest records recovery could use (``release(record)`` sends
+   the release markers upstream; ``trim_state`` trims the state p-streams).  After a fallback recovery the
    record resumed from is the older one, so nothing a fallback needs is released;
    with a single record nothing is released.
 
@@ -247,7 +251,8 @@ class CheckpointController:
 
     ``resumed``: the record recovery resumed from (None for a fresh run, or a recovery that
     found none): GC keeps what it needs until a newer record exists beside the new one.
-    ``release(input_offset)`` and ``trim_state(parts)`` give up input and state p-units;
+    ``release(record)`` and ``trim_state(parts)`` give up the input and channels that
+    ``record`` no longer needs, and the state p-units below it;
     ``sink`` may implement ``cut(id)``/``prepare(id)``/``commit(id)`` (two-phase commit),
     ``highest_epoch()`` (epochs it already holds: their ids are never handed out again) and
     ``finish(id)`` (the end of the stream: the rest of the output committed as epoch ``id``).
@@ -255,7 +260,7 @@ class CheckpointController:
 
     def __init__(self, store: CheckpointStore, operator: FTOperator,
                  interval: float | None = 1.0, sink: TwoPhaseSink | None = None,
-                 release: Callable[[int], None] | None = None,
+                 release: Callable[[CheckpointRecord], None] | None = None,
                  trim_state: Callable[[list], None] | None = None, on_event=None,
                  resumed: CheckpointRecord | None = None, every_tasks: int | None = None):
         if interval is not None and not 0 < interval <= threading.TIMEOUT_MAX:
@@ -275,6 +280,7 @@ class CheckpointController:
         self.running: Callable[[], bool] = lambda: True  # set by the run: False once it failed
         self._requested = False
         self._tasks = 0
+        self._cut: int | None = None  # the checkpoint whose epoch the sink cut
         self.current: InFlight | None = None  # the checkpoint in flight
         self.trace: deque[tuple[int, Status]] = deque(maxlen=256)  # the steps taken, in order
         self._lock = threading.Lock()
@@ -368,16 +374,31 @@ class CheckpointController:
             self.next_id += 1
             return cid
 
-    # -- Alg. 1: the marker reached the operator -------------------------------------------------
+    # -- Alg. 1: the marker reached the operators and the sink -----------------------------------
+    def cut(self, cid: int) -> None:
+        """Step 2, at the sink: the marker of checkpoint ``cid`` passed it; what it wrote so
+        far is the checkpoint's epoch."""
+        try:
+            with self._lock:
+                cur = self.current
+                if cur is None or cur.id != cid or cur.status is not Status.MARKED \
+                        or self._cut == cid:
+                    raise ProtocolError(f"checkpoint {cid}: the sink's cut is out of order")
+            if self.sink is not None:
+                self.sink.cut(cid)
+            self._cut = cid
+        except BaseException as e:  # noqa: BLE001
+            self._fail(e, cid)
+
     def on_marker(self, marker: Marker) -> None:
-        """Called when every input delivered ``marker`` (here: its task was assembled)."""
+        """Called when every operator took ``marker`` and the sink was cut."""
         cid = marker.checkpoint_id
         started = time.time()
         try:
-            # Step 2: snapshot by reference; the sink's epoch is cut at the same task
+            # Step 2: every part snapshotted by reference, the sink's epoch cut
+            if self._cut != cid:
+                raise ProtocolError(f"checkpoint {cid}: snapshotted before the sink was cut")
             snap = self.operator.prepare_checkpoint(marker)
-            if self.sink is not None:
-                self.sink.cut(cid)
             self._step(cid, Status.SNAPSHOTTED)
             # Step 3: the state p-units, written asynchronously
             parts, futures, nbytes = self.operator.checkpoint(snap)
@@ -436,7 +457,7 @@ class CheckpointController:
             if len(self._history) == 2:
                 oldest = self._history[0]
                 if self.release is not None:
-                    self.release(oldest.input_end)
+                    self.release(oldest)
                 if self.trim_state is not None:
                     self.trim_state(oldest.state)
             self._step(cid, Status.RELEASED)
