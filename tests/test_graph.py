@@ -188,3 +188,19 @@ def test_alg1_does_not_record_an_input_its_p_stream_replays():
     assert snap["pending"][1]["window_end"].tolist() == []  # the p-stream has it
     assert pv["in"] == {"window1": 0}  # where its replay starts: before that batch
     assert store.written == [0] and store.taken_offsets == [0]
+
+
+def test_the_sinks_progress_is_taken_where_the_marker_is_not_where_the_pump_ends():
+    """A marker between two stored batches of the channel before the sink: the sink's
+    position at the marker is after the first, even when one pump moves both (a checkpoint
+    that placed it after the second lost those results when recovered)."""
+    store = _Stored()
+    plan = physical.plan(queries.get("LRB3").node, unfused=frozenset({"per_window0"}))
+    schema = plan.operators["per_window0"].node.schema
+    g = OperatorGraph(plan, {"per_window0": store})
+    g.push("per_window0", _rows(schema, [1000, 1000]), 1000, {})
+    g.mark("per_window0", _Marker(3))
+    g.push("per_window0", _rows(schema, [2000, 2000, 2000]), 2000, {})
+    events = g.pump()
+    assert [e[0] for e in events] == ["data", "marker", "data"]
+    assert events[1][2]["in"] == {"per_window0": 2}

@@ -8,6 +8,7 @@ import pytest
 from ftkit import CFG, SMALL, StopAfter, failure_free, query
 
 import reference as ref
+from scabbard import queries
 from scabbard.engine import physical
 from scabbard.ft.channels import resolve, stream_name
 from scabbard.ft.recovery import run_fault_tolerant
@@ -96,3 +97,43 @@ def test_results_carry_the_full_vector_clock(tiny, tmp_path):
     sink.close()
     assert set(clock) == {"input_end", "window_end", "window0", "window1"}
     assert clock["window0"] > 0 and clock["window1"] > 0 and clock["input_end"] == 2 * ds.rows
+
+
+KILLED = [("LRB3", ("window0",)), ("SG3", ("window0", "window1", "output"))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, at", KILLED)
+@pytest.mark.parametrize("sink", ["clocked", "transactional"])
+def test_kills_during_a_checkpoint_and_during_recovery_with_intermediate_p_streams(
+        tiny, tmp_path, name, at, sink):
+    """The engine process SIGKILLs itself with a checkpoint's state handed to storage, in the
+    middle of a recovery's replay, and between a record and its commit - with p-streams on
+    the edges between operators: exactly once."""
+    from scabbard.ft.controller import Controller
+
+    ds = tiny[queries.workload_of(name)]
+    n = 60 * ds.rows  # paced over 5 s, so that all three crash points land
+    c = Controller(name, ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 5,
+                   interval=0.2, sink=sink, persist_at=at)
+    camp = c.run([], crash_at=["checkpoint_state:2", "recovery_replay", "checkpoint_commit:2"])
+    assert camp.crashes == 3, camp
+    assert camp.verdict.ok, camp.verdict
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, at", KILLED)
+def test_random_kills_with_intermediate_p_streams(tiny, tmp_path, name, at):
+    import random
+
+    from scabbard.ft.controller import Controller
+
+    ds = tiny[queries.workload_of(name)]
+    rng = random.Random(name)
+    n = 80 * ds.rows  # paced over 6 s, so that a kill at 1.2-3 s lands
+    c = Controller(name, ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6,
+                   interval=0.2, sink="transactional" if name == "SG3" else "clocked",
+                   persist_at=at)
+    camp = c.run([rng.uniform(1.2, 3.0) for _ in range(3)])
+    assert camp.kills >= 1, "the run finished before any kill: make it longer"
+    assert camp.verdict.ok, camp.verdict

@@ -15,7 +15,7 @@ import numpy as np
 from scabbard import timers
 from scabbard.batch import Batch
 from scabbard.engine.assembly import BranchAssembler
-from scabbard.engine.graph import OperatorGraph, progress
+from scabbard.engine.graph import OperatorGraph
 from scabbard.engine.metrics import Metrics, Summary
 from scabbard.engine.ports import AssemblyListener, ClockedWriter, Resume
 from scabbard.engine.sinks import Sink
@@ -168,12 +168,11 @@ class Execution:
         """Move what can move through the graph; emit what reaches the sink (call with the
         assembly lock held)."""
         rows = 0
-        for kind, what, clock in self.graph.pump():
+        for kind, what, at in self.graph.pump():
             if kind == "data":
-                rows += self.emit(what, clock)
+                rows += self.emit(what, at)
             elif self.listener is not None:  # the marker passed the sink
-                self.listener.reached("sink", what, dict(self.clock),
-                                      progress([self.graph.sink], None))
+                self.listener.reached("sink", what, dict(self.clock), at)
         return rows
 
     def _finish_graph(self) -> None:

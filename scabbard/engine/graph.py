@@ -275,7 +275,7 @@ class OperatorGraph:
     an operator's Alg. 1 completed (``where`` an operator id; ``pv`` its :func:`progress`
     at the first marker); ``on_stored()``: a persisted batch was stored (it may move on).  :meth:`pump` moves what can
     move and returns what reaches the sink, in order: ``("data", cols, clock)`` and
-    ``("marker", marker, clock)``."""
+    ``("marker", marker, pv)`` (the sink's :func:`progress` at the marker)."""
 
     def __init__(self, plan: physical.PhysicalPlan, stores: dict | None = None,
                  on_marker: Callable | None = None, on_stored: Callable | None = None):
@@ -316,8 +316,8 @@ class OperatorGraph:
                         moved = True
             while self.sink.ready():
                 item = self.sink.take()
-                if item.cols is None:
-                    out.append(("marker", item.marker, dict(self.clock)))
+                if item.cols is None:  # the sink's progress is where the marker is
+                    out.append(("marker", item.marker, progress([self.sink], None)))
                 else:
                     self.clock = merge_clocks(self.clock, item.clock)
                     if len(item.cols["window_end"]):
