@@ -80,6 +80,16 @@ def test_machine_durability_survives_every_explored_crash_state(tiny, query, sin
     assert rep.ok, rep.summary()
 
 
+def test_machine_durability_survives_crash_states_with_p_streams_between_operators(tiny):
+    """SG3 with a p-stream on every edge (both windows' outputs and the one before the sink):
+    machine crashes that tear or drop the channels' writes recover exactly."""
+    s = Settings("SG3", sink="transactional", durability="machine", states=30, tuples=30_000,
+                 seed=5, persist_at=("window0", "window1", "join0"))
+    rep = Explorer(s, tiny["sg"]).explore()
+    assert rep.explored == 30 and rep.ok, rep.summary()
+    assert rep.operations > 300  # the channels' writes are among the recorded operations
+
+
 def test_process_durability_is_shown_to_lose_results_after_a_machine_crash(tiny):
     """The explorer can fail: with nothing flushed, states where a record outlives the state
     or output it names exist, and recovery from them is wrong."""

@@ -57,6 +57,7 @@ class Settings:
     workers: int = 2
     push_up: bool = False
     compression: str = "none"
+    persist_at: tuple[str, ...] = ()  # p-streams between operators (--persist-at)
 
     def __post_init__(self) -> None:
         if self.sink not in ("clocked", "transactional"):
@@ -91,7 +92,9 @@ class Report:
 
     def summary(self) -> str:
         s = self.settings
-        lines = [f"{s.query} {s.sink} sink, {s.durability} durability: {self.explored:,} crash "
+        placed = f", p-streams at {', '.join(s.persist_at)}" if s.persist_at else ""
+        lines = [f"{s.query} {s.sink} sink{placed}, {s.durability} durability: "
+                 f"{self.explored:,} crash "
                  f"states explored ({', '.join(f'{v} {k}' for k, v in sorted(self.kinds.items()))})"
                  f" from {self.operations:,} file operations, {self.crash_points:,} crash points; "
                  f"{len(self.violations)} violations ({self.seconds:.0f} s)"]
@@ -127,7 +130,7 @@ class Explorer:
                            max_tuples=None if recover else self.s.tuples,
                            storage_config=STORAGE,
                            durability=None if recover else self.s.durability,
-                           push_up=self.s.push_up,
+                           push_up=self.s.push_up, persist_at=self.s.persist_at,
                            compression=None if recover else self.s.compression, **kw)
 
     def expected(self) -> pd.DataFrame:

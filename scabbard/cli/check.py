@@ -2,7 +2,8 @@
 
     scabbard check crash-states --query Q [--sink clocked|transactional] [--states N]
                                 [--seed S] [--durability machine|process] [--push-up]
-                                [--compression none|default|adaptive] [--data DIR]
+                                [--compression none|default|adaptive] [--persist-at EDGES]
+                                [--data DIR]
 
 :func:`add_parser` adds the ``check`` command to the ``scabbard`` parser's subcommands.
 """
@@ -47,6 +48,9 @@ def add_parser(subparsers) -> None:
     c.add_argument("--push-up", action="store_true", help="persistence push-up (§3.4)")
     c.add_argument("--compression", choices=("none", "default", "adaptive"), default="none",
                    help="compress the persisted input (§5)")
+    c.add_argument("--persist-at", metavar="EDGE[,EDGE]",
+                   help="p-streams between operators besides the ingress (operator ids, or "
+                        "output: before the sink), as 'scabbard run --persist-at'")
     c.add_argument("--tuples", type=int, default=60_000,
                    help="input tuples of the recorded run (default 60,000)")
     c.add_argument("--batch", type=int, default=4000, metavar="ROWS",
@@ -66,7 +70,9 @@ def _run_crash_states(args) -> int:
         settings = Settings(args.query, sink=args.sink, durability=args.durability,
                             states=args.states, seed=args.seed, tuples=args.tuples,
                             batch_rows=args.batch, every_tasks=args.every,
-                            push_up=args.push_up, compression=args.compression)
+                            push_up=args.push_up, compression=args.compression,
+                            persist_at=tuple(e.strip() for e in (args.persist_at or "").split(",")
+                                             if e.strip() and e.strip() != "ingress"))
     except ValueError as e:
         raise CLIError(str(e)) from None
     ds = query_dataset(args)
