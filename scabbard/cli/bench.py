@@ -21,10 +21,13 @@ _HELP = {
     "rate": "input tuples/s", "min_life": "shortest life before a kill, s",
     "max_life": "longest life before a kill, s", "work": "scratch folder", "seed": "random seed",
     "rows": "values per column", "repeat": "timed runs, best kept",
+    "placements": "p-streams on every edge between operators: on every other configuration "
+                  "of a query with several operators, on all, or none",
 }
 _FLAGS = {"with_query": "--no-query", "batch_kib": "--batch-kb", "min_life": "--min",
           "max_life": "--max"}
-_CHOICES = {"scale": ("tiny", "small", "full"), "sinks": ("clocked", "transactional")}
+_CHOICES = {"scale": ("tiny", "small", "full"), "sinks": ("clocked", "transactional"),
+            "placements": ("alternate", "all", "none")}
 
 
 def _options(p, settings, *names: str, out: str | None = None, **defaults) -> None:
@@ -191,7 +194,7 @@ def add(sub, full: bool = True) -> None:
         "(11 queries x 2 sinks x 23 kills = 506) take about an hour here.", _run_bench_kills,
         epilog="Exit status 1 if any configuration lost, duplicated or changed a result.")
     _options(kp, kills.Settings, "queries", "sinks", "kills", "reduce_every", "scale", "rate",
-             "interval", "min_life", "max_life", "work", "seed",
+             "interval", "min_life", "max_life", "work", "seed", "placements",
              out="experiments/runs/bench-kills")
 
 

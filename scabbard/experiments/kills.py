@@ -2,7 +2,7 @@
 and the data reductions.
 
 Each *configuration* - a query, a sink, with or without persistence push-up and a
-compression scheme - runs as its own engine process (:class:`Controller`), paced so
+compression scheme, with or without p-streams on the edges between operators - runs as its own engine process (:class:`Controller`), paced so
 that its input lasts the campaign's kills; every incarnation is sent ``SIGKILL`` after
 a random life, restarted with ``--recover`` until the input is consumed, and the
 committed output is compared with a failure-free run of the same query on the same
@@ -33,11 +33,13 @@ class Config:
     sink: str = "clocked"
     push_up: bool = False
     compression: str = "none"
+    persist_at: tuple[str, ...] = ()  # p-streams between operators (every edge, or none)
 
     @property
     def name(self) -> str:
         extra = (["push-up"] if self.push_up else []) + (
-            [self.compression] if self.compression != "none" else [])
+            [self.compression] if self.compression != "none" else []) + (
+            ["p-streams on every edge"] if self.persist_at else [])
         return " ".join([self.query, self.sink] + extra)
 
 
@@ -56,10 +58,16 @@ class Settings:
     batch: int = 4000
     seed: int = 0
     work: str = "experiments/runs/kills"
+    # queries of several operators: p-streams on every edge between them on every other
+    # configuration ("alternate"), on all ("all"), or on none
+    placements: str = "alternate"
 
     def __post_init__(self) -> None:
         if self.kills < 1 or self.reduce_every < 1:
             raise ValueError("kills and reduce_every must be >= 1")
+        if self.placements not in ("alternate", "all", "none"):
+            raise ValueError(f"placements must be alternate, all or none, got "
+                             f"{self.placements!r}")
         if not 0 < self.min_life <= self.max_life:
             raise ValueError(f"need 0 < min_life <= max_life, got {self.min_life}, "
                              f"{self.max_life}")
@@ -67,15 +75,23 @@ class Settings:
 
 def plan(settings: Settings) -> list[Config]:
     """Every query with every sink; push-up and compression on every ``reduce_every``-th
-    configuration (the adaptive and the default scheme in turn)."""
+    configuration (the adaptive and the default scheme in turn); a p-stream on every edge
+    between operators of a query with several (LRB1, LRB3, SG3, NQ) on every other
+    configuration, or on all, as ``placements`` says."""
+    from scabbard.engine import physical
+
     out = []
     for q in settings.queries:
-        for sink in settings.sinks:
+        edges = tuple(physical.operators(queries.get(q).node))
+        for i, sink in enumerate(settings.sinks):
             k = len(out)
             reduce = k % settings.reduce_every == settings.reduce_every - 1
             scheme = ("adaptive", "default")[(k // settings.reduce_every) % 2] if reduce \
                 else "none"
-            out.append(Config(q, sink, push_up=reduce, compression=scheme))
+            placed = edges if len(edges) > 1 and (
+                settings.placements == "all"
+                or (settings.placements == "alternate" and i % 2 == 1)) else ()
+            out.append(Config(q, sink, push_up=reduce, compression=scheme, persist_at=placed))
     return out
 
 
@@ -91,13 +107,15 @@ def run_one(cfg: Config, settings: Settings, rng: random.Random) -> dict:
     n = max(ds.rows, min(int(settings.rate * seconds), int(MAX_RESULTS / per_tuple)))
     c = Controller(cfg.query, ds.path, work, max_tuples=n, batch=settings.batch,
                    rate=n / seconds, interval=settings.interval, sink=cfg.sink,
-                   push_up=cfg.push_up, compression=cfg.compression)
+                   push_up=cfg.push_up, compression=cfg.compression,
+                   persist_at=cfg.persist_at)
     camp = c.run([rng.uniform(settings.min_life, settings.max_life)
                   for _ in range(settings.kills)], timeout=4 * seconds + 600)
     v = camp.verdict
     shutil.rmtree(work, ignore_errors=True)
     return {"configuration": cfg.name, "query": cfg.query, "sink": cfg.sink,
-            "push_up": cfg.push_up, "compression": cfg.compression, "kills": camp.kills,
+            "push_up": cfg.push_up, "compression": cfg.compression,
+            "persist_at": ",".join(cfg.persist_at), "kills": camp.kills,
             "restarts": camp.restarts, "tuples": n, "rate": round(n / seconds),
             "compared": v.compared, "lost": v.lost,
             "duplicated": v.duplicated, "different": v.different, "ok": v.ok,
