@@ -137,3 +137,75 @@ def test_random_kills_with_intermediate_p_streams(tiny, tmp_path, name, at):
     camp = c.run([rng.uniform(1.2, 3.0) for _ in range(3)])
     assert camp.kills >= 1, "the run finished before any kill: make it longer"
     assert camp.verdict.ok, camp.verdict
+
+
+def _lrb3_measured(window_bytes=1320.0):
+    from scabbard.ft.placement import Measured
+
+    return Measured("LRB3", 1000, {"ingress": 32.0, "window0": window_bytes,
+                                   "per_window0": 8.0},
+                    {"ingress": 1.0, "window0": 30.0, "per_window0": 0.2}, 1e6,
+                    build_s_tuple=200e-9, emit_s_tuple=5000e-9,
+                    chains={"window0": ("per_window0",)})
+
+
+def test_the_cost_model_prices_bytes_state_and_recovery():
+    from scabbard.ft import placement as pl
+
+    m = _lrb3_measured()
+    plain = pl.estimate(m, ("ingress",), 1e6, 1.0)
+    out = pl.estimate(m, ("ingress", "output"), 1e6, 1.0)
+    assert plain.bytes_per_s == 32e6 and out.bytes_per_s == 40e6
+    assert out.placement == ("ingress", "per_window0")  # "output" is the root's edge
+    # stored downstream: the replay only rebuilds the windows' state (no emission)
+    assert plain.recovery_s - out.recovery_s == pytest.approx(1e6 * 5000e-9)
+    assert pl.estimate(m, ("per_window0",), 1e6, 1.0).source_buffer_bytes == 32e6
+    assert len(pl.placements(queries.get("LRB3"), with_ingress=True)) == 4
+
+
+def test_auto_recovers_fastest_within_half_the_disk_and_writes_least_among_equals():
+    from scabbard.ft import placement as pl
+
+    m = _lrb3_measured()
+    assert pl.choose(m, 1e6, 1.0).placement == ("ingress", "per_window0")
+    # window0's raw output (1.3 GB/s here) would take the disk: never chosen; at a rate where
+    # it fits, per_window0 still wins - the same recovery for fewer bytes
+    assert pl.choose(m, 1e5, 1.0).placement == ("ingress", "per_window0")
+    # nothing fits half of a slow disk: the input alone
+    assert pl.choose(m, 1e6, 1.0, write_mb_s=10).placement == ("ingress",)
+
+
+def test_measured_edges_are_the_queries_own_selectivities(tiny):
+    from scabbard.engine import CollectSink, run_query
+    from scabbard.ft import placement as pl
+
+    q, ds = query("LRB3", tiny)
+    m = pl.measure("LRB3", ds, tuples=ds.rows)
+    sink = CollectSink()
+    run_query(q, ds, sink=sink)
+    assert m.tuples == ds.rows and m.bytes_per_tuple["ingress"] == ds.schema.row_bytes
+    assert m.rows_per_tuple["per_window0"] == pytest.approx(sink.rows / ds.rows)
+    assert m.rows_per_tuple["window0"] > m.rows_per_tuple["per_window0"]
+    assert m.state_bytes > 0 and m.build_s_tuple > 0 and m.emit_s_tuple > 0
+
+
+def test_run_with_auto_placement_records_it_and_a_recovery_keeps_it(tiny, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    ds = tiny["lrb"]
+    base = [sys.executable, "-m", "scabbard", "run", "--query", "LRB3", "--data", str(ds.path),
+            "--storage", str(tmp_path / "s"), "--output", str(tmp_path / "o"),
+            "--checkpoint-interval", "0.5", "--placement", "auto", "--quiet"]
+    out = subprocess.run(base + ["--max-tuples", str(2 * ds.rows)], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "placement (auto" in out.stdout
+    assert json.loads((tmp_path / "s" / "run.json").read_text())["persist_at"] == ["per_window0"]
+    again = subprocess.run(base + ["--max-tuples", str(2 * ds.rows), "--recover"],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "the run's own (ingress, per_window0)" in again.stdout
+    bad = subprocess.run(base + ["--persist-at", "window0"], capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "use one" in bad.stderr

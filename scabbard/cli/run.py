@@ -78,6 +78,11 @@ def add_run(sub) -> None:
                         "output: window0, join0, ...) or output (before the sink); without "
                         "ingress the source replays the input (as --checkpoint-only).  Default: "
                         "ingress")
+    p.add_argument("--placement", choices=("auto",),
+                   help="with --checkpoint-interval: choose the p-streams with the cost model "
+                        "(measured on a sample of the dataset: bytes per edge, state, the CPU of "
+                        "state building and emission; see 'scabbard explain'); a recovery keeps "
+                        "the run's own")
     p.add_argument("--recover", action="store_true",
                    help="continue the killed run in --storage (same query, data and --output)")
     p.add_argument("--standby", action="store_true",
@@ -158,6 +163,10 @@ def add_explain(sub) -> None:
                    help="tuples to measure on (default 1,048,576)")
     p.add_argument("--lossy-decimals", type=int, default=2, metavar="N",
                    help="also show floats stored with N decimals (default 2; -1: do not)")
+    p.add_argument("--rate", type=float, default=1e6,
+                   help="input tuples/s the placement is priced at (default 1,000,000)")
+    p.add_argument("--checkpoint-interval", type=float, default=1.0, metavar="SECONDS",
+                   help="checkpoint interval the placement is priced at (default 1)")
     p.set_defaults(func=_run_explain)
 
 
@@ -179,7 +188,30 @@ def _run_explain(args) -> int:
     if ds is None:
         print(f"(no dataset at {path}: generate one with 'scabbard datagen {workload}' or pass "
               f"--data to measure selectivity and compression)")
+        return 0
+    print()
+    print(_explain_placement(query, ds, args))
     return 0
+
+
+def _explain_placement(query, ds, args) -> str:
+    from scabbard.ft import placement as pl
+
+    if not (args.rate > 0 and args.checkpoint_interval > 0):
+        raise CLIError("--rate and --checkpoint-interval must be positive")
+    m = pl.measure(query.name, ds, tuples=min(args.sample, 1 << 19))
+    best = pl.choose(m, args.rate, args.checkpoint_interval)
+    lines = [f"operator graph of {query.name}: the edges p-streams may sit on, with the bytes "
+             f"each carries per input tuple (measured on {m.tuples:,} tuples):", *m.describe(query),
+             "", f"placements at {args.rate:,.0f} tuples/s, a checkpoint every "
+             f"{args.checkpoint_interval:g} s (state {m.state_bytes / 1e6:.2f} MB each):",
+             f"  {'placement':<44}{'MB/s persisted':>16}{'recovery ms':>13}"]
+    for p in pl.placements(query):
+        e = pl.estimate(m, p, args.rate, args.checkpoint_interval)
+        mark = "  <- auto" if p == best.placement else ""
+        lines.append(f"  {e.label:<44}{e.bytes_per_s / 1e6:16.1f}{e.recovery_s * 1e3:13.0f}{mark}")
+    lines.append("  (without ingress the source replays: it must keep an interval of input)")
+    return "\n".join(lines)
 
 
 def _run_ingest(args) -> int:
@@ -231,6 +263,10 @@ def config_from_args(args):
         raise CLIError("--checkpoint-only goes with --checkpoint-interval")
     if args.checkpoint_only and args.persist_input:
         raise CLIError("--checkpoint-only and --persist-input contradict each other")
+    if args.placement and args.persist_at:
+        raise CLIError("--placement auto and --persist-at both place the p-streams: use one")
+    if args.placement and not ft:
+        raise CLIError("--placement goes with --checkpoint-interval (or --recover)")
     placement = [e.strip() for e in args.persist_at.split(",") if e.strip()] \
         if args.persist_at else None
     if placement is not None and not ft:
@@ -268,10 +304,36 @@ def config_from_args(args):
         raise CLIError(f"{flag} {e.problem}") from None
 
 
+def _auto_placement(args, ds) -> None:
+    """``--placement auto``: the placement the cost model chooses (a recovery: the run's own),
+    as if given with --persist-at."""
+    from scabbard.ft import placement as pl
+    from scabbard.ft.recovery import recorded_run
+
+    if args.recover:
+        run = recorded_run(args.storage) or {}
+        chosen = (("ingress",) if run.get("persist_input", True) else ()) + tuple(
+            run.get("persist_at") or ())
+        print(f"placement: the run's own ({', '.join(chosen)})", flush=True)
+    else:
+        m = pl.measure(args.query, ds, tuples=min(ds.rows, 1 << 18), workdir=args.storage and
+                       str(Path(args.storage).parent))
+        rate = args.rate or 1e6
+        best = pl.choose(m, rate, args.checkpoint_interval or 1.0)
+        chosen = best.placement
+        print(f"placement (auto, at {rate:,.0f} tuples/s): {best.label} - "
+              f"{best.bytes_per_s / 1e6:.1f} MB/s persisted, recovery ~"
+              f"{best.recovery_s * 1e3:.0f} ms", flush=True)
+    args.persist_at, args.placement = ",".join(chosen), None
+
+
 def _run_query(args) -> int:
     from scabbard import queries
 
     query = queries.get(args.query)
+    if args.placement:
+        config_from_args(args)  # the flags checked before anything is measured
+        _auto_placement(args, query_dataset(args))
     config = config_from_args(args)
     ds = query_dataset(args)
     print(f"{query.name} on {ds.path} ({ds.rows:,} tuples, {ds.schema.row_bytes} B each), "

@@ -50,14 +50,16 @@ class BranchAssembler:
         self.table = ht.new_table(self.b.key_width, 64)
         self._feed(tail, False, last_pane, 0)
 
-    def task(self, part: BranchPart):
-        """The windows of a task's ``part`` it could not compute alone, sequentially."""
+    def task(self, part: BranchPart, emit: bool = True):
+        """The windows of a task's ``part`` it could not compute alone, sequentially
+        (``emit`` False: only the window state follows - recovery, the windows are stored
+        downstream already)."""
         self._load_pending()
         if part.long:
-            raw = self._raw(self._feed(part.head, True, part.first_pane + self.b.panes, 0))
+            raw = self._raw(self._feed(part.head, emit, part.first_pane + self.b.panes, 0))
             self.pending = (part.tail, part.last_pane)
             return raw
-        return self._raw(self._feed(part.head, True, part.last_pane, 0))
+        return self._raw(self._feed(part.head, emit, part.last_pane, 0))
 
     def skip(self, part: BranchPart) -> None:
         """The part's leading windows were computed in parallel; keep only its tail."""

@@ -15,7 +15,7 @@ import numpy as np
 from scabbard import timers
 from scabbard.batch import Batch
 from scabbard.engine.assembly import BranchAssembler
-from scabbard.engine.graph import OperatorGraph
+from scabbard.engine.graph import OperatorGraph, empty_columns
 from scabbard.engine.metrics import Metrics, Summary
 from scabbard.engine.ports import AssemblyListener, ClockedWriter, Resume
 from scabbard.engine.sinks import Sink
@@ -104,6 +104,9 @@ class Execution:
         # thread hands the assembly a kick, and whoever assembles then moves it on
         self._kicker = ThreadPoolExecutor(1, thread_name_prefix="graph") if stores else None
         self.graph = OperatorGraph(self.plan, stores, self._reached, self._kick)
+        # recovery: per branch, the windows a p-stream on its way to the sink holds already
+        # (replayed from there, not computed again)
+        self.skip = [self._stored_through(self.plan.top(lane.i)) for lane in self.lanes]
         workers = engine.config.workers
         depth = engine.config.queue_depth or 2 * workers
         self.tasks: queue.Queue = queue.Queue(maxsize=depth)
@@ -118,9 +121,18 @@ class Execution:
         self.barrier: threading.Event | None = None  # aligned checkpoints: the marker's task
 
     # -- workers -----------------------------------------------------------------------------
+    def _stored_through(self, channel: str) -> int:
+        """The last window the first persisted channel from ``channel`` to the sink holds."""
+        while channel != "sink":
+            ch = self.graph.channels.get(channel)
+            if ch is not None and ch.persisted:
+                return ch.skip_through
+            channel = self.plan.operators[channel].output
+        return INT64_MIN
+
     def _compute_boundary(self, lane: Lane, prev: TaskResult, cur: TaskResult) -> None:
         span = timers.start()
-        cols = self.engine._boundary(prev, cur, lane.i)
+        cols = self.engine._boundary(prev, cur, lane.i, self.skip[lane.i]) or {}
         timers.stop(span, "boundary", cur.tuples)
         with self.lock:
             lane.boundaries[cur.seq] = cols
@@ -133,7 +145,7 @@ class Execution:
                 return
             try:
                 span = timers.start()
-                r = self.engine._fragment(item.seq, item.batch, item.ingest_time)
+                r = self.engine._fragment(item.seq, item.batch, item.ingest_time, self.skip)
                 timers.stop(span, "fragment", len(item.batch), r.long)
                 r.marker = item.marker
                 if item.source_tuples is not None:  # when push-up dropped some
@@ -226,19 +238,25 @@ class Execution:
                 prev = lane.tails.pop(r.seq - 1, None)
                 lane.claimed.discard(r.seq)
             if cols is None:
-                cols = self.engine._boundary(prev, r, i)
+                cols = self.engine._boundary(prev, r, i, self.skip[i]) or {}
             lane.assembler.skip(part)
         else:
-            cols = self.plan.post(i, lane.branch.finalize(lane.assembler.task(part)))
+            b = lane.branch
+            upto = (part.first_pane + b.panes if part.long else part.last_pane) * b.slide_ms
+            emit = upto > self.skip[i]  # recovery: all of them stored downstream already
+            raw = lane.assembler.task(part, emit)
+            cols = self.plan.post(i, b.finalize(raw)) if emit else {}
             with self.lock:
                 lane.tails.pop(r.seq - 1, None)
                 lane.claimed.discard(r.seq)
         lane.prev_long = part.long
-        return [cols] if part.internal is None else [cols, part.internal]
+        return [c for c in (cols, part.internal) if c]
 
     def _push(self, lane: Lane, pieces: list[dict], watermark: int, input_end: int) -> None:
         """A lane's windows into its channel of the operator graph."""
         top = self.plan.top(lane.i)
+        if not pieces:  # nothing to emit, but the watermark moves on
+            pieces = [empty_columns(self.plan.operators[top].node.schema)]
         for k, cols in enumerate(pieces):
             self.graph.push(top, cols, watermark if k == len(pieces) - 1 else None,
                             {"input_end": input_end})

@@ -122,7 +122,10 @@ class Engine:
         return int(min(MAX_BATCH, max(MIN_BATCH, want)))
 
     # -- the fragment function (parallel) ----------------------------------------------------
-    def _fragment(self, seq: int, batch: Batch, ingest: float) -> TaskResult:
+    def _fragment(self, seq: int, batch: Batch, ingest: float,
+                  skip: list[int] | None = None) -> TaskResult:
+        """The task's fragment function.  ``skip`` (per branch, recovery): windows ending at
+        or before it are stored downstream already - not computed again."""
         ts = np.ascontiguousarray(batch.timestamps)
         n = len(ts)
         cols = {f.name: c for f, c in zip(batch.schema.fields, batch.columns, strict=True)}
@@ -141,13 +144,17 @@ class Engine:
             first, last = int(ts[0]) // b.slide_ms, int(ts[-1]) // b.slide_ms
             pane = partials[0]
             if last - first + 1 > 2 * b.panes:  # long: windows of its own
-                raw = kw.windows_from_partials(partials, b.iops, b.fops, b.panes, b.slide_ms,
-                                               first + b.panes, last - 1)
+                lo = first + b.panes if skip is None else max(first + b.panes,
+                                                               skip[i] // b.slide_ms)
+                internal = None
+                if lo <= last - 1:
+                    raw = kw.windows_from_partials(partials, b.iops, b.fops, b.panes,
+                                                   b.slide_ms, lo, last - 1)
+                    internal = self.plan.post(i, b.finalize(raw))
                 h = int(np.searchsorted(pane, first + b.panes))
                 t = int(np.searchsorted(pane, last - b.panes + 1))
                 parts.append(BranchPart(first, last, True, task_edges(partials, 0, h),
-                                        task_edges(partials, t, len(pane)),
-                                        self.plan.post(i, b.finalize(raw))))
+                                        task_edges(partials, t, len(pane)), internal))
             else:
                 parts.append(BranchPart(first, last, False, task_edges(partials, 0, len(pane)),
                                         task_edges(partials, len(pane), len(pane)), None))
@@ -175,22 +182,27 @@ class Engine:
             graph.push(self.plan.top(i), self.plan.post(i, b.finalize(a.flush())), INT64_MAX, {})
         graph.pump()
 
-    def _boundary(self, prev: TaskResult, cur: TaskResult, i: int) -> dict:
+    def _boundary(self, prev: TaskResult, cur: TaskResult, i: int,
+                  skip: int = INT64_MIN) -> dict | None:
         """Branch ``i``'s windows between two long tasks, from the first's tail and the
         second's head.
 
         They end at panes ``prev.last_pane .. cur.first_pane + range/slide - 1``: exactly the
         windows neither task computed alone.  Independent of every other task, so any
-        worker can compute them, in parallel with the rest.
+        worker can compute them, in parallel with the rest.  ``skip``: as for
+        :meth:`_fragment` (None: nothing left to compute).
         """
         b = self.plan.branches[i]
         p, c = prev.parts[i], cur.parts[i]
+        lo, hi = max(p.last_pane, skip // b.slide_ms), c.first_pane + b.panes - 1
+        if lo > hi:  # recovery: stored downstream already
+            return None
         t, h = p.tail, c.head
         gid, gkeys = key_ids(np.concatenate([t.keys, h.keys]))
         raw = kw.windows_from_partials(
             (np.concatenate([t.pane, h.pane]), gid, np.concatenate([t.cnt, h.cnt]),
              np.concatenate([t.ints, h.ints]), np.concatenate([t.floats, h.floats]), gkeys),
-            b.iops, b.fops, b.panes, b.slide_ms, p.last_pane, c.first_pane + b.panes - 1)
+            b.iops, b.fops, b.panes, b.slide_ms, lo, hi)
         return self.plan.post(i, b.finalize(raw))
 
     def _result_batch(self, cols: dict[str, np.ndarray]) -> Batch:

@@ -1,0 +1,184 @@
+"""Notebook 11: where to persist - every placement of the p-streams, measured (paper §3.1, §3.4).
+
+Per query with more than one operator and per placement (the set of edges p-streams sit on;
+the input always among them here: the source is not assumed to replay), real fault-tolerant
+runs of the engine:
+
+* **throughput** - the query with the placement, checkpoints every ``interval`` s, no rate
+  limit, for ``seconds``; its checkpoints' size and time;
+* **bytes persisted per second** and **recovery** - the query as its own process with its
+  input at ``rate`` tuples/s, killed with SIGKILL ``kill_at`` s in and recovered: the bytes
+  each p-stream stored over the run, and the recovery's state load and replay (from the
+  metrics log; process start and code loading are the same for every placement);
+
+beside the cost model's estimate (:mod:`scabbard.ft.placement`) and its choice (``auto``).
+Every run's output is checked exactly once against a failure-free run.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from scabbard import queries, workloads
+from scabbard.engine import EngineConfig, physical
+from scabbard.experiments import finish, scratch
+from scabbard.experiments.recovery import breakdown
+from scabbard.ft import placement as pl
+from scabbard.ft.channels import stream_name
+from scabbard.ft.controller import Controller
+from scabbard.ft.recovery import run_fault_tolerant
+from scabbard.ft.sinks import DiscardSink
+from scabbard.storage import BlockManager
+
+QUERIES = ("LRB3", "SG3", "NQ", "YSB")
+
+
+@dataclass(frozen=True)
+class Settings:
+    queries: Sequence[str] = field(default=QUERIES)
+    scale: str = "small"
+    data_dir: str = "data"
+    rate: float = 300_000.0  # input tuples/s of the killed runs
+    interval: float = 1.0
+    seconds: float = 3.0  # of the unpaced run per placement
+    run_seconds: float = 8.0  # of the paced, killed run
+    kill_at: float = 4.0
+    workers: int = 2
+    batch: int = 65_536
+    placements: Sequence[tuple] | None = None  # None: every one that persists the input
+    work_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.kill_at < self.run_seconds:
+            raise ValueError(f"kill_at must lie within the run ({self.run_seconds} s)")
+        for name in self.queries:
+            queries.workload_of(name)
+
+
+def _stored_bytes(storage: Path, query, placement: tuple[str, ...], row_bytes: int) -> float:
+    """What the placement's p-streams stored over the whole run (their ends, in bytes)."""
+    ops = physical.operators(query.node)
+    total = 0.0
+    with BlockManager(storage) as bm:
+        for e in placement:
+            if e == pl.INGRESS:
+                total += bm.durable_end(bm.stream("input", query.source.schema)) * row_bytes
+            else:
+                schema = ops[e].node.schema
+                total += bm.durable_end(bm.stream(stream_name(e), schema)) * schema.row_bytes
+    return total
+
+
+def measure_placement(name: str, ds, placement: tuple[str, ...], s: Settings,
+                      root: Path) -> dict:
+    q = queries.get(name)
+    inner = tuple(e for e in placement if e != pl.INGRESS)
+    ingress = pl.INGRESS in placement
+    folder = root / f"{name}-{'+'.join(placement) or 'none'}"
+    shutil.rmtree(folder, ignore_errors=True)
+    # throughput and checkpoints, unpaced
+    r = run_fault_tolerant(q, ds, folder / "fast" / "storage", DiscardSink(folder / "fast" / "out"),
+                           EngineConfig(workers=s.workers, batch_rows=s.batch),
+                           interval=s.interval, duration=s.seconds, persist_at=inner,
+                           persist_input=ingress)
+    ck = r.checkpoints
+    # bytes and recovery, paced and killed
+    n = int(s.rate * s.run_seconds)
+    c = Controller(name, ds.path, folder / "killed", max_tuples=n, workers=s.workers,
+                   batch=s.batch, rate=s.rate, interval=s.interval, persist_input=ingress,
+                   persist_at=inner, metrics_interval=0.1)
+    camp = c.run([s.kill_at])
+    stored = _stored_bytes(c.storage, q, placement, ds.schema.row_bytes)
+    from scabbard.engine import read_metrics
+
+    m = read_metrics(c.metrics_log)
+    origin = camp.kill_walls[0] if camp.kill_walls else float(m["wall"].min())
+    events = m[m["event"] != "sample"].assign(t=lambda d: d["wall"] - origin)
+    samples = m[m["event"] == "sample"].assign(t=lambda d: d["wall"] - origin)
+    phases = breakdown(samples.reset_index(drop=True), events.reset_index(drop=True))
+    recovery = (phases["replay"][1] - phases["state load"][0]) if "replay" in phases else np.nan
+    shutil.rmtree(folder, ignore_errors=True)
+    return {"query": name, "placement": "+".join(placement) or "(none)",
+            "tuples_per_s": r.run.summary.tuples_per_s,
+            "mb_per_s_persisted": stored / 1e6 / s.run_seconds,
+            "bytes_per_tuple": stored / max(1, n),
+            "checkpoint_mb": float(np.median([x.bytes for x in ck])) / 1e6 if ck else np.nan,
+            "checkpoint_ms": float(np.median([x.duration_s for x in ck])) * 1e3 if ck else np.nan,
+            "recovery_ms": recovery * 1e3, "kills": camp.kills,
+            "exactly_once": bool(camp.verdict and camp.verdict.ok)}
+
+
+def run(settings: Settings, log=print) -> pd.DataFrame:
+    rows = []
+    with scratch(settings.work_dir, settings.data_dir, "scabbard-placement-") as root:
+        for name in settings.queries:
+            q = queries.get(name)
+            ds = workloads.dataset(queries.workload_of(name), settings.scale,
+                                   root=settings.data_dir)
+            model = pl.measure(name, ds, tuples=min(ds.rows, 1 << 19), workers=settings.workers,
+                               workdir=str(root))
+            auto = pl.choose(model, settings.rate, settings.interval).placement
+            options = settings.placements or pl.placements(q, with_ingress=True)
+            for p in options:
+                p = tuple(p)
+                if any(e not in pl.edges(q) for e in p):
+                    continue
+                row = measure_placement(name, ds, p, settings, root)
+                est = pl.estimate(model, p, settings.rate, settings.interval)
+                row.update(predicted_mb_per_s=est.bytes_per_s / 1e6,
+                           predicted_recovery_ms=est.recovery_s * 1e3, auto=p == auto)
+                rows.append(row)
+                log(f"{name:5} {row['placement']:<32} {row['tuples_per_s'] / 1e6:6.2f} M t/s  "
+                    f"{row['mb_per_s_persisted']:8.1f} MB/s persisted  checkpoint "
+                    f"{row['checkpoint_mb']:6.2f} MB {row['checkpoint_ms']:6.1f} ms  recovery "
+                    f"{row['recovery_ms']:6.0f} ms{'  (auto)' if row['auto'] else ''}  "
+                    f"{'exactly once' if row['exactly_once'] else 'MISMATCH'}")
+    return pd.DataFrame(rows)
+
+
+def best(table: pd.DataFrame) -> pd.DataFrame:
+    """Per query: the placement that persists fewest bytes per second and the one that
+    recovers fastest, with their figures, and the auto choice."""
+    out = []
+    for name, g in table.groupby("query", sort=False):
+        for what, row in (("fewest bytes/s", g.loc[g["mb_per_s_persisted"].idxmin()]),
+                          ("fastest recovery", g.loc[g["recovery_ms"].idxmin()]),
+                          ("auto", g[g["auto"]].iloc[0] if g["auto"].any() else None)):
+            if row is not None:
+                out.append({"query": name, "which": what, "placement": row["placement"],
+                            "MB/s persisted": row["mb_per_s_persisted"],
+                            "recovery ms": row["recovery_ms"],
+                            "M tuples/s": row["tuples_per_s"] / 1e6,
+                            "checkpoint MB": row["checkpoint_mb"]})
+    return pd.DataFrame(out)
+
+
+def plot(table: pd.DataFrame, output_dir: str | None = None):
+    """Per query: bytes persisted per second against recovery time, one point per
+    placement (the cost model's choice ringed)."""
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(table["query"]))
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        g = table[table["query"] == name]
+        ax.scatter(g["mb_per_s_persisted"], g["recovery_ms"], color="#4c72b0")
+        for _, r in g.iterrows():
+            ax.annotate(r["placement"].replace("ingress", "in"), (r["mb_per_s_persisted"],
+                                                                   r["recovery_ms"]),
+                        fontsize=7, xytext=(3, 3), textcoords="offset points")
+        a = g[g["auto"]]
+        ax.scatter(a["mb_per_s_persisted"], a["recovery_ms"], s=160, facecolors="none",
+                   edgecolors="#c44e52", label="auto")
+        ax.set_xscale("symlog")
+        ax.set_title(name)
+        ax.set_xlabel("MB/s persisted")
+        ax.set_ylabel("recovery ms (state load + replay)")
+        ax.legend(loc="upper right", fontsize=8)
+    return finish(fig, output_dir, "placement.png")
