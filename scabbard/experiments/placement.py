@@ -182,3 +182,67 @@ def plot(table: pd.DataFrame, output_dir: str | None = None):
         ax.set_ylabel("recovery ms (state load + replay)")
         ax.legend(loc="upper right", fontsize=8)
     return finish(fig, output_dir, "placement.png")
+
+
+def edges(settings: Settings) -> pd.DataFrame:
+    """Per query and edge of its graph: what it carries per input tuple (measured on a
+    sample), where it goes, and whether the cost model places a p-stream on it."""
+    rows = []
+    with scratch(settings.work_dir, settings.data_dir, "scabbard-placement-") as root:
+        for name in settings.queries:
+            q = queries.get(name)
+            ds = workloads.dataset(queries.workload_of(name), settings.scale,
+                                   root=settings.data_dir)
+            m = pl.measure(name, ds, tuples=min(ds.rows, 1 << 19), workers=settings.workers,
+                           workdir=str(root))
+            auto = pl.choose(m, settings.rate, settings.interval).placement
+            ops = physical.operators(q.node)
+            for e in pl.edges(q):
+                rows.append({"query": name, "edge": e,
+                             "from": "source" if e == pl.INGRESS else e,
+                             "to": ",".join(o.id for o in ops.values() if o.inputs == ("source",))
+                             if e == pl.INGRESS else ops[e].output,
+                             "label": "" if e == pl.INGRESS else ops[e].node.label(),
+                             "bytes_per_tuple": m.bytes_per_tuple[e],
+                             "rows_per_tuple": m.rows_per_tuple[e], "auto": e in auto})
+    return pd.DataFrame(rows)
+
+
+def draw(table: pd.DataFrame, output_dir: str | None = None):
+    """Each query's operator graph, left to right: the edges with their bytes per input
+    tuple, the ones the cost model places a p-stream on in red."""
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(table["query"]))
+    fig, axes = plt.subplots(len(names), 1, figsize=(9, 2.2 * len(names)), squeeze=False)
+    for ax, name in zip(axes[:, 0], names, strict=True):
+        g = table[table["query"] == name]
+        depth = {"source": 0}
+        for _ in range(len(g) + 1):  # longest path from the source
+            for _, r in g.iterrows():
+                for t in r["to"].split(","):
+                    if r["from"] in depth:
+                        depth[t] = max(depth.get(t, 0), depth[r["from"]] + 1)
+        layers: dict[int, list[str]] = {}
+        for node, d in sorted(depth.items(), key=lambda x: x[1]):
+            layers.setdefault(d, []).append(node)
+        pos = {n: (d, k - (len(ns) - 1) / 2) for d, ns in layers.items() for k, n in
+               enumerate(ns)}
+        for _, r in g.iterrows():
+            for t in r["to"].split(","):
+                (x0, y0), (x1, y1) = pos[r["from"]], pos[t]
+                ax.annotate("", (x1 - 0.12, y1), (x0 + 0.12, y0),
+                            arrowprops={"arrowstyle": "->", "lw": 2.5 if r["auto"] else 1,
+                                        "color": "#c44e52" if r["auto"] else "#555555"})
+                ax.text((x0 + x1) / 2, (y0 + y1) / 2 + 0.08, f"{r['bytes_per_tuple']:.3g} B",
+                        ha="center", fontsize=8,
+                        color="#c44e52" if r["auto"] else "#333333")
+        for n, (x, y) in pos.items():
+            ax.text(x, y, n, ha="center", va="center", fontsize=9,
+                    bbox={"boxstyle": "round", "fc": "#eaeaf2", "ec": "#888888"})
+        ax.set_xlim(-0.4, max(depth.values()) + 0.4)
+        ax.set_ylim(-1.2, 1.2)
+        ax.set_title(f"{name}: bytes per input tuple on each edge (red: auto placement)",
+                     fontsize=10)
+        ax.axis("off")
+    return finish(fig, output_dir, "graphs.png")

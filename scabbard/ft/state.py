@@ -25,7 +25,7 @@ channel, its state reflects) and ``pv_out`` (how far into its persisted output c
 
 from __future__ import annotations
 
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -252,11 +252,17 @@ class QueryState(FTOperator):
         """The checkpoint's partials per window and the graph's state (raises
         CorruptSegment/TrimmedError/FileNotFoundError if damaged)."""
         parts = self._by_operator(rec)
-        edges = [w.edges(w.read(parts[w.id], rec.id)[0]) for w in self.windows]
+        # every operator's state p-units, read back in parallel (recovery's data recovery)
+        with ThreadPoolExecutor(max(1, len(self.operators)),
+                                thread_name_prefix="load-state") as pool:
+            read = {o.id: pool.submit(o.read, parts[o.id], rec.id)
+                    for o in self.operators.values()}
+            got = {k: f.result() for k, f in read.items()}
+        edges = [w.edges(got[w.id][0]) for w in self.windows]
         graph = {}
         saved = rec.operator.get("graph", {})
         for op in self.joins:
-            sides = op.read(parts[op.id], rec.id)
+            sides = got[op.id]
             graph[op.id] = dict(saved[op.id], pending=[
                 dict(zip(op.schemas[s].names, sides[s], strict=True)) for s in (0, 1)])
         return edges, graph
