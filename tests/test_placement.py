@@ -209,3 +209,21 @@ def test_run_with_auto_placement_records_it_and_a_recovery_keeps_it(tiny, tmp_pa
     bad = subprocess.run(base + ["--persist-at", "window0"], capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "use one" in bad.stderr
+
+
+def test_checkpoints_record_the_dependencies_gc_walks(tiny, tmp_path):
+    """Each record names, per operator, the p-units its state newly depends on (Fig. 4):
+    consecutive records' dependencies chain, and GC trims a channel below them."""
+    from ftkit import records
+
+    q, ds = query("LRB3", tiny)
+    store = tmp_path / "store"
+    run(q, ds, store, ClockedSink(tmp_path / "out"), persist_at=("window0",),
+        max_tuples=4 * ds.rows)
+    newer, older = records(store)[:2]
+    deps = newer.operator["dependencies"]
+    assert [d["stream"] for d in deps["window0"]] == ["input"]
+    assert [d["stream"] for d in deps["per_window0"]] == ["edge-window0"]
+    assert deps["per_window0"][0]["first"] == older.operator["dependencies"]["per_window0"][0][
+        "end"] < deps["per_window0"][0]["end"]
+    assert deps["window0"][0]["end"] == newer.input_end

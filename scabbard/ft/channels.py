@@ -187,17 +187,19 @@ def resume_channels(stores: dict[str, ChannelStore], rec: CheckpointRecord | Non
 
 def release(pog: POG, plan: physical.PhysicalPlan, stores: dict[str, ChannelStore],
             rec: CheckpointRecord, ingress: tuple[str, str] | None) -> None:
-    """GC below checkpoint ``rec``: release markers from the sink upstream (reverse
-    topological order), each trimming a persisted channel below what its consumer had read;
-    then the input below what the windows had taken."""
-    pv = rec.operator.get("pv", {})
-    for op in reversed(list(plan.operators.values())):
-        if op.id in stores:
-            s = stores[op.id]
-            offset = int(pv.get(s.reader, {}).get("in", {}).get(op.id, 0))
-            s.pstream.on_marker(Marker(MarkerKind.RELEASE, s.pstream.name, offset=offset,
-                                       reader=s.reader))
-    if ingress is not None:
-        stream, reader = ingress
-        pog.streams[stream].on_marker(Marker(MarkerKind.RELEASE, stream, offset=rec.input_end,
-                                             reader=reader))
+    """GC below checkpoint ``rec`` (§3.3): its dependencies walked in reverse topological
+    order - the sink's, then each operator's from the root down to the windows - each a
+    release marker to the p-stream it names, trimming it below where the checkpoint's state
+    reached (a reader releases at most what it read)."""
+    deps = rec.operator.get("dependencies", {})
+    order = ["sink", *reversed(list(plan.operators))]
+    by_stream = {s.pstream.name: s for s in stores.values()}
+    for unit in order:
+        for d in deps.get(unit, []):
+            if d["stream"] in by_stream:
+                s = by_stream[d["stream"]]
+                s.pstream.on_marker(Marker(MarkerKind.RELEASE, d["stream"], offset=d["end"],
+                                           reader=s.reader))
+            elif ingress is not None and d["stream"] == ingress[0]:
+                pog.streams[ingress[0]].on_marker(Marker(MarkerKind.RELEASE, ingress[0],
+                                                         offset=d["end"], reader=ingress[1]))

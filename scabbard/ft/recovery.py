@@ -291,9 +291,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         at = None
         if resume is not None:  # the assembly starts where the checkpoint left it
             rec, (edges, graph) = resume
-            last_ts = rec.operator["last_ts"]
-            state.restore(rec.seq, rec.input_end, last_ts, edges)
-            at = Resume(rec.seq, rec.input_end, last_ts, edges, rec.output, graph)
+            state.restore(rec, edges)
+            at = Resume(rec.seq, rec.input_end, rec.operator["last_ts"], edges, rec.output, graph)
         listener = CheckpointListener(state, controller, metrics, align=aligned,
                                       first_seq=at.seq + 1 if at is not None else 0)
         # with persisted input: replay what is stored, then continue the source after it;

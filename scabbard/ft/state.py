@@ -25,6 +25,7 @@ channel, its state reflects) and ``pv_out`` (how far into its persisted output c
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -33,7 +34,7 @@ from scabbard.batch import Batch
 from scabbard.engine.tasks import Edges
 from scabbard.pog.checkpoint import CheckpointRecord, FTOperator, Snapshot
 from scabbard.pog.markers import Marker
-from scabbard.pog.punit import Kind, PUnit
+from scabbard.pog.punit import Dependency, Kind, PUnit
 from scabbard.schema import Field, Schema
 from scabbard.storage import BlockManager
 
@@ -173,6 +174,7 @@ class QueryState(FTOperator):
         self.seq, self.last_ts = -1, 0
         self.graph = None  # the engine's operator graph
         self._parts: dict = {}  # the checkpoint in flight: what reached the marker so far
+        self._reached: dict = {}  # (operator, stream) -> the end of its last dependency
 
     # -- tracking (the assembly's thread) ---------------------------------------------------------
     def after_task(self, r, clock: dict | None = None, graph=None) -> None:
@@ -204,10 +206,14 @@ class QueryState(FTOperator):
         """Every part of the checkpoint in flight is in."""
         return "windows" in self._parts and self.reporting <= set(self._parts["pv"])
 
-    def restore(self, seq: int, input_end: int, last_ts: int, edges: list) -> None:
+    def restore(self, rec: CheckpointRecord, edges: list) -> None:
+        """Resume from ``rec``: the windows' partials, and where its dependencies reached."""
         for w, e in zip(self.windows, edges, strict=True):
             w.restore(e)
-        self.seq, self.pv_in, self.last_ts = seq, input_end, last_ts
+        self.seq, self.pv_in, self.last_ts = rec.seq, rec.input_end, rec.operator["last_ts"]
+        for unit, deps in rec.operator.get("dependencies", {}).items():
+            for d in deps:
+                self._reached[(unit, d["stream"])] = d["end"]
 
     # -- FTOperator -----------------------------------------------------------------------------
     def prepare_checkpoint(self, marker: Marker) -> Snapshot:
@@ -215,12 +221,32 @@ class QueryState(FTOperator):
         if "windows" not in p:
             raise RuntimeError(f"checkpoint {marker.checkpoint_id}: no operator took its marker")
         joins = [p["graph"][j.id] for j in self.joins]
+        deps = self._dependencies(p["pv"])
         return Snapshot(p["seq"], p["input_end"], dict(p["output"]), p["windows"] + joins,
                         {"last_ts": p["last_ts"], "checkpoint_id": marker.checkpoint_id,
                          "pv": p["pv"],
+                         "dependencies": {k: [dataclasses.asdict(d) for d in v]
+                                          for k, v in deps.items()},
                          "graph": {j.id: {"watermarks": [int(w) for w in s["watermarks"]],
                                           "emitted": int(s["emitted"])}
                                    for j, s in zip(self.joins, joins, strict=True)}})
+
+    def _dependencies(self, pv: dict) -> dict[str, list[Dependency]]:
+        """Per operator (and the sink), the p-units of the streams it reads that this
+        checkpoint's state newly depends on (Fig. 4): from where the previous checkpoint's
+        reached to where this one's does.  Stateful operators are told (``set_dependencies``);
+        the record keeps them all, and GC walks them (:func:`scabbard.ft.channels.release`)."""
+        out = {}
+        for unit, v in pv.items():
+            deps = []
+            for name, end in v.get("in", {}).items():
+                stream = "input" if name == "input" else f"edge-{name}"
+                deps.append(Dependency(stream, self._reached.get((unit, stream), 0), int(end)))
+                self._reached[(unit, stream)] = int(end)
+            out[unit] = deps
+            if unit in self.operators:
+                self.operators[unit].set_dependencies(deps)
+        return out
 
     def checkpoint(self, snap: Snapshot) -> tuple[list[dict], list[Future], int]:
         cid = snap.operator["checkpoint_id"]
