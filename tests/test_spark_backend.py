@@ -34,7 +34,7 @@ def sg_hour(spark, tmp_path_factory):
     # a 3600-s window makes Spark copy every tuple 3,600 times: a smaller dataset
     from scabbard.workloads import sg
 
-    return sg.SPEC.generate(duration=20, rate=50, out=tmp_path_factory.mktemp("sg-hour"),
+    return sg.SPEC.generate(duration=10, rate=50, out=tmp_path_factory.mktemp("sg-hour"),
                             spark=spark, progress=False)
 
 
