@@ -227,3 +227,21 @@ def test_checkpoints_record_the_dependencies_gc_walks(tiny, tmp_path):
     assert deps["per_window0"][0]["first"] == older.operator["dependencies"]["per_window0"][0][
         "end"] < deps["per_window0"][0]["end"]
     assert deps["window0"][0]["end"] == newer.input_end
+
+
+@pytest.mark.parametrize("name", queries.NAMES)
+def test_every_query_with_every_placement_gives_the_failure_free_results(tiny, tmp_path, name):
+    """All placements of the query's p-streams (the input and every operator's output, each
+    on or off), each a fault-tolerant run compared with the failure-free engine (itself equal
+    to Spark: test_spark_backend)."""
+    from scabbard.ft.placement import INGRESS, placements
+
+    q, ds = query(name, tiny)
+    n = ds.rows if name not in ("SG1", "SG3") else ds.rows // 2  # the hour window is dear
+    want = failure_free(q, ds, n)
+    for k, p in enumerate(placements(q)):
+        out = tmp_path / f"out{k}"
+        run(q, ds, tmp_path / f"s{k}", ClockedSink(out), max_tuples=n,
+            persist_at=tuple(e for e in p if e != INGRESS), persist_input=INGRESS in p)
+        v = compare(read_output(out), want, q.schema)
+        assert v.ok, (p, v)
