@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,10 @@ INSTALL_HINT = (
 
 class JavaNotFoundError(RuntimeError):
     """No usable Java runtime for Spark."""
+
+
+class SparkMasterError(RuntimeError):
+    """The Spark master cannot be reached."""
 
 
 @dataclass(frozen=True)
@@ -83,9 +88,45 @@ def check_java(
     return JavaInfo(exe, version, major)
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def master_addresses(master: str) -> list[tuple[str, int]]:
+    """The (host, port) pairs a master URL names: ``spark://h1:p1,h2:p2`` (standalone, with
+    standby masters), ``k8s://https://host:port``; none for ``local[*]`` or ``yarn``."""
+    if master.startswith("spark://"):
+        out = []
+        for hp in master[len("spark://"):].split(","):
+            host, _, port = hp.rpartition(":") if ":" in hp else (hp, "", "7077")
+            out.append((host.strip("[]"), int(port) if port.isdigit() else 7077))
+        return out
+    m = re.match(r"^k8s://(https?)://([^/:]+)(?::(\d+))?", master)
+    if m:
+        return [(m.group(2), int(m.group(3) or (443 if m.group(1) == "https" else 80)))]
+    return []
+
+
+def check_master(master: str, timeout: float = 10.0) -> None:
+    """Raise :class:`SparkMasterError` unless one address of ``master`` accepts a connection
+    (a master that is not there would otherwise make Spark retry for a minute)."""
+    errors = []
+    for host, port in master_addresses(master):
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            return
+        except OSError as e:
+            errors.append(f"{host}:{port}: {e.strerror or e}")
+    if errors:
+        raise SparkMasterError(
+            f"cannot reach the Spark master {master} ({'; '.join(errors)}): is it running? "
+            f"(a local one: `scabbard spark status`)")
+
+
 @dataclass(frozen=True)
 class SparkSettings:
-    """How to start Spark.  ``master`` is any Spark master URL (``local[*]``, ``spark://...``)."""
+    """How to start Spark.  ``master`` is any Spark master URL (``local[*]``, ``spark://...``,
+    ``yarn``, ``k8s://...``); ``ui`` the address the driver's web UI binds to (None: no UI);
+    ``extra`` Spark settings (``--conf``), applied last, so they override the rest."""
 
     master: str = "local[*]"
     app_name: str = "scabbard"
@@ -93,23 +134,70 @@ class SparkSettings:
     shuffle_partitions: int = 8
     local_dir: str | None = None
     extra: tuple[tuple[str, str], ...] = ()
+    ui: str | None = None
 
     @property
     def is_local(self) -> bool:
         return self.master.startswith("local")
 
+    @property
+    def on_loopback(self) -> bool:
+        """Local mode, or a cluster all of whose masters are on this machine's loopback."""
+        hosts = [h for h, _ in master_addresses(self.master)]
+        return self.is_local or (bool(hosts) and all(h in LOOPBACK for h in hosts))
+
+
+def _address_towards(master: str) -> str:
+    """This machine's address on the route to the master (what its executors can reach)."""
+    for host, port in master_addresses(master):
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect((host, port))
+                return s.getsockname()[0]
+        except OSError:
+            continue
+    return socket.gethostbyname(socket.gethostname())
+
+
+def driver_configuration(settings: SparkSettings) -> tuple[dict, dict]:
+    """What :func:`get_spark` sets: (environment of the driver's JVM, Spark settings).
+
+    * The driver's Python workers and the executors' run ``spark.pyspark.python`` if given
+      (a cluster's nodes have their own), else this interpreter.
+    * On loopback (local mode, a local cluster) the driver binds to 127.0.0.1: the host name
+      of these machines does not resolve to it.
+    * The web UI is off unless ``ui`` names an address; Spark binds it to ``SPARK_LOCAL_IP``,
+      so that is set to it - and then, on a remote cluster, the driver's own address is set
+      explicitly to the one on the route to the master.
+    """
+    extra = dict(settings.extra)
+    env = {"PYSPARK_PYTHON": extra.get("spark.pyspark.python", sys.executable),
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    conf = {"spark.ui.enabled": "true" if settings.ui else "false"}
+    if settings.on_loopback:
+        env["SPARK_LOCAL_IP"] = settings.ui or "127.0.0.1"
+        conf.update({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"})
+    elif settings.ui:
+        env["SPARK_LOCAL_IP"] = settings.ui
+        here = _address_towards(settings.master)
+        conf.update({"spark.driver.bindAddress": here, "spark.driver.host": here})
+    conf.update(extra)
+    return env, conf
+
 
 def get_spark(settings: SparkSettings = SparkSettings()):
-    """Start (or reuse) the SparkSession described by ``settings``."""
+    """Start (or reuse) the SparkSession described by ``settings``.
+
+    Java and the master are checked first (one clear error each).  The environment is
+    read by the driver's JVM when it starts - the first session of a process - so a later
+    session with another ``ui`` address keeps the first one's binding.
+    """
     check_java()
+    check_master(settings.master)
     from pyspark.sql import SparkSession
 
-    # Spark's Python workers must run this interpreter (the venv's), and in local mode the
-    # driver must bind to loopback: the host name of these machines does not resolve to it.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    if settings.is_local:
-        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env, conf = driver_configuration(settings)
+    os.environ.update(env)
     log4j = resources.files("scabbard.resources").joinpath("log4j2.properties")
     # Spark's generated code for wide projections exceeds HotSpot's 8 KB limit for JIT
     # compilation; without this flag such stages run interpreted, 2x slower.
@@ -120,7 +208,6 @@ def get_spark(settings: SparkSettings = SparkSettings()):
         .appName(settings.app_name)
         .config("spark.driver.memory", settings.driver_memory)
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
-        .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.local.dir", local_dir)
         .config("spark.sql.session.timeZone", "UTC")
@@ -128,11 +215,7 @@ def get_spark(settings: SparkSettings = SparkSettings()):
         .config("spark.driver.extraJavaOptions", java_opts)
         .config("spark.executor.extraJavaOptions", java_opts)
     )
-    if settings.is_local:
-        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
-            "spark.driver.host", "127.0.0.1"
-        )
-    for k, v in settings.extra:
+    for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
