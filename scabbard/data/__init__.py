@@ -186,8 +186,13 @@ def _read_manifest(path: Path) -> dict:
             f"{path}: no {MANIFEST}: not a dataset, or its generation did not finish{hint}; "
             "run `scabbard datagen` again"
         )
+    return parse_manifest(mpath.read_bytes(), mpath)
+
+
+def parse_manifest(text: bytes | str, mpath) -> dict:
+    """A manifest's JSON ``text`` checked field by field (``mpath`` names it in errors)."""
     try:
-        manifest = json.loads(mpath.read_text())
+        manifest = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DatasetError(f"{mpath}: corrupt manifest, not valid JSON ({e})") from None
     if not isinstance(manifest, dict):
@@ -247,7 +252,8 @@ def _column_path(table_dir: Path, file, where: Path, what: str) -> Path:
     return path
 
 
-def _open_table(name: str, table_dir: Path, entry: dict, where: Path) -> Table:
+def table_layout(name: str, entry, where) -> tuple[Schema, int]:
+    """A manifest's table entry checked field by field: its schema and row count."""
     if not isinstance(entry, dict) or any(k not in entry for k in _TABLE_KEYS):
         raise DatasetError(f"{where}: corrupt manifest, table {name!r} lacks {list(_TABLE_KEYS)}")
     _expect(entry["schema"], dict, where, f"the schema of table {name!r}")
@@ -277,6 +283,11 @@ def _open_table(name: str, table_dir: Path, entry: dict, where: Path) -> Table:
             f"{where}: corrupt manifest, columns {listed} of {name!r} do not match its schema "
             f"{list(schema.names)}"
         )
+    return schema, rows
+
+
+def _open_table(name: str, table_dir: Path, entry: dict, where: Path) -> Table:
+    schema, rows = table_layout(name, entry, where)
     columns = []
     for i, (fld, c) in enumerate(zip(schema.fields, entry["columns"], strict=True)):
         path = _column_path(table_dir, c["file"], where, f"column {i} of table {name!r}")

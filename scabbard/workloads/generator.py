@@ -36,6 +36,7 @@ from scabbard.data.format import (
     remove_stale_stages,
     staging_dir,
 )
+from scabbard.hadoopfs import is_uri, to_uri
 from scabbard.schema import Schema
 
 MAX_ROWS = 1 << 40
@@ -260,14 +261,10 @@ def _write_table(spark, df, schema: Schema, table_dir: Path, codec: str, progres
     if df.columns != list(schema.names):
         raise RuntimeError(f"{desc}: build produced columns {df.columns}, expected {list(schema.names)}")
     folder = table_dir / "parquet"
+    from scabbard.data.parquet import parquet_rows, parquet_to_replay, spark_parquet_writer
+
     with spark_progress(spark, f"{desc} spark", enabled=progress):
-        # Parquet format v2 pages (delta encodings) without dictionaries or page checksums:
-        # ~1.7x faster to write than parquet-mr's defaults, and read by pyarrow and Spark alike.
-        (df.write.option("compression", codec)
-         .option("parquet.writer.version", "v2")
-         .option("parquet.enable.dictionary", "false")
-         .option("parquet.page.write-checksum.enabled", "false")
-         .parquet(str(folder)))
+        spark_parquet_writer(df, codec).parquet(str(folder))
     files = []
     for p in sorted(folder.glob("part-*")):  # name part files by partition index only
         target = folder / f"part-{int(p.name.split('-')[1]):05d}.parquet"
@@ -276,13 +273,71 @@ def _write_table(spark, df, schema: Schema, table_dir: Path, codec: str, progres
     for junk in folder.iterdir():  # _SUCCESS and checksum files of Hadoop's local file system
         if junk.name.startswith((".", "_")):
             junk.unlink()
-    from scabbard.data.parquet import parquet_rows, parquet_to_replay
+    # modification times in partition order: a file stream reads files in that order
+    start = time.time_ns() - len(files) * 10**9
+    for k, f in enumerate(files):
+        os.utime(f, ns=(start + k * 10**9, start + k * 10**9))
 
     with tqdm(total=parquet_rows(files), desc=f"{desc} replay", unit="row", unit_scale=True,
               leave=False, disable=not progress) as bar:
         entry = parquet_to_replay(files, schema, table_dir, progress=bar.update)
     entry["parquet"] = [str(f.relative_to(table_dir)) for f in files]
     return entry
+
+
+def _keep(state: str, existing, final, spec: WorkloadSpec, name: str, preset: bool,
+          log: Callable[[str], None]) -> bool:
+    """Whether the dataset ``_existing`` found at ``final`` is kept as it is; a dataset of
+    other parameters under a name the user chose is an error, never overwritten."""
+    if state == "same":
+        log(f"{spec.name}: {final} is up to date ({existing.rows:,} rows); --force regenerates")
+        return True
+    if state == "different" and preset:
+        log(f"{spec.name}: the {name!r} preset changed; regenerating {final}")
+    elif state == "different":
+        raise DatagenError(
+            f"{final} already holds a dataset with other parameters; pass --force to "
+            "replace it or --name to write beside it"
+        )
+    if state == "stale":
+        log(f"{spec.name}: {final} was made by other generator code; regenerating it")
+    return False
+
+
+def default_partitions(spark, params: GenParams) -> int:
+    """Two tasks per core, each of at least 250,000 rows."""
+    par = spark.sparkContext.defaultParallelism
+    return max(1, min(2 * par, math.ceil(params.rows / 250_000)))
+
+
+def _generate_shared(spec: WorkloadSpec, params: GenParams, out: str, name: str, preset: bool,
+                     partitions: int | None, master: str, force: bool, parquet_codec: str,
+                     spark, log: Callable[[str], None]):
+    """:func:`generate` onto a URI a cluster shares: the executors write every byte
+    (:mod:`scabbard.workloads.shared_output`); the dataset is the one a local run writes."""
+    from scabbard.hadoopfs import SharedFS, check_executors_can_write, join
+    from scabbard.sparksession import SparkSettings, get_spark
+    from scabbard.workloads import shared_output
+
+    if spark is None:
+        spark = get_spark(SparkSettings(master=master, app_name=f"scabbard-datagen-{spec.name}"))
+    fs = SharedFS(spark)
+    final = join(out, spec.name, name)
+    check_executors_can_write(spark, join(out, spec.name), "--out")
+    fingerprint = code_fingerprint(spec)
+    if not force:
+        state, existing = shared_output.existing_dataset(fs, final, spec, params.to_dict(),
+                                                         fingerprint)
+        if _keep(state, existing, final, spec, name, preset, log):
+            return shared_output.opened(fs, final, spec.schema)
+    partitions = partitions or default_partitions(spark, params)
+    frames = spec.build(BuildContext(spark, params, partitions))
+    expected = {"stream", *spec.tables}
+    if set(frames) != expected:
+        raise RuntimeError(f"{spec.name}.build returned {sorted(frames)}, expected {sorted(expected)}")
+    run = {"master": spark.sparkContext.master, "partitions": partitions}
+    return shared_output.generate_shared(spec, params.to_dict(), frames, spark, fs, final, run,
+                                         fingerprint, parquet_codec, log)
 
 
 def generate(
@@ -298,7 +353,14 @@ def generate(
     spark=None,
     log: Callable[[str], None] = lambda s: None,
 ) -> Dataset:
-    """Generate ``spec``'s dataset for ``params`` under ``<out>/<workload>/<name>``."""
+    """Generate ``spec``'s dataset for ``params`` under ``<out>/<workload>/<name>``.
+
+    ``out`` is a folder, or a URI a cluster shares (``file:///shared/data``,
+    ``hdfs://nn/data``); with a URI or a cluster master the executors write every byte
+    (:mod:`scabbard.workloads.shared_output`) and the dataset is the same as a local run's.
+    It is returned as a :class:`~scabbard.data.Dataset` where the driver sees it as a
+    folder, else as a :class:`~scabbard.data.shared.SharedDataset`.
+    """
     from scabbard.sparksession import SparkSettings, get_spark
 
     if partitions is not None and partitions < 1:
@@ -307,30 +369,21 @@ def generate(
     name = name or default_name(spec, params)
     if not name or "/" in name or name.startswith("."):
         raise DatagenError(f"--name {name!r} is not a valid folder name")
+    if is_uri(out) or not (master if spark is None else spark.sparkContext.master).startswith("local"):
+        return _generate_shared(spec, params, to_uri(out), name, preset, partitions, master,
+                                force, parquet_codec, spark, log)
     parent = Path(out) / spec.name
     final = parent / name
     check_writable(parent)
     remove_stale_stages(parent)
     if not force:
         state, existing = _existing(final, spec, params)
-        if state == "same":
-            log(f"{spec.name}: {final} is up to date ({existing.rows:,} rows); --force regenerates")
+        if _keep(state, existing, final, spec, name, preset, log):
             return existing
-        if state == "different" and preset:
-            log(f"{spec.name}: the {name!r} preset changed; regenerating {final}")
-        elif state == "different":
-            raise DatagenError(
-                f"{final} already holds a dataset with other parameters; pass --force to "
-                "replace it or --name to write beside it"
-            )
-        if state == "stale":
-            log(f"{spec.name}: {final} was made by other generator code; regenerating it")
 
     if spark is None:
         spark = get_spark(SparkSettings(master=master, app_name=f"scabbard-datagen-{spec.name}"))
-    if partitions is None:
-        par = spark.sparkContext.defaultParallelism
-        partitions = max(1, min(2 * par, math.ceil(params.rows / 250_000)))
+    partitions = partitions or default_partitions(spark, params)
 
     stage = staging_dir(final)
     try:
