@@ -2,7 +2,9 @@
 
 Used three ways: as the correctness reference of the engine (equal window
 results), as the fault-tolerant peer in the benchmarks (it keeps a checkpoint
-location), and as the way out for users who outgrow one machine (``master``).
+location), and as the way out for users who outgrow one machine (``master``,
+DESIGN.md §16: everything it reads and writes is at URIs the executors reach, and
+the executors do the reading and writing).
 
 How a plan runs:
 
@@ -11,12 +13,19 @@ How a plan runs:
    ms with a zero-delay watermark (the data arrive in event-time order), σ/π
    and the static ⋈ become DataFrame operations, and ω γ α a ``groupBy(window,
    keys)``.  It runs in append mode with the trigger ``availableNow`` and
-   writes complete windows to Parquet.  A *sentinel* file holding one tuple far
-   beyond the last window advances the watermark past every real window, so
-   all of them are emitted; it is never part of a result.
+   writes complete windows to Parquet.  The source is the union of the
+   dataset's Parquet folder and the work folder's ``sentinel`` folder, into
+   which the executors write the *sentinel*: per branch one tuple far beyond its
+   last window.  Read after the data, it advances the branch's watermark past
+   every real window, so all of them are emitted.  A sentinel is never part of a
+   result.  (When the data come in several micro-batches, each branch first
+   consumes them and then runs again from its checkpoint to read the sentinel.)
 2. The operators on complete windows (having, keep-max, per-window aggregate,
    window join) act window by window, so they run as batch operations on the
-   branches' outputs.
+   branches' outputs; the executors write the final rows.
+
+A run started again on the work folder of one that was stopped resumes from its
+checkpoints (``scabbard.peers.spark_io`` has the folder's layout).
 """
 
 from __future__ import annotations
@@ -25,12 +34,16 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import reduce
 from pathlib import Path
 
 import numpy as np
 
 from scabbard.data import Dataset
 from scabbard.data.parquet import arrow_schema
+from scabbard.data.shared import SharedDataset, shared_view
+from scabbard.hadoopfs import SharedFS, local_path, to_uri
+from scabbard.peers.spark_io import Workdir, rows_read, write_rows
 from scabbard.query import Query, QueryError
 from scabbard.query.expr import BinOp, BoolOp, Cmp, Col, Expr, Lit, Not, resolve
 from scabbard.query.plan import (
@@ -176,13 +189,16 @@ def _branches(node: Node) -> list[WindowAggregate]:
 
 @dataclass(frozen=True)
 class SparkRun:
-    """A finished Spark run: result rows (as engine-style columns) and timing."""
+    """A finished Spark run: result rows (as engine-style columns, if collected) and timing."""
 
     query: str
     columns: dict
     tuples: int
     seconds: float  # the streaming queries (source to complete windows)
-    seconds_total: float  # including the per-window batch operations and collection
+    seconds_total: float  # including the per-window batch operations and writing the results
+    output: str | None = None  # the URI the executors wrote the result rows to
+    rows: int | None = None  # result rows (when written or collected)
+    rows_read: tuple[int, ...] = ()  # input rows each branch's streaming queries read in this run
 
     @property
     def tuples_per_s(self) -> float:
@@ -209,39 +225,28 @@ def _survivors(node: Node, df, relations: dict):
     raise QueryError(f"{node.label()} cannot come before the window aggregation")
 
 
-def _sentinels(spark, dataset: Dataset, branches, relations, files, folder: Path,
-               beyond_ms: int) -> None:
-    """Flush tuples: per branch, its last surviving tuple moved ``beyond_ms`` later.
+def _write_sentinel(spark, source, branches, relations, folder: str, beyond_ms: int) -> None:
+    """Flush tuples: per branch, its last surviving tuple moved ``beyond_ms`` later, written
+    by the executors as one Parquet file into ``folder`` (kept if a previous attempt of the
+    run finished writing it).
 
     Spark pushes filters below the watermark, so only a tuple that passes a
     branch's σ and ⋈ advances that branch's watermark past its last window.
     """
-    import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
-    from scabbard.data.parquet import columns_to_arrow
-
-    source = spark.read.schema(arrow_to_spark(dataset.schema)).parquet(*files)
-    rows = []
-    for node in branches:
-        survivors = _survivors(node.input, source, relations)
-        last = (survivors.select(*(F.col(f"__orig_{n}").alias(n) for n in dataset.schema.names))
-                .orderBy(F.col("timestamp").desc()).limit(1).collect())
-        if last:
-            rows.append(last[0])
-    if not rows:
+    fs = SharedFS(spark)
+    if any(e.name == "_SUCCESS" for e in fs.list(folder)):
         return
-    cols = []
-    for f in dataset.schema.fields:
-        values = [r[f.name] for r in rows]
-        if f.dtype == "uuid":
-            cols.append(np.frombuffer(b"".join(values), dtype=np.uint64).reshape(-1, 2))
-        else:
-            cols.append(np.asarray(values, dtype=f.numpy_dtype))
-    cols[0] = cols[0] + beyond_ms
-    order = np.argsort(cols[0], kind="stable")
-    pq.write_table(columns_to_arrow(dataset.schema, tuple(c[order] for c in cols)),
-                   folder / "zzzz-sentinel.parquet")
+    for e in fs.list(folder):  # an attempt that died while writing it
+        fs.delete(e.uri)
+    names = source.columns
+    last = [_survivors(node.input, source, relations)
+            .select(*(F.col(f"__orig_{n}").alias(n) for n in names))
+            .orderBy(F.col("timestamp").desc()).limit(1) for node in branches]
+    rows = reduce(lambda a, b: a.unionByName(b), last)
+    (rows.withColumn("timestamp", F.col("timestamp") + F.lit(beyond_ms))
+     .coalesce(1).write.mode("append").parquet(folder))
 
 
 def _to_columns(df, schema) -> dict:
@@ -262,78 +267,95 @@ def _to_columns(df, schema) -> dict:
     return out
 
 
-def run_spark(query: Query, dataset: Dataset, spark=None, workdir: str | Path | None = None,
-              checkpoint: str | Path | None = None, output: str | Path | None = None,
-              max_files_per_trigger: int | None = None, collect: bool = True) -> SparkRun:
+def _consume(node, stream, relations, i: int, work: Workdir) -> int:
+    """Run branch ``i`` until it has read everything available (``availableNow``); the
+    rows it read."""
+    q = (branch_frame(node, stream, relations).writeStream.format("parquet")
+         .option("checkpointLocation", work.checkpoint(i)).option("path", work.branch(i))
+         .outputMode("append").trigger(availableNow=True).start())
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise RuntimeError(f"Spark streaming query failed: {q.exception()}")
+    return rows_read(q)
+
+
+def run_spark(query: Query, dataset: Dataset | SharedDataset, spark=None,
+              workdir: str | Path | None = None, checkpoint: str | Path | None = None,
+              output: str | Path | None = None, max_files_per_trigger: int | None = None,
+              collect: bool = True) -> SparkRun:
     """Run ``query`` over ``dataset`` with Spark Structured Streaming; return its window results.
 
-    ``workdir`` holds the stream input links, the branches' outputs and (unless
-    ``checkpoint`` is given) the checkpoint locations; a temporary folder by default.
-    ``output``: also write the final rows as Parquet there.  ``collect=False``: only the
-    streaming part runs and is timed (a benchmark; LRB2's 30 M result rows would fill the
-    driver's heap); ``columns`` is then empty.
+    ``dataset``: a local dataset, or one at a URI (:class:`SharedDataset`).  ``workdir``: a
+    folder or URI every executor reaches (:class:`~scabbard.peers.spark_io.Workdir`); a
+    temporary local folder by default, in local mode only.  ``checkpoint``: another parent
+    for the checkpoint locations.  ``output``: the executors also write the final rows
+    there as Parquet (a folder or URI).  ``collect=False``: the rows are not brought to the
+    driver (a cluster's result need not fit there; LRB2's 30 M rows do not), ``columns`` is
+    then empty.  ``max_files_per_trigger``: Parquet files per micro-batch (default: all).
+    Started on the work folder of an unfinished run of the same query, it resumes.
     """
     from pyspark.sql import functions as F
 
     from scabbard.sparksession import get_spark
 
-    if dataset.schema.fingerprint != query.source.schema.fingerprint:
+    data = shared_view(dataset)
+    if data.schema.fingerprint != query.source.schema.fingerprint:
         raise ValueError(f"{query.name} reads {query.source.schema.name!r} data, not "
-                         f"{dataset.schema.name!r}")
+                         f"{data.schema.name!r}")
     spark = spark or get_spark()
     own = workdir is None
-    work = Path(tempfile.mkdtemp(prefix="scabbard-spark-")) if own else Path(workdir)
+    if own and not spark.sparkContext.master.startswith("local"):
+        raise ValueError(f"a run on {spark.sparkContext.master} needs a workdir every "
+                         "executor reaches (a shared folder or a URI)")
+    work = Workdir(tempfile.mkdtemp(prefix="scabbard-spark-") if own else workdir, checkpoint)
     try:
         t0 = time.perf_counter()
         branches = _branches(query.node)
-        # 1. the stream: the dataset's part files plus the sentinel, in one folder
-        src = work / "input"
-        src.mkdir(parents=True, exist_ok=True)
-        files = []
-        for f in dataset.stream.entry["parquet"]:
-            link = src / Path(f).name
-            if not link.exists():
-                link.symlink_to((dataset.stream.path / f).resolve())
-            files.append(str(link))
-        relations = {}
-        for name, table in dataset.tables.items():
-            tfiles = [str(table.path / f) for f in table.entry["parquet"]]
-            relations[name] = spark.read.schema(arrow_to_spark(table.schema)).parquet(*tfiles)
-        horizon = max(b.window.range_ms + b.window.slide_ms for b in branches) + 1000
-        _sentinels(spark, dataset, branches, relations, files, src, horizon)
-        reader = spark.readStream.schema(arrow_to_spark(dataset.schema))
+        SharedFS(spark).mkdirs(work.sentinel)
+        relations = {name: spark.read.schema(arrow_to_spark(t.schema)).parquet(*t.parquet)
+                     for name, t in data.tables.items()}
+        # 1. the stream: the dataset's Parquet folder and the sentinel folder
+        spark_schema = arrow_to_spark(data.schema)
+        reader = spark.readStream.schema(spark_schema)
         if max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-        stream = reader.parquet(str(src))
+        stream = reader.parquet(data.stream.parquet_folder).unionByName(
+            spark.readStream.schema(spark_schema).parquet(work.sentinel))
         stream = stream.withColumn(EVENT_TIME, F.timestamp_millis("timestamp")) \
             .withWatermark(EVENT_TIME, "0 seconds")
-        # 2. one streaming query per window aggregation, complete windows to Parquet
-        frames = {}
-        started = time.perf_counter()
-        for i, node in enumerate(branches):
-            out_dir = work / f"branch{i}"
-            ckpt = Path(checkpoint) / f"branch{i}" if checkpoint else work / f"checkpoint{i}"
-            q = (branch_frame(node, stream, relations).writeStream.format("parquet")
-                 .option("checkpointLocation", str(ckpt)).option("path", str(out_dir))
-                 .outputMode("append").trigger(availableNow=True).start())
-            q.awaitTermination()
-            if q.exception() is not None:
-                raise RuntimeError(f"Spark streaming query failed: {q.exception()}")
-            frames[id(node)] = spark.read.schema(arrow_to_spark(node.schema)).parquet(str(out_dir))
-        streaming = time.perf_counter() - started
-        if not collect:
-            return SparkRun(query.name, {}, dataset.rows, streaming, time.perf_counter() - t0)
+        # 2. one streaming query per window aggregation.  Read in one micro-batch, the data
+        # and the sentinel can be read together; read in several, the sentinel must come
+        # after the last one (it would make all later data late), so each branch consumes
+        # the data first and then runs again from its checkpoint to read the sentinel.
+        horizon = max(b.window.range_ms + b.window.slide_ms for b in branches) + 1000
+        source = spark.read.schema(spark_schema).parquet(*data.stream.parquet)
+        read, streaming = [0] * len(branches), 0.0
+        for flush in ([True] if not max_files_per_trigger else [False, True]):
+            if flush:
+                _write_sentinel(spark, source, branches, relations, work.sentinel, horizon)
+            started = time.perf_counter()
+            read = [n + _consume(node, stream, relations, i, work)
+                    for n, (i, node) in zip(read, enumerate(branches), strict=True)]
+            streaming += time.perf_counter() - started
+        frames = {id(node): spark.read.schema(arrow_to_spark(node.schema)).parquet(work.branch(i))
+                  for i, node in enumerate(branches)}
         # 3. per-window operators, as batch operations on complete windows
         result = _post(query.node, frames)
-        cols = _to_columns(result, query.schema)
-        if output is not None:
-            from scabbard.data.parquet import write_parquet
-
-            write_parquet(query.schema, tuple(cols[n] for n in query.schema.names), Path(output))
-        return SparkRun(query.name, cols, dataset.rows, streaming, time.perf_counter() - t0)
+        out = to_uri(output) if output is not None else None
+        rows = None
+        if out is not None:
+            write_rows(result, arrow_to_spark(query.schema), out)
+            result = spark.read.schema(arrow_to_spark(query.schema)).parquet(out)
+            rows = result.count()
+        cols = {}
+        if collect:
+            cols = _to_columns(result, query.schema)
+            rows = len(cols[query.schema.names[0]])
+        return SparkRun(query.name, cols, data.rows, streaming, time.perf_counter() - t0, out,
+                        rows, tuple(read))
     finally:
         if own:
-            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(local_path(work.uri), ignore_errors=True)
 
 
 def arrow_to_spark(schema):
