@@ -6,6 +6,7 @@
     scabbard reproduce [--only NAME] [--scale small|full]
     scabbard bench datagen ...
     scabbard check crash-states --query Q [--sink clocked|transactional] [--states N]
+    scabbard spark up|down|status [--folder DIR]
 
 Every subcommand has ``--help``.  Errors print one line, ``scabbard: error: ...``,
 and exit non-zero (2 for bad input, 1 for failures while running).
@@ -42,10 +43,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     data.add(sub)
     reproduce.add(sub)
     bench.add(sub, full=command in (None, "bench"))
-    from scabbard.cli import check, sim  # light: SimPy loads on use
+    from scabbard.cli import check, sim, spark  # light: SimPy, Spark load on use
 
     sim.add_parser(sub)
     check.add_parser(sub)
+    spark.add(sub)
     return parser
 
 
@@ -57,7 +59,9 @@ _USAGE_ERRORS = [("scabbard.workloads.generator", "DatagenError"),
                  ("scabbard.schema", "SchemaError"), ("scabbard.query", "QueryError")]
 _FAILURES = [("scabbard.data", "DatasetError"), ("scabbard.sparksession", "JavaNotFoundError"),
              ("scabbard.storage", "StorageError"), ("scabbard.pog", "PStreamError"),
-             ("scabbard.pog.checkpoint", "CheckpointError")]
+             ("scabbard.pog.checkpoint", "CheckpointError"),
+             ("scabbard.sparksession", "SparkMasterError"), ("scabbard.hadoopfs", "SharedFSError"),
+             ("scabbard.standalone.daemons", "ClusterError")]
 
 
 def _loaded(names: list[tuple[str, str]]) -> tuple[type, ...]:

@@ -23,6 +23,8 @@ _HELP = {
     "rows": "values per column", "repeat": "timed runs, best kept",
     "placements": "p-streams on every edge between operators: on every other configuration "
                   "of a query with several operators, on all, or none",
+    "workload": "the workload generated", "tuples": "rows generated",
+    "workers": "local[N] threads, and the cluster's workers of 1 core",
 }
 _FLAGS = {"with_query": "--no-query", "batch_kib": "--batch-kb", "min_life": "--min",
           "max_life": "--max"}
@@ -94,6 +96,7 @@ def add(sub, full: bool = True) -> None:
         engine_throughput,
         ingest,
         kills,
+        scaleout,
     )
 
     dp = _bench(
@@ -182,6 +185,16 @@ def add(sub, full: bool = True) -> None:
         "states.  Writes results.csv, runs.csv and aligned.png to --out.", _run_bench_aligned)
     _options(ap, aligned.Settings, "query", "batch_kib", "seconds", "interval", "scale",
              out="experiments/runs/bench-aligned")
+    gp = _bench(
+        bsub, "cluster",
+        "generation rate and one query's throughput: local mode vs a standalone cluster here",
+        "In one run: Spark in local mode (local[N]), then a standalone cluster started for the "
+        "run (a master and N workers of one core on 127.0.0.1, stopped afterwards): each "
+        "generates --tuples rows of --workload into a file:// URI (the executors write "
+        "Parquet and the replay columns) and runs --query on them with the Spark backend "
+        "(results written by the executors).  Prints the generation rate and the query's "
+        "throughput side by side, and what limits them on this machine.", _run_bench_cluster)
+    _options(gp, scaleout.Settings, "workload", "tuples", "query", "workers", "rounds", "work")
     kp = _bench(
         bsub, "kills",
         "a long kill campaign: SIGKILL the engine at random moments, recover, verify",
@@ -339,6 +352,15 @@ def _run_bench_aligned(args) -> int:
     csv = exp.save(runs, args.out)
     exp.plot(runs, args.out)
     print(f"\nresults: {csv}, figure: {Path(args.out) / 'aligned.png'}")
+    return 0
+
+
+def _run_bench_cluster(args) -> int:
+    from scabbard.experiments import scaleout as exp
+
+    table = exp.run(_settings(exp.Settings, args), log=lambda s: print(s, flush=True))
+    print("\n" + exp.summary(table))
+    print("\n" + exp.NOTE)
     return 0
 
 

@@ -34,11 +34,17 @@ def add(sub) -> None:
                    help="tuples per second of event time")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--partitions", type=int, help="Spark partitions (default: from size and cores)")
-    p.add_argument("--out", default="data", metavar="DIR", help="output root (default: data)")
+    p.add_argument("--out", default="data", metavar="DIR|URI",
+                   help="output root (default: data): a folder, or a URI every executor "
+                        "reaches (file:///shared/data, hdfs://nn/data, s3a://bucket/data); "
+                        "with a URI the executors write every file")
     p.add_argument("--name", help="dataset folder name (default: the scale, or a slug of the parameters)")
     p.add_argument("--master", default="local[*]",
-                   help="Spark master URL (default: local[*]); with a cluster, --out must be a "
-                        "folder that the driver and every executor see at the same path")
+                   help="Spark master URL (default: local[*]); with a cluster (spark://, yarn, "
+                        "k8s://) the executors write the dataset, so --out must be a URI or "
+                        "folder every executor reaches; the dataset is byte-identical")
+    p.add_argument("--conf", action="append", metavar="KEY=VALUE",
+                   help="a Spark setting (repeatable), e.g. spark.executor.memory=4g")
     p.add_argument("--force", action="store_true", help="regenerate even if the dataset exists")
     p.add_argument("--parquet-codec", default="snappy",
                    choices=("snappy", "zstd", "lz4", "gzip", "none"),
@@ -81,7 +87,12 @@ def _run_datagen(args) -> int:
         raise CLIError("--name names one dataset; it cannot be used with 'all'")
     if args.partitions is not None and args.partitions < 1:
         raise CLIError(f"--partitions must be >= 1, got {args.partitions}")
-    check_writable(Path(args.out))
+    from scabbard.cli.spark_backend import parse_conf
+    from scabbard.hadoopfs import is_uri
+
+    conf = parse_conf(args.conf)
+    if not is_uri(args.out):
+        check_writable(Path(args.out))
 
     spark = None
     rows = []
@@ -89,7 +100,8 @@ def _run_datagen(args) -> int:
         if spark is None:
             from scabbard.sparksession import SparkSettings, get_spark
 
-            spark = get_spark(SparkSettings(master=args.master, app_name="scabbard-datagen"))
+            spark = get_spark(SparkSettings(master=args.master, app_name="scabbard-datagen",
+                                            extra=conf))
         ds = generate(
             spec, params, out=args.out, name=args.name, partitions=args.partitions,
             master=args.master, force=args.force, progress=not args.no_progress,

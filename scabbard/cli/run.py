@@ -8,6 +8,7 @@ from pathlib import Path
 
 from scabbard.cli.common import query_dataset, storage_dir
 from scabbard.cli.errors import CLIError
+from scabbard.cli.spark_backend import reject_spark_flags
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -49,6 +50,12 @@ def add_run(sub) -> None:
     p.add_argument("--metrics-interval", type=float, default=0.5, metavar="SECONDS",
                    help="seconds between metrics samples (default 0.5)")
     p.add_argument("--master", default="local[*]", help="Spark master for --backend spark")
+    p.add_argument("--workdir", metavar="URI", help="spark backend: work folder (checkpoints, "
+                   "windows, results) every executor reaches; needed on a cluster; resumes")
+    p.add_argument("--conf", action="append", metavar="KEY=VALUE",
+                   help="spark backend: a Spark setting (repeatable)")
+    p.add_argument("--spark-ui", nargs="?", const="127.0.0.1", metavar="ADDRESS",
+                   help="spark backend: the Spark web UI, on 127.0.0.1 (or ADDRESS)")
     p.add_argument("--persist-input", action="store_true",
                    help="persist the ingress p-stream while the query runs (stored before "
                         "processed; released input is garbage-collected)")
@@ -335,11 +342,12 @@ def _run_query(args) -> int:
         config_from_args(args)  # the flags checked before anything is measured
         _auto_placement(args, query_dataset(args))
     config = config_from_args(args)
+    if args.backend == "spark":
+        return _run_spark(args, query)
+    reject_spark_flags(args)
     ds = query_dataset(args)
     print(f"{query.name} on {ds.path} ({ds.rows:,} tuples, {ds.schema.row_bytes} B each), "
           f"backend {args.backend}", flush=True)
-    if args.backend == "spark":
-        return _run_spark(args, query, ds)
     return _run_engine(args, config, ds)
 
 
@@ -407,25 +415,7 @@ def _run_fault_tolerant(args, config, ds, progress) -> int:
     return 0
 
 
-def _run_spark(args, query, ds) -> int:
-    from scabbard.peers.spark import run_spark
-    from scabbard.sparksession import SparkSettings, get_spark
+def _run_spark(args, query) -> int:
+    from scabbard.cli.spark_backend import run_spark_backend
 
-    if args.persist_input or args.checkpoint_interval is not None or args.recover:
-        raise CLIError("--persist-input, --checkpoint-interval and --recover apply to the "
-                       "scabbard backend")
-    for flag in ("rate", "duration", "max_tuples", "batch", "workers", "metrics_log"):
-        if getattr(args, flag) is not None:
-            raise CLIError(f"--{flag.replace('_', '-')} applies to the scabbard backend; the spark "
-                           "backend reads the dataset once")
-    spark = get_spark(SparkSettings(master=args.master, app_name=f"scabbard-{query.name}"))
-    out = args.out if args.out and args.out.endswith(".parquet") else None
-    if args.out and out is None:
-        raise CLIError("--out: the spark backend writes .parquet")
-    run = run_spark(query, ds, spark=spark, output=out)
-    rows = len(run.columns["window_end"])
-    print(f"\n{query.name} (Spark Structured Streaming, {spark.sparkContext.master}): "
-          f"{run.tuples:,} tuples in {run.seconds:.2f} s = {run.tuples_per_s / 1e6:.3f} M tuples/s "
-          f"(streaming part; {run.seconds_total:.2f} s in all)")
-    print(f"results: {rows:,} rows" + (f" -> {out}" if out else ""))
-    return 0
+    return run_spark_backend(args, query)

@@ -15,7 +15,8 @@ Starting, in steps (a failure at any step stops what was started and says why):
 4. The master's JSON status page is polled until every worker is registered and ALIVE -
    an event, bounded by ``timeout`` seconds, never a guess of how long it takes.
 
-Stopping sends SIGTERM to the daemons, then SIGKILL to every process still carrying the
+Stopping (also by the object that started it when ``cluster.json`` is gone) sends SIGTERM
+to the daemons, then SIGKILL to every process still carrying the
 cluster's tag (:mod:`scabbard.standalone.processes`), and waits until all are gone.
 """
 
@@ -135,6 +136,7 @@ class StandaloneCluster:
         self.settings = settings
         self.folder = settings.folder.absolute()
         self._procs = {}  # pid -> Popen of the daemons this process launched (to reap them)
+        self._started: ClusterState | None = None  # what this object started, if the file goes
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -152,6 +154,7 @@ class StandaloneCluster:
                                f"JVM it started by hand") from None
 
     def _save(self, state: ClusterState) -> None:
+        self._started = state
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(state.to_json())
         tmp.replace(self.state_file)
@@ -281,7 +284,7 @@ class StandaloneCluster:
     def down(self) -> list[int]:
         """Stop every JVM of the cluster (executors included) and nothing else; return their
         pids (empty if none runs)."""
-        st = self.state
+        st = self.state or self._started
         if st is None:
             return []
         return self._stop(st)
@@ -293,6 +296,7 @@ class StandaloneCluster:
             proc.wait()  # reap the daemons this process launched
             del self._procs[pid]
         self.state_file.unlink(missing_ok=True)
+        self._started = None
         atexit.unregister(self.down)
         return stopped
 

@@ -1,0 +1,111 @@
+"""``scabbard spark up|down|status``: a local Spark standalone cluster to run the same commands on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from scabbard.cli.errors import CLIError
+
+EXIT_NOT_RUNNING = 3  # `status` of a cluster that is not running (as service managers do)
+
+
+def add(sub) -> None:
+    p = sub.add_parser(
+        "spark",
+        help="start, stop or show a local Spark standalone cluster (master + workers on 127.0.0.1)",
+        description=(
+            "A real Spark standalone cluster on this machine: one master and --workers workers "
+            "on 127.0.0.1, JVMs launched from the pyspark package's own jars (nothing is "
+            "downloaded), each with its own folder under --folder.  Point the other commands at "
+            "it with --master spark://127.0.0.1:PORT (datagen --out and run --workdir then name "
+            "a folder or URI every executor reaches)."),
+        epilog=("`up` waits until every worker is registered with the master and prints the "
+                "master URL; on a running cluster it starts the workers that died.  `down` "
+                "stops the JVMs the cluster started - master, workers and their executors - "
+                "and nothing else.  `status` exits 3 when no cluster runs."),
+    )
+    ssub = p.add_subparsers(dest="spark_cmd", required=True, metavar="ACTION")
+    up = ssub.add_parser("up", help="start the cluster (or complete a running one)",
+                         description="Start a master and --workers workers on 127.0.0.1 and "
+                                     "wait until every worker is registered.")
+    down = ssub.add_parser("down", help="stop every JVM the cluster started",
+                           description="Stop the cluster's master, workers and executors "
+                                       "(SIGTERM, then SIGKILL after a grace period) and "
+                                       "nothing else.")
+    status = ssub.add_parser("status", help="show the master URL, workers and applications",
+                             description="Show what runs: the master's URL and web UI, each "
+                                         "worker's process and state, running applications.")
+    for q in (up, down, status):
+        q.add_argument("--folder", default="spark-cluster", metavar="DIR",
+                       help="the cluster's folder: state, logs, workers' scratch "
+                            "(default: spark-cluster)")
+    up.add_argument("--workers", type=int, default=2, help="workers (default 2)")
+    up.add_argument("--cores", type=int, default=1, help="cores per worker (default 1)")
+    up.add_argument("--memory", default="2g", help="memory per worker for its executors "
+                                                   "(default 2g)")
+    up.add_argument("--port", type=int, default=7077,
+                    help="the master's port (default 7077; 0: any free port)")
+    up.add_argument("--ui-port", type=int, default=8080,
+                    help="the master's web UI port (default 8080; 0: any free port)")
+    up.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS",
+                    help="how long to wait for each daemon to start and register (default 180)")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.set_defaults(func=_run)
+
+
+def _settings(args):
+    from scabbard.standalone import ClusterSettings
+
+    fields = {"folder": Path(args.folder)}
+    if args.spark_cmd == "up":
+        fields.update(workers=args.workers, cores=args.cores, memory=args.memory,
+                      port=args.port, ui_port=args.ui_port, timeout=args.timeout)
+    try:
+        return ClusterSettings(**fields)
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+
+
+def _show(status: dict) -> None:
+    print(f"  master   {status['master_url']}  (pid {status['master_pid']}"
+          f"{'' if status['master'] else ', not answering'})")
+    print(f"  web UI   {status['ui_url']}")
+    for w in status["workers"]:
+        state = w["state"] if w["process"] else "process gone"
+        print(f"  {w['role']:<8} pid {w['pid']:<8} {state}"
+              + (f", {w['cores']} cores, {w['memory_mb']} MB" if w["cores"] else ""))
+    if status["applications"]:
+        print(f"  running: {', '.join(status['applications'])}")
+
+
+def _run(args) -> int:
+    from scabbard.standalone import StandaloneCluster
+
+    cluster = StandaloneCluster(_settings(args))
+    if args.spark_cmd == "up":
+        st = cluster.up()
+        print(f"Spark standalone cluster up in {cluster.folder} ({len(st.workers)} workers):")
+        _show(cluster.status())
+        print(f"\nuse it:  --master {st.master_url}   (e.g. scabbard run --query YSB --backend "
+              f"spark --master {st.master_url} --workdir {cluster.folder / 'work'})")
+        print(f"stop it: scabbard spark down --folder {args.folder}")
+        return 0
+    if args.spark_cmd == "down":
+        state = cluster.state
+        stopped = cluster.down()
+        if state is None:
+            print(f"no cluster in {cluster.folder}")
+        else:
+            print(f"stopped the cluster in {cluster.folder}: {len(stopped)} JVMs "
+                  f"({', '.join(map(str, stopped)) or 'none left'})")
+        return 0
+    status = cluster.status()
+    if args.json:
+        print(json.dumps(status, indent=2))
+    elif not status["running"]:
+        print(f"no cluster running in {cluster.folder}")
+    else:
+        print(f"Spark standalone cluster in {cluster.folder}:")
+        _show(status)
+    return 0 if status["running"] else EXIT_NOT_RUNNING
