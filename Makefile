@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 help:
 	@echo "make demo      set up, generate every dataset at small scale, run the datasets notebook"
 	@echo "make test      set up and run the test suite (what CI runs)"
-	@echo "make bench     set up and print the benchmark figures (datagen, engine vs Spark, ingest, checkpoints, codecs, Kafka++, peers side by side, aligned checkpoints)"
+	@echo "make bench     set up and print the benchmark figures (datagen, engine vs Spark, ingest, checkpoints, codecs, Kafka++, peers side by side, aligned checkpoints, Spark local vs cluster)"
 	@echo "make sim       set up, calibrate the simulator on this machine (experiments/calibration.json) and validate it against the engine"
 	@echo "make setup     only create .venv and install (checks Python 3.11+ and Java 17+)"
 	@echo "make peers     install the peers: RabbitMQ (apt-get, needs root) and PyFlink in .venv-flink"
@@ -40,6 +40,7 @@ bench: setup peers
 	$(BIN)/scabbard bench synclog
 	$(BIN)/scabbard bench peers
 	$(BIN)/scabbard bench aligned
+	$(BIN)/scabbard bench cluster
 	$(MAKE) sim
 
 # the simulator: costs measured here (all eleven queries), then predicted vs measured

@@ -166,9 +166,10 @@ def driver_configuration(settings: SparkSettings) -> tuple[dict, dict]:
       (a cluster's nodes have their own), else this interpreter.
     * On loopback (local mode, a local cluster) the driver binds to 127.0.0.1: the host name
       of these machines does not resolve to it.
+    * On a remote standalone or Kubernetes cluster the driver announces its address on the
+      route to the master (what the executors can reach, whatever the host name resolves to).
     * The web UI is off unless ``ui`` names an address; Spark binds it to ``SPARK_LOCAL_IP``,
-      so that is set to it - and then, on a remote cluster, the driver's own address is set
-      explicitly to the one on the route to the master.
+      so that is set to it.
     """
     extra = dict(settings.extra)
     env = {"PYSPARK_PYTHON": extra.get("spark.pyspark.python", sys.executable),
@@ -177,10 +178,11 @@ def driver_configuration(settings: SparkSettings) -> tuple[dict, dict]:
     if settings.on_loopback:
         env["SPARK_LOCAL_IP"] = settings.ui or "127.0.0.1"
         conf.update({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"})
-    elif settings.ui:
-        env["SPARK_LOCAL_IP"] = settings.ui
-        here = _address_towards(settings.master)
-        conf.update({"spark.driver.bindAddress": here, "spark.driver.host": here})
+    else:
+        if settings.ui:
+            env["SPARK_LOCAL_IP"] = settings.ui
+        if master_addresses(settings.master):
+            conf["spark.driver.host"] = _address_towards(settings.master)
     conf.update(extra)
     return env, conf
 
@@ -220,6 +222,35 @@ def get_spark(settings: SparkSettings = SparkSettings()):
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+_SHIPPED: dict[str, str] = {}  # application id -> the zip of scabbard's code it was sent
+
+
+def ship_scabbard(spark) -> str | None:
+    """On a cluster, send this scabbard's Python code along with the jobs (``addPyFile``), so
+    that the executors' Python tasks (the replay columns) need numpy and pyarrow there - which
+    pyspark's Arrow support needs anyway - but not scabbard installed.  Once per application;
+    nothing in local mode, whose Python workers run this interpreter.  Returns the zip."""
+    import atexit
+    import zipfile
+
+    sc = spark.sparkContext
+    if sc.master.startswith("local"):
+        return None
+    if sc.applicationId not in _SHIPPED:
+        import scabbard
+
+        root = Path(scabbard.__file__).parent
+        folder = tempfile.mkdtemp(prefix="scabbard-code-")
+        atexit.register(shutil.rmtree, folder, True)
+        path = Path(folder) / "scabbard.zip"
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+            for f in sorted(root.rglob("*.py")):
+                z.write(f, f.relative_to(root.parent))
+        sc.addPyFile(str(path))
+        _SHIPPED[sc.applicationId] = str(path)
+    return _SHIPPED[sc.applicationId]
 
 
 @contextmanager

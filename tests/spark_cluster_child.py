@@ -45,8 +45,10 @@ def main() -> None:
                                  rate=step.get("rate"))
             ds = generate(spec, params, out=step["out"], partitions=step.get("partitions"),
                           spark=spark, progress=False, force=True)
+            where = spark.sparkContext.parallelize([0], 1).map(
+                lambda _: __import__("scabbard").__file__).collect()[0]
             say(event="done", step=i, path=str(ds.path), rows=ds.rows,
-                master=ds.manifest["run"]["master"])
+                master=ds.manifest["run"]["master"], executors_scabbard=where)
         else:
             for key, value in step.get("conf", {}).items():  # SQL settings for this query
                 spark.conf.set(key, value)

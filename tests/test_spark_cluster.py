@@ -221,6 +221,8 @@ def test_generation_on_the_cluster_is_byte_identical_to_local_mode(cluster_run, 
     for name in workloads.NAMES:
         done = cluster_run["generated"][f"{name}/tiny"]
         assert done["master"].startswith("spark://127.0.0.1:")
+        # the executors' tasks ran the scabbard code the driver sent them, not an install
+        assert "scabbard.zip" in done["executors_scabbard"], done["executors_scabbard"]
         ds = open_dataset(done["path"], schema=workloads.get(name).SCHEMA)
         assert ds.manifest["run"]["partitions"] == PARTITIONS[name] != \
             tiny[name].manifest["run"]["partitions"]

@@ -41,6 +41,9 @@ def test_the_driver_settings_a_session_starts_with():
     # on a remote cluster the driver announces the address on the route to the master
     env, conf = driver_configuration(SparkSettings(master="spark://192.0.2.7:7077", ui="127.0.0.1"))
     assert env["SPARK_LOCAL_IP"] == "127.0.0.1" and conf["spark.driver.host"] != "127.0.0.1"
+    env, conf = driver_configuration(SparkSettings(master="spark://192.0.2.7:7077"))
+    assert conf["spark.ui.enabled"] == "false" and "SPARK_LOCAL_IP" not in env
+    assert conf["spark.driver.host"] not in ("127.0.0.1", "localhost")
     # --conf comes last and wins; spark.pyspark.python names the executors' Python
     env, conf = driver_configuration(SparkSettings(
         master="spark://192.0.2.7:7077", extra=(("spark.driver.host", "10.0.0.5"),
@@ -59,6 +62,20 @@ def test_spark_backend_flags_are_checked(capsys, args, message):
     assert main(["run", "--query", "YSB", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("scabbard: error: ") and message in err
+
+
+def test_bench_cluster_flags_are_its_settings(capsys):
+    from scabbard.cli import bench, build_parser
+    from scabbard.experiments import scaleout
+
+    parser = build_parser("bench")
+    assert bench._settings(scaleout.Settings, parser.parse_args(["bench", "cluster"])) == \
+        scaleout.Settings()
+    s = bench._settings(scaleout.Settings, parser.parse_args(
+        ["bench", "cluster", "--workload", "lrb", "--query", "lrb1", "--tuples", "5000"]))
+    assert (s.workload, s.query, s.tuples) == ("lrb", "LRB1", 5000)
+    assert main(["bench", "cluster", "--query", "CM1"]) == 2
+    assert "--query CM1 reads cm data, not --workload ysb" in capsys.readouterr().err
 
 
 # -- generation at a URI -------------------------------------------------------------------------

@@ -360,7 +360,7 @@ def _run_bench_cluster(args) -> int:
 
     table = exp.run(_settings(exp.Settings, args), log=lambda s: print(s, flush=True))
     print("\n" + exp.summary(table))
-    print("\n" + exp.NOTE)
+    print("\n" + exp.note(table))
     return 0
 
 

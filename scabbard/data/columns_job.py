@@ -122,8 +122,11 @@ def write_columns(spark, tables: Mapping[str, tuple[str, Schema, tuple[str, ...]
 
     Raises :class:`DatasetError` if event time decreases or the columns disagree on rows.
     """
+    from scabbard.sparksession import ship_scabbard
+
     for uri, _, _ in tables.values():
         arrow_filesystem(uri)  # an unsupported scheme fails here, before the job
+    ship_scabbard(spark)  # the tasks run scabbard's code: a cluster's executors get it with them
     tasks = [ColumnTask(name, uri, schema.to_dict(), i, tuple(files))
              for name, (uri, schema, files) in tables.items() for i in range(len(schema.fields))]
     results = spark.sparkContext.parallelize(tasks, len(tasks)).map(write_column).collect()
