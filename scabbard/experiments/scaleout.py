@@ -80,13 +80,15 @@ def _measure(spark, label: str, settings: Settings, log: Callable[[str], None]) 
             f"({run.seconds:.1f} s streaming, {run.rows:,} result rows)")
     gen_s = statistics.median(gen)
     query_s = statistics.median(r.seconds for r in runs)
+    spread = max((max(x) - min(x)) / statistics.median(x)
+                 for x in (gen, [r.seconds for r in runs]))
     shutil.rmtree(root, ignore_errors=True)
     return {"spark": label, "master": spark.sparkContext.master,
             "cores": spark.sparkContext.defaultParallelism, "rows": ds.rows,
             "gen_seconds": gen_s, "gen_M_tuples_per_s": ds.rows / gen_s / 1e6,
             "gen_MB_per_s": ds.rows * ds.schema.row_bytes / gen_s / 1e6, "query": query.name,
             "query_seconds": query_s, "query_M_tuples_per_s": ds.rows / query_s / 1e6,
-            "result_rows": runs[-1].rows, "load": os.getloadavg()[0]}
+            "result_rows": runs[-1].rows, "load": os.getloadavg()[0], "spread": spread}
 
 
 def run(settings: Settings = Settings(), log: Callable[[str], None] = print) -> pd.DataFrame:
@@ -135,15 +137,19 @@ def note(table: pd.DataFrame) -> str:
     local, cluster = table.iloc[0], table.iloc[-1]
     gen = cluster.gen_M_tuples_per_s / local.gen_M_tuples_per_s
     qry = cluster.query_M_tuples_per_s / local.query_M_tuples_per_s
+    rounds = (f"; between rounds the times varied by up to {table.spread.max():.0%}"
+              if len(table) and table.spread.max() > 0 else "")
     return (
-        f"Both ran on the same {os.cpu_count()} cores (load average {table.load.max():.1f} "
-        f"during the runs, other work included).  Local mode runs {local.cores} task threads in "
-        f"one JVM; the cluster one task in each of {cluster.cores} executor JVMs, beside the "
-        f"driver, a master and the worker JVMs, its shuffles crossing processes over loopback.  "
-        f"With the same cores and little work per task, both are bound by the CPU and by "
-        f"Spark's fixed costs per job and per micro-batch (planning, scheduling, state-store "
-        f"commits, checkpoint files): the cluster runs at {gen:.2f}x local mode's generation "
-        f"rate and {qry:.2f}x its {local.query} throughput, the same within this machine's "
-        f"noise.  A cluster adds throughput only with more cores or machines than local mode "
-        f"has - that is what it is for; here it shows that the same commands run with the "
-        f"executors, not the driver, reading and writing every byte.")
+        f"The cluster ran at {gen:.2f}x local mode's generation rate and {qry:.2f}x its "
+        f"{local.query} throughput{rounds} (load average up to {table.load.max():.1f} on "
+        f"{os.cpu_count()} cores, other work included).  Both had the same {os.cpu_count()} "
+        f"cores, so neither can scale here: both are bound by those cores - shared with "
+        f"everything else on the machine - and, at {local.rows:,} rows, in part by Spark's "
+        f"fixed costs per job and per micro-batch (planning, scheduling, state-store commits, "
+        f"checkpoint files).  What differs is how the cores are used: local "
+        f"mode runs the driver and {local.cores} task threads in one JVM (one heap, one "
+        f"garbage collector); the cluster runs one task in each of {cluster.cores} executor "
+        f"JVMs beside the driver's, a master and the workers, with shuffles and task results "
+        f"crossing processes over loopback.  A cluster adds throughput with cores and machines "
+        f"local mode does not have - what it is for; here it shows the same commands running "
+        f"with the executors, not the driver, reading and writing every byte.")
