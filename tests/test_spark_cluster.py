@@ -32,30 +32,54 @@ from scabbard import queries, workloads
 from scabbard.data import open_dataset
 from scabbard.data.parquet import read_parquet
 from scabbard.standalone import ClusterSettings, StandaloneCluster, processes
+from scabbard.workloads.generator import default_name, make_params
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 CHILD = Path(__file__).with_name("spark_cluster_child.py")
 TIMEOUT = 900.0  # bound of any one wait; every step here takes a small fraction of it
-PARTITIONS = {name: 3 for name in workloads.NAMES} | {"ysb": 8}  # 8 micro-batches of YSB
-SG1_DATA = {"duration": 10, "rate": 20}  # SG1 copies every tuple into 3,600 windows
-# ... and the code Spark generates for 3,600 windows exceeds the JVM's method size limit: Spark
-# falls back to interpreting it after compiling it (tens of seconds here); interpret it at once
-SG1_CONF = {"spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.sql.codegen.wholeStage": "false"}
+PARTITIONS = {name: 2 for name in workloads.NAMES} | {"ysb": 8}  # 8 micro-batches of YSB
+# The queries with many windows per tuple run on shorter datasets (Spark copies each tuple
+# into every window: SG1 3,600 times, LRB1 300, SG2 128): what matters here is the cluster.
+SMALLER = {"sg": {"duration": 10, "rate": 20}, "lrb": {"duration": 40, "rate": 250}}
+# Spark's code for 3,600 windows exceeds the JVM's method size limit, so Spark interprets it
+# after trying to compile it (tens of seconds here); the SG queries ask for interpretation
+SG_CONF = {"spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.sql.codegen.wholeStage": "false"}
+AFTER_UP: dict = {}  # `spark status --json` right after `spark up`
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "scabbard.cli", *args], capture_output=True,
+                          text=True, timeout=TIMEOUT)
 
 
 # -- the cluster and its driver processes ---------------------------------------------------------
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = StandaloneCluster(ClusterSettings(folder=tmp_path_factory.mktemp("cluster"), port=0,
-                                          ui_port=0))
-    st = c.up(stop_at_exit=True)
+    """The module's cluster, started and stopped with the command line; afterwards none of its
+    JVMs runs, and a decoy named like a Spark worker, not the cluster's, still does."""
+    folder = tmp_path_factory.mktemp("cluster")
+    decoy = subprocess.Popen(["bash", "-c", "exec -a 'java org.apache.spark.deploy.worker.Worker' "
+                                            "sleep 3600"])
+    c = StandaloneCluster(ClusterSettings(folder=folder))
+    tag = None
     try:
+        up = cli("spark", "up", "--folder", str(folder), "--port", "0", "--ui-port", "0")
+        assert up.returncode == 0, up.stdout + up.stderr
+        tag = c.state.tag
+        AFTER_UP.update(json.loads(cli("spark", "status", "--folder", str(folder), "--json").stdout))
+        AFTER_UP["commands"] = [processes.command_line(p) for p in AFTER_UP["processes"]]
         yield c
     finally:
-        c.down()
-        left = processes.tagged(st.tag)
-        assert left == [], f"JVMs of the cluster still run after down(): {left}"
+        down = cli("spark", "down", "--folder", str(folder))
+        c.down()  # reaps the worker this process restarted; nothing is left to stop
+        left = processes.tagged(tag) if tag else []
+        spared = decoy.poll() is None
+        decoy.kill()
+        decoy.wait()
+        assert down.returncode == 0 and " JVMs " in down.stdout, down.stdout + down.stderr
+        assert left == [], f"JVMs of the cluster still run after `spark down`: {left}"
+        assert spared, "`spark down` stopped a process the cluster had not started"
 
 
 class Driver:
@@ -149,12 +173,14 @@ def cluster_run(cluster, tmp_path_factory):
     data = (root / "data").as_uri()
     steps = [{"generate": w, "scale": "tiny", "out": data, "partitions": PARTITIONS[w]}
              for w in workloads.NAMES]
-    steps.append({"generate": "sg", **SG1_DATA, "out": data, "partitions": 2})
+    steps += [{"generate": w, **size, "out": data} for w, size in SMALLER.items()]
     gen_steps = len(steps)
     for q in queries.NAMES:
-        name = "sg/d10s-r20-seed0" if q == "SG1" else f"{queries.workload_of(q)}/tiny"
-        steps.append({"run": q, "data": f"{data}/{name}", "workdir": (root / "work" / q).as_uri(),
-                      "conf": SG1_CONF if q == "SG1" else {}})
+        w = queries.workload_of(q)
+        name = default_name(workloads.get(w).SPEC, make_params(workloads.get(w).SPEC,
+                                                               **SMALLER.get(w, {"scale": "tiny"})))
+        steps.append({"run": q, "data": f"{data}/{w}/{name}", "workdir": (root / "work" / q).as_uri(),
+                      "conf": SG_CONF if w == "sg" else {}})
     kill_step, resume_step = len(steps), len(steps) + 1
     kill_dir, resume_dir = root / "work" / "kill", root / "work" / "resume"
     for folder in (kill_dir, resume_dir):
@@ -287,10 +313,20 @@ def test_the_driver_web_ui_is_on_loopback_only(cluster_run):
     assert cluster_run["app"] in cluster_run["ui_apps"]
 
 
+def test_spark_up_started_a_master_and_two_workers(cluster):
+    status = AFTER_UP
+    assert status["running"] and status["master_url"].startswith("spark://127.0.0.1:")
+    assert [(w["role"], w["state"], w["cores"]) for w in status["workers"]] == \
+        [("worker-1", "ALIVE", 1), ("worker-2", "ALIVE", 1)]
+    jvms = status["processes"]
+    assert sorted(jvms) == sorted([status["master_pid"], *(w["pid"] for w in status["workers"])])
+    assert all(c.split()[0].endswith("java") for c in status["commands"]), status["commands"]
+    assert (cluster.folder / "master.log").is_file()
+    assert (cluster.folder / "worker-1" / "local").is_dir()
+
+
 def test_the_status_command_shows_the_cluster(cluster):
-    out = subprocess.run([sys.executable, "-m", "scabbard.cli", "spark", "status", "--folder",
-                          str(cluster.folder), "--json"], capture_output=True, text=True,
-                         timeout=120)
+    out = cli("spark", "status", "--folder", str(cluster.folder), "--json")
     assert out.returncode == 0, out.stderr
     status = json.loads(out.stdout)
     assert status["running"] and status["master_url"] == cluster.master_url

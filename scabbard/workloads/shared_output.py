@@ -13,10 +13,10 @@ row.  The steps mirror the local ones:
    order, so that a file stream reads them in event-time order;
 4. the replay columns are a Spark job too, one task per column
    (:mod:`scabbard.data.columns_job`);
-5. the manifest is written into the staging folder, an existing dataset is renamed aside,
-   the staging folder renamed into place, the old one removed.  A rename on HDFS or a
-   mounted folder is atomic; on an object store it is a copy, so a reader may see a
-   half-renamed folder there - without its manifest, which is what marks it complete.
+5. an existing dataset is renamed aside, the staging folder renamed into place, the
+   manifest - what marks a dataset complete - written into it, the old one removed.  The
+   manifest comes last because a rename is atomic on HDFS and a mounted folder but a copy
+   on an object store: a reader may see a half-copied folder there, never with a manifest.
 """
 
 from __future__ import annotations
@@ -117,17 +117,19 @@ def generate_shared(spec, params: dict, frames: Mapping, spark, fs: SharedFS, fi
                  "spark_version": spark.version, "parquet_codec": parquet_codec,
                  "seconds_total": round(t_total, 3)})
         # Step 5
-        fs.write_text(join(stage, MANIFEST), json.dumps(manifest, indent=2) + "\n")
         old = None
         if fs.exists(final):
             old = join(parent, f".{name}.old-{uuid.uuid4().hex[:8]}")
             fs.rename(final, old)
         fs.rename(stage, final)
+        fs.write_text(join(final, MANIFEST), json.dumps(manifest, indent=2) + "\n")
         if old is not None:
             fs.delete(old)
     except BaseException:
         with contextlib.suppress(Exception):  # the original error is the one to report
             fs.delete(stage)
+            if not fs.exists(join(final, MANIFEST)):
+                fs.delete(final)  # renamed into place, but never completed
         raise
     rows = manifest["rows"]
     log(f"{spec.name}: {rows:,} rows in {t_total:.1f} s ({rows / t_total / 1e6:.2f} M tuples/s) "
