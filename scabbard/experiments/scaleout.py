@@ -10,9 +10,9 @@ task thread per core) and on a standalone cluster started for the run (a master 
 2. one query (``query``) on that dataset with the Spark backend, its work folder and results
    at the URI, nothing collected - the tuples per second of its streaming part.
 
-Each session first generates and queries a tiny dataset, untimed (class loading, JIT), so
-the timed runs measure the work, not the start.  ``rounds`` > 1 repeats the timed runs and
-keeps the median.
+Each session first runs one round untimed (class loading, and the JIT compilation each
+executor JVM does for itself), so the timed rounds measure the work, not the start;
+``rounds`` timed rounds follow, the median kept.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Settings:
     tuples: int = 2_000_000
     query: str = "YSB"
     workers: int = 2
-    rounds: int = 1
+    rounds: int = 3
     work: str = "data/bench-cluster"
 
     def __post_init__(self):
@@ -62,22 +62,22 @@ def _measure(spark, label: str, settings: Settings, log: Callable[[str], None]) 
     shutil.rmtree(root, ignore_errors=True)
     out = to_uri(root / "data")
     query = queries.get(settings.query)
-    warm = generate(spec, make_params(spec, scale="tiny"), out=out, name="warmup", spark=spark,
-                    progress=False)
-    run_spark(query, warm, spark=spark, workdir=to_uri(root / "warmup"), collect=False)
     params = make_params(spec, duration=settings.tuples / spec.default_rate, rate=spec.default_rate)
     gen, runs = [], []
-    for r in range(settings.rounds):
+    for r in range(settings.rounds + 1):  # round 0 warms the JVMs up (each executor its own)
         t0 = time.perf_counter()
         ds = generate(spec, params, out=out, name="bench", force=True, spark=spark,
                       progress=False)
-        gen.append(time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
         run = run_spark(query, ds, spark=spark, workdir=to_uri(root / f"work{r}"),
                         output=to_uri(root / f"work{r}" / "result"), collect=False)
-        runs.append(run)
-        log(f"  {label} round {r + 1}: generate {ds.rows / gen[-1] / 1e6:.3f} M tuples/s "
-            f"({gen[-1]:.1f} s), {query.name} {run.tuples_per_s / 1e6:.3f} M tuples/s "
-            f"({run.seconds:.1f} s streaming, {run.rows:,} result rows)")
+        log(f"  {label} round {r}{' (warm-up, not counted)' if r == 0 else ''}: generate "
+            f"{ds.rows / seconds / 1e6:.3f} M tuples/s ({seconds:.1f} s), {query.name} "
+            f"{run.tuples_per_s / 1e6:.3f} M tuples/s ({run.seconds:.1f} s streaming, "
+            f"{run.rows:,} result rows)")
+        if r > 0:
+            gen.append(seconds)
+            runs.append(run)
     gen_s = statistics.median(gen)
     query_s = statistics.median(r.seconds for r in runs)
     spread = max((max(x) - min(x)) / statistics.median(x)
