@@ -31,6 +31,22 @@ def test_stateless_operators_fuse_above_their_branch_unless_an_edge_must_stay():
         physical.plan(queries.get("LRB3").node, unfused=frozenset({"window7"}))
 
 
+
+def test_a_keep_max_right_above_a_window_is_fused_into_its_emission_unless_persisted():
+    from scabbard.kernels import window as kw
+    from scabbard.query import Query, count
+    from scabbard.query import sum as sum_
+    from scabbard.workloads.nexmark import SCHEMA
+
+    assert physical.plan(queries.get("NQ").node).branches[0].select == (kw.MAX_COUNT, 0)
+    cut = physical.plan(queries.get("NQ").node, unfused=frozenset({"window0"}))
+    assert cut.branches[0].select == (kw.ALL_GROUPS, 0)  # the p-stream holds every group
+    assert physical.plan(queries.get("LRB3").node).branches[0].select == (kw.ALL_GROUPS, 0)
+    base = Query.stream(SCHEMA, "nexmark").window(60, 1).group_by("auction")
+    total = physical.plan(base.aggregate(count().alias("n"), sum_("price").alias("total"))
+                          .keep_max("total").node)
+    assert total.branches[0].select == (kw.MAX_INT, 0)
+
 def _rows(schema, ends, **values):
     cols = empty_columns(schema)
     n = len(ends)

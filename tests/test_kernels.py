@@ -91,7 +91,8 @@ def test_windows_from_partials_match_reference(s, lo_off, span):
     assert_same(got, want)
 
 
-def assemble_in_chunks(partials, cuts, iops, fops, panes, slide, last_pane):
+def assemble_in_chunks(partials, cuts, iops, fops, panes, slide, last_pane,
+                       select=(kw.ALL_GROUPS, 0)):
     """Feed keyed partials to the sequential assembler in chunks, then flush."""
     pane, gid, cnt, iv, fv, gkeys = partials
     keys = gkeys[gid] if len(gid) else np.zeros((0, gkeys.shape[1]), np.int64)
@@ -107,10 +108,11 @@ def assemble_in_chunks(partials, cuts, iops, fops, panes, slide, last_pane):
         upto = int(pane[b]) if b < len(pane) else last_pane
         ws, dqi, dqf, table, fifo, out, m = kw.asm_feed(
             ws, dqi, dqf, table, fifo, out, cur, pane[a:b], keys[a:b], cnt[a:b], iv[a:b], fv[a:b],
-            iops, fops, panes, slide, True, upto, 0)
+            iops, fops, panes, slide, True, upto, 0, *select)
         rows.append(tuple(x[:m].copy() for x in out))
     if cur[0] != np.iinfo(np.int64).min:
-        out, m = kw.asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide)
+        out, m = kw.asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide,
+                              *select)
         rows.append(tuple(x[:m].copy() for x in out))
     return tuple(np.concatenate([r[i] for r in rows]) for i in range(6))
 
@@ -130,6 +132,47 @@ def test_assembler_incremental_equals_batch(s, raw_cuts):
     want = ref.windows(ref.pane_partials(ts, keys, ints, floats, iops, fops, slide), iops, fops,
                        panes, slide, p_lo, last + panes)
     assert_same(window_dict(got_res), want)
+
+
+def keep_largest(res, values):
+    """The rows of each window whose ``values`` are the window's largest (the reference)."""
+    we = res[1]
+    keep = np.zeros(len(we), dtype=bool)
+    for end in np.unique(we):
+        rows = np.flatnonzero(we == end)
+        keep[rows[values[rows] == values[rows].max()]] = True
+    return tuple(a[keep] for a in res)
+
+
+@SETTINGS
+@given(streams(), st.integers(0, 40), st.lists(st.integers(0, 10**6), max_size=4),
+       st.integers(0, 5))
+def test_the_largest_groups_per_window_are_those_of_all_groups(s, span, raw_cuts, pick):
+    """A keep-max fused into the emission (count, an int or a float slot) keeps exactly the
+    rows the unfused emission has at each window's largest value - in a task's windows and in
+    the sequential assembler alike."""
+    ts, keys, ints, floats, iops, fops, slide, panes = s
+    slots = [(kw.MAX_COUNT, 0)] + [(kw.MAX_INT, j) for j in range(len(iops))] + [
+        (kw.MAX_FLOAT, j) for j in range(len(fops))]
+    kind, slot = slots[pick % len(slots)]
+
+    def values(res):
+        return res[3] if kind == kw.MAX_COUNT else (res[4] if kind == kw.MAX_INT else res[5])[:, slot]
+
+    partials = pane_aggregate(ts, keys, ints, floats, iops, fops, slide)
+    p_lo = int(ts[0]) // slide if len(ts) else 0
+    every = windows_from_partials(partials, iops, fops, panes, slide, p_lo, p_lo + span)
+    top = windows_from_partials(partials, iops, fops, panes, slide, p_lo, p_lo + span,
+                                (kind, slot))
+    assert window_dict(top) == window_dict(keep_largest(every, values(every)))
+    n = len(partials[0])
+    cuts = sorted({c % n for c in raw_cuts}) if n else []
+    last = int(partials[0][-1]) if n else 0
+    every = assemble_in_chunks(partials, cuts, iops, fops, panes, slide, last)
+    top = assemble_in_chunks(partials, cuts, iops, fops, panes, slide, last, (kind, slot))
+    assert window_dict(top) == window_dict(keep_largest(every, values(every)))
+    if len(every[1]):
+        assert len(top[1]) >= len(np.unique(every[1])), "every window keeps a row at least"
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)

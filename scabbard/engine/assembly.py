@@ -34,7 +34,8 @@ class BranchAssembler:
         b = self.b
         (self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out, m) = kw.asm_feed(
             self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out, self.cur, e.pane,
-            e.keys, e.cnt, e.ints, e.floats, b.iops, b.fops, b.panes, b.slide_ms, emit, upto, m)
+            e.keys, e.cnt, e.ints, e.floats, b.iops, b.fops, b.panes, b.slide_ms, emit, upto, m,
+            *b.select)
         return m
 
     def _raw(self, m: int):
@@ -71,5 +72,5 @@ class BranchAssembler:
         if self.cur[0] == INT64_MIN:
             return self._raw(0)
         self.out, m = kw.asm_flush(self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out,
-                                   self.cur, b.iops, b.fops, b.panes, b.slide_ms)
+                                   self.cur, b.iops, b.fops, b.panes, b.slide_ms, *b.select)
         return self._raw(m)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scabbard.kernels import window as kw
 from scabbard.kernels.aggregate import MAX, MIN, SUM
 from scabbard.kernels.codegen import FrontSpec, compile_front
 from scabbard.query.expr import BinOp, BoolOp, Cmp, Col, Expr, Lit, Not, QueryError, resolve
@@ -159,6 +160,9 @@ class Branch:
     outputs: tuple[Output, ...]
     _kernel: object = None
     id: str = "window0"  # the operator's stable id (:func:`operators`)
+    # which groups each window emits (:func:`scabbard.kernels.window.ws_emit`): all, or the
+    # largest by one aggregate when a keep-max is fused right above (:func:`fuse_keep_max`)
+    select: tuple[int, int] = (kw.ALL_GROUPS, 0)
 
     @property
     def key_width(self) -> int:
@@ -484,6 +488,21 @@ def _windows(node: Node) -> list[WindowAggregate]:
     return [a for c in node.children for a in _windows(c)]
 
 
+def fuse_keep_max(b: Branch, column: str) -> tuple[int, int]:
+    """The emission of branch ``b`` keeping only each window's largest ``column`` (a keep-max
+    fused right above it still runs: the rows it gets are already its result), when the
+    kernel compares exactly what the result column holds: the count, or an int64 or float64
+    aggregate other than an average (a narrower type could make two values equal)."""
+    for o in b.outputs:
+        if o.name != column:
+            continue
+        if o.fn == "count":
+            return kw.MAX_COUNT, 0
+        if o.fn != "avg" and o.dtype == ("float64" if o.is_float else "int64"):
+            return (kw.MAX_FLOAT if o.is_float else kw.MAX_INT), o.slot
+    return kw.ALL_GROUPS, 0
+
+
 def plan(root: Node, unfused: frozenset[str] = frozenset()) -> PhysicalPlan:
     """Compile a logical plan; it must end in window aggregations (or operators on them).
 
@@ -514,5 +533,7 @@ def plan(root: Node, unfused: frozenset[str] = frozenset()) -> PhysicalPlan:
             cur = up
         chains.append(tuple(chain))
         fused |= {c.id for c in chain}
+        if chain and chain[0].kind == "keep_max":
+            b.select = fuse_keep_max(b, chain[0].node.column)
     graph = tuple(o for o in ops.values() if o.kind != "window" and o.id not in fused)
     return PhysicalPlan(root, tuple(branches), root.schema, ops, tuple(chains), graph)

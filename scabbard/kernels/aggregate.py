@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from scabbard.kernels import hashtable as ht
-from scabbard.kernels._jit import inline, kernel
+from scabbard.kernels._jit import inline, kernel, scan
 
 SUM, MIN, MAX = 0, 1, 2
 
@@ -42,7 +42,7 @@ def _grow_rows(a: np.ndarray, n: int) -> np.ndarray:
 DONE, NEED_ROOM, NEED_OUT = 0, 1, 2
 
 
-@kernel
+@scan
 def _agg_scan(ts, keys, ivals, fvals, iops, fops, slide: int, table,
               acc_c, acc_i, acc_f, touched, o_pane, o_gid, o_cnt, o_i, o_f, st) -> int:
     """Aggregate rows from st[0] until done or blocked.  st = (row, rows out, touched, pane)."""

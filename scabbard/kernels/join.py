@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from scabbard.kernels import hashtable as ht
-from scabbard.kernels._jit import kernel
+from scabbard.kernels._jit import inline, kernel, scan
 
 
 @kernel
@@ -34,7 +34,7 @@ def build_index(keys: np.ndarray):
     return table
 
 
-@kernel
+@inline
 def _scan(table, h: np.uint64, k0: np.int64, k1: np.int64, width: int) -> int:
     slots, keys, hashes = table[0], table[1], table[2]
     mask = slots.shape[0] - 1
@@ -48,13 +48,13 @@ def _scan(table, h: np.uint64, k0: np.int64, k1: np.int64, width: int) -> int:
         s = (s + 1) & mask
 
 
-@kernel
+@inline
 def probe1(table, k0: np.int64) -> int:
     """Row of the relation whose (integer) key is ``k0``, or -1."""
     return _scan(table, ht.mix(np.uint64(ht.SEED), k0), k0, np.int64(0), 1)
 
 
-@kernel
+@inline
 def probe2(table, k0: np.int64, k1: np.int64) -> int:
     """Row of the relation whose uuid key is (``k0``, ``k1``), or -1."""
     h = ht.mix(ht.mix(np.uint64(ht.SEED), k0), k1)
@@ -87,7 +87,7 @@ def _build_chains(rkeys: np.ndarray):
     return table, head, nxt
 
 
-@kernel
+@scan
 def _probe_chains(table, head, nxt, lkeys: np.ndarray, count_only: bool, li, ri) -> int:
     k = lkeys.shape[1]
     m = 0

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from scabbard.kernels import hashtable as ht
-from scabbard.kernels._jit import inline, kernel
+from scabbard.kernels._jit import inline, kernel, scan
 from scabbard.kernels.aggregate import MAX, SUM, _grow_rows
 
 INT64_MIN = np.iinfo(np.int64).min
@@ -251,15 +251,49 @@ def out_reserve(out, need: int):
             _grow_rows(out[3], n), _grow_rows(out[4], n), _grow_rows(out[5], n))
 
 
+# which groups a window emits: all, or only those whose value of one aggregate is the
+# window's largest (a HAVING value >= ALL (...) fused into the emission: NEXMark Q5)
+ALL_GROUPS, MAX_COUNT, MAX_INT, MAX_FLOAT = 0, 1, 2, 3
+
+
 @inline
-def ws_emit(ws, dqi, dqf, keys, iops, fops, start: int, end: int, out, m: int) -> int:
-    """Write one row per active group for window [start, end) at row ``m`` (room reserved)."""
+def _int_value(ws, dqi, iops, g: int, kind: int, slot: int):
+    if kind == MAX_COUNT:
+        return ws[0][g]
+    return ws[1][g, slot] if iops[slot] == SUM else dqi[2][dqi[0][g, slot]]
+
+
+@inline
+def _float_value(ws, dqf, fops, g: int, slot: int):
+    return ws[2][g, slot] + ws[3][g, slot] if fops[slot] == SUM else dqf[2][dqf[0][g, slot]]
+
+
+@inline
+def ws_emit(ws, dqi, dqf, keys, iops, fops, start: int, end: int, out, m: int, sel_kind: int,
+            sel_slot: int) -> int:
+    """Write one row per active group for window [start, end) at row ``m`` (room reserved);
+    with ``sel_kind`` not ALL_GROUPS, only the groups holding the window's largest value of
+    aggregate slot ``sel_slot`` (the count, an int or a float slot)."""
     wcnt, wi, wf, wc, act, apos, nact = ws
     o_s, o_e, o_k, o_c, o_i, o_f = out
     ih, iv = dqi[0], dqi[2]
     fh, fv = dqf[0], dqf[2]
+    top_i = np.iinfo(np.int64).min
+    top_f = -np.inf
+    if sel_kind == MAX_FLOAT:
+        for a in range(nact[0]):
+            top_f = max(top_f, _float_value(ws, dqf, fops, act[a], sel_slot))
+    elif sel_kind != ALL_GROUPS:
+        for a in range(nact[0]):
+            top_i = max(top_i, _int_value(ws, dqi, iops, act[a], sel_kind, sel_slot))
     for a in range(nact[0]):
         g = act[a]
+        if sel_kind == MAX_FLOAT:
+            if _float_value(ws, dqf, fops, g, sel_slot) != top_f:
+                continue
+        elif sel_kind != ALL_GROUPS:
+            if _int_value(ws, dqi, iops, g, sel_kind, sel_slot) != top_i:
+                continue
         o_s[m] = start
         o_e[m] = end
         for j in range(keys.shape[1]):
@@ -274,9 +308,9 @@ def ws_emit(ws, dqi, dqf, keys, iops, fops, start: int, end: int, out, m: int) -
 
 
 # -- windows inside one task --------------------------------------------------------------------
-@kernel
+@scan
 def _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes: int, slide: int,
-               p_lo: int, p_hi: int, ws, dqi, dqf, out, pos):
+               p_lo: int, p_hi: int, ws, dqi, dqf, out, pos, sel_kind: int, sel_slot: int):
     """Slide from pane pos[0]; stop when the output is full.  pos = (pane, add, evict, rows)."""
     n = pp_pane.shape[0]
     p, add, ev, m = pos[0], pos[1], pos[2], pos[3]
@@ -298,7 +332,8 @@ def _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes: in
                 pos[0], pos[1], pos[2], pos[3] = p, add, ev, m
                 return False
             end = (p + 1) * slide
-            m = ws_emit(ws, dqi, dqf, gkeys, iops, fops, end - rng, end, out, m)
+            m = ws_emit(ws, dqi, dqf, gkeys, iops, fops, end - rng, end, out, m, sel_kind,
+                        sel_slot)
         p += 1
         # pane p's partials are added next round; resuming at p must not re-add them
     pos[0], pos[1], pos[2], pos[3] = p, add, ev, m
@@ -307,7 +342,8 @@ def _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes: in
 
 @kernel
 def _windows_from_partials(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops,
-                           panes: int, slide: int, p_lo: int, p_hi: int):
+                           panes: int, slide: int, p_lo: int, p_hi: int, sel_kind: int,
+                           sel_slot: int):
     ws, dqi, dqf = ws_new(gkeys.shape[0], pp_i.shape[1], pp_f.shape[1])
     ws, dqi, dqf = ws_reserve(ws, dqi, dqf, gkeys.shape[0], pp_pane.shape[0])
     # every partial lies in at most `panes` windows: room for all rows up front (np.empty
@@ -318,22 +354,25 @@ def _windows_from_partials(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fop
     start = np.searchsorted(pp_pane, first)
     pos = np.array([first, start, start, 0], dtype=np.int64)
     while not _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes, slide,
-                         p_lo, p_hi, ws, dqi, dqf, out, pos):
+                         p_lo, p_hi, ws, dqi, dqf, out, pos, sel_kind, sel_slot):
         out = out_reserve(out, 2 * out[0].shape[0] + ws[6][0])
         # resume at the blocked pane: its partials are already in; only emission remains
         p, m = pos[0], pos[3]
         end = (p + 1) * slide
-        m = ws_emit(ws, dqi, dqf, gkeys, iops, fops, end - panes * slide, end, out, m)
+        m = ws_emit(ws, dqi, dqf, gkeys, iops, fops, end - panes * slide, end, out, m, sel_kind,
+                    sel_slot)
         pos[0], pos[3] = p + 1, m
     m = pos[3]
     return out[0][:m], out[1][:m], out[2][:m], out[3][:m], out[4][:m], out[5][:m]
 
 
-def windows_from_partials(partials, iops, fops, panes: int, slide_ms: int, p_lo: int, p_hi: int):
+def windows_from_partials(partials, iops, fops, panes: int, slide_ms: int, p_lo: int, p_hi: int,
+                          select: tuple[int, int] = (ALL_GROUPS, 0)):
     """Results of the windows ending at panes ``p_lo..p_hi`` from one task's pane partials.
 
     ``partials`` is what :func:`scabbard.kernels.aggregate.pane_aggregate` returns; every
     pane the windows need must be complete in it.  Windows without tuples are skipped.
+    ``select``: which groups each window emits (:func:`ws_emit`).
     """
     pane, gid, cnt, iv, fv, gkeys = partials
     if panes < 1 or slide_ms < 1:
@@ -341,7 +380,7 @@ def windows_from_partials(partials, iops, fops, panes: int, slide_ms: int, p_lo:
     iops = np.ascontiguousarray(iops, dtype=np.int64)
     fops = np.ascontiguousarray(fops, dtype=np.int64)
     return _windows_from_partials(pane, gid, cnt, iv, fv, gkeys, iops, fops, panes, slide_ms,
-                                  p_lo, p_hi)
+                                  p_lo, p_hi, select[0], select[1])
 
 
 # -- the assembler's state machine (sequential, across tasks) -------------------------------------
@@ -386,7 +425,7 @@ def fifo_reserve(fifo, extra: int):
 
 @inline
 def _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m: int, iops, fops,
-           p: int, panes: int, slide: int, emit: bool) -> int:
+           p: int, panes: int, slide: int, emit: bool, sel_kind: int, sel_slot: int) -> int:
     """Close pane ``p``: evict panes <= p - panes, then emit the window ending at p."""
     f_p, f_g, f_c, f_i, f_f, ht_ = fifo
     while ht_[0] < ht_[1] and f_p[ht_[0]] <= p - panes:
@@ -397,7 +436,8 @@ def _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m: int, io
         ht_[0] += 1
     if emit and ws[6][0] > 0:
         end = (p + 1) * slide
-        m = ws_emit(ws, dqi, dqf, tkeys, iops, fops, end - panes * slide, end, out, m)
+        m = ws_emit(ws, dqi, dqf, tkeys, iops, fops, end - panes * slide, end, out, m, sel_kind,
+                    sel_slot)
     return m
 
 
@@ -405,9 +445,10 @@ def _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m: int, io
 DONE, NEED_ROOM, NEED_OUT = 0, 1, 2
 
 
-@kernel
+@scan
 def asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_i, e_f, hi: int,
-             iops, fops, panes: int, slide: int, emit: bool, upto: int) -> int:
+             iops, fops, panes: int, slide: int, emit: bool, upto: int, sel_kind: int,
+             sel_slot: int) -> int:
     """Feed entries pos[0]..hi (pane order), then close panes < ``upto``.
 
     ``cur[0]`` is the open pane (the smallest not yet closed; INT64_MIN before any).
@@ -434,7 +475,7 @@ def asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_
                 pos[0], pos[1] = r, m
                 return NEED_OUT
             m = _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m, iops, fops,
-                       cur[0], panes, slide, emit)
+                       cur[0], panes, slide, emit, sel_kind, sel_slot)
             cur[0] += 1
         if r >= hi:
             break
@@ -458,9 +499,9 @@ def asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_
     return DONE
 
 
-@kernel
+@scan
 def asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes: int,
-                   slide: int) -> int:
+                   slide: int, sel_kind: int, sel_slot: int) -> int:
     """End of stream: close panes until the window is empty (NEED_OUT when full)."""
     slots, tkeys, hashes, free, meta = table
     ht_ = fifo[5]
@@ -471,7 +512,7 @@ def asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes: 
             pos[1] = m
             return NEED_OUT
         m = _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m, iops, fops,
-                   cur[0], panes, slide, True)
+                   cur[0], panes, slide, True, sel_kind, sel_slot)
         cur[0] += 1
     pos[1] = m
     return DONE
@@ -487,7 +528,8 @@ def asm_reset(ws, dqi, dqf, fifo) -> None:
 
 @kernel
 def asm_feed(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_f, iops, fops,
-             panes: int, slide: int, emit: bool, upto: int, m0: int):
+             panes: int, slide: int, emit: bool, upto: int, m0: int, sel_kind: int = ALL_GROUPS,
+             sel_slot: int = 0):
     """Feed a batch of pane partials, then close panes < ``upto``; return the state and rows.
 
     Drives :func:`asm_scan`, inserting new keys and growing the output when it blocks.
@@ -500,7 +542,7 @@ def asm_feed(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_
     pos = np.array([0, m0], dtype=np.int64)
     while True:
         status = asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_i,
-                          e_f, n, iops, fops, panes, slide, emit, upto)
+                          e_f, n, iops, fops, panes, slide, emit, upto, sel_kind, sel_slot)
         if status == DONE:
             break
         if status == NEED_ROOM:
@@ -511,10 +553,11 @@ def asm_feed(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_
 
 
 @kernel
-def asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes: int, slide: int):
+def asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes: int, slide: int,
+              sel_kind: int = ALL_GROUPS, sel_slot: int = 0):
     """End of stream: emit every window that still holds tuples; return (out, rows)."""
     pos = np.zeros(2, dtype=np.int64)
     while asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes,
-                         slide) != DONE:
+                         slide, sel_kind, sel_slot) != DONE:
         out = out_reserve(out, 2 * out[0].shape[0] + ws[6][0])
     return out, pos[1]
