@@ -271,3 +271,43 @@ def test_sg3_is_the_papers_join_of_the_hour_and_the_plug_averages(tiny):
     want = sg3_by_definition(ds)
     assert len(want) > 1000
     ref.assert_same_results(engine_frame(q, sink), want, q.schema)
+
+
+WARM_CHILD = """
+import sys
+import numba
+from scabbard import queries
+from scabbard.data import open_dataset
+from scabbard.engine import EngineConfig, NullSink, ReplaySource
+from scabbard.engine.runtime import Engine
+from scabbard.kernels import aggregate, hashtable, join, window
+
+def compiled():
+    return {f"{m.__name__}.{k}": len(d.signatures) for m in (aggregate, hashtable, join, window)
+            for k, d in vars(m).items() if isinstance(d, numba.core.registry.CPUDispatcher)}
+
+name, path, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ds = open_dataset(path)
+engine = Engine(queries.get(name), ds.tables, EngineConfig(workers=1, batch_rows=rows))
+source = ReplaySource(ds, rows, max_tuples=4 * ds.rows, loop=True)
+engine.warm_up(source.peek())
+before = compiled()
+report = engine.run(source, NullSink())
+after = compiled()
+print({k: (before.get(k, 0), n) for k, n in after.items() if n != before.get(k, 0)})
+"""
+
+
+# batches of more than two windows' worth of the tiny data: long tasks, boundaries between them
+@pytest.mark.parametrize("name, rows", [("LRB2", 16_000), ("YSB", 25_000)])
+def test_the_warm_up_compiles_every_kernel_a_run_calls(tiny, name, rows):
+    """No kernel is compiled (or loaded from numba's cache) on the clock: the first long task
+    and the first boundary between two long tasks would charge it to the measured run."""
+    import subprocess
+    import sys
+
+    ds = tiny[queries.workload_of(name)]
+    out = subprocess.run([sys.executable, "-c", WARM_CHILD, name, str(ds.path), str(rows)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "{}", out.stdout

@@ -38,7 +38,15 @@ from scabbard.engine.metrics import Metrics
 from scabbard.engine.ports import AssemblyListener, Resume
 from scabbard.engine.pushup import Reducer
 from scabbard.engine.sinks import Sink
-from scabbard.engine.tasks import INT64_MAX, INT64_MIN, BranchPart, Edges, TaskResult, task_edges
+from scabbard.engine.tasks import (
+    INT64_MAX,
+    INT64_MIN,
+    BranchPart,
+    Edges,
+    TaskResult,
+    empty_edges,
+    task_edges,
+)
 from scabbard.kernels import window as kw
 from scabbard.kernels.aggregate import key_ids, pane_aggregate
 from scabbard.kernels.join import build_index
@@ -179,8 +187,18 @@ class Engine:
         for i, b in enumerate(self.plan.branches):
             a = BranchAssembler(b)
             a.task(r.parts[i])
+            a.skip(r.parts[i])  # as after a long task: the flush loads its tail first
             graph.push(self.plan.top(i), self.plan.post(i, b.finalize(a.flush())), INT64_MAX, {})
         graph.pump()
+        # the windows of long tasks and between them: the same kernels with the same types
+        # (a first long task would otherwise compile them on the clock)
+        empty = [empty_edges(b.key_width, len(b.iops), len(b.fops)) for b in self.plan.branches]
+        prev = TaskResult(0, 0, 0.0, [BranchPart(p.first_pane, p.first_pane, True, e, e, None)
+                                      for p, e in zip(r.parts, empty, strict=True)])
+        cur = TaskResult(1, 0, 0.0, [BranchPart(p.first_pane, p.first_pane, True, p.head, e, None)
+                                     for p, e in zip(r.parts, empty, strict=True)])
+        for i in range(len(self.plan.branches)):
+            self._boundary(prev, cur, i)
 
     def _boundary(self, prev: TaskResult, cur: TaskResult, i: int,
                   skip: int = INT64_MIN) -> dict | None:
