@@ -107,14 +107,12 @@ class Table:
             raise DatasetError(f"{self.path}: table checksum does not match its columns")
 
 
-@dataclass(frozen=True)
-class Dataset:
-    """A generated dataset: the stream, its side tables and the manifest."""
+class ManifestView:
+    """What a dataset's manifest and stream say, wherever the dataset lives (a folder here:
+    :class:`Dataset`; a URI a cluster shares: :class:`scabbard.data.shared.SharedDataset`)."""
 
-    path: Path
-    manifest: dict = field(repr=False)
-    stream: Table = field(repr=False)
-    tables: dict[str, Table] = field(repr=False)
+    manifest: dict
+    stream: Table
 
     @property
     def workload(self) -> str:
@@ -139,6 +137,17 @@ class Dataset:
     @property
     def rows(self) -> int:
         return self.stream.rows
+
+
+@dataclass(frozen=True)
+class Dataset(ManifestView):
+    """A generated dataset: the stream, its side tables and the manifest."""
+
+    path: Path
+    manifest: dict = field(repr=False)
+    stream: Table = field(repr=False)
+    tables: dict[str, Table] = field(repr=False)
+
 
     def __len__(self) -> int:
         return self.stream.rows

@@ -15,6 +15,7 @@ from pathlib import PurePosixPath
 
 from scabbard.data import (
     Dataset,
+    ManifestView,
     _plain_name,
     _schema_mismatch,
     parse_manifest,
@@ -51,37 +52,13 @@ class SharedTable:
 
 
 @dataclass(frozen=True)
-class SharedDataset:
+class SharedDataset(ManifestView):
     """A dataset at a URI: manifest, stream and side tables (see the module)."""
 
     path: str
     manifest: dict = field(repr=False)
     stream: SharedTable = field(repr=False)
     tables: dict[str, SharedTable] = field(repr=False)
-
-    @property
-    def schema(self) -> Schema:
-        return self.stream.schema
-
-    @property
-    def rows(self) -> int:
-        return self.stream.rows
-
-    @property
-    def checksum(self) -> str:
-        return self.manifest["checksum"]
-
-    @property
-    def workload(self) -> str:
-        return self.manifest["workload"]
-
-    @property
-    def name(self) -> str:
-        return self.manifest["name"]
-
-    @property
-    def params(self) -> dict:
-        return self.manifest["params"]
 
 
 def _parquet_files(name: str, table_uri: str, entry: dict, where: str) -> tuple[str, ...]:
