@@ -253,6 +253,7 @@ def test_the_notebook_panel_kills_on_demand_and_shows_the_verdict(tiny, data_roo
     assert panel.campaign.kills == 1, panel.status.value
     assert "exactly once" in panel.status.value and "0 lost" in panel.status.value
     assert panel.start_button.disabled is False
+    assert not panel._refresher.is_alive()  # the last figure is drawn: nothing reads the run
 
 
 def _wait_for(cond, proc, what: str, timeout: float = 120) -> None:

@@ -270,7 +270,8 @@ class Panel:
                               w.HBox([self.seconds, self.standby, self.start_button,
                                       self.kill_button]), self.status, self.figure])
         self.controller: Controller | None = None
-        self._done = threading.Event()
+        self._ended = threading.Event()  # the campaign ended: the refresher draws once more
+        self._done = threading.Event()  # ... and has: the panel is idle again
 
     def _ipython_display_(self):
         from IPython.display import display
@@ -285,8 +286,10 @@ class Panel:
                     standby=self.standby.value, kill_at=None)
         self.start_button.disabled = True
         self._done.clear()
+        self._ended.clear()
+        self._refresher = threading.Thread(target=self._refresh, args=(s,), daemon=True)
+        self._refresher.start()
         threading.Thread(target=self._campaign, args=(s,), daemon=True).start()
-        threading.Thread(target=self._refresh, args=(s,), daemon=True).start()
 
     def kill(self) -> None:
         if self.controller is not None:
@@ -310,6 +313,8 @@ class Panel:
             self.status.value = f"<b style='color:red'>failed: {e}</b>"
         finally:
             self.kill_button.disabled = True
+            self._ended.set()
+            self._refresher.join()  # the figure shows the end before the panel says done
             self.start_button.disabled = False
             self._done.set()
 
@@ -318,7 +323,7 @@ class Panel:
 
         fig = plt.figure(figsize=(11, 5.5))
         plt.close(fig)  # drawn into the Output widget only
-        while not self._done.wait(1.0):
+        while not self._ended.wait(1.0):
             c = self.controller
             if c is None or not c.metrics_log.is_file():
                 continue
