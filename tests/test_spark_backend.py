@@ -5,7 +5,7 @@ import pytest
 import reference as ref
 from scabbard import queries
 from scabbard.engine import CollectSink, run_query
-from scabbard.peers.spark import run_spark
+from scabbard.peers.spark import MANY_WINDOWS, run_spark, windows_per_tuple
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -41,9 +41,19 @@ def sg_hour(spark, tmp_path_factory):
 @pytest.mark.parametrize("name", ["SG1", "SG3"])
 def test_spark_and_engine_agree_on_the_hour_windows(spark, sg_hour, tmp_path, name):
     q = queries.get(name)
+    assert windows_per_tuple(q) == 3600 > MANY_WINDOWS  # so Spark interprets the plan
+    spark.conf.set("spark.sql.codegen.wholeStage", "true")
     engine, spark_rows, _ = both(q, sg_hour, spark, tmp_path / "work")
     assert len(engine) > 0
     ref.assert_same_results(spark_rows, engine, q.schema)
+    # the settings were the run's: the session has its own again
+    assert spark.conf.get("spark.sql.codegen.wholeStage") == "true"
+    assert spark.conf.get("spark.sql.codegen.factoryMode", None) is None
+
+
+def test_windows_per_tuple():
+    assert {n: windows_per_tuple(queries.get(n)) for n in ("CM1", "SG1", "SG2", "LRB1", "YSB")} \
+        == {"CM1": 60, "SG1": 3600, "SG2": 128, "LRB1": 300, "YSB": 1}
 
 
 def test_spark_rejects_a_dataset_of_another_workload(spark, tiny):

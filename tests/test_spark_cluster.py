@@ -42,9 +42,6 @@ PARTITIONS = {name: 2 for name in workloads.NAMES} | {"ysb": 8}  # 8 micro-batch
 # The queries with many windows per tuple run on shorter datasets (Spark copies each tuple
 # into every window: SG1 3,600 times, LRB1 300, SG2 128): what matters here is the cluster.
 SMALLER = {"sg": {"duration": 10, "rate": 20}, "lrb": {"duration": 40, "rate": 250}}
-# Spark's code for 3,600 windows exceeds the JVM's method size limit, so Spark interprets it
-# after trying to compile it (tens of seconds here); the SG queries ask for interpretation
-SG_CONF = {"spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.sql.codegen.wholeStage": "false"}
 AFTER_UP: dict = {}  # `spark status --json` right after `spark up`
 
 
@@ -179,8 +176,7 @@ def cluster_run(cluster, tmp_path_factory):
         w = queries.workload_of(q)
         name = default_name(workloads.get(w).SPEC, make_params(workloads.get(w).SPEC,
                                                                **SMALLER.get(w, {"scale": "tiny"})))
-        steps.append({"run": q, "data": f"{data}/{w}/{name}", "workdir": (root / "work" / q).as_uri(),
-                      "conf": SG_CONF if w == "sg" else {}})
+        steps.append({"run": q, "data": f"{data}/{w}/{name}", "workdir": (root / "work" / q).as_uri()})
     kill_step, resume_step = len(steps), len(steps) + 1
     kill_dir, resume_dir = root / "work" / "kill", root / "work" / "resume"
     for folder in (kill_dir, resume_dir):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
@@ -60,6 +61,13 @@ from scabbard.query.plan import (
 )
 
 EVENT_TIME = "__event_time"
+# Spark copies a tuple into each of its windows; past this many per tuple (SG1's hour windows
+# sliding by a second: 3,600), the generated Java exceeds the JVM's 64 KB method limit and
+# Spark falls back to interpreting only after tens of seconds spent compiling.  Such plans
+# are interpreted from the start (the settings hold for the run and are then restored).
+MANY_WINDOWS = 1000
+INTERPRETED = {"spark.sql.codegen.factoryMode": "NO_CODEGEN",
+               "spark.sql.codegen.wholeStage": "false"}
 
 
 def column(expr: Expr):
@@ -267,6 +275,27 @@ def _to_columns(df, schema) -> dict:
     return out
 
 
+@contextmanager
+def _sql_settings(spark, settings: dict[str, str]):
+    """``settings`` on ``spark``'s SQL configuration for the block, then what was there."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def windows_per_tuple(query: Query) -> int:
+    """The most windows one input tuple falls into, over the query's window aggregations."""
+    return max(-(-b.window.range_ms // b.window.slide_ms) for b in _branches(query.node))
+
+
 def _consume(node, stream, relations, i: int, work: Workdir) -> int:
     """Run branch ``i`` until it has read everything available (``availableNow``); the
     rows it read."""
@@ -294,8 +323,6 @@ def run_spark(query: Query, dataset: Dataset | SharedDataset, spark=None,
     then empty.  ``max_files_per_trigger``: Parquet files per micro-batch (default: all).
     Started on the work folder of an unfinished run of the same query, it resumes.
     """
-    from pyspark.sql import functions as F
-
     from scabbard.sparksession import get_spark
 
     data = shared_view(dataset)
@@ -303,6 +330,16 @@ def run_spark(query: Query, dataset: Dataset | SharedDataset, spark=None,
         raise ValueError(f"{query.name} reads {query.source.schema.name!r} data, not "
                          f"{data.schema.name!r}")
     spark = spark or get_spark()
+    many = windows_per_tuple(query) > MANY_WINDOWS
+    with _sql_settings(spark, INTERPRETED if many else {}):
+        return _run(query, data, spark, workdir, checkpoint, output, max_files_per_trigger,
+                    collect)
+
+
+def _run(query, data, spark, workdir, checkpoint, output, max_files_per_trigger,
+         collect) -> SparkRun:
+    from pyspark.sql import functions as F
+
     own = workdir is None
     if own and not spark.sparkContext.master.startswith("local"):
         raise ValueError(f"a run on {spark.sparkContext.master} needs a workdir every "
