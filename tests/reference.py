@@ -124,12 +124,11 @@ def evaluate(node, columns: dict, relations: dict) -> pd.DataFrame:
         for c in df.columns:
             if c not in base:
                 base[c] = df[c].to_numpy()
-        rows = []
-        for r in range(node.window.panes):
-            part = base.copy()
-            part["window_end"] = (part["__pane"] + 1 + r) * node.window.slide_ms
-            rows.append(part)
-        exploded = pd.concat(rows, ignore_index=True) if rows else base
+        # every tuple copied into each of its windows: copy r ends r panes after its own
+        n, panes = len(base), node.window.panes
+        exploded = pd.DataFrame({c: np.tile(base[c].to_numpy(), panes) for c in base.columns})
+        exploded["window_end"] = (exploded["__pane"].to_numpy() + 1
+                                  + np.repeat(np.arange(panes), n)) * node.window.slide_ms
         out = _aggregate(exploded, ["window_end", *keys], node.aggs, schema)
         out.insert(0, "window_start", out["window_end"] - node.window.range_ms)
         return out[list(node.schema.names)]
