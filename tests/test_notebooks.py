@@ -33,9 +33,10 @@ def test_notebooks_are_thin_and_parameterised(path):
 
 @pytest.fixture(scope="module")
 def tiny_run(tiny, data_root, tmp_path_factory):
-    """One `scabbard reproduce --scale tiny` of every experiment, shared by the tests below."""
+    """One `scabbard reproduce --scale tiny --jobs 2` of every experiment, shared by the tests
+    below (two at a time: much of a notebook's time is its kernel starting and importing)."""
     return reproduce(root=ROOT, scale="tiny", runs_dir=tmp_path_factory.mktemp("runs"),
-                     data_dir=data_root)
+                     data_dir=data_root, jobs=2)
 
 
 @pytest.mark.notebooks
@@ -73,3 +74,5 @@ def test_reproduce_rejects_unknown_experiments_and_scales(tmp_path):
         reproduce(root=ROOT, only=["nope"], runs_dir=tmp_path)
     with pytest.raises(ExperimentError, match="unknown scale"):
         reproduce(root=ROOT, scale="huge", runs_dir=tmp_path)
+    with pytest.raises(ExperimentError, match="jobs must be at least 1"):
+        reproduce(root=ROOT, jobs=0, runs_dir=tmp_path)

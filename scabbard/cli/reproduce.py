@@ -25,6 +25,9 @@ def add(sub) -> None:
     p.add_argument("--root", default=".", help="project root holding experiments/ and notebooks/")
     p.add_argument("--runs-dir", help="where to put the run folder (default: ROOT/experiments/runs)")
     p.add_argument("--data-dir", help="dataset root passed to notebooks (default: ROOT/data)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="notebooks executed at once (default: 1; more share the cores that the "
+                        "notebooks' throughput figures measure)")
     p.set_defaults(func=_run_reproduce)
 
 
@@ -35,7 +38,7 @@ def _run_reproduce(args) -> int:
         root=Path(args.root), only=args.only, scale=args.scale,
         runs_dir=Path(args.runs_dir) if args.runs_dir else None,
         data_dir=Path(args.data_dir) if args.data_dir else None,
-        log=lambda s: print(s, flush=True),
+        log=lambda s: print(s, flush=True), jobs=args.jobs,
     )
     failed = [r for r in report.results if not r.ok]
     print(f"\nrun folder: {report.run_dir}\nindex:      {report.run_dir / 'index.html'}")

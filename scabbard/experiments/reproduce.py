@@ -20,9 +20,11 @@ and ``data_dir`` (the dataset root).
 from __future__ import annotations
 
 import html
+import multiprocessing
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -118,8 +120,14 @@ def reproduce(
     runs_dir: Path | None = None,
     data_dir: Path | None = None,
     log: Callable[[str], None] = lambda s: None,
+    jobs: int = 1,
 ) -> Report:
-    """Run the selected experiments; return the run folder and one result per experiment."""
+    """Run the selected experiments; return the run folder and one result per experiment.
+
+    ``jobs``: notebooks executed at once, each by its own process.  One by default: the
+    notebooks measure throughput, and two at once share the machine's cores."""
+    if jobs < 1:
+        raise ExperimentError(f"jobs must be at least 1, got {jobs}")
     root = Path(root).resolve()
     if scale not in SCALES:
         raise ExperimentError(f"unknown scale {scale!r} (use {', '.join(SCALES)})")
@@ -136,21 +144,36 @@ def reproduce(
     run_dir = (runs_dir or root / "experiments" / "runs") / f"{stamp}-{scale}"
     run_dir.mkdir(parents=True, exist_ok=False)
     data_dir = data_dir or root / "data"
-    results = []
-    for name in names:
-        exp = experiments[name]
-        log(f"[reproduce] {name} ({exp.title}), scale {scale} ...")
-        try:
-            res = run_experiment(exp, scale, run_dir / name, data_dir, root)
-        except ExperimentError:
-            raise
-        except Exception:
-            res = Result(name, False, 0.0, run_dir / name, traceback.format_exc(limit=1))
-        log(f"[reproduce] {name}: {'ok' if res.ok else 'FAILED'} in {res.seconds:.1f} s")
-        results.append(res)
+    for name in names:  # a malformed parameter set fails before any notebook runs
+        experiments[name].parameters(scale)
+    done: dict[str, Result] = {}
+
+    def finished(res: Result) -> None:
+        log(f"[reproduce] {res.name}: {'ok' if res.ok else 'FAILED'} in {res.seconds:.1f} s")
+        done[res.name] = res
+
+    if jobs == 1:
+        for name in names:
+            log(f"[reproduce] {name} ({experiments[name].title}), scale {scale} ...")
+            finished(_run_one(experiments[name], scale, run_dir, data_dir, root))
+    else:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            pending = [pool.submit(_run_one, experiments[n], scale, run_dir, data_dir, root)
+                       for n in names]
+            log(f"[reproduce] {len(names)} experiments, {jobs} at a time, scale {scale} ...")
+            for f in as_completed(pending):
+                finished(f.result())
+    results = [done[name] for name in names]
     _collect_results(run_dir, results)
     _write_index(run_dir, scale, results, experiments)
     return Report(run_dir, tuple(results))
+
+
+def _run_one(exp: Experiment, scale: str, run_dir: Path, data_dir: Path, root: Path) -> Result:
+    try:
+        return run_experiment(exp, scale, run_dir / exp.name, data_dir, root)
+    except Exception:  # noqa: BLE001 - reported as the experiment's failure
+        return Result(exp.name, False, 0.0, run_dir / exp.name, traceback.format_exc(limit=1))
 
 
 def _collect_results(run_dir: Path, results: list[Result]) -> None:
