@@ -28,6 +28,7 @@ class BranchAssembler:
         self.fifo = kw.fifo_new(ni, nf)
         self.out = kw.out_new(k, ni, nf, 1024)
         self.cur = np.array([INT64_MIN], dtype=np.int64)
+        self.sel = kw.selection(*branch.select)
         self.pending: tuple[Edges, int] | None = None  # a long task's tail, not yet loaded
 
     def _feed(self, e: Edges, emit: bool, upto: int, m: int) -> int:
@@ -35,7 +36,7 @@ class BranchAssembler:
         (self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out, m) = kw.asm_feed(
             self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out, self.cur, e.pane,
             e.keys, e.cnt, e.ints, e.floats, b.iops, b.fops, b.panes, b.slide_ms, emit, upto, m,
-            *b.select)
+            self.sel)
         return m
 
     def _raw(self, m: int):
@@ -72,5 +73,5 @@ class BranchAssembler:
         if self.cur[0] == INT64_MIN:
             return self._raw(0)
         self.out, m = kw.asm_flush(self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out,
-                                   self.cur, b.iops, b.fops, b.panes, b.slide_ms, *b.select)
+                                   self.cur, b.iops, b.fops, b.panes, b.slide_ms, self.sel)
         return self._raw(m)

@@ -160,9 +160,13 @@ class Branch:
     outputs: tuple[Output, ...]
     _kernel: object = None
     id: str = "window0"  # the operator's stable id (:func:`operators`)
-    # which groups each window emits (:func:`scabbard.kernels.window.ws_emit`): all, or the
-    # largest by one aggregate when a keep-max is fused right above (:func:`fuse_keep_max`)
-    select: tuple[int, int] = (kw.ALL_GROUPS, 0)
+    # what each window emits (:func:`scabbard.kernels.window.ws_emit`): all groups, the
+    # largest by one aggregate when a keep-max is fused right above (:func:`fuse_keep_max`),
+    # or the count of groups per value of some keys (:func:`fuse_rollup_count`)
+    select: tuple[int, ...] = (kw.ALL_GROUPS, 0)
+    # the per-window count fused into the emission: the branch's rows are its result
+    rollup: PerWindowAggregate | None = None
+    emitted: str | None = None  # that operator's id (it does not run again)
 
     @property
     def key_width(self) -> int:
@@ -185,14 +189,12 @@ class Branch:
         """Window-state rows -> result columns (window bounds, keys, aggregates)."""
         w_start, w_end, keys, cnt, ints, floats = raw
         cols = {"window_start": w_start, "window_end": w_end}
-        k = 0
-        for f in self.key_fields:
-            if f.dtype == "uuid":
-                cols[f.name] = np.ascontiguousarray(keys[:, k:k + 2]).view(np.uint64)
-                k += 2
-            else:
-                cols[f.name] = keys[:, k].astype(f.numpy_dtype)
-                k += 1
+        if self.rollup is not None:  # the per-window count's rows: its keys, then counts
+            fields = [self.rollup.schema.field(n) for n, _ in self.rollup.keys]
+            cols.update(_key_columns(keys, fields))
+            cols.update({a.name: cnt for a in self.rollup.aggs})
+            return cols
+        cols.update(_key_columns(keys, self.key_fields))
         for o in self.outputs:
             if o.fn == "count":
                 cols[o.name] = cnt
@@ -200,6 +202,20 @@ class Branch:
             v = (floats if o.is_float else ints)[:, o.slot]
             cols[o.name] = v / cnt if o.fn == "avg" else v.astype(o.dtype)
         return cols
+
+
+def _key_columns(keys: np.ndarray, fields) -> dict[str, np.ndarray]:
+    """Key columns from the int64 key words of result rows (a uuid is two words)."""
+    cols = {}
+    k = 0
+    for f in fields:
+        if f.dtype == "uuid":
+            cols[f.name] = np.ascontiguousarray(keys[:, k:k + 2]).view(np.uint64)
+            k += 2
+        else:
+            cols[f.name] = keys[:, k].astype(f.numpy_dtype)
+            k += 1
+    return cols
 
 
 def make_branch(node: WindowAggregate) -> Branch:
@@ -474,7 +490,8 @@ class PhysicalPlan:
     def post(self, i: int, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Branch ``i``'s complete windows through its fused operators."""
         for op in self.chains[i]:
-            cols = op.apply(cols)
+            if op.id != self.branches[i].emitted:
+                cols = op.apply(cols)
         return cols
 
     def top(self, i: int) -> str:
@@ -501,6 +518,28 @@ def fuse_keep_max(b: Branch, column: str) -> tuple[int, int]:
         if o.fn != "avg" and o.dtype == ("float64" if o.is_float else "int64"):
             return (kw.MAX_FLOAT if o.is_float else kw.MAX_INT), o.slot
     return kw.ALL_GROUPS, 0
+
+
+def fuse_rollup_count(b: Branch, node: PerWindowAggregate) -> tuple[int, ...] | None:
+    """The emission of branch ``b`` counting, per window, its groups per value of some of
+    their keys - when ``node``, right above the branch, is exactly that: grouped by plain key
+    columns of the branch, every aggregate a count (LRB3 counts LRB2's vehicles per
+    segment).  The window's rows are then never written: the emission makes ``node``'s."""
+    if not node.aggs or any(a.fn != "count" for a in node.aggs):
+        return None
+    words, at = {}, 0  # each key field's int64 words in the branch's key rows
+    for f in b.key_fields:
+        width = 2 if f.dtype == "uuid" else 1
+        words[f.name] = list(range(at, at + width))
+        at += width
+    columns = []
+    for name, e in node.keys:
+        e = resolve(e, node.input.schema)
+        if not isinstance(e, Col) or e.name not in words or \
+                node.schema.field(name).dtype != b.node.schema.field(e.name).dtype:
+            return None
+        columns += words[e.name]
+    return (kw.ROLLUP_COUNT, 0, *columns)
 
 
 def plan(root: Node, unfused: frozenset[str] = frozenset()) -> PhysicalPlan:
@@ -535,5 +574,9 @@ def plan(root: Node, unfused: frozenset[str] = frozenset()) -> PhysicalPlan:
         fused |= {c.id for c in chain}
         if chain and chain[0].kind == "keep_max":
             b.select = fuse_keep_max(b, chain[0].node.column)
+        if chain and chain[0].kind == "per_window":
+            rollup = fuse_rollup_count(b, chain[0].node)
+            if rollup is not None:
+                b.select, b.rollup, b.emitted = rollup, chain[0].node, chain[0].id
     graph = tuple(o for o in ops.values() if o.kind != "window" and o.id not in fused)
     return PhysicalPlan(root, tuple(branches), root.schema, ops, tuple(chains), graph)

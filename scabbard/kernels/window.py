@@ -251,9 +251,70 @@ def out_reserve(out, need: int):
             _grow_rows(out[3], n), _grow_rows(out[4], n), _grow_rows(out[5], n))
 
 
-# which groups a window emits: all, or only those whose value of one aggregate is the
-# window's largest (a HAVING value >= ALL (...) fused into the emission: NEXMark Q5)
-ALL_GROUPS, MAX_COUNT, MAX_INT, MAX_FLOAT = 0, 1, 2, 3
+# What a window emits, an int64 array ``sel`` = (kind, slot, key columns...):
+# * ALL_GROUPS: a row per group;
+# * MAX_COUNT / MAX_INT / MAX_FLOAT: only the groups whose count or aggregate ``slot`` is the
+#   window's largest (a HAVING value >= ALL (...) fused into the emission: NEXMark Q5);
+# * ROLLUP_COUNT: a row per distinct value of the group keys' columns ``sel[2:]`` with the
+#   number of the window's groups holding it (a per-window COUNT grouped by a subset of the
+#   keys fused into the emission: LRB3's vehicles per segment), keys in sel[2:]'s order.
+ALL_GROUPS, MAX_COUNT, MAX_INT, MAX_FLOAT, ROLLUP_COUNT = 0, 1, 2, 3, 4
+
+
+def selection(kind: int = ALL_GROUPS, slot: int = 0, *columns: int) -> np.ndarray:
+    """The ``sel`` array of an emission (see above)."""
+    return np.array([kind, slot, *columns], dtype=np.int64)
+
+
+@kernel
+def rollup_table(sel, groups: int):
+    """The scratch hash table of a ROLLUP_COUNT emission over up to ``groups`` groups:
+    (row of each slot's key in the output, the window that wrote the slot, the window)."""
+    cap = 16
+    while sel[0] == ROLLUP_COUNT and cap < 2 * groups:
+        cap *= 2
+    return np.empty(cap, dtype=np.int64), np.zeros(cap, dtype=np.int64), np.zeros(1, dtype=np.int64)
+
+
+@inline
+def _emit_rollup(ws, keys, sel, rtab, start: int, end: int, out, m: int) -> int:
+    """One row per distinct value of the keys' columns sel[2:] among the active groups, with
+    how many groups hold it (the table holds twice the groups: probing always ends)."""
+    act, nact = ws[4], ws[6]
+    o_s, o_e, o_k, o_c = out[0], out[1], out[2], out[3]
+    rows, seen, window = rtab
+    window[0] += 1
+    w = window[0]
+    mask = rows.shape[0] - 1
+    nr = sel.shape[0] - 2
+    for a in range(nact[0]):
+        g = act[a]
+        h = np.uint64(ht.SEED)
+        for j in range(nr):
+            h = ht.mix(h, keys[g, sel[2 + j]])
+        s = np.int64(h & np.uint64(mask))
+        while True:
+            if seen[s] != w:  # a value not seen in this window yet: its row
+                seen[s] = w
+                rows[s] = m
+                o_s[m] = start
+                o_e[m] = end
+                for j in range(nr):
+                    o_k[m, j] = keys[g, sel[2 + j]]
+                o_c[m] = 1
+                m += 1
+                break
+            r = rows[s]
+            same = True
+            for j in range(nr):
+                if o_k[r, j] != keys[g, sel[2 + j]]:
+                    same = False
+                    break
+            if same:
+                o_c[r] += 1
+                break
+            s = (s + 1) & mask
+    return m
 
 
 @inline
@@ -269,11 +330,13 @@ def _float_value(ws, dqf, fops, g: int, slot: int):
 
 
 @inline
-def ws_emit(ws, dqi, dqf, keys, iops, fops, start: int, end: int, out, m: int, sel_kind: int,
-            sel_slot: int) -> int:
-    """Write one row per active group for window [start, end) at row ``m`` (room reserved);
-    with ``sel_kind`` not ALL_GROUPS, only the groups holding the window's largest value of
-    aggregate slot ``sel_slot`` (the count, an int or a float slot)."""
+def ws_emit(ws, dqi, dqf, keys, iops, fops, start: int, end: int, out, m: int, sel,
+            rtab) -> int:
+    """Write the rows of window [start, end) at row ``m`` (room reserved for one per active
+    group): as ``sel`` says (above); ``rtab``: a ROLLUP_COUNT's :func:`rollup_table`."""
+    sel_kind, sel_slot = sel[0], sel[1]
+    if sel_kind == ROLLUP_COUNT:
+        return _emit_rollup(ws, keys, sel, rtab, start, end, out, m)
     wcnt, wi, wf, wc, act, apos, nact = ws
     o_s, o_e, o_k, o_c, o_i, o_f = out
     ih, iv = dqi[0], dqi[2]
@@ -310,7 +373,7 @@ def ws_emit(ws, dqi, dqf, keys, iops, fops, start: int, end: int, out, m: int, s
 # -- windows inside one task --------------------------------------------------------------------
 @scan
 def _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes: int, slide: int,
-               p_lo: int, p_hi: int, ws, dqi, dqf, out, pos, sel_kind: int, sel_slot: int):
+               p_lo: int, p_hi: int, ws, dqi, dqf, out, pos, sel, rtab):
     """Slide from pane pos[0]; stop when the output is full.  pos = (pane, add, evict, rows)."""
     n = pp_pane.shape[0]
     p, add, ev, m = pos[0], pos[1], pos[2], pos[3]
@@ -332,8 +395,7 @@ def _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes: in
                 pos[0], pos[1], pos[2], pos[3] = p, add, ev, m
                 return False
             end = (p + 1) * slide
-            m = ws_emit(ws, dqi, dqf, gkeys, iops, fops, end - rng, end, out, m, sel_kind,
-                        sel_slot)
+            m = ws_emit(ws, dqi, dqf, gkeys, iops, fops, end - rng, end, out, m, sel, rtab)
         p += 1
         # pane p's partials are added next round; resuming at p must not re-add them
     pos[0], pos[1], pos[2], pos[3] = p, add, ev, m
@@ -342,9 +404,9 @@ def _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes: in
 
 @kernel
 def _windows_from_partials(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops,
-                           panes: int, slide: int, p_lo: int, p_hi: int, sel_kind: int,
-                           sel_slot: int):
+                           panes: int, slide: int, p_lo: int, p_hi: int, sel):
     ws, dqi, dqf = ws_new(gkeys.shape[0], pp_i.shape[1], pp_f.shape[1])
+    rtab = rollup_table(sel, gkeys.shape[0])
     ws, dqi, dqf = ws_reserve(ws, dqi, dqf, gkeys.shape[0], pp_pane.shape[0])
     # every partial lies in at most `panes` windows: room for all rows up front (np.empty
     # only reserves address space; pages are touched as rows are written)
@@ -354,25 +416,24 @@ def _windows_from_partials(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fop
     start = np.searchsorted(pp_pane, first)
     pos = np.array([first, start, start, 0], dtype=np.int64)
     while not _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes, slide,
-                         p_lo, p_hi, ws, dqi, dqf, out, pos, sel_kind, sel_slot):
+                         p_lo, p_hi, ws, dqi, dqf, out, pos, sel, rtab):
         out = out_reserve(out, 2 * out[0].shape[0] + ws[6][0])
         # resume at the blocked pane: its partials are already in; only emission remains
         p, m = pos[0], pos[3]
         end = (p + 1) * slide
-        m = ws_emit(ws, dqi, dqf, gkeys, iops, fops, end - panes * slide, end, out, m, sel_kind,
-                    sel_slot)
+        m = ws_emit(ws, dqi, dqf, gkeys, iops, fops, end - panes * slide, end, out, m, sel, rtab)
         pos[0], pos[3] = p + 1, m
     m = pos[3]
     return out[0][:m], out[1][:m], out[2][:m], out[3][:m], out[4][:m], out[5][:m]
 
 
 def windows_from_partials(partials, iops, fops, panes: int, slide_ms: int, p_lo: int, p_hi: int,
-                          select: tuple[int, int] = (ALL_GROUPS, 0)):
+                          select: tuple[int, ...] = (ALL_GROUPS, 0)):
     """Results of the windows ending at panes ``p_lo..p_hi`` from one task's pane partials.
 
     ``partials`` is what :func:`scabbard.kernels.aggregate.pane_aggregate` returns; every
     pane the windows need must be complete in it.  Windows without tuples are skipped.
-    ``select``: which groups each window emits (:func:`ws_emit`).
+    ``select``: what each window emits, (kind, slot, key columns...) (:func:`ws_emit`).
     """
     pane, gid, cnt, iv, fv, gkeys = partials
     if panes < 1 or slide_ms < 1:
@@ -380,7 +441,7 @@ def windows_from_partials(partials, iops, fops, panes: int, slide_ms: int, p_lo:
     iops = np.ascontiguousarray(iops, dtype=np.int64)
     fops = np.ascontiguousarray(fops, dtype=np.int64)
     return _windows_from_partials(pane, gid, cnt, iv, fv, gkeys, iops, fops, panes, slide_ms,
-                                  p_lo, p_hi, select[0], select[1])
+                                  p_lo, p_hi, selection(*select))
 
 
 # -- the assembler's state machine (sequential, across tasks) -------------------------------------
@@ -425,7 +486,7 @@ def fifo_reserve(fifo, extra: int):
 
 @inline
 def _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m: int, iops, fops,
-           p: int, panes: int, slide: int, emit: bool, sel_kind: int, sel_slot: int) -> int:
+           p: int, panes: int, slide: int, emit: bool, sel, rtab) -> int:
     """Close pane ``p``: evict panes <= p - panes, then emit the window ending at p."""
     f_p, f_g, f_c, f_i, f_f, ht_ = fifo
     while ht_[0] < ht_[1] and f_p[ht_[0]] <= p - panes:
@@ -436,8 +497,7 @@ def _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m: int, io
         ht_[0] += 1
     if emit and ws[6][0] > 0:
         end = (p + 1) * slide
-        m = ws_emit(ws, dqi, dqf, tkeys, iops, fops, end - panes * slide, end, out, m, sel_kind,
-                    sel_slot)
+        m = ws_emit(ws, dqi, dqf, tkeys, iops, fops, end - panes * slide, end, out, m, sel, rtab)
     return m
 
 
@@ -447,8 +507,7 @@ DONE, NEED_ROOM, NEED_OUT = 0, 1, 2
 
 @scan
 def asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_i, e_f, hi: int,
-             iops, fops, panes: int, slide: int, emit: bool, upto: int, sel_kind: int,
-             sel_slot: int) -> int:
+             iops, fops, panes: int, slide: int, emit: bool, upto: int, sel, rtab) -> int:
     """Feed entries pos[0]..hi (pane order), then close panes < ``upto``.
 
     ``cur[0]`` is the open pane (the smallest not yet closed; INT64_MIN before any).
@@ -475,7 +534,7 @@ def asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_
                 pos[0], pos[1] = r, m
                 return NEED_OUT
             m = _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m, iops, fops,
-                       cur[0], panes, slide, emit, sel_kind, sel_slot)
+                       cur[0], panes, slide, emit, sel, rtab)
             cur[0] += 1
         if r >= hi:
             break
@@ -501,7 +560,7 @@ def asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_
 
 @scan
 def asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes: int,
-                   slide: int, sel_kind: int, sel_slot: int) -> int:
+                   slide: int, sel, rtab) -> int:
     """End of stream: close panes until the window is empty (NEED_OUT when full)."""
     slots, tkeys, hashes, free, meta = table
     ht_ = fifo[5]
@@ -512,7 +571,7 @@ def asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes: 
             pos[1] = m
             return NEED_OUT
         m = _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m, iops, fops,
-                   cur[0], panes, slide, True, sel_kind, sel_slot)
+                   cur[0], panes, slide, True, sel, rtab)
         cur[0] += 1
     pos[1] = m
     return DONE
@@ -528,8 +587,7 @@ def asm_reset(ws, dqi, dqf, fifo) -> None:
 
 @kernel
 def asm_feed(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_f, iops, fops,
-             panes: int, slide: int, emit: bool, upto: int, m0: int, sel_kind: int = ALL_GROUPS,
-             sel_slot: int = 0):
+             panes: int, slide: int, emit: bool, upto: int, m0: int, sel):
     """Feed a batch of pane partials, then close panes < ``upto``; return the state and rows.
 
     Drives :func:`asm_scan`, inserting new keys and growing the output when it blocks.
@@ -539,10 +597,11 @@ def asm_feed(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_
     n = e_pane.shape[0]
     ws, dqi, dqf = ws_reserve(ws, dqi, dqf, table[4][1] + n, n)
     fifo = fifo_reserve(fifo, n)
+    rtab = rollup_table(sel, ws[0].shape[0])
     pos = np.array([0, m0], dtype=np.int64)
     while True:
         status = asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_i,
-                          e_f, n, iops, fops, panes, slide, emit, upto, sel_kind, sel_slot)
+                          e_f, n, iops, fops, panes, slide, emit, upto, sel, rtab)
         if status == DONE:
             break
         if status == NEED_ROOM:
@@ -553,11 +612,11 @@ def asm_feed(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_
 
 
 @kernel
-def asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes: int, slide: int,
-              sel_kind: int = ALL_GROUPS, sel_slot: int = 0):
+def asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes: int, slide: int, sel):
     """End of stream: emit every window that still holds tuples; return (out, rows)."""
     pos = np.zeros(2, dtype=np.int64)
+    rtab = rollup_table(sel, ws[0].shape[0])
     while asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes,
-                         slide, sel_kind, sel_slot) != DONE:
+                         slide, sel, rtab) != DONE:
         out = out_reserve(out, 2 * out[0].shape[0] + ws[6][0])
     return out, pos[1]
