@@ -41,6 +41,17 @@ def test_bad_parameters_exit_2_with_one_clear_line(capsys, tmp_path, args, messa
     assert err.startswith("scabbard: error: ") and message in err
     assert "Traceback" not in err
 
+@pytest.mark.parametrize("args, message", [
+    (["reproduce", "--only", "nope"], "unknown experiment(s) ['nope']"),
+    (["reproduce", "--jobs", "0"], "jobs must be at least 1, got 0"),
+])
+def test_reproduce_refuses_bad_experiments_with_one_line(capsys, tmp_path, args, message):
+    code = main([*args, "--runs-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("scabbard: error: ") and message in err
+    assert "Traceback" not in err and list(tmp_path.iterdir()) == []
+
+
 
 def test_unknown_scale_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit) as e:

@@ -56,7 +56,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 # command (the engine's restart after a crash among them).
 _USAGE_ERRORS = [("scabbard.workloads.generator", "DatagenError"),
                  ("scabbard.workloads", "UnknownWorkloadError"),
-                 ("scabbard.schema", "SchemaError"), ("scabbard.query", "QueryError")]
+                 ("scabbard.schema", "SchemaError"), ("scabbard.query", "QueryError"),
+                 ("scabbard.experiments.reproduce", "ExperimentError")]
 _FAILURES = [("scabbard.data", "DatasetError"), ("scabbard.sparksession", "JavaNotFoundError"),
              ("scabbard.storage", "StorageError"), ("scabbard.pog", "PStreamError"),
              ("scabbard.pog.checkpoint", "CheckpointError"),
