@@ -28,8 +28,10 @@ demo: setup
 	$(BIN)/scabbard datagen all --scale small
 	$(BIN)/scabbard reproduce --only 00_datasets --scale small
 
+# two pytest processes: much of the suite waits on JVMs, kernels starting and paced input;
+# a module stays on one process (its fixtures are started once)
 test: setup peers
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 bench: setup peers
 	$(BIN)/scabbard bench datagen

@@ -1,6 +1,17 @@
-"""Shared fixtures: one local Spark session and one set of tiny datasets per test session."""
+"""Shared fixtures: one local Spark session and one set of tiny datasets per test session.
+
+`make test` runs the suite in two pytest-xdist worker processes.  Each worker has its own Spark
+session (started only if one of its tests needs it) and its own data root; the tiny datasets are
+generated once per run, by whichever worker asks first, and copied into the others' roots.
+"""
 
 from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -25,14 +36,40 @@ def data_root(tmp_path_factory):
     return tmp_path_factory.mktemp("data")
 
 
-@pytest.fixture(scope="session")
-def tiny(spark, data_root):
-    """All six workloads generated at the tiny scale (seed 0), by name."""
+@contextmanager
+def _exclusive(path: Path):
+    """An advisory lock on ``path`` held for the block: one worker at a time."""
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _generate_tiny(out: Path, spark) -> None:
     from scabbard.workloads.generator import generate, make_params
 
-    out = {}
     for name in workloads.NAMES:
         spec = workloads.get(name).SPEC
-        out[name] = generate(spec, make_params(spec, scale="tiny"), out=data_root, spark=spark,
-                             progress=False)
-    return out
+        generate(spec, make_params(spec, scale="tiny"), out=out, spark=spark, progress=False)
+
+
+@pytest.fixture(scope="session")
+def tiny(request, data_root, tmp_path_factory):
+    """All six workloads generated at the tiny scale (seed 0), by name."""
+    from scabbard.data import open_dataset
+
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        _generate_tiny(data_root, request.getfixturevalue("spark"))
+    else:
+        # the run's folder, shared by its workers (each worker's own base folder is inside it)
+        shared = tmp_path_factory.getbasetemp().parent / "tiny-shared"
+        shared.mkdir(exist_ok=True)
+        with _exclusive(shared.parent / "tiny-shared.lock"):
+            if not (shared / "complete").exists():
+                _generate_tiny(shared, request.getfixturevalue("spark"))
+                (shared / "complete").touch()
+        for name in workloads.NAMES:
+            shutil.copytree(shared / name / "tiny", data_root / name / "tiny")
+    return {name: open_dataset(data_root / name / "tiny") for name in workloads.NAMES}
