@@ -125,6 +125,22 @@ def test_kill_campaign(tiny, tmp_path, name):
     assert camp.verdict.ok, camp.verdict
 
 
+@pytest.mark.slow
+@pytest.mark.crash
+def test_kill_campaign_with_key_partitioned_assembly(tiny, tmp_path):
+    """The same with the sequential windows' groups split between three partitions (issue 21):
+    each incarnation splits the checkpointed window state between its partitions again, and
+    LRB3's fused per-window count is partitioned by its own keys."""
+    ds = tiny["lrb"]
+    n = 120 * ds.rows
+    c = Controller("LRB3", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6, interval=0.2,
+                   assembly="partitioned:3")
+    assert "partitioned:3" in c.command(recover=False)
+    camp = c.run([random.Random(21).uniform(1.2, 3.0) for _ in range(3)])
+    assert camp.kills >= 1, "the run finished before any kill: make it longer"
+    assert camp.verdict.ok, camp.verdict
+
+
 def test_clocked_sink_splits_a_batch_larger_than_a_log_file_at_window_ends(tmp_path):
     """A result batch over one 16 MiB log file is stored in pieces that each end with a
     window, every piece's clock naming its own last window - a crash between pieces leaves

@@ -6,7 +6,7 @@ batches, batch boundaries inside a pane, and incremental = batch for the assembl
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import reference as ref
@@ -115,6 +115,90 @@ def assemble_in_chunks(partials, cuts, iops, fops, panes, slide, last_pane,
                               kw.selection(*select))
         rows.append(tuple(x[:m].copy() for x in out))
     return tuple(np.concatenate([r[i] for r in rows]) for i in range(6))
+
+
+def assemble_partitioned(partials, cuts, iops, fops, panes, slide, last_pane, parts, columns,
+                         select=(kw.ALL_GROUPS, 0)):
+    """:func:`assemble_in_chunks` with the groups split into ``parts`` partitions by the key
+    ``columns`` (each partition its own state, fed its rows of every chunk and closing the same
+    panes), the partitions' windows merged per chunk as the engine does."""
+    from scabbard.engine.assembly import merge_windows
+
+    pane, gid, cnt, iv, fv, gkeys = partials
+    keys = gkeys[gid] if len(gid) else np.zeros((0, gkeys.shape[1]), np.int64)
+    k, ni, nf = keys.shape[1], iv.shape[1], fv.shape[1]
+    states = [[*kw.ws_new(16, ni, nf), ht.new_table(k, 16), kw.fifo_new(ni, nf),
+               kw.out_new(k, ni, nf, 16), np.array([np.iinfo(np.int64).min])]
+              for _ in range(parts)]
+    cols = np.asarray(columns, dtype=np.int64)
+    sel = kw.selection(*select)
+    merged = []
+    bounds = [0, *cuts, len(pane)]
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        upto = int(pane[b]) if b < len(pane) else last_pane
+        order, starts = kw.partition_rows(keys[a:b], cols, parts)
+        raws = []
+        for p, st_ in enumerate(states):
+            r = a + order[starts[p]:starts[p + 1]]
+            ws, dqi, dqf, table, fifo, out, cur = st_
+            ws, dqi, dqf, table, fifo, out, m = kw.asm_feed(
+                ws, dqi, dqf, table, fifo, out, cur, pane[r], keys[r], cnt[r], iv[r], fv[r],
+                iops, fops, panes, slide, True, upto, 0, sel)
+            st_[:6] = ws, dqi, dqf, table, fifo, out
+            raws.append(tuple(x[:m].copy() for x in out))
+        merged.append(merge_windows(raws))
+    raws = []
+    for ws, dqi, dqf, table, fifo, out, cur in states:
+        if cur[0] != np.iinfo(np.int64).min:
+            out, m = kw.asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide, sel)
+            raws.append(tuple(x[:m].copy() for x in out))
+    if raws:
+        merged.append(merge_windows(raws))
+    return tuple(np.concatenate([r[i] for r in merged]) for i in range(6))
+
+
+def row_set(res) -> list:
+    """Result rows as sorted tuples (a window's rows in any order)."""
+    return sorted(zip(res[0].tolist(), res[1].tolist(), map(tuple, res[2].tolist()),
+                      res[3].tolist(), map(tuple, res[4].tolist()), map(tuple, res[5].tolist()),
+                      strict=True))
+
+
+@SETTINGS
+@given(streams(), st.lists(st.integers(0, 10**6), max_size=4), st.integers(1, 4), st.data())
+def test_key_partitioned_assembly_emits_the_windows_of_one_state(s, raw_cuts, parts, data):
+    """Partitions by key hash, each with its own window state, merged by window end, give every
+    window exactly the rows of one sequential state, in window order - also when all keys fall
+    in one partition and the others stay idle (one key), and for a fused per-window count
+    partitioned by its own keys."""
+    from scabbard.kernels.window import partition_rows
+
+    ts, keys, ints, floats, iops, fops, slide, panes = s
+    k = keys.shape[1]
+    assume(k > 0)
+    partials = pane_aggregate(ts, keys, ints, floats, iops, fops, slide)
+    n = len(partials[0])
+    cuts = sorted({c % n for c in raw_cuts}) if n else []
+    last = int(partials[0][-1]) if n else 0
+    one = assemble_in_chunks(partials, cuts, iops, fops, panes, slide, last)
+    split = assemble_partitioned(partials, cuts, iops, fops, panes, slide, last, parts, range(k))
+    assert row_set(split) == row_set(one)
+    assert np.all(np.diff(split[1]) >= 0), "windows are emitted in order"
+    columns = data.draw(st.lists(st.integers(0, k - 1), unique=True, min_size=1, max_size=k))
+    select = (kw.ROLLUP_COUNT, 0, *columns)
+    one = assemble_in_chunks(partials, cuts, iops, fops, panes, slide, last, select)
+    split = assemble_partitioned(partials, cuts, iops, fops, panes, slide, last, parts, columns,
+                                 select)
+    assert rollup_rows(split, len(columns)) == rollup_rows(one, len(columns))
+    # the partition of a row is a function of its key columns alone, and keeps their order
+    order, starts = partition_rows(keys, np.arange(k, dtype=np.int64), parts)
+    assert sorted(order.tolist()) == list(range(len(keys)))
+    owner = {}
+    for p in range(parts):
+        rows = order[starts[p]:starts[p + 1]]
+        assert np.all(np.diff(rows) > 0)
+        for r in rows:
+            assert owner.setdefault(tuple(keys[r].tolist()), p) == p
 
 
 @SETTINGS

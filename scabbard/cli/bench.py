@@ -25,6 +25,7 @@ _HELP = {
                   "of a query with several operators, on all, or none",
     "workload": "the workload generated", "tuples": "rows generated",
     "workers": "local[N] threads, and the cluster's workers of 1 core",
+    "assembly": "assembly modes measured side by side: serial, partitioned, partitioned:P",
 }
 _FLAGS = {"with_query": "--no-query", "batch_kib": "--batch-kb", "min_life": "--min",
           "max_life": "--max"}
@@ -115,7 +116,7 @@ def add(sub, full: bool = True) -> None:
         "2 workers (endless replay for --seconds), Spark Structured Streaming's throughput on "
         "the same data, and the engine's latency percentiles at 80%% of its rate.  Writes "
         "results.csv and engine_throughput.png to --out.", _run_bench_engine)
-    _options(ep, engine_throughput.Settings, "queries", "seconds", "spark", "scale",
+    _options(ep, engine_throughput.Settings, "queries", "seconds", "spark", "scale", "assembly",
              out="experiments/runs/bench-engine")
     ip = _bench(
         bsub, "ingest",

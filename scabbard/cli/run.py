@@ -46,6 +46,10 @@ def add_run(sub) -> None:
                    help="replay the dataset endlessly for this long (wall time)")
     p.add_argument("--max-tuples", type=int, help="stop after this many input tuples")
     p.add_argument("--batch", type=int, metavar="ROWS", help="tuples per task (default: per query)")
+    p.add_argument("--assembly", default="serial", metavar="MODE",
+                   help="the windows no task computes alone: serial (one state per window "
+                        "operator) or partitioned[:P] (its groups split by key hash between P "
+                        "partitions assembled at once, merged in window order; P: --workers)")
     p.add_argument("--metrics-log", metavar="PATH", help="JSON-lines metrics log (live samples)")
     p.add_argument("--metrics-interval", type=float, default=0.5, metavar="SECONDS",
                    help="seconds between metrics samples (default 0.5)")
@@ -305,7 +309,8 @@ def config_from_args(args):
             FTConfig(Path(args.output), args.exactly_once, args.checkpoint_interval or 1.0,
                      durability=args.durability,
                      persist_input=False if args.checkpoint_only else None,
-                     crash_at=args.crash_at, spawned_at=args.spawned_at) if ft else None)
+                     crash_at=args.crash_at, spawned_at=args.spawned_at) if ft else None,
+            assembly=args.assembly)
     except ConfigError as e:
         flag = FLAGS.get(e.field, "--" + e.field.replace("_", "-"))
         raise CLIError(f"{flag} {e.problem}") from None

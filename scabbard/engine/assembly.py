@@ -75,3 +75,96 @@ class BranchAssembler:
         self.out, m = kw.asm_flush(self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out,
                                    self.cur, b.iops, b.fops, b.panes, b.slide_ms, self.sel)
         return self._raw(m)
+
+
+def partition_columns(branch: physical.Branch) -> np.ndarray | None:
+    """The key words a branch's groups are partitioned by, or None if it cannot be: all of
+    its keys; a fused per-window count's keys (each of its values must live in one partition,
+    whose count is then complete); nothing for a global aggregate (one group)."""
+    if branch.key_width == 0:
+        return None
+    if branch.select[0] == kw.ROLLUP_COUNT:
+        return np.array(branch.select[2:], dtype=np.int64)
+    return np.arange(branch.key_width, dtype=np.int64)
+
+
+def merge_windows(raws: list[tuple]) -> tuple:
+    """The partitions' window rows as one, in window order (each partition's are; a stable
+    sort of their concatenation keeps every window's rows together and in place)."""
+    raws = [r for r in raws if len(r[1])] or raws[:1]
+    if len(raws) == 1:
+        return raws[0]
+    cols = tuple(np.concatenate(c) for c in zip(*raws, strict=True))
+    end = cols[1]
+    if np.all(end[:-1] <= end[1:]):
+        return cols
+    order = np.argsort(end, kind="stable")  # runs already sorted: near-linear (timsort)
+    return tuple(c[order] for c in cols)
+
+
+class PartitionedAssembler:
+    """A branch's sequential window state split into partitions by a hash of the group keys
+    (PipeFabric's partitioned parallelism, issue 21).
+
+    Each partition is a :class:`BranchAssembler` over its own groups; a task's pane partials
+    are split between them and the partitions run at once, one on the calling thread and the
+    others on ``pool``.  Every partition closes the same panes for a task, so the task's end is
+    each one's punctuation: an idle partition (no partial of the task) still moves its windows
+    on, and the merge takes the partitions' rows in window-end order once all have reached
+    it.  Same interface as :class:`BranchAssembler`.
+    """
+
+    def __init__(self, branch: physical.Branch, parts: int, pool):
+        cols = partition_columns(branch)
+        if cols is None or parts < 2:
+            raise ValueError(f"{branch.id}: partitioned assembly needs group keys and 2+ parts")
+        self.b, self.cols, self.pool = branch, cols, pool
+        self.parts = [BranchAssembler(branch) for _ in range(parts)]
+
+        # a long task's tail (or a checkpoint's), split between the partitions only if a
+        # later task needs the sequential path
+        self.pending: tuple[Edges, int] | None = None
+
+    def _distribute(self) -> None:
+        if self.pending is None:
+            return
+        tail, last_pane = self.pending
+        self.pending = None
+        for a, e in zip(self.parts, self._split(tail), strict=True):
+            a.pending = (e, last_pane)
+
+    def _split(self, e: Edges) -> list[Edges]:
+        order, starts = kw.partition_rows(e.keys, self.cols, len(self.parts))
+        out = []
+        for p in range(len(self.parts)):
+            rows = order[starts[p]:starts[p + 1]]
+            out.append(Edges(e.pane[rows], e.keys[rows], e.cnt[rows], e.ints[rows],
+                             e.floats[rows]))
+        return out
+
+    def _each(self, fn, *per_part) -> list:
+        """``fn(assembler, *args)`` for every partition at once; their results in order."""
+        args = list(zip(self.parts, *per_part, strict=True))
+        later = [self.pool.submit(fn, *a) for a in args[1:]]
+        first = fn(*args[0])
+        return [first] + [f.result() for f in later]
+
+    def task(self, part: BranchPart, emit: bool = True):
+        self._distribute()
+
+        def run(a, head):
+            raw = a.task(BranchPart(part.first_pane, part.last_pane, part.long, head, part.tail,
+                                    None), emit)
+            a.pending = None  # a long task's tail stays whole here until it is needed
+            return raw
+        raw = merge_windows(self._each(run, self._split(part.head)))
+        if part.long:
+            self.pending = (part.tail, part.last_pane)
+        return raw
+
+    def skip(self, part: BranchPart) -> None:
+        self.pending = (part.tail, part.last_pane)
+
+    def flush(self):
+        self._distribute()
+        return merge_windows(self._each(BranchAssembler.flush))

@@ -14,7 +14,7 @@ import numpy as np
 
 from scabbard import timers
 from scabbard.batch import Batch
-from scabbard.engine.assembly import BranchAssembler
+from scabbard.engine.assembly import BranchAssembler, PartitionedAssembler
 from scabbard.engine.graph import OperatorGraph, empty_columns
 from scabbard.engine.metrics import Metrics, Summary
 from scabbard.engine.ports import AssemblyListener, ClockedWriter, Resume
@@ -48,9 +48,10 @@ class Lane:
     """One branch's ordered assembly: its window state, the long tasks whose boundary with
     the next is not done yet, the boundaries computed (or being computed) by workers."""
 
-    def __init__(self, i: int, branch):
+    def __init__(self, i: int, branch, parts: int = 1, pool=None):
         self.i, self.branch = i, branch
-        self.assembler = BranchAssembler(branch)
+        self.assembler = (PartitionedAssembler(branch, parts, pool) if parts > 1
+                          else BranchAssembler(branch))
         self.tails: dict[int, TaskResult] = {}  # long tasks whose next boundary is not done
         self.boundaries: dict[int, dict | None] = {}  # boundary k -> result columns
         self.claimed: set[int] = set()
@@ -99,7 +100,12 @@ class Execution:
         self.next_seq = 0  # the dispatcher's task numbering
         self.clock = {"input_end": 0, "window_end": INT64_MIN}  # of the last emitted result
         self.plan = engine.plan
-        self.lanes = [Lane(i, b) for i, b in enumerate(self.plan.branches)]
+        parts = [engine.assembly_parts(i) for i in range(len(self.plan.branches))]
+        # the partitions of a partitioned assembly beyond the first run on these threads
+        self._partitions = (ThreadPoolExecutor(max(parts) - 1, thread_name_prefix="partition")
+                            if max(parts, default=1) > 1 else None)
+        self.lanes = [Lane(i, b, p, self._partitions)
+                      for i, (b, p) in enumerate(zip(self.plan.branches, parts, strict=True))]
         # a stored batch of a persisted channel becomes readable on the writer's thread: that
         # thread hands the assembly a kick, and whoever assembles then moves it on
         self._kicker = ThreadPoolExecutor(1, thread_name_prefix="graph") if stores else None
@@ -415,12 +421,16 @@ class Execution:
         self.sink.close()
         if self._kicker is not None:
             self._kicker.shutdown(wait=True)
+        if self._partitions is not None:
+            self._partitions.shutdown(wait=True)
         return RunReport(engine.query.name, metrics.stop(), self.feed.batch_rows, cfg.workers)
 
     def _fail(self) -> None:
         """Stop everything and raise the run's error; the sink commits nothing more."""
         if self._kicker is not None:
             self._kicker.shutdown(wait=False)
+        if self._partitions is not None:
+            self._partitions.shutdown(wait=False)
         if self.listener is not None:
             self.listener.stop(failed=True)
         try:

@@ -30,7 +30,7 @@ import numpy as np
 from scabbard.batch import Batch
 from scabbard.data import Table
 from scabbard.engine import physical
-from scabbard.engine.assembly import BranchAssembler
+from scabbard.engine.assembly import BranchAssembler, partition_columns
 from scabbard.engine.execution import Execution, RunReport
 from scabbard.engine.feeds import SourceFeed
 from scabbard.engine.graph import OperatorGraph
@@ -72,12 +72,31 @@ class EngineConfig:
     queue_depth: int | None = None
     cache_dir: Path = field(default_factory=default_cache_dir)
     metrics_interval: float = 0.5
+    # the windows no task computes alone: one sequential state per branch ("serial"), or its
+    # groups split by key between partitions run at once ("partitioned[:P]", P = workers)
+    assembly: str = "serial"
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
+        parse_assembly(self.assembly)
         if self.batch_rows is not None and self.batch_rows < 1:
             raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
+
+
+ASSEMBLY_MODES = ("serial", "partitioned")
+
+
+def parse_assembly(text: str) -> tuple[str, int | None]:
+    """``serial`` | ``partitioned`` | ``partitioned:P`` -> (mode, P or None)."""
+    mode, _, n = str(text).partition(":")
+    if mode not in ASSEMBLY_MODES or (mode == "serial" and n):
+        raise ValueError(f"assembly must be serial, partitioned or partitioned:P, got {text!r}")
+    if not n:
+        return mode, None
+    if not n.isdigit() or int(n) < 1:
+        raise ValueError(f"partitioned:P needs a whole number of partitions >= 1, got {n!r}")
+    return mode, int(n)
 
 
 class Engine:
@@ -199,6 +218,14 @@ class Engine:
                                      for p, e in zip(r.parts, empty, strict=True)])
         for i in range(len(self.plan.branches)):
             self._boundary(prev, cur, i)
+
+    def assembly_parts(self, i: int) -> int:
+        """How many partitions branch ``i``'s sequential window state is split into (1: one
+        state); a branch without group keys has one."""
+        mode, n = parse_assembly(self.config.assembly)
+        if mode == "serial" or partition_columns(self.plan.branches[i]) is None:
+            return 1
+        return n if n is not None else max(2, self.config.workers)
 
     def _boundary(self, prev: TaskResult, cur: TaskResult, i: int,
                   skip: int = INT64_MIN) -> dict | None:

@@ -127,6 +127,7 @@ class RunConfig:
     verify: bool = False  # recompute the dataset's checksums first
     persist: PersistConfig | None = None
     ft: FTConfig | None = None
+    assembly: str = "serial"  # serial | partitioned[:P] (EngineConfig.assembly)
 
     def __post_init__(self) -> None:
         from scabbard import queries
@@ -139,6 +140,12 @@ class RunConfig:
             _positive(name, getattr(self, name))
         for name in ("max_tuples", "workers", "batch_rows"):
             _positive(name, getattr(self, name), integer=True)
+        from scabbard.engine.runtime import parse_assembly
+
+        try:
+            parse_assembly(self.assembly)
+        except ValueError as e:
+            raise ConfigError("assembly", str(e).removeprefix("assembly ")) from None
         if self.ft is not None:
             if self.persist is None:
                 raise ConfigError("persist", "is needed by fault tolerance (a storage folder "

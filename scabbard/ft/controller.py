@@ -51,7 +51,8 @@ class Controller:
                  standby: bool = False, standby_after: float = 2.0,
                  metrics_interval: float = 0.5, push_up: bool = False,
                  compression: str = "none", lossy_decimals: int | None = None,
-                 compression_interval: float = 4.0, persist_at: tuple[str, ...] = ()):
+                 compression_interval: float = 4.0, persist_at: tuple[str, ...] = (),
+                 assembly: str = "serial"):
         self.query, self.data = query, Path(data)
         self.dir = Path(workdir)
         self.storage, self.output = self.dir / "storage", self.dir / "output"
@@ -63,6 +64,7 @@ class Controller:
         self.push_up, self.compression, self.lossy_decimals = push_up, compression, lossy_decimals
         self.compression_interval = compression_interval
         self.persist_at = tuple(persist_at)  # p-streams between operators (--persist-at)
+        self.assembly = assembly  # --assembly of every incarnation
         self.proc: subprocess.Popen | None = None
         self.spare: subprocess.Popen | None = None
         self.incarnation = 0
@@ -80,6 +82,8 @@ class Controller:
                "--metrics-interval", str(self.metrics_interval), "--quiet"]
         if self.batch:
             cmd += ["--batch", str(self.batch)]
+        if self.assembly != "serial":
+            cmd += ["--assembly", self.assembly]
         if self.rate:
             cmd += ["--rate", str(self.rate)]
         if self.persist_at:

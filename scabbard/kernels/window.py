@@ -620,3 +620,29 @@ def asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes: int, slide
                          slide, sel, rtab) != DONE:
         out = out_reserve(out, 2 * out[0].shape[0] + ws[6][0])
     return out, pos[1]
+
+
+# -- key-partitioned assembly ---------------------------------------------------------------------
+@kernel
+def partition_rows(keys, cols, parts: int):
+    """Rows of ``keys`` by partition: the hash of their columns ``cols``, from its high bits (a
+    partition's own hash table uses the low ones), mod ``parts``.  Returns (order, starts):
+    partition p's rows are ``order[starts[p]:starts[p + 1]]``, in their original order."""
+    n = keys.shape[0]
+    pid = np.empty(n, dtype=np.int64)
+    starts = np.zeros(parts + 1, dtype=np.int64)
+    for r in range(n):
+        h = np.uint64(ht.SEED)
+        for j in range(cols.shape[0]):
+            h = ht.mix(h, keys[r, cols[j]])
+        p = np.int64((h >> np.uint64(32)) % np.uint64(parts))
+        pid[r] = p
+        starts[p + 1] += 1
+    for p in range(parts):
+        starts[p + 1] += starts[p]
+    at = starts[:parts].copy()
+    order = np.empty(n, dtype=np.int64)
+    for r in range(n):
+        order[at[pid[r]]] = r
+        at[pid[r]] += 1
+    return order, starts
