@@ -315,3 +315,26 @@ def test_the_warm_up_compiles_every_kernel_a_run_calls(tiny, name, rows):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "{}", out.stdout
+
+
+def test_the_skew_experiment_draws_the_keys_it_names(tmp_path):
+    """Notebook 15's streams: one key; Zipf, whose most frequent key holds far more tuples than
+    uniform's; a bad distribution is refused before anything runs."""
+    from scabbard.experiments import partitioned as exp
+
+    rng = np.random.default_rng(0)
+    one, zipf, uniform = (exp.skewed_keys(d, 100_000, 1000, 1.2, rng) for d in exp.DISTRIBUTIONS)
+    assert set(one.tolist()) == {0}
+    top = [np.unique(k, return_counts=True)[1].max() / len(k) for k in (zipf, uniform)]
+    assert top[0] > 0.1 > 0.01 > top[1]
+    assert len(np.unique(uniform)) == 1000
+    with pytest.raises(ValueError, match="unknown key distribution 'pareto'"):
+        exp.Settings(distributions=("pareto",))
+    s = exp.Settings(rows=10_000, keys=10, rate=500)  # 20 s of a 16 s window
+    ds = exp.skew_dataset("zipf", s, tmp_path)
+    assert ds.rows == 10_000 and ds.batch(0, 10_000).columns[0][-1] == 19_998  # 500 tuples/s
+    q = exp.skew_query(s)
+    sink = CollectSink()
+    run_query(q, ds, sink=sink, config=EngineConfig(workers=2, assembly="partitioned"))
+    got = sink.to_pandas()
+    assert got.groupby("window_end")["count"].sum().max() == 16 * 500  # a full 16 s window

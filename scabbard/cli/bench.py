@@ -26,6 +26,7 @@ _HELP = {
     "workload": "the workload generated", "tuples": "rows generated",
     "workers": "local[N] threads, and the cluster's workers of 1 core",
     "assembly": "assembly modes measured side by side: serial, partitioned, partitioned:P",
+    "keys": "distinct keys of the Zipf and uniform streams",
 }
 _FLAGS = {"with_query": "--no-query", "batch_kib": "--batch-kb", "min_life": "--min",
           "max_life": "--max"}
@@ -58,9 +59,15 @@ def _options(p, settings, *names: str, out: str | None = None, **defaults) -> No
         many = isinstance(default, tuple | list)
         p.add_argument(flag, dest=name, type=kind, nargs="+" if many else None,
                        default=list(default) if many else default, choices=_CHOICES.get(name),
-                       help=f"{_HELP[name]} (default {shown if name != 'queries' else 'all'})")
+                       help=f"{_HELP[name]} (default {'all' if _all_queries(name, default) else shown})")
     if out is not None:
         p.add_argument("--out", default=out, help=f"output folder (default {out})")
+
+
+def _all_queries(name: str, default) -> bool:
+    from scabbard.queries import NAMES
+
+    return name == "queries" and tuple(default) == NAMES
 
 
 def _settings(settings, args, **extra):
@@ -97,6 +104,7 @@ def add(sub, full: bool = True) -> None:
         engine_throughput,
         ingest,
         kills,
+        partitioned,
         scaleout,
     )
 
@@ -186,6 +194,17 @@ def add(sub, full: bool = True) -> None:
         "states.  Writes results.csv, runs.csv and aligned.png to --out.", _run_bench_aligned)
     _options(ap, aligned.Settings, "query", "batch_kib", "seconds", "interval", "scale",
              out="experiments/runs/bench-aligned")
+    tp = _bench(
+        bsub, "partitioned",
+        "serial vs key-partitioned assembly: key skew (one key, Zipf, uniform) and the queries",
+        "In one run, side by side for every --assembly mode and 1 and 2 workers: a synthetic "
+        "stream (an 8-byte key and a value) whose keys are one key, Zipf-distributed or "
+        "uniform over --keys keys, counted and summed per key over a sliding window; then the "
+        "paper's queries whose windows are assembled sequentially.  Prints throughput, each "
+        "mode's scaling from 1 to 2 workers and its gain over serial.  Writes results.csv, "
+        "comparison.csv and partitioned.png to --out.", _run_bench_partitioned)
+    _options(tp, partitioned.Settings, "queries", "keys", "rows", "seconds", "scale", "assembly",
+             out="experiments/runs/bench-partitioned")
     gp = _bench(
         bsub, "cluster",
         "generation rate and one query's throughput: local mode vs a standalone cluster here",
@@ -353,6 +372,18 @@ def _run_bench_aligned(args) -> int:
     csv = exp.save(runs, args.out)
     exp.plot(runs, args.out)
     print(f"\nresults: {csv}, figure: {Path(args.out) / 'aligned.png'}")
+    return 0
+
+
+def _run_bench_partitioned(args) -> int:
+    from scabbard.experiments import partitioned as exp
+
+    settings = _settings(exp.Settings, args, output_dir=args.out)
+    table = exp.run(settings, log=lambda s: print(s, flush=True))
+    print("\n" + exp.comparison(table).round(2).to_string(index=False))
+    exp.plot(table, args.out)
+    print(f"\nresults: {Path(args.out) / 'results.csv'}, figure: "
+          f"{Path(args.out) / 'partitioned.png'}")
     return 0
 
 

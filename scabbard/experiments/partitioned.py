@@ -1,0 +1,174 @@
+"""Notebook 15 / ``scabbard bench partitioned``: serial vs key-partitioned assembly (issue 21).
+
+PipeFabric scales a stateful operator by partitioning its stream by key and merging the
+partitions' outputs in order.  Here the windows no task computes alone - every window of a
+query whose window spans more than a task - come from one sequential state per window
+operator (``serial``) or from P states, each holding the groups whose key hashes to it, run at
+once and merged by window end (``partitioned``).
+
+Two measurements, each in one run, side by side:
+
+* **skew**: a synthetic stream (8-byte key, one float) at ``rate`` tuples per second of event
+  time, its keys drawn from one key, a Zipf distribution or uniformly over ``keys`` keys; the
+  query counts and sums per key over a sliding window of ``range_s`` / ``slide_s``.  One key
+  leaves every partition but one idle; Zipf puts most tuples in a few partitions' groups.
+* **queries**: the paper's queries whose assembly is sequential, with 1 and 2 workers.
+
+``run`` returns one tidy row per (workload, assembly, workers); ``plot`` draws the throughput.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from scabbard import queries, workloads
+from scabbard.data import Dataset, write_dataset
+from scabbard.engine import EngineConfig, NullSink, run_query
+from scabbard.experiments import finish, save_tables
+from scabbard.query import Query, count, sum_
+from scabbard.schema import Field, Schema
+
+SKEW_SCHEMA = Schema("skewed", (
+    Field("timestamp", "int64", "event time (ms)"),
+    Field("key", "int64", "group key"),
+    Field("value", "float64", "summed value"),
+))
+DISTRIBUTIONS = ("one", "zipf", "uniform")
+
+
+@dataclass(frozen=True)
+class Settings:
+    distributions: Sequence[str] = DISTRIBUTIONS
+    keys: int = 100_000  # distinct keys of zipf and uniform
+    zipf_s: float = 1.2
+    rows: int = 2_000_000
+    rate: int = 200_000  # tuples per second of event time
+    range_s: int = 16
+    slide_s: int = 1
+    queries: Sequence[str] = ("SG2", "SG3", "NQ", "LRB2", "LRB3")
+    scale: str = "small"
+    data_dir: str = "data"
+    assembly: Sequence[str] = ("serial", "partitioned")
+    workers: Sequence[int] = (1, 2)
+    seconds: float = 4.0
+    output_dir: str = "."
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("distributions", "queries", "assembly", "workers"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "queries", tuple(q.upper() for q in self.queries))
+        bad = [d for d in self.distributions if d not in DISTRIBUTIONS]
+        if bad:
+            raise ValueError(f"unknown key distribution {bad[0]!r} (choose from "
+                             f"{', '.join(DISTRIBUTIONS)})")
+        for q in self.queries:
+            queries.workload_of(q)
+        for mode in self.assembly:
+            EngineConfig(assembly=mode)
+        if min(self.keys, self.rows, self.rate, self.range_s, self.slide_s) < 1:
+            raise ValueError("keys, rows, rate, range_s and slide_s must be positive")
+
+
+def skew_query(s: Settings) -> Query:
+    return (Query.stream(SKEW_SCHEMA, "skewed").window(s.range_s, s.slide_s).group_by("key")
+            .aggregate(count(), sum_("value")).named("SKEW"))
+
+
+def skewed_keys(distribution: str, n: int, keys: int, zipf_s: float, rng) -> np.ndarray:
+    """``n`` keys: all 0 (``one``), Zipf(``zipf_s``) ranks folded into ``keys``, or uniform."""
+    if distribution == "one":
+        return np.zeros(n, dtype=np.int64)
+    if distribution == "zipf":
+        ranks = rng.zipf(zipf_s, n) - 1
+        return (ranks % keys).astype(np.int64) * 7919  # spread: key values, not ranks
+    return rng.integers(0, keys, n, dtype=np.int64) * 7919
+
+
+def skew_dataset(distribution: str, s: Settings, folder: Path) -> Dataset:
+    path = folder / (f"{distribution}-k{s.keys}-n{s.rows}-r{s.rate}-z{s.zipf_s:g}-seed{s.seed}"
+                     if distribution != "one" else f"one-n{s.rows}-r{s.rate}")
+    if (path / "manifest.json").exists():
+        from scabbard.data import open_dataset
+
+        return open_dataset(path, schema=SKEW_SCHEMA)
+    rng = np.random.default_rng(s.seed)
+    ts = (np.arange(s.rows, dtype=np.int64) * 1000) // s.rate
+    cols = (ts, skewed_keys(distribution, s.rows, s.keys, s.zipf_s, rng),
+            rng.random(s.rows))
+    return write_dataset(path, SKEW_SCHEMA, cols, workload="skewed", parquet=False,
+                         params={"distribution": distribution, "keys": s.keys, "rate": s.rate})
+
+
+def _measure(q: Query, ds: Dataset, workload: str, s: Settings, log) -> list[dict]:
+    rows = []
+    run_query(q, ds, NullSink(), EngineConfig(workers=1), duration=min(1.0, s.seconds))  # warm
+    for mode in s.assembly:
+        for w in s.workers:
+            r = run_query(q, ds, NullSink(), EngineConfig(workers=w, assembly=mode),
+                          duration=s.seconds)
+            m = r.summary
+            rows.append({"workload": workload, "assembly": mode, "workers": w,
+                         "tuples_per_s": m.tuples_per_s, "result_rows": m.result_rows,
+                         "batch_rows": r.batch_rows, "seconds": round(m.seconds, 3)})
+            log(f"{workload:12s} {mode:14s} {w} worker(s) {m.tuples_per_s / 1e6:8.2f} M tuples/s")
+    return rows
+
+
+def run(settings: Settings, log=print) -> pd.DataFrame:
+    """Every workload under every assembly mode and worker count; saved as results.csv."""
+    s = settings
+    rows = []
+    scratch = Path(s.data_dir) / "skewed"
+    for d in s.distributions:
+        rows += _measure(skew_query(s), skew_dataset(d, s, scratch), f"skew:{d}", s, log)
+    for name in s.queries:
+        ds = workloads.dataset(queries.workload_of(name), s.scale, s.data_dir)
+        rows += _measure(queries.get(name), ds, name, s, log)
+    table = pd.DataFrame(rows)
+    save_tables(s.output_dir, results=table, comparison=comparison(table))
+    return table
+
+
+def comparison(table: pd.DataFrame) -> pd.DataFrame:
+    """Per workload: throughput per (assembly, workers), and each mode's 2-vs-1-worker scaling
+    and gain over serial with the same workers."""
+    wide = table.pivot_table(index="workload", columns=["assembly", "workers"],
+                             values="tuples_per_s", sort=False) / 1e6
+    wide.columns = [f"{a}_{w}w_Mtps" for a, w in wide.columns]
+    out = wide.reset_index()
+    modes = list(dict.fromkeys(table["assembly"]))
+    for a in modes:
+        if f"{a}_1w_Mtps" in out and f"{a}_2w_Mtps" in out:
+            out[f"{a}_scaling"] = out[f"{a}_2w_Mtps"] / out[f"{a}_1w_Mtps"]
+    for a in modes[1:]:
+        for w in sorted(set(table["workers"])):
+            if f"{a}_{w}w_Mtps" in out and f"{modes[0]}_{w}w_Mtps" in out:
+                out[f"{a}_vs_{modes[0]}_{w}w"] = out[f"{a}_{w}w_Mtps"] / out[f"{modes[0]}_{w}w_Mtps"]
+    return out
+
+
+def plot(table: pd.DataFrame, output_dir: str | None = None):
+    """Throughput per workload: a bar per (assembly, workers)."""
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(table["workload"]))
+    configs = list(dict.fromkeys(zip(table["assembly"], table["workers"], strict=True)))
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(names)), 3.8))
+    width = 0.8 / len(configs)
+    x = np.arange(len(names))
+    for k, (a, w) in enumerate(configs):
+        sel = table[(table["assembly"] == a) & (table["workers"] == w)].set_index("workload")
+        ax.bar(x + (k - (len(configs) - 1) / 2) * width,
+               sel.reindex(names)["tuples_per_s"] / 1e6, width, label=f"{a}, {w} worker(s)")
+    ax.set_xticks(x, names, rotation=30)
+    ax.set_yscale("log")
+    ax.set_ylabel("M tuples/s")
+    ax.set_title("Serial vs key-partitioned assembly")
+    ax.legend(fontsize=8)
+    return finish(fig, output_dir, "partitioned.png")
