@@ -13,6 +13,8 @@ boundary       a worker computes the windows between two       tuple of the late
                long tasks                                      task
 assembly       the ordered assembly of one task (serial;       tuple
                boundaries it computes itself included)
+partition      a partition of a partitioned assembly run on    nothing (0): its
+               a pool thread (the first runs in ``assembly``)  task's assembly counts
 compress       a batch's columns compressed                    tuple
 encode         a batch encoded as a segment                    tuple
 write          one write of the group-commit writer            byte
@@ -30,7 +32,8 @@ import time
 from contextlib import contextmanager
 from typing import Protocol
 
-PARTS = ("source", "fragment", "boundary", "assembly", "compress", "encode", "write")
+PARTS = ("source", "fragment", "boundary", "assembly", "partition", "compress", "encode",
+         "write")
 
 
 class Recorder(Protocol):

@@ -192,6 +192,9 @@ def add_parser(subparsers) -> None:
                      help="checkpoint every SECONDS (default 1; 0: no checkpoints)")
     run.add_argument("--fail-at", type=float, metavar="SECONDS",
                      help="kill the engine at this simulated second and recover")
+    run.add_argument("--assembly-parts", type=int, default=1, metavar="P",
+                     help="the engine's --assembly partitioned:P (the windows' groups split "
+                          "between P partitions run at once; default 1: serial)")
     rp.add_argument("--timeline", action="store_true", help="also print the 0.5 s timeline")
     rp.add_argument("--json", action="store_true", help="print the result as JSON")
     rp.set_defaults(func=run_sim)
@@ -305,7 +308,8 @@ def _flag_message(message: str) -> str:
              "SimConfig.workers": "--workers", "SimConfig.batch_rows": "--batch",
              "SimConfig.duration": "--duration", "SimConfig.rate": "--rate",
              "SimConfig.fail_at": "--fail-at",
-             "SimConfig.checkpoint_interval": "--checkpoint-interval"}
+             "SimConfig.checkpoint_interval": "--checkpoint-interval",
+             "SimConfig.assembly_parts": "--assembly-parts"}
     for name, flag in flags.items():
         message = message.replace(name, flag)
     return message
@@ -324,7 +328,8 @@ def run_sim(args) -> int:
         cfg = SimConfig(query, workers=args.workers or hw.cores, batch_rows=args.batch,
                         persist=args.persist, compression=args.compression,
                         checkpoint_interval=args.checkpoint_interval or None,
-                        duration=args.duration, rate=args.rate, fail_at=args.fail_at)
+                        duration=args.duration, rate=args.rate, fail_at=args.fail_at,
+                        assembly_parts=args.assembly_parts)
         cal.costs(query)
         result = simulate(cal, cfg, hw)
     except ValueError as e:

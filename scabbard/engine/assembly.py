@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scabbard import timers
 from scabbard.engine import physical
 from scabbard.engine.tasks import INT64_MIN, BranchPart, Edges
 from scabbard.kernels import hashtable as ht
@@ -145,7 +146,14 @@ class PartitionedAssembler:
     def _each(self, fn, *per_part) -> list:
         """``fn(assembler, *args)`` for every partition at once; their results in order."""
         args = list(zip(self.parts, *per_part, strict=True))
-        later = [self.pool.submit(fn, *a) for a in args[1:]]
+
+        def timed(*a):
+            span = timers.start()
+            try:
+                return fn(*a)
+            finally:
+                timers.stop(span, "partition", 0)
+        later = [self.pool.submit(timed, *a) for a in args[1:]]
         first = fn(*args[0])
         return [first] + [f.result() for f in later]
 

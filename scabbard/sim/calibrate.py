@@ -94,6 +94,20 @@ def _fit(runs: list[dict], key: str) -> tuple[float, float]:
     return float(per_task) * 1e9, float(per_tuple) * 1e9
 
 
+def _partitioned(serial: dict, parted: dict | None) -> dict:
+    """The partitioned assembly's costs against the serial one's (per tuple): its overhead
+    and the share of it the partitions run at once, from a run with two partitions."""
+    if parted is None or serial["assembly_s"] <= 0:
+        return {"overhead": 1.0, "share": 0.0}
+    each = parted["partition_s"]  # the second partition, on the pool thread
+    total = parted["assembly_s"] + each
+    if total <= 0:
+        return {"overhead": 1.0, "share": 0.0}
+    return {"overhead": total / serial["assembly_s"], "share": min(1.0, 2 * each / total),
+            "assembly_ns_tuple": parted["assembly_s"] * 1e9,
+            "partition_ns_tuple": each * 1e9}
+
+
 def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "data",
                     seconds: float = 2.0) -> dict:
     """Costs (ns) of ``query``'s tasks, timed inside real engine runs of ``seconds``
@@ -105,6 +119,7 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
     throughput for reference); and one worker with the input persisted, per compression
     scheme (codec, segment encoding, write and the p-stream's bookkeeping, as the engine
     runs them)."""
+    from scabbard.engine.assembly import partition_columns
     from scabbard.engine.runtime import MIN_BATCH
     from scabbard.engine.sources import ReplaySource
 
@@ -130,6 +145,10 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
         pushed = timed_run(query, ds, 1, rows, seconds, folder / "push-up", "none", push_up=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    # key-partitioned assembly, two partitions: the assembling thread runs the first and the
+    # fixed part (split, merge, what cannot be partitioned), a pool thread the second
+    parted = (timed_run(query, ds, 1, rows, seconds, assembly="partitioned:2")
+              if any(partition_columns(b) is not None for b in engine.plan.branches) else None)
     kind = base["long"] > 0.5
     same = [r for r in runs if (r["long"] > 0.5) == kind and r["tasks"] >= 2]
     f_task, f_tuple = _fit(same, "parallel_s")
@@ -145,7 +164,7 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
            "fragment_shared": max(1.0, shared) if two["tasks"] >= 4 else 1.0,
            # input an open window may still need, in tuples (released beyond it: GC)
            "horizon_tuples": int(engine.horizon_ms * per_ms) + 1,
-           "long_rows": 0, "short": None,
+           "long_rows": 0, "short": None, "partitioned": _partitioned(base, parted),
            # persistence push-up: the tasks' work per input tuple against the full input's
            "push_up_work": pushed["work_s"] / persisted["none"]["work_s"]
            if persisted["none"]["work_s"] and pushed["tuples"] else 1.0,
@@ -536,7 +555,9 @@ def calibrate_query(query: str, scale: str = "small", data_dir: str | Path = "da
         code_load_s=r["code_load_s"],
         fragment_shared=k["fragment_shared"], horizon_tuples=k["horizon_tuples"],
         long_rows=k["long_rows"], short_fragment_ns_tuple=short.get("fragment_ns_tuple"),
-        short_assembly_ns_tuple=short.get("assembly_ns_tuple"), measured=measured)
+        short_assembly_ns_tuple=short.get("assembly_ns_tuple"),
+        partition_overhead=k["partitioned"]["overhead"],
+        partition_share=k["partitioned"]["share"], measured=measured)
     costs = replace(costs, restart_warmup_s=_restart_warmup(costs, r, f))
     log(f"{query:5} fragment {costs.fragment_ns_tuple:7.1f} ns/t (+{costs.fragment_ns_task / 1e3:7.1f}"
         f" us/task, x{costs.fragment_shared:.2f} shared)  assembly {costs.assembly_ns_tuple:6.2f} ns/t  source "

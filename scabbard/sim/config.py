@@ -163,6 +163,12 @@ class QueryCosts:
     dataset_rows: int = 0
     short_fragment_ns_tuple: float | None = None
     short_assembly_ns_tuple: float | None = None
+    # key-partitioned assembly (``--assembly partitioned``), measured with two partitions:
+    # its CPU against the serial assembly's (the split and the merge), and the share of it
+    # the partitions run at once (the rest stays on the assembling core); 0: the query's
+    # windows cannot be partitioned (no group keys)
+    partition_overhead: float = 1.0
+    partition_share: float = 0.0
     measured: dict = field(default_factory=dict)  # the engine's own figures, for reference
 
     def __post_init__(self) -> None:
@@ -175,7 +181,11 @@ class QueryCosts:
                       assembly_ns_tuple=self.assembly_ns_tuple, state_bytes=self.state_bytes,
                       state_load_s=self.state_load_s, code_load_s=self.code_load_s,
                       horizon_tuples=self.horizon_tuples,
-                      restart_warmup_s=self.restart_warmup_s)
+                      restart_warmup_s=self.restart_warmup_s,
+                      partition_overhead=self.partition_overhead)
+        if not 0.0 <= self.partition_share <= 1.0:
+            raise ValueError(f"QueryCosts({self.query}).partition_share must be in [0, 1], "
+                             f"got {self.partition_share!r}")
         if "none" not in self.persist:
             raise ValueError(f"QueryCosts({self.query}).persist needs the 'none' scheme")
         object.__setattr__(self, "persist", {k: v if isinstance(v, PersistCosts)
@@ -195,6 +205,16 @@ class QueryCosts:
         if self._short(n):
             return n * self.short_fragment_ns_tuple * 1e-9
         return (self.fragment_ns_task + n * self.fragment_ns_tuple) * 1e-9
+
+    def assembly_parts_s(self, n: int, parts: int) -> tuple[float, float]:
+        """A task's assembly split into ``parts`` partitions: (seconds on the assembling core,
+        seconds on each of the other ``parts - 1``)."""
+        c = self.assembly_s(n)
+        if parts < 2 or self.partition_share <= 0:
+            return c, 0.0
+        c *= self.partition_overhead
+        each = c * self.partition_share / parts
+        return c * (1.0 - self.partition_share) + each, each
 
     def assembly_s(self, n: int) -> float:
         if self._short(n):
@@ -273,6 +293,9 @@ class SimConfig:
     bulk_bytes: int | None = None  # group commit's largest write (None: the engine's)
     source_lead: float = 0.0
     timeline_interval: float = 0.5
+    # the engine's --assembly: its windows' groups split between this many partitions, run
+    # at once (1: serial)
+    assembly_parts: int = 1
 
     def __post_init__(self) -> None:
         from scabbard.queries import NAMES
@@ -283,6 +306,9 @@ class SimConfig:
         object.__setattr__(self, "query", self.query.upper())
         if not isinstance(self.workers, int) or self.workers < 1:
             raise ValueError(f"SimConfig.workers must be an integer >= 1, got {self.workers!r}")
+        if not isinstance(self.assembly_parts, int) or self.assembly_parts < 1:
+            raise ValueError(f"SimConfig.assembly_parts must be an integer >= 1, "
+                             f"got {self.assembly_parts!r}")
         if self.batch_rows is not None and (not isinstance(self.batch_rows, int)
                                             or self.batch_rows < 1):
             raise ValueError(f"SimConfig.batch_rows must be an integer >= 1, "

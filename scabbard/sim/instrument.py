@@ -57,12 +57,14 @@ class Probe:
 
 def timed_run(query: str, ds, workers: int, rows: int, seconds: float,
               storage: str | Path | None = None, compression: str = "none",
-              push_up: bool = False) -> dict:
+              push_up: bool = False, assembly: str = "serial") -> dict:
     """``run_query`` for ``seconds`` (NullSink, ``rows`` per task; with ``storage``, the input
     persisted there, after persistence push-up with ``push_up``) with its parts timed:
     seconds of CPU per tuple of each part, the throughput, the bytes written per tuple.
     ``work_s``: the fragments, boundaries and assembly per *input* tuple (with push-up the
-    tasks hold only what the pushed-up operators kept)."""
+    tasks hold only what the pushed-up operators kept).  ``assembly``: the engine's mode;
+    ``partition_s`` is then the CPU its pool threads spent per tuple (the first partition's
+    is in ``assembly_s``)."""
     from scabbard import queries
     from scabbard.engine import EngineConfig, NullSink
     from scabbard.ft.ingress import run_persisted
@@ -70,7 +72,8 @@ def timed_run(query: str, ds, workers: int, rows: int, seconds: float,
     probe = Probe()
     with probe.recording():
         rep = run_persisted(queries.get(query), ds, storage, NullSink(),
-                            EngineConfig(workers=workers, batch_rows=rows), duration=seconds,
+                            EngineConfig(workers=workers, batch_rows=rows, assembly=assembly),
+                            duration=seconds,
                             compression=compression, push_up=push_up)
         cpu_total = _process_cpu_s() - (probe.cpu_at_start or _process_cpu_s())
     frag, n = probe.cpu_s("fragment")
@@ -87,7 +90,8 @@ def timed_run(query: str, ds, workers: int, rows: int, seconds: float,
         "work_s": (frag + per["boundary"] + per["assembly"]) / max(1, rep.summary.tuples),
         "tuples_per_s": rep.summary.tuples_per_s,
         "source_s": per["source"] / n, "parallel_s": (frag + per["boundary"]) / n,
-        "assembly_s": per["assembly"] / asm_n, "compress_s": per["compress"] / n,
+        "assembly_s": per["assembly"] / asm_n, "partition_s": per["partition"] / asm_n,
+        "compress_s": per["compress"] / n,
         "encode_s": per["encode"] / n, "write_s_byte": per["write"] / max(1, written),
         "writes": list(probe.writes),
         "written_per_tuple": rep.written_bytes / max(1, rep.summary.tuples),

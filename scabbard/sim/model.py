@@ -14,7 +14,9 @@ What runs, as in :mod:`scabbard.engine.runtime` (paper §2.3, §4.1) and
   dispatched only once its p-unit is durable;
 * ``workers`` worker threads take tasks from a bounded queue and run the fragment
   function on a core; whichever finishes the next task in order assembles it and
-  every following finished one (the serial **assembly**), still on its core;
+  every following finished one (the serial **assembly**), still on its core - or, with
+  ``assembly_parts`` P > 1 (``--assembly partitioned:P``), its share of P key partitions
+  plus the split and merge there, the other P - 1 partitions at once on other cores;
 * every ``checkpoint_interval`` seconds a **checkpoint marker** goes with the next
   dispatched task; when that task is assembled the state is cut (a copy, on the
   assembling core) and written asynchronously as state p-units, then the record is
@@ -519,13 +521,30 @@ class _Engine:
                 self.assembling = True
                 while self.next in self.done:
                     t = self.done.pop(self.next)
-                    yield from cpu.work(costs.assembly_s(t.n) * self.work, "assembly")
+                    yield from self.assemble(t)
                     if t.marker is not None:
                         yield from self.on_marker(t)
                     self.assembled(t)
                     self.next += 1
                 self.assembling = False
             cpu.release()
+
+    def assemble(self, t: _Task):
+        """A task's assembly on the assembling core; partitioned (``assembly_parts``), the
+        other partitions at once on other cores, waited for."""
+        mine, each = self.costs.assembly_parts_s(t.n, self.cfg.assembly_parts)
+        others = []
+        if each > 0:
+            for _ in range(self.cfg.assembly_parts - 1):
+                others.append(self.env.process(self._guard(
+                    self.cpu.run(each * self.work, "partition"))))
+                self.procs.append(others[-1])
+        yield from self.cpu.work(mine * self.work, "assembly")
+        if others:  # a thread waiting for its partitions holds no core
+            self.cpu.release()
+            for p in others:
+                yield p
+            yield from self.cpu.acquire()
 
     def assembled(self, t: _Task) -> None:
         run = self.run
