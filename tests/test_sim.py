@@ -9,11 +9,10 @@ real data with the real engine.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import argparse
 import dataclasses
 import json
+from dataclasses import replace
 
 import pytest
 

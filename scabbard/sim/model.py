@@ -542,8 +542,7 @@ class _Engine:
         yield from self.cpu.work(mine * self.work, "assembly")
         if others:  # a thread waiting for its partitions holds no core
             self.cpu.release()
-            for p in others:
-                yield p
+            yield self.env.all_of(others)
             yield from self.cpu.acquire()
 
     def assembled(self, t: _Task) -> None:
