@@ -172,3 +172,66 @@ def plot(table: pd.DataFrame, output_dir: str | None = None):
     ax.set_title("Serial vs key-partitioned assembly")
     ax.legend(fontsize=8)
     return finish(fig, output_dir, "partitioned.png")
+
+
+# -- 1 to 16 cores, simulated ----------------------------------------------------------------------
+def simulated(calibration: str | Path | None, names: Sequence[str], cores: Sequence[int] = (1, 2, 4, 8, 16),
+              seconds: float = 10.0, interval: float = 1.0) -> pd.DataFrame:
+    """Per query and core count on the paper's server (16 cores, its SSD), fault tolerance on
+    (input persisted as Scabbard persists it, checkpoints every ``interval``): throughput with
+    the serial assembly and with one partition per core - the calibrated simulator, whose
+    partitioned assembly costs were measured here (``scabbard sim calibrate``; None: this
+    repository's ``experiments/calibration.json``)."""
+    from dataclasses import replace
+
+    from scabbard.experiments.simulated import default_calibration
+    from scabbard.sim import PAPER_SSD, SimConfig, simulate
+    from scabbard.sim import load as load_calibration
+
+    cal = load_calibration(calibration or default_calibration())
+    rows = []
+    for q in [n.upper() for n in names if n.upper() in cal.queries]:
+        costs = cal.costs(q)
+        for n in cores:
+            hw = replace(PAPER_SSD, cores=n)
+            for mode, parts in (("serial", 1), ("partitioned", n)):
+                if mode == "partitioned" and costs.partition_share <= 0:
+                    continue  # nothing to partition (or not calibrated)
+                cfg = SimConfig(q, workers=n, persist=True, compression=costs.best_scheme,
+                                checkpoint_interval=interval, duration=seconds,
+                                assembly_parts=parts)
+                r = simulate(cal, cfg, hw)
+                busy = r.utilisation
+                rows.append({"query": q, "cores": n, "assembly": mode,
+                             "tuples_per_s": r.steady_tuples_per_s or r.summary.tuples_per_s,
+                             "assembly_core_busy": n * busy.get("cores_assembly", 0.0),
+                             "source_core_busy": n * busy.get("cores_source", 0.0)})
+    table = pd.DataFrame(rows)
+    if len(table):
+        one = table[table["cores"] == min(cores)].set_index(["query", "assembly"])["tuples_per_s"]
+        table["scaling"] = [t / one.get((q, a), np.nan) for q, a, t in
+                            zip(table["query"], table["assembly"], table["tuples_per_s"],
+                                strict=True)]
+    return table
+
+
+def plot_simulated(table: pd.DataFrame, output_dir: str | None = None):
+    """Simulated throughput against cores, per query: serial (dashed) and partitioned."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for k, (q, g) in enumerate(table.groupby("query", sort=False)):
+        color = f"C{k % 10}"
+        for mode, style in (("serial", "--"), ("partitioned", "-")):
+            sel = g[g["assembly"] == mode]
+            if len(sel):
+                ax.plot(sel["cores"], sel["tuples_per_s"] / 1e6, style, color=color, marker="o",
+                        label=f"{q} {mode}" if mode == "partitioned" or len(g) == len(sel)
+                        else None)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("cores (simulated: the paper's server and SSD, fault tolerance on)")
+    ax.set_ylabel("M tuples/s")
+    ax.set_title("Serial (dashed) vs partitioned assembly, 1-16 cores")
+    ax.legend(fontsize=7, ncol=2)
+    return finish(fig, output_dir, "partitioned_simulated.png")
