@@ -73,3 +73,15 @@ def tiny(request, data_root, tmp_path_factory):
         for name in workloads.NAMES:
             shutil.copytree(shared / name / "tiny", data_root / name / "tiny")
     return {name: open_dataset(data_root / name / "tiny") for name in workloads.NAMES}
+
+
+# The longest modules first (measured: minutes each): with two processes taking modules in
+# collection order, a long one started last would run alone at the end.
+LONGEST_FIRST = ("test_spark_cluster", "test_notebooks", "test_placement",
+                 "test_fault_tolerance", "test_spark_backend", "test_aligned", "test_flink",
+                 "test_engine", "test_pushup", "test_crash_states")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: order kept within
