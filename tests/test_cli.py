@@ -112,7 +112,7 @@ def test_datagen_writes_a_dataset_and_data_check_validates_it(spark, tmp_path, c
         (["run", "--query", "CM1", "--rate", "-1"], "--rate must be positive"),
         (["run", "--query", "CM1", "--out", "x.json"], "use a .parquet or .csv"),
         (["run", "--query", "CM1", "--assembly", "keyed"],
-         "--assembly must be serial, partitioned or partitioned:P, got 'keyed'"),
+         "--assembly must be serial, partitioned, partitioned:P or auto, got 'keyed'"),
         (["run", "--query", "CM1", "--assembly", "partitioned:0"],
          "--assembly partitioned:P needs a whole number of partitions >= 1, got '0'"),
     ],

@@ -48,8 +48,10 @@ def add_run(sub) -> None:
     p.add_argument("--batch", type=int, metavar="ROWS", help="tuples per task (default: per query)")
     p.add_argument("--assembly", default="serial", metavar="MODE",
                    help="the windows no task computes alone: serial (one state per window "
-                        "operator) or partitioned[:P] (its groups split by key hash between P "
-                        "partitions assembled at once, merged in window order; P: --workers)")
+                        "operator), partitioned[:P] (its groups split by key hash between P "
+                        "partitions assembled at once, merged in window order; P: --workers) "
+                        "or auto (partitioned where tasks are too short for windows of their "
+                        "own and there are 2+ workers)")
     p.add_argument("--metrics-log", metavar="PATH", help="JSON-lines metrics log (live samples)")
     p.add_argument("--metrics-interval", type=float, default=0.5, metavar="SECONDS",
                    help="seconds between metrics samples (default 0.5)")

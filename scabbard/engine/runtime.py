@@ -84,14 +84,15 @@ class EngineConfig:
             raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
 
 
-ASSEMBLY_MODES = ("serial", "partitioned")
+ASSEMBLY_MODES = ("serial", "partitioned", "auto")
 
 
 def parse_assembly(text: str) -> tuple[str, int | None]:
-    """``serial`` | ``partitioned`` | ``partitioned:P`` -> (mode, P or None)."""
+    """``serial`` | ``partitioned`` | ``partitioned:P`` | ``auto`` -> (mode, P or None)."""
     mode, _, n = str(text).partition(":")
-    if mode not in ASSEMBLY_MODES or (mode == "serial" and n):
-        raise ValueError(f"assembly must be serial, partitioned or partitioned:P, got {text!r}")
+    if mode not in ASSEMBLY_MODES or (mode != "partitioned" and n):
+        raise ValueError(f"assembly must be serial, partitioned, partitioned:P or auto, "
+                         f"got {text!r}")
     if not n:
         return mode, None
     if not n.isdigit() or int(n) < 1:
@@ -143,6 +144,7 @@ class Engine:
     def batch_rows_for(self, tuples_per_ms: float) -> int:
         """Batch size: enough panes for tasks to have windows of their own (4 windows' worth)
         in the branch with the shortest window (a longer one takes the assembler's path)."""
+        self.tuples_per_ms = tuples_per_ms
         if self.config.batch_rows:
             return self.config.batch_rows
         want = min(4 * b.panes * b.slide_ms * tuples_per_ms for b in self.plan.branches)
@@ -219,12 +221,20 @@ class Engine:
         for i in range(len(self.plan.branches)):
             self._boundary(prev, cur, i)
 
-    def assembly_parts(self, i: int) -> int:
+    def assembly_parts(self, i: int, batch_rows: int | None = None) -> int:
         """How many partitions branch ``i``'s sequential window state is split into (1: one
-        state); a branch without group keys has one."""
+        state); a branch without group keys has one.  ``auto``: one per worker when there are
+        two or more and the branch's tasks of ``batch_rows`` are short (too few panes for
+        windows of their own: the assembler computes every window), else one."""
         mode, n = parse_assembly(self.config.assembly)
-        if mode == "serial" or partition_columns(self.plan.branches[i]) is None:
+        b = self.plan.branches[i]
+        if mode == "serial" or partition_columns(b) is None:
             return 1
+        if mode == "auto":
+            per_ms = getattr(self, "tuples_per_ms", None)
+            short = (batch_rows is not None and per_ms is not None
+                     and batch_rows < 2 * b.panes * b.slide_ms * per_ms)
+            return self.config.workers if short and self.config.workers > 1 else 1
         return n if n is not None else max(2, self.config.workers)
 
     def _boundary(self, prev: TaskResult, cur: TaskResult, i: int,
