@@ -50,7 +50,7 @@ def expected_once(query, ds):
 @pytest.mark.parametrize("batch_rows, workers, assembly", [
     (None, 2, "serial"), (4096, 2, "serial"), (997, 1, "serial"),
     # the sequential windows' groups split by key between partitions (issue 21)
-    (4096, 2, "partitioned:3"), (997, 1, "partitioned"), (4096, 2, "auto")])
+    (4096, 2, "partitioned:3"), (997, 1, "partitioned"), (4096, 4, "auto")])
 def test_paper_queries_match_the_reference(tiny, name, batch_rows, workers, assembly):
     q = queries.get(name)
     ds = tiny[queries.workload_of(name)]
@@ -341,8 +341,8 @@ def test_the_skew_experiment_draws_the_keys_it_names(tmp_path):
 
 
 def test_auto_assembly_partitions_the_branches_whose_tasks_are_short(tiny):
-    """``auto``: one partition per worker for a keyed window longer than the tasks, one state
-    for long tasks, a global window, or one worker."""
+    """``auto``: one partition per worker for a keyed window longer than the tasks from 4
+    workers on, one state for long tasks, a global window, or fewer workers."""
     from scabbard.engine import Engine
     from scabbard.engine.sources import ReplaySource
 
@@ -353,7 +353,7 @@ def test_auto_assembly_partitions_the_branches_whose_tasks_are_short(tiny):
         rows = e.batch_rows_for(ReplaySource(ds, 1).tuples_per_ms())
         return [e.assembly_parts(i, rows) for i in range(len(e.plan.branches))]
 
-    assert parts("SG2", 2, 4096) == [2]  # 128 panes: 4,096 tuples are far fewer
-    assert parts("SG2", 1, 4096) == [1]
-    assert parts("SG3", 2, 4096) == [2, 1]  # the hour's average has no keys
-    assert parts("CM2", 2) == [1]  # the default batch holds 4 windows: tasks are long
+    assert parts("SG2", 4, 4096) == [4]  # 128 panes: 4,096 tuples are far fewer
+    assert parts("SG2", 2, 4096) == [1]  # 2 workers: the serial assembly keeps up
+    assert parts("SG3", 6, 4096) == [6, 1]  # the hour's average has no keys
+    assert parts("CM2", 4) == [1]  # the default batch holds 4 windows: tasks are long

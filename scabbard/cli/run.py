@@ -46,12 +46,12 @@ def add_run(sub) -> None:
                    help="replay the dataset endlessly for this long (wall time)")
     p.add_argument("--max-tuples", type=int, help="stop after this many input tuples")
     p.add_argument("--batch", type=int, metavar="ROWS", help="tuples per task (default: per query)")
-    p.add_argument("--assembly", default="serial", metavar="MODE",
+    p.add_argument("--assembly", default="auto", metavar="MODE",
                    help="the windows no task computes alone: serial (one state per window "
                         "operator), partitioned[:P] (its groups split by key hash between P "
                         "partitions assembled at once, merged in window order; P: --workers) "
-                        "or auto (partitioned where tasks are too short for windows of their "
-                        "own and there are 2+ workers)")
+                        "or auto (default: partitioned with 4+ workers where tasks are too short "
+                        "for windows of their own, else serial)")
     p.add_argument("--metrics-log", metavar="PATH", help="JSON-lines metrics log (live samples)")
     p.add_argument("--metrics-interval", type=float, default=0.5, metavar="SECONDS",
                    help="seconds between metrics samples (default 0.5)")

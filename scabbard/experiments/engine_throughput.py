@@ -53,7 +53,7 @@ class Settings:
     seconds: float = 5.0
     workers: Sequence[int] = (1, 2)
     # the sequential windows: serial, partitioned[:P] (EngineConfig.assembly); each measured
-    assembly: Sequence[str] = ("serial",)
+    assembly: Sequence[str] = ("auto",)
     spark: bool = True
     spark_max_copies: int = 40_000_000
     latency: bool = True

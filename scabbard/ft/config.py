@@ -127,7 +127,7 @@ class RunConfig:
     verify: bool = False  # recompute the dataset's checksums first
     persist: PersistConfig | None = None
     ft: FTConfig | None = None
-    assembly: str = "serial"  # serial | partitioned[:P] (EngineConfig.assembly)
+    assembly: str = "auto"  # serial | partitioned[:P] | auto (EngineConfig.assembly)
 
     def __post_init__(self) -> None:
         from scabbard import queries

@@ -52,7 +52,7 @@ class Controller:
                  metrics_interval: float = 0.5, push_up: bool = False,
                  compression: str = "none", lossy_decimals: int | None = None,
                  compression_interval: float = 4.0, persist_at: tuple[str, ...] = (),
-                 assembly: str = "serial"):
+                 assembly: str = "auto"):
         self.query, self.data = query, Path(data)
         self.dir = Path(workdir)
         self.storage, self.output = self.dir / "storage", self.dir / "output"
@@ -82,7 +82,7 @@ class Controller:
                "--metrics-interval", str(self.metrics_interval), "--quiet"]
         if self.batch:
             cmd += ["--batch", str(self.batch)]
-        if self.assembly != "serial":
+        if self.assembly != "auto":
             cmd += ["--assembly", self.assembly]
         if self.rate:
             cmd += ["--rate", str(self.rate)]
