@@ -195,10 +195,13 @@ def _spark(query: str, data, spark, tmp: str) -> dict:
 
 
 def _flink(query: str, data, settings: Settings, tmp: str) -> dict:
+    """One Flink job in a mini-cluster of its own JVM (a JVM that dies fails this query
+    only), one task slot per core, as Spark's ``local[cores]``."""
     from scabbard.peers.flink import run_flink
+    from scabbard.sparksession import machine_resources
 
     run = run_flink(queries.get(query), data, workdir=Path(tmp) / "flink",
-                    checkpoint_interval_s=settings.interval)
+                    checkpoint_interval_s=settings.interval, parallelism=machine_resources()[0])
     return {"tuples_per_s": run.tuples_per_s, "peer_tuples": run.tuples,
             "checkpoints": run.checkpoints}
 
