@@ -63,6 +63,8 @@ def test_a_failure_is_one_line_saying_why():
         {"query": "CM1", "system": "spark_ft", "tuples_per_s": np.nan, "error": "boom"}])
     table = comparison.summary(runs)
     assert table.loc[0, "failed"] == "Spark-FT: boom"
+    assert comparison.result_line("CM1", runs.to_dict("records")) == (
+        "CM1   engine, no FT     2.00  engine with FT     1.00  Spark-FT   failed  M tuples/s")
     assert np.isnan(table.loc[0, "FT / Spark-FT (target >= 50x)"])
 
 

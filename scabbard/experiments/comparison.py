@@ -273,8 +273,9 @@ def result_line(query: str, rows: list[dict]) -> str:
     """One query's figures, M tuples/s per system; a failed peer: 'failed'."""
     by = {r["system"]: r for r in rows}
     return f"{query:5} " + "  ".join(
-        f"{name} " + (f"{by[k]['tuples_per_s'] / 1e6:8.2f}" if not by[k].get("error")
-                      else "  failed") for k, name in SYSTEMS if k in by) + "  M tuples/s"
+        f"{name} " + ("  failed" if isinstance(by[k].get("error"), str)
+                      else f"{by[k]['tuples_per_s'] / 1e6:8.2f}")
+        for k, name in SYSTEMS if k in by) + "  M tuples/s"
 
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:
