@@ -15,7 +15,7 @@ import pytest
 
 from scabbard.experiments import comparison
 from scabbard.experiments.ingest import ingest
-from scabbard.experiments.progress import Progress, Step
+from scabbard.experiments.progress import Progress, Step, guesses_from
 from scabbard.sparksession import sized_for_machine
 
 CHILD = Path(__file__).with_name("peer_kill_child.py")
@@ -34,7 +34,7 @@ def test_the_spark_session_is_sized_for_the_machine_unless_told():
         comparison.Settings(spark_memory="8 GB")
 
 
-def test_progress_estimates_what_is_left_from_the_steps_done():
+def test_progress_estimates_what_is_left_from_the_steps_done(tmp_path):
     t = [0.0]
     lines: list[str] = []
     p = Progress([Step("CM1 engine", "engine", 10), Step("CM1 Spark-FT", "spark", 30),
@@ -50,6 +50,23 @@ def test_progress_estimates_what_is_left_from_the_steps_done():
     assert lines[-1] == "[3/4  1:04 elapsed, about 1:04 left] CM2 engine"
     p.note("a line about it")
     assert lines[-1] == "    CM2 engine: a line about it"
+    p.finish()
+    p.save(tmp_path / "steps.json")
+
+
+def test_guesses_from_a_last_run_are_scaled_by_how_this_one_compares(tmp_path):
+    (tmp_path / "steps.json").write_text('{"CM1 Spark-FT": 20, "SG1 Spark-FT": 200}')
+    steps = [Step("CM1 Spark-FT", "spark", 30), Step("SG1 Spark-FT", "spark", 30),
+             Step("YSB Spark-FT", "spark", 30)]
+    got = guesses_from(steps, tmp_path / "steps.json")
+    assert [s.guess_s for s in got] == [20, 200, 30]
+    assert guesses_from(steps, tmp_path / "missing.json") == steps
+    t = [0.0]
+    p = Progress(got, lambda line: None, now=lambda: t[0])
+    p.start("CM1 Spark-FT")
+    t[0] = 40.0  # twice the last run's time: SG1 is expected to take 400 s, YSB 60
+    p.start("SG1 Spark-FT")
+    assert p.left_s() == 460
 
 
 def test_a_failure_is_one_line_saying_why():

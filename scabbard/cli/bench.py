@@ -314,7 +314,7 @@ def _run_bench_peers(args) -> int:
     import dataclasses
 
     from scabbard.experiments import comparison, ingest
-    from scabbard.experiments.progress import Progress, clock
+    from scabbard.experiments.progress import Progress, clock, guesses_from
     from scabbard.peers.flink import flink_available
 
     def log(line: str) -> None:
@@ -327,9 +327,12 @@ def _run_bench_peers(args) -> int:
     s8 = ingest.Settings(queries=s7.queries, scale=s7.scale, seconds=s7.seconds,
                          with_query=False, disk_bytes=256 << 20, workers=s7.workers)
     out = Path(args.out)
-    progress = Progress(comparison.steps(s7) + ingest.steps(s8), log)
+    history = out / "steps.json"  # what each step took in the last run here
+    progress = Progress(guesses_from(comparison.steps(s7) + ingest.steps(s8), history), log)
     log(f"{len(progress.steps)} steps over {len(s7.queries)} queries; about "
-        f"{clock(progress.left_s())} in all as first guessed (each step's line updates it)")
+        f"{clock(progress.left_s())} in all, as first guessed"
+        + (f" from the last run's {history}" if history.exists() else "")
+        + " (each step's line updates it)")
     print("== Fig. 7a: throughput with fault tolerance, the engine vs the FT peers ==", flush=True)
     runs = comparison.run(s7, log=log, progress=progress)
     fig7 = comparison.summary(runs)
@@ -337,6 +340,7 @@ def _run_bench_peers(args) -> int:
     disk, table = ingest.run(s8, log=log, progress=progress)
     fig8 = ingest.summary(disk, table)
     log(f"\nall done in {clock(progress.elapsed_s)}")
+    progress.save(history)
     print("\n== Fig. 7a (M tuples/s; FT over each peer) ==")
     print(_fig7_table(fig7, runs).T.to_string())
     for row in fig7[fig7["failed"] != ""].itertuples():

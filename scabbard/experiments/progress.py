@@ -1,17 +1,22 @@
 """Progress of a long benchmark: which step runs, the time so far and an estimate of what is
 left, one line per step.
 
-A benchmark lists its steps up front (:class:`Step`: a label and a kind, e.g. ``engine``,
-``spark_ft``); the estimate of what is left is, per remaining step, the mean time the steps
-of its kind took so far, or the benchmark's prior guess for a kind none of whose steps has
-finished yet.
+A benchmark lists its steps up front (:class:`Step`: a label, a kind, e.g. ``engine``,
+``spark_ft``, and a guess of its seconds); the estimate of what is left is, per remaining
+step, its guess scaled by how the finished steps of its kind compared with theirs (the mean
+time they took, when the guesses of a kind are all one prior).  Guesses from an earlier run
+(:func:`guesses_from`, the times :meth:`Progress.save` wrote) make the estimate right from
+the start, heavy steps included.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -19,6 +24,17 @@ class Step:
     label: str  # what the line names: "LRB2 Spark-FT"
     kind: str  # steps of one kind take about as long as each other
     guess_s: float  # before any step of the kind has finished
+
+
+def guesses_from(steps: Sequence[Step], path: str | Path) -> list[Step]:
+    """``steps`` with the seconds an earlier run's steps of the same label took (a file
+    :meth:`Progress.save` wrote) as their guesses; as they are without that file."""
+    try:
+        took = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return list(steps)
+    return [dataclasses.replace(s, guess_s=float(took[s.label])) if isinstance(
+        took.get(s.label), int | float) and took[s.label] > 0 else s for s in steps]
 
 
 def clock(seconds: float) -> str:
@@ -38,29 +54,33 @@ class Progress:
         self.steps = {s.label: s for s in steps}
         self.log, self.now = log, now
         self.t0 = now()
-        self.took: dict[str, list[float]] = {}
-        self.done: set[str] = set()
+        self.took: dict[str, float] = {}  # label -> seconds, of the steps finished
         self.running: tuple[Step, float] | None = None
 
     def left_s(self) -> float:
         """Estimated seconds left for the steps not finished (the running one counted whole,
         less the time it has run)."""
-        def mean(kind: str, guess: float) -> float:
-            got = self.took.get(kind)
-            return sum(got) / len(got) if got else guess
+        took: dict[str, float] = {}
+        guessed: dict[str, float] = {}
+        for label, seconds in self.took.items():
+            kind = self.steps[label].kind
+            took[kind] = took.get(kind, 0.0) + seconds
+            guessed[kind] = guessed.get(kind, 0.0) + self.steps[label].guess_s
 
-        left = sum(mean(s.kind, s.guess_s) for s in self.steps.values()
-                   if s.label not in self.done)
+        def expect(s: Step) -> float:
+            return s.guess_s * (took[s.kind] / guessed[s.kind] if guessed.get(s.kind) else 1.0)
+
+        left = sum(expect(s) for s in self.steps.values() if s.label not in self.took)
         if self.running is not None:
             step, started = self.running
-            left -= min(self.now() - started, mean(step.kind, step.guess_s))
+            left -= min(self.now() - started, expect(step))
         return max(0.0, left)
 
     def start(self, label: str) -> None:
         self.finish()
         step = self.steps[label]
         self.running = (step, self.now())
-        n = len(self.done) + 1
+        n = len(self.took) + 1
         self.log(f"[{n}/{len(self.steps)}  {clock(self.now() - self.t0)} elapsed, about "
                  f"{clock(self.left_s())} left] {label}")
 
@@ -73,9 +93,14 @@ class Progress:
         if self.running is None:
             return
         step, started = self.running
-        self.took.setdefault(step.kind, []).append(self.now() - started)
-        self.done.add(step.label)
+        self.took[step.label] = self.now() - started
         self.running = None
+
+    def save(self, path: str | Path) -> None:
+        """The seconds each finished step took, by label (for :func:`guesses_from`)."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps({k: round(v, 2) for k, v in self.took.items()},
+                                         indent=1))
 
     @property
     def elapsed_s(self) -> float:
