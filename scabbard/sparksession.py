@@ -9,6 +9,7 @@ py4j errors.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -18,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -147,6 +149,40 @@ class SparkSettings:
         return self.is_local or (bool(hosts) and all(h in LOOPBACK for h in hosts))
 
 
+def machine_resources() -> tuple[int, int]:
+    """This machine's (cores this process may use, bytes of memory available now)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    available = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) << 10
+    except OSError:
+        pass
+    if available is None:  # no /proc: what sysconf says of physical memory
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(1, cores or 1), available
+
+
+def sized_for_machine(cores: int, available_bytes: int, driver_memory: str | None = None,
+                      shuffle_partitions: int | None = None, **settings) -> SparkSettings:
+    """Local-mode settings sized for a machine of ``cores`` and ``available_bytes`` of free
+    memory (:func:`machine_resources`): half of it as the driver's heap (in local mode the
+    executors' tasks run in the driver's JVM, and their state stores live there), in whole
+    GiB, 1 to 64 GiB; two shuffle partitions per core.  ``driver_memory`` (``"6g"``) and
+    ``shuffle_partitions`` override either."""
+    if driver_memory is None:
+        driver_memory = f"{min(64, max(1, (available_bytes // 2) >> 30))}g"
+    if shuffle_partitions is None:
+        shuffle_partitions = max(2, 2 * cores)
+    if not re.fullmatch(r"\d+[kmgt]?", driver_memory.lower()) or shuffle_partitions < 1:
+        raise ValueError(f"Spark's driver memory is a size such as 4g (got {driver_memory!r}) "
+                         f"and its shuffle partitions a positive count (got {shuffle_partitions})")
+    return SparkSettings(**{"master": f"local[{cores}]", **settings,
+                            "driver_memory": driver_memory.lower(),
+                            "shuffle_partitions": shuffle_partitions})
+
+
 def _address_towards(master: str) -> str:
     """This machine's address on the route to the master (what its executors can reach)."""
     for host, port in master_addresses(master):
@@ -222,6 +258,70 @@ def get_spark(settings: SparkSettings = SparkSettings()):
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def jvm_pid(spark) -> int:
+    """The process id of the session's driver JVM."""
+    return int(spark._jvm.java.lang.ProcessHandle.current().pid())
+
+
+def spark_alive(spark) -> bool:
+    """Whether the session's driver JVM still answers and its context is not stopped."""
+    try:
+        return not spark.sparkContext._jsc.sc().isStopped()
+    except Exception:  # noqa: BLE001 - py4j raises several kinds on a dead gateway
+        return False
+
+
+def jvm_exit(spark, timeout: float = 10.0) -> str:
+    """Why the session's driver JVM is gone, in a few words: its exit code (52: out of
+    memory, Spark's own code for it) or the signal that killed it; waits up to ``timeout``
+    for a dying one."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        return "the JVM is not a child of this process"
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "the JVM no longer answers"
+    if code == 52:
+        return "the JVM ran out of memory (exit code 52)"
+    if code < 0:
+        return f"the JVM was killed by signal {-code}"
+    return f"the JVM exited with code {code}"
+
+
+def discard_spark(spark) -> None:
+    """Forget a session whose JVM died (or stop a live one) so that the next
+    :func:`get_spark` starts a fresh JVM: pyspark keeps the gateway and the session in
+    class attributes, which a dead JVM leaves pointing at nothing."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession, SQLContext
+
+    alive = spark_alive(spark)
+    if alive:
+        spark.stop()
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if not alive:
+        if proc is not None and proc.poll() is None:  # hung, not dead: make it dead
+            proc.kill()
+            proc.wait()
+        with warnings.catch_warnings(), contextlib.suppress(Exception):
+            warnings.simplefilter("ignore")  # "unable to cleanly shutdown Spark JVM process"
+            spark.sparkContext.stop()  # its accumulator server, its place as the active one
+        if gateway is not None:
+            with contextlib.suppress(Exception):  # nothing left to talk to
+                gateway.shutdown()
+        with SparkContext._lock:
+            SparkContext._active_spark_context = None
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+        SparkSession._instantiatedSession = None
+        SparkSession._activeSession = None
+        SQLContext._instantiatedContext = None
 
 
 _SHIPPED: dict[str, str] = {}  # application id -> the zip of scabbard's code it was sent

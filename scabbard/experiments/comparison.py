@@ -8,9 +8,16 @@ Per query:
   p-stream, checkpoints every ``interval`` seconds, results through the clocked
   exactly-once sink (the paper's Scabbard bar);
 * **Spark-FT** - Spark Structured Streaming with a checkpoint location
-  (:mod:`scabbard.peers.spark`);
+  (:mod:`scabbard.peers.spark`), in one local session sized for the machine
+  (:class:`SparkPeer`: half the available memory as the driver's heap, two shuffle
+  partitions per core, or ``spark_memory`` / ``spark_partitions``);
 * **Flink-FT** - Flink SQL with checkpoints every ``interval`` seconds, in its own
   environment (:mod:`scabbard.peers.flink`), where ``.venv-flink`` exists.
+
+A peer that fails on a query is recorded as failed, with why, and the comparison goes on:
+every query still gets a row per peer.  When the failure killed the peer's JVM (Spark's
+driver running out of heap exits the JVM), the next query starts a fresh Spark session;
+each Flink run has a JVM (a mini-cluster) of its own anyway.
 
 The peers run the same plan on the same dataset (a prefix of it for sliding windows: they
 copy every tuple into each of its windows, see
@@ -24,9 +31,10 @@ so they have no comparable per-tuple latency).
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +45,7 @@ from scabbard import queries
 from scabbard.engine import EngineConfig, NullSink, run_query
 from scabbard.experiments import finish, prepared_dataset, save_tables, scratch
 from scabbard.experiments.engine_throughput import peer_dataset
+from scabbard.experiments.progress import Progress, Step
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink
 
@@ -62,6 +71,69 @@ class Settings:
     peer_max_copies: int = 40_000_000
     latency_fraction: float = 0.8
     storage_dir: str | None = None
+    spark_memory: str = "auto"  # the Spark driver's heap, e.g. 8g; auto: half the free memory
+    spark_partitions: int = 0  # Spark's shuffle partitions; 0: two per core
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"auto|\d+[kmgt]?", self.spark_memory.lower()):
+            raise ValueError(f"Spark's memory is 'auto' or a size such as 8g, not "
+                             f"{self.spark_memory!r}")
+        if self.spark_partitions < 0 or not self.seconds > 0:
+            raise ValueError("Spark's shuffle partitions must be >= 0 (0: two per core) and "
+                             "the seconds per run positive")
+
+
+class SparkPeer:
+    """The Spark-FT peer's session across the queries: started when a query first needs it,
+    sized for the machine unless the settings say otherwise; after a failed query, a dead
+    JVM is discarded (and why it died kept for the table) so the next query gets a fresh
+    session."""
+
+    def __init__(self, settings: Settings, note: Callable[[str], None] = print):
+        from scabbard.sparksession import machine_resources, sized_for_machine
+
+        self.config = sized_for_machine(
+            *machine_resources(), app_name="scabbard-peers",
+            driver_memory=None if settings.spark_memory.lower() == "auto" else settings.spark_memory,
+            shuffle_partitions=settings.spark_partitions or None)
+        self.note, self.spark, self.pid, self.starts = note, None, None, 0
+        self.owned = False  # started here (else the process's own session: never stopped here)
+
+    def session(self):
+        from pyspark.sql import SparkSession
+
+        from scabbard.sparksession import get_spark, jvm_pid, spark_alive
+
+        if self.spark is None and (s := SparkSession.getActiveSession()) and spark_alive(s):
+            self.note("using this process's Spark session")
+            self.spark, self.pid = s, jvm_pid(s)
+        if self.spark is None:
+            c = self.config
+            self.note(f"starting Spark ({c.master}, driver memory {c.driver_memory}, "
+                      f"{c.shuffle_partitions} shuffle partitions"
+                      + (", a fresh JVM: the last one died)" if self.starts else ")"))
+            self.spark = get_spark(c)
+            self.pid, self.starts, self.owned = jvm_pid(self.spark), self.starts + 1, True
+        return self.spark
+
+    def jvm_died(self) -> str | None:
+        """After a failed run: None if the session's JVM lives, else why it died (the session
+        is then discarded)."""
+        from scabbard.sparksession import discard_spark, jvm_exit, spark_alive
+
+        if self.spark is None or spark_alive(self.spark):
+            return None
+        why = jvm_exit(self.spark)
+        discard_spark(self.spark)
+        self.spark = self.pid = None
+        return why
+
+    def stop(self) -> None:
+        from scabbard.sparksession import discard_spark
+
+        if self.spark is not None and self.owned:
+            discard_spark(self.spark)
+        self.spark = self.pid = None
 
 
 def _engine(query: str, ds, settings: Settings, folder: Path, ft: bool,
@@ -77,9 +149,17 @@ def _engine(query: str, ds, settings: Settings, folder: Path, ft: bool,
     return r.run.summary
 
 
-def measure(query: str, ds, settings: Settings, root: Path, spark=None) -> list[dict]:
-    """One row per system that ran: tuples/s (and, for the engine, latency percentiles)."""
+def measure(query: str, ds, settings: Settings, root: Path, spark: SparkPeer | None = None,
+            progress: Progress | None = None, on_peer_start=None) -> list[dict]:
+    """One row per system: tuples/s (and, for the engine, latency percentiles); a peer that
+    failed has NaN and its ``error``.  ``on_peer_start(query, system, pid)`` hears of each
+    peer's run as it starts (``pid``: the Spark driver's JVM; None for Flink, whose JVM the
+    run itself starts)."""
+    progress = progress or Progress(steps(Settings(queries=(query,), spark=spark is not None,
+                                                    flink=settings.flink)), log=logger.info)
+    on_peer_start = on_peer_start or (lambda q, system, pid: None)
     rows = []
+    progress.start(f"{query} engine")
     for ft in (False, True):
         key = "ft" if ft else "no_ft"
         s = _engine(query, ds, settings, root / key, ft)
@@ -89,10 +169,20 @@ def measure(query: str, ds, settings: Settings, root: Path, spark=None) -> list[
                      **{f"{p}_ms": v for p, v in lat.items()}})
     with tempfile.TemporaryDirectory(prefix="scabbard-peers-", dir=root) as tmp:
         data = peer_dataset(query, ds, Path(tmp), settings.peer_max_copies)
-        if settings.spark:
-            rows.append(_peer(query, "spark_ft", lambda: _spark(query, data, spark, tmp)))
+        if spark is not None:
+            progress.start(f"{query} Spark-FT")
+
+            def run_spark_peer():
+                session = spark.session()
+                on_peer_start(query, "spark_ft", spark.pid)
+                return _spark(query, data, session, tmp)
+
+            rows.append(_peer(query, "spark_ft", run_spark_peer, spark.jvm_died))
         if settings.flink:
+            progress.start(f"{query} Flink-FT")
+            on_peer_start(query, "flink_ft", None)
             rows.append(_peer(query, "flink_ft", lambda: _flink(query, data, settings, tmp)))
+    progress.finish()
     return rows
 
 
@@ -105,51 +195,92 @@ def _spark(query: str, data, spark, tmp: str) -> dict:
 
 
 def _flink(query: str, data, settings: Settings, tmp: str) -> dict:
+    """One Flink job in a mini-cluster of its own JVM (a JVM that dies fails this query
+    only), one task slot per core, as Spark's ``local[cores]``."""
     from scabbard.peers.flink import run_flink
+    from scabbard.sparksession import machine_resources
 
     run = run_flink(queries.get(query), data, workdir=Path(tmp) / "flink",
-                    checkpoint_interval_s=settings.interval)
+                    checkpoint_interval_s=settings.interval, parallelism=machine_resources()[0])
     return {"tuples_per_s": run.tuples_per_s, "peer_tuples": run.tuples,
             "checkpoints": run.checkpoints}
 
 
-def _peer(query: str, system: str, measure_peer) -> dict:
+def _peer(query: str, system: str, measure_peer, jvm_died=lambda: None) -> dict:
     """A peer's row; a peer that fails on one query (e.g. out of memory) is recorded as
-    failed - with its error - and the comparison goes on with the next."""
+    failed - with why, in one line - and the comparison goes on with the next."""
     try:
         return {"query": query, "system": system, **measure_peer()}
     except Exception as e:  # noqa: BLE001 - reported in the table, never hidden
-        logger.warning("%s failed on %s: %s", system, query, e)
+        died = jvm_died()
+        error = f"{died}: {reason(e)}" if died else reason(e)
+        logger.warning("%s failed on %s: %s", system, query, error)
         return {"query": query, "system": system, "tuples_per_s": float("nan"),
-                "error": f"{type(e).__name__}: {str(e)[:200]}"}
+                "error": error[:240]}
 
 
-def run(settings: Settings, log=print) -> pd.DataFrame:
+def reason(e: BaseException) -> str:
+    """An exception in one line: its type and, of its message (a JVM's may hold pages of
+    stack), the first line naming a Java exception or error, else its first line."""
+    lines = [ln.strip() for ln in str(e).splitlines()
+             if ln.strip() and not ln.startswith("\tat ")]
+    java = [ln for ln in lines if re.search(r"\w(Exception|Error)\b", ln)]
+    text = (java or lines or [""])[0]
+    return f"{type(e).__name__}: {text[:200]}".rstrip(": ")
+
+
+def steps(settings: Settings) -> list[Step]:
+    """The comparison's steps per query, for :class:`Progress` (guesses: the engine's four
+    runs, a Spark run with its share of the JVM start, a Flink job with its JVM)."""
+    out = []
+    for q in settings.queries:
+        out.append(Step(f"{q} engine", "engine", 4 * settings.seconds + 3))
+        if settings.spark:
+            out.append(Step(f"{q} Spark-FT", "spark_ft", 30.0))
+        if settings.flink:
+            out.append(Step(f"{q} Flink-FT", "flink_ft", 30.0))
+    return out
+
+
+def run(settings: Settings, log=print, progress: Progress | None = None,
+        on_peer_start=None) -> pd.DataFrame:
+    """Every query of ``settings``: one row per system (see :func:`measure`).  ``progress``:
+    a :class:`Progress` over (at least) :func:`steps`, e.g. one spanning several experiments;
+    by default one of this run's steps, logging to ``log``."""
     from scabbard.peers.flink import flink_available
 
     if settings.flink and not flink_available():
         log("Flink-FT skipped: no .venv-flink here (scripts/setup-flink.sh creates it)")
         settings = Settings(**{**settings.__dict__, "flink": False})
-    spark = None
-    if settings.spark:
-        from scabbard.sparksession import get_spark
-
-        spark = get_spark()
+    progress = progress or Progress(steps(settings), log)
+    spark = SparkPeer(settings, progress.note) if settings.spark else None
     rows = []
-    with scratch(settings.storage_dir, settings.data_dir, "scabbard-comparison-") as root:
-        for q in settings.queries:
-            ds = prepared_dataset(q, settings.scale, settings.data_dir, settings.workers,
-                                  settings.seconds)
-            got = measure(q, ds, settings, root, spark)
-            rows += got
-            by = {r["system"]: r["tuples_per_s"] / 1e6 for r in got}
-            log(f"{q:5} " + "  ".join(f"{name} {by[k]:8.2f}" for k, name in SYSTEMS if k in by)
-                + "  M tuples/s")
+    try:
+        with scratch(settings.storage_dir, settings.data_dir, "scabbard-comparison-") as root:
+            for q in settings.queries:
+                ds = prepared_dataset(q, settings.scale, settings.data_dir, settings.workers,
+                                      settings.seconds)
+                got = measure(q, ds, settings, root, spark, progress, on_peer_start)
+                rows += got
+                log(result_line(q, got))
+    finally:
+        if spark is not None:
+            spark.stop()
     return pd.DataFrame(rows)
 
 
+def result_line(query: str, rows: list[dict]) -> str:
+    """One query's figures, M tuples/s per system; a failed peer: 'failed'."""
+    by = {r["system"]: r for r in rows}
+    return f"{query:5} " + "  ".join(
+        f"{name} " + ("  failed" if isinstance(by[k].get("error"), str)
+                      else f"{by[k]['tuples_per_s'] / 1e6:8.2f}")
+        for k, name in SYSTEMS if k in by) + "  M tuples/s"
+
+
 def summary(runs: pd.DataFrame) -> pd.DataFrame:
-    """Fig. 7a as a table: M tuples/s per system and query, FT's cost, FT over each peer."""
+    """Fig. 7a as a table: M tuples/s per system and query, FT's cost, FT over each peer;
+    a peer that failed on a query has no figure there and says why in ``failed``."""
     t = runs.pivot(index="query", columns="system", values="tuples_per_s") / 1e6
     t = t.reindex([q for q in runs["query"].unique()])
     out = pd.DataFrame(index=t.index)
@@ -163,6 +294,12 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
     lat = runs.set_index(["query", "system"])["p50_ms"].unstack("system")
     for key in ("no_ft", "ft"):
         out[f"{dict(SYSTEMS)[key]} p50 ms"] = lat[key].reindex(t.index)
+    out["failed"] = ""
+    if "error" in runs:
+        names = dict(SYSTEMS)
+        for q, got in runs.dropna(subset=["error"]).groupby("query", sort=False):
+            out.loc[q, "failed"] = "; ".join(f"{names[r.system]}: {r.error}"
+                                             for r in got.itertuples())
     return out.reset_index()
 
 

@@ -7,11 +7,15 @@ The first half of the paper's Fig. 1 / Fig. 8.  On this machine, in one run:
    into its ingress p-stream in the query's batch size, each p-unit behind a
    retain marker (so stored before it is readable), read by one reader that
    releases what it read (so the file pool is reused) - tuples/s and MB/s;
+   twice: **raw** (every column as it is) and **reduced**, as the paper's
+   Scabbard persists - persistence push-up (the query's σ and π before the
+   p-stream, §3.4) and adaptive compression (§5) on the workers' threads;
 3. per query, the **query with persisted ingress** (``scabbard run
    --persist-input``): what persistence leaves of the engine's throughput.
 
-MB/s counts the bytes written to disk (segment headers and alignment included)
-and, separately, the paper's row bytes.
+Tuples/s counts source tuples (the reduced ingest stores fewer, narrower ones).  MB/s
+counts the bytes written to disk (segment headers and alignment included) and,
+separately, the paper's row bytes of the source tuples.
 """
 
 from __future__ import annotations
@@ -27,17 +31,18 @@ import numpy as np
 import pandas as pd
 
 from scabbard import queries, workloads
+from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
 from scabbard.engine import Engine, EngineConfig, NullSink, ReplaySource
 from scabbard.engine.metrics import percentiles_ms
 from scabbard.experiments import finish
 from scabbard.experiments import scratch as scratch_dir
+from scabbard.experiments.progress import Progress, Step
 from scabbard.ft.ingress import run_persisted
 from scabbard.peers import broker, synclog
 from scabbard.pog import POG, PUnit
 from scabbard.storage import BlockManager, StorageConfig
 from scabbard.storage.diskbench import disk_bandwidth
-from scabbard.storage.segment import segment_length
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,7 @@ class IngestResult:
     pool_bytes: int
     io_mode: str
     latency_ms: dict = field(default_factory=dict)  # batch produced -> stored, per p-unit
+    stored_tuples: int | None = None  # after push-up: the tuples that survived it
 
     @property
     def tuples_per_s(self) -> float:
@@ -72,41 +78,55 @@ def batch_rows_for(query: str, ds: Dataset) -> int:
 
 def ingest(query: str, ds: Dataset, storage: str | Path, seconds: float | None = 5.0,
            max_tuples: int | None = None, batch_rows: int | None = None,
-           config: StorageConfig | None = None, progress=None) -> IngestResult:
-    """Persist ``ds`` replayed endlessly into an ingress p-stream in ``storage``; no query runs."""
-    rows = batch_rows or batch_rows_for(query, ds)
+           config: StorageConfig | None = None, progress=None, push_up: bool = False,
+           compression: str = "none", workers: int = 2) -> IngestResult:
+    """Persist ``ds`` replayed endlessly into an ingress p-stream in ``storage``; no query runs.
+
+    ``push_up``: the query's operators that persistence push-up moves before the p-stream
+    (§3.4) reduce each batch first; ``compression``: a scheme of
+    :data:`scabbard.compression.policy.SCHEMES` encodes it (``adaptive``: the paper's);
+    both on ``workers`` threads, as in the engine's persisted feed.  The tuples counted are
+    the source's, the disk bytes those the storage wrote."""
+    engine = Engine(queries.get(query), ds.tables, EngineConfig(workers=workers),
+                    push_up=push_up)
+    rows = batch_rows or engine.batch_rows_for(ReplaySource(ds, 1).tuples_per_ms())
     source = ReplaySource(ds, rows, duration=seconds, max_tuples=max_tuples, loop=True)
     with BlockManager(storage, config) as bm:
         pog = POG(bm)
         # a few p-units in flight: enough to overlap writes, few enough that the latency is the
         # write path's, not a queue's (64 in flight: the same throughput, 2-10x the latency)
-        stream = pog.pstream("input", ds.schema, max_units=8, max_bytes=8 * bm.config.bulk_bytes)
-        start_offset, disk = stream.end, 0
+        stream = pog.pstream("input", engine.input_schema, max_units=8,
+                             max_bytes=8 * bm.config.bulk_bytes,
+                             compress=Compression.scheme(engine.input_schema, compression))
+        feed = engine.feed(source, stream.compress)
+        start_bytes, tuples, stored = bm.bytes_written, 0, 0
         t0 = last = time.perf_counter()
         produced: dict[int, float] = {}
         waits: list[float] = []
 
         def batches():
-            nonlocal disk
-            for sb in source.batches():
-                disk += segment_length(sb.batch, 1, bm.config.align)  # one meta word: the clock
-                produced[sb.seq] = time.perf_counter()
-                yield sb.seq, sb.batch, None, None
+            nonlocal tuples
+            for t in feed.tasks():
+                tuples += len(t.batch) if t.source_tuples is None else t.source_tuples
+                produced[t.seq] = time.perf_counter()
+                yield t.seq, t.batch, t.source_end, t.stored
 
         def deliver(u: PUnit) -> bool:
-            nonlocal last
+            nonlocal last, stored
             pog.send_release("input", "ingest", u.end)
+            stored += len(u)
             now = time.perf_counter()
             waits.append(now - produced.pop(u.batch_id, now))
             if progress and now - last >= 1.0:
                 last = now
-                progress(u.end - start_offset, now - t0)
+                progress(tuples, now - t0)
             return True
 
         pog.persist_ingress("input", "ingest", batches(), deliver)
         secs = time.perf_counter() - t0
-        return IngestResult(query, stream.end - start_offset, secs, ds.schema.row_bytes, disk,
-                            bm.pool_bytes, bm.io_mode, percentiles_ms(waits))
+        return IngestResult(query, tuples, secs, ds.schema.row_bytes,
+                            bm.bytes_written - start_bytes, bm.pool_bytes, bm.io_mode,
+                            percentiles_ms(waits), stored)
 
 
 @dataclass(frozen=True)
@@ -122,10 +142,20 @@ class Settings:
     peers: bool = True  # also the broker (RabbitMQ Streams) and the synchronous log (Kafka++)
     producers: int = 2  # the peers' producers (partitions / streams)
     synclog_batch_kib: int = 1024
+    reduced: bool = True  # also the paper's Scabbard: push-up + adaptive compression
 
 
-def run(settings: Settings, log=print) -> tuple[dict, pd.DataFrame]:
-    """Disk bandwidth, then per query pure ingest and the query with persisted ingress."""
+def steps(settings: Settings) -> list[Step]:
+    """The runs per query, for :class:`~scabbard.experiments.progress.Progress`."""
+    runs = 1 + settings.reduced + 2 * settings.peers + 2 * settings.with_query
+    return [Step(f"{q} ingest", "ingest", runs * settings.seconds + 2) for q in settings.queries]
+
+
+def run(settings: Settings, log=print, progress: Progress | None = None
+        ) -> tuple[dict, pd.DataFrame]:
+    """Disk bandwidth, then per query pure ingest and the query with persisted ingress.
+    ``progress``: a :class:`Progress` over (at least) :func:`steps` (by default its own)."""
+    progress = progress or Progress(steps(settings), log)
     with scratch_dir(settings.storage_dir, settings.data_dir, "scabbard-ingest-") as scratch:
         bw = disk_bandwidth(scratch, settings.disk_bytes)
         disk = {"write_mb_s": bw.write_mb_s, "first_write_mb_s": bw.first_write_mb_s,
@@ -138,16 +168,18 @@ def run(settings: Settings, log=print) -> tuple[dict, pd.DataFrame]:
             node = (stack.enter_context(broker.RabbitMQ(scratch / "rabbitmq"))
                     if settings.peers else None)
             for q in settings.queries:
+                progress.start(f"{q} ingest")
                 row, line = _measure(q, settings, scratch, bw, node)
                 log(line)
                 rows.append(row)
+            progress.finish()
         return disk, pd.DataFrame(rows)
 
 
 def _measure(q: str, settings: Settings, scratch: Path, bw, node) -> tuple[dict, str]:
     """One query: our persisted ingest, the peers' ingest, the query without/with persistence."""
     ds = workloads.dataset(queries.workload_of(q), settings.scale, root=settings.data_dir)
-    r = ingest(q, ds, scratch / f"{q}-ingest", settings.seconds)
+    r = ingest(q, ds, scratch / f"{q}-ingest", settings.seconds, workers=settings.workers)
     shutil.rmtree(scratch / f"{q}-ingest", ignore_errors=True)
     row = {"query": q, "ingest_tuples_per_s": r.tuples_per_s,
            "ingest_disk_mb_s": r.disk_mb_s, "ingest_row_mb_s": r.row_mb_s,
@@ -156,6 +188,17 @@ def _measure(q: str, settings: Settings, scratch: Path, bw, node) -> tuple[dict,
            "io_mode": r.io_mode}
     line = (f"{q:5} ingest {r.tuples_per_s / 1e6:7.2f} M tuples/s  {r.disk_mb_s:7,.0f} MB/s "
             f"to disk ({row['of_disk']:.0%} of the disk)")
+    if settings.reduced:
+        d = ingest(q, ds, scratch / f"{q}-reduced", settings.seconds, push_up=True,
+                   compression="adaptive", workers=settings.workers)
+        shutil.rmtree(scratch / f"{q}-reduced", ignore_errors=True)
+        row.update({"reduced_tuples_per_s": d.tuples_per_s, "reduced_disk_mb_s": d.disk_mb_s,
+                    "reduced_row_mb_s": d.row_mb_s, "reduced_p50_ms": d.latency_ms["p50"],
+                    "reduced_p95_ms": d.latency_ms["p95"],
+                    "reduced_kept": d.stored_tuples / max(1, d.tuples),
+                    "reduced_bytes_per_tuple": d.disk_bytes / max(1, d.tuples)})
+        line += (f"  | push-up + adaptive {d.tuples_per_s / 1e6:7.2f} M tuples/s "
+                 f"{d.disk_mb_s:6,.0f} MB/s")
     if node is not None:
         folder = scratch / f"{q}-synclog"
         folder.mkdir(parents=True, exist_ok=True)
@@ -170,8 +213,9 @@ def _measure(q: str, settings: Settings, scratch: Path, bw, node) -> tuple[dict,
                     "broker_tuples_per_s": b.tuples_per_s, "broker_row_mb_s": b.row_mb_s,
                     "broker_p50_ms": b.latency_ms["p50"],
                     "broker_p95_ms": b.latency_ms["p95"]})
+        best = max(r.tuples_per_s, row.get("reduced_tuples_per_s", 0.0))
         line += (f"  | Kafka++ {k.tuples_per_s / 1e6:6.2f}, broker {b.tuples_per_s / 1e6:6.2f} "
-                 f"M tuples/s (ours {r.tuples_per_s / b.tuples_per_s:5.1f}x the broker)")
+                 f"M tuples/s (ours {best / b.tuples_per_s:5.1f}x the broker)")
     if settings.with_query:
         cfg = EngineConfig(workers=settings.workers)
         for persist in (False, True):
@@ -202,28 +246,46 @@ PAPER = {"disk_mb_s": 950.0, "ingest_mb_s": 780.0}
 PAPER_PEERS = ("Kafka: at most ~4 M tuples/s on every query, far from the SSD's bandwidth; "
                "Scabbard >= 100x Kafka; Kafka++ close to Scabbard on SG2-3 and LRB2-3, with 7x "
                "Scabbard's latency (large batches to amortise synchronous writes).")
-SYSTEMS = (("ingest", "Scabbard (p-stream)"), ("synclog", "Kafka++ (synchronous log)"),
-           ("broker", "broker (RabbitMQ Streams)"))
+SYSTEMS = (("ingest", "Scabbard raw (p-stream)"),
+           ("reduced", "Scabbard (push-up + adaptive compression)"),
+           ("synclog", "Kafka++ (synchronous log, LZ4)"), ("broker", "broker (RabbitMQ Streams)"))
 
 
 def summary(disk: dict, table: pd.DataFrame) -> pd.DataFrame:
-    """The table a reader wants: per query, ingest MB/s and its share of the disk, and what
-    persisting the input leaves of the query's throughput."""
+    """The table a reader wants: per query, ingest tuples/s and MB/s to disk (raw, and
+    reduced as the paper's Scabbard persists) and their share of the disk, the peers', the
+    ratios to the broker; and what persisting the input leaves of the query's throughput."""
     out = pd.DataFrame({
         "query": table["query"],
-        "ingest M tuples/s": table["ingest_tuples_per_s"] / 1e6,
-        "ingest MB/s": table["ingest_disk_mb_s"],
-        "% of disk (overwrite)": 100 * table["ingest_disk_mb_s"] / disk["write_mb_s"],
-        "% of disk (first write)": 100 * table["ingest_disk_mb_s"] / disk["first_write_mb_s"],
+        "raw M tuples/s": table["ingest_tuples_per_s"] / 1e6,
+        "raw MB/s to disk": table["ingest_disk_mb_s"],
+        "raw % of disk (overwrite)": 100 * table["ingest_disk_mb_s"] / disk["write_mb_s"],
+        "raw % of disk (first write)": (100 * table["ingest_disk_mb_s"]
+                                        / disk["first_write_mb_s"]),
     })
+    reduced = "reduced_tuples_per_s" in table
+    if reduced:
+        out["reduced M tuples/s"] = table["reduced_tuples_per_s"] / 1e6
+        out["reduced MB/s to disk"] = table["reduced_disk_mb_s"]
+        out["reduced: tuples kept"] = table["reduced_kept"]
+        out["reduced: bytes/tuple on disk"] = table["reduced_bytes_per_tuple"]
     if "broker_tuples_per_s" in table:
         out["Kafka++ M tuples/s"] = table["synclog_tuples_per_s"] / 1e6
+        out["Kafka++ MB/s to disk"] = table["synclog_disk_mb_s"]
         out["broker M tuples/s"] = table["broker_tuples_per_s"] / 1e6
-        out["ours / broker (target >= 100x)"] = (table["ingest_tuples_per_s"]
-                                                 / table["broker_tuples_per_s"])
-        out["ours / Kafka++"] = table["ingest_tuples_per_s"] / table["synclog_tuples_per_s"]
-        for key, name in (("ingest", "ours"), ("synclog", "Kafka++"), ("broker", "broker")):
-            out[f"{name} p50 ms"] = table[f"{key}_p50_ms"]
+        out["broker MB/s (rows)"] = table["broker_row_mb_s"]
+        out["raw / broker"] = table["ingest_tuples_per_s"] / table["broker_tuples_per_s"]
+        if reduced:
+            out["reduced / broker (target >= 100x)"] = (table["reduced_tuples_per_s"]
+                                                        / table["broker_tuples_per_s"])
+            out["reduced / Kafka++"] = (table["reduced_tuples_per_s"]
+                                        / table["synclog_tuples_per_s"])
+        else:
+            out["raw / Kafka++"] = table["ingest_tuples_per_s"] / table["synclog_tuples_per_s"]
+        for key, name in (("ingest", "raw"), ("reduced", "reduced"), ("synclog", "Kafka++"),
+                          ("broker", "broker")):
+            if f"{key}_p50_ms" in table:
+                out[f"{name} p50 ms"] = table[f"{key}_p50_ms"]
     if "query_memory_tuples_per_s" in table:
         out["query M tuples/s"] = table["query_memory_tuples_per_s"] / 1e6
         out["query persisted M tuples/s"] = table["query_persisted_tuples_per_s"] / 1e6
@@ -232,30 +294,53 @@ def summary(disk: dict, table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def broker_ratio(table: pd.DataFrame) -> str:
+    """The Fig. 8 target line: the reduced ingest (else the raw one) over the broker."""
+    col = next((c for c in ("reduced / broker (target >= 100x)", "raw / broker")
+                if c in table), None)
+    if col is None:
+        return "no broker ran"
+    r = table[col]
+    return (f"{col.split(' (')[0]}: min {r.min():.0f}x, median {r.median():.0f}x "
+            f"({(r >= 100).sum()}/{len(r)} queries >= 100x)")
+
+
 def plot(disk: dict, table: pd.DataFrame, output_dir: str | None = None):
-    """Paper Fig. 1/8a: ingest per query against the disk (with the peers when measured);
-    Fig. 8b: their acknowledgement latency; and the query's throughput in memory vs with its
-    input persisted."""
+    """Paper Fig. 1/8a: ingest per query in tuples/s, and in MB/s to disk against the disk's
+    bandwidth (with the peers when measured; the broker's MB/s are its rows'); Fig. 8b: their
+    acknowledgement latency; and the query's throughput in memory vs with its input
+    persisted."""
     import matplotlib.pyplot as plt
 
     with_query = "query_memory_tuples_per_s" in table
     systems = [(k, n) for k, n in SYSTEMS if f"{k}_p50_ms" in table]
-    panels = 1 + (len(systems) > 1) + with_query
+    panels = 2 + (len(systems) > 1) + with_query
     fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.2), squeeze=False)
     axes = list(axes[0])
     x = np.arange(len(table))
     w = 0.8 / len(systems)
     ax = axes.pop(0)
     for i, (key, name) in enumerate(systems):
-        ax.bar(x + (i - (len(systems) - 1) / 2) * w, table[f"{key}_row_mb_s"], w, label=name)
+        ax.bar(x + (i - (len(systems) - 1) / 2) * w, table[f"{key}_tuples_per_s"] / 1e6, w,
+               label=name)
+    ax.set_yscale("log")
+    ax.set_xticks(x, table["query"])
+    ax.set_ylabel("M tuples/s (source tuples)")
+    ax.set_title("Persisted ingest per query (Fig. 8a)")
+    ax.legend(loc="lower right", fontsize=7)
+    ax = axes.pop(0)
+    for i, (key, name) in enumerate(systems):
+        col = f"{key}_disk_mb_s" if f"{key}_disk_mb_s" in table else f"{key}_row_mb_s"
+        ax.bar(x + (i - (len(systems) - 1) / 2) * w, table[col], w,
+               label=name + ("" if col.endswith("disk_mb_s") else ", its rows' MB/s"))
     ax.axhline(disk["write_mb_s"], color="#c44e52", ls="--",
                label=f"disk, O_DIRECT overwrite {disk['write_mb_s']:,.0f} MB/s")
     ax.axhline(disk["first_write_mb_s"], color="#dd8452", ls=":",
                label=f"disk, first write {disk['first_write_mb_s']:,.0f} MB/s")
     ax.set_yscale("log")
     ax.set_xticks(x, table["query"])
-    ax.set_ylabel("MB/s of tuples (paper's row layout)")
-    ax.set_title("Persisted ingest per query (Fig. 1, 8a)")
+    ax.set_ylabel("MB/s written to disk")
+    ax.set_title("Persisted ingest against the disk (Fig. 1, 8a)")
     ax.legend(loc="lower right", fontsize=7)
     if len(systems) > 1:
         ax = axes.pop(0)
