@@ -138,6 +138,11 @@ def test_a_partitioned_assembly_runs_its_share_on_as_many_cores_as_partitions():
     one = simulate(cal, SimConfig("CM1", workers=1, duration=2.0, assembly_parts=4),
                    Hardware(cores=1, disk_write_mb_s=FAST_DISK))
     assert within(one.steady_tuples_per_s, 1e9 / 125, 0.02)  # one core: only the overhead
+    # the fragments' split of their partials between the partitions costs them too
+    cal.queries["CM1"] = replace(cal.costs("CM1"), partition_fragment_ns_tuple=25.0)
+    one = simulate(cal, SimConfig("CM1", workers=1, duration=2.0, assembly_parts=4),
+                   Hardware(cores=1, disk_write_mb_s=FAST_DISK))
+    assert within(one.steady_tuples_per_s, 1e9 / 150, 0.02)
 
 
 def test_other_processes_take_their_cores_from_the_engine():

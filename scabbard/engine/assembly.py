@@ -31,6 +31,7 @@ class BranchAssembler:
         self.cur = np.array([INT64_MIN], dtype=np.int64)
         self.sel = kw.selection(*branch.select)
         self.pending: tuple[Edges, int] | None = None  # a long task's tail, not yet loaded
+        self.copy = True  # rows returned in arrays of their own (else views of `out`)
 
     def _feed(self, e: Edges, emit: bool, upto: int, m: int) -> int:
         b = self.b
@@ -41,6 +42,8 @@ class BranchAssembler:
         return m
 
     def _raw(self, m: int):
+        if not self.copy:  # a partition's: merged (copied) before the buffers are used again
+            return tuple(a[:m] for a in self.out)
         return tuple(a[:m].copy() for a in self.out)
 
     def _load_pending(self) -> None:
@@ -90,17 +93,23 @@ def partition_columns(branch: physical.Branch) -> np.ndarray | None:
 
 
 def merge_windows(raws: list[tuple]) -> tuple:
-    """The partitions' window rows as one, in window order (each partition's are; a stable
-    sort of their concatenation keeps every window's rows together and in place)."""
+    """The partitions' window rows as one, in window order (each partition's are): window by
+    window, each partition's rows of it (:func:`kw.merge_rows`, one pass).  Always arrays of
+    their own (the partitions' may be views of buffers they use again)."""
     raws = [r for r in raws if len(r[1])] or raws[:1]
     if len(raws) == 1:
-        return raws[0]
-    cols = tuple(np.concatenate(c) for c in zip(*raws, strict=True))
-    end = cols[1]
-    if np.all(end[:-1] <= end[1:]):
-        return cols
-    order = np.argsort(end, kind="stable")  # runs already sorted: near-linear (timsort)
-    return tuple(c[order] for c in cols)
+        return tuple(c.copy() for c in raws[0])
+    return kw.merge_rows(*(tuple(np.ascontiguousarray(r[c]) for r in raws) for c in range(6)))
+
+
+def split_edges(e: Edges, cols: np.ndarray, parts: int) -> list[Edges]:
+    """``e``'s pane partials by partition (:func:`kw.partition_rows`), each in pane order."""
+    order, starts = kw.partition_rows(e.keys, cols, parts)
+    out = []
+    for p in range(parts):
+        rows = order[starts[p]:starts[p + 1]]
+        out.append(Edges(e.pane[rows], e.keys[rows], e.cnt[rows], e.ints[rows], e.floats[rows]))
+    return out
 
 
 class PartitionedAssembler:
@@ -121,6 +130,8 @@ class PartitionedAssembler:
             raise ValueError(f"{branch.id}: partitioned assembly needs group keys and 2+ parts")
         self.b, self.cols, self.pool = branch, cols, pool
         self.parts = [BranchAssembler(branch) for _ in range(parts)]
+        for a in self.parts:
+            a.copy = False
 
         # a long task's tail (or a checkpoint's), split between the partitions only if a
         # later task needs the sequential path
@@ -135,13 +146,7 @@ class PartitionedAssembler:
             a.pending = (e, last_pane)
 
     def _split(self, e: Edges) -> list[Edges]:
-        order, starts = kw.partition_rows(e.keys, self.cols, len(self.parts))
-        out = []
-        for p in range(len(self.parts)):
-            rows = order[starts[p]:starts[p + 1]]
-            out.append(Edges(e.pane[rows], e.keys[rows], e.cnt[rows], e.ints[rows],
-                             e.floats[rows]))
-        return out
+        return split_edges(e, self.cols, len(self.parts))
 
     def _each(self, fn, *per_part) -> list:
         """``fn(assembler, *args)`` for every partition at once; their results in order."""
@@ -165,7 +170,9 @@ class PartitionedAssembler:
                                     None), emit)
             a.pending = None  # a long task's tail stays whole here until it is needed
             return raw
-        raw = merge_windows(self._each(run, self._split(part.head)))
+        heads = part.split if part.split is not None and len(part.split) == len(self.parts) \
+            else self._split(part.head)  # split by the fragment, on a worker, if it could
+        raw = merge_windows(self._each(run, heads))
         if part.long:
             self.pending = (part.tail, part.last_pane)
         return raw

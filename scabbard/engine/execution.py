@@ -101,6 +101,7 @@ class Execution:
         self.clock = {"input_end": 0, "window_end": INT64_MIN}  # of the last emitted result
         self.plan = engine.plan
         parts = [engine.assembly_parts(i, feed.batch_rows) for i in range(len(self.plan.branches))]
+        engine.split_parts = parts  # the fragments split each task's partials for them
         # the partitions of a partitioned assembly beyond the first run on these threads
         self._partitions = (ThreadPoolExecutor(max(parts) - 1, thread_name_prefix="partition")
                             if max(parts, default=1) > 1 else None)

@@ -30,7 +30,7 @@ import numpy as np
 from scabbard.batch import Batch
 from scabbard.data import Table
 from scabbard.engine import physical
-from scabbard.engine.assembly import BranchAssembler, partition_columns
+from scabbard.engine.assembly import BranchAssembler, partition_columns, split_edges
 from scabbard.engine.execution import Execution, RunReport
 from scabbard.engine.feeds import SourceFeed
 from scabbard.engine.graph import OperatorGraph
@@ -120,6 +120,8 @@ class Engine:
         self.plan = physical.plan(self.pushup.plan if push_up else query.node,
                                   frozenset(cut_after))
         self.schema = self.plan.schema
+        # per branch, the partitions its assembly has in the current run (set by the run)
+        self.split_parts: list[int] | None = None
         self._bind(relations or {})
         for b in self.plan.branches:
             b.kernel(self.config.cache_dir)
@@ -189,6 +191,9 @@ class Engine:
             else:
                 parts.append(BranchPart(first, last, False, task_edges(partials, 0, len(pane)),
                                         task_edges(partials, len(pane), len(pane)), None))
+            split = self.split_parts[i] if self.split_parts else 1
+            if split > 1:  # a partitioned assembly: its split here, in parallel
+                parts[-1].split = split_edges(parts[-1].head, partition_columns(b), split)
         return TaskResult(seq, n, ingest, parts, batch.end, int(ts[-1]) if n else 0)
 
     def warm_up(self, batch: Batch) -> None:

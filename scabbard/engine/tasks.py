@@ -33,6 +33,9 @@ class BranchPart:
     head: Edges
     tail: Edges
     internal: dict | None
+    # the head's partials by key partition (a partitioned assembly's; split by the fragment,
+    # on a worker, so the serial assembly need not)
+    split: list[Edges] | None = None
 
 
 @dataclass

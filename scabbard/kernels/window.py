@@ -646,3 +646,46 @@ def partition_rows(keys, cols, parts: int):
         order[at[pid[r]]] = r
         at[pid[r]] += 1
     return order, starts
+
+
+@kernel
+def merge_rows(s_t, e_t, k_t, c_t, i_t, f_t):
+    """P partitions' window rows (tuples of each partition's column arrays: starts, ends, keys,
+    counts, ints, floats - each partition's rows in window-end order) as one set of arrays in
+    window-end order: window by window, each partition's rows of it in partition order.  One
+    pass, no sort; the output is allocated once."""
+    parts = len(e_t)
+    n = 0
+    for p in range(parts):
+        n += e_t[p].shape[0]
+    k, ni, nf = k_t[0].shape[1], i_t[0].shape[1], f_t[0].shape[1]
+    out = out_new(k, ni, nf, n)
+    o_s, o_e, o_k, o_c, o_i, o_f = out
+    pos = np.zeros(parts, dtype=np.int64)
+    m = 0
+    while True:
+        found = False
+        w = 0
+        for p in range(parts):
+            if pos[p] < e_t[p].shape[0] and (not found or e_t[p][pos[p]] < w):
+                w = e_t[p][pos[p]]
+                found = True
+        if not found:
+            break
+        for p in range(parts):
+            ends = e_t[p]
+            r = pos[p]
+            while r < ends.shape[0] and ends[r] == w:
+                o_s[m] = s_t[p][r]
+                o_e[m] = w
+                for j in range(k):
+                    o_k[m, j] = k_t[p][r, j]
+                o_c[m] = c_t[p][r]
+                for j in range(ni):
+                    o_i[m, j] = i_t[p][r, j]
+                for j in range(nf):
+                    o_f[m, j] = f_t[p][r, j]
+                m += 1
+                r += 1
+            pos[p] = r
+    return o_s[:m], o_e[:m], o_k[:m], o_c[:m], o_i[:m], o_f[:m]

@@ -104,6 +104,8 @@ def _partitioned(serial: dict, parted: dict | None) -> dict:
     if total <= 0:
         return {"overhead": 1.0, "share": 0.0}
     return {"overhead": total / serial["assembly_s"], "share": min(1.0, 2 * each / total),
+            # the fragments split each task's partials by partition (on the workers)
+            "fragment_ns_tuple": max(0.0, parted["parallel_s"] - serial["parallel_s"]) * 1e9,
             "assembly_ns_tuple": parted["assembly_s"] * 1e9,
             "partition_ns_tuple": each * 1e9}
 
@@ -557,7 +559,9 @@ def calibrate_query(query: str, scale: str = "small", data_dir: str | Path = "da
         long_rows=k["long_rows"], short_fragment_ns_tuple=short.get("fragment_ns_tuple"),
         short_assembly_ns_tuple=short.get("assembly_ns_tuple"),
         partition_overhead=k["partitioned"]["overhead"],
-        partition_share=k["partitioned"]["share"], measured=measured)
+        partition_share=k["partitioned"]["share"],
+        partition_fragment_ns_tuple=k["partitioned"].get("fragment_ns_tuple", 0.0),
+        measured=measured)
     costs = replace(costs, restart_warmup_s=_restart_warmup(costs, r, f))
     log(f"{query:5} fragment {costs.fragment_ns_tuple:7.1f} ns/t (+{costs.fragment_ns_task / 1e3:7.1f}"
         f" us/task, x{costs.fragment_shared:.2f} shared)  assembly {costs.assembly_ns_tuple:6.2f} ns/t  source "

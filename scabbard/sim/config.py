@@ -169,6 +169,7 @@ class QueryCosts:
     # windows cannot be partitioned (no group keys)
     partition_overhead: float = 1.0
     partition_share: float = 0.0
+    partition_fragment_ns_tuple: float = 0.0  # the fragment's split of its partials, per tuple
     measured: dict = field(default_factory=dict)  # the engine's own figures, for reference
 
     def __post_init__(self) -> None:
@@ -182,7 +183,8 @@ class QueryCosts:
                       state_load_s=self.state_load_s, code_load_s=self.code_load_s,
                       horizon_tuples=self.horizon_tuples,
                       restart_warmup_s=self.restart_warmup_s,
-                      partition_overhead=self.partition_overhead)
+                      partition_overhead=self.partition_overhead,
+                      partition_fragment_ns_tuple=self.partition_fragment_ns_tuple)
         if not 0.0 <= self.partition_share <= 1.0:
             raise ValueError(f"QueryCosts({self.query}).partition_share must be in [0, 1], "
                              f"got {self.partition_share!r}")
@@ -205,6 +207,12 @@ class QueryCosts:
         if self._short(n):
             return n * self.short_fragment_ns_tuple * 1e-9
         return (self.fragment_ns_task + n * self.fragment_ns_tuple) * 1e-9
+
+    def split_s(self, n: int, parts: int) -> float:
+        """What a fragment spends splitting its partials between ``parts`` partitions."""
+        if parts < 2 or self.partition_share <= 0:
+            return 0.0
+        return n * self.partition_fragment_ns_tuple * 1e-9
 
     def assembly_parts_s(self, n: int, parts: int) -> tuple[float, float]:
         """A task's assembly split into ``parts`` partitions: (seconds on the assembling core,

@@ -514,7 +514,8 @@ class _Engine:
             # the engine's other threads busy meanwhile (same process: allocator, memory)
             shared = costs.fragment_shared if cpu.in_use > 1 else 1.0
             warmup, self.warmup = self.warmup, 0.0
-            yield from cpu.work(costs.fragment_s(task.n) * shared * self.work + warmup,
+            split = costs.split_s(task.n, self.cfg.assembly_parts)
+            yield from cpu.work((costs.fragment_s(task.n) * shared + split) * self.work + warmup,
                                 "fragment")
             self.done[task.seq] = task
             if not self.assembling:  # drain(): assemble every finished task in order
