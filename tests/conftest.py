@@ -79,7 +79,7 @@ def tiny(request, data_root, tmp_path_factory):
 # collection order, a long one started last would run alone at the end.
 LONGEST_FIRST = ("test_spark_cluster", "test_notebooks", "test_placement",
                  "test_fault_tolerance", "test_spark_backend", "test_aligned", "test_flink",
-                 "test_engine", "test_pushup", "test_crash_states")
+                 "test_comparison", "test_engine", "test_pushup", "test_crash_states")
 
 
 def pytest_collection_modifyitems(config, items):
