@@ -192,7 +192,7 @@ class Engine:
                 parts.append(BranchPart(first, last, False, task_edges(partials, 0, len(pane)),
                                         task_edges(partials, len(pane), len(pane)), None))
             split = self.split_parts[i] if self.split_parts else 1
-            if split > 1:  # a partitioned assembly: its split here, in parallel
+            if split > 1 and not parts[-1].long:  # the assembler's alone: split here, in parallel
                 parts[-1].split = split_edges(parts[-1].head, partition_columns(b), split)
         return TaskResult(seq, n, ingest, parts, batch.end, int(ts[-1]) if n else 0)
 
