@@ -175,6 +175,9 @@ def plot(table: pd.DataFrame, output_dir: str | None = None):
 
 
 # -- 1 to 16 cores, simulated ----------------------------------------------------------------------
+# a serial assembly cheaper than this (ns a tuple) binds only beyond 1 G tuples/s: nothing to gain
+SERIAL_MATTERS_NS = 1.0
+
 def simulated(calibration: str | Path | None, names: Sequence[str], cores: Sequence[int] = (1, 2, 4, 8, 16),
               seconds: float = 10.0, interval: float = 1.0) -> pd.DataFrame:
     """Per query and core count on the paper's server (16 cores, its SSD), fault tolerance on
@@ -195,8 +198,9 @@ def simulated(calibration: str | Path | None, names: Sequence[str], cores: Seque
         for n in cores:
             hw = replace(PAPER_SSD, cores=n)
             for mode, parts in (("serial", 1), ("partitioned", n)):
-                if mode == "partitioned" and costs.partition_share <= 0:
-                    continue  # nothing to partition (or not calibrated)
+                if mode == "partitioned" and (costs.partition_share <= 0
+                                              or costs.assembly_ns_tuple < SERIAL_MATTERS_NS):
+                    continue  # nothing to partition, or a serial part that cannot bind
                 cfg = SimConfig(q, workers=n, persist=True, compression=costs.best_scheme,
                                 checkpoint_interval=interval, duration=seconds,
                                 assembly_parts=parts)
