@@ -7,7 +7,15 @@ installed with :func:`recording` - then each call costs two clock reads:
 =============  ==============================================  ===================
 part           where                                           counted per
 =============  ==============================================  ===================
-source         the replay source cuts a batch (dispatcher)     tuple
+source         the replay source cuts a batch (the dispatcher  tuple
+               or an ingress partition: inside ``dispatch``
+               or ``ingress``)
+dispatch       the dispatcher takes one task from its feed     tuple (source
+               and hands it out (everything on its thread)     tuples it stands for)
+ingress        an ingress partition cuts one of its batches    tuple
+               and hands it to the preparation pool
+append         an ingress partition's turn: the batch staged   tuple
+               in order (appended to the ingress p-stream)
 fragment       a worker runs a task's fragment function        tuple
 boundary       a worker computes the windows between two       tuple of the later
                long tasks                                      task
@@ -32,8 +40,9 @@ import time
 from contextlib import contextmanager
 from typing import Protocol
 
-PARTS = ("source", "fragment", "boundary", "assembly", "partition", "compress", "encode",
-         "write")
+PARTS = ("source", "dispatch", "ingress", "append", "fragment", "boundary", "assembly",
+         "partition", "compress", "encode", "write")
+NESTED = ("source",)  # timed inside another part (``dispatch`` or ``ingress``): not added up
 
 
 class Recorder(Protocol):

@@ -47,16 +47,19 @@ def expected_once(query, ds):
 
 
 @pytest.mark.parametrize("name", [n for n in queries.NAMES if n != "SG1"])
-@pytest.mark.parametrize("batch_rows, workers, assembly", [
-    (None, 2, "serial"), (4096, 2, "serial"), (997, 1, "serial"),
+@pytest.mark.parametrize("batch_rows, workers, assembly, ingress", [
+    (None, 2, "serial", 1), (4096, 2, "serial", 1), (997, 1, "serial", 1),
     # the sequential windows' groups split by key between partitions (issue 21)
-    (4096, 2, "partitioned:3"), (997, 1, "partitioned"), (4096, 4, "auto")])
-def test_paper_queries_match_the_reference(tiny, name, batch_rows, workers, assembly):
+    (4096, 2, "partitioned:3", 1), (997, 1, "partitioned", 1), (4096, 4, "auto", 1),
+    # the source read by several ingress partitions (issue 21)
+    (997, 2, "serial", 3), (4096, 2, "partitioned:3", 2), (None, 8, "auto", None)])
+def test_paper_queries_match_the_reference(tiny, name, batch_rows, workers, assembly, ingress):
     q = queries.get(name)
     ds = tiny[queries.workload_of(name)]
     sink = CollectSink()
     report = run_query(q, ds, sink=sink, config=EngineConfig(workers=workers, batch_rows=batch_rows,
-                                                               assembly=assembly))
+                                                               assembly=assembly,
+                                                               ingress_partitions=ingress))
     assert report.summary.tuples == ds.rows
     ends = sink.columns()["window_end"]
     assert np.all(np.diff(ends) >= 0), "windows reach the sink in order"
@@ -173,9 +176,12 @@ def test_random_queries_any_batching(run):
     ref.assert_same_results(engine_frame(q, sink), want, q.schema, rtol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["CM1", "YSB", "LRB1", "SG3"])
-def test_persisted_ingress_gives_the_same_results_and_bounded_disk(tiny, tmp_path, name):
-    """--persist-input: every batch is stored before processing; released input is trimmed."""
+@pytest.mark.parametrize("name, partitions", [("CM1", 1), ("YSB", 1), ("LRB1", 1), ("SG3", 1),
+                                               ("CM1", 3), ("LRB1", 2)])
+def test_persisted_ingress_gives_the_same_results_and_bounded_disk(tiny, tmp_path, name,
+                                                                   partitions):
+    """--persist-input: every batch is stored before processing; released input is trimmed
+    (with several ingress partitions too, each appending its own batches)."""
     from scabbard.ft.ingress import run_persisted
     from scabbard.storage import BlockManager, StorageConfig
 
@@ -189,7 +195,8 @@ def test_persisted_ingress_gives_the_same_results_and_bounded_disk(tiny, tmp_pat
         sink = CollectSink()
         n = copies * ds.rows
         run_persisted(q, ds, tmp_path / str(copies), sink=sink, max_tuples=n,
-                      config=EngineConfig(batch_rows=4000), storage_config=cfg)
+                      config=EngineConfig(batch_rows=4000, ingress_partitions=partitions),
+                      storage_config=cfg)
         with BlockManager(tmp_path / str(copies), cfg) as bm:
             pools[copies] = bm.pool_bytes
     plain = CollectSink()

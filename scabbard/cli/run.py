@@ -52,6 +52,11 @@ def add_run(sub) -> None:
                         "partitions assembled at once, merged in window order; P: --workers) "
                         "or auto (default: partitioned with 4+ workers where tasks are too short "
                         "for windows of their own, else serial)")
+    p.add_argument("--ingress-partitions", type=int, metavar="N",
+                   help="read the source with N threads, each its share of the batches (split "
+                        "by offset ranges), each appending its own to the ingress p-stream in "
+                        "turn, so that no one thread touches every tuple (default: one per 4 "
+                        "workers; 1: the dispatcher reads it).  A recovery may use another N")
     p.add_argument("--metrics-log", metavar="PATH", help="JSON-lines metrics log (live samples)")
     p.add_argument("--metrics-interval", type=float, default=0.5, metavar="SECONDS",
                    help="seconds between metrics samples (default 0.5)")
@@ -312,7 +317,7 @@ def config_from_args(args):
                      durability=args.durability,
                      persist_input=False if args.checkpoint_only else None,
                      crash_at=args.crash_at, spawned_at=args.spawned_at) if ft else None,
-            assembly=args.assembly)
+            assembly=args.assembly, ingress_partitions=args.ingress_partitions)
     except ConfigError as e:
         flag = FLAGS.get(e.field, "--" + e.field.replace("_", "-"))
         raise CLIError(f"{flag} {e.problem}") from None

@@ -373,7 +373,8 @@ class Execution:
                    for i in range(cfg.workers)]
         engine.warm_up(self.feed.peek())
         metrics.start(query=engine.query.name, workers=cfg.workers,
-                      batch_rows=self.feed.batch_rows)
+                      batch_rows=self.feed.batch_rows,
+                      ingress_partitions=getattr(self.feed, "partitions", 1))
         for t in threads:
             t.start()
         if self.resume is not None:
@@ -381,10 +382,19 @@ class Execution:
         try:
             if self.listener is not None:
                 self.listener.start(lambda: self.error is None)
-            for task in self.feed.tasks():
-                if self.error is not None or not self.dispatch(task.batch, task.ingest_time,
-                                                               task.source_tuples):
-                    break
+            tasks = iter(self.feed.tasks())
+            try:
+                while True:  # everything this thread does per task is timed as ``dispatch``
+                    span = timers.start()
+                    task = next(tasks, None)
+                    if task is None or self.error is not None or not self.dispatch(
+                            task.batch, task.ingest_time, task.source_tuples):
+                        break
+                    timers.stop(span, "dispatch", len(task.batch) if task.source_tuples is None
+                                else task.source_tuples)
+            finally:  # a feed's threads (parallel ingress) end with it
+                if hasattr(tasks, "close"):
+                    tasks.close()
         except BaseException as e:  # the dispatcher failed (e.g. fault tolerance: fail-stop)
             if self.error is None:
                 self.error = e

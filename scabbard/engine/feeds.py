@@ -19,7 +19,11 @@ from scabbard.engine.ports import Task
 
 class SourceFeed:
     """``source`` as tasks: ``reduce`` (batch -> batch) and ``transform`` (batch -> stored
-    columns) run on ``workers`` threads; without either the source's batches pass as they are."""
+    columns) run on ``workers`` threads; without either the source's batches pass as they are.
+    The source is read by the thread that takes the tasks (one ingress partition; several:
+    :class:`scabbard.engine.ingress.PartitionedFeed`)."""
+
+    partitions = 1
 
     def __init__(self, source, reduce: Callable[[Batch], Batch] | None = None,
                  transform: Callable[[Batch], list] | None = None, workers: int = 1):

@@ -34,6 +34,7 @@ from scabbard.engine.assembly import BranchAssembler, partition_columns, split_e
 from scabbard.engine.execution import Execution, RunReport
 from scabbard.engine.feeds import SourceFeed
 from scabbard.engine.graph import OperatorGraph
+from scabbard.engine.ingress import PartitionedFeed, splittable
 from scabbard.engine.metrics import Metrics
 from scabbard.engine.ports import AssemblyListener, Resume
 from scabbard.engine.pushup import Reducer
@@ -76,16 +77,28 @@ class EngineConfig:
     # groups split by key between partitions run at once ("partitioned[:P]", P = workers), or
     # partitioned where that is expected to help ("auto", Engine.assembly_parts)
     assembly: str = "auto"
+    # the source read by this many threads (parallel ingress, engine/ingress.py); None: one
+    # per INGRESS_WORKERS workers (Engine.ingress_partitions)
+    ingress_partitions: int | None = None
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
+        p = self.ingress_partitions
+        if p is not None and (not isinstance(p, int) or isinstance(p, bool) or p < 1):
+            raise ValueError(f"ingress_partitions must be a whole number >= 1, got {p!r}")
         parse_assembly(self.assembly)
         if self.batch_rows is not None and self.batch_rows < 1:
             raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
 
 
 ASSEMBLY_MODES = ("serial", "partitioned", "auto")
+# by default, one ingress partition per this many workers: the dispatcher's share of a tuple
+# (the replay's timestamps shifted, the p-unit appended; 2-7 ns here) is at most a quarter
+# of the cheapest query's work on the other threads (CM2: fragment and codecs, ~6 ns), so a
+# quarter of the workers' count keeps the ingress ahead of them (scabbard sim run
+# --ingress-partitions); below 8 workers one, the dispatcher's own path
+INGRESS_WORKERS = 4
 AUTO_MIN_WORKERS = 4  # `auto` partitions from this many workers on (see Engine.assembly_parts)
 
 
@@ -277,9 +290,20 @@ class Engine:
         return Batch(self.schema, tuple(cols[n] for n in self.schema.names))
 
     # -- running -----------------------------------------------------------------------------
-    def feed(self, source, transform=None) -> SourceFeed:
+    def ingress_partitions(self, source=None) -> int:
+        """How many threads read ``source`` (parallel ingress): the configured number, by
+        default one per :data:`INGRESS_WORKERS` workers; one for a source that cannot be split
+        by offset ranges."""
+        n = self.config.ingress_partitions or max(1, self.config.workers // INGRESS_WORKERS)
+        return n if source is None or splittable(source) else 1
+
+    def feed(self, source, transform=None) -> SourceFeed | PartitionedFeed:
         """``source`` as this engine's tasks: the operators push-up moved before the engine
-        applied (σ, π), then ``transform``, on the workers' threads."""
+        applied (σ, π), then ``transform``, on the workers' threads; read by the dispatcher, or
+        by :meth:`ingress_partitions` threads (:class:`PartitionedFeed`)."""
+        n = self.ingress_partitions(source)
+        if n > 1:
+            return PartitionedFeed(source, n, self.reduce, transform, self.config.workers)
         return SourceFeed(source, self.reduce, transform, self.config.workers)
 
     def run(self, feed, sink: Sink, metrics_log: str | Path | None = None,

@@ -98,34 +98,59 @@ class ReplaySource:
             return default
         return self._origin() + (offset + n / 2) / self.rate
 
-    def batches(self) -> Iterator[SourceBatch]:
-        t0 = time.perf_counter()
-        origin = t0 if self.rate is None else self._origin()
+    def ranges(self) -> Iterator[tuple[int, int, int, int]]:
+        """The stream's batches from ``start`` as ``(offset, row, n, copy)``: ``n`` tuples from
+        row ``row`` of copy ``copy`` of the dataset, at stream offset ``offset``.  Pure
+        arithmetic (no data is touched); it ends where the stream ends (``max_tuples``, or
+        one pass without ``loop``), never at ``duration``.  Parallel ingress
+        (:mod:`scabbard.engine.ingress`) deals them out to its partitions."""
         rows = self.table.rows
-        offset, seq = self.start, 0
-        while not self._stopped:
+        offset = self.start
+        while True:
             copy, lo = divmod(offset, rows)
             if copy and not self.loop:
-                self.exhausted = True
                 return
             n = min(self.batch_rows, rows - lo)
             if self.max_tuples is not None:
                 n = min(n, self.max_tuples - offset)
                 if n <= 0:
-                    self.exhausted = True
                     return
+            yield offset, lo, n, copy
+            offset += n
+
+    def origin(self) -> float:
+        """The perf_counter() moment the input started: tuple 0's arrival with a rate."""
+        return time.perf_counter() if self.rate is None else self._origin()
+
+    def cut(self, seq: int, r: tuple[int, int, int, int], origin: float,
+            sleep=time.sleep) -> SourceBatch:
+        """Batch ``r`` of :meth:`ranges` as batch number ``seq``: its columns (timestamps
+        shifted), once it has arrived with a rate (``sleep`` waits; ``origin``: from
+        :meth:`origin`)."""
+        offset, lo, n, copy = r
+        batch = self._batch(lo, lo + n, copy, offset)
+        if self.rate is not None:
+            wait = origin + (offset + n) / self.rate - time.perf_counter()
+            if wait > 0:
+                sleep(wait)
+            ingest = origin + (offset + n / 2) / self.rate
+        else:
+            ingest = time.perf_counter()
+        return SourceBatch(seq, batch, ingest)
+
+    def batches(self) -> Iterator[SourceBatch]:
+        t0 = time.perf_counter()
+        origin = self.origin()
+        ranges = self.ranges()
+        seq = 0
+        while not self._stopped:
+            r = next(ranges, None)
+            if r is None:
+                self.exhausted = True
+                return
             if self.duration is not None and time.perf_counter() - t0 >= self.duration:
                 return
-            batch = self._batch(lo, lo + n, copy, offset)
-            if self.rate is not None:
-                wait = origin + (offset + n) / self.rate - time.perf_counter()
-                if wait > 0:
-                    time.sleep(wait)
-                ingest = origin + (offset + n / 2) / self.rate
-            else:
-                ingest = time.perf_counter()
-            yield SourceBatch(seq, batch, ingest)
-            offset += n
+            yield self.cut(seq, r, origin)
             seq += 1
 
     def _batch(self, lo: int, hi: int, copy: int, offset: int) -> Batch:

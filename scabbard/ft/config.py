@@ -128,6 +128,7 @@ class RunConfig:
     persist: PersistConfig | None = None
     ft: FTConfig | None = None
     assembly: str = "auto"  # serial | partitioned[:P] | auto (EngineConfig.assembly)
+    ingress_partitions: int | None = None  # None: by the workers (EngineConfig)
 
     def __post_init__(self) -> None:
         from scabbard import queries
@@ -138,7 +139,7 @@ class RunConfig:
             raise ConfigError("query", str(e)) from None
         for name in ("rate", "duration", "metrics_interval"):
             _positive(name, getattr(self, name))
-        for name in ("max_tuples", "workers", "batch_rows"):
+        for name in ("max_tuples", "workers", "batch_rows", "ingress_partitions"):
             _positive(name, getattr(self, name), integer=True)
         from scabbard.engine.runtime import parse_assembly
 

@@ -52,7 +52,7 @@ class Controller:
                  metrics_interval: float = 0.5, push_up: bool = False,
                  compression: str = "none", lossy_decimals: int | None = None,
                  compression_interval: float = 4.0, persist_at: tuple[str, ...] = (),
-                 assembly: str = "auto"):
+                 assembly: str = "auto", ingress_partitions: int | tuple[int, ...] | None = None):
         self.query, self.data = query, Path(data)
         self.dir = Path(workdir)
         self.storage, self.output = self.dir / "storage", self.dir / "output"
@@ -65,6 +65,9 @@ class Controller:
         self.compression_interval = compression_interval
         self.persist_at = tuple(persist_at)  # p-streams between operators (--persist-at)
         self.assembly = assembly  # --assembly of every incarnation
+        # --ingress-partitions: one for every incarnation, or one per incarnation in turn (a
+        # recovery with another number than the run it continues)
+        self.ingress_partitions = ingress_partitions
         self.proc: subprocess.Popen | None = None
         self.spare: subprocess.Popen | None = None
         self.incarnation = 0
@@ -84,6 +87,11 @@ class Controller:
             cmd += ["--batch", str(self.batch)]
         if self.assembly != "auto":
             cmd += ["--assembly", self.assembly]
+        parts = self.ingress_partitions
+        if isinstance(parts, tuple | list):
+            parts = parts[(self.incarnation - 1) % len(parts)] if parts else None
+        if parts is not None:
+            cmd += ["--ingress-partitions", str(parts)]
         if self.rate:
             cmd += ["--rate", str(self.rate)]
         if self.persist_at:

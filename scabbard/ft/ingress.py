@@ -24,10 +24,11 @@ from pathlib import Path
 from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
 from scabbard.engine import Engine, EngineConfig, NullSink, ReplaySource, RunReport, Sink
+from scabbard.engine.ingress import PartitionedFeed, Prepared
 from scabbard.engine.metrics import Metrics
 from scabbard.engine.ports import Task
 from scabbard.faults import crashpoint
-from scabbard.pog import POG, PStream
+from scabbard.pog import POG, PStream, PUnit
 from scabbard.query import Query
 from scabbard.storage import BlockManager, StorageConfig
 
@@ -64,7 +65,15 @@ class PersistedFeed:
         self._stopped = True
         self.inner.stop()
 
+    @property
+    def partitions(self) -> int:
+        return self.inner.partitions
+
     def tasks(self) -> Iterator[Task]:
+        if self.inner.partitions > 1:  # the partitions append, in turn; this thread reads
+            for p, u in persisted_in_order(self.pog, self.stream, self.reader, self.inner):
+                yield Task(u.batch, p.ingest_time, p.source_tuples, seq=p.seq)
+            return
         ingest: dict[int, Task] = {}
 
         def batches():
@@ -77,6 +86,27 @@ class PersistedFeed:
         for u in self.pog.persisted(self.stream, self.reader, batches()):
             t = ingest.pop(u.batch_id)
             yield Task(u.batch, t.ingest_time, t.source_tuples, seq=t.seq)
+
+
+def persisted_in_order(pog: POG, stream: str, reader: str, feed: PartitionedFeed
+                       ) -> Iterator[tuple[Prepared, PUnit]]:
+    """The batches of ``feed`` (several ingress partitions) appended to the ingress p-stream
+    ``stream`` by the partitions themselves, each in its turn (:meth:`POG.append`: behind a
+    retain marker), and yielded here once stored, in order, with their p-units: what
+    :meth:`POG.persisted` does on one thread.  A partition whose turn finds the stream full
+    waits for ``reader`` (this generator's caller) to make room."""
+    s = pog.streams[stream]
+    s.subscribe(None, reader, s.end)
+
+    def stage(p: Prepared) -> Prepared | None:
+        while not s.wait_room(p.batch.column_bytes, 0.05):
+            if feed.stopping:
+                return None
+        pog.append(stream, p.seq, p.batch, p.source_end, p.stored)
+        return p
+
+    for p in feed.ordered(stage):
+        yield p, s.read(reader, timeout=None)
 
 
 class ReplayFeed:
@@ -99,6 +129,10 @@ class ReplayFeed:
 
     def stop(self) -> None:
         self.then.stop()
+
+    @property
+    def partitions(self) -> int:
+        return self.then.partitions
 
     def tasks(self) -> Iterator[Task]:
         now = time.perf_counter()

@@ -165,7 +165,7 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
         ft=FTConfig(sink.path, sink.kind, interval, every_tasks,
                     None if durability is None else Durability.of(durability).value,
                     persist_input, aligned),
-        assembly=engine.assembly)
+        assembly=engine.assembly, ingress_partitions=engine.ingress_partitions)
     return open_fault_tolerant(cfg, dataset, sink=sink, recover=recover, io=io,
                                standby=standby, on_sample=on_sample, wrap_source=wrap_source,
                                engine_config=engine, query=query)
@@ -212,7 +212,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
     config = engine_config or EngineConfig(workers=cfg.workers or os.cpu_count() or 1,
                                            batch_rows=cfg.batch_rows,
                                            metrics_interval=cfg.metrics_interval,
-                                           assembly=cfg.assembly)
+                                           assembly=cfg.assembly,
+                                           ingress_partitions=cfg.ingress_partitions)
     storage, storage_config = persist.storage, persist.layout
     rate, duration, max_tuples = cfg.rate, cfg.duration, cfg.max_tuples
     push_up, compression, lossy_decimals = (persist.push_up, persist.compression,

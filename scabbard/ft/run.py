@@ -29,7 +29,8 @@ def dataset_of(config: RunConfig) -> Dataset:
 def engine_config(config: RunConfig) -> EngineConfig:
     return EngineConfig(workers=config.workers or os.cpu_count() or 1,
                         batch_rows=config.batch_rows, metrics_interval=config.metrics_interval,
-                        assembly=config.assembly)
+                        assembly=config.assembly,
+                        ingress_partitions=config.ingress_partitions)
 
 
 def open_run(config: RunConfig, *, recover: bool = False, dataset: Dataset | None = None,

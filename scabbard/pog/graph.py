@@ -41,33 +41,41 @@ class POG:
         self.released[stream] = offset
         return self.streams[stream].trim_from(reader, offset, is_persistent=True)
 
+    def append(self, stream: str, batch_id: int, b: Batch, source_end: int | None = None,
+               stored: tuple | None = None) -> PUnit:
+        """Write batch ``batch_id`` at the end of the ingress p-stream ``stream``, behind a
+        retain marker (stored before it is readable); returns its p-unit.  Appends go in
+        order: one at a time, each at the offset the last one ended (several ingress
+        partitions take turns).  The *source end* - how far into the source the p-unit
+        reflects, its vector clock - differs from the p-stream's own offsets when operators
+        moved below the p-stream (push-up) dropped tuples; None means "the p-unit's end".
+        ``stored``: the batch's columns already compressed (see :meth:`PUnit.compress`), or
+        None.  Blocks while the stream has no room (:meth:`PStream.has_room`)."""
+        s = self.streams[stream]
+        offset = s.end
+        clock = (offset + len(b) if source_end is None else source_end,)
+        unit = PUnit(stream, batch_id, Batch(b.schema, b.columns, offset), clock, stored=stored)
+        self.insert_retain_marker(stream)
+        s.write(unit, batch_id, offset)
+        return unit
+
     def persisted(self, stream: str, reader: str, batches: Iterable[tuple],
                   operator=None) -> Iterator[PUnit]:
         """Write ``batches`` (batch id, batch, source end, stored) into the ingress p-stream
-        ``stream``, each behind a retain marker, and yield every p-unit once it is stored, in
-        order.  The *source end* - how far into the source the p-unit reflects, its vector
-        clock - differs from the p-stream's own offsets when operators moved below the
-        p-stream (push-up) dropped tuples; None means "the p-unit's end".  ``stored``: the
-        batch's columns already compressed (see :meth:`PUnit.compress`), or None.
+        ``stream`` (:meth:`append`), and yield every p-unit once it is stored, in order.
 
         Writing runs ahead of the consumer by what the stream holds in memory
         (``max_units``/``max_bytes``), so disk writes and downstream work overlap.
         """
         s = self.streams[stream]
-        offset = s.end
-        s.subscribe(operator, reader, offset)
+        s.subscribe(operator, reader, s.end)
         waiting = 0
         for batch_id, b, source_end, stored in batches:
-            clock = (offset + len(b) if source_end is None else source_end,)
-            unit = PUnit(stream, batch_id, Batch(b.schema, b.columns, offset), clock,
-                         stored=stored)
             while waiting and not s.has_room(b.column_bytes):
                 waiting -= 1
                 yield s.read(reader, timeout=None)
-            self.insert_retain_marker(stream)
-            s.write(unit, batch_id, offset)
+            self.append(stream, batch_id, b, source_end, stored)
             waiting += 1
-            offset = unit.end
             while waiting and (u := s.read(reader, timeout=0)) is not None:
                 waiting -= 1
                 yield u

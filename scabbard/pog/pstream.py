@@ -103,6 +103,12 @@ class PStream:
         with self._cond:
             return self._room(nbytes)
 
+    def wait_room(self, nbytes: int, timeout: float) -> bool:
+        """:meth:`has_room`, waiting up to ``timeout`` seconds for readers to make room."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._room(nbytes) or self._error is not None,
+                                       timeout) and self._room(nbytes)
+
     # -- markers ---------------------------------------------------------------------------------
     def on_marker(self, marker: Marker) -> None:
         if marker.kind is MarkerKind.RETAIN:

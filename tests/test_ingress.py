@@ -1,0 +1,228 @@
+"""Parallel ingress (issue 21): the source split by offset ranges between partitions, each read
+and appended by its own thread - the same stream as one dispatcher reading it, a prefix without
+a hole whenever it stops, the ingress p-stream in order, recovery with another number."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scabbard.batch import Batch
+from scabbard.data import Table
+from scabbard.engine import Engine, EngineConfig, ReplaySource
+from scabbard.engine.feeds import SourceFeed
+from scabbard.engine.ingress import PartitionedFeed
+from scabbard.schema import Field, Schema
+
+SCHEMA = Schema("ingress-test", (Field("timestamp", "int64"), Field("key", "int64"),
+                                 Field("value", "float64")))
+
+
+def table(rows: int, seed: int = 0) -> Table:
+    rng = np.random.default_rng(seed)
+    cols = (np.sort(rng.integers(0, 10 * rows, rows)).astype(np.int64),
+            rng.integers(0, 50, rows).astype(np.int64), rng.random(rows))
+    return Table("stream", Path("."), SCHEMA, rows, cols, {"columns": []})
+
+
+def stream_of(tasks) -> tuple[list[tuple], list[np.ndarray]]:
+    """(offset, rows, source tuples, source end) per task, and the concatenated columns."""
+    tasks = list(tasks)
+    meta = [(t.batch.offset, len(t.batch), t.source_tuples, t.source_end) for t in tasks]
+    cols = [np.concatenate([t.batch.columns[i] for t in tasks]) if tasks else np.zeros(0)
+            for i in range(len(SCHEMA.fields))]
+    return meta, cols
+
+
+def contiguous(meta, start: int) -> bool:
+    ends = [start] + [o + n for o, n, *_ in meta]
+    return all(o == e for (o, *_), e in zip(meta, ends, strict=False))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.integers(1, 900), batch=st.integers(1, 300), parts=st.integers(2, 5),
+       start=st.integers(0, 1500), extra=st.integers(1, 2500), loop=st.booleans(),
+       workers=st.integers(1, 3), drop=st.sampled_from([None, 3, 7]))
+def test_partitions_give_the_stream_one_dispatcher_gives(rows, batch, parts, start, extra, loop,
+                                                         workers, drop):
+    """Any batch size, start, end, number of partitions; with a selection that leaves whole
+    batches empty (``drop``: keys below it survive; their source tuples count with the next
+    task's), as persistence push-up's."""
+    t = table(rows)
+    if not loop:
+        start = min(start, rows)
+
+    def source():
+        return ReplaySource(t, batch, loop=loop, start=start, max_tuples=start + extra)
+
+    reduce = None if drop is None else (
+        lambda b: b.slice(0, 0) if int(b.column("key")[0]) % drop == 0 else b)
+    one, many = source(), source()
+    want = stream_of(SourceFeed(one, reduce, None, workers).tasks())
+    got = stream_of(PartitionedFeed(many, parts, reduce, None, workers).tasks())
+    assert got[0] == want[0]
+    for g, w in zip(got[1], want[1], strict=True):
+        np.testing.assert_array_equal(g, w)
+    assert many.exhausted and one.exhausted
+    if drop is None:
+        assert contiguous(got[0], start)
+
+
+class TracedSource(ReplaySource):
+    """A replay source that notes which thread cut which batch."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.cut_by: dict[int, int] = {}
+
+    def cut(self, seq, r, origin, sleep=None):
+        self.cut_by[r[0]] = threading.get_ident()
+        return super().cut(seq, r, origin) if sleep is None else super().cut(seq, r, origin,
+                                                                              sleep)
+
+
+def test_no_single_thread_reads_every_tuple():
+    """Batch j is cut by partition j mod N's thread, never by the thread taking the tasks."""
+    src = TracedSource(table(5000), 100, loop=False)
+    feed = PartitionedFeed(src, 3, workers=2)
+    tasks = list(feed.tasks())
+    assert len(tasks) == 50 and feed.exhausted
+    me = threading.get_ident()
+    by_batch = [src.cut_by[t.batch.offset] for t in tasks]
+    assert me not in by_batch
+    assert len(set(by_batch)) == 3
+    for j, ident in enumerate(by_batch):
+        assert ident == by_batch[j % 3]  # the same partition every third batch
+
+
+def test_a_duration_ends_the_stream_on_a_prefix_without_a_hole():
+    """However the partitions' threads are scheduled, what they hand out when the duration
+    ends is the stream from its start, not exhausted."""
+    src = ReplaySource(table(1000), 64, rate=200_000.0, duration=0.2, loop=True, start=37)
+    feed = PartitionedFeed(src, 4)
+    meta, _ = stream_of(feed.tasks())
+    assert contiguous(meta, 37)
+    assert not feed.exhausted and not src.exhausted
+
+
+def test_stop_ends_the_feed_and_its_threads():
+    src = ReplaySource(table(1000), 10, loop=True)  # endless
+    feed = PartitionedFeed(src, 3, transform=lambda b: [b.columns], workers=2)
+    tasks = feed.tasks()
+    first = [next(tasks) for _ in range(5)]
+    feed.stop()
+    rest = list(tasks)
+    meta, _ = stream_of(first + rest)
+    assert contiguous(meta, 0) and not feed.exhausted
+    assert not any(t.name.startswith("ingress-") for t in threading.enumerate())
+
+
+def test_a_partitions_error_reaches_the_dispatcher():
+    def reduce(b: Batch) -> Batch:
+        if b.offset >= 500:
+            raise RuntimeError("bad batch at 500")
+        return b
+
+    feed = PartitionedFeed(ReplaySource(table(1000), 50, loop=False), 3, reduce, None, 2)
+    with pytest.raises(RuntimeError, match="bad batch at 500"):
+        list(feed.tasks())
+    assert not any(t.name.startswith("ingress-") for t in threading.enumerate())
+
+
+def test_the_engine_partitions_by_its_workers_unless_told():
+    from scabbard import queries
+
+    q = queries.get("CM1")
+
+    def parts(workers, n=None, source=None):
+        e = Engine(q, {}, EngineConfig(workers=workers, ingress_partitions=n))
+        return e.ingress_partitions(source)
+
+    assert [parts(w) for w in (1, 2, 4, 7, 8, 16)] == [1, 1, 1, 1, 2, 4]
+    assert parts(2, 3) == 3
+    wrapped = type("Wrapped", (), {"batches": lambda self: iter(()),
+                                   "__getattr__": lambda self, n: getattr(src, n)})()
+    src = ReplaySource(table(10), 5)
+    assert parts(16, 4, src) == 4 and parts(16, 4, wrapped) == 1  # not split through a wrapper
+    with pytest.raises(ValueError, match="ingress_partitions"):
+        EngineConfig(ingress_partitions=0)
+
+
+def test_partitions_append_the_ingress_pstream_in_order(tmp_path):
+    """Every partition appends its batches itself, compressed, each in its turn: the stored
+    p-stream is the source's stream, one p-unit per batch at consecutive offsets."""
+    from scabbard.compression.policy import Compression
+    from scabbard.ft.ingress import persisted_in_order
+    from scabbard.pog import POG
+    from scabbard.storage import BlockManager, StorageConfig
+
+    t = table(3000)
+    cfg = StorageConfig(file_bytes=1 << 20, pool_files=2, bulk_bytes=1 << 16)
+    with BlockManager(tmp_path, cfg) as bm:
+        pog = POG(bm)
+        s = pog.pstream("input", SCHEMA, max_units=4, max_bytes=1 << 15,
+                        compress=Compression.scheme(SCHEMA, "default"))
+        feed = PartitionedFeed(ReplaySource(t, 97, loop=True, max_tuples=7000), 3,
+                               transform=s.compress, workers=2)
+        units = [u for _, u in persisted_in_order(pog, "input", "query", feed)]
+        cuts = [r[0] for r in ReplaySource(t, 97, loop=True, max_tuples=7000).ranges()]
+        assert [u.offset for u in units] == cuts  # a batch never spans two copies
+        assert units[-1].end == 7000 and all(u.vector_clock == (u.end,) for u in units)
+        stored = list(bm.load(s.stream_id))
+    want = stream_of(SourceFeed(ReplaySource(t, 97, loop=True, max_tuples=7000)).tasks())[1]
+    for i, w in enumerate(want):
+        np.testing.assert_array_equal(np.concatenate([b.columns[i] for b in stored]), w)
+
+
+# -- with the tiny datasets (Spark generators) -----------------------------------------------------
+@pytest.mark.spark
+def test_recovery_with_another_number_of_partitions(tiny, tmp_path):
+    """A fault-tolerant run stopped and recovered again and again, each incarnation reading
+    the source with another number of partitions (3, 1, 2, ...), with push-up and the codecs:
+    the failure-free output, exactly once."""
+    from ftkit import SMALL, failure_free
+
+    from scabbard import queries
+    from scabbard.engine import read_metrics
+    from scabbard.ft.recovery import run_fault_tolerant
+    from scabbard.ft.sinks import ClockedSink, read_output
+    from scabbard.ft.verify import compare
+
+    q = queries.get("YSB")
+    ds = tiny["ysb"]
+    n = 150 * ds.rows
+    store, out = tmp_path / "store", tmp_path / "out"
+
+    def cfg(parts):
+        return EngineConfig(workers=2, batch_rows=4000, ingress_partitions=parts)
+
+    def completed() -> bool:
+        return "completed" in json.loads((store / "run.json").read_text())
+
+    # paced so that the first 0.4 s never reach the end of the input, however fast the machine
+    log = tmp_path / "metrics.jsonl"
+    r = run_fault_tolerant(q, ds, store, ClockedSink(out), cfg(3), interval=0.02, max_tuples=n,
+                           rate=n / 2.0, duration=0.4, storage_config=SMALL, push_up=True,
+                           compression="adaptive", compression_interval=0.1, metrics_log=log)
+    assert r.checkpoints and not completed()
+    resumed, k = [], 0
+    while not completed():
+        parts = (1, 2, 3)[k % 3]
+        k += 1
+        r = run_fault_tolerant(q, ds, store, ClockedSink(out), cfg(parts), interval=0.02,
+                               recover=True, duration=0.4, storage_config=SMALL, push_up=True,
+                               metrics_log=log)
+        resumed.append(r.resumed_from)
+        assert k < 100
+    assert any(c is not None for c in resumed)
+    starts = read_metrics(log)
+    used = list(starts[starts["event"] == "start"]["ingress_partitions"])
+    assert used[:4] == [3, 1, 2, 3][:len(used[:4])] and len(used) >= 3, used
+    v = compare(read_output(out), failure_free(q, ds, n), q.schema)
+    assert v.ok, v
