@@ -145,6 +145,41 @@ def test_a_partitioned_assembly_runs_its_share_on_as_many_cores_as_partitions():
     assert within(one.steady_tuples_per_s, 1e9 / 150, 0.02)
 
 
+def test_parallel_ingress_splits_the_dispatchers_work_between_its_partitions():
+    """The dispatcher's 10 ns a tuple caps one at 100 M tuples/s however many cores; N ingress
+    partitions take 1/N of the batches each, and the 16 cores bind (110 ns of CPU a tuple in
+    all); what stays on the dispatcher - 100 us a task of 10,000 tuples - caps it again at
+    100 M tuples/s, and so does a turn (the appends in order) of 5 ns a tuple at 200 M."""
+    cal = calibration(fragment_ns=100.0, source_ns=10.0)
+    hw = Hardware(cores=16, disk_write_mb_s=FAST_DISK)
+    one = simulate(cal, SimConfig("CM1", workers=16, duration=2.0), hw)
+    assert within(one.steady_tuples_per_s, 1e8, 0.02), one.steady_tuples_per_s
+    assert one.serial_stages()["dispatcher"] > 0.97
+    for n in (2, 4):
+        r = simulate(cal, SimConfig("CM1", workers=16, duration=2.0, ingress_partitions=n), hw)
+        assert within(r.steady_tuples_per_s, 16e9 / 110, 0.03), (n, r.steady_tuples_per_s)
+        stages = r.serial_stages()
+        assert within(stages["ingress partition"], 10 / n * r.summary.tuples_per_s / 1e9, 0.05)
+        assert stages["dispatcher"] == 0.0
+    q = replace(cal.costs("CM1"), fragment_ns_tuple=10.0, dispatch_ns_task=100_000.0)
+    cal.queries["CM1"] = q
+    r = simulate(cal, SimConfig("CM1", workers=16, duration=2.0, ingress_partitions=4), hw)
+    assert within(r.steady_tuples_per_s, 1e8, 0.02), r.steady_tuples_per_s
+    assert r.serial_stages()["dispatcher"] > 0.97
+    # persisted: one partition appends too (15 ns a tuple on the dispatcher); several take
+    # turns at appending (5 ns a tuple, one batch at a time)
+    persist = {"none": PersistCosts(64.0, 0.0, 0.0, 0.0, append_ns=5.0, turn_ns=5.0,
+                                    dispatch_ns_task=0.0)}
+    cal.queries["CM1"] = replace(q, fragment_ns_tuple=20.0, dispatch_ns_task=0.0, persist=persist)
+    one = simulate(cal, SimConfig("CM1", workers=16, duration=2.0, persist=True), hw)
+    assert within(one.steady_tuples_per_s, 1e9 / 15, 0.02), one.steady_tuples_per_s
+    for n in (2, 8):
+        r = simulate(cal, SimConfig("CM1", workers=16, duration=2.0, persist=True,
+                                    ingress_partitions=n), hw)
+        assert within(r.steady_tuples_per_s, 2e8, 0.03), (n, r.steady_tuples_per_s)
+        assert r.serial_stages()["turn"] > 0.97
+
+
 def test_other_processes_take_their_cores_from_the_engine():
     cal = calibration(fragment_ns=100.0)
     for busy, expected in ((0.0, 2e7), (0.5, 1.5e7), (1.0, 1e7)):
@@ -158,14 +193,16 @@ def test_other_processes_take_their_cores_from_the_engine():
     assert within(r.steady_tuples_per_s, 1e7, 0.02)
 
 
-def test_recovery_time_is_restart_plus_state_load_plus_replay():
+@pytest.mark.parametrize("ingress", [1, 3])
+def test_recovery_time_is_restart_plus_state_load_plus_replay(ingress):
     # 1 core at 100 ns/tuple, input at half that (5 M/s), checkpoints every second, 20 MB of
-    # state read at 200 MB/s (+ 50 ms to rebuild it), the stored input read back at 10 GB/s
+    # state read at 200 MB/s (+ 50 ms to rebuild it), the stored input read back at 10 GB/s;
+    # the source read by the dispatcher or by three ingress partitions
     cal = calibration(fragment_ns=100.0, state_bytes=20e6, state_load_s=0.05,
                       code_load_s=0.3, process_start_s=0.2)
     hw = Hardware(cores=1, disk_write_mb_s=10_000.0, disk_read_mb_s=10_000.0)
     cfg = SimConfig("CM1", workers=1, persist=True, checkpoint_interval=1.0, rate=5e6,
-                    duration=6.0, fail_at=3.5)
+                    duration=6.0, fail_at=3.5, ingress_partitions=ingress)
     r = simulate(cal, cfg, hw)
     rec = r.recovery
     assert rec["failed_at"] == pytest.approx(3.5)
@@ -288,6 +325,9 @@ def test_calibration_file_round_trips(tmp_path):
     (lambda: SimConfig("CM1", workers=1, checkpoint_interval=1.0, fail_at=20.0),
      "must come before the end"),
     (lambda: SimConfig("CM1", workers=1, duration=-2.0), "duration must be a positive"),
+    (lambda: SimConfig("CM1", workers=1, ingress_partitions=0),
+     "ingress_partitions must be an integer >= 1"),
+    (lambda: PersistCosts(64.0, 0.0, 0.0, 0.0, turn_ns=-1.0), "turn_ns must be >= 0"),
 ])
 def test_bad_input_raises_a_clear_value_error(make, message):
     with pytest.raises(ValueError, match=message):
@@ -326,6 +366,7 @@ def test_cli_run_prints_the_predicted_metrics(tmp_path, capsys):
     (["--disk-mb-s", "-5"], "--disk-mb-s must be a positive number"),
     (["--query", "Q7"], "unknown query 'Q7'"),
     (["--duration", "0"], "--duration must be a positive number"),
+    (["--ingress-partitions", "0"], "--ingress-partitions must be an integer >= 1"),
 ])
 def test_cli_run_rejects_bad_flags(tmp_path, flags, message):
     from scabbard.cli import CLIError
@@ -411,6 +452,7 @@ def test_the_probe_hears_every_timed_part_of_a_persisted_run(tiny, tmp_path):
     assert counted["fragment"] == counted["compress"] == counted["encode"] == n
     assert counted["assembly"] == n and counted["boundary"] == 2 * ds.rows
     assert n <= counted["source"] <= n + ds.rows  # and the batch peeked at first
+    assert counted["dispatch"] == n and counted["ingress"] == counted["append"] == 0
     assert [c[2] for c in probe.calls["fragment"]] == [True] * 3
     assert counted["write"] >= n * 16 and sum(b for b, _ in probe.writes) == counted["write"]
     before = {p: len(c) for p, c in probe.calls.items()}
@@ -420,3 +462,28 @@ def test_the_probe_hears_every_timed_part_of_a_persisted_run(tiny, tmp_path):
     with (probe.recording(), pytest.raises(RuntimeError, match="one at a time"),
           timers.recording(Probe())):
         pass
+
+
+@pytest.mark.spark
+def test_the_probe_times_the_ingress_partitions_and_the_dispatcher_apart(tiny, tmp_path):
+    """With ingress partitions their threads report each batch they cut (``ingress``) and
+    append in turn (``append``), the dispatcher what it hands out (``dispatch``): what the
+    model's partitions, turn and dispatcher are calibrated with."""
+    from scabbard import queries
+    from scabbard.sim.instrument import Probe, timed_run
+
+    ds = tiny["cm"]
+    r = timed_run("CM1", ds, 1, 997, 0.5, tmp_path / "store", "default", ingress=2)
+    assert r["ingress_s"] > 0 and r["append_s"] > 0 and r["dispatch_task_s"] > 0
+    probe = Probe()
+    from scabbard.engine import EngineConfig, NullSink
+    from scabbard.ft.ingress import run_persisted
+
+    with probe.recording():
+        run_persisted(queries.get("CM1"), ds, tmp_path / "again", NullSink(),
+                      EngineConfig(workers=1, batch_rows=997, ingress_partitions=3),
+                      compression="default", max_tuples=2 * ds.rows)
+    counted = {p: probe.cpu_s(p)[1] for p in probe.calls}
+    n = 2 * ds.rows
+    assert counted["ingress"] == counted["append"] == counted["dispatch"] == n
+    assert n <= counted["source"] <= n + 997  # cut by the partitions (and the peek)

@@ -195,6 +195,10 @@ def add_parser(subparsers) -> None:
     run.add_argument("--assembly-parts", type=int, default=1, metavar="P",
                      help="the engine's --assembly partitioned:P (the windows' groups split "
                           "between P partitions run at once; default 1: serial)")
+    run.add_argument("--ingress-partitions", type=int, default=1, metavar="N",
+                     help="the engine's --ingress-partitions: the source read by N threads, "
+                          "each cutting its batches and appending them in turn, the dispatcher "
+                          "only handing tasks out (default 1: the dispatcher does it all)")
     rp.add_argument("--timeline", action="store_true", help="also print the 0.5 s timeline")
     rp.add_argument("--json", action="store_true", help="print the result as JSON")
     rp.set_defaults(func=run_sim)
@@ -309,7 +313,8 @@ def _flag_message(message: str) -> str:
              "SimConfig.duration": "--duration", "SimConfig.rate": "--rate",
              "SimConfig.fail_at": "--fail-at",
              "SimConfig.checkpoint_interval": "--checkpoint-interval",
-             "SimConfig.assembly_parts": "--assembly-parts"}
+             "SimConfig.assembly_parts": "--assembly-parts",
+             "SimConfig.ingress_partitions": "--ingress-partitions"}
     for name, flag in flags.items():
         message = message.replace(name, flag)
     return message
@@ -329,7 +334,8 @@ def run_sim(args) -> int:
                         persist=args.persist, compression=args.compression,
                         checkpoint_interval=args.checkpoint_interval or None,
                         duration=args.duration, rate=args.rate, fail_at=args.fail_at,
-                        assembly_parts=args.assembly_parts)
+                        assembly_parts=args.assembly_parts,
+                        ingress_partitions=args.ingress_partitions)
         cal.costs(query)
         result = simulate(cal, cfg, hw)
     except ValueError as e:

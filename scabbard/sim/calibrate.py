@@ -7,11 +7,13 @@ Per query (:func:`calibrate_query`):
 
 * inside real engine runs (:func:`measure_kernels`, :mod:`scabbard.sim.instrument`; the
   dataset replayed, NullSink), the CPU time (``time.thread_time``) of every call of the
-  engine's timed parts (:mod:`scabbard.timers`): the source's batch, the fragment function
-  and the boundary windows (parallel), the ordered assembly (serial), the codecs, the
-  segment encoding and the writes - at several batch sizes (a per-task
-  and a per-tuple cost; *short* tasks apart), with two workers (what company costs a
-  fragment), and with the input persisted per compression scheme;
+  engine's timed parts (:mod:`scabbard.timers`): the dispatcher's thread (the source's
+  batch, the p-units appended, tasks handed out), the fragment function and the boundary
+  windows (parallel), the ordered assembly (serial), the codecs, the segment encoding and the
+  writes, and what no part accounts for - at several batch sizes (a per-task and a per-tuple
+  cost; *short* tasks apart), with two workers (what company costs a fragment), with the
+  input persisted per compression scheme, and with two ingress partitions (their threads,
+  their turns, what is left to the dispatcher);
 * on batches replayed as the engine replays them (:func:`measure_persistence`): each
   scheme's bytes, and reading a segment back (verified, decompressed);
 * a short fault-tolerant run (:func:`measure_fault_tolerance`): the state per checkpoint,
@@ -145,6 +147,10 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
                 shutil.rmtree(folder / scheme, ignore_errors=True)
             persisted[scheme] = max(tries, key=lambda r: r["tuples_per_s"])
         pushed = timed_run(query, ds, 1, rows, seconds, folder / "push-up", "none", push_up=True)
+        # parallel ingress, two partitions: the partitions' threads, the turn, the dispatcher
+        ingress = {"none": timed_run(query, ds, 1, rows, seconds, ingress=2),
+                   "default": timed_run(query, ds, 1, rows, seconds, folder / "ingress",
+                                        "default", ingress=2)}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     # key-partitioned assembly, two partitions: the assembling thread runs the first and the
@@ -157,8 +163,19 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
     a_task, a_tuple = _fit(same, "assembly_s")
     shared = two["parallel_s"] / base["parallel_s"] if base["parallel_s"] else 1.0
     out = {"row_bytes": ds.schema.row_bytes, "batch_rows": rows, "dataset_rows": ds.rows,
-           # the dispatcher: the source's batch and the CPU no part accounts for
-           "source_ns_tuple": (base["source_s"] + base["other_s"]) * 1e9,
+           # the dispatcher's thread, timed whole: the source's batch, tasks handed out
+           "source_ns_tuple": base["dispatch_s"] * 1e9,
+           # the CPU of no timed part: the workers' and pools' own bookkeeping (parallel)
+           "other_ns_tuple": base["other_s"] * 1e9,
+           # two ingress partitions: a partition's thread per tuple (cut, handed on - the
+           # turn included, when nothing is persisted), the dispatcher per task
+           "ingress": {"ingress_ns_tuple": (ingress["none"]["ingress_s"]
+                                            + ingress["none"]["append_s"]) * 1e9,
+                       "dispatch_ns_task": ingress["none"]["dispatch_task_s"] * 1e9,
+                       # persisted (the default codecs): the turn, and the dispatcher per task
+                       "turn_ns": ingress["default"]["append_s"] * 1e9,
+                       "persist_dispatch_ns_task": ingress["default"]["dispatch_task_s"] * 1e9,
+                       "tuples_per_s": {k: v["tuples_per_s"] for k, v in ingress.items()}},
            "fragment_ns_task": f_task,
            "fragment_ns_tuple": f_tuple, "assembly_ns_task": a_task, "assembly_ns_tuple": a_tuple,
            # two workers on this machine's cores: what company costs a fragment (never
@@ -181,7 +198,9 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
                                             "long": r["long"]} for r in runs}},
            "persisted": {k: {"compress_ns": v["compress_s"] * 1e9,
                              "encode_ns": v["encode_s"] * 1e9,
-                             "append_ns": max(0.0, v["other_s"] - base["other_s"]) * 1e9,
+                             # the dispatcher's thread beyond the unpersisted run's
+                             "append_ns": max(0.0, v["dispatch_s"] - base["dispatch_s"]) * 1e9,
+                             "other_ns": max(0.0, v["other_s"] - base["other_s"]) * 1e9,
                              "written_per_tuple": v["written_per_tuple"],
                              "write_cpu_ns_byte": v["write_s_byte"] * 1e9,
                              "writes": v["writes"],
@@ -489,17 +508,23 @@ def fit_writes(writes: list[tuple[int, float]]) -> tuple[float | None, float | N
 
 
 def _persist_costs(standalone: dict, in_run: dict | None,
-                   like: dict | None = None) -> PersistCosts:
+                   like: dict | None = None, ingress: dict | None = None) -> PersistCosts:
     """The costs of persisting under one scheme: as the engine's threads spent them in a
     persisted run where there was one (codec, encoding, the dispatcher's bookkeeping, the
     bytes written), reading back as measured on its own.  A scheme without a run of its
-    own (push-up) takes the dispatcher's bookkeeping of ``like``'s run: it is per p-unit."""
+    own (push-up) takes the dispatcher's bookkeeping of ``like``'s run: it is per p-unit.
+    ``ingress``: the two-partition runs' (:func:`measure_kernels`), the turn's and the
+    dispatcher's per p-unit work, for every scheme."""
+    turn = {} if ingress is None else {"turn_ns": ingress["turn_ns"],
+                                       "dispatch_ns_task": ingress["persist_dispatch_ns_task"]}
     if in_run is None or not in_run["written_per_tuple"]:
-        append = like["append_ns"] if like is not None and like["written_per_tuple"] else 0.0
-        return PersistCosts(**standalone, append_ns=append)
+        ok = like is not None and like["written_per_tuple"]
+        return PersistCosts(**standalone, append_ns=like["append_ns"] if ok else 0.0,
+                            other_ns=like.get("other_ns", 0.0) if ok else 0.0, **turn)
     return PersistCosts(stored_bytes_per_tuple=in_run["written_per_tuple"],
                         compress_ns=in_run["compress_ns"], encode_ns=in_run["encode_ns"],
-                        decode_ns=standalone["decode_ns"], append_ns=in_run["append_ns"])
+                        decode_ns=standalone["decode_ns"], append_ns=in_run["append_ns"],
+                        other_ns=in_run.get("other_ns", 0.0), **turn)
 
 
 def _restart_warmup(costs: QueryCosts, rec: dict, f: dict) -> float:
@@ -540,7 +565,8 @@ def calibrate_query(query: str, scale: str = "small", data_dir: str | Path = "da
                               for sch, d in k["persisted"].items()},
                 "persist_standalone": p,
                 "ft_tuples_per_s": f["ft_tuples_per_s"],
-                "replay_read_tuples_per_s": f["replay_read_tuples_per_s"], **k["engine"]}
+                "replay_read_tuples_per_s": f["replay_read_tuples_per_s"],
+                "ingress_2_partitions": k["ingress"], **k["engine"]}
     short = k["short"] or {}
     costs = QueryCosts(
         query=query, row_bytes=k["row_bytes"], batch_rows=k["batch_rows"],
@@ -548,7 +574,8 @@ def calibrate_query(query: str, scale: str = "small", data_dir: str | Path = "da
         source_ns_tuple=k["source_ns_tuple"], fragment_ns_task=k["fragment_ns_task"],
         fragment_ns_tuple=k["fragment_ns_tuple"], assembly_ns_task=k["assembly_ns_task"],
         assembly_ns_tuple=k["assembly_ns_tuple"],
-        persist={s: replace(_persist_costs(v, k["persisted"].get(s), k["persisted"].get("default")),
+        persist={s: replace(_persist_costs(v, k["persisted"].get(s), k["persisted"].get("default"),
+                                           k["ingress"]),
                             work=k["push_up_work"] if s.startswith("push-up") else 1.0)
                  for s, v in p.items()},
         state_bytes=f["state_bytes"],
@@ -561,6 +588,9 @@ def calibrate_query(query: str, scale: str = "small", data_dir: str | Path = "da
         partition_overhead=k["partitioned"]["overhead"],
         partition_share=k["partitioned"]["share"],
         partition_fragment_ns_tuple=k["partitioned"].get("fragment_ns_tuple", 0.0),
+        other_ns_tuple=k["other_ns_tuple"],
+        ingress_ns_tuple=k["ingress"]["ingress_ns_tuple"],
+        dispatch_ns_task=k["ingress"]["dispatch_ns_task"],
         measured=measured)
     costs = replace(costs, restart_warmup_s=_restart_warmup(costs, r, f))
     log(f"{query:5} fragment {costs.fragment_ns_tuple:7.1f} ns/t (+{costs.fragment_ns_task / 1e3:7.1f}"

@@ -119,12 +119,20 @@ class PersistCosts:
     # the tasks' work (fragments, assembly) relative to the full input's: below 1 after
     # persistence push-up, whose tasks hold only the tuples and attributes it kept
     work: float = 1.0
+    other_ns: float = 0.0  # CPU no timed part accounts for, beyond the unpersisted run's
+    # with ingress partitions: a partition's turn (its p-unit appended in order: serial) per
+    # tuple, and the dispatcher's per task (p-units read, tasks handed out); None: not measured
+    turn_ns: float | None = None
+    dispatch_ns_task: float | None = None
 
     def __post_init__(self) -> None:
         _positive("PersistCosts", stored_bytes_per_tuple=self.stored_bytes_per_tuple,
                   work=self.work)
         _non_negative("PersistCosts", compress_ns=self.compress_ns, encode_ns=self.encode_ns,
-                      decode_ns=self.decode_ns, append_ns=self.append_ns)
+                      decode_ns=self.decode_ns, append_ns=self.append_ns, other_ns=self.other_ns,
+                      **{k: v for k, v in (("turn_ns", self.turn_ns),
+                                           ("dispatch_ns_task", self.dispatch_ns_task))
+                         if v is not None})
 
 
 @dataclass(frozen=True)
@@ -145,7 +153,7 @@ class QueryCosts:
     query: str
     row_bytes: int  # the paper's layout (Table 3): what throughput in MB/s counts
     batch_rows: int  # the engine's default task size for this query's data
-    source_ns_tuple: float  # the dispatcher: the source's batch (timestamps shifted)
+    source_ns_tuple: float  # the dispatcher's thread: the source's batch, tasks handed out
     fragment_ns_task: float
     fragment_ns_tuple: float
     assembly_ns_task: float
@@ -170,6 +178,14 @@ class QueryCosts:
     partition_overhead: float = 1.0
     partition_share: float = 0.0
     partition_fragment_ns_tuple: float = 0.0  # the fragment's split of its partials, per tuple
+    # the CPU of no timed part (the workers' and pools' bookkeeping), per tuple: parallel
+    other_ns_tuple: float = 0.0
+    # parallel ingress (``--ingress-partitions``), measured with two partitions: an ingress
+    # partition's thread per tuple (its batches cut and handed on) and the dispatcher's per
+    # task (taking them in order, handing them out); None: not measured (the dispatcher's
+    # ``source_ns_tuple`` split between the partitions, nothing left to it)
+    ingress_ns_tuple: float | None = None
+    dispatch_ns_task: float | None = None
     measured: dict = field(default_factory=dict)  # the engine's own figures, for reference
 
     def __post_init__(self) -> None:
@@ -184,7 +200,11 @@ class QueryCosts:
                       horizon_tuples=self.horizon_tuples,
                       restart_warmup_s=self.restart_warmup_s,
                       partition_overhead=self.partition_overhead,
-                      partition_fragment_ns_tuple=self.partition_fragment_ns_tuple)
+                      partition_fragment_ns_tuple=self.partition_fragment_ns_tuple,
+                      other_ns_tuple=self.other_ns_tuple,
+                      **{k: v for k, v in (("ingress_ns_tuple", self.ingress_ns_tuple),
+                                           ("dispatch_ns_task", self.dispatch_ns_task))
+                         if v is not None})
         if not 0.0 <= self.partition_share <= 1.0:
             raise ValueError(f"QueryCosts({self.query}).partition_share must be in [0, 1], "
                              f"got {self.partition_share!r}")
@@ -223,6 +243,20 @@ class QueryCosts:
         c *= self.partition_overhead
         each = c * self.partition_share / parts
         return c * (1.0 - self.partition_share) + each, each
+
+    def ingress_s(self, n: int, parts: int, scheme: str | None) -> tuple[float, float, float]:
+        """Seconds of the source's batch of ``n`` tuples read by ``parts`` ingress threads,
+        persisted under ``scheme`` (None: not persisted): (on its partition's thread, in its
+        turn, on the dispatcher).  One partition: the dispatcher does it all."""
+        p = self.persist[scheme] if scheme is not None else None
+        append = p.append_ns if p is not None else 0.0
+        if parts < 2:
+            return 0.0, 0.0, n * (self.source_ns_tuple + append) * 1e-9
+        ingress = self.source_ns_tuple if self.ingress_ns_tuple is None else self.ingress_ns_tuple
+        turn = 0.0 if p is None else (append if p.turn_ns is None else p.turn_ns)
+        task = (self.dispatch_ns_task if p is None or p.dispatch_ns_task is None
+                else p.dispatch_ns_task) or 0.0
+        return n * ingress * 1e-9, n * turn * 1e-9, task * 1e-9
 
     def assembly_s(self, n: int) -> float:
         if self._short(n):
@@ -304,6 +338,9 @@ class SimConfig:
     # the engine's --assembly: its windows' groups split between this many partitions, run
     # at once (1: serial)
     assembly_parts: int = 1
+    # the engine's --ingress-partitions: the source read by this many threads (1: the
+    # dispatcher reads it)
+    ingress_partitions: int = 1
 
     def __post_init__(self) -> None:
         from scabbard.queries import NAMES
@@ -317,6 +354,9 @@ class SimConfig:
         if not isinstance(self.assembly_parts, int) or self.assembly_parts < 1:
             raise ValueError(f"SimConfig.assembly_parts must be an integer >= 1, "
                              f"got {self.assembly_parts!r}")
+        if not isinstance(self.ingress_partitions, int) or self.ingress_partitions < 1:
+            raise ValueError(f"SimConfig.ingress_partitions must be an integer >= 1, "
+                             f"got {self.ingress_partitions!r}")
         if self.batch_rows is not None and (not isinstance(self.batch_rows, int)
                                             or self.batch_rows < 1):
             raise ValueError(f"SimConfig.batch_rows must be an integer >= 1, "

@@ -6,9 +6,11 @@ the timers the engine exposes (:mod:`scabbard.timers`: source, fragment, boundar
 assembly, compress, encode, write).  Each call is timed with ``time.thread_time`` (what the
 calling thread's core spent, whatever else the machine does); writes also in wall time - one
 writer per stream, so their sum is the time the device took for them: its bandwidth as the
-engine uses it (O_DIRECT, bulk writes into the pool's files).  ``other``: the process's CPU
-time over the run (from its first batch on) not spent in any of them - dispatching, queues,
-the metrics thread, the p-stream's bookkeeping.
+engine uses it (O_DIRECT, bulk writes into the pool's files).  The dispatcher's thread is
+timed whole (``dispatch``: the source it cuts, the p-units it appends and reads, handing
+tasks out), as are the ingress partitions' threads (``ingress``, ``append``).  ``other``: the
+process's CPU time over the run (from its first batch on) not spent in any of them - the
+workers' and pools' own bookkeeping, queues, the metrics thread.
 """
 
 from __future__ import annotations
@@ -57,14 +59,17 @@ class Probe:
 
 def timed_run(query: str, ds, workers: int, rows: int, seconds: float,
               storage: str | Path | None = None, compression: str = "none",
-              push_up: bool = False, assembly: str = "serial") -> dict:
+              push_up: bool = False, assembly: str = "serial", ingress: int = 1) -> dict:
     """``run_query`` for ``seconds`` (NullSink, ``rows`` per task; with ``storage``, the input
     persisted there, after persistence push-up with ``push_up``) with its parts timed:
     seconds of CPU per tuple of each part, the throughput, the bytes written per tuple.
     ``work_s``: the fragments, boundaries and assembly per *input* tuple (with push-up the
     tasks hold only what the pushed-up operators kept).  ``assembly``: the engine's mode;
     ``partition_s`` is then the CPU its pool threads spent per tuple (the first partition's
-    is in ``assembly_s``)."""
+    is in ``assembly_s``).  ``ingress``: ingress partitions (parallel ingress); ``dispatch_s``
+    is the dispatcher's thread per tuple (the source it cuts itself included), ``ingress_s``
+    the partitions' threads and ``append_s`` their turns (per tuple), ``dispatch_task_s`` the
+    dispatcher per task.  ``other_s``: the CPU of no timed part."""
     from scabbard import queries
     from scabbard.engine import EngineConfig, NullSink
     from scabbard.ft.ingress import run_persisted
@@ -72,7 +77,8 @@ def timed_run(query: str, ds, workers: int, rows: int, seconds: float,
     probe = Probe()
     with probe.recording():
         rep = run_persisted(queries.get(query), ds, storage, NullSink(),
-                            EngineConfig(workers=workers, batch_rows=rows, assembly=assembly),
+                            EngineConfig(workers=workers, batch_rows=rows, assembly=assembly,
+                                         ingress_partitions=ingress),
                             duration=seconds,
                             compression=compression, push_up=push_up)
         cpu_total = _process_cpu_s() - (probe.cpu_at_start or _process_cpu_s())
@@ -83,7 +89,9 @@ def timed_run(query: str, ds, workers: int, rows: int, seconds: float,
     per["assembly"], _ = probe.cpu_s("assembly", skip=1)  # the first starts from nothing
     asm_n = max(1, probe.cpu_s("assembly", skip=1)[1])
     written = sum(c[1] for c in probe.calls["write"])
-    accounted = sum(probe.cpu_s(p)[0] for p in probe.calls)
+    accounted = sum(probe.cpu_s(p)[0] for p in probe.calls if p not in timers.NESTED)
+    dispatch, dispatched = probe.cpu_s("dispatch")
+    tasks_dispatched = max(1, len(probe.calls["dispatch"]))
     longs = [c[2] for c in probe.calls["fragment"]]
     return {
         "rows": rows, "workers": workers, "tuples": rep.summary.tuples,
@@ -96,6 +104,9 @@ def timed_run(query: str, ds, workers: int, rows: int, seconds: float,
         "writes": list(probe.writes),
         "written_per_tuple": rep.written_bytes / max(1, rep.summary.tuples),
         "other_s": max(0.0, cpu_total - accounted) / n,
+        "dispatch_s": dispatch / max(1, dispatched),
+        "dispatch_task_s": dispatch / tasks_dispatched,
+        "ingress_s": per["ingress"] / n, "append_s": per["append"] / n,
         "task_rows": float(np.mean([c[1] for c in probe.calls["fragment"]]))
         if longs else float(rows),
         "long": float(np.mean(longs)) if longs else 0.0, "tasks": len(longs),

@@ -40,6 +40,7 @@ import simpy
 
 from scabbard.engine.metrics import Summary, percentiles_ms
 from scabbard.sim.config import MB, Calibration, Hardware, SimConfig
+from scabbard.sim.ingress import ParallelIngress
 from scabbard.sim.resources import CPU, Disk, Queue, Semaphore, Signal
 from scabbard.sim.result import SimResult, steady_rate, timeline
 
@@ -292,6 +293,9 @@ class _Engine:
         self.work = self.costs.persist[cfg.compression].work if cfg.persist else 1.0
         none = self.costs.persist["none"]
         self.state_encode_s_byte = none.encode_ns / none.stored_bytes_per_tuple * 1e-9
+        # the CPU of no timed part (the workers' and pools' own bookkeeping): on the workers
+        self.other_s = (self.costs.other_ns_tuple + (self.costs.persist[cfg.compression].other_ns
+                                                     if cfg.persist else 0.0)) * 1e-9
 
     # -- life and death ---------------------------------------------------------------------------
     def spawn(self, gen) -> None:
@@ -336,14 +340,15 @@ class _Engine:
         env, run = self.env, self.run
         if self.replay is not None:
             yield from self.replay_stored()
-        while not run.input_over(self.offset):
+        if self.cfg.ingress_partitions > 1:  # the source read by partitions (sim/ingress.py)
+            yield from ParallelIngress(self, self.cfg.ingress_partitions).dispatcher()
+        while self.cfg.ingress_partitions == 1 and not run.input_over(self.offset):
             n = run.batch_at(self.offset, run.input_end)
             ready, stamp = run.arrival(self.offset, n)
             if ready > env.now:
                 yield env.timeout(ready - env.now)
             yield from self.cpu.run(n * self.src_s, "source")
-            task = _Task(self.seq, self.offset, n, stamp if stamp is not None else env.now)
-            self.seq += 1
+            task = self.make_task(self.offset, n, stamp)
             self.offset += n
             if not self.cfg.persist:
                 yield from self.dispatch(task)
@@ -367,9 +372,16 @@ class _Engine:
             self.writer_wake.notify()
         yield from self.finish_dispatch()
 
+    def make_task(self, offset: int, n: int, stamp: float | None) -> _Task:
+        """The source's batch at ``offset`` (ingest stamp: its arrival with a rate, else
+        now); numbered when dispatched."""
+        return _Task(-1, offset, n, stamp if stamp is not None else self.env.now)
+
     def dispatch(self, task: _Task):
         """A task for the workers (its p-unit durable, if persisted); a checkpoint marker
         goes with it if one is due."""
+        task.seq = self.seq
+        self.seq += 1
         ft = self.ft
         if ft is not None and ft.requested and ft.inflight is None:
             ft.requested = False
@@ -392,8 +404,7 @@ class _Engine:
         off = lo
         while off < hi:  # p-units as they were written: one per batch
             n = run.batch_at(off, hi)
-            units.append(_Task(self.seq, off, n, None))
-            self.seq += 1
+            units.append(_Task(len(units), off, n, None))
             off += n
         if not units:
             return
@@ -414,10 +425,10 @@ class _Engine:
 
         for _ in range(self.sys.io_threads):
             self.spawn(reader())
-        for t in units:
-            while t.seq not in ready:
+        for i, t in enumerate(units):
+            while i not in ready:
                 yield from arrived.wait()
-            del ready[t.seq]
+            del ready[i]
             ahead.release()
             _, stamp = run.arrival(t.offset, t.n)
             t.ingest = stamp if stamp is not None else env.now
@@ -443,28 +454,39 @@ class _Engine:
         """``POG.persist_ingress`` on the dispatcher's thread: wait (taking p-units) while the
         p-stream has no room; append the p-unit (retain marker; encoded and written
         behind); then hand every p-unit already stored to the workers."""
-        nbytes = task.n * self.unit_bytes_tuple
-        while self.waiting and not (self.held_units < self.sys.pstream_units
-                                    and self.held_bytes + nbytes <= self.sys.pstream_bytes):
+        while not self.has_room(task.n * self.unit_bytes_tuple):
             yield from self.take()
         yield from self.cpu.run(task.n * self.append_s, "append")
-        self.held_units += 1
-        self.held_bytes += nbytes
-        self.waiting += 1
-        yield from self.enc_q.put(task)
-        self.pending.append(task)
-        self.writer_wake.notify()
+        self.append(task)
         while self.durable:
             yield from self.take()
+
+    def has_room(self, nbytes: float) -> bool:
+        """The ingress p-stream holds a p-unit of ``nbytes`` more without waiting."""
+        return not self.waiting or (self.held_units < self.sys.pstream_units
+                                    and self.held_bytes + nbytes <= self.sys.pstream_bytes)
+
+    def append(self, task: _Task) -> None:
+        """The p-unit is in the p-stream, behind its retain marker: encoded and written."""
+        self.held_units += 1
+        self.held_bytes += task.n * self.unit_bytes_tuple
+        self.waiting += 1
+        self.enc_q.put_nowait(task)
+        self.pending.append(task)
+        self.writer_wake.notify()
+
+    def took(self, task: _Task) -> None:
+        """The p-stream's reader took a stored p-unit."""
+        self.waiting -= 1
+        self.held_units -= 1
+        self.held_bytes -= task.n * self.unit_bytes_tuple
 
     def take(self):
         """The p-stream's reader: the next stored p-unit (waiting for it) becomes a task."""
         while not self.durable:
             yield from self.stored.wait()
         task = self.durable.pop(0)
-        self.waiting -= 1
-        self.held_units -= 1
-        self.held_bytes -= task.n * self.unit_bytes_tuple
+        self.took(task)
         yield from self.dispatch(task)
 
     def encoder(self):
@@ -517,6 +539,7 @@ class _Engine:
             split = costs.split_s(task.n, self.cfg.assembly_parts)
             yield from cpu.work((costs.fragment_s(task.n) * shared + split) * self.work + warmup,
                                 "fragment")
+            yield from cpu.work(task.n * self.other_s, "other")
             self.done[task.seq] = task
             if not self.assembling:  # drain(): assemble every finished task in order
                 self.assembling = True

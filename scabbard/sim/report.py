@@ -44,5 +44,11 @@ def describe(result) -> str:
     parts = ", ".join(f"{k.removeprefix('cores_')} {v:.0%}" for k, v in util.items()
                       if k.startswith("cores_"))
     lines.append(f"  busy           cores {util['cores']:.0%} ({parts}); disk {util['disk']:.0%}")
+    serial = result.serial_stages()
+    each = {"ingress partition": " each"}
+    lines.append("  serial stages  " + ", ".join(f"{k} {v:.0%}{each.get(k, '')}"
+                                                for k, v in serial.items())
+                 + " of a thread" + (f" ({cfg.ingress_partitions} ingress partitions)"
+                                     if cfg.ingress_partitions > 1 else ""))
     lines.append(f"  simulated in   {result.wall_s:.2f} s of wall time")
     return "\n".join(lines)

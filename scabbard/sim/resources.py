@@ -35,6 +35,15 @@ class Queue:
         else:
             self.items.append(item)
 
+    def put_nowait(self, item) -> None:
+        """:meth:`put` into an unbounded queue: it never waits."""
+        if self.capacity is not None:
+            raise RuntimeError("put_nowait is for unbounded queues")
+        if self.getters:
+            self.getters.popleft().succeed(item)
+        else:
+            self.items.append(item)
+
     def get(self):
         if self.items:
             item = self.items.popleft()

@@ -37,6 +37,26 @@ class SimResult:
     def tuples_per_s(self) -> float:
         return self.summary.tuples_per_s
 
+    def serial_stages(self) -> dict[str, float]:
+        """How busy each stage that runs on one thread at a time kept its thread (1.0: it
+        held the run back): the dispatcher (with one ingress partition: the source and the
+        appends too), each ingress partition, the partitions' turn (appends in order), the
+        ordered assembly, the group-commit writer."""
+        u, cores = self.utilisation, self.hardware.cores
+        parts = self.config.ingress_partitions
+
+        def share(*labels: str) -> float:
+            return sum(u.get(f"cores_{k}", 0.0) for k in labels) * cores
+
+        out = {"dispatcher": share("source", "dispatch") + (share("append") if parts == 1
+                                                            else 0.0)}
+        if parts > 1:
+            out["ingress partition"] = share("ingress") / parts
+            out["turn"] = share("append")
+        out["assembly"] = share("assembly")
+        out["writer"] = share("io")
+        return {k: round(v, 4) for k, v in out.items()}
+
     def as_dict(self) -> dict:
         ck = self.checkpoints
         return {"config": asdict(self.config), "hardware": asdict(self.hardware),
@@ -46,6 +66,7 @@ class SimResult:
                 "checkpoints": len(ck),
                 "checkpoint_ms_mean": float(ck["duration_ms"].mean()) if len(ck) else None,
                 "recovery": self.recovery, "utilisation": self.utilisation,
+                "serial_stages": self.serial_stages(),
                 "wall_s": round(self.wall_s, 3)}
 
 
