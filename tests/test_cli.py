@@ -115,6 +115,12 @@ def test_datagen_writes_a_dataset_and_data_check_validates_it(spark, tmp_path, c
          "--assembly must be serial, partitioned, partitioned:P or auto, got 'keyed'"),
         (["run", "--query", "CM1", "--assembly", "partitioned:0"],
          "--assembly partitioned:P needs a whole number of partitions >= 1, got '0'"),
+        (["run", "--query", "CM1", "--ingress-partitions", "0"],
+         "--ingress-partitions must be >= 1, got 0"),
+        (["ingest", "--query", "CM1", "--ingress-partitions", "0"],
+         "--ingress-partitions must be >= 1, got 0"),
+        (["bench", "engine", "--ingress", "0"], "ingress_partitions must be a whole number"),
+        (["bench", "ingest", "--ingress", "1", "0"], "ingress partitions must be whole numbers"),
     ],
 )
 def test_run_rejects_bad_arguments(capsys, args, message):

@@ -15,6 +15,8 @@ _HELP = {
     "scale": "dataset preset", "interval": "checkpoint interval, seconds",
     "rounds": "runs per configuration, interleaved; the median is kept",
     "spark": "without Spark", "flink": "without Flink-FT", "with_query": "ingest only, no query runs",
+    "peers": "without the broker and Kafka++",
+    "reduced": "without the reduced ingest (push-up + adaptive compression)",
     "query": "the query", "batch_kib": "batch sizes in KiB", "sinks": "the exactly-once sinks",
     "kills": "kills per configuration",
     "reduce_every": "push-up + compression on every Nth configuration",
@@ -26,6 +28,8 @@ _HELP = {
     "workload": "the workload generated", "tuples": "rows generated",
     "workers": "local[N] threads, and the cluster's workers of 1 core",
     "assembly": "assembly modes measured side by side: serial, partitioned, partitioned:P",
+    "ingress": "numbers of ingress partitions measured side by side (the source read by N "
+               "threads)",
     "keys": "distinct keys of the Zipf and uniform streams",
     "spark_memory": "the Spark driver's heap, e.g. 8g ('auto': half the memory available)",
     "spark_partitions": "Spark's shuffle partitions (0: two per core)",
@@ -127,7 +131,7 @@ def add(sub, full: bool = True) -> None:
         "the same data, and the engine's latency percentiles at 80%% of its rate.  Writes "
         "results.csv and engine_throughput.png to --out.", _run_bench_engine)
     _options(ep, engine_throughput.Settings, "queries", "seconds", "spark", "scale", "assembly",
-             out="experiments/runs/bench-engine")
+             "ingress", out="experiments/runs/bench-engine")
     ip = _bench(
         bsub, "ingest",
         "disk bandwidth, then per query persisted ingest and the query with persisted input",
@@ -137,8 +141,8 @@ def add(sub, full: bool = True) -> None:
         "the query's throughput without and with --persist-input.  Writes results.csv and "
         "ingest.png.",
         _run_bench_ingest)
-    _options(ip, ingest.Settings, "queries", "seconds", "scale", "with_query",
-             out="experiments/runs/bench-ingest")
+    _options(ip, ingest.Settings, "queries", "seconds", "scale", "with_query", "peers",
+             "reduced", "ingress", out="experiments/runs/bench-ingest")
     cp = _bench(
         bsub, "checkpoints",
         "Table 4: per query throughput without FT, with checkpoints, with full FT "

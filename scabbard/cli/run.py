@@ -154,6 +154,9 @@ def add_ingest(sub) -> None:
     p.add_argument("--duration", type=float, default=5.0, metavar="SECONDS",
                    help="how long to ingest (default 5)")
     p.add_argument("--batch", type=int, metavar="ROWS", help="tuples per p-unit (default: per query)")
+    p.add_argument("--ingress-partitions", type=int, default=1, metavar="N",
+                   help="read the source with N threads, each appending its own batches in "
+                        "turn (default 1)")
     p.set_defaults(func=_run_ingest)
 
 
@@ -237,10 +240,13 @@ def _run_ingest(args) -> int:
 
     if not args.duration > 0:
         raise CLIError(f"--duration must be positive, got {args.duration}")
+    if args.ingress_partitions < 1:
+        raise CLIError(f"--ingress-partitions must be >= 1, got {args.ingress_partitions}")
     ds = query_dataset(args)
     store = storage_dir(args, args.query)
     print(f"ingest of {ds.path} for {args.query} into {store} for {args.duration:g} s", flush=True)
     r = ingest(args.query, ds, store, args.duration, batch_rows=args.batch,
+               partitions=args.ingress_partitions,
                progress=lambda n, t: print(f"  {t:6.1f} s  {n / t / 1e6:8.2f} M tuples/s",
                                            flush=True))
     print(f"\n{args.query} ingest: {r.tuples:,} tuples in {r.seconds:.2f} s = "

@@ -54,6 +54,9 @@ class Settings:
     workers: Sequence[int] = (1, 2)
     # the sequential windows: serial, partitioned[:P] (EngineConfig.assembly); each measured
     assembly: Sequence[str] = ("auto",)
+    # the source read by this many ingress partitions (EngineConfig.ingress_partitions); each
+    # measured
+    ingress: Sequence[int] = (1,)
     spark: bool = True
     spark_max_copies: int = 40_000_000
     latency: bool = True
@@ -64,8 +67,11 @@ class Settings:
         object.__setattr__(self, "queries", tuple(q.upper() for q in self.queries))
         object.__setattr__(self, "workers", tuple(self.workers))
         object.__setattr__(self, "assembly", tuple(self.assembly))
+        object.__setattr__(self, "ingress", tuple(self.ingress))
         for mode in self.assembly:
             EngineConfig(assembly=mode)  # a bad mode is an error before anything runs
+        for n in self.ingress:
+            EngineConfig(ingress_partitions=n)
         for q in self.queries:
             queries.workload_of(q)
 
@@ -85,14 +91,17 @@ def measure_engine(query: str, ds: Dataset, settings: Settings) -> list[dict]:
     q = queries.get(query)
     rows, best, best_config = [], 0.0, None
     for mode in settings.assembly:
-        for w in settings.workers:
-            config = EngineConfig(workers=w, assembly=mode)
-            r = run_query(q, ds, sink=NullSink(), config=config, duration=settings.seconds)
-            s = r.summary
-            if s.tuples_per_s > best:
-                best, best_config = s.tuples_per_s, config
-            rows.append(_row(query, "scabbard", w, s.tuples, s.seconds, ds.schema.row_bytes,
-                             batch_rows=r.batch_rows, result_rows=s.result_rows, assembly=mode))
+        for n in settings.ingress:
+            for w in settings.workers:
+                config = EngineConfig(workers=w, assembly=mode, ingress_partitions=n)
+                r = run_query(q, ds, sink=NullSink(), config=config, duration=settings.seconds)
+                s = r.summary
+                if s.tuples_per_s > best:
+                    best, best_config = s.tuples_per_s, config
+                rows.append(_row(query, "scabbard", w, s.tuples, s.seconds,
+                                 ds.schema.row_bytes, batch_rows=r.batch_rows,
+                                 result_rows=s.result_rows, assembly=mode,
+                                 ingress_partitions=n))
     if settings.latency and best > 0:
         rate = settings.latency_fraction * best
         w = best_config.workers
@@ -101,7 +110,8 @@ def measure_engine(query: str, ds: Dataset, settings: Settings) -> list[dict]:
         s = r.summary
         rows.append(_row(query, "scabbard@rate", w, s.tuples, s.seconds, ds.schema.row_bytes,
                          s.latency_ms, batch_rows=r.batch_rows, rate=rate,
-                         result_rows=s.result_rows, assembly=best_config.assembly))
+                         result_rows=s.result_rows, assembly=best_config.assembly,
+                         ingress_partitions=best_config.ingress_partitions))
     return rows
 
 
@@ -159,9 +169,14 @@ def run(settings: Settings, log=print) -> pd.DataFrame:
 
 
 def summary_line(name: str, rows: pd.DataFrame) -> str:
-    """One line per assembly mode measured (the Spark and latency figures on the first)."""
+    """One line per assembly mode and number of ingress partitions measured (the Spark and
+    latency figures on the first)."""
     engine = rows[rows["backend"] == "scabbard"]
-    modes = list(dict.fromkeys(engine["assembly"])) if "assembly" in engine else [None]
+    if "ingress_partitions" not in engine:
+        engine = engine.assign(ingress_partitions=1)
+    modes = (list(dict.fromkeys(zip(engine["assembly"], engine["ingress_partitions"],
+                                    strict=True)))
+             if "assembly" in engine else [None])
     spark = rows[rows["backend"] == "spark"]["tuples_per_s"]
     spark = float(spark.iloc[0]) if len(spark) else float("nan")
     lat = rows[rows["backend"] == "scabbard@rate"]
@@ -169,7 +184,8 @@ def summary_line(name: str, rows: pd.DataFrame) -> str:
     p95 = float(lat["p95_ms"].iloc[0]) if len(lat) else float("nan")
     lines = []
     for mode in modes:
-        sel = engine if mode is None else engine[engine["assembly"] == mode]
+        sel = engine if mode is None else engine[(engine["assembly"] == mode[0])
+                                                 & (engine["ingress_partitions"] == mode[1])]
 
         def tps(workers, sel=sel):
             w = sel[sel["workers"] == workers]["tuples_per_s"]
@@ -179,7 +195,8 @@ def summary_line(name: str, rows: pd.DataFrame) -> str:
         line = (f"{name:5s} scabbard {one / 1e6:7.2f} (1w) {two / 1e6:7.2f} (2w) M tuples/s  "
                 f"scaling {two / one if one else float('nan'):4.2f}x")
         if len(modes) > 1:
-            line += f"  [{mode} assembly]"
+            line += f"  [{mode[0]} assembly, {mode[1]} ingress partition" + (
+                "s]" if mode[1] != 1 else "]")
         if not lines:
             line += (f"  spark {spark / 1e6:6.3f} M/s  speed-up "
                      f"{np.nanmax([one, two]) / spark if spark else float('nan'):7.1f}x  "

@@ -38,7 +38,7 @@ from scabbard.engine.metrics import percentiles_ms
 from scabbard.experiments import finish
 from scabbard.experiments import scratch as scratch_dir
 from scabbard.experiments.progress import Progress, Step
-from scabbard.ft.ingress import run_persisted
+from scabbard.ft.ingress import persisted_in_order, run_persisted
 from scabbard.peers import broker, synclog
 from scabbard.pog import POG, PUnit
 from scabbard.storage import BlockManager, StorageConfig
@@ -79,16 +79,18 @@ def batch_rows_for(query: str, ds: Dataset) -> int:
 def ingest(query: str, ds: Dataset, storage: str | Path, seconds: float | None = 5.0,
            max_tuples: int | None = None, batch_rows: int | None = None,
            config: StorageConfig | None = None, progress=None, push_up: bool = False,
-           compression: str = "none", workers: int = 2) -> IngestResult:
+           compression: str = "none", workers: int = 2, partitions: int = 1) -> IngestResult:
     """Persist ``ds`` replayed endlessly into an ingress p-stream in ``storage``; no query runs.
 
     ``push_up``: the query's operators that persistence push-up moves before the p-stream
     (§3.4) reduce each batch first; ``compression``: a scheme of
     :data:`scabbard.compression.policy.SCHEMES` encodes it (``adaptive``: the paper's);
-    both on ``workers`` threads, as in the engine's persisted feed.  The tuples counted are
-    the source's, the disk bytes those the storage wrote."""
-    engine = Engine(queries.get(query), ds.tables, EngineConfig(workers=workers),
-                    push_up=push_up)
+    both on ``workers`` threads, as in the engine's persisted feed.  ``partitions``: ingress
+    partitions reading the source, each appending its own batches in turn
+    (:func:`scabbard.ft.ingress.persisted_in_order`).  The tuples counted are the source's,
+    the disk bytes those the storage wrote."""
+    engine = Engine(queries.get(query), ds.tables,
+                    EngineConfig(workers=workers, ingress_partitions=partitions), push_up=push_up)
     rows = batch_rows or engine.batch_rows_for(ReplaySource(ds, 1).tuples_per_ms())
     source = ReplaySource(ds, rows, duration=seconds, max_tuples=max_tuples, loop=True)
     with BlockManager(storage, config) as bm:
@@ -122,7 +124,16 @@ def ingest(query: str, ds: Dataset, storage: str | Path, seconds: float | None =
                 progress(tuples, now - t0)
             return True
 
-        pog.persist_ingress("input", "ingest", batches(), deliver)
+        if feed.partitions == 1:
+            pog.persist_ingress("input", "ingest", batches(), deliver)
+        else:
+            def staged(p) -> None:  # in the partition's turn, right before its append
+                nonlocal tuples
+                tuples += len(p.batch) if p.source_tuples is None else p.source_tuples
+                produced[p.seq] = time.perf_counter()
+
+            for _, u in persisted_in_order(pog, "input", "ingest", feed, staged):
+                deliver(u)
         secs = time.perf_counter() - t0
         return IngestResult(query, tuples, secs, ds.schema.row_bytes,
                             bm.bytes_written - start_bytes, bm.pool_bytes, bm.io_mode,
@@ -143,11 +154,21 @@ class Settings:
     producers: int = 2  # the peers' producers (partitions / streams)
     synclog_batch_kib: int = 1024
     reduced: bool = True  # also the paper's Scabbard: push-up + adaptive compression
+    # ingress partitions (the source read by N threads): the first gives the table's figures,
+    # each other one is measured beside it (columns ``..._p<N>``)
+    ingress: Sequence[int] = (1,)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ingress", tuple(self.ingress))
+        if not self.ingress or any(not isinstance(n, int) or n < 1 for n in self.ingress):
+            raise ValueError(f"ingress partitions must be whole numbers >= 1, got "
+                             f"{self.ingress!r}")
 
 
 def steps(settings: Settings) -> list[Step]:
     """The runs per query, for :class:`~scabbard.experiments.progress.Progress`."""
-    runs = 1 + settings.reduced + 2 * settings.peers + 2 * settings.with_query
+    runs = ((1 + settings.reduced + 2 * settings.with_query) * len(settings.ingress)
+            + 2 * settings.peers)
     return [Step(f"{q} ingest", "ingest", runs * settings.seconds + 2) for q in settings.queries]
 
 
@@ -179,7 +200,9 @@ def run(settings: Settings, log=print, progress: Progress | None = None
 def _measure(q: str, settings: Settings, scratch: Path, bw, node) -> tuple[dict, str]:
     """One query: our persisted ingest, the peers' ingest, the query without/with persistence."""
     ds = workloads.dataset(queries.workload_of(q), settings.scale, root=settings.data_dir)
-    r = ingest(q, ds, scratch / f"{q}-ingest", settings.seconds, workers=settings.workers)
+    first = settings.ingress[0]
+    r = ingest(q, ds, scratch / f"{q}-ingest", settings.seconds, workers=settings.workers,
+               partitions=first)
     shutil.rmtree(scratch / f"{q}-ingest", ignore_errors=True)
     row = {"query": q, "ingest_tuples_per_s": r.tuples_per_s,
            "ingest_disk_mb_s": r.disk_mb_s, "ingest_row_mb_s": r.row_mb_s,
@@ -190,7 +213,7 @@ def _measure(q: str, settings: Settings, scratch: Path, bw, node) -> tuple[dict,
             f"to disk ({row['of_disk']:.0%} of the disk)")
     if settings.reduced:
         d = ingest(q, ds, scratch / f"{q}-reduced", settings.seconds, push_up=True,
-                   compression="adaptive", workers=settings.workers)
+                   compression="adaptive", workers=settings.workers, partitions=first)
         shutil.rmtree(scratch / f"{q}-reduced", ignore_errors=True)
         row.update({"reduced_tuples_per_s": d.tuples_per_s, "reduced_disk_mb_s": d.disk_mb_s,
                     "reduced_row_mb_s": d.row_mb_s, "reduced_p50_ms": d.latency_ms["p50"],
@@ -217,18 +240,61 @@ def _measure(q: str, settings: Settings, scratch: Path, bw, node) -> tuple[dict,
         line += (f"  | Kafka++ {k.tuples_per_s / 1e6:6.2f}, broker {b.tuples_per_s / 1e6:6.2f} "
                  f"M tuples/s (ours {best / b.tuples_per_s:5.1f}x the broker)")
     if settings.with_query:
-        cfg = EngineConfig(workers=settings.workers)
-        for persist in (False, True):
-            store = scratch / f"{q}-run" if persist else None
-            rep = run_persisted(queries.get(q), ds, store, NullSink(), cfg,
-                                duration=settings.seconds)
-            key = "query_persisted" if persist else "query_memory"
-            row[f"{key}_tuples_per_s"] = rep.summary.tuples_per_s
-            row[f"{key}_p50_ms"] = rep.summary.latency_ms["p50"]
-        shutil.rmtree(scratch / f"{q}-run", ignore_errors=True)
+        row.update(_query(q, ds, settings, scratch, first))
         line += (f"  | query {row['query_memory_tuples_per_s'] / 1e6:7.2f} -> "
                  f"{row['query_persisted_tuples_per_s'] / 1e6:7.2f} M tuples/s persisted")
+    if len(settings.ingress) > 1:
+        line += f"  [{_partitions(first)}]"
+    for n in settings.ingress[1:]:  # the same measured beside it, with n ingress partitions
+        extra, more = _beside(q, ds, settings, scratch, n)
+        row.update(extra)
+        line += "\n" + more
     return row, line
+
+
+def _partitions(n: int) -> str:
+    return f"{n} ingress partition" + ("s" if n != 1 else "")
+
+
+def _query(q: str, ds: Dataset, settings: Settings, scratch: Path, partitions: int,
+           suffix: str = "") -> dict:
+    """The query's throughput in memory and with --persist-input."""
+    cfg = EngineConfig(workers=settings.workers, ingress_partitions=partitions)
+    out = {}
+    for persist in (False, True):
+        store = scratch / f"{q}-run" if persist else None
+        rep = run_persisted(queries.get(q), ds, store, NullSink(), cfg, duration=settings.seconds)
+        key = "query_persisted" if persist else "query_memory"
+        out[f"{key}_tuples_per_s{suffix}"] = rep.summary.tuples_per_s
+        out[f"{key}_p50_ms{suffix}"] = rep.summary.latency_ms["p50"]
+    shutil.rmtree(scratch / f"{q}-run", ignore_errors=True)
+    return out
+
+
+def _beside(q: str, ds: Dataset, settings: Settings, scratch: Path, n: int
+            ) -> tuple[dict, str]:
+    """Our own ingest (and the query) again with ``n`` ingress partitions: columns
+    ``..._p<n>`` and a line under the query's."""
+    sfx = f"_p{n}"
+    r = ingest(q, ds, scratch / f"{q}-ingest{sfx}", settings.seconds, workers=settings.workers,
+               partitions=n)
+    shutil.rmtree(scratch / f"{q}-ingest{sfx}", ignore_errors=True)
+    row = {f"ingest_tuples_per_s{sfx}": r.tuples_per_s, f"ingest_disk_mb_s{sfx}": r.disk_mb_s,
+           f"ingest_p50_ms{sfx}": r.latency_ms["p50"]}
+    line = (f"{'':5} ingest {r.tuples_per_s / 1e6:7.2f} M tuples/s  {r.disk_mb_s:7,.0f} MB/s "
+            f"to disk")
+    if settings.reduced:
+        d = ingest(q, ds, scratch / f"{q}-reduced{sfx}", settings.seconds, push_up=True,
+                   compression="adaptive", workers=settings.workers, partitions=n)
+        shutil.rmtree(scratch / f"{q}-reduced{sfx}", ignore_errors=True)
+        row[f"reduced_tuples_per_s{sfx}"] = d.tuples_per_s
+        line += (f"  | push-up + adaptive {d.tuples_per_s / 1e6:7.2f} M tuples/s "
+                 f"{d.disk_mb_s:6,.0f} MB/s")
+    if settings.with_query:
+        row.update(_query(q, ds, settings, scratch, n, sfx))
+        line += (f"  | query {row[f'query_memory_tuples_per_s{sfx}'] / 1e6:7.2f} -> "
+                 f"{row[f'query_persisted_tuples_per_s{sfx}'] / 1e6:7.2f} M tuples/s persisted")
+    return row, line + f"  [{_partitions(n)}]"
 
 
 def save(disk: dict, table: pd.DataFrame, output_dir: str | Path) -> Path:
@@ -291,6 +357,12 @@ def summary(disk: dict, table: pd.DataFrame) -> pd.DataFrame:
         out["query persisted M tuples/s"] = table["query_persisted_tuples_per_s"] / 1e6
         out["persisted / memory"] = (table["query_persisted_tuples_per_s"]
                                      / table["query_memory_tuples_per_s"])
+    for col in table.columns:  # other numbers of ingress partitions, measured beside
+        key, _, n = col.rpartition("_tuples_per_s_p")
+        if n.isdigit():
+            name = {"ingest": "raw", "reduced": "reduced", "query_memory": "query",
+                    "query_persisted": "query persisted"}[key]
+            out[f"{name} M tuples/s, {_partitions(int(n))}"] = table[col] / 1e6
     return out
 
 

@@ -88,13 +88,14 @@ class PersistedFeed:
             yield Task(u.batch, t.ingest_time, t.source_tuples, seq=t.seq)
 
 
-def persisted_in_order(pog: POG, stream: str, reader: str, feed: PartitionedFeed
-                       ) -> Iterator[tuple[Prepared, PUnit]]:
+def persisted_in_order(pog: POG, stream: str, reader: str, feed: PartitionedFeed,
+                       staged=None) -> Iterator[tuple[Prepared, PUnit]]:
     """The batches of ``feed`` (several ingress partitions) appended to the ingress p-stream
     ``stream`` by the partitions themselves, each in its turn (:meth:`POG.append`: behind a
     retain marker), and yielded here once stored, in order, with their p-units: what
     :meth:`POG.persisted` does on one thread.  A partition whose turn finds the stream full
-    waits for ``reader`` (this generator's caller) to make room."""
+    waits for ``reader`` (this generator's caller) to make room.  ``staged(prepared)``: called
+    in the turn, right before the append."""
     s = pog.streams[stream]
     s.subscribe(None, reader, s.end)
 
@@ -102,6 +103,8 @@ def persisted_in_order(pog: POG, stream: str, reader: str, feed: PartitionedFeed
         while not s.wait_room(p.batch.column_bytes, 0.05):
             if feed.stopping:
                 return None
+        if staged is not None:
+            staged(p)
         pog.append(stream, p.seq, p.batch, p.source_end, p.stored)
         return p
 
