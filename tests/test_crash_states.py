@@ -90,6 +90,20 @@ def test_machine_durability_survives_crash_states_with_p_streams_between_operato
     assert rep.operations > 300  # the channels' writes are among the recorded operations
 
 
+@pytest.mark.parametrize("query, sink", [("CM1", "transactional"), ("YSB", "clocked")])
+def test_machine_durability_survives_crash_states_with_parallel_ingress(tiny, query, sink):
+    """The input appended by three ingress partitions in turn (issue 21), compressed after
+    push-up: every explored machine crash recovers exactly (the recoveries read the source
+    with three partitions again)."""
+    from scabbard.queries import workload_of
+
+    s = Settings(query, sink=sink, durability="machine", states=40, tuples=30_000, seed=7,
+                 push_up=True, compression="default", ingress_partitions=3)
+    rep = Explorer(s, tiny[workload_of(query)]).explore()
+    assert rep.explored == 40 and rep.ok, rep.summary()
+    assert "3 ingress partitions" in rep.summary()
+
+
 def test_process_durability_is_shown_to_lose_results_after_a_machine_crash(tiny):
     """The explorer can fail: with nothing flushed, states where a record outlives the state
     or output it names exist, and recovery from them is wrong."""

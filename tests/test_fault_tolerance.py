@@ -141,6 +141,45 @@ def test_kill_campaign_with_key_partitioned_assembly(tiny, tmp_path):
     assert camp.verdict.ok, camp.verdict
 
 
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.parametrize("name, sink, assembly, reduce", [
+    ("CM1", "clocked", "auto", False), ("LRB1", "transactional", "auto", True),
+    ("YSB", "clocked", "auto", True), ("LRB3", "transactional", "partitioned:3", False)])
+def test_kill_campaign_with_parallel_ingress(tiny, tmp_path, name, sink, assembly, reduce):
+    """SIGKILLs at random moments with the source read by several ingress partitions, each
+    incarnation with another number than the one it recovers (3, 1, 2, ...: the stored input
+    is one p-stream whatever wrote it), with both sinks, push-up and the adaptive codecs, and
+    with the key-partitioned assembly (issue 21)."""
+    ds = tiny[queries.workload_of(name)]
+    n = 120 * ds.rows  # paced to last ~6 s on any machine, so that a kill at 1.2-3 s lands
+    c = Controller(name, ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6, interval=0.2,
+                   sink=sink, assembly=assembly, ingress_partitions=(3, 1, 2),
+                   push_up=reduce, compression="adaptive" if reduce else "none",
+                   compression_interval=0.5)
+    assert "--ingress-partitions" in c.command(recover=False)
+    camp = c.run([random.Random(name).uniform(1.2, 3.0) for _ in range(3)])
+    assert camp.kills >= 1, "the run finished before any kill: make it longer"
+    assert camp.verdict.ok, camp.verdict
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.parametrize("sink", ["clocked", "transactional"])
+def test_crash_points_with_parallel_ingress(tiny, tmp_path, sink):
+    """The forced crash points - inside a checkpoint's write, in the middle of a recovery's
+    replay, between a record's write and its rename or commit - with ingress partitions
+    (2, then 3, ...)."""
+    ds = tiny["cm"]
+    n = 150 * ds.rows
+    c = Controller("CM1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 5, interval=0.2,
+                   sink=sink, ingress_partitions=(2, 3))
+    last = "checkpoint_commit:2" if sink == "transactional" else "checkpoint_record:2"
+    camp = c.run([], crash_at=["checkpoint_state:3", "recovery_replay", last])
+    assert camp.crashes == 3, camp
+    assert camp.verdict.ok, camp.verdict
+
+
 def test_clocked_sink_splits_a_batch_larger_than_a_log_file_at_window_ends(tmp_path):
     """A result batch over one 16 MiB log file is stored in pieces that each end with a
     window, every piece's clock naming its own last window - a crash between pieces leaves

@@ -58,13 +58,15 @@ class Settings:
     push_up: bool = False
     compression: str = "none"
     persist_at: tuple[str, ...] = ()  # p-streams between operators (--persist-at)
+    ingress_partitions: int = 1  # the source read by this many threads (parallel ingress)
 
     def __post_init__(self) -> None:
         if self.sink not in ("clocked", "transactional"):
             raise ValueError(f"sink must be clocked or transactional, got {self.sink!r}")
         if self.durability not in ("process", "machine"):
             raise ValueError(f"durability must be process or machine, got {self.durability!r}")
-        for name in ("states", "tuples", "batch_rows", "every_tasks", "workers"):
+        for name in ("states", "tuples", "batch_rows", "every_tasks", "workers",
+                     "ingress_partitions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -93,6 +95,8 @@ class Report:
     def summary(self) -> str:
         s = self.settings
         placed = f", p-streams at {', '.join(s.persist_at)}" if s.persist_at else ""
+        if s.ingress_partitions > 1:
+            placed += f", {s.ingress_partitions} ingress partitions"
         lines = [f"{s.query} {s.sink} sink{placed}, {s.durability} durability: "
                  f"{self.explored:,} crash "
                  f"states explored ({', '.join(f'{v} {k}' for k, v in sorted(self.kinds.items()))})"
@@ -120,7 +124,8 @@ class Explorer:
         self._own = workdir is None
         self.dir = Path(tempfile.mkdtemp(prefix="scabbard-crash-states-")) if workdir is None \
             else Path(workdir)
-        self.config = EngineConfig(workers=settings.workers, batch_rows=settings.batch_rows)
+        self.config = EngineConfig(workers=settings.workers, batch_rows=settings.batch_rows,
+                                   ingress_partitions=settings.ingress_partitions)
 
     def _run(self, root: Path, recover: bool, io=None) -> None:
         kw = {"io": io} if io is not None else {}

@@ -241,6 +241,12 @@ def add(sub, full: bool = True) -> None:
     _options(kp, kills.Settings, "queries", "sinks", "kills", "reduce_every", "scale", "rate",
              "interval", "min_life", "max_life", "work", "seed", "placements",
              out="experiments/runs/bench-kills")
+    kp.add_argument("--assembly", default="auto", metavar="MODE",
+                    help="every incarnation's --assembly (default auto)")
+    kp.add_argument("--ingress", dest="ingress", type=int, nargs="+", default=[],
+                    metavar="N", help="every incarnation's --ingress-partitions, in turn "
+                    "(e.g. 3 1 2: each recovery reads the source with another number than the "
+                    "run it continues; default: the engine's)")
 
 
 def _run_bench_datagen(args) -> int:

@@ -57,6 +57,9 @@ def add_parser(subparsers) -> None:
                    help="tuples per task (default 4,000)")
     c.add_argument("--every", type=int, default=3, metavar="TASKS",
                    help="a checkpoint every TASKS tasks (default 3)")
+    c.add_argument("--ingress-partitions", type=int, default=1, metavar="N",
+                   help="the recorded run's source read by N threads, each appending its "
+                        "own batches in turn (default 1)")
     c.add_argument("--data", metavar="DIR", help="dataset folder (default: data/<workload>/small)")
     c.set_defaults(func=_run_crash_states)
 
@@ -71,6 +74,7 @@ def _run_crash_states(args) -> int:
                             states=args.states, seed=args.seed, tuples=args.tuples,
                             batch_rows=args.batch, every_tasks=args.every,
                             push_up=args.push_up, compression=args.compression,
+                            ingress_partitions=args.ingress_partitions,
                             persist_at=tuple(e.strip() for e in (args.persist_at or "").split(",")
                                              if e.strip() and e.strip() != "ingress"))
     except ValueError as e:

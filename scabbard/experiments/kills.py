@@ -61,6 +61,10 @@ class Settings:
     # queries of several operators: p-streams on every edge between them on every other
     # configuration ("alternate"), on all ("all"), or on none
     placements: str = "alternate"
+    assembly: str = "auto"  # every incarnation's --assembly
+    # every incarnation's --ingress-partitions, in turn (a recovery then reads the source with
+    # another number than the run it continues); empty: the engine's default
+    ingress: Sequence[int] = ()
 
     def __post_init__(self) -> None:
         if self.kills < 1 or self.reduce_every < 1:
@@ -71,6 +75,12 @@ class Settings:
         if not 0 < self.min_life <= self.max_life:
             raise ValueError(f"need 0 < min_life <= max_life, got {self.min_life}, "
                              f"{self.max_life}")
+        from scabbard.engine import EngineConfig
+
+        object.__setattr__(self, "ingress", tuple(self.ingress))
+        for n in self.ingress:
+            EngineConfig(ingress_partitions=n)  # a bad number fails before anything runs
+        EngineConfig(assembly=self.assembly)
 
 
 def plan(settings: Settings) -> list[Config]:
@@ -108,14 +118,16 @@ def run_one(cfg: Config, settings: Settings, rng: random.Random) -> dict:
     c = Controller(cfg.query, ds.path, work, max_tuples=n, batch=settings.batch,
                    rate=n / seconds, interval=settings.interval, sink=cfg.sink,
                    push_up=cfg.push_up, compression=cfg.compression,
-                   persist_at=cfg.persist_at)
+                   persist_at=cfg.persist_at, assembly=settings.assembly,
+                   ingress_partitions=tuple(settings.ingress) or None)
     camp = c.run([rng.uniform(settings.min_life, settings.max_life)
                   for _ in range(settings.kills)], timeout=4 * seconds + 600)
     v = camp.verdict
     shutil.rmtree(work, ignore_errors=True)
     return {"configuration": cfg.name, "query": cfg.query, "sink": cfg.sink,
             "push_up": cfg.push_up, "compression": cfg.compression,
-            "persist_at": ",".join(cfg.persist_at), "kills": camp.kills,
+            "persist_at": ",".join(cfg.persist_at), "assembly": settings.assembly,
+            "ingress": ",".join(map(str, settings.ingress)), "kills": camp.kills,
             "restarts": camp.restarts, "tuples": n, "rate": round(n / seconds),
             "compared": v.compared, "lost": v.lost,
             "duplicated": v.duplicated, "different": v.different, "ok": v.ok,
