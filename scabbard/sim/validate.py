@@ -40,13 +40,16 @@ class RunConfig:
     workers: int
     persist: bool = False
     compression: str = "none"
+    ingress: int = 1  # ingress partitions
 
 
 CONFIGS = (RunConfig("1 worker", 1), RunConfig("2 workers", 2),
            RunConfig("1 worker, persisted input", 1, persist=True),
            RunConfig("2 workers, persisted input", 2, persist=True),
            RunConfig("2 workers, persisted input, compressed", 2, persist=True,
-                     compression="default"))
+                     compression="default"),
+           RunConfig("2 workers, persisted, compressed, 2 ingress", 2, persist=True,
+                     compression="default", ingress=2))
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,8 @@ def _real_run(query: str, ds, rc: RunConfig, seconds: float, folder: Path):
     shutil.rmtree(folder, ignore_errors=True)
     with LoadMeter() as load:
         rep = run_persisted(queries.get(query), ds, folder if rc.persist else None, NullSink(),
-                            EngineConfig(workers=rc.workers), duration=seconds,
+                            EngineConfig(workers=rc.workers, ingress_partitions=rc.ingress),
+                            duration=seconds,
                             compression=rc.compression)
     shutil.rmtree(folder, ignore_errors=True)
     s = rep.summary
@@ -160,7 +164,7 @@ def validate_throughput(cal: Calibration, query: str, settings: Settings, root: 
         spread = (runs[-1][0]["tuples_per_s"] - runs[0][0]["tuples_per_s"]) \
             / max(real["tuples_per_s"], 1e-9) * 100
         cfg = SimConfig(query, workers=rc.workers, persist=rc.persist, compression=rc.compression,
-                        duration=real["seconds"])
+                        duration=real["seconds"], ingress_partitions=rc.ingress)
         sim, idle = simulate(cal, cfg, _shared(cal, load, speed)), simulate(cal, cfg)
         tput = _row(query, rc.name, "tuples/s", sim.tuples_per_s, real["tuples_per_s"],
                     idle.tuples_per_s, load, note=f"median of {len(runs)} runs")
