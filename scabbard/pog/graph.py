@@ -54,7 +54,8 @@ class POG:
         s = self.streams[stream]
         offset = s.end
         clock = (offset + len(b) if source_end is None else source_end,)
-        unit = PUnit(stream, batch_id, Batch(b.schema, b.columns, offset), clock, stored=stored)
+        unit = PUnit(stream, batch_id, Batch(b.schema, b.columns, offset), clock, persistent=True,
+                     stored=stored)
         self.insert_retain_marker(stream)
         s.write(unit, batch_id, offset)
         return unit
