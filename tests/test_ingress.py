@@ -226,3 +226,19 @@ def test_recovery_with_another_number_of_partitions(tiny, tmp_path):
     assert used[:4] == [3, 1, 2, 3][:len(used[:4])] and len(used) >= 3, used
     v = compare(read_output(out), failure_free(q, ds, n), q.schema)
     assert v.ok, v
+
+
+@pytest.mark.spark
+def test_pure_ingest_with_partitions_stores_what_one_dispatcher_stores(tiny, tmp_path):
+    """``scabbard ingest`` / bench ingest with three partitions: the same source tuples, the
+    same p-units, the same bytes on disk (push-up and the default codecs)."""
+    from scabbard.experiments.ingest import ingest
+
+    ds = tiny["lrb"]
+    one = ingest("LRB1", ds, tmp_path / "one", None, max_tuples=200_000, push_up=True,
+                 compression="default", batch_rows=3000)
+    three = ingest("LRB1", ds, tmp_path / "three", None, max_tuples=200_000, push_up=True,
+                   compression="default", batch_rows=3000, partitions=3)
+    assert one.tuples == three.tuples == 200_000
+    assert one.stored_tuples == three.stored_tuples and one.disk_bytes == three.disk_bytes
+    assert len(three.latency_ms) and three.latency_ms["p50"] >= 0
