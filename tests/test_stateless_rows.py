@@ -186,6 +186,24 @@ def test_the_clocked_sink_positions_every_piece_of_a_stateless_batch(tmp_path):
     assert all(c == 3 * rows for rows, c in clocks)
 
 
+def test_table1_puts_the_medians_beside_the_papers_ratios():
+    from scabbard.experiments import pipefabric as pf
+
+    runs = pd.DataFrame([{"query": q, "workers": w, "round": k, "tuples": 1000,
+                          "result_rows": int(1000 * pf.PAPER[q][1]),
+                          "tuples_per_s": (i + 1) * w * 1e6 * (1 + k % 2 * 99)}
+                         for k in range(3) for w in (1, 2)
+                         for i, q in enumerate(queries.TABLE1)])
+    t = pf.table1(runs).set_index("query")
+    assert list(t.index) == list(queries.TABLE1)
+    np.testing.assert_allclose(t["paper_ratio"], [1, 937 / 720, 1160 / 720, 1390 / 720])
+    np.testing.assert_allclose(t["measured_selectivity"], [1, 0.5, 0.1, 0])
+    np.testing.assert_allclose(t["2w_Mtps"], [2, 4, 6, 8])  # the median of 1, 100, 1 (x w)
+    np.testing.assert_allclose(t["1w_ratio"], [1, 2, 3, 4])
+    with pytest.raises(ValueError, match="not in PipeFabric's Table 1"):
+        pf.Settings(queries=["CM1"])
+
+
 # -- the named queries on the tiny datasets ----------------------------------------------------------
 def output_clocks(out, schema) -> list[tuple[int, int]]:
     """Per committed piece of an exactly-once output: (rows committed through it, its clock's
@@ -269,6 +287,32 @@ def test_stopped_and_recovered_runs_give_the_failure_free_output(tiny, tmp_path,
     assert v.ok and v.compared == len(want), v
     if q.schema.stream:
         assert_in_order(got, want, q.schema, rtol=0)
+
+
+def test_a_stateless_outputs_prefix_is_its_first_rows_in_order():
+    from scabbard.check.crashstates import _prefix_problem
+
+    schema = queries.get("PF-TRUE").schema
+    want = pd.DataFrame({f.name: np.arange(6).astype(f.numpy_dtype) for f in schema.fields})
+    assert _prefix_problem(want.iloc[:3], want, schema) is None
+    assert "another order" in _prefix_problem(want.iloc[[1, 0, 2]], want, schema)
+    assert _prefix_problem(want.iloc[[0, 1, 1]], want, schema) is not None  # a duplicate
+    assert _prefix_problem(want.iloc[[0, 2]], want, schema) is not None  # a gap
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name, sink, push", [("PF-MOD10", "clocked", False),
+                                              ("PF-MOD2", "transactional", True),
+                                              ("LRB-ROWS", "clocked", False)])
+def test_machine_crash_states_recover_exactly(tiny, name, sink, push):
+    """Every explored machine-crash state holds a prefix of the failure-free output (a
+    stateless query's: its first rows, in order) and recovers to exactly it."""
+    from scabbard.check.crashstates import Explorer, Settings
+
+    s = Settings(name, sink=sink, durability="machine", states=30, tuples=30_000, seed=3,
+                 push_up=push)
+    rep = Explorer(s, tiny[queries.workload_of(name)]).explore()
+    assert rep.explored == 30 and rep.ok, rep.summary()
 
 
 # -- real SIGKILLs ------------------------------------------------------------------------------------

@@ -96,10 +96,10 @@ class Selection:
                 out[f.name] = o_f[:m, c.slot].astype(f.numpy_dtype)
             else:
                 out[f.name] = o_keys[:m, c.slot].astype(f.numpy_dtype)
-        if every:
+        if idx is None:
             out[POSITION] = np.arange(batch.offset + 1, batch.end + 1, dtype=np.int64)
-        else:
-            out[POSITION] = np.add(rows, batch.offset + 1, out=rows)  # idx is ours: in place
+        else:  # the row numbers become the positions in place (a fresh page costs here)
+            out[POSITION] = np.add(idx[:m], batch.offset + 1, out=idx[:m])
         return out
 
 
