@@ -254,6 +254,26 @@ def test_named_queries_match_the_reference(tiny, name, batch_rows, workers, push
     assert len(want) > 0 or name == "PF-FALSE"
 
 
+@pytest.mark.spark
+def test_the_command_line_runs_them(tiny, tmp_path):
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    ds, out = tiny["sg"], tmp_path / "pf.parquet"
+    base = [sys.executable, "-m", "scabbard", "run", "--data", str(ds.path), "--quiet"]
+    r = subprocess.run([*base, "--query", "pf-mod10", "--out", str(out)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert pq.read_table(out).num_rows == ds.rows // 10 and "PF-MOD10" in r.stdout
+    r = subprocess.run([*base, "--query", "PF-MOD2", "--checkpoint-interval", "1", "--storage",
+                        str(tmp_path / "s"), "--output", str(tmp_path / "o"), "--persist-at",
+                        "ingress,output"], capture_output=True, text=True)
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1
+    assert "only edge to persist is its input" in r.stderr
+
+
 def completed(store) -> bool:
     return "completed" in json.loads((store / "run.json").read_text())
 
