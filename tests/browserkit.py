@@ -167,9 +167,13 @@ KERNEL = f"{NOTEBOOK}?.sessionContext?.session?.kernel"
 
 
 def wait(driver, timeout: float = 300):
+    """A wait for a page condition; an element replaced while it was read (an output redrawn)
+    is read again at the next poll."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.2)
+    return WebDriverWait(driver, timeout, poll_frequency=0.2,
+                         ignored_exceptions=(StaleElementReferenceException,))
 
 
 def open_notebook(driver, lab: Lab, name: str, timeout: float = 300) -> None:

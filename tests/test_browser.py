@@ -231,17 +231,30 @@ def test_a_what_if_slider_redraws_its_chart(lab, page, shots):
     until = waiting(page, shots, 120, out)
     until(lambda d: d.find_elements(By.CSS_SELECTOR, image), "the what-if panel drew no chart")
     page.execute_script("document.querySelector(arguments[0]).scrollIntoView()", out)
-    first = css(page, image).get_attribute("src")
     assert not cramped(page, ".scabbard-whatif")
-    slider = page.find_element(By.XPATH, "//div[contains(@class,'widget-slider')]"
-                                         "[.//label[normalize-space()='cores']]")
-    readout = slider.find_element(By.CSS_SELECTOR, ".widget-readout").text
+    # every read finds its element again: the output's image is replaced on each redraw, and
+    # JupyterLab may render a cell's outputs again as the page scrolls
+    cores = ("//div[contains(@class,'widget-slider')][.//label[normalize-space()='cores']]"
+             "//div[contains(@class,'{}')]")
+
+    def read(d, what: str) -> str:
+        return d.execute_script(what, image, cores.format("widget-readout"))
+
+    src = "return document.querySelector(arguments[0]).src"
+    readout = """return document.evaluate(arguments[1], document, null,
+                     XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue.textContent"""
+    first, cores_before = read(page, src), read(page, readout)
     shots(page, "08-1-what-if")
-    handle = slider.find_element(By.CSS_SELECTOR, ".noUi-handle")
-    page.execute_script("arguments[0].scrollIntoView({block: 'center'})", handle)
-    ActionChains(page).click_and_hold(handle).move_by_offset(-60, 0).release().perform()
-    until(lambda d: css(d, image).get_attribute("src") != first, "the chart did not change")
-    assert slider.find_element(By.CSS_SELECTOR, ".widget-readout").text != readout
+
+    def drag(d) -> bool:  # a person drags the handle of the cores slider to the left
+        handle = d.find_element(By.XPATH, cores.format("noUi-handle"))
+        d.execute_script("arguments[0].scrollIntoView({block: 'center'})", handle)
+        ActionChains(d).click_and_hold(handle).move_by_offset(-60, 0).release().perform()
+        return True
+
+    until(drag, "the cores slider could not be dragged")
+    until(lambda d: read(d, src) != first, "the chart did not change")
+    assert read(page, readout) != cores_before
     shots(page, "08-2-fewer-cores")
     assert not published_errors(page)
     lab.shut_down_kernels()

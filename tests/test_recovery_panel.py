@@ -172,3 +172,36 @@ def test_stop_ends_a_run_with_no_process_or_file_left_and_the_rate_is_measured_o
     panel.stop()
     assert panel.wait(60), panel.status.value
     assert not processes_using(panel.run.folder) and not work.exists()
+
+
+KERNEL = """
+import sys, time
+from scabbard.experiments import recovery as exp
+from scabbard.experiments.recovery_panel import Panel
+
+panel = Panel(exp.Settings(query="CM1", scale="tiny", data_dir=sys.argv[1], seconds=60.0,
+                           batch=20_000, interval=0.3, work_dir=sys.argv[2]))
+panel.start_button.click()
+deadline = time.time() + 180
+while panel.run.frames < 1:  # running: the chart has drawn a sample
+    assert time.time() < deadline and not panel.wait(0), panel.status.value
+    time.sleep(0.05)
+print(panel.run.folder, flush=True)
+sys.exit(0)  # the kernel exits in the middle of the run
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+def test_a_kernel_that_exits_mid_run_leaves_no_process_or_file(tiny, data_root, tmp_path):
+    import subprocess
+    import sys
+
+    work = tmp_path / "work"
+    done = subprocess.run([sys.executable, "-c", KERNEL, str(data_root), str(work)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = Path(done.stdout.split()[-1])
+    assert folder.parent == work
+    assert not processes_using(folder)
+    assert not work.exists(), list(work.rglob("*"))
