@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup peers demo test test-all bench sim java lint clean-data help
+.PHONY: setup peers browser demo test test-all bench sim java lint clean-data help
 
 help:
 	@echo "make demo      set up, generate every dataset at small scale, run the datasets notebook"
@@ -12,6 +12,7 @@ help:
 	@echo "make sim       set up, calibrate the simulator on this machine (experiments/calibration.json) and validate it against the engine"
 	@echo "make setup     only create .venv and install (checks Python 3.11+ and Java 17+)"
 	@echo "make peers     install the peers: RabbitMQ (apt-get, needs root) and PyFlink in .venv-flink"
+	@echo "make browser   install Chromium and chromedriver for the browser tests (apt-get, needs root)"
 	@echo "make java      install a Java 17 runtime with apt-get (Debian/Ubuntu, needs root)"
 
 setup: $(STAMP)
@@ -24,13 +25,17 @@ $(STAMP): pyproject.toml scripts/setup.sh
 peers:
 	scripts/setup-peers.sh
 
+# the browser tests drive JupyterLab in headless Chromium (Debian's chromium, chromium-driver)
+browser:
+	scripts/setup-browser.sh
+
 demo: setup
 	$(BIN)/scabbard datagen all --scale small
 	$(BIN)/scabbard reproduce --only 00_datasets --scale small
 
 # two pytest processes: much of the suite waits on JVMs, kernels starting and paced input;
 # a module stays on one process (its fixtures are started once)
-test: setup peers
+test: setup peers browser
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 bench: setup peers

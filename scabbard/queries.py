@@ -1,4 +1,4 @@
-"""The eleven queries of the paper's Table 3, by name.
+"""The eleven queries of the paper's Table 3 (:data:`NAMES`), and a few more, by name.
 
     >>> from scabbard import queries
     >>> q = queries.get("LRB1")
@@ -6,6 +6,9 @@
 
 Each query lives in its workload's module (``scabbard.workloads.lrb.lrb1`` ...), with
 its CQL-like meaning as docstring; :func:`workload_of` says which dataset it reads.
+Beyond Table 3 (:data:`OTHERS`): PipeFabric's Table 1, a stateless selection at four
+selectivities on SG (:data:`TABLE1`, ``scabbard.workloads.sg.pipefabric``), and a
+count-based window on LRB (``LRB-ROWS``).
 """
 
 from __future__ import annotations
@@ -14,13 +17,17 @@ from scabbard import workloads
 from scabbard.query import Query
 
 NAMES = ("CM1", "CM2", "SG1", "SG2", "SG3", "LRB1", "LRB2", "LRB3", "YSB", "NQ", "SM")
+TABLE1 = ("PF-TRUE", "PF-MOD2", "PF-MOD10", "PF-FALSE")  # from selectivity 100% to 0%
+OTHERS = (*TABLE1, "LRB-ROWS")
+ALL = NAMES + OTHERS
 _WORKLOAD = {"CM1": "cm", "CM2": "cm", "SG1": "sg", "SG2": "sg", "SG3": "sg", "LRB1": "lrb",
-             "LRB2": "lrb", "LRB3": "lrb", "YSB": "ysb", "NQ": "nexmark", "SM": "sm"}
+             "LRB2": "lrb", "LRB3": "lrb", "YSB": "ysb", "NQ": "nexmark", "SM": "sm",
+             **dict.fromkeys(TABLE1, "sg"), "LRB-ROWS": "lrb"}
 
 
 class UnknownQueryError(KeyError):
     def __str__(self) -> str:
-        return f"unknown query {self.args[0]!r} (choose from {', '.join(NAMES)})"
+        return f"unknown query {self.args[0]!r} (choose from {', '.join(ALL)})"
 
 
 def workload_of(name: str) -> str:

@@ -78,8 +78,9 @@ def tiny(request, data_root, tmp_path_factory):
 # The longest modules first (measured: minutes each): with two processes taking modules in
 # collection order, a long one started last would run alone at the end.
 LONGEST_FIRST = ("test_spark_cluster", "test_notebooks", "test_placement",
-                 "test_fault_tolerance", "test_spark_backend", "test_aligned", "test_flink",
-                 "test_comparison", "test_engine", "test_pushup", "test_crash_states")
+                 "test_fault_tolerance", "test_browser", "test_spark_backend", "test_aligned",
+                 "test_flink", "test_comparison", "test_engine", "test_pushup",
+                 "test_crash_states")
 
 
 def pytest_collection_modifyitems(config, items):

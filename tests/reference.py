@@ -4,7 +4,10 @@
 from the definition: every tuple belongs to the ``range/slide`` windows that
 contain its pane; a window's aggregate is the aggregate of its tuples.  (Tuples
 are first summed per pane, which is exact for count/sum/min/max, so that big
-windows stay cheap.)  Nothing here shares code with the engine.
+windows stay cheap.)  A count-based window's "time" is the tuple's position in the
+input (the frames' index: row ``i`` of ``columns`` is offset ``first + i``); a stateless
+query's result is its surviving rows, in input order.  Nothing here shares code with the
+engine.
 """
 
 from __future__ import annotations
@@ -94,30 +97,43 @@ def _aggregate(df: pd.DataFrame, group: list[str], aggs, schema) -> pd.DataFrame
     return out
 
 
-def evaluate(node, columns: dict, relations: dict) -> pd.DataFrame:
-    """Window results of a plan over ``columns`` (name -> array) of its source."""
+def _mask(predicate, df: pd.DataFrame, schema) -> np.ndarray:
+    """A condition's value per row (a literal ``True``/``False`` for every row)."""
+    return np.broadcast_to(np.asarray(_value(predicate, df, schema), dtype=bool), (len(df),))
+
+
+def evaluate(node, columns: dict, relations: dict, first: int = 0) -> pd.DataFrame:
+    """Window results of a plan over ``columns`` (name -> array) of its source, whose first
+    row is the stream's offset ``first``."""
     if isinstance(node, Source):
-        return to_frame(node.schema, [columns[n] for n in node.schema.names])
+        df = to_frame(node.schema, [columns[n] for n in node.schema.names])
+        df.index = pd.RangeIndex(first, first + len(df))  # each tuple's offset
+        return df
     if isinstance(node, Filter):
-        df = evaluate(node.input, columns, relations)
-        return df[np.asarray(_value(node.predicate, df, node.input.schema), dtype=bool)]
+        df = evaluate(node.input, columns, relations, first)
+        return df[_mask(node.predicate, df, node.input.schema)]
     if isinstance(node, Project):
-        df = evaluate(node.input, columns, relations)
+        df = evaluate(node.input, columns, relations, first)
         out = pd.DataFrame({"timestamp": df["timestamp"]})
         for name, e in node.columns:
             out[name] = _value(e, df, node.input.schema)
         return out
     if isinstance(node, RelationJoin):
-        df = evaluate(node.input, columns, relations)
+        df = evaluate(node.input, columns, relations, first)
         rel = relations[node.relation.name]
         rdf = to_frame(rel.schema, rel.columns)[[node.right, *node.columns]]
         rdf = rdf.rename(columns={node.right: "__rkey"})
-        return df.merge(rdf, left_on=node.left, right_on="__rkey", how="inner").drop(columns="__rkey")
+        out = (df.assign(__offset=df.index)
+               .merge(rdf, left_on=node.left, right_on="__rkey", how="inner")
+               .drop(columns="__rkey").set_index("__offset").sort_index(kind="stable"))
+        out.index.name = None
+        return out
     if isinstance(node, WindowAggregate):
-        df = evaluate(node.input, columns, relations)
+        df = evaluate(node.input, columns, relations, first)
         schema = node.input.schema
         keys = []
-        base = pd.DataFrame({"__pane": df["timestamp"].to_numpy() // node.window.slide_ms})
+        axis = df.index.to_numpy() if node.window.rows else df["timestamp"].to_numpy()
+        base = pd.DataFrame({"__pane": axis // node.window.slide_ms})
         for name, e in node.keys:
             base[name] = np.asarray(_value(e, df, schema))
             keys.append(name)
@@ -133,14 +149,14 @@ def evaluate(node, columns: dict, relations: dict) -> pd.DataFrame:
         out.insert(0, "window_start", out["window_end"] - node.window.range_ms)
         return out[list(node.schema.names)]
     if isinstance(node, Having):
-        df = evaluate(node.input, columns, relations)
-        return df[np.asarray(_value(node.predicate, df, node.input.schema), dtype=bool)]
+        df = evaluate(node.input, columns, relations, first)
+        return df[_mask(node.predicate, df, node.input.schema)]
     if isinstance(node, KeepMax):
-        df = evaluate(node.input, columns, relations)
+        df = evaluate(node.input, columns, relations, first)
         peak = df.groupby("window_end")[node.column].transform("max")
         return df[df[node.column] == peak]
     if isinstance(node, PerWindowAggregate):
-        df = evaluate(node.input, columns, relations)
+        df = evaluate(node.input, columns, relations, first)
         keys = []
         base = df[["window_start", "window_end"]].copy()
         for name, e in node.keys:
@@ -152,8 +168,8 @@ def evaluate(node, columns: dict, relations: dict) -> pd.DataFrame:
         out = _aggregate(base, ["window_start", "window_end", *keys], node.aggs, node.input.schema)
         return out[list(node.schema.names)]
     if isinstance(node, WindowJoin):
-        left = evaluate(node.left, columns, relations)
-        right = evaluate(node.right, columns, relations).drop(columns="window_start")
+        left = evaluate(node.left, columns, relations, first)
+        right = evaluate(node.right, columns, relations, first).drop(columns="window_start")
         out = left.merge(right, on=["window_end", *node.on], how="inner")
         if node.predicate is not None:
             out = out[np.asarray(_value(node.predicate, out, node.schema), dtype=bool)]

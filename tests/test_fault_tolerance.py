@@ -285,30 +285,35 @@ def test_recovery_experiment_breaks_the_restart_into_phases(tiny, data_root, tmp
 @pytest.mark.crash
 def test_the_notebook_panel_kills_on_demand_and_shows_the_verdict(tiny, data_root, tmp_path):
     """The widget panel of notebook 04, driven as a user would: Start, Kill, wait."""
+    import threading
     import time
 
     from scabbard.experiments import recovery as exp
+    from scabbard.experiments.recovery_panel import Panel
 
     s = exp.Settings(query="CM1", scale="tiny", data_dir=str(data_root), seconds=6.0,
                      batch=20_000, interval=0.3, work_dir=str(tmp_path))
-    panel = exp.Panel(s)
+    panel = Panel(s)
     panel.seconds.value = 6.0
     panel.start_button.click()
     deadline = time.time() + 120
     def checkpointed() -> bool:  # the run is under way: a checkpoint is recorded
-        c = panel.controller
+        c = panel.run.controller
         return (c is not None and c.campaign is not None and c.metrics_log.is_file()
                 and any((c.storage / "checkpoints").glob("ckpt-*.json")))
 
     while not checkpointed():
-        assert time.time() < deadline and not panel._done.is_set(), panel.status.value
+        assert time.time() < deadline and not panel.wait(0), panel.status.value
         time.sleep(0.05)
     panel.kill_button.click()
-    assert panel._done.wait(180), panel.status.value
-    assert panel.campaign.kills == 1, panel.status.value
+    assert panel.wait(180), panel.status.value
+    assert panel.run.campaign.kills == 1, panel.status.value
     assert "exactly once" in panel.status.value and "0 lost" in panel.status.value
     assert panel.start_button.disabled is False
-    assert not panel._refresher.is_alive()  # the last figure is drawn: nothing reads the run
+    # the last figure is drawn: nothing reads the run
+    assert panel.run.frames >= 1 and bytes(panel.chart.value).startswith(b"\x89PNG")
+    assert not [t for t in threading.enumerate() if t.name.startswith("panel-")]
+    assert not panel.errors.value
 
 
 def _wait_for(cond, proc, what: str, timeout: float = 120) -> None:

@@ -35,6 +35,8 @@ def cm_categories_per_window() -> Query:
 # per-window aggregate
 COMPARED = {"CM1": "cm", "CM2": "cm", "YSB": "ysb", "NQ": "nexmark", "SG3": "sg",
             "CM1-per-window": "cm"}
+# issue 21: a stateless selection and a count-based window (their own JVM, after the others)
+STATELESS_AND_ROWS = {"PF-MOD2": "sg", "LRB-ROWS": "lrb"}
 
 
 def _query(name: str) -> Query:
@@ -88,6 +90,22 @@ def test_flink_and_engine_agree(flink_runs, tiny, name):
     got = ref.to_frame(q.schema, [runs[name].columns[n] for n in q.schema.names])
     assert len(engine) > 0
     ref.assert_same_results(got, engine, q.schema)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_flink_runs_a_stateless_query_and_a_count_window_as_the_engine(flink, tiny,
+                                                                        tmp_path_factory):
+    pairs = [(queries.get(n), tiny[w]) for n, w in STATELESS_AND_ROWS.items()]
+    runs = run_flink_many(pairs, workdir=tmp_path_factory.mktemp("flink-21"), timeout_s=300)
+    for (q, ds), run in zip(pairs, runs, strict=True):
+        sink = CollectSink()
+        run_query(q, ds, sink=sink)
+        cols = sink.columns()
+        engine = ref.to_frame(q.schema, [cols[n] for n in q.schema.names])
+        assert len(engine) > 0
+        got = ref.to_frame(q.schema, [run.columns[n] for n in q.schema.names])
+        ref.assert_same_results(got, engine, q.schema)  # Flink's rows in no particular order
 
 
 @pytest.mark.spark
@@ -147,10 +165,19 @@ def test_every_paper_query_compiles():
                                          "file:///out").statements)
 
 
-def test_a_plan_without_a_window_aggregation_is_refused():
-    q = Query.stream(cm.SCHEMA, "cm").where(col("cpu") > 0.5).named("no-window")
-    with pytest.raises(QueryError, match="windowed queries"):
-        flink_sql(q, "file:///in.csv", {}, "file:///out")
+def test_a_stateless_plan_is_its_views_and_a_count_window_hops_over_the_offset():
+    """Issue 21: a plan without a window aggregation is no longer refused - it is σ / π views
+    and the insert of its rows; a count-based window is a HOP over each tuple's offset (the
+    exported stream's last column) read as event-time milliseconds."""
+    q = Query.stream(cm.SCHEMA, "cm").where(col("cpu") > 0.5).select("cpu", j=col("job_id") * 2)
+    sql = flink_sql(q.named("no-window"), "file:///in.csv", {}, "file:///out")
+    text = "\n".join(sql.statements)
+    assert "WHERE" in text and "HOP(" not in text and "TUMBLE(" not in text
+    assert sql.sink_columns == ("timestamp", "cpu", "j")
+    rows = "\n".join(flink_sql(queries.get("LRB-ROWS"), "file:///in.csv", {},
+                               "file:///out").statements)
+    assert "TO_TIMESTAMP_LTZ(`__offset`, 3)" in rows and "`__offset` BIGINT" in rows
+    assert "INTERVAL '1.024' SECOND(9, 3), INTERVAL '4.096' SECOND(9, 3)" in rows
 
 
 def _small_ysb(folder: Path, ads: np.ndarray):

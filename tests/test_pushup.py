@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -94,16 +95,53 @@ def test_kills_with_push_up_and_compression_stay_exactly_once(tiny, tmp_path, na
     codecs (and fallbacks)."""
     ds = tiny[queries.workload_of(name)]
     n = 120 * ds.rows
-    # each incarnation lives 2.5 s from its spawn: past process start and code loading
-    # (~1.3 s) and its first re-profile, so the killed ones have swapped codecs too
     c = Controller(name, ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 8, interval=0.2,
                    push_up=True, compression=scheme, compression_interval=0.3)
-    camp = c.run([2.5, 2.5])
+    # adaptive: each of two incarnations is killed once it has logged a codec swap of its own
+    # (an event, not a guess of how fast processes start here), so recovery reads mixed codecs
+    camp = (_kill_after_own_event(c, "codec", kills=2) if scheme == "adaptive"
+            else c.run([2.5, 2.5]))
     assert camp.kills >= 1, camp
     assert camp.verdict.ok, camp.verdict
     if scheme == "adaptive":
         events = read_metrics(c.metrics_log)["event"]
         assert (events == "codec").sum() >= 2, "the codecs never changed: nothing mixed to read"
+
+
+def _kill_after_own_event(c: Controller, event: str, kills: int):
+    """Run ``c``'s campaign and kill each of its first ``kills`` incarnations once the metrics
+    log holds an ``event`` after that incarnation's own ``start``; returns the campaign."""
+    import threading
+
+    out: dict = {}
+    runner = threading.Thread(target=lambda: out.update(camp=c.run([])))
+    runner.start()
+
+    def since_last_start() -> int:
+        if not c.metrics_log.is_file():
+            return 0
+        events = list(read_metrics(c.metrics_log).get("event", []))
+        starts = [i for i, e in enumerate(events) if e == "start"]
+        return 0 if not starts else events[starts[-1]:].count(event)
+
+    try:
+        for kill in range(kills):
+            deadline = time.time() + 300
+            while runner.is_alive() and not (c.campaign is not None and c.incarnation == kill + 1
+                                             and since_last_start() > 0):
+                assert time.time() < deadline, f"kill {kill}: no {event!r} event"
+                time.sleep(0.02)
+            if not runner.is_alive():
+                break
+            c.request_kill()
+            while runner.is_alive() and c.campaign.kills == kill:
+                time.sleep(0.01)
+        runner.join(600)
+    finally:
+        if runner.is_alive():  # a failed wait: stop every process, verify nothing
+            c.abort()
+            runner.join(60)
+    return out["camp"]
 
 
 def test_explain_prints_both_plans_and_the_bytes(tiny):

@@ -14,7 +14,7 @@ import time
 
 
 def add_parser(subparsers) -> None:
-    from scabbard.queries import NAMES
+    from scabbard.queries import ALL as NAMES
 
     p = subparsers.add_parser("check", help="check the fault-tolerance core beyond a killed process",
                               description="Checks of the fault-tolerance core.")

@@ -206,6 +206,8 @@ class Execution:
 
     # -- ordered assembly ----------------------------------------------------------------------
     def emit(self, cols: dict[str, np.ndarray], clock: dict) -> int:
+        """Results to the sink (each row's window end - a stateless query's: its position -
+        at or below ``emit_after`` dropped: committed before a failure)."""
         we = cols["window_end"]
         if len(we) and we[0] <= self.emit_after:
             keep = we > self.emit_after  # committed before a failure: a duplicate
@@ -216,10 +218,12 @@ class Execution:
             batch = self.engine._result_batch(cols)
             self.clock = dict(clock, input_end=clock.get("input_end", 0),
                               window_end=int(we[-1]))
-            if self.clocked:
-                self.sink.write_clocked(batch, self.clock)
-            else:
+            if not self.clocked:
                 self.sink.write(batch)
+            elif self.plan.selection is not None:  # each row's position: its input offset + 1
+                self.sink.write_clocked(batch, self.clock, we)
+            else:
+                self.sink.write_clocked(batch, self.clock)
         return n
 
     def _ready(self) -> TaskResult | None:
@@ -274,11 +278,14 @@ class Execution:
             # every window ending at or before the task's last pane is complete
             self._push(lane, pieces, r.parts[lane.i].last_pane * lane.branch.slide_ms,
                        r.end_offset)
+        if r.rows is not None:  # a stateless query: the task's rows, positioned by offset
+            self.graph.push(self.plan.selection.id, r.rows, r.end_offset,
+                            {"input_end": r.end_offset})
         if self.listener is not None:
             self.listener.assembled(r, dict(self.clock), self.graph)
         if r.marker is not None:  # the windows took it at the task; it follows their output
-            for lane in self.lanes:
-                self.graph.mark(self.plan.top(lane.i), r.marker)
+            for producer in self.plan.producers:
+                self.graph.mark(producer, r.marker)
         rows = self._pump()
         while True:  # back-pressure: what waits to be stored in the channels is bounded
             waiting, oldest = self.graph.backlog()

@@ -283,8 +283,7 @@ class OperatorGraph:
         stores = stores or {}
         ops = plan.operators
         self.channels: dict[str, Channel] = {}
-        producers = [plan.top(i) for i in range(len(plan.branches))]
-        producers += [op.id for op in plan.graph]
+        producers = plan.producers + [op.id for op in plan.graph]
         for p in producers:
             self.channels[p] = Channel(p, ops[p].node.schema, stores.get(p), on_stored)
         self.operators = [GraphOperator(op, [self.channels[i] for i in op.inputs],

@@ -9,16 +9,21 @@ A plan is cut where the paper cuts it (§2.3, §4.1):
 * the operators above the window aggregation (having, keep-max, per-window
   aggregate, window join) become a **post-window** function that maps one batch
   of complete windows to final result rows.  All of them act window by window,
-  so they run wherever windows complete: inside a task, or in the assembler.
+  so they run wherever windows complete: inside a task, or in the assembler;
+* a plan without a window (σ, π, ⋈ relation only) is one stateless operator, a
+  :class:`~scabbard.engine.selection.Selection`: each task's surviving rows, in input order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from scabbard.engine import frontcode
+from scabbard.engine.frontcode import gen
+from scabbard.engine.selection import Selection, make_selection
 from scabbard.kernels import window as kw
 from scabbard.kernels.aggregate import MAX, MIN, SUM
 from scabbard.kernels.codegen import FrontSpec, compile_front
@@ -34,104 +39,12 @@ from scabbard.query.plan import (
     Source,
     WindowAggregate,
     WindowJoin,
+    stateless,
     windowed_root,
 )
 from scabbard.schema import Schema
 
 _OPS = {"sum": SUM, "avg": SUM, "min": MIN, "max": MAX}
-
-
-# -- expressions -> numba source -----------------------------------------------------------------
-@dataclass(frozen=True)
-class Code:
-    """Generated source of a value: one string, or two for a uuid (its int64 words).
-
-    ``deps``: the input columns it reads; ``rels``: the relation arrays it reads.
-    """
-
-    text: str | tuple[str, str]
-    deps: frozenset = frozenset()
-    rels: frozenset = frozenset()
-
-    @property
-    def uuid(self) -> bool:
-        return isinstance(self.text, tuple)
-
-
-def _join(text: str, *parts: Code) -> Code:
-    return Code(text, frozenset().union(*(p.deps for p in parts)),
-                frozenset().union(*(p.rels for p in parts)))
-
-
-def gen(expr: Expr, env: dict[str, Code]) -> Code:
-    """Source code computing ``expr`` for row ``i`` of the input."""
-    if isinstance(expr, Col):
-        return env[expr.name]
-    if isinstance(expr, Lit):
-        return Code(repr(expr.value))
-    if isinstance(expr, BinOp):
-        lt, rt = gen(expr.left, env), gen(expr.right, env)
-        return _join(f"({lt.text} {expr.op} {rt.text})", lt, rt)
-    if isinstance(expr, Cmp):
-        lt, rt = gen(expr.left, env), gen(expr.right, env)
-        if lt.uuid or rt.uuid:
-            same = f"(({lt.text[0]} == {rt.text[0]}) and ({lt.text[1]} == {rt.text[1]}))"
-            return _join(same if expr.op == "==" else f"(not {same})", lt, rt)
-        return _join(f"({lt.text} {expr.op} {rt.text})", lt, rt)
-    if isinstance(expr, BoolOp):
-        parts = [gen(a, env) for a in expr.args]
-        return _join("(" + f" {expr.op} ".join(p.text for p in parts) + ")", *parts)
-    if isinstance(expr, Not):
-        inner = gen(expr.arg, env)
-        return _join(f"(not {inner.text})", inner)
-    raise QueryError(f"cannot compile {expr!r}")
-
-
-def _column_code(name: str, dtype: str) -> Code:
-    text = (f"c_{name}[i, 0]", f"c_{name}[i, 1]") if dtype == "uuid" else f"c_{name}[i]"
-    return Code(text, frozenset({name}))
-
-
-def _relation_code(j: int, name: str, dtype: str) -> Code:
-    row = f"j{j}"
-    text = (f"r{j}_{name}[{row}, 0]", f"r{j}_{name}[{row}, 1]") if dtype == "uuid" \
-        else f"r{j}_{name}[{row}]"
-    return Code(text, frozenset(), frozenset({(j, name)}))
-
-
-@dataclass
-class _Front:
-    env: dict[str, Code]
-    steps: list = field(default_factory=list)
-    relations: list = field(default_factory=list)  # RelationJoin nodes, by join number
-    codes: list = field(default_factory=list)  # every Code the kernel evaluates
-
-
-def _front(node: Node) -> _Front:
-    if isinstance(node, Source):
-        return _Front({f.name: _column_code(f.name, f.dtype) for f in node.schema.fields})
-    inner = _front(node.input)
-    if isinstance(node, Filter):
-        pred = gen(resolve(node.predicate, node.input.schema), inner.env)
-        inner.steps.append(("filter", pred.text))
-        inner.codes.append(pred)
-    elif isinstance(node, Project):
-        env = {"timestamp": inner.env["timestamp"]}
-        for name, e in node.columns:
-            env[name] = gen(resolve(e, node.input.schema), inner.env)
-        inner.env = env
-    elif isinstance(node, RelationJoin):
-        j = len(inner.relations)
-        key = gen(Col(node.left), inner.env)
-        inner.steps.append(("join", j, key.text if key.uuid else (key.text,)))
-        inner.codes.append(key)
-        inner.relations.append(node)
-        rel = node.relation.schema
-        for c in node.columns:
-            inner.env[c] = _relation_code(j, c, rel.field(c).dtype)
-    else:
-        raise QueryError(f"{node.label()} cannot come before the window aggregation")
-    return inner
 
 
 # -- branches ---------------------------------------------------------------------------------------
@@ -219,7 +132,7 @@ def _key_columns(keys: np.ndarray, fields) -> dict[str, np.ndarray]:
 
 
 def make_branch(node: WindowAggregate) -> Branch:
-    front = _front(node.input)
+    front = frontcode.front(node.input)
     keys = []
     for _, e in node.keys:
         code = gen(resolve(e, node.input.schema), front.env)
@@ -247,14 +160,8 @@ def make_branch(node: WindowAggregate) -> Branch:
             ops.append(op)
         _, slot = slots[(op, code, is_float)]
         outputs.append(Output(a.name, out_t, a.fn, slot, is_float))
-    src = node.input.source().schema
-    used = frozenset().union(*(c.deps for c in front.codes))
-    rels = frozenset().union(*(c.rels for c in front.codes))
-    columns = tuple(n for n in src.names if n in used and n != "timestamp")
-    relations = tuple(
-        (rj, tuple(c for c in rj.columns if (j, c) in rels))
-        for j, rj in enumerate(front.relations)
-    )
+    # the kernel's ts argument is the window axis (the timestamps, or the tuples' offsets)
+    columns, relations = frontcode.inputs(front, node.input.source().schema, ("timestamp",))
     spec = FrontSpec(
         columns=columns,
         relations=tuple(cols for _, cols in relations),
@@ -418,7 +325,7 @@ class Operator:
 
     @property
     def kind(self) -> str:
-        return _KINDS[type(self.node)]
+        return _KINDS.get(type(self.node), "select")
 
     @property
     def stateful(self) -> bool:
@@ -444,7 +351,10 @@ class Operator:
 
 
 def operators(root: Node) -> dict[str, Operator]:
-    """The operators above the source, by id, in topological order (inputs first)."""
+    """The operators above the source, by id, in topological order (inputs first).  A
+    stateless plan is one operator, ``select0`` (its σ, π and ⋈ relation fused)."""
+    if stateless(root):
+        return {"select0": Operator("select0", root, ("source",), "sink")}
     ids: dict[int, str] = {}
     counts: dict[str, int] = {}
     order: list[Node] = []
@@ -486,6 +396,19 @@ class PhysicalPlan:
     operators: dict[str, Operator]
     chains: tuple[tuple[Operator, ...], ...]  # per branch: the operators fused above it
     graph: tuple[Operator, ...]  # the rest, in topological order
+    selection: Selection | None = None  # a stateless query's one operator (no branches)
+
+    @property
+    def producers(self) -> list[str]:
+        """The operators whose output the tasks produce, in order: each branch's top, or the
+        stateless query's selection."""
+        tops = [self.top(i) for i in range(len(self.branches))]
+        return tops + ([self.selection.id] if self.selection is not None else [])
+
+    @property
+    def rows(self) -> bool:
+        """The windows count tuples (their axis is the input offset), not event time."""
+        return any(b.node.window.rows for b in self.branches)
 
     def post(self, i: int, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Branch ``i``'s complete windows through its fused operators."""
@@ -543,17 +466,21 @@ def fuse_rollup_count(b: Branch, node: PerWindowAggregate) -> tuple[int, ...] | 
 
 
 def plan(root: Node, unfused: frozenset[str] = frozenset()) -> PhysicalPlan:
-    """Compile a logical plan; it must end in window aggregations (or operators on them).
+    """Compile a logical plan: window aggregations (and operators on them), or a stateless
+    plan (σ, π, ⋈ relation: :mod:`scabbard.engine.selection`).
 
     ``unfused``: operators whose *output* edge must stay an edge (a p-stream sits on it):
     what reads it is never fused into them."""
-    if not _windows(root):
-        raise QueryError("the engine runs windowed queries: add .window(...).aggregate(...)")
     ops = operators(root)
     unknown = sorted(set(unfused) - set(ops))
     if unknown:
         raise QueryError(f"no operator {', '.join(unknown)} in this query (operators: "
                          f"{', '.join(ops)})")
+    if stateless(root):
+        return PhysicalPlan(root, (), root.schema, ops, (), (), make_selection(root))
+    if len({w.window.rows for w in _windows(root)}) > 1:
+        raise QueryError("a query's windows all count tuples (window_rows) or all count event "
+                         "time (window): not both")
     branches = []
     chains = []
     fused: set[str] = set()

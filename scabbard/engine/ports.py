@@ -77,9 +77,12 @@ class AssemblyListener(Protocol):
 
 @runtime_checkable
 class ClockedWriter(Protocol):
-    """A sink that stores each result batch with the clock of what it reflects."""
+    """A sink that stores each result batch with the clock of what it reflects.  The clock's
+    ``window_end`` is the output's position after the batch: its last window's end, or for a
+    stateless query its last row's input offset + 1; ``ends`` gives each row's position
+    when the batch has no ``window_end`` column (a stateless query's)."""
 
-    def write_clocked(self, batch: Batch, clock: dict) -> None: ...
+    def write_clocked(self, batch: Batch, clock: dict, ends=None) -> None: ...
 
 
 @dataclass(frozen=True)

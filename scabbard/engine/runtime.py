@@ -58,6 +58,7 @@ __all__ = ["INT64_MIN", "MAX_BATCH", "MIN_BATCH", "Edges", "Engine", "EngineConf
 
 MIN_BATCH = 1 << 18
 MAX_BATCH = 1 << 22
+STATELESS_BATCH = 1 << 19  # a stateless query's tasks: no windows to size them by
 
 
 def default_cache_dir() -> Path:
@@ -138,12 +139,16 @@ class Engine:
         self._bind(relations or {})
         for b in self.plan.branches:
             b.kernel(self.config.cache_dir)
+        if self.plan.selection is not None:
+            self.plan.selection.kernel(self.config.cache_dir)
 
     # -- setup ------------------------------------------------------------------------------
     def _bind(self, relations: dict[str, Table]) -> None:
-        """Index every joined relation and collect the arrays each kernel reads."""
+        """Index every joined relation and collect the arrays each kernel reads (per branch,
+        then the stateless query's selection)."""
         self._relation_args = []
-        for b in self.plan.branches:
+        sel = self.plan.selection
+        for b in [*self.plan.branches, *([sel] if sel is not None else [])]:
             args = []
             for node, cols in b.relations:
                 name = node.relation.name
@@ -160,20 +165,37 @@ class Engine:
 
     def batch_rows_for(self, tuples_per_ms: float) -> int:
         """Batch size: enough panes for tasks to have windows of their own (4 windows' worth)
-        in the branch with the shortest window (a longer one takes the assembler's path)."""
+        in the branch with the shortest window (a longer one takes the assembler's path); a
+        stateless query's: :data:`STATELESS_BATCH`."""
         self.tuples_per_ms = tuples_per_ms
         if self.config.batch_rows:
             return self.config.batch_rows
-        want = min(4 * b.panes * b.slide_ms * tuples_per_ms for b in self.plan.branches)
+        if not self.plan.branches:
+            return STATELESS_BATCH
+        want = min(4 * b.panes * b.slide_ms * self._per_unit(b) for b in self.plan.branches)
         return int(min(MAX_BATCH, max(MIN_BATCH, want)))
+
+    def _per_unit(self, b, tuples_per_ms: float | None = None) -> float:
+        """Input tuples per unit of branch ``b``'s window axis: per ms of event time, or one
+        (a count-based window's unit is a tuple)."""
+        if b.node.window.rows:
+            return 1.0
+        return tuples_per_ms if tuples_per_ms is not None else self.tuples_per_ms
 
     # -- the fragment function (parallel) ----------------------------------------------------
     def _fragment(self, seq: int, batch: Batch, ingest: float,
                   skip: list[int] | None = None) -> TaskResult:
         """The task's fragment function.  ``skip`` (per branch, recovery): windows ending at
-        or before it are stored downstream already - not computed again."""
-        ts = np.ascontiguousarray(batch.timestamps)
-        n = len(ts)
+        or before it are stored downstream already - not computed again.  A stateless query's
+        is its selection (:mod:`scabbard.engine.selection`)."""
+        n = len(batch)
+        if self.plan.selection is not None:
+            rows = self.plan.selection.select(batch, self._relation_args[0], self.config.cache_dir)
+            return TaskResult(seq, n, ingest, [], batch.end,
+                              int(batch.timestamps[-1]) if n else 0, rows=rows)
+        # the windows' axis: event time, or each tuple's input offset (count-based windows)
+        ts = (np.arange(batch.offset, batch.end, dtype=np.int64) if self.plan.rows
+              else np.ascontiguousarray(batch.timestamps))
         cols = {f.name: c for f, c in zip(batch.schema.fields, batch.columns, strict=True)}
         parts = []
         for i, (b, rel_args) in enumerate(zip(self.plan.branches, self._relation_args,
@@ -224,6 +246,8 @@ class Engine:
         self._warm = True
         head = batch.slice(0, min(len(batch), 2048))
         r = self._fragment(0, head, 0.0)
+        if self.plan.selection is not None:  # nothing else runs
+            return
         graph = OperatorGraph(self.plan)
         for i, b in enumerate(self.plan.branches):
             a = BranchAssembler(b)
@@ -259,7 +283,7 @@ class Engine:
         if mode == "auto":
             per_ms = getattr(self, "tuples_per_ms", None)
             short = (batch_rows is not None and per_ms is not None
-                     and batch_rows < 2 * b.panes * b.slide_ms * per_ms)
+                     and batch_rows < 2 * b.panes * b.slide_ms * self._per_unit(b, per_ms))
             return self.config.workers if short and self.config.workers >= AUTO_MIN_WORKERS else 1
         return n if n is not None else max(2, self.config.workers)
 
@@ -328,6 +352,7 @@ class Engine:
 
     @property
     def horizon_ms(self) -> int:
-        """How far back in event time an open window can reach."""
-        return max(b.panes * b.slide_ms + b.slide_ms for b in self.plan.branches)
+        """How far back on the windows' axis (event time; input offsets for count-based
+        windows) an open window can reach; a stateless query keeps nothing open."""
+        return max((b.panes * b.slide_ms + b.slide_ms for b in self.plan.branches), default=0)
 

@@ -47,6 +47,7 @@ class TaskResult:
     end_offset: int = 0  # input offset one past the task's batch
     last_ts: int = 0
     marker: object = None  # a checkpoint marker that followed this task's batch
+    rows: dict | None = None  # a stateless query's: the batch's surviving rows, in order
 
     @property
     def long(self) -> bool:

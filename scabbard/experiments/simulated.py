@@ -317,14 +317,26 @@ class WhatIf:
                                      description="seconds", style=style)
         self.button = w.Button(description="Simulate", button_style="primary")
         self.out = w.Output()
+        self.out.add_class("scabbard-whatif-output")
         self.button.on_click(lambda _: self.show())
         self.query.observe(self._schemes, names="value")
+        # every control redraws (a slider when it is let go): the chart follows the machine
+        controls = (self.cores, self.speed, self.disk, self.iops, self.network, self.local,
+                    self.interval, self.scheme, self.fail, self.seconds)
+        for control in controls:
+            if hasattr(control, "continuous_update"):
+                control.continuous_update = False
+            control.observe(lambda _: self.show(), names="value")
+        for control in (self.query, *controls):  # wide enough for a label, track and readout
+            control.layout.width = "340px"
         self.widget = w.VBox([w.HBox([w.VBox([self.query, self.cores, self.speed, self.disk,
                                               self.iops]),
                                       w.VBox([self.network, self.local, self.interval,
                                               self.scheme]),
-                                      w.VBox([self.seconds, self.fail, self.button])]),
+                                      w.VBox([self.seconds, self.fail, self.button])],
+                                     layout=w.Layout(flex_flow="row wrap")),  # never cut off
                               self.out])
+        self.widget.add_class("scabbard-whatif")
 
     def _schemes(self, change) -> None:
         self.scheme.options = list(self.cal.costs(change["new"]).persist)
@@ -334,6 +346,7 @@ class WhatIf:
         from IPython.display import display
 
         display(self.widget)
+        self.show()
 
     def hardware(self) -> Hardware:
         return Hardware(cores=self.cores.value, core_speed=self.speed.value,
@@ -351,27 +364,39 @@ class WhatIf:
         return simulate(self.cal, cfg, self.hardware())
 
     def show(self) -> None:
-        import matplotlib.pyplot as plt
-        from IPython.display import display
+        """Simulate; the description and the chart replace the last ones in the output area
+        (its ``outputs`` set, so it works from a callback, a cell or any thread)."""
+        import base64
+        import io
+
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
 
         from scabbard.sim.report import describe
 
-        self.out.clear_output(wait=True)
-        with self.out:
-            try:
-                r = self.simulate()
-            except ValueError as e:
-                print(f"cannot simulate that: {e}")
-                return
-            print(describe(r))
-            tl = r.timeline
-            fig, ax = plt.subplots(figsize=(10, 3))
-            ax.plot(tl["t"], tl["tuples_per_s"] / 1e6, label="M tuples/s")
-            ax.set(xlabel="simulated s", ylabel="M tuples/s")
-            bx = ax.twinx()
-            bx.plot(tl["t"], tl["latency_p50_ms"], color="tab:red", lw=1, label="p50 ms")
-            bx.set_ylabel("p50 latency ms")
-            if r.recovery:
-                ax.axvline(r.recovery["failed_at"], color="k", ls="--", lw=1)
-            plt.close(fig)
-            display(fig)
+        def text(line: str) -> dict:
+            return {"output_type": "stream", "name": "stdout", "text": line + "\n"}
+
+        try:
+            r = self.simulate()
+        except ValueError as e:
+            self.out.outputs = (text(f"cannot simulate that: {e}"),)
+            return
+        tl = r.timeline
+        fig = Figure(figsize=(10, 3))
+        FigureCanvasAgg(fig)
+        ax = fig.subplots()
+        ax.plot(tl["t"], tl["tuples_per_s"] / 1e6, label="M tuples/s")
+        ax.set(xlabel="simulated s", ylabel="M tuples/s")
+        bx = ax.twinx()
+        bx.plot(tl["t"], tl["latency_p50_ms"], color="tab:red", lw=1, label="p50 ms")
+        bx.set_ylabel("p50 latency ms")
+        if r.recovery:
+            ax.axvline(r.recovery["failed_at"], color="k", ls="--", lw=1)
+        fig.tight_layout()
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=90)
+        self.out.outputs = (text(describe(r)), {
+            "output_type": "display_data", "metadata": {},
+            "data": {"image/png": base64.b64encode(png.getvalue()).decode(),
+                     "text/plain": f"{self.query.value} on {self.cores.value} cores"}})

@@ -57,6 +57,9 @@ def resolve(plan_root, names) -> tuple[str, ...]:
         n = root if n == OUTPUT else n
         if n == "ingress":
             continue
+        if n in ops and ops[n].kind == "select":
+            raise QueryError(f"a stateless query's only edge to persist is its input (ingress): "
+                             f"the output of {n} is the sink's, which stores it exactly once")
         if n not in ops:
             raise QueryError(f"no edge {n!r} in this query: its edges are ingress, "
                              f"{', '.join(ops)} (the output of each operator) and output")

@@ -33,6 +33,8 @@ class CheckpointListener:
         self.replay_last = self.first_seq + tasks - 1
         self.metrics.event("recovery", phase="replay_dispatched", offset=offset,
                            tasks=self.first_seq + tasks)
+        if tasks == 0:  # nothing stored after the checkpoint: the replay is done already
+            self.metrics.event("recovery", phase="replayed", tasks=self.first_seq)
 
     def assembled(self, r, clock: dict, graph) -> None:
         """Task ``r`` was assembled: the windows' state follows it; with a marker, they took

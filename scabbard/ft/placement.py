@@ -53,8 +53,10 @@ WRITE_MB_S = 1500.0  # O_DIRECT sequential writes on this kind of machine (PEERS
 
 
 def edges(query) -> list[str]:
-    """Every edge of the query's graph: the ingress, then each operator's output."""
-    return [INGRESS, *physical.operators(query.node)]
+    """Every edge of the query's graph: the ingress, then each operator's output (a stateless
+    query's one operator feeds the sink, which stores its output already)."""
+    ops = physical.operators(query.node)
+    return [INGRESS, *(k for k, op in ops.items() if op.kind != "select")]
 
 
 def placements(query, with_ingress: bool | None = None) -> list[tuple[str, ...]]:
@@ -101,8 +103,9 @@ class Measured:
         lines = [f"  source --[ingress {self.bytes_per_tuple[INGRESS]:9.2f} B]--> "
                  f"{', '.join(o.id for o in ops.values() if o.inputs == ('source',))}"]
         for op in ops.values():
-            b = self.bytes_per_tuple[op.id]
-            lines.append(f"  {op.id:<12} --[{b:9.2f} B]--> {op.output:<12} {op.node.label()}")
+            b = self.bytes_per_tuple.get(op.id)  # a stateless query's output: the sink's
+            carried = "   output  " if b is None else f"{b:9.2f} B"
+            lines.append(f"  {op.id:<12} --[{carried}]--> {op.output:<12} {op.node.label()}")
         return lines
 
 

@@ -4,7 +4,10 @@ Both store results as checksummed segments and know the *vector clock* of what t
 committed - the input offset, the last window end, and the position in every persisted
 channel the result depends on - so that after a crash the engine replays from its
 checkpoint and drops every result at or below the committed window end, the output's own
-position (windows are emitted in order, each window in one piece).
+position (windows are emitted in order, each window in one piece).  A stateless query's
+results are not per window: each row's position is its tuple's input offset + 1 (the
+offset in the ingress p-stream when the input is persisted), and the clock's ``window_end``
+is the last committed row's.
 
 * :class:`ClockedSink` writes each result batch at once, with its clock in the
   segment's metadata; ``committed()`` returns the clock of the newest stored
@@ -119,7 +122,9 @@ class ExactlyOnceSink(Sink):
         """The clock of the newest committed result."""
         raise NotImplementedError
 
-    def write_clocked(self, batch: Batch, clock: dict) -> None:
+    def write_clocked(self, batch: Batch, clock: dict, ends=None) -> None:
+        """Store ``batch`` with ``clock``; ``ends``: each row's position (default: its
+        ``window_end``; a stateless query's rows: input offset + 1)."""
         raise NotImplementedError
 
     def write(self, batch: Batch) -> None:
@@ -168,13 +173,14 @@ class ClockedSink(ExactlyOnceSink):
             return {"input_end": 0, "window_end": NO_WINDOW}
         return _clock(self.bm.read_with_meta(self.sid, self.rows - 1)[1], self.layout)
 
-    def write_clocked(self, batch: Batch, clock: dict) -> None:
-        """One segment per piece that fits a log file; pieces end at a window's end, so a
-        crash between two leaves no window half-committed."""
+    def write_clocked(self, batch: Batch, clock: dict, ends=None) -> None:
+        """One segment per piece that fits a log file; pieces end at a window's end (a
+        stateless query's at any row: each is its own position), so a crash between two
+        leaves no window half-committed, and each piece's clock names its own last one."""
         cfg = self.CONFIG
         fits = max(1, (cfg.file_bytes - cfg.data_start - cfg.align) // max(1, self.schema.row_bytes)
                    - len(batch.columns))
-        we = batch.column("window_end")
+        we = batch.column("window_end") if ends is None else np.asarray(ends)
         lo = 0
         while lo < len(batch):
             hi = len(batch)
@@ -211,7 +217,7 @@ class DiscardSink(ExactlyOnceSink):
     def committed(self) -> dict:
         return {"input_end": 0, "window_end": NO_WINDOW}
 
-    def write_clocked(self, batch: Batch, clock: dict) -> None:
+    def write_clocked(self, batch: Batch, clock: dict, ends=None) -> None:
         pass
 
 
@@ -291,7 +297,7 @@ class TransactionalSink(ExactlyOnceSink):
         h = seg_fmt.parse_header(np.fromfile(parts[-1], np.uint8, count=seg_fmt.PAGE * 4), str(parts[-1]))
         return _clock(h.meta, self.layout)
 
-    def write_clocked(self, batch: Batch, clock: dict) -> None:
+    def write_clocked(self, batch: Batch, clock: dict, ends=None) -> None:
         self._open.append((batch, clock))
         self._open_at.append(time.perf_counter())
 

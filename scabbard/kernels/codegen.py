@@ -34,6 +34,8 @@ class FrontSpec:
     ``steps``: in order, ``("filter", code)`` or ``("join", j, (key code, ...))``; a join
     binds ``j<j>``, the matching relation row, for later code.
     ``keys`` / ``ints`` / ``floats``: code of each output column.
+    ``index``: ``out_ts`` receives each surviving tuple's row number in the batch instead of
+    its timestamp (a stateless query gathers its plain columns by it).
     """
 
     columns: tuple[str, ...]
@@ -42,6 +44,7 @@ class FrontSpec:
     keys: tuple[str, ...]
     ints: tuple[str, ...]
     floats: tuple[str, ...]
+    index: bool = False
 
     def source(self) -> str:
         args = ["n", "ts", *(f"c_{c}" for c in self.columns)]
@@ -59,7 +62,7 @@ class FrontSpec:
                 keyargs = ", ".join(f"np.int64({k})" for k in key)
                 body += [f"        j{j} = {probe}(rt_{j}, {keyargs})",
                          f"        if j{j} < 0:", "            continue"]
-        body.append("        out_ts[m] = ts[i]")
+        body.append("        out_ts[m] = i" if self.index else "        out_ts[m] = ts[i]")
         body += [f"        out_keys[m, {k}] = np.int64({c})" for k, c in enumerate(self.keys)]
         body += [f"        out_i[m, {k}] = np.int64({c})" for k, c in enumerate(self.ints)]
         body += [f"        out_f[m, {k}] = np.float64({c})" for k, c in enumerate(self.floats)]

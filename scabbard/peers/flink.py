@@ -52,7 +52,9 @@ import numpy as np
 
 from scabbard.data import Dataset
 from scabbard.peers.flink_sql import (
+    OFFSET,
     FlinkSQL,
+    counts_rows,
     flat_names,
     flink_sql,
     read_columns,
@@ -61,7 +63,7 @@ from scabbard.peers.flink_sql import (
 )
 from scabbard.query import Query, QueryError
 from scabbard.query.plan import Node, RelationJoin
-from scabbard.schema import Schema
+from scabbard.schema import Field, Schema
 
 REPO = Path(__file__).resolve().parents[2]
 FLINK_VENV = REPO / ".venv-flink"
@@ -126,27 +128,32 @@ def export_csv(schema: Schema, columns, path: Path) -> Path:
 
 
 def input_paths(dataset: Dataset, folder: Path, columns=None,
-                relations=None) -> tuple[Path, dict[str, Path]]:
+                relations=None, offsets: bool = False) -> tuple[Path, dict[str, Path]]:
     """Where :func:`export_dataset` puts a dataset's stream and ``relations`` (default: all)."""
     key = hashlib.sha256(f"{dataset.path.resolve()}|{dataset.checksum}".encode()).hexdigest()[:16]
     base = folder / f"{dataset.workload}-{dataset.name}-{key}"
     columns = dataset.schema.names if columns is None else tuple(columns)
     names = dataset.tables if relations is None else relations
     tag = hashlib.sha256(",".join(columns).encode()).hexdigest()[:8]
-    return (base / f"stream-{len(columns)}cols-{tag}.csv",
+    return (base / f"stream-{len(columns)}cols-{tag}{'-offsets' if offsets else ''}.csv",
             {name: base / f"relation-{name}.csv" for name in names})
 
 
 def export_dataset(dataset: Dataset, folder: Path, columns=None,
-                   relations=None) -> tuple[Path, dict[str, Path]]:
-    """The dataset's stream fields ``columns`` and ``relations`` (default: all) as CSV files.
+                   relations=None, offsets: bool = False) -> tuple[Path, dict[str, Path]]:
+    """The dataset's stream fields ``columns`` and ``relations`` (default: all) as CSV files;
+    ``offsets``: each tuple's offset in the stream as a last column (count-based windows).
 
     Files already there are reused: the paths carry the dataset's checksum and the columns.
     """
-    stream, relations = input_paths(dataset, folder, columns, relations)
+    stream, relations = input_paths(dataset, folder, columns, relations, offsets)
     if not stream.exists():
         schema = dataset.schema if columns is None else subset(dataset.schema, columns)
-        export_csv(schema, tuple(dataset.column(n) for n in schema.names), stream)
+        cols = tuple(dataset.column(n) for n in schema.names)
+        if offsets:
+            schema = Schema(schema.name, (*schema.fields, Field(OFFSET, "int64")))
+            cols += (np.arange(dataset.rows, dtype=np.int64),)
+        export_csv(schema, cols, stream)
     for name, path in relations.items():
         if not path.exists():
             table = dataset.tables[name]
@@ -299,23 +306,23 @@ def run_flink_many(runs: list[tuple[Query, Dataset]], workdir: str | Path | None
                 raise ValueError(f"{query.name} reads {query.source.schema.name!r} data, not "
                                  f"{dataset.schema.name!r}")
             used = sorted({j.relation.name for j in _relation_joins(query.node)})
-            columns = read_columns(query)
-            stream, relations = input_paths(dataset, work / "input", columns, used)
+            columns, offsets = read_columns(query), counts_rows(query)
+            stream, relations = input_paths(dataset, work / "input", columns, used, offsets)
             name = f"{i:02d}-{query.name}"
             out = work / "output" / name
             sql: FlinkSQL = flink_sql(query, stream.as_uri(),
                                       {k: p.as_uri() for k, p in relations.items()},
                                       out.as_uri(), prefix=f"q{i}_", columns=columns)
             check_relations(query, dataset)
-            compiled.append((query, dataset, out, columns, used))
+            compiled.append((query, dataset, out, columns, used, offsets))
             jobs.append({"name": name, "ddl": list(sql.ddl), "inserts": [sql.insert],
                          "checkpoint_dir": str(work / "checkpoints" / name)})
         if not flink_available(venv):
             raise RuntimeError(f"the Flink environment {venv} is missing or incomplete: "
                                f"{SETUP_HINT}")
         # 2. the input as CSV, fresh output folders
-        for _, dataset, out, columns, used in compiled:
-            export_dataset(dataset, work / "input", columns, used)
+        for _, dataset, out, columns, used, offsets in compiled:
+            export_dataset(dataset, work / "input", columns, used, offsets)
             shutil.rmtree(out, ignore_errors=True)
         # 3. the job(s)
         spec = {"parallelism": parallelism, "checkpoint_interval_s": checkpoint_interval_s,
@@ -323,7 +330,7 @@ def run_flink_many(runs: list[tuple[Query, Dataset]], workdir: str | Path | None
         report = run_job_script(spec, work, venv, timeout_s)
         # 4. the results
         results = []
-        for (query, dataset, out, _, _), job in zip(compiled, report["jobs"], strict=True):
+        for (query, dataset, out, *_), job in zip(compiled, report["jobs"], strict=True):
             cols = read_result(query.schema, out)
             seconds = job["net_runtime_s"] or job["seconds_wall"]
             results.append((query, dataset, cols, seconds, job))

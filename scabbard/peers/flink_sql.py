@@ -19,6 +19,12 @@ the result rows as CSV.  Every plan node becomes a temporary view:
   result with its per-window maximum; Flink's window Top-N knows only
   ``ROW_NUMBER``, which would drop ties).
 
+A stateless plan (σ, π, ⋈ relation only) is its views and the insert of its rows (in no
+particular order: the job runs in parallel).  A count-based window (ROWS) is a window over
+each tuple's offset in the stream, exported as the last CSV column and read as event-time
+milliseconds: ``HOP(slide M ms, range N ms)`` over it is the window of N tuples sliding by M,
+exactly as the engine numbers tuples (Flink SQL has no count-based window of its own).
+
 Types follow the plan's rules, not Flink's: integer arithmetic in ``BIGINT``,
 anything with a float in ``DOUBLE``, ``/`` always ``DOUBLE``, ``//`` and ``%``
 with floor semantics, sums of integers in ``BIGINT`` and of floats in ``DOUBLE``,
@@ -45,10 +51,12 @@ from scabbard.query.plan import (
     Source,
     WindowAggregate,
     WindowJoin,
+    stateless,
 )
 from scabbard.schema import Field, Schema
 
 ROWTIME = "__rt"
+OFFSET = "__offset"  # a tuple's offset in the stream (count-based windows' event time)
 WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
 # the relations' rows are valid from this event time on (ms; long before any stream tuple)
 RELATION_TIME_MS = -(10**12)
@@ -200,8 +208,22 @@ def read_columns(query: Query) -> tuple[str, ...]:
     (The engine touches only these columns too; a columnar format would give Flink
     the same by projection push-down.  CSV decoding is Flink's bottleneck here.)
     """
-    needed = _windowed_needs(query.node)
+    root = query.node
+    needed = (_stream_needs(root, set(root.schema.names)) if stateless(root)
+              else _windowed_needs(root))
     return tuple(n for n in query.source.schema.names if n in needed)
+
+
+def counts_rows(query: Query) -> bool:
+    """The query's windows count tuples: the exported stream then carries each tuple's offset
+    as its last column, :data:`OFFSET`."""
+    return any(w.window.rows for w in _windows(query.node))
+
+
+def _windows(node: Node) -> list[WindowAggregate]:
+    if isinstance(node, WindowAggregate):
+        return [node]
+    return [w for c in node.children for w in _windows(c)]
 
 
 @dataclass(frozen=True)
@@ -227,8 +249,8 @@ def _csv_table(name: str, columns, path: str, extra: str = "") -> str:
 
 class _Compiler:
     def __init__(self, prefix: str, stream_path: str, relation_paths: dict,
-                 columns: tuple[str, ...] | None):
-        self.prefix = prefix
+                 columns: tuple[str, ...] | None, rows: bool = False):
+        self.prefix, self.rows = prefix, rows
         self.columns = columns
         self.stream_path = stream_path
         self.relation_paths = relation_paths
@@ -247,11 +269,13 @@ class _Compiler:
     def source_table(self, node: Source) -> str:
         if self.source is None:
             self.source = f"{self.prefix}stream"
-            extra = (f",\n  {q(ROWTIME)} AS TO_TIMESTAMP_LTZ({q('timestamp')}, 3),\n"
+            # count-based windows: event time is the tuple's offset (1 ms per tuple)
+            axis = OFFSET if self.rows else "timestamp"
+            extra = (f",\n  {q(ROWTIME)} AS TO_TIMESTAMP_LTZ({q(axis)}, 3),\n"
                      f"  WATERMARK FOR {q(ROWTIME)} AS {q(ROWTIME)} - INTERVAL '0.001' SECOND")
             schema = subset(node.schema, self.columns) if self.columns else node.schema
-            self.ddl.append(_csv_table(self.source, table_columns(schema), self.stream_path,
-                                       extra))
+            columns = table_columns(schema) + ([(OFFSET, "BIGINT")] if self.rows else [])
+            self.ddl.append(_csv_table(self.source, columns, self.stream_path, extra))
         return self.source
 
     def relation_table(self, node: RelationJoin) -> str:
@@ -404,13 +428,10 @@ def flink_sql(query: Query, stream_path: str, relation_paths: dict[str, str], ou
     :func:`read_columns` is what the query needs).  Raises :class:`QueryError` for a plan the peer cannot run
     with the engine's semantics.
     """
-    if query.schema.stream:
-        raise QueryError(f"{query.name}: the Flink peer runs windowed queries (window(...)."
-                         "aggregate(...)); this plan has no window aggregation")
     for f in query.schema.fields:
         if f.dtype not in INT_TYPES | FLOAT_TYPES | {"uuid"}:
             raise QueryError(f"{query.name}: result column {f.name!r} is a {f.dtype}")
-    c = _Compiler(prefix, stream_path, relation_paths, columns)
+    c = _Compiler(prefix, stream_path, relation_paths, columns, counts_rows(query))
     root = c.compile(query.node)
     sink = f"{prefix}result"
     cols = sink_columns(query.schema)

@@ -24,6 +24,14 @@ How a plan runs:
    window join) act window by window, so they run as batch operations on the
    branches' outputs; the executors write the final rows.
 
+Spark has no count-based windows in Structured Streaming.  The same windows come from
+event time set to each tuple's *offset* in the stream (:func:`offsets`: the first offset of
+the tuple's Parquet file plus ``_metadata.row_index``), read as milliseconds: a window of N
+tuples sliding by M is then ``window(N ms, M ms)`` over it - exactly the engine's windows,
+which number tuples the same way.  A stateless query (σ, π, ⋈ relation) is one streaming
+query in append mode, no watermark; its rows carry their offset, by which the result is
+read back in input order.
+
 A run started again on the work folder of one that was stopped resumes from its
 checkpoints (``scabbard.peers.spark_io`` has the folder's layout).
 """
@@ -58,9 +66,11 @@ from scabbard.query.plan import (
     Source,
     WindowAggregate,
     WindowJoin,
+    stateless,
 )
 
 EVENT_TIME = "__event_time"
+OFFSET = "__offset"  # a tuple's offset in the input stream (see offsets())
 # Spark copies a tuple into each of its windows; past this many per tuple (SG1's hour windows
 # sliding by a second: 3,600), the generated Java exceeds the JVM's 64 KB method limit and
 # Spark falls back to interpreting only after tens of seconds spent compiling.  Such plans
@@ -115,17 +125,18 @@ def _agg_column(agg, schema):
     return fn(value).alias(agg.name)
 
 
-def _stream(node: Node, source_df, relations: dict):
-    """The DataFrame of a plan prefix (σ, π, ⋈ relation) over the source stream."""
+def _stream(node: Node, source_df, relations: dict, carry: tuple[str, ...] = (EVENT_TIME,)):
+    """The DataFrame of a plan prefix (σ, π, ⋈ relation) over the source stream; projections
+    keep the columns ``carry`` (the event time the window reads)."""
     from pyspark.sql import functions as F
 
     if isinstance(node, Source):
         return source_df
-    df = _stream(node.input, source_df, relations)
+    df = _stream(node.input, source_df, relations, carry)
     if isinstance(node, Filter):
         return df.where(column(resolve(node.predicate, node.input.schema)))
     if isinstance(node, Project):
-        cols = [F.col(EVENT_TIME), F.col("timestamp")]
+        cols = [*(F.col(c) for c in carry), F.col("timestamp")]
         cols += [column(resolve(e, node.input.schema)).alias(n) for n, e in node.columns]
         return df.select(*cols)
     if isinstance(node, RelationJoin):
@@ -233,10 +244,12 @@ def _survivors(node: Node, df, relations: dict):
     raise QueryError(f"{node.label()} cannot come before the window aggregation")
 
 
-def _write_sentinel(spark, source, branches, relations, folder: str, beyond_ms: int) -> None:
-    """Flush tuples: per branch, its last surviving tuple moved ``beyond_ms`` later, written
-    by the executors as one Parquet file into ``folder`` (kept if a previous attempt of the
-    run finished writing it).
+def _write_sentinel(spark, source, branches, relations, folder: str, beyond_ms: int,
+                    axis: str = "timestamp") -> None:
+    """Flush tuples: per branch, its last surviving tuple moved ``beyond_ms`` later on the
+    windows' ``axis`` (the timestamp, or a count-based window's offset), written by the
+    executors as one Parquet file into ``folder`` (kept if a previous attempt of the run
+    finished writing it).
 
     Spark pushes filters below the watermark, so only a tuple that passes a
     branch's σ and ⋈ advances that branch's watermark past its last window.
@@ -251,9 +264,9 @@ def _write_sentinel(spark, source, branches, relations, folder: str, beyond_ms: 
     names = source.columns
     last = [_survivors(node.input, source, relations)
             .select(*(F.col(f"__orig_{n}").alias(n) for n in names))
-            .orderBy(F.col("timestamp").desc()).limit(1) for node in branches]
+            .orderBy(F.col(axis).desc()).limit(1) for node in branches]
     rows = reduce(lambda a, b: a.unionByName(b), last)
-    (rows.withColumn("timestamp", F.col("timestamp") + F.lit(beyond_ms))
+    (rows.withColumn(axis, F.col(axis) + F.lit(beyond_ms))
      .coalesce(1).write.mode("append").parquet(folder))
 
 
@@ -293,7 +306,8 @@ def _sql_settings(spark, settings: dict[str, str]):
 
 def windows_per_tuple(query: Query) -> int:
     """The most windows one input tuple falls into, over the query's window aggregations."""
-    return max(-(-b.window.range_ms // b.window.slide_ms) for b in _branches(query.node))
+    return max((-(-b.window.range_ms // b.window.slide_ms) for b in _branches(query.node)),
+               default=1)
 
 
 def _consume(node, stream, relations, i: int, work: Workdir) -> int:
@@ -348,28 +362,40 @@ def _run(query, data, spark, workdir, checkpoint, output, max_files_per_trigger,
     try:
         t0 = time.perf_counter()
         branches = _branches(query.node)
-        SharedFS(spark).mkdirs(work.sentinel)
         relations = {name: spark.read.schema(arrow_to_spark(t.schema)).parquet(*t.parquet)
                      for name, t in data.tables.items()}
-        # 1. the stream: the dataset's Parquet folder and the sentinel folder
         spark_schema = arrow_to_spark(data.schema)
         reader = spark.readStream.schema(spark_schema)
         if max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-        stream = reader.parquet(data.stream.parquet_folder).unionByName(
-            spark.readStream.schema(spark_schema).parquet(work.sentinel))
-        stream = stream.withColumn(EVENT_TIME, F.timestamp_millis("timestamp")) \
+        if stateless(query.node):
+            return _run_stateless(query, data, spark, reader, relations, work, output, collect,
+                                  t0)
+        SharedFS(spark).mkdirs(work.sentinel)
+        # 1. the stream: the dataset's Parquet folder and the sentinel folder; count-based
+        # windows' event time is each tuple's offset in the stream (ms = tuples)
+        rows = any(b.window.rows for b in branches)
+        axis = OFFSET if rows else "timestamp"
+        stream = reader.parquet(data.stream.parquet_folder)
+        source = spark.read.schema(spark_schema).parquet(*data.stream.parquet)
+        sentinel_schema = spark_schema
+        if rows:
+            at = offsets(spark, data)
+            stream, source = stream.withColumn(OFFSET, at), source.withColumn(OFFSET, at)
+            sentinel_schema = _with_offset(spark_schema)
+        stream = stream.unionByName(spark.readStream.schema(sentinel_schema).parquet(work.sentinel))
+        stream = stream.withColumn(EVENT_TIME, F.timestamp_millis(axis)) \
             .withWatermark(EVENT_TIME, "0 seconds")
         # 2. one streaming query per window aggregation.  Read in one micro-batch, the data
         # and the sentinel can be read together; read in several, the sentinel must come
         # after the last one (it would make all later data late), so each branch consumes
         # the data first and then runs again from its checkpoint to read the sentinel.
         horizon = max(b.window.range_ms + b.window.slide_ms for b in branches) + 1000
-        source = spark.read.schema(spark_schema).parquet(*data.stream.parquet)
         read, streaming = [0] * len(branches), 0.0
         for flush in ([True] if not max_files_per_trigger else [False, True]):
             if flush:
-                _write_sentinel(spark, source, branches, relations, work.sentinel, horizon)
+                _write_sentinel(spark, source, branches, relations, work.sentinel, horizon,
+                                axis)
             started = time.perf_counter()
             read = [n + _consume(node, stream, relations, i, work)
                     for n, (i, node) in zip(read, enumerate(branches), strict=True)]
@@ -393,6 +419,63 @@ def _run(query, data, spark, workdir, checkpoint, output, max_files_per_trigger,
     finally:
         if own:
             shutil.rmtree(local_path(work.uri), ignore_errors=True)
+
+
+def offsets(spark, data):
+    """Each row's offset in the dataset's stream, as a Column of a (streaming or batch) read of
+    its Parquet files: the first offset of the row's file (the manifest lists the files in
+    stream order; their rows are counted by a batch job) plus the row's index in its file
+    (``_metadata.row_index``).  What a count-based window numbers tuples by, and the order of
+    a stateless query's results."""
+    from pyspark.sql import functions as F
+
+    counts = dict(spark.read.schema(arrow_to_spark(data.schema)).parquet(*data.stream.parquet)
+                  .groupBy(F.col("_metadata.file_name")).count().collect())
+    pairs, at = [], 0
+    for uri in data.stream.parquet:
+        name = uri.rsplit("/", 1)[-1]
+        pairs += [F.lit(name), F.lit(at)]
+        at += counts.get(name, 0)
+    if at != data.rows:
+        raise ValueError(f"{data.path}: its Parquet files hold {at:,} rows, its manifest says "
+                         f"{data.rows:,}")
+    first = F.element_at(F.create_map(*pairs), F.col("_metadata.file_name"))
+    return (first + F.col("_metadata.row_index")).cast("long")
+
+
+def _with_offset(types):
+    """A StructType with the offset column added (a new one: ``add`` changes its receiver)."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    return StructType([*types.fields, StructField(OFFSET, LongType(), False)])
+
+
+def _run_stateless(query, data, spark, reader, relations, work, output, collect, t0) -> SparkRun:
+    """A stateless query (σ, π, ⋈ relation) as one streaming query in append mode: its rows,
+    each with its input offset, written as they come; read back in input order."""
+    stream = reader.parquet(data.stream.parquet_folder).withColumn(OFFSET, offsets(spark, data))
+    frame = _stream(query.node, stream, relations, carry=(OFFSET,)).select(
+        OFFSET, *query.schema.names)
+    started = time.perf_counter()
+    q = (frame.writeStream.format("parquet").option("checkpointLocation", work.checkpoint(0))
+         .option("path", work.branch(0)).outputMode("append").trigger(availableNow=True).start())
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise RuntimeError(f"Spark streaming query failed: {q.exception()}")
+    streaming = time.perf_counter() - started
+    types = arrow_to_spark(query.schema)
+    result = (spark.read.schema(_with_offset(types)).parquet(work.branch(0))
+              .orderBy(OFFSET).select(*query.schema.names))
+    out = to_uri(output) if output is not None else None
+    rows, cols = None, {}
+    if out is not None:
+        write_rows(result, types, out)
+        rows = spark.read.schema(types).parquet(out).count()
+    if collect:
+        cols = _to_columns(result, query.schema)
+        rows = len(cols[query.schema.names[0]])
+    return SparkRun(query.name, cols, data.rows, streaming, time.perf_counter() - t0, out, rows,
+                    (rows_read(q),))
 
 
 def arrow_to_spark(schema):

@@ -12,6 +12,11 @@
             .named("LRB1"))
     print(LRB1.explain())
 
+A query that stops before ``window()`` is *stateless* (σ, π and ⋈ with a relation only,
+PipeFabric's Table 1): its result is the selected, projected tuples, in input order.
+
+    EVEN = Query.stream(sg.SCHEMA, "sg").where(col("id") % 2 == 0).named("EVEN")
+
 Each step builds a plan node (``scabbard.query.plan``), which validates itself:
 a bad query raises :class:`QueryError` at the step that makes it bad.
 """
@@ -103,6 +108,14 @@ class Query:
         """ω(range, slide) in seconds of event time; tumbling when ``slide`` is omitted."""
         self._before_window("window()")
         return WindowedQuery(self, Window.seconds(range, range if slide is None else slide))
+
+    def window_rows(self, rows: int, slide: int | None = None) -> WindowedQuery:
+        """A count-based window (ROWS): ``rows`` tuples, sliding by ``slide`` tuples (tumbling
+        when omitted).  Tuples are numbered by their offset in the input stream, so a window
+        is the same on every replay and after a recovery; ``window_start`` / ``window_end``
+        of a result are offsets (see :class:`~scabbard.query.plan.Window`)."""
+        self._before_window("window_rows()")
+        return WindowedQuery(self, Window.count(rows, rows if slide is None else slide))
 
     # -- on windowed results ----------------------------------------------------------------
     def having(self, predicate: Expr) -> Query:

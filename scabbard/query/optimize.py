@@ -18,7 +18,12 @@ holds a compact stream, still enough to recompute every result on recovery:
 5. **stateful operators** (ω γ α, joins of windows, everything after the window
    aggregation) and relation joins are never moved: stateful ones amplify data and
    are checkpointed instead (§3.4), and a relation join would tie the persisted
-   stream to a side table's contents.
+   stream to a side table's contents.  Below a count-based window no selection
+   moves either: the window numbers tuples by their offset in the stream it reads.
+
+A stateless query (σ, π, ⋈ relation only) is one prefix: its selections move below the
+p-stream, which then persists after them - its tuples are the query's result rows - and
+its derived columns are computed above it from the attributes kept.
 
 :func:`push_up` returns a :class:`PushUp`: the reduction to run before persistence
 and the rewritten plan that reads the reduced stream.  Running the rewritten plan
@@ -39,6 +44,7 @@ from scabbard.query.plan import (
     Source,
     WindowAggregate,
     WindowJoin,
+    stateless,
 )
 from scabbard.schema import Schema
 
@@ -114,15 +120,13 @@ def _branches(node: Node) -> list[WindowAggregate]:
     """The window aggregations over the source (one per branch), in plan order."""
     if isinstance(node, WindowAggregate):
         return [node]
-    if isinstance(node, _PREFIX + (Source,)):
-        raise QueryError("push-up needs a windowed query (a stream query ends in a window "
-                         "aggregation)")
     return [b for c in node.children for b in _branches(c)]
 
 
-def _chain(agg: WindowAggregate) -> list[Node]:
-    """The branch's stateless prefix, source first."""
-    chain, n = [], agg.input
+def _chain(n: Node) -> list[Node]:
+    """The stateless prefix ending at ``n`` (a branch's window's input, or a stateless
+    plan's root), source first."""
+    chain = []
     while not isinstance(n, Source):
         if not isinstance(n, _PREFIX):
             raise QueryError(f"{n.label()} cannot come before the window aggregation")
@@ -145,17 +149,30 @@ def _expressions(node: Node) -> list[Expr]:
 
 @dataclass
 class _Branch:
-    agg: WindowAggregate
+    agg: WindowAggregate | None  # None: the stateless plan (its chain is the whole query)
     chain: list[Node]
     pushed: list[int]  # indices into chain of the filters moved below the p-stream
     predicate: Expr | None  # their conjunction over source attributes
 
+    def used(self, kept: list[Node], source: Schema) -> set[str]:
+        """The attributes what stays above the p-stream reads (an over-approximation is
+        safe: a derived attribute named like a source one only keeps that one); a stateless
+        plan's result without a projection is every attribute."""
+        nodes = kept if self.agg is None else [*kept, self.agg]
+        used = {"timestamp"}.union(*(e.columns() for n in nodes for e in _expressions(n)))
+        if self.agg is None and not any(isinstance(n, Project) for n in self.chain):
+            used |= set(source.names)
+        return used
 
-def _analyse(agg: WindowAggregate, source: Source) -> _Branch:
-    chain = _chain(agg)
+
+def _analyse(agg: WindowAggregate | None, chain: list[Node], source: Source) -> _Branch:
+    """A branch's prefix: the filters that move below the p-stream.  None move below a
+    count-based window: they would renumber the tuples it counts (by input offset)."""
     env: dict[str, Expr | None] = {n: Col(n) for n in source.schema.names}
     pushed, preds = [], []
     for i, node in enumerate(chain):
+        if agg is not None and agg.window.rows:
+            break
         if isinstance(node, Filter):
             over_source = _substitute(node.resolved_predicate(), env)
             if over_source is not None:
@@ -184,7 +201,10 @@ def push_up(plan: Node) -> PushUp:
     """Rewrite ``plan`` so that selections, projections and compression run before the
     ingress p-stream (steps in the module docstring)."""
     source = plan.source()
-    branches = [_analyse(a, source) for a in _branches(plan)]
+    if stateless(plan):  # the whole query is a prefix: it ends where its result does
+        branches = [_analyse(None, _chain(plan), source)]
+    else:
+        branches = [_analyse(a, _chain(a.input), source) for a in _branches(plan)]
     # Step 2: the tuples some branch needs
     if any(b.predicate is None for b in branches):
         predicate = None
@@ -198,11 +218,8 @@ def push_up(plan: Node) -> PushUp:
     kept = [[n for i, n in enumerate(b.chain) if not (exact and i in b.pushed)] for b in branches]
     # Step 3: the attributes the operators above the p-stream read (an over-approximation is
     # safe: a derived attribute named like a source one only keeps that one)
-    used = {"timestamp"}
-    for b, chain in zip(branches, kept, strict=True):
-        for node in [*chain, b.agg]:
-            for e in _expressions(node):
-                used |= e.columns()
+    used = set().union(*(b.used(chain, source.schema)
+                         for b, chain in zip(branches, kept, strict=True)))
     columns = tuple(n for n in source.schema.names if n in used)
     schema = Schema(f"{source.schema.name}_persisted",
                     tuple(source.schema.field(c) for c in columns),
@@ -214,7 +231,8 @@ def push_up(plan: Node) -> PushUp:
         n: Node = reduced
         for node in chain:
             n = replace(node, input=n)
-        done[id(b.agg)] = replace(b.agg, input=n)
+        done[id(b.agg if b.agg is not None else plan)] = (
+            replace(b.agg, input=n) if b.agg is not None else n)
         moved += [b.chain[i].label() for i in b.pushed if exact and b.chain[i].label() not in moved]
     if predicate is not None and not exact:
         moved.append(f"σ[{predicate!r}] (what any branch keeps; each still applies its own)")

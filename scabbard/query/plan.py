@@ -6,6 +6,9 @@ run on a windowed result stream: Having (σ over aggregates), KeepMax (⋈ with 
 window's α max, NEXMark Q5), PerWindowAggregate (γ α over each window's results,
 LRB3's count of count) and WindowJoin (⋈ of two windowed results, SG3).
 
+A plan without a window aggregation is *stateless* (:func:`stateless`): σ, π and ⋈ with
+a relation over the source, its result the surviving tuples in input order.
+
 Every node computes its schema in ``__post_init__`` - so constructing a bad plan
 raises :class:`QueryError` at once, naming the problem.
 """
@@ -13,6 +16,8 @@ raises :class:`QueryError` at once, naming the problem.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from scabbard.query.expr import NUMERIC, Col, Expr, QueryError, resolve
 from scabbard.schema import Field, Schema, SchemaError
@@ -24,21 +29,31 @@ WINDOW_FIELDS = (Field("window_start", "int64", "window start (ms, inclusive)"),
 
 @dataclass(frozen=True)
 class Window:
-    """An event-time window ω(range, slide) in milliseconds; tumbling when range == slide."""
+    """A window ω(range, slide); tumbling when range == slide.
+
+    An event-time window counts milliseconds of event time.  A count-based window (``rows``,
+    ROWS semantics) counts tuples: its axis is each tuple's offset in the input stream (its
+    global position, the same on every replay), so ``range_ms`` / ``slide_ms`` are then
+    numbers of tuples and a window's ``window_start`` / ``window_end`` are offsets.  Tuples
+    a selection below the window drops keep their numbers (a window holds at most ``range``
+    of the tuples it aggregates)."""
 
     range_ms: int
     slide_ms: int
+    rows: bool = False
 
     def __post_init__(self) -> None:
+        unit = "tuples" if self.rows else "ms"
         if self.range_ms <= 0 or self.slide_ms <= 0:
-            raise QueryError(f"window sizes must be positive, got range {self.range_ms} ms, "
-                             f"slide {self.slide_ms} ms")
+            raise QueryError(f"window sizes must be positive, got range {self.range_ms} {unit}, "
+                             f"slide {self.slide_ms} {unit}")
         if self.slide_ms > self.range_ms:
-            raise QueryError(f"window slide ({self.slide_ms} ms) is larger than its range "
-                             f"({self.range_ms} ms): tuples would fall between windows")
+            raise QueryError(f"window slide ({self.slide_ms} {unit}) is larger than its range "
+                             f"({self.range_ms} {unit}): tuples would fall between windows")
         if self.range_ms % self.slide_ms:
-            raise QueryError(f"window range ({self.range_ms} ms) must be a multiple of its slide "
-                             f"({self.slide_ms} ms): windows are assembled from slide-sized panes")
+            raise QueryError(f"window range ({self.range_ms} {unit}) must be a multiple of its "
+                             f"slide ({self.slide_ms} {unit}): windows are assembled from "
+                             f"slide-sized panes")
 
     @classmethod
     def seconds(cls, range_s: float, slide_s: float) -> Window:
@@ -46,6 +61,15 @@ class Window:
         if r != int(r) or s != int(s):
             raise QueryError(f"window sizes must be whole milliseconds, got {range_s} s / {slide_s} s")
         return cls(int(r), int(s))
+
+    @classmethod
+    def count(cls, rows: int, slide: int) -> Window:
+        """A count-based window of ``rows`` tuples sliding by ``slide`` tuples."""
+        for name, v in (("rows", rows), ("slide", slide)):
+            if isinstance(v, bool) or not isinstance(v, int | np.integer):
+                raise QueryError(f"a count-based window's {name} is a whole number of tuples, "
+                                 f"got {v!r}")
+        return cls(int(rows), int(slide), rows=True)
 
     @property
     def panes(self) -> int:
@@ -57,6 +81,8 @@ class Window:
         return self.range_ms == self.slide_ms
 
     def __str__(self) -> str:
+        if self.rows:
+            return f"ω_rows({self.range_ms:,} tuples, {self.slide_ms:,} tuples)"
         return f"ω({self.range_ms / 1000:g} s, {self.slide_ms / 1000:g} s)"
 
 
@@ -318,6 +344,13 @@ class WindowAggregate(Node):
         return f"{self.window} γ[{keys or '-'}] α[{aggs}]"
 
 
+def stateless(node: Node) -> bool:
+    """The plan is σ, π and ⋈ with relations over its source, nothing else (no window)."""
+    while isinstance(node, Filter | Project | RelationJoin):
+        node = node.input
+    return isinstance(node, Source)
+
+
 def windowed_root(node: Node) -> WindowAggregate:
     """The window aggregation a per-window operator works on."""
     while not isinstance(node, WindowAggregate):
@@ -422,6 +455,9 @@ class WindowJoin(Node):
 
     def __post_init__(self) -> None:
         lw, rw = windowed_root(self.left), windowed_root(self.right)
+        if lw.window.rows != rw.window.rows:
+            raise QueryError("join_windows: one side counts tuples, the other event time; "
+                             "join windows of one kind")
         if lw.window.slide_ms != rw.window.slide_ms:
             raise QueryError(f"join_windows: the slides differ ({lw.window} vs {rw.window}): "
                              f"the two result streams must end windows at the same times")

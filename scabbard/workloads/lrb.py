@@ -236,4 +236,18 @@ def lrb3() -> Query:
             .aggregate(count().alias("vehicles")).named("LRB3", lrb3.__doc__))
 
 
-QUERIES = {"LRB1": lrb1, "LRB2": lrb2, "LRB3": lrb3}
+def lrb_rows() -> Query:
+    """LRB-ROWS: a count-based window - the average speed and the reports per expressway and
+    direction over the last 4,096 position reports, every 1,024 reports (tuples numbered by
+    their offset in the stream).
+
+    SELECT highway, direction, AVG(speed) AS avg_speed, COUNT(*) AS reports
+    FROM lrb [ROWS 4096 SLIDE 1024]
+    GROUP BY highway, direction
+    """
+    return (_reports().window_rows(4096, 1024).group_by("highway", "direction")
+            .aggregate(avg("speed").alias("avg_speed"), count().alias("reports"))
+            .named("LRB-ROWS", lrb_rows.__doc__))
+
+
+QUERIES = {"LRB1": lrb1, "LRB2": lrb2, "LRB3": lrb3, "LRB-ROWS": lrb_rows}

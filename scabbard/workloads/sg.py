@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 
-from scabbard.query import Query, avg, col
+from scabbard.query import Query, avg, col, lit
 from scabbard.schema import Field, Schema
 from scabbard.workloads._expr import F, normal, randint, uniform
 from scabbard.workloads.generator import BuildContext, DatagenError, GenParams, Option, WorkloadSpec
@@ -168,4 +168,23 @@ def sg3() -> Query:
             .named("SG3", sg3.__doc__))
 
 
-QUERIES = {"SG1": sg1, "SG2": sg2, "SG3": sg3}
+# -- PipeFabric's Table 1 (Pohl, GvDB 2019): one selection, four selectivities ---------------------
+SELECTIVITIES = {"TRUE": lit(True), "MOD2": col("id") % 2 == 0, "MOD10": col("id") % 10 == 0,
+                 "FALSE": lit(False)}
+
+
+def pipefabric(selectivity: str) -> Query:
+    """PF-<selectivity>: PipeFabric's Table 1 - a stateless selection forwarding the readings
+    that satisfy a predicate on the key (the measurement id, consecutive numbers): ``true``
+    (100%), ``key mod 2`` (50%), ``key mod 10`` (10%), ``false`` (0%).
+
+    SELECT * FROM sg WHERE <predicate>
+    """
+    pred = SELECTIVITIES[selectivity]
+    return Query.stream(SCHEMA, "sg").where(pred).named(
+        f"PF-{selectivity}", f"PF-{selectivity}: SELECT * FROM sg WHERE {pred!r} "
+        f"(PipeFabric's Table 1)")
+
+
+QUERIES = {"SG1": sg1, "SG2": sg2, "SG3": sg3,
+           **{f"PF-{k}": (lambda k=k: pipefabric(k)) for k in SELECTIVITIES}}
