@@ -145,7 +145,9 @@ def test_kill_campaign_with_key_partitioned_assembly(tiny, tmp_path):
 @pytest.mark.crash
 @pytest.mark.parametrize("name, sink, assembly, reduce", [
     ("CM1", "clocked", "auto", False), ("LRB1", "transactional", "auto", True),
-    ("YSB", "clocked", "auto", True), ("LRB3", "transactional", "partitioned:3", False)])
+    ("YSB", "clocked", "auto", True), ("LRB3", "transactional", "partitioned:3", False),
+    # a stateless selection and a count-based window (its windows by input offset)
+    ("PF-MOD2", "transactional", "auto", True), ("LRB-ROWS", "clocked", "auto", False)])
 def test_kill_campaign_with_parallel_ingress(tiny, tmp_path, name, sink, assembly, reduce):
     """SIGKILLs at random moments with the source read by several ingress partitions, each
     incarnation with another number than the one it recovers (3, 1, 2, ...: the stored input

@@ -234,12 +234,15 @@ def sg_positions(ds, out: pd.DataFrame) -> np.ndarray:
 
 @pytest.mark.spark
 @pytest.mark.parametrize("name", [*queries.TABLE1, "LRB-ROWS"])
-@pytest.mark.parametrize("batch_rows, workers, push", [(None, 2, False), (997, 1, True),
-                                                       (4096, 2, True)])
-def test_named_queries_match_the_reference(tiny, name, batch_rows, workers, push):
+@pytest.mark.parametrize("batch_rows, workers, push, ingress", [
+    (None, 2, False, 1), (997, 1, True, 1), (4096, 2, True, 1),
+    # the source read by several ingress partitions (issue 21)
+    (997, 2, True, 3), (4096, 2, False, 2)])
+def test_named_queries_match_the_reference(tiny, name, batch_rows, workers, push, ingress):
     q, ds = queries.get(name), tiny[queries.workload_of(name)]
     sink = CollectSink()
-    run_query(q, ds, sink=sink, config=EngineConfig(workers=workers, batch_rows=batch_rows),
+    run_query(q, ds, sink=sink, config=EngineConfig(workers=workers, batch_rows=batch_rows,
+                                                    ingress_partitions=ingress),
               max_tuples=2 * ds.rows + 77, push_up=push)  # replayed: offsets go on
     looped = {n: np.concatenate([ds.column(n)] * 3)[:2 * ds.rows + 77] for n in ds.schema.names}
     step = int(ds.column("timestamp")[-1]) + 1
