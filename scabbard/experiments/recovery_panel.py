@@ -167,6 +167,7 @@ class Panel:
         self._lock = threading.Lock()  # the error lines
         self._done = threading.Event()  # the last run ended, its files are handled
         self._done.set()
+        self._runner: threading.Thread | None = None
         _PANELS.add(self)
 
     def _ipython_display_(self):
@@ -190,8 +191,10 @@ class Panel:
         refresher = threading.Thread(target=self._guarded, args=("chart", self._refresh, run),
                                      daemon=True, name="panel-chart")
         refresher.start()
-        threading.Thread(target=self._guarded, args=("run", self._campaign, run, refresher),
-                         daemon=True, name="panel-run").start()
+        self._runner = threading.Thread(target=self._guarded,
+                                        args=("run", self._campaign, run, refresher),
+                                        daemon=True, name="panel-run")
+        self._runner.start()
 
     def kill(self) -> None:
         run = self.run
@@ -210,8 +213,16 @@ class Panel:
         self.status.value = "stopping ..."
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Until the last run ended and its files were handled (False: timed out)."""
-        return self._done.wait(timeout)
+        """Until the last run ended, its files were handled and its thread is gone (False: timed
+        out)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        if not self._done.wait(timeout):
+            return False
+        runner = self._runner
+        if runner is not None:  # (its last statement sets _done: it is about to return)
+            runner.join(None if end is None else max(0.0, end - time.monotonic()))
+            return not runner.is_alive()
+        return True
 
     # -- errors --------------------------------------------------------------------------------
     def _guarded(self, where: str, fn, *args) -> None:
