@@ -11,6 +11,7 @@ its CQL-like meaning as docstring; :func:`workload_of` says which dataset it rea
 from __future__ import annotations
 
 from scabbard import workloads
+from scabbard.errors import UserError
 from scabbard.query import Query
 
 NAMES = ("CM1", "CM2", "SG1", "SG2", "SG3", "LRB1", "LRB2", "LRB3", "YSB", "NQ", "SM")
@@ -18,7 +19,7 @@ _WORKLOAD = {"CM1": "cm", "CM2": "cm", "SG1": "sg", "SG2": "sg", "SG3": "sg", "L
              "LRB2": "lrb", "LRB3": "lrb", "YSB": "ysb", "NQ": "nexmark", "SM": "sm"}
 
 
-class UnknownQueryError(KeyError):
+class UnknownQueryError(UserError, KeyError):
     def __str__(self) -> str:
         return f"unknown query {self.args[0]!r} (choose from {', '.join(NAMES)})"
 
