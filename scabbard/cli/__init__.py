@@ -3,7 +3,8 @@
     scabbard datagen WORKLOAD|all [--scale tiny|small|full] [--duration S] [--rate R] ...
     scabbard run --query Q [--backend scabbard|spark] [--workers N] [--rate R] [--duration S] ...
     scabbard data list|check ...
-    scabbard reproduce [--only NAME] [--scale small|full]
+    scabbard reproduce [--only NAME] [--scale tiny|small|full]
+    scabbard demo [--scale small|tiny]
     scabbard bench datagen ...
     scabbard check crash-states --query Q [--sink clocked|transactional] [--states N]
     scabbard spark up|down|status [--folder DIR]
@@ -35,7 +36,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"scabbard {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from scabbard.cli import bench, data, datagen, reproduce, run
+    from scabbard.cli import bench, data, datagen, demo, reproduce, run
 
     datagen.add(sub)
     run.add_run(sub)
@@ -43,6 +44,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     run.add_explain(sub)
     data.add(sub)
     reproduce.add(sub)
+    demo.add(sub)
     bench.add(sub, full=command in (None, "bench"))
     from scabbard.cli import check, sim, spark  # light: SimPy, Spark load on use
 
