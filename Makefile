@@ -6,10 +6,10 @@ STAMP := $(VENV)/.installed
 .PHONY: setup peers demo test test-all bench sim java lint clean-data help
 
 help:
-	@echo "make demo      set up, generate every dataset at small scale, run the datasets notebook"
+	@echo "make demo      set up, then the workbench in ~3 minutes: a run killed with SIGKILL and recovered exactly once, push-up, 16 cores simulated - in a report"
 	@echo "make test      set up and run the test suite (what CI runs)"
 	@echo "make bench     set up and print the benchmark figures (datagen, engine vs Spark, ingest, checkpoints, codecs, Kafka++, peers side by side, aligned checkpoints, Spark local vs cluster)"
-	@echo "make sim       set up, calibrate the simulator on this machine (experiments/calibration.json) and validate it against the engine"
+	@echo "make sim       set up, calibrate the simulator on this machine (scabbard/resources/calibration.json) and validate it against the engine"
 	@echo "make setup     only create .venv and install (checks Python 3.11+ and Java 17+)"
 	@echo "make peers     install the peers: RabbitMQ (apt-get, needs root) and PyFlink in .venv-flink"
 	@echo "make java      install a Java 17 runtime with apt-get (Debian/Ubuntu, needs root)"
@@ -24,9 +24,9 @@ $(STAMP): pyproject.toml scripts/setup.sh
 peers:
 	scripts/setup-peers.sh
 
+# a kill recovered exactly once, push-up explained and measured, 16 cores simulated: a report
 demo: setup
-	$(BIN)/scabbard datagen all --scale small
-	$(BIN)/scabbard reproduce --only 00_datasets --scale small
+	$(BIN)/scabbard demo
 
 # two pytest processes: much of the suite waits on JVMs, kernels starting and paced input;
 # a module stays on one process (its fixtures are started once)
@@ -48,9 +48,9 @@ bench: setup peers
 # the simulator: costs measured here (all eleven queries), then predicted vs measured
 sim: setup
 	$(BIN)/scabbard datagen all --scale small
-	$(BIN)/scabbard sim calibrate --scale small --out experiments/calibration.json
-	$(BIN)/scabbard sim validate --calibration experiments/calibration.json --out experiments/runs/sim_validation.csv
-	$(BIN)/scabbard sim speed --calibration experiments/calibration.json
+	$(BIN)/scabbard sim calibrate --scale small
+	$(BIN)/scabbard sim validate --output experiments/runs/sim_validation.csv
+	$(BIN)/scabbard sim speed
 
 lint: setup
 	$(BIN)/ruff check scabbard tests
