@@ -248,3 +248,43 @@ def test_charts_are_self_contained_html(tmp_path):
     assert any("bind" in p for p in spec.get("params", [])), "zoom and pan are bound"
     assert spec["encoding"]["tooltip"], "hover shows the values"
     assert "vegaEmbed" in charts.show(chart)._repr_html_()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_spark_backend_writes_uuids_as_the_engine_does(spark, tiny, tmp_path):
+    from scabbard.cli import main
+
+    data = str(tiny["ysb"].path)
+    assert main(["run", "--query", "YSB", "--data", data, "--quiet",
+                 "--output", str(tmp_path / "engine.parquet")]) == 0
+    assert main(["run", "--query", "YSB", "--backend", "spark", "--data", data,
+                 "--output", str(tmp_path / "spark.parquet")]) == 0
+    engine, peer = (pd.read_parquet(tmp_path / f"{n}.parquet") for n in ("engine", "spark"))
+    keys = ["window_end", "campaign_id"]
+    engine, peer = (f.sort_values(keys).reset_index(drop=True) for f in (engine, peer))
+    assert peer["campaign_id"].map(type).eq(str).all()
+    pd.testing.assert_frame_equal(peer, engine, check_dtype=False)
+
+
+# -- make demo, reduced ------------------------------------------------------------------------------
+@pytest.mark.notebooks
+@pytest.mark.slow
+def test_the_demo_kills_recovers_and_reports(tiny, data_root, tmp_path):
+    """``make demo`` at the tiny scale: a report with the verdict, the phases and the figures."""
+    out = scabbard("demo", "--scale", "tiny", "--data-root", str(data_root), "--output",
+                   str(tmp_path / "runs"), cwd=tmp_path, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = dict(line.split(":", 1) for line in out.stdout.splitlines()
+                 if line.startswith(("report:", "notebook:", "figures:")))
+    index, notebook = Path(lines["report"].strip()), Path(lines["notebook"].strip())
+    assert index.is_file() and notebook.is_file()
+    figures = {"recovery.png", "optimization_breakdown.png", "what_if_cores.png"}
+    assert figures <= {f.strip() for f in lines["figures"].split(",")}
+    page = index.read_text()
+    assert all(f"demo/{f}" in page for f in figures) and "load average" in page
+    rendered = notebook.read_text()
+    assert "kill -&gt; recovered" in rendered or "kill -> recovered" in rendered
+    assert "bytes per input tuple" in rendered and "vegaEmbed" in rendered
+    verdict = pd.read_csv(index.parent / "demo" / "results.csv")
+    assert verdict["exactly_once"].all()

@@ -177,3 +177,31 @@ def write_index(run_dir: Path, scale: str, results, experiments: dict, before: d
     out = run_dir / "index.html"
     out.write_text(page, encoding="utf-8")
     return out
+
+
+def gallery(run_dirs, out_dir: Path, width: int = 900, colors: int = 128) -> list[Path]:
+    """Every figure of the runs' notebooks as a small PNG in ``out_dir`` (for the README):
+    ``<notebook>--<figure>.png``, at most ``width`` pixels wide, ``colors`` colours (a
+    palette PNG is a tenth of the size).  A notebook in several runs: the first run's."""
+    from PIL import Image
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written, seen = [], set()
+    for run in map(Path, run_dirs):
+        for folder in sorted(p for p in run.iterdir() if p.is_dir()):
+            if folder.name in seen or not figures(folder):
+                continue
+            seen.add(folder.name)
+            for fig in figures(folder):
+                if fig.suffix != ".png":
+                    continue
+                name = "--".join((folder.name, *fig.relative_to(folder).with_suffix("").parts))
+                img = Image.open(fig).convert("RGB")
+                if img.width > width:
+                    img = img.resize((width, round(img.height * width / img.width)),
+                                     Image.LANCZOS)
+                target = out_dir / f"{name}.png"
+                img.quantize(colors).save(target, optimize=True)
+                written.append(target)
+    return written
