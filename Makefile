@@ -16,8 +16,9 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/setup.sh
+$(STAMP): pyproject.toml scripts/setup.sh scripts/compile-kernels.sh
 	scripts/setup.sh
+	scripts/compile-kernels.sh
 	@touch $(STAMP)
 
 # the peers run beside the engine in the tests and benchmarks: RabbitMQ (apt), PyFlink (.venv-flink)
