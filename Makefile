@@ -6,10 +6,10 @@ STAMP := $(VENV)/.installed
 .PHONY: setup peers browser demo test test-all bench sim java lint clean-data help
 
 help:
-	@echo "make demo      set up, generate every dataset at small scale, run the datasets notebook"
+	@echo "make demo      set up, then the workbench in ~3 minutes: a run killed with SIGKILL and recovered exactly once, push-up, 16 cores simulated - in a report"
 	@echo "make test      set up and run the test suite (what CI runs)"
 	@echo "make bench     set up and print the benchmark figures (datagen, engine vs Spark, ingest, checkpoints, codecs, Kafka++, peers side by side, aligned checkpoints, Spark local vs cluster)"
-	@echo "make sim       set up, calibrate the simulator on this machine (experiments/calibration.json) and validate it against the engine"
+	@echo "make sim       set up, calibrate the simulator on this machine (scabbard/resources/calibration.json) and validate it against the engine"
 	@echo "make setup     only create .venv and install (checks Python 3.11+ and Java 17+)"
 	@echo "make peers     install the peers: RabbitMQ (apt-get, needs root) and PyFlink in .venv-flink"
 	@echo "make browser   install Chromium and chromedriver for the browser tests (apt-get, needs root)"
@@ -17,8 +17,9 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/setup.sh
+$(STAMP): pyproject.toml scripts/setup.sh scripts/compile-kernels.sh
 	scripts/setup.sh
+	scripts/compile-kernels.sh
 	@touch $(STAMP)
 
 # the peers run beside the engine in the tests and benchmarks: RabbitMQ (apt), PyFlink (.venv-flink)
@@ -29,9 +30,9 @@ peers:
 browser:
 	scripts/setup-browser.sh
 
+# a kill recovered exactly once, push-up explained and measured, 16 cores simulated: a report
 demo: setup
-	$(BIN)/scabbard datagen all --scale small
-	$(BIN)/scabbard reproduce --only 00_datasets --scale small
+	$(BIN)/scabbard demo
 
 # two pytest processes: much of the suite waits on JVMs, kernels starting and paced input;
 # a module stays on one process (its fixtures are started once)
@@ -53,9 +54,9 @@ bench: setup peers
 # the simulator: costs measured here (all eleven queries), then predicted vs measured
 sim: setup
 	$(BIN)/scabbard datagen all --scale small
-	$(BIN)/scabbard sim calibrate --scale small --out experiments/calibration.json
-	$(BIN)/scabbard sim validate --calibration experiments/calibration.json --out experiments/runs/sim_validation.csv
-	$(BIN)/scabbard sim speed --calibration experiments/calibration.json
+	$(BIN)/scabbard sim calibrate --scale small
+	$(BIN)/scabbard sim validate --output experiments/runs/sim_validation.csv
+	$(BIN)/scabbard sim speed
 
 lint: setup
 	$(BIN)/ruff check scabbard tests

@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from scabbard.errors import Failure
+
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
-class SharedFSError(OSError):
+class SharedFSError(Failure, OSError):
     """A shared location cannot be read or written (one line: the location and the cause)."""
 
 

@@ -14,6 +14,7 @@ count-based window on LRB (``LRB-ROWS``).
 from __future__ import annotations
 
 from scabbard import workloads
+from scabbard.errors import UserError
 from scabbard.query import Query
 
 NAMES = ("CM1", "CM2", "SG1", "SG2", "SG3", "LRB1", "LRB2", "LRB3", "YSB", "NQ", "SM")
@@ -25,7 +26,7 @@ _WORKLOAD = {"CM1": "cm", "CM2": "cm", "SG1": "sg", "SG2": "sg", "SG3": "sg", "L
              **dict.fromkeys(TABLE1, "sg"), "LRB-ROWS": "lrb"}
 
 
-class UnknownQueryError(KeyError):
+class UnknownQueryError(UserError, KeyError):
     def __str__(self) -> str:
         return f"unknown query {self.args[0]!r} (choose from {', '.join(ALL)})"
 

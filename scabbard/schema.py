@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from scabbard.errors import UserError
+
 # name -> (numpy dtype of one value, values per row in the column array, bytes per row)
 # A "uuid" is 16 raw bytes (RFC 4122 byte order) held as two uint64 words per row.
 _TYPES: dict[str, tuple[np.dtype, int, int]] = {
@@ -34,7 +36,7 @@ NUMERIC_TYPES = frozenset({"int32", "int64", "uint32", "float32", "float64"})
 TIME_UNIT = "ms"
 
 
-class SchemaError(ValueError):
+class SchemaError(UserError, ValueError):
     """A schema is malformed, or data does not match it."""
 
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from scabbard.errors import Failure
+
 MIN_JAVA = 17
 INSTALL_HINT = (
     "install a Java 17+ runtime (Debian/Ubuntu: `sudo apt-get install -y "
@@ -32,11 +34,11 @@ INSTALL_HINT = (
 )
 
 
-class JavaNotFoundError(RuntimeError):
+class JavaNotFoundError(Failure, RuntimeError):
     """No usable Java runtime for Spark."""
 
 
-class SparkMasterError(RuntimeError):
+class SparkMasterError(Failure, RuntimeError):
     """The Spark master cannot be reached."""
 
 

@@ -22,8 +22,8 @@ def run_cli(*args, env=None, cwd=None):
     [
         (["datagen", "foo"], "unknown workload 'foo'"),
         (["datagen", "lrb", "--rate", "-5"], "--rate must be a positive number"),
-        (["datagen", "lrb", "--duration", "0"], "--duration must be a positive number"),
-        (["datagen", "lrb", "--duration", "nan"], "--duration must be a positive number"),
+        (["datagen", "lrb", "--duration", "0"], "--event-seconds must be a positive number"),
+        (["datagen", "lrb", "--event-seconds", "nan"], "--event-seconds must be a positive number"),
         (["datagen", "sm", "--duration", "0.001", "--rate", "1"], "gives no rows"),
         (["datagen", "cm", "--xways", "3"], "--xways does not apply to workload 'cm'"),
         (["datagen", "lrb", "--xways", "-1"], "--xways must be >= 0"),

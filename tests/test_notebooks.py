@@ -76,3 +76,38 @@ def test_reproduce_rejects_unknown_experiments_and_scales(tmp_path):
         reproduce(root=ROOT, scale="huge", runs_dir=tmp_path)
     with pytest.raises(ExperimentError, match="jobs must be at least 1"):
         reproduce(root=ROOT, jobs=0, runs_dir=tmp_path)
+
+
+@pytest.mark.notebooks
+@pytest.mark.slow
+def test_the_report_renders_every_notebook_and_shows_every_figure(tiny_run):
+    from scabbard.experiments.report import figures
+
+    page = (tiny_run.run_dir / "index.html").read_text()
+    assert "load average" in page and "scale <b>tiny</b>" in page
+    for r in tiny_run.results:
+        rendered = r.output.with_suffix(".html")
+        assert rendered.is_file() and "<img" in rendered.read_text(), r.name
+        assert f'href="{r.name}/{rendered.name}"' in page
+        for fig in figures(r.output.parent):  # subfolders too (04: one per restart kind)
+            assert str(fig.relative_to(tiny_run.run_dir)) in page, fig
+    assert "04_recovery/cold_restart/recovery.png" in page
+
+
+def test_reproduce_shows_progress_with_an_estimate(tmp_path, monkeypatch):
+    """One line per notebook with the time so far and what is left, and the notebook's own
+    lines after it (here: an experiment whose notebook fails at once, so nothing runs)."""
+    from scabbard.experiments import reproduce as rep
+
+    lines = []
+    monkeypatch.setattr(rep, "run_experiment", lambda exp, scale, out, data, cwd, log: (
+        log("    | a line the notebook printed"),
+        rep.Result(exp.name, True, 1.0, out / exp.notebook.name))[1])
+    report = reproduce(root=ROOT, only=["05_compression_tradeoffs", "10_aligned_checkpoints"],
+                       scale="tiny", runs_dir=tmp_path, log=lines.append)
+    assert [r.ok for r in report.results] == [True, True]
+    starts = [line for line in lines if line.startswith("[1/2") or line.startswith("[2/2")]
+    assert len(starts) == 2 and all("elapsed, about" in s and "left]" in s for s in starts)
+    assert "    | a line the notebook printed" in lines
+    assert (report.run_dir / "index.html").is_file()
+    assert (tmp_path / "reproduce-steps-tiny.json").is_file()  # the next run's estimates

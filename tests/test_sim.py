@@ -365,7 +365,7 @@ def test_cli_run_prints_the_predicted_metrics(tmp_path, capsys):
     (["--cores", "0"], "--cores must be an integer >= 1"),
     (["--disk-mb-s", "-5"], "--disk-mb-s must be a positive number"),
     (["--query", "Q7"], "unknown query 'Q7'"),
-    (["--duration", "0"], "--duration must be a positive number"),
+    (["--duration", "0"], "--sim-seconds must be a positive number"),
     (["--ingress-partitions", "0"], "--ingress-partitions must be an integer >= 1"),
 ])
 def test_cli_run_rejects_bad_flags(tmp_path, flags, message):
@@ -378,8 +378,8 @@ def test_cli_run_rejects_bad_flags(tmp_path, flags, message):
 
 @pytest.mark.parametrize("argv, message", [
     (["calibrate", "--queries", "XX1"], "unknown query 'XX1'"),
-    (["calibrate", "--seconds", "0"], "--seconds must be positive"),
-    (["validate", "--queries", "CM1", "--seconds", "-1"], "--seconds must be positive"),
+    (["calibrate", "--seconds", "0"], "--duration must be positive"),
+    (["validate", "--queries", "CM1", "--duration", "-1"], "--duration must be positive"),
     (["validate", "--queries", "CM1", "--retries", "-1"], "--retries must be >= 0"),
     (["validate", "--queries", "CM1", "--repeats", "0"], "--repeats must be >= 1"),
     (["validate", "--queries", "CM1"], "no calibration file"),

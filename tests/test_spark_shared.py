@@ -180,7 +180,7 @@ def test_locations_the_executors_cannot_write_are_one_line(spark, tiny, tmp_path
     assert main(["datagen", "sg", "--scale", "tiny", "--out", "file:///proc/scabbard-data",
                  "--no-progress"]) == 1
     err = capsys.readouterr().err
-    assert "--out file:///proc/scabbard-data/sg: the Spark job's executors cannot write" in err
+    assert "--data-root file:///proc/scabbard-data/sg: the Spark job's executors cannot write" in err
     assert main(["datagen", "sg", "--scale", "tiny", "--out", "nosuchfs://bucket/data",
                  "--no-progress"]) == 1
     assert "cannot write there" in capsys.readouterr().err

@@ -5,13 +5,15 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from scabbard import paths
+from scabbard.cli.common import hidden_alias
 from scabbard.cli.errors import CLIError
 
 # -- options shared by the benchmarks, declared once -----------------------------------------
 # help per Settings field; a flag's default is the experiment's own (its Settings), unless the
 # command line sets another
 _HELP = {
-    "queries": "subset of the queries", "seconds": "seconds per run",
+    "queries": "subset of the queries", "seconds": "wall seconds per run",
     "scale": "dataset preset", "interval": "checkpoint interval, seconds",
     "rounds": "runs per configuration, interleaved; the median is kept",
     "spark": "without Spark", "flink": "without Flink-FT", "with_query": "ingest only, no query runs",
@@ -33,9 +35,11 @@ _HELP = {
     "keys": "distinct keys of the Zipf and uniform streams",
     "spark_memory": "the Spark driver's heap, e.g. 8g ('auto': half the memory available)",
     "spark_partitions": "Spark's shuffle partitions (0: two per core)",
+    "data_dir": "dataset root (the project's data/: $SCABBARD_HOME, else this checkout)",
 }
 _FLAGS = {"with_query": "--no-query", "batch_kib": "--batch-kb", "min_life": "--min",
-          "max_life": "--max"}
+          "max_life": "--max", "seconds": "--duration", "data_dir": "--data-root"}
+_ALIASES = {"seconds": "--seconds", "data_dir": "--data-dir"}  # the old spellings, hidden
 _CHOICES = {"scale": ("tiny", "small", "full"), "sinks": ("clocked", "transactional"),
             "placements": ("alternate", "all", "none")}
 
@@ -44,7 +48,10 @@ def _options(p, settings, *names: str, out: str | None = None, **defaults) -> No
     """Flags for the fields ``names`` of the experiment's ``settings`` class: the flag is the
     field's name (``--min-life``; a True default becomes ``--no-<name>``), its type and
     default the field's (or ``defaults``), its help from :data:`_HELP`.  ``out``: the
-    output folder's default."""
+    output folder's default, under the project's runs folder.  A settings class's
+    ``data_dir`` is always a flag, ``--data-root``."""
+    if any(f.name == "data_dir" for f in dataclasses.fields(settings)) and "data_dir" not in names:
+        names = (*names, "data_dir")
     fields = {f.name: f for f in dataclasses.fields(settings)}
     for name in names:
         f = fields[name]
@@ -66,8 +73,13 @@ def _options(p, settings, *names: str, out: str | None = None, **defaults) -> No
         p.add_argument(flag, dest=name, type=kind, nargs="+" if many else None,
                        default=list(default) if many else default, choices=_CHOICES.get(name),
                        help=f"{_HELP[name]} (default {'all' if _all_queries(name, default) else shown})")
+        if name in _ALIASES:
+            hidden_alias(p, _ALIASES[name], dest=name, type=kind, nargs="+" if many else None)
     if out is not None:
-        p.add_argument("--out", default=out, help=f"output folder (default {out})")
+        p.add_argument("--output", dest="out", default=str(paths.runs_root() / out),
+                       metavar="DIR", help=f"output folder (default: experiments/runs/{out} in "
+                                           "the project folder)")
+        hidden_alias(p, "--out", dest="out")
 
 
 def _all_queries(name: str, default) -> bool:
@@ -122,17 +134,18 @@ def add(sub, full: bool = True) -> None:
         "from the page cache.", _run_bench_datagen)
     dp.add_argument("--workloads", nargs="+", default=None, help="subset (default: all six)")
     dp.add_argument("--rows", type=int, default=16_000_000, help="rows per workload (default 16M)")
-    dp.add_argument("--scratch", default="data/bench", help="scratch folder (default: data/bench)")
+    dp.add_argument("--scratch", default=str(paths.data_root() / "bench"),
+                    help="scratch folder (default: data/bench in the project folder)")
     dp.add_argument("--keep", action="store_true", help="keep the generated datasets")
     dp.add_argument("--master", default="local[*]", help="Spark master URL")
     ep = _bench(
         bsub, "engine", "per query: engine vs Spark throughput, 1 vs 2 workers, latency at 80%% load",
         "For each query on its small dataset: the engine's sustainable throughput with 1 and "
-        "2 workers (endless replay for --seconds), Spark Structured Streaming's throughput on "
-        "the same data, and the engine's latency percentiles at 80%% of its rate.  Writes "
-        "results.csv and engine_throughput.png to --out.", _run_bench_engine)
+        "2 workers (endless replay for --duration), Spark Structured Streaming's throughput on "
+        "the same data, and the engine's latency percentiles at 80% of its rate.  Writes "
+        "results.csv and engine_throughput.png to --output.", _run_bench_engine)
     _options(ep, engine_throughput.Settings, "queries", "seconds", "spark", "scale", "assembly",
-             "ingress", out="experiments/runs/bench-engine")
+             "ingress", out="bench-engine")
     ip = _bench(
         bsub, "ingest",
         "disk bandwidth, then per query persisted ingest and the query with persisted input",
@@ -143,7 +156,7 @@ def add(sub, full: bool = True) -> None:
         "ingest.png.",
         _run_bench_ingest)
     _options(ip, ingest.Settings, "queries", "seconds", "scale", "with_query", "peers",
-             "reduced", "ingress", out="experiments/runs/bench-ingest")
+             "reduced", "ingress", out="bench-ingest")
     cp = _bench(
         bsub, "checkpoints",
         "Table 4: per query throughput without FT, with checkpoints, with full FT "
@@ -154,10 +167,10 @@ def add(sub, full: bool = True) -> None:
         "durability (survives kill -9) and once with machine durability (survives power "
         "loss: fdatasync before every acknowledgement and record).  Prints throughput, "
         "overheads, what machine durability costs, state size and checkpoint time beside "
-        "the paper's Table 4.  Writes results.csv, runs.csv and checkpointing.png to --out.",
+        "the paper's Table 4.  Writes results.csv, runs.csv and checkpointing.png to --output.",
         _run_bench_checkpoints)
     _options(cp, checkpointing.Settings, "queries", "seconds", "interval", "rounds", "scale",
-             out="experiments/runs/bench-checkpoints", rounds=2)
+             out="bench-checkpoints", rounds=2)
     zp = _bench(
         bsub, "codecs", "Fig. 6: compression ratio and encode/decode MB/s per codec and data type",
         "Per data type of the paper's Fig. 6 (timestamps regular and bursty, integers "
@@ -165,8 +178,8 @@ def add(sub, full: bool = True) -> None:
         "strings) and per codec that applies: compression ratio and single-core encode and "
         "decode throughput, with the issue's targets (Var-Byte, NS, RLE, delta codecs >= 1 "
         "GB/s; Simple-8b, XOR >= 300 MB/s).  Writes results.csv, targets.csv and "
-        "compression_tradeoffs.png to --out.", _run_bench_codecs)
-    _options(zp, compression.Settings, "rows", "repeat", out="experiments/runs/bench-codecs")
+        "compression_tradeoffs.png to --output.", _run_bench_codecs)
+    _options(zp, compression.Settings, "rows", "repeat", out="bench-codecs")
     sp = _bench(
         bsub, "synclog",
         "the synchronous-log baseline (the paper's Kafka++): ingest and latency vs batch size",
@@ -193,9 +206,9 @@ def add(sub, full: bool = True) -> None:
         "Streams, started on 127.0.0.1 for the run and stopped after it (Fig. 8; target: "
         "reduced ingest >= 100x the broker).  A line per query and system tells the time so "
         "far and what is left.  Writes fig7a/, fig8/ (tables and figures) and "
-        "side_by_side.csv to --out.", _run_bench_peers)
+        "side_by_side.csv to --output.", _run_bench_peers)
     _options(pp, comparison.Settings, "queries", "seconds", "scale", "spark", "flink",
-             "spark_memory", "spark_partitions", out="experiments/runs/bench-peers")
+             "spark_memory", "spark_partitions", out="bench-peers")
     ap = _bench(
         bsub, "aligned", "Fig. 9: aligned checkpoints (Flink++) vs Scabbard's, on YSB, per batch size",
         "The engine run four ways on one query (YSB) for each batch size: Scabbard "
@@ -204,9 +217,9 @@ def add(sub, full: bool = True) -> None:
         "marker; results held until the checkpoint commits) and Flink++ with its input "
         "persisted through the synchronous log (Kafka++).  Prints throughput, result "
         "latency, checkpoint and alignment time and disk MB/s, then the ratios the paper "
-        "states.  Writes results.csv, runs.csv and aligned.png to --out.", _run_bench_aligned)
+        "states.  Writes results.csv, runs.csv and aligned.png to --output.", _run_bench_aligned)
     _options(ap, aligned.Settings, "query", "batch_kib", "seconds", "interval", "scale",
-             out="experiments/runs/bench-aligned")
+             out="bench-aligned")
     tp = _bench(
         bsub, "partitioned",
         "serial vs key-partitioned assembly: key skew (one key, Zipf, uniform) and the queries",
@@ -215,9 +228,9 @@ def add(sub, full: bool = True) -> None:
         "uniform over --keys keys, counted and summed per key over a sliding window; then the "
         "paper's queries whose windows are assembled sequentially.  Prints throughput, each "
         "mode's scaling from 1 to 2 workers and its gain over serial.  Writes results.csv, "
-        "comparison.csv and partitioned.png to --out.", _run_bench_partitioned)
+        "comparison.csv and partitioned.png to --output.", _run_bench_partitioned)
     _options(tp, partitioned.Settings, "queries", "keys", "rows", "seconds", "scale", "assembly",
-             out="experiments/runs/bench-partitioned")
+             out="bench-partitioned")
     fp = _bench(
         bsub, "selection",
         "PipeFabric's Table 1: a stateless selection's throughput per selectivity",
@@ -226,9 +239,9 @@ def add(sub, full: bool = True) -> None:
         "true, mod 2, mod 10, false; results dropped) on the SG dataset replayed for "
         "--seconds, the four alternating for --rounds rounds (the median kept).  Prints the "
         "throughput and its ratio to 'true' beside the paper's (1 : 1.30 : 1.61 : 1.93).  "
-        "Writes table1.csv, table1_runs.csv and table1.png to --out.", _run_bench_selection)
+        "Writes table1.csv, table1_runs.csv and table1.png to --output.", _run_bench_selection)
     _options(fp, pipefabric.Settings, "queries", "seconds", "rounds", "scale",
-             out="experiments/runs/bench-selection")
+             out="bench-selection")
     gp = _bench(
         bsub, "cluster",
         "generation rate and one query's throughput: local mode vs a standalone cluster here",
@@ -247,12 +260,12 @@ def add(sub, full: bool = True) -> None:
         "checkpoints, SIGKILL it at random moments (each incarnation lives a random time), "
         "restart it with --recover until its input is consumed, and compare the committed "
         "output with a failure-free run.  Prints per configuration kills survived, results "
-        "compared, lost, duplicated, different; writes runs.csv to --out.  The defaults "
+        "compared, lost, duplicated, different; writes runs.csv to --output.  The defaults "
         "(11 queries x 2 sinks x 23 kills = 506) take about an hour here.", _run_bench_kills,
         epilog="Exit status 1 if any configuration lost, duplicated or changed a result.")
     _options(kp, kills.Settings, "queries", "sinks", "kills", "reduce_every", "scale", "rate",
              "interval", "min_life", "max_life", "work", "seed", "placements",
-             out="experiments/runs/bench-kills")
+             out="bench-kills")
     kp.add_argument("--assembly", default="auto", metavar="MODE",
                     help="every incarnation's --assembly (default auto)")
     kp.add_argument("--ingress", dest="ingress", type=int, nargs="+", default=[],
@@ -330,7 +343,7 @@ def _run_bench_synclog(args) -> int:
     from scabbard.peers.synclog import ingest
 
     if args.batch_kb < 1 or args.producers < 1 or not args.seconds > 0:
-        raise CLIError("--batch-kb and --producers must be >= 1 and --seconds positive")
+        raise CLIError("--batch-kb and --producers must be >= 1 and --duration positive")
 
     def show(r) -> None:
         lat = r.latency_ms
@@ -339,12 +352,15 @@ def _run_bench_synclog(args) -> int:
               f"{r.disk_mb_s:6.0f} MB/s to disk  latency ms p50 {lat['p50']:7.2f}  "
               f"p95 {lat['p95']:7.2f}", flush=True)
 
-    with tempfile.TemporaryDirectory(prefix="scabbard-synclog-", dir=".") as folder:
+    root = Path(args.data_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="scabbard-synclog-", dir=root) as folder:
         for q in args.queries:
-            ds = workloads.dataset(queries.workload_of(q), args.scale)
+            ds = workloads.dataset(queries.workload_of(q), args.scale, root=str(root))
             show(ingest(q, ds, folder, args.seconds, args.batch_kb << 10, args.producers))
         if args.sweep_query != "NONE":
-            ds = workloads.dataset(queries.workload_of(args.sweep_query), args.scale)
+            ds = workloads.dataset(queries.workload_of(args.sweep_query), args.scale,
+                                   root=str(root))
             print(f"\nbatch size sweep, {args.sweep_query}:")
             for kb in (64, 256, 1024, 4096, 16384):
                 show(ingest(args.sweep_query, ds, folder, args.seconds, kb << 10,
@@ -364,7 +380,8 @@ def _run_bench_peers(args) -> int:
 
     s7 = _settings(comparison.Settings, args)
     if s7.flink and not flink_available():
-        log("Flink-FT skipped: no .venv-flink here (scripts/setup-flink.sh creates it)")
+        log("note: Flink-FT is skipped: not installed here (no .venv-flink; `make peers` or "
+            "scripts/setup-flink.sh creates it)")
         s7 = dataclasses.replace(s7, flink=False)
     s8 = ingest.Settings(queries=s7.queries, scale=s7.scale, seconds=s7.seconds,
                          with_query=False, disk_bytes=256 << 20, workers=s7.workers)
@@ -421,7 +438,7 @@ def _run_bench_aligned(args) -> int:
     from scabbard.experiments import aligned as exp
 
     if any(k < 1 for k in args.batch_kib) or not args.seconds > 0:
-        raise CLIError("--batch-kb must be >= 1 and --seconds positive")
+        raise CLIError("--batch-kb must be >= 1 and --duration positive")
     settings = _settings(exp.Settings, args)
     runs = exp.run(settings, log=lambda s: print(s, flush=True))
     print("\n" + exp.summary(runs).round(2).T.to_string(header=False))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scabbard.cli.common import add_data_root, data_root, hidden_alias
+
 
 # -- data --------------------------------------------------------------------------------------
 def add(sub) -> None:
@@ -11,7 +13,8 @@ def add(sub) -> None:
                        description="List generated datasets or validate one.")
     dsub = p.add_subparsers(dest="data_cmd", required=True)
     lp = dsub.add_parser("list", help="list datasets under a root folder")
-    lp.add_argument("--root", default="data", help="data root (default: data)")
+    add_data_root(lp)
+    hidden_alias(lp, "--root", dest="data_root")
     lp.set_defaults(func=_run_data_list)
     cp = dsub.add_parser("check", help="validate a dataset folder (manifest, schema, sizes)")
     cp.add_argument("path", help="dataset folder, e.g. data/lrb/small")
@@ -22,7 +25,7 @@ def add(sub) -> None:
 def _run_data_list(args) -> int:
     from scabbard.data import DatasetError, open_dataset
 
-    root = Path(args.root)
+    root = Path(data_root(args))
     found = sorted(p.parent for p in root.glob("*/*/manifest.json"))
     if not found:
         print(f"no datasets under {root}/ (make them with `scabbard datagen`)")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scabbard import paths
+from scabbard.cli.common import hidden_alias
 from scabbard.cli.errors import CLIError
 
 
@@ -15,33 +17,36 @@ def add(sub) -> None:
         "datagen",
         help="generate benchmark datasets with Spark",
         description=(
-            "Generate a benchmark dataset with PySpark: Parquet under OUT/WORKLOAD/NAME/ plus the "
+            "Generate a benchmark dataset with PySpark: Parquet under DATA_ROOT/WORKLOAD/NAME/ plus the "
             "engine's replay format (one memory-mappable file per column) and a manifest with a "
             "checksum.  Same parameters give byte-identical data, whatever the partitioning."
         ),
         epilog=(
             "Scales (per workload, at its default rate): tiny (tests, ~30k rows), small (~1M rows, "
-            "the default), full (~32M rows).  Explicit --duration/--rate override the scale.  An "
+            "the default), full (~32M rows).  Explicit --event-seconds/--rate override the scale.  An "
             "identical dataset already in place is kept (use --force to regenerate)."
         ),
     )
     p.add_argument("workload", help=f"one of {', '.join(NAMES)}, or 'all'")
     p.add_argument("--scale", choices=("tiny", "small", "full"), default=None,
                    help="size preset (default: small)")
-    p.add_argument("--duration", type=float, metavar="SECONDS",
+    p.add_argument("--event-seconds", dest="duration", type=float, metavar="SECONDS",
                    help="event-time length of the dataset in seconds")
+    hidden_alias(p, "--duration", dest="duration", type=float)
     p.add_argument("--rate", type=float, metavar="TUPLES_PER_SECOND",
                    help="tuples per second of event time")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--partitions", type=int, help="Spark partitions (default: from size and cores)")
-    p.add_argument("--out", default="data", metavar="DIR|URI",
-                   help="output root (default: data): a folder, or a URI every executor "
+    p.add_argument("--data-root", metavar="DIR|URI",
+                   help="where the datasets go (default: data/ in the project folder: "
+                        "$SCABBARD_HOME, else this checkout): a folder, or a URI every executor "
                         "reaches (file:///shared/data, hdfs://nn/data, s3a://bucket/data); "
                         "with a URI the executors write every file")
+    hidden_alias(p, "--out", dest="data_root")
     p.add_argument("--name", help="dataset folder name (default: the scale, or a slug of the parameters)")
     p.add_argument("--master", default="local[*]",
                    help="Spark master URL (default: local[*]); with a cluster (spark://, yarn, "
-                        "k8s://) the executors write the dataset, so --out must be a URI or "
+                        "k8s://) the executors write the dataset, so --data-root must be a URI or "
                         "folder every executor reaches; the dataset is byte-identical")
     p.add_argument("--conf", action="append", metavar="KEY=VALUE",
                    help="a Spark setting (repeatable), e.g. spark.executor.memory=4g")
@@ -91,8 +96,10 @@ def _run_datagen(args) -> int:
     from scabbard.hadoopfs import is_uri
 
     conf = parse_conf(args.conf)
-    if not is_uri(args.out):
-        check_writable(Path(args.out))
+    root = args.data_root if args.data_root and is_uri(args.data_root) \
+        else str(paths.data_root(args.data_root))
+    if not is_uri(root):
+        check_writable(Path(root))
 
     spark = None
     rows = []
@@ -103,7 +110,7 @@ def _run_datagen(args) -> int:
             spark = get_spark(SparkSettings(master=args.master, app_name="scabbard-datagen",
                                             extra=conf))
         ds = generate(
-            spec, params, out=args.out, name=args.name, partitions=args.partitions,
+            spec, params, out=root, name=args.name, partitions=args.partitions,
             master=args.master, force=args.force, progress=not args.no_progress,
             parquet_codec=args.parquet_codec, spark=spark, log=lambda s: print(s, flush=True),
         )

@@ -1,17 +1,27 @@
-"""The command line's errors: every user error is one line, ``scabbard: error: ...``."""
+"""The command line's errors: every user error is one line, ``scabbard: error: ...``.
+
+:class:`CLIError` is a :class:`scabbard.errors.UserError` raised by the commands themselves
+(flags that contradict each other, a value out of range); every other error of the package
+derives from :class:`scabbard.errors.ScabbardError` too, and ``main`` prints each the same way.
+"""
 
 from __future__ import annotations
 
-EXIT_FAILURE = 1  # a failure while running
-EXIT_USAGE = 2  # bad input
+from scabbard.errors import EXIT_FAILURE, EXIT_USAGE, UserError
+
+__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "CLIError", "one_line"]
 
 
-class CLIError(Exception):
-    """A user error of a command, with its exit status."""
+class CLIError(UserError):
+    """A user error of a command, with its exit status (2 unless ``code`` says otherwise)."""
 
     def __init__(self, message: str, code: int = EXIT_USAGE):
         super().__init__(message)
-        self.code = code
+        self.exit_code = code
+
+    @property
+    def code(self) -> int:
+        return self.exit_code
 
 
 def one_line(e: BaseException) -> str:

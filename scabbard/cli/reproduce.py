@@ -1,9 +1,10 @@
-"""``scabbard reproduce``: every notebook, executed with papermill."""
+"""``scabbard reproduce``: every notebook, executed with papermill, rendered into a report."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from scabbard.cli.common import add_data_root, hidden_alias
 from scabbard.cli.errors import EXIT_FAILURE
 
 
@@ -11,20 +12,33 @@ from scabbard.cli.errors import EXIT_FAILURE
 def add(sub) -> None:
     p = sub.add_parser(
         "reproduce",
-        help="run the figure notebooks with papermill",
+        help="run the figure notebooks with papermill and write a report",
         description=(
-            "Execute the notebooks listed by the parameter files in experiments/*.yaml with "
-            "papermill, writing executed notebooks, results CSVs, figures and an index.html "
-            "under experiments/runs/<stamp>/."
-        ),
+            "Execute the figure notebooks (parameters per scale: the package's "
+            "experiments/*.yaml) with papermill into OUTPUT/<stamp>-<scale>/: per notebook the "
+            "executed notebook, its HTML rendering with the figures inline, its tables and "
+            "figures; an index.html with every figure of every notebook, each notebook's key "
+            "table, the machine and the date.  A line per notebook tells the time so far and "
+            "about what is left."),
+        epilog=("How long it takes here (2 cores): tiny a few minutes, small 40-60 minutes on "
+                "an idle machine, full several hours; see the README.  A peer a notebook "
+                "compares with (the broker, Flink) that is not installed is skipped with a "
+                "note in the notebook."),
     )
     p.add_argument("--only", action="append", metavar="NAME",
                    help="run only this experiment (repeatable), e.g. 00_datasets")
     p.add_argument("--scale", default="small", choices=("tiny", "small", "full"),
                    help="parameter set of each experiment (default: small)")
-    p.add_argument("--root", default=".", help="project root holding experiments/ and notebooks/")
-    p.add_argument("--runs-dir", help="where to put the run folder (default: ROOT/experiments/runs)")
-    p.add_argument("--data-dir", help="dataset root passed to notebooks (default: ROOT/data)")
+    p.add_argument("--output", metavar="DIR",
+                   help="where the run folder goes (default: experiments/runs in the project "
+                        "folder)")
+    hidden_alias(p, "--runs-dir", dest="output")
+    add_data_root(p, "dataset root passed to the notebooks")
+    hidden_alias(p, "--data-dir", dest="data_root")
+    p.add_argument("--home", metavar="DIR",
+                   help="the project folder holding notebooks/ (default: $SCABBARD_HOME, else "
+                        "this checkout)")
+    hidden_alias(p, "--root", dest="home")
     p.add_argument("--jobs", type=int, default=1,
                    help="notebooks executed at once (default: 1; more share the cores that the "
                         "notebooks' throughput figures measure)")
@@ -35,15 +49,16 @@ def _run_reproduce(args) -> int:
     from scabbard.experiments.reproduce import reproduce
 
     report = reproduce(
-        root=Path(args.root), only=args.only, scale=args.scale,
-        runs_dir=Path(args.runs_dir) if args.runs_dir else None,
-        data_dir=Path(args.data_dir) if args.data_dir else None,
+        root=Path(args.home) if args.home else None, only=args.only, scale=args.scale,
+        runs_dir=Path(args.output) if args.output else None,
+        data_dir=Path(args.data_root) if args.data_root else None,
         log=lambda s: print(s, flush=True), jobs=args.jobs,
     )
     failed = [r for r in report.results if not r.ok]
-    print(f"\nrun folder: {report.run_dir}\nindex:      {report.run_dir / 'index.html'}")
+    print(f"\nrun folder: {report.run_dir}")
     for r in report.results:
-        print(f"  {r.name:<24} {'ok' if r.ok else 'FAILED':<7} {r.seconds:7.1f} s  {r.output}")
+        print(f"  {r.name:<28} {'ok' if r.ok else 'FAILED':<7} {r.seconds:7.1f} s  {r.output}")
         if not r.ok:
             print(f"    {r.error}")
+    print(f"report:     {report.run_dir / 'index.html'}")
     return EXIT_FAILURE if failed else 0

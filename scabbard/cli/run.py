@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from scabbard.cli.common import query_dataset, storage_dir
+from scabbard.cli.common import add_data_root, hidden_alias, query_dataset, storage_dir
 from scabbard.cli.errors import CLIError
 from scabbard.cli.spark_backend import reject_spark_flags
 
@@ -24,12 +24,14 @@ def add_run(sub) -> None:
             "window) on a generated dataset with the engine (or with Spark Structured "
             "Streaming), printing live throughput and latency and a final summary.  Results "
             "(one row per window and group: window_start, window_end, keys, aggregates; a "
-            "stateless query's: the selected tuples, in input order) go to --out."
+            "stateless query's: the selected tuples, in input order) go to --output: a .parquet "
+            "or .csv file, or with fault tolerance an exactly-once folder "
+            "(scabbard.ft.read_output reads it); uuids are canonical strings in each."
         ),
         epilog=(
             "Without --duration or --max-tuples the dataset is read once (fault-tolerant runs "
             "too); with either, it is replayed with shifted timestamps (as the paper's "
-            "benchmarks do) until the limit.  The default dataset is data/<workload>/small, "
+            "benchmarks do) until the limit.  The default dataset is <data root>/<workload>/small, "
             "generated on first use; its manifest is checked on every run (sizes, schema), its "
             "checksums with --verify.  A fault-tolerant run records its dataset's identity and "
             "its settings in <storage>/run.json; --recover refuses other data or settings."
@@ -38,10 +40,15 @@ def add_run(sub) -> None:
     p.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
                    help=f"one of {', '.join(NAMES)}")
     p.add_argument("--backend", choices=("scabbard", "spark"), default="scabbard")
-    p.add_argument("--data", metavar="DIR", help="dataset folder (default: data/<workload>/small)")
+    p.add_argument("--data", metavar="DIR",
+                   help="dataset folder (default: <data root>/<workload>/small)")
+    add_data_root(p, "where the default dataset is looked for (and generated)")
     p.add_argument("--verify", action="store_true",
                    help="recompute the dataset's checksums before running (reads every byte)")
-    p.add_argument("--out", metavar="PATH", help="write the results to a .parquet or .csv file")
+    p.add_argument("--output", metavar="PATH",
+                   help="where the results go: a .parquet or .csv file; with "
+                        "--checkpoint-interval or --recover the exactly-once output folder")
+    hidden_alias(p, "--out", dest="output")
     p.add_argument("--workers", type=int, help="worker threads (default: one per core)")
     p.add_argument("--rate", type=float, help="input rate limit, tuples per second")
     p.add_argument("--duration", type=float, metavar="SECONDS",
@@ -74,20 +81,21 @@ def add_run(sub) -> None:
                         "processed; released input is garbage-collected)")
     p.add_argument("--storage", metavar="DIR",
                    help="storage folder for --persist-input / checkpoints (default: "
-                        "storage/<QUERY>-<time>)")
+                        "storage/<QUERY>-<time> in the project folder)")
     p.add_argument("--checkpoint-interval", type=float, metavar="SECONDS",
                    help="fault tolerance: persist the input, checkpoint the operator every "
-                        "SECONDS, write exactly-once output to --output (implies --persist-input)")
+                        "SECONDS, write exactly-once output to the --output folder (implies "
+                        "--persist-input)")
     p.add_argument("--durability", choices=("process", "machine"),
                    help="with --checkpoint-interval: machine (the default) flushes everything a "
                         "checkpoint record or an acknowledgement depends on to the device first "
                         "(fdatasync after the O_DIRECT writes, directories fsynced): the run "
                         "survives power loss; process only survives the engine being killed")
-    p.add_argument("--output", metavar="DIR",
-                   help="exactly-once output folder (with --checkpoint-interval or --recover)")
-    p.add_argument("--exactly-once", choices=("clocked", "transactional"), default="clocked",
-                   help="clocked: results stored at once with their vector clock, duplicates "
-                        "dropped on replay; transactional: two-phase commit with each checkpoint")
+    p.add_argument("--sink", choices=("clocked", "transactional"), default="clocked",
+                   help="the exactly-once sink: clocked (default: results stored at once with "
+                        "their vector clock, duplicates dropped on replay) or transactional "
+                        "(two-phase commit with each checkpoint)")
+    hidden_alias(p, "--exactly-once", dest="sink", choices=("clocked", "transactional"))
     p.add_argument("--checkpoint-only", action="store_true",
                    help="with --checkpoint-interval: checkpoint the operator state but do not "
                         "persist the input; recovery requests the input again from the source "
@@ -151,8 +159,11 @@ def add_ingest(sub) -> None:
     )
     p.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
                    help=f"one of {', '.join(NAMES)}")
-    p.add_argument("--data", metavar="DIR", help="dataset folder (default: data/<workload>/small)")
-    p.add_argument("--storage", metavar="DIR", help="storage folder (default: storage/<QUERY>-<time>)")
+    p.add_argument("--data", metavar="DIR",
+                   help="dataset folder (default: <data root>/<workload>/small)")
+    add_data_root(p, "where the default dataset is looked for (and generated)")
+    p.add_argument("--storage", metavar="DIR",
+                   help="storage folder (default: storage/<QUERY>-<time> in the project folder)")
     p.add_argument("--duration", type=float, default=5.0, metavar="SECONDS",
                    help="how long to ingest (default 5)")
     p.add_argument("--batch", type=int, metavar="ROWS", help="tuples per p-unit (default: per query)")
@@ -181,7 +192,9 @@ def add_explain(sub) -> None:
     p.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
                    help=f"one of {', '.join(NAMES)}")
     p.add_argument("--data", metavar="DIR",
-                   help="dataset to measure on (default: data/<workload>/small if generated)")
+                   help="dataset to measure on (default: <data root>/<workload>/small if "
+                        "generated)")
+    add_data_root(p, "where the default dataset is looked for")
     p.add_argument("--sample", type=int, default=1 << 20, metavar="TUPLES",
                    help="tuples to measure on (default 1,048,576)")
     p.add_argument("--lossy-decimals", type=int, default=2, metavar="N",
@@ -195,6 +208,7 @@ def add_explain(sub) -> None:
 
 def _run_explain(args) -> int:
     from scabbard import queries, workloads
+    from scabbard.cli.common import data_root
     from scabbard.data import dataset_path, open_dataset
     from scabbard.engine.pushup import explain, footprint
 
@@ -202,7 +216,7 @@ def _run_explain(args) -> int:
         raise CLIError(f"--sample must be >= 1, got {args.sample}")
     query = queries.get(args.query)
     workload = queries.workload_of(args.query)
-    path = args.data or dataset_path("data", workload, "small")
+    path = args.data or dataset_path(data_root(args), workload, "small")
     ds = None
     if args.data or (Path(path) / "manifest.json").is_file():
         ds = open_dataset(path, schema=workloads.get(workload).SCHEMA)
@@ -259,8 +273,8 @@ def _run_ingest(args) -> int:
 
 
 # the fields of the configuration (scabbard.ft.config) and the flags they come from
-FLAGS = {"batch_rows": "--batch", "interval": "--checkpoint-interval", "sink": "--exactly-once",
-         "persist": "--storage"}
+FLAGS = {"batch_rows": "--batch", "interval": "--checkpoint-interval", "sink": "--sink",
+         "persist": "--storage", "output": "--output"}
 
 
 def config_from_args(args):
@@ -268,9 +282,13 @@ def config_from_args(args):
     contradict each other, or a value a field refuses, are a one-line CLIError."""
     from scabbard.ft.config import ConfigError, FTConfig, PersistConfig, RunConfig
 
-    if args.out and not args.out.endswith((".parquet", ".csv")):
-        raise CLIError(f"--out {args.out}: use a .parquet or .csv file name")
     ft = args.checkpoint_interval is not None or args.recover
+    if args.output and not ft and not args.output.endswith((".parquet", ".csv")):
+        raise CLIError(f"--output {args.output}: use a .parquet or .csv file name (an "
+                       "exactly-once folder needs --checkpoint-interval)")
+    if args.output and ft and args.output.endswith((".parquet", ".csv")):
+        raise CLIError(f"--output {args.output}: with fault tolerance the output is an "
+                       "exactly-once folder, not a .parquet or .csv file")
     if args.durability and not ft:
         raise CLIError("--durability goes with --checkpoint-interval (or --recover)")
     if args.storage and not (args.persist_input or ft):
@@ -279,8 +297,6 @@ def config_from_args(args):
         raise CLIError("fault tolerance needs an --output folder for exactly-once results")
     if ft and not args.storage:
         raise CLIError("fault tolerance needs a --storage folder (to recover from it later)")
-    if args.output and not ft:
-        raise CLIError("--output is the exactly-once folder; add --checkpoint-interval")
     if args.standby and not args.recover:
         raise CLIError("--standby goes with --recover")
     if (args.crash_at or args.spawned_at is not None) and not ft:
@@ -321,7 +337,7 @@ def config_from_args(args):
             args.query, Path(args.data) if args.data else None, args.rate, args.duration,
             args.max_tuples, args.workers, args.batch, args.metrics_interval,
             Path(args.metrics_log) if args.metrics_log else None, args.verify, persist,
-            FTConfig(Path(args.output), args.exactly_once, args.checkpoint_interval or 1.0,
+            FTConfig(Path(args.output), args.sink, args.checkpoint_interval or 1.0,
                      durability=args.durability,
                      persist_input=False if args.checkpoint_only else None,
                      crash_at=args.crash_at, spawned_at=args.spawned_at) if ft else None,
@@ -386,7 +402,7 @@ def _run_engine(args, config, ds) -> int:
         return _run_fault_tolerant(args, config, ds, progress)
     if config.persist is not None:
         print(f"persisting the input to {config.persist.storage}", flush=True)
-    report = open_run(config, dataset=ds, sink=sink_for(args.out), on_sample=progress)
+    report = open_run(config, dataset=ds, sink=sink_for(args.output), on_sample=progress)
     s = report.summary
     lat = s.latency_ms
     print(f"\n{config.query}: {s.tuples:,} tuples in {s.seconds:.2f} s = "
@@ -394,7 +410,7 @@ def _run_engine(args, config, ds) -> int:
           f"{engine_config(config).workers} workers, {report.batch_rows:,} tuples per task")
     print(f"latency ms: p5 {lat['p5']}  p25 {lat['p25']}  p50 {lat['p50']}  p75 {lat['p75']}  "
           f"p95 {lat['p95']}")
-    print(f"results: {s.result_rows:,} rows" + (f" -> {args.out}" if args.out else ""))
+    print(f"results: {s.result_rows:,} rows" + (f" -> {args.output}" if args.output else ""))
     return 0
 
 

@@ -1,7 +1,7 @@
 """``scabbard sim ...``: calibrate the simulator, validate it, run it (DESIGN.md §12).
 
-    scabbard sim calibrate [--queries Q ...] [--scale small] [--out experiments/calibration.json]
-    scabbard sim validate  [--queries Q ...] [--calibration FILE] [--out results.csv]
+    scabbard sim calibrate [--queries Q ...] [--scale small] [--output FILE]
+    scabbard sim validate  [--queries Q ...] [--calibration FILE] [--output results.csv]
     scabbard sim run --query Q [--cores N] [--disk-mb-s X] [--iops N] [--network-gbps G] ...
 
 :func:`add_parser` adds the ``sim`` command to the ``scabbard`` parser's subcommands;
@@ -18,10 +18,13 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+from scabbard import paths
+from scabbard.cli.common import add_data_root, data_root, hidden_alias
 from scabbard.sim import report
 from scabbard.sim.config import SCHEMES
 
-DEFAULT_CALIBRATION = "experiments/calibration.json"
+DEFAULT_CALIBRATION = str(paths.calibration())
+CALIBRATION_HELP = "calibration file (default: the package's, scabbard/resources/calibration.json)"
 PRESETS = ("this", "paper-ssd", "paper-remote", "paper-rdma")
 
 
@@ -88,12 +91,16 @@ def add_parser(subparsers) -> None:
                     "(default: all eleven)")
     cp.add_argument("--scale", default="small", choices=("tiny", "small", "full"),
                     help="dataset scale to measure on (default: small)")
-    cp.add_argument("--data", default="data", metavar="DIR", help="data root (default: data)")
-    cp.add_argument("--out", default=DEFAULT_CALIBRATION, metavar="FILE",
-                    help=f"calibration file to write (default: {DEFAULT_CALIBRATION}); queries "
-                         "already in it and not measured now are kept")
-    cp.add_argument("--seconds", type=float, default=2.0,
-                    help="seconds of each timed engine run (default 2)")
+    add_data_root(cp)
+    hidden_alias(cp, "--data", dest="data_root")
+    cp.add_argument("--output", default=DEFAULT_CALIBRATION, metavar="FILE",
+                    help="calibration file to write (default: the package's, "
+                         "scabbard/resources/calibration.json); queries already in it and not "
+                         "measured now are kept")
+    hidden_alias(cp, "--out", dest="output")
+    cp.add_argument("--duration", type=float, default=2.0, metavar="SECONDS",
+                    help="wall seconds of each timed engine run (default 2)")
+    hidden_alias(cp, "--seconds", dest="duration", type=float)
     cp.add_argument("--quiet-timeout", type=float, default=120.0, metavar="SECONDS",
                     help="how long to wait for a quiet machine before each query (default 120)")
     cp.set_defaults(func=run_calibrate)
@@ -105,18 +112,21 @@ def add_parser(subparsers) -> None:
             "Per query: 1 and 2 workers, without and with persisted input, compression none "
             "and default - each run for real and simulated - then one fault-tolerant run "
             "killed (SIGKILL) and recovered, and the same run simulated.  Prints predicted "
-            "vs measured with the error in %%; targets: throughput within 15 %%, recovery "
-            "time within 25 %%."),
+            "vs measured with the error in %; targets: throughput within 15 %, recovery "
+            "time within 25 %."),
         epilog="About two minutes per query (three runs of each configuration).  Rows measured while other processes kept cores "
                "busy say so (background_cores).",
     )
     vp.add_argument("--queries", nargs="+", metavar="Q", default=None,
                     help="queries to validate (default: CM1 LRB1 YSB)")
     vp.add_argument("--calibration", default=DEFAULT_CALIBRATION, metavar="FILE",
-                    help=f"calibration file (default: {DEFAULT_CALIBRATION})")
+                    help=CALIBRATION_HELP)
     vp.add_argument("--scale", default="small", choices=("tiny", "small", "full"))
-    vp.add_argument("--data", default="data", metavar="DIR", help="data root (default: data)")
-    vp.add_argument("--seconds", type=float, default=3.0, help="seconds per real run (default 3)")
+    add_data_root(vp)
+    hidden_alias(vp, "--data", dest="data_root")
+    vp.add_argument("--duration", type=float, default=3.0, metavar="SECONDS",
+                    help="wall seconds per real run (default 3)")
+    hidden_alias(vp, "--seconds", dest="duration", type=float)
     vp.add_argument("--no-kill", action="store_true", help="throughput only, no kill")
     vp.add_argument("--repeats", type=int, default=3,
                     help="real runs per configuration; their median is compared (default 3)")
@@ -127,7 +137,8 @@ def add_parser(subparsers) -> None:
                     help="scale the CPU costs by how fast a speed probe finds the cores now "
                          "against at calibration (off by default: on this shared host the "
                          "probe varied by 50%% within minutes and made predictions worse)")
-    vp.add_argument("--out", metavar="FILE", help="also write the table as CSV")
+    vp.add_argument("--output", metavar="FILE", help="also write the table as CSV")
+    hidden_alias(vp, "--out", dest="output")
     vp.set_defaults(func=run_validate)
 
     sp = sub.add_parser(
@@ -140,9 +151,10 @@ def add_parser(subparsers) -> None:
     sp.add_argument("--queries", nargs="+", metavar="Q", default=None,
                     help="subset of the calibrated queries (default: all of them)")
     sp.add_argument("--calibration", default=DEFAULT_CALIBRATION, metavar="FILE",
-                    help=f"calibration file (default: {DEFAULT_CALIBRATION})")
-    sp.add_argument("--seconds", type=float, default=60.0,
+                    help=CALIBRATION_HELP)
+    sp.add_argument("--sim-seconds", type=float, default=60.0, metavar="SECONDS",
                     help="simulated seconds (default 60)")
+    hidden_alias(sp, "--seconds", dest="sim_seconds", type=float)
     sp.add_argument("--cores", type=int, default=16, help="cores (default 16)")
     sp.set_defaults(func=run_speed)
 
@@ -160,7 +172,7 @@ def add_parser(subparsers) -> None:
     )
     rp.add_argument("--query", required=True, help=f"one of {', '.join(NAMES)}")
     rp.add_argument("--calibration", default=DEFAULT_CALIBRATION, metavar="FILE",
-                    help=f"calibration file (default: {DEFAULT_CALIBRATION})")
+                    help=CALIBRATION_HELP)
     rp.add_argument("--preset", default="this", choices=PRESETS,
                     help="hardware to start from (default: this)")
     hw = rp.add_argument_group("hardware")
@@ -181,10 +193,14 @@ def add_parser(subparsers) -> None:
     run.add_argument("--workers", type=int, help="worker threads (default: the cores)")
     run.add_argument("--batch", type=int, metavar="ROWS",
                      help="tuples per task (default: the engine's for the query)")
-    run.add_argument("--duration", type=float, default=10.0, help="seconds of input (default 10)")
+    run.add_argument("--sim-seconds", type=float, default=10.0, metavar="SECONDS",
+                     help="simulated seconds of input (default 10)")
+    hidden_alias(run, "--duration", dest="sim_seconds", type=float)
     run.add_argument("--rate", type=float, metavar="TUPLES_PER_S", help="input rate cap")
-    run.add_argument("--persist", action=argparse.BooleanOptionalAction, default=True,
+    run.add_argument("--persist-input", action=argparse.BooleanOptionalAction, default=True,
                      help="persist the input in the ingress p-stream (default) or not")
+    hidden_alias(run, "--persist", dest="persist_input", action="store_true")
+    hidden_alias(run, "--no-persist", dest="persist_input", action="store_false")
     run.add_argument("--compression", default="none", choices=SCHEMES,
                      help="how the input is persisted: raw (none), the default codecs, or "
                           "after persistence push-up (raw, codecs, lossy floats); default: none")
@@ -209,12 +225,12 @@ def run_calibrate(args) -> int:
     from scabbard.sim.calibrate import calibrate
     from scabbard.sim.config import load, merge, save
 
-    if not args.seconds > 0:
-        raise _error(f"--seconds must be positive, got {args.seconds}")
+    if not args.duration > 0:
+        raise _error(f"--duration must be positive, got {args.duration}")
     names = _queries(args.queries)
-    cal = calibrate(names, scale=args.scale, data_dir=args.data, seconds=args.seconds,
+    cal = calibrate(names, scale=args.scale, data_dir=str(data_root(args)), seconds=args.duration,
                     out=None, quiet_timeout=args.quiet_timeout)
-    out = Path(args.out)
+    out = Path(args.output)
     if out.is_file():
         with contextlib.suppress(ValueError, KeyError, TypeError):  # an old format: replaced
             cal = merge(load(out), cal)
@@ -226,8 +242,8 @@ def run_calibrate(args) -> int:
 def run_validate(args) -> int:
     from scabbard.sim.validate import Settings, format_table, summary, validate
 
-    if not args.seconds > 0:
-        raise _error(f"--seconds must be positive, got {args.seconds}")
+    if not args.duration > 0:
+        raise _error(f"--duration must be positive, got {args.duration}")
     if args.repeats < 1:
         raise _error(f"--repeats must be >= 1, got {args.repeats}")
     if args.retries < 0:
@@ -235,8 +251,8 @@ def run_validate(args) -> int:
     cal = _load(args.calibration)
     names = _queries(args.queries)
     try:
-        table = validate(names, cal, Settings(scale=args.scale, data_dir=args.data,
-                                              seconds=args.seconds, kill=not args.no_kill,
+        table = validate(names, cal, Settings(scale=args.scale, data_dir=str(data_root(args)),
+                                              seconds=args.duration, kill=not args.no_kill,
                                               retries=args.retries, repeats=args.repeats,
                                               probe=args.probe))
     except ValueError as e:
@@ -245,10 +261,10 @@ def run_validate(args) -> int:
     print(format_table(table))
     print()
     print(summary(table).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.out, index=False)
-        print(f"\nwritten to {args.out}")
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.output, index=False)
+        print(f"\nwritten to {args.output}")
     return 0
 
 
@@ -258,19 +274,19 @@ def run_speed(args) -> int:
     from scabbard.sim.config import PAPER_SSD, SimConfig
     from scabbard.sim.model import simulate
 
-    if not args.seconds > 0:
-        raise _error(f"--seconds must be positive, got {args.seconds}")
+    if not args.sim_seconds > 0:
+        raise _error(f"--sim-seconds must be positive, got {args.sim_seconds}")
     cal = _load(args.calibration)
     names = _queries(args.queries) or list(cal.queries)
     hw = replace(PAPER_SSD, cores=args.cores)
-    print(f"{args.seconds:g} s of a fault-tolerant run on {args.cores} cores, 950 MB/s SSD "
+    print(f"{args.sim_seconds:g} s of a fault-tolerant run on {args.cores} cores, 950 MB/s SSD "
           f"(target: under 10 s of wall time for 60 s on 16 cores)")
     print(f"{'query':6} {'M tuples/s':>11} {'tasks':>9} {'wall s':>7}")
     worst = 0.0
     for q in names:
         scheme = cal.costs(q).best_scheme
         cfg = SimConfig(q, workers=args.cores, persist=True, compression=scheme,
-                        checkpoint_interval=1.0, duration=args.seconds)
+                        checkpoint_interval=1.0, duration=args.sim_seconds)
         t0 = time.perf_counter()
         r = simulate(cal, cfg, hw)
         wall = time.perf_counter() - t0
@@ -310,7 +326,7 @@ def _flag_message(message: str) -> str:
              "Hardware.io_bytes": "--io-kb", "Hardware.disk_latency_ms": "--disk-latency-ms",
              "Hardware.queue_depth": "--queue-depth", "Hardware.network_mb_s": "--network-gbps",
              "SimConfig.workers": "--workers", "SimConfig.batch_rows": "--batch",
-             "SimConfig.duration": "--duration", "SimConfig.rate": "--rate",
+             "SimConfig.duration": "--sim-seconds", "SimConfig.rate": "--rate",
              "SimConfig.fail_at": "--fail-at",
              "SimConfig.checkpoint_interval": "--checkpoint-interval",
              "SimConfig.assembly_parts": "--assembly-parts",
@@ -331,9 +347,9 @@ def run_sim(args) -> int:
         raise _error(f"--checkpoint-interval must be >= 0, got {args.checkpoint_interval}")
     try:
         cfg = SimConfig(query, workers=args.workers or hw.cores, batch_rows=args.batch,
-                        persist=args.persist, compression=args.compression,
+                        persist=args.persist_input, compression=args.compression,
                         checkpoint_interval=args.checkpoint_interval or None,
-                        duration=args.duration, rate=args.rate, fail_at=args.fail_at,
+                        duration=args.sim_seconds, rate=args.rate, fail_at=args.fail_at,
                         assembly_parts=args.assembly_parts,
                         ingress_partitions=args.ingress_partitions)
         cal.costs(query)

@@ -2,7 +2,7 @@
 
 With a cluster master (``spark://``, ``yarn``, ``k8s://``) every location is a URI the
 executors reach: ``--data`` (a dataset folder or URI), ``--workdir`` (checkpoints, the
-branches' windows, the results) and ``--out``.  The executors read and write them; the
+branches' windows, the results) and ``--output``.  The executors read and write them; the
 driver collects nothing.  A run on the work folder of one that stopped resumes it.
 """
 
@@ -58,8 +58,8 @@ def run_spark_backend(args, query) -> int:
         if getattr(args, flag) is not None:
             raise CLIError(f"--{flag.replace('_', '-')} applies to the scabbard backend; the spark "
                            "backend reads the dataset once")
-    if args.out and not args.out.endswith(".parquet"):
-        raise CLIError("--out: the spark backend writes .parquet")
+    if args.output and not args.output.endswith(".parquet"):
+        raise CLIError("--output: the spark backend writes .parquet")
     try:
         settings = SparkSettings(master=args.master, app_name=f"scabbard-{query.name}",
                                  extra=parse_conf(args.conf), ui=args.spark_ui)
@@ -79,11 +79,11 @@ def run_spark_backend(args, query) -> int:
         workdir = args.workdir or tmp
         if args.workdir:
             check_executors_can_write(spark, args.workdir, "--workdir")
-        out = args.out or join(workdir, "result")
+        out = args.output or join(workdir, "result")
         run = run_spark(query, ds, spark=spark, workdir=workdir, output=out, collect=False)
     print(f"\n{query.name} (Spark Structured Streaming, {spark.sparkContext.master}): "
           f"{run.tuples:,} tuples in {run.seconds:.2f} s = {run.tuples_per_s / 1e6:.3f} M tuples/s "
           f"(streaming part; {run.seconds_total:.2f} s in all)")
-    shown = run.output if args.workdir or args.out else "(not kept: give --out or --workdir)"
+    shown = run.output if args.workdir or args.output else "(not kept: give --output or --workdir)"
     print(f"results: {run.rows:,} rows, written by the executors -> {shown}")
     return 0

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scabbard.errors import Failure
 from scabbard.schema import Schema
 
 FORMAT = "scabbard-replay"
@@ -35,7 +36,7 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 
 
-class DatasetError(Exception):
+class DatasetError(Failure):
     """A dataset folder is missing, incomplete, corrupt or does not match what was asked for."""
 
 

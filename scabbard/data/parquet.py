@@ -30,9 +30,23 @@ _ARROW = {
 }
 
 
-def arrow_schema(schema: Schema) -> pa.Schema:
-    """The Parquet (Arrow) schema a dataset's Parquet files have."""
-    return pa.schema([pa.field(f.name, _ARROW[f.dtype], nullable=False) for f in schema.fields])
+def arrow_schema(schema: Schema, uuid_strings: bool = False) -> pa.Schema:
+    """The Parquet (Arrow) schema a dataset's Parquet files have; ``uuid_strings``: uuids
+    as canonical strings, as every result file and reader gives them."""
+    return pa.schema([pa.field(f.name, pa.string() if uuid_strings and f.dtype == "uuid"
+                               else _ARROW[f.dtype], nullable=False) for f in schema.fields])
+
+
+def _uuid_words(f: Field, arr: pa.Array) -> np.ndarray:
+    """Canonical uuid strings (a result file's) as the (n, 2) words of a uuid column."""
+    texts = arr.to_pylist()
+    try:
+        raw = b"".join(bytes.fromhex(t.replace("-", "")) for t in texts)
+    except (AttributeError, ValueError):
+        raise DatasetError(f"column {f.name!r}: not canonical uuid strings") from None
+    if len(raw) != 16 * len(texts):
+        raise DatasetError(f"column {f.name!r}: every uuid must be exactly 16 bytes")
+    return np.frombuffer(raw, np.uint8).copy().view(f.numpy_dtype).reshape(len(texts), 2)
 
 
 def _to_numpy(f: Field, arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -41,6 +55,8 @@ def _to_numpy(f: Field, arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if arr.null_count:
         raise DatasetError(f"column {f.name!r} has {arr.null_count} nulls; datasets have none")
     if f.dtype == "uuid":
+        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+            return _uuid_words(f, arr)
         if not pa.types.is_binary(arr.type) and not pa.types.is_fixed_size_binary(arr.type):
             raise DatasetError(f"column {f.name!r}: expected binary uuids, got {arr.type}")
         n = len(arr)
@@ -175,11 +191,17 @@ def parquet_to_replay(
     return table_entry(schema, rows, hash_columns(table_dir, schema), first, last)
 
 
-def columns_to_arrow(schema: Schema, columns: tuple[np.ndarray, ...]) -> pa.Table:
-    """An Arrow table of column arrays, in the Parquet types of :func:`arrow_schema`."""
+def columns_to_arrow(schema: Schema, columns: tuple[np.ndarray, ...],
+                     uuid_strings: bool = False) -> pa.Table:
+    """An Arrow table of column arrays, in the Parquet types of :func:`arrow_schema`
+    (``uuid_strings``: uuids as canonical strings, as in result files)."""
+    from scabbard.batch import uuid_hex
+
     arrays = []
     for f, col in zip(schema.fields, columns, strict=True):
-        if f.dtype == "uuid":
+        if f.dtype == "uuid" and uuid_strings:
+            arrays.append(pa.array(uuid_hex(col), pa.string()))
+        elif f.dtype == "uuid":
             raw = np.ascontiguousarray(col).view(np.uint8).reshape(-1)
             n = len(col)
             offsets = pa.py_buffer((np.arange(n + 1, dtype=np.int32) * 16).tobytes())
@@ -188,7 +210,7 @@ def columns_to_arrow(schema: Schema, columns: tuple[np.ndarray, ...]) -> pa.Tabl
             arrays.append(pa.array(np.asarray(col, dtype=np.int64)))
         else:
             arrays.append(pa.array(np.asarray(col)))
-    return pa.Table.from_arrays(arrays, schema=arrow_schema(schema))
+    return pa.Table.from_arrays(arrays, schema=arrow_schema(schema, uuid_strings))
 
 
 def write_parquet(schema: Schema, columns: tuple[np.ndarray, ...], path: Path) -> None:

@@ -60,7 +60,8 @@ class CollectSink(Sink):
 
 
 class ParquetSink(Sink):
-    """Appends result batches to one Parquet file (uuids as 16-byte binary)."""
+    """Appends result batches to one Parquet file (uuids as canonical strings, as the CSV
+    sink and the exactly-once output reader give them)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -72,14 +73,15 @@ class ParquetSink(Sink):
 
         super().open(schema)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = pq.ParquetWriter(self.path, arrow_schema(schema))
+        self._writer = pq.ParquetWriter(self.path, arrow_schema(schema, uuid_strings=True))
 
     def write(self, batch: Batch) -> None:
         from scabbard.data.parquet import columns_to_arrow
 
         super().write(batch)
         if len(batch):
-            self._writer.write_table(columns_to_arrow(self.schema, batch.columns))
+            self._writer.write_table(columns_to_arrow(self.schema, batch.columns,
+                                                      uuid_strings=True))
 
     def close(self) -> None:
         self._writer.close()

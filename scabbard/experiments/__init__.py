@@ -13,6 +13,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def default_data_dir() -> str:
+    """The project's dataset root (``scabbard.paths.data_root``): the default ``data_dir`` of
+    every experiment's settings, whatever the current folder."""
+    from scabbard import paths
+
+    return str(paths.data_root())
+
+
 @contextmanager
 def scratch(folder: str | None, data_dir: str | Path, prefix: str) -> Iterator[Path]:
     """``folder`` if given (kept), else a temporary folder next to the data (removed after):

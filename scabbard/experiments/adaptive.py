@@ -34,7 +34,7 @@ from scabbard.engine import EngineConfig, NullSink
 from scabbard.engine.metrics import read_metrics
 from scabbard.engine.runtime import Engine
 from scabbard.engine.sources import ReplaySource
-from scabbard.experiments import finish, save_tables, scratch
+from scabbard.experiments import default_data_dir, finish, save_tables, scratch
 from scabbard.ft.ingress import run_persisted
 from scabbard.storage import StorageConfig
 
@@ -76,7 +76,7 @@ class RegimeChange(ReplaySource):
 class Settings:
     schemes: Sequence[str] = field(default=SCHEMES)
     scale: str = "small"
-    data_dir: str = "data"
+    data_dir: str = field(default_factory=default_data_dir)
     seconds: float = 20.0
     change_at: float = 10.0  # wall seconds into each run
     interval: float = 4.0  # adaptive re-selection (the paper's 4 s)

@@ -33,7 +33,7 @@ import pandas as pd
 
 from scabbard import queries
 from scabbard.engine import EngineConfig, NullSink, run_query
-from scabbard.experiments import finish, prepared_dataset, save_tables, scratch
+from scabbard.experiments import default_data_dir, finish, prepared_dataset, save_tables, scratch
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, DiscardSink
 
@@ -53,7 +53,7 @@ PAPER = pd.DataFrame(
 class Settings:
     queries: Sequence[str] = field(default=queries.NAMES)
     scale: str = "small"
-    data_dir: str = "data"
+    data_dir: str = field(default_factory=default_data_dir)
     seconds: float = 5.0  # wall seconds per configuration
     interval: float = 1.0  # checkpoint interval
     workers: int = 2

@@ -43,7 +43,7 @@ import pandas as pd
 
 from scabbard import queries
 from scabbard.engine import EngineConfig, NullSink, run_query
-from scabbard.experiments import finish, prepared_dataset, save_tables, scratch
+from scabbard.experiments import default_data_dir, finish, prepared_dataset, save_tables, scratch
 from scabbard.experiments.engine_throughput import peer_dataset
 from scabbard.experiments.progress import Progress, Step
 from scabbard.ft.recovery import run_fault_tolerant
@@ -62,7 +62,7 @@ PAPER = ("16 cores: Scabbard within 11% of LightSaber (no FT) on SG3, LRB1-3; 12
 class Settings:
     queries: Sequence[str] = field(default=queries.NAMES)
     scale: str = "small"
-    data_dir: str = "data"
+    data_dir: str = field(default_factory=default_data_dir)
     seconds: float = 5.0  # per engine run
     interval: float = 1.0  # checkpoints, engine and peers
     workers: int = 2
@@ -250,7 +250,8 @@ def run(settings: Settings, log=print, progress: Progress | None = None,
     from scabbard.peers.flink import flink_available
 
     if settings.flink and not flink_available():
-        log("Flink-FT skipped: no .venv-flink here (scripts/setup-flink.sh creates it)")
+        log("note: Flink-FT is skipped: not installed here (no .venv-flink; `make peers` or "
+            "scripts/setup-flink.sh creates it)")
         settings = Settings(**{**settings.__dict__, "flink": False})
     progress = progress or Progress(steps(settings), log)
     spark = SparkPeer(settings, progress.note) if settings.spark else None

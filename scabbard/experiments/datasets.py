@@ -16,6 +16,7 @@ import pandas as pd
 
 from scabbard import workloads
 from scabbard.data import Dataset
+from scabbard.experiments import default_data_dir
 
 PLOT_ROWS = 2_000_000  # the plots look at (at most) the first rows of each dataset
 
@@ -24,7 +25,7 @@ PLOT_ROWS = 2_000_000  # the plots look at (at most) the first rows of each data
 class Settings:
     workloads: Sequence[str] = field(default=workloads.NAMES)
     scale: str = "small"
-    data_dir: str = "data"
+    data_dir: str = field(default_factory=default_data_dir)
     generate: bool = True
     seed: int = 0
     output_dir: str = "."

@@ -29,6 +29,7 @@ import pandas as pd
 from scabbard import queries, workloads
 from scabbard.data import Dataset, write_dataset
 from scabbard.engine import EngineConfig, NullSink, run_query
+from scabbard.experiments import default_data_dir
 
 # What the paper states about Fig. 7 (its bars carry no printed values): Scabbard's
 # throughput drop against LightSaber (no FT), and the median latency bound (§6.2).
@@ -49,7 +50,7 @@ PAPER_FIG7 = pd.DataFrame([
 class Settings:
     queries: Sequence[str] = field(default=queries.NAMES)
     scale: str = "small"
-    data_dir: str = "data"
+    data_dir: str = field(default_factory=default_data_dir)
     seconds: float = 5.0
     workers: Sequence[int] = (1, 2)
     # the sequential windows: serial, partitioned[:P] (EngineConfig.assembly); each measured

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from scabbard import queries, workloads
+from scabbard import paths, queries, workloads
 from scabbard.engine import CollectSink, run_query
+from scabbard.experiments import default_data_dir
 from scabbard.ft.controller import Controller
 
 RESTART_S = 3.0  # about what an incarnation takes to start and recover on this machine
@@ -50,14 +51,14 @@ class Settings:
     kills: int = 23  # per configuration (11 queries x 2 sinks x 23 = 506)
     reduce_every: int = 3  # every that many configurations: push-up + a compression scheme
     scale: str = "tiny"
-    data_dir: str = "data"
+    data_dir: str = field(default_factory=default_data_dir)
     rate: float = 300_000.0  # input tuples/s of every run
     interval: float = 0.2
     min_life: float = 1.0
     max_life: float = 3.5
     batch: int = 4000
     seed: int = 0
-    work: str = "experiments/runs/kills"
+    work: str = field(default_factory=lambda: str(paths.runs_root() / "kills"))
     # queries of several operators: p-streams on every edge between them on every other
     # configuration ("alternate"), on all ("all"), or on none
     placements: str = "alternate"

@@ -20,7 +20,7 @@ Two measurements, each in one run, side by side:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +29,7 @@ import pandas as pd
 from scabbard import queries, workloads
 from scabbard.data import Dataset, write_dataset
 from scabbard.engine import EngineConfig, NullSink, run_query
-from scabbard.experiments import finish, save_tables
+from scabbard.experiments import default_data_dir, finish, save_tables
 from scabbard.query import Query, count, sum_
 from scabbard.schema import Field, Schema
 
@@ -52,7 +52,7 @@ class Settings:
     slide_s: int = 1
     queries: Sequence[str] = ("SG2", "SG3", "NQ", "LRB2", "LRB3")
     scale: str = "small"
-    data_dir: str = "data"
+    data_dir: str = field(default_factory=default_data_dir)
     assembly: Sequence[str] = ("serial", "partitioned")
     workers: Sequence[int] = (1, 2)
     seconds: float = 4.0
@@ -184,7 +184,7 @@ def simulated(calibration: str | Path | None, names: Sequence[str], cores: Seque
     (input persisted as Scabbard persists it, checkpoints every ``interval``): throughput with
     the serial assembly and with one partition per core - the calibrated simulator, whose
     partitioned assembly costs were measured here (``scabbard sim calibrate``; None: this
-    repository's ``experiments/calibration.json``)."""
+    package's calibration, ``scabbard.paths.calibration()``)."""
     from dataclasses import replace
 
     from scabbard.experiments.simulated import default_calibration

@@ -22,12 +22,12 @@ import shutil
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from scabbard import queries, workloads
+from scabbard import paths, queries, workloads
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Settings:
     query: str = "YSB"
     workers: int = 2
     rounds: int = 3
-    work: str = "data/bench-cluster"
+    work: str = field(default_factory=lambda: str(paths.data_root() / "bench-cluster"))
 
     def __post_init__(self):
         if self.workload not in workloads.NAMES:

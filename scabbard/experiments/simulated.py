@@ -71,13 +71,15 @@ def _progress(items, desc: str):
 
 
 def default_calibration() -> Path:
-    """The calibration file of this repository (``scabbard sim calibrate`` writes it)."""
-    return Path(__file__).resolve().parents[2] / "experiments" / "calibration.json"
+    """The calibration shipped with the package (``scabbard sim calibrate`` writes it)."""
+    from scabbard import paths
+
+    return paths.calibration()
 
 
 @dataclass(frozen=True)
 class Settings:
-    calibration: str | None = None  # None: experiments/calibration.json
+    calibration: str | None = None  # None: the shipped one (scabbard.paths.calibration)
     queries: Sequence[str] = field(default=queries.NAMES)
     seconds: float = 10.0  # simulated seconds of input per run
     interval: float = 1.0  # checkpoint interval, seconds

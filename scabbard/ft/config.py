@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scabbard.compression.policy import SCHEMES
+from scabbard.errors import UserError
 from scabbard.faults import POINTS
 from scabbard.storage import StorageConfig
 
@@ -25,7 +26,7 @@ DURABILITIES = ("process", "machine")
 MAX_INTERVAL = 86_400.0  # a checkpoint at least once a day
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration that cannot be run: ``field`` and what is wrong with it (``problem``);
     the CLI names the flag the field maps onto."""
 

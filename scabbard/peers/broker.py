@@ -45,13 +45,14 @@ from pathlib import Path
 import numpy as np
 
 from scabbard.engine.metrics import PEER_PERCENTILES, percentiles_ms
+from scabbard.errors import Failure
 from scabbard.peers.synclog import from_rows, to_rows
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 USER = PASSWORD = "guest"  # RabbitMQ's default user, refused from anywhere but loopback
 
 
-class BrokerError(RuntimeError):
+class BrokerError(Failure, RuntimeError):
     """The broker is missing, does not start, or refused a publish."""
 
 

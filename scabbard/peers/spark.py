@@ -281,7 +281,9 @@ def _to_columns(df, schema) -> dict:
     for f in schema.fields:
         arr = table.column(f.name).combine_chunks()
         if f.dtype == "uuid":
-            raw = b"".join(x.as_py() for x in arr) if len(arr) else b""
+            values = arr.to_pylist()
+            raw = b"".join(bytes.fromhex(x.replace("-", "")) if isinstance(x, str) else x
+                           for x in values)
             out[f.name] = np.frombuffer(raw, dtype=np.uint64).reshape(-1, 2).copy()
         else:
             out[f.name] = arr.to_numpy(zero_copy_only=False).astype(f.numpy_dtype)
@@ -406,9 +408,10 @@ def _run(query, data, spark, workdir, checkpoint, output, max_files_per_trigger,
         result = _post(query.node, frames)
         out = to_uri(output) if output is not None else None
         rows = None
-        if out is not None:
-            write_rows(result, arrow_to_spark(query.schema), out)
-            result = spark.read.schema(arrow_to_spark(query.schema)).parquet(out)
+        if out is not None:  # uuids as canonical strings, as every result file has them
+            types = arrow_to_spark(query.schema, uuid_strings=True)
+            write_rows(uuid_strings(result, query.schema), types, out)
+            result = spark.read.schema(types).parquet(out)
             rows = result.count()
         cols = {}
         if collect:
@@ -468,9 +471,9 @@ def _run_stateless(query, data, spark, reader, relations, work, output, collect,
               .orderBy(OFFSET).select(*query.schema.names))
     out = to_uri(output) if output is not None else None
     rows, cols = None, {}
-    if out is not None:
-        write_rows(result, types, out)
-        rows = spark.read.schema(types).parquet(out).count()
+    if out is not None:  # uuids as canonical strings, as every result file has them
+        write_rows(uuid_strings(result, query.schema), arrow_to_spark(query.schema, True), out)
+        rows = spark.read.parquet(out).count()
     if collect:
         cols = _to_columns(result, query.schema)
         rows = len(cols[query.schema.names[0]])
@@ -478,19 +481,36 @@ def _run_stateless(query, data, spark, reader, relations, work, output, collect,
                     (rows_read(q),))
 
 
-def arrow_to_spark(schema):
-    """The Spark StructType of a schema's Parquet layout (uint32 as long, uuid as binary)."""
+def uuid_strings(df, schema):
+    """``df`` with its uuid columns (16 bytes) as canonical strings, as result files hold
+    them (the engine's ``--output`` and exactly-once reader too)."""
+    from pyspark.sql import functions as F
+
+    def canonical(name: str):
+        h = F.lower(F.hex(F.col(name)))
+        return F.concat_ws("-", *(F.substring(h, a, n) for a, n in
+                                  ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12)))).alias(name)
+
+    return df.select(*(canonical(f.name) if f.dtype == "uuid" else F.col(f.name)
+                       for f in schema.fields))
+
+
+def arrow_to_spark(schema, uuid_strings: bool = False):
+    """The Spark StructType of a schema's Parquet layout (uint32 as long, uuid as binary;
+    ``uuid_strings``: as a string, as in result files)."""
     from pyspark.sql.types import (
         BinaryType,
         DoubleType,
         FloatType,
         IntegerType,
         LongType,
+        StringType,
         StructField,
         StructType,
     )
 
     types = {"int32": IntegerType(), "int64": LongType(), "uint32": LongType(),
-             "float32": FloatType(), "float64": DoubleType(), "uuid": BinaryType()}
+             "float32": FloatType(), "float64": DoubleType(),
+             "uuid": StringType() if uuid_strings else BinaryType()}
     arrow_schema(schema)  # validates the field types
     return StructType([StructField(f.name, types[f.dtype], False) for f in schema.fields])

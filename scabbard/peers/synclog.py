@@ -39,6 +39,7 @@ import numpy as np
 
 from scabbard.batch import Batch
 from scabbard.engine.metrics import PEER_PERCENTILES, percentiles_ms
+from scabbard.errors import Failure
 from scabbard.schema import Schema
 from scabbard.storage.checksum import checksum
 
@@ -47,7 +48,7 @@ _FRAME = struct.Struct("<8sQIIIIQ")
 RAW, LZ4 = 0, 1
 
 
-class LogError(RuntimeError):
+class LogError(Failure, RuntimeError):
     """A partition cannot be written or read."""
 
 

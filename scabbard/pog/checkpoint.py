@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from scabbard.errors import Failure
 from scabbard.faults import crashpoint
 from scabbard.pog.markers import Marker, MarkerKind
 from scabbard.storage.fileio import OS, Durability, FileIO, write_new
@@ -65,7 +66,7 @@ from scabbard.storage.fileio import OS, Durability, FileIO, write_new
 log = logging.getLogger(__name__)
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(Failure, RuntimeError):
     """No usable checkpoint, or one that cannot be written."""
 
 

@@ -25,13 +25,14 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from scabbard.errors import Failure
 from scabbard.pog.markers import Marker, MarkerKind
 from scabbard.pog.punit import PUnit
 from scabbard.schema import Schema
 from scabbard.storage.blockmanager import BlockManager
 
 
-class PStreamError(RuntimeError):
+class PStreamError(Failure, RuntimeError):
     pass
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scabbard.errors import UserError
 from scabbard.schema import Schema
 
 INT_TYPES = frozenset({"int32", "int64", "uint32"})
@@ -23,7 +24,7 @@ FLOAT_TYPES = frozenset({"float32", "float64"})
 NUMERIC = INT_TYPES | FLOAT_TYPES
 
 
-class QueryError(ValueError):
+class QueryError(UserError, ValueError):
     """A query is malformed: unknown column, type mismatch, bad window..."""
 
 

@@ -2,7 +2,7 @@
 
     from scabbard.sim import PAPER_SSD, SimConfig, load, simulate
 
-    cal = load("experiments/calibration.json")        # scabbard sim calibrate
+    cal = load(scabbard.paths.calibration())          # scabbard sim calibrate
     r = simulate(cal, SimConfig("LRB1", workers=16, persist=True, checkpoint_interval=1.0),
                  PAPER_SSD)
     print(r.summary.tuples_per_s, r.summary.latency_ms)

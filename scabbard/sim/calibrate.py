@@ -45,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scabbard import paths
 from scabbard.sim.config import (
     SCHEMES,
     Calibration,
@@ -62,7 +63,7 @@ MiB = 1 << 20
 # experiment and `scabbard sim validate` run theirs, so a recovery's replay is measured as
 # it is then predicted
 FT_BATCH = 262_144
-DEFAULT_OUT = "experiments/calibration.json"
+DEFAULT_OUT = str(paths.calibration())  # shipped in the package; `make sim` measures it again
 
 
 # -- per query: kernels ---------------------------------------------------------------------------

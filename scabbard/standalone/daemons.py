@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from scabbard.errors import Failure
 from scabbard.standalone.processes import TAG, alive
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -25,7 +26,7 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 _PORT = re.compile(r"Successfully started service '([^']+)' on port (\d+)")
 
 
-class ClusterError(RuntimeError):
+class ClusterError(Failure, RuntimeError):
     """The local cluster cannot start, is not running, or did not stop."""
 
 

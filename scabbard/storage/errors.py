@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from scabbard.errors import Failure
 
-class StorageError(RuntimeError):
+
+class StorageError(Failure, RuntimeError):
     """Anything the storage layer cannot do, with what to do about it."""
 
 

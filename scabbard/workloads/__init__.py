@@ -14,12 +14,14 @@ from __future__ import annotations
 from importlib import import_module
 from types import ModuleType
 
+from scabbard.errors import UserError
+
 NAMES = ("cm", "sg", "lrb", "ysb", "nexmark", "sm")
 # The paper's abbreviation of each dataset (Table 3); NEXMark's queries are called NQ.
 PAPER_NAMES = {"cm": "CM", "sg": "SG", "lrb": "LRB", "ysb": "YSB", "nexmark": "NQ", "sm": "SM"}
 
 
-class UnknownWorkloadError(KeyError):
+class UnknownWorkloadError(UserError, KeyError):
     def __str__(self) -> str:
         return f"unknown workload {self.args[0]!r} (choose from {', '.join(NAMES)})"
 

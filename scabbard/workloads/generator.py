@@ -36,13 +36,14 @@ from scabbard.data.format import (
     remove_stale_stages,
     staging_dir,
 )
+from scabbard.errors import UserError
 from scabbard.hadoopfs import is_uri, to_uri
 from scabbard.schema import Schema
 
 MAX_ROWS = 1 << 40
 
 
-class DatagenError(ValueError):
+class DatagenError(UserError, ValueError):
     """Bad generator parameters or an unusable output folder."""
 
 
@@ -162,9 +163,9 @@ def make_params(
     try:
         duration, rate = float(duration), float(rate)
     except (TypeError, ValueError):
-        raise DatagenError("--duration and --rate must be numbers") from None
+        raise DatagenError("--event-seconds and --rate must be numbers") from None
     if not math.isfinite(duration) or duration <= 0:
-        raise DatagenError(f"--duration must be a positive number of seconds, got {duration:g}")
+        raise DatagenError(f"--event-seconds must be a positive number of seconds, got {duration:g}")
     if not math.isfinite(rate) or rate <= 0:
         raise DatagenError(f"--rate must be a positive number of tuples per second, got {rate:g}")
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
@@ -178,7 +179,7 @@ def make_params(
     params = GenParams(duration, rate, seed, opts)
     if params.rows < 1:
         raise DatagenError(
-            f"--duration {duration:g} s at --rate {rate:g}/s gives no rows; increase either"
+            f"--event-seconds {duration:g} at --rate {rate:g}/s gives no rows; increase either"
         )
     if params.rows > MAX_ROWS:
         raise DatagenError(f"{params.rows} rows is more than this generator supports ({MAX_ROWS})")
@@ -323,7 +324,7 @@ def _generate_shared(spec: WorkloadSpec, params: GenParams, out: str, name: str,
         spark = get_spark(SparkSettings(master=master, app_name=f"scabbard-datagen-{spec.name}"))
     fs = SharedFS(spark)
     final = join(out, spec.name, name)
-    check_executors_can_write(spark, join(out, spec.name), "--out")
+    check_executors_can_write(spark, join(out, spec.name), "--data-root")
     fingerprint = code_fingerprint(spec)
     if not force:
         state, existing = shared_output.existing_dataset(fs, final, spec, params.to_dict(),
