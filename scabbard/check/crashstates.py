@@ -58,8 +58,14 @@ class Settings:
     push_up: bool = False
     compression: str = "none"
     persist_at: tuple[str, ...] = ()  # p-streams between operators (--persist-at)
+    checkpoint_mode: str = "full"  # or incremental, eventual (--checkpoint-mode)
 
     def __post_init__(self) -> None:
+        from scabbard.ft.panes import MODES
+
+        if self.checkpoint_mode not in MODES:
+            raise ValueError(f"checkpoint_mode must be one of {', '.join(MODES)}, got "
+                             f"{self.checkpoint_mode!r}")
         if self.sink not in ("clocked", "transactional"):
             raise ValueError(f"sink must be clocked or transactional, got {self.sink!r}")
         if self.durability not in ("process", "machine"):
@@ -93,6 +99,7 @@ class Report:
     def summary(self) -> str:
         s = self.settings
         placed = f", p-streams at {', '.join(s.persist_at)}" if s.persist_at else ""
+        placed += f", {s.checkpoint_mode} checkpoints" if s.checkpoint_mode != "full" else ""
         lines = [f"{s.query} {s.sink} sink{placed}, {s.durability} durability: "
                  f"{self.explored:,} crash "
                  f"states explored ({', '.join(f'{v} {k}' for k, v in sorted(self.kinds.items()))})"
@@ -131,7 +138,8 @@ class Explorer:
                            storage_config=STORAGE,
                            durability=None if recover else self.s.durability,
                            push_up=self.s.push_up, persist_at=self.s.persist_at,
-                           compression=None if recover else self.s.compression, **kw)
+                           compression=None if recover else self.s.compression,
+                           checkpoint_mode=None if recover else self.s.checkpoint_mode, **kw)
 
     def expected(self) -> pd.DataFrame:
         sink = CollectSink()

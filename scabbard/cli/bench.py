@@ -29,11 +29,14 @@ _HELP = {
     "keys": "distinct keys of the Zipf and uniform streams",
     "spark_memory": "the Spark driver's heap, e.g. 8g ('auto': half the memory available)",
     "spark_partitions": "Spark's shuffle partitions (0: two per core)",
+    "checkpoint_mode": "checkpoint mode of every run: full, incremental (closed panes written "
+                       "once) or eventual (CEC: pane units saved in steps between records)",
 }
 _FLAGS = {"with_query": "--no-query", "batch_kib": "--batch-kb", "min_life": "--min",
           "max_life": "--max"}
 _CHOICES = {"scale": ("tiny", "small", "full"), "sinks": ("clocked", "transactional"),
-            "placements": ("alternate", "all", "none")}
+            "placements": ("alternate", "all", "none"),
+            "checkpoint_mode": ("full", "incremental", "eventual")}
 
 
 def _options(p, settings, *names: str, out: str | None = None, **defaults) -> None:
@@ -236,7 +239,7 @@ def add(sub, full: bool = True) -> None:
         epilog="Exit status 1 if any configuration lost, duplicated or changed a result.")
     _options(kp, kills.Settings, "queries", "sinks", "kills", "reduce_every", "scale", "rate",
              "interval", "min_life", "max_life", "work", "seed", "placements",
-             out="experiments/runs/bench-kills")
+             "checkpoint_mode", out="experiments/runs/bench-kills")
 
 
 def _run_bench_datagen(args) -> int:

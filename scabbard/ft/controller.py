@@ -52,7 +52,9 @@ class Controller:
                  metrics_interval: float = 0.5, push_up: bool = False,
                  compression: str = "none", lossy_decimals: int | None = None,
                  compression_interval: float = 4.0, persist_at: tuple[str, ...] = (),
-                 assembly: str = "auto"):
+                 assembly: str = "auto", checkpoint_mode: str = "full",
+                 checkpoint_step: float | None = None, max_unsaved_panes: int | None = None,
+                 max_replay_tuples: int | None = None):
         self.query, self.data = query, Path(data)
         self.dir = Path(workdir)
         self.storage, self.output = self.dir / "storage", self.dir / "output"
@@ -65,6 +67,10 @@ class Controller:
         self.compression_interval = compression_interval
         self.persist_at = tuple(persist_at)  # p-streams between operators (--persist-at)
         self.assembly = assembly  # --assembly of every incarnation
+        self.checkpoint_mode = checkpoint_mode  # --checkpoint-mode (eventual: interval is CP)
+        self.eventual = {"--checkpoint-step": checkpoint_step,
+                         "--max-unsaved-panes": max_unsaved_panes,
+                         "--max-replay-tuples": max_replay_tuples}
         self.proc: subprocess.Popen | None = None
         self.spare: subprocess.Popen | None = None
         self.incarnation = 0
@@ -84,6 +90,11 @@ class Controller:
             cmd += ["--batch", str(self.batch)]
         if self.assembly != "auto":
             cmd += ["--assembly", self.assembly]
+        if self.checkpoint_mode != "full":
+            cmd += ["--checkpoint-mode", self.checkpoint_mode]
+            for flag, value in self.eventual.items():
+                if value is not None:
+                    cmd += [flag, str(value)]
         if self.rate:
             cmd += ["--rate", str(self.rate)]
         if self.persist_at:
