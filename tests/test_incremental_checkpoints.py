@@ -83,6 +83,8 @@ def test_a_pane_log_lists_runs_prunes_and_restores(tmp_path):
         [f.result() for f in w.futures]
         assert log.listed(4, 7) == [{"stream": "panes-w", "first": 2, "end": 6, "panes": [4, 7]}]
         assert log.listed(5, 6) == [{"stream": "panes-w", "first": 4, "end": 4, "panes": [5, 5]}]
+        nothing = log.save(tuple(c[:0] for c in _cols([7])), upto=7, clock=101)  # no rows
+        assert nothing.units == 0 and len({len(a) for a in log.index}) == 1
         with pytest.raises(ValueError, match="saved again"):
             log.save(_cols([6]), upto=8, clock=101)
         log.save(_cols([7, 8]), upto=9, clock=102)
@@ -109,10 +111,36 @@ def test_pane_units_are_cut_at_pane_boundaries_to_fit_a_file(tmp_path):
         log = _log(bm)  # a unit holds at most 512 rows of 32 bytes here
         w = log.save(_cols(list(range(100)), per_pane=30), upto=100, clock=1)
         bm.flush()
-        assert w.units == 6  # 17 panes (510 rows) per unit, never a pane split
         firsts = [b.columns[0] for b in bm.load(log.sid)]
+        assert w.units == 1 and len(firsts) == 6  # 17 panes (510 rows) a segment, none split
         assert all(a[-1] < b[0] for a, b in zip(firsts, firsts[1:], strict=False))
         assert count_panes(np.concatenate(firsts)) == 100
+
+
+def test_small_units_are_merged_size_tiered_and_load_the_same_rows(tmp_path):
+    """One pane closed per checkpoint: FANOUT units of a level become one of the next, so a
+    window of 200 panes is held by a few units (not 200), each pane written a few times (not
+    once per checkpoint), and the listed runs hold exactly the window's rows."""
+    from scabbard.ft.panes import FANOUT
+
+    truth = _cols(list(range(400)), per_pane=3)
+    rows = lambda lo, hi: tuple(c[(truth[0] >= lo) & (truth[0] < hi)] for c in truth)  # noqa: E731
+    window, written = 200, 0
+    with BlockManager(tmp_path, SMALL) as bm:
+        log = _log(bm)
+        for last in range(1, 400):  # the checkpoint at pane `last`: pane last - 1 closed
+            lo = max(0, last - window + 1)
+            written += log.save(rows(last - 1, last), last, clock=last).panes
+            while (m := log.to_merge(lo, last)) is not None:
+                written += log.consolidate(rows(m[0], m[1]), m[0], m[1], last, m[2]).panes
+            runs = log.listed(lo, last)
+            log.prune(lo)
+        bm.flush()
+        got = [np.concatenate([b.columns[0] for b in bm.load_bulk(log.sid, r["first"], r["end"])])
+               for r in runs if r["end"] > r["first"]]
+        assert np.array_equal(np.concatenate(got), rows(lo, last)[0])
+        assert log.units_in(lo, last) <= (FANOUT - 1) * 3 + 1
+        assert written < 4 * 400  # a window per checkpoint would be ~ 200 x 400
 
 
 # -- incremental = full ----------------------------------------------------------------------------

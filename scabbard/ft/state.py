@@ -100,7 +100,7 @@ class _Stored(FTOperator):
 
 def read_part(bm: BlockManager, sid: int, schema: Schema, part: dict, cid: int) -> list:
     """The columns of one listed range of a state stream (raises if not all stored)."""
-    got = list(bm.load(sid, part["first"], part["end"]))
+    got = bm.load_bulk(sid, part["first"], part["end"])
     if sum(len(x) for x in got) != part["end"] - part["first"]:
         raise FileNotFoundError(f"state of checkpoint {cid}, {schema.name}: "
                                 f"{sum(len(x) for x in got)} of "
@@ -177,11 +177,16 @@ class WindowOperator(_Stored):
         """The checkpoint's part: the closed panes not saved yet as pane units, the open
         pane's partials to ``state-<id>``; it lists the units it relies on."""
         lo, last, todo = self._bounds(last_ts)
+        log = self.log
         cols = self.rows(recent, min(todo, last))
         cut = int(np.searchsorted(cols[0], last))
-        out = self.log.save(tuple(c[:cut] for c in cols), last, clock)
+        out = log.save(tuple(c[:cut] for c in cols), last, clock)
+        while (merge := log.to_merge(lo, last)) is not None:  # FANOUT units of a level: one
+            got = self.rows(recent, merge[0])
+            end = int(np.searchsorted(got[0], merge[1]))
+            out.add(log.consolidate(tuple(c[:end] for c in got), *merge[:2], clock, merge[2]))
         parts, futures, nbytes = self.write([tuple(c[cut:] for c in cols)], cid)
-        out.add(Written(self.log.listed(lo, last) + parts, futures, nbytes,
+        out.add(Written(log.listed(lo, last) + parts, futures, nbytes,
                         count_panes(cols[0][cut:])))
         self.log.prune(lo)
         out.futures = self.log.pending() + futures  # a unit listed may be a step's in flight
