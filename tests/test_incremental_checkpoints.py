@@ -382,3 +382,45 @@ def test_batches_of_the_pane_stream_carry_their_clock(tmp_path):
         batch, meta = bm.read_with_meta(log.sid, 0)
         assert isinstance(batch, Batch) and meta.view(np.int64).tolist() == [777, 10, 12]
         assert json.dumps(log.listed(10, 12))  # a record can hold it
+
+
+# -- notebook 12's measurements --------------------------------------------------------------------
+def test_steady_state_counts_only_checkpoints_past_the_backlog():
+    from types import SimpleNamespace
+
+    from scabbard.experiments.incremental import steady
+
+    def ck(end, done, nbytes, panes):
+        return SimpleNamespace(input_end=end, completed=done, bytes=nbytes,
+                               operator={"written": {"panes": panes}})
+    cks = [ck(50, 1.0, 10_000, 300), ck(150, 2.0, 900, 4), ck(250, 3.0, 100, 2),
+           ck(350, 4.0, 200, 2)]
+    got = steady(cks, after=100)  # the first past the backlog only marks the start
+    assert got == {"bytes_per_s": 300 / 2.0, "panes": 2.0}
+    assert np.isnan(steady(cks, after=300)["bytes_per_s"])
+
+
+def test_a_backlogged_source_has_its_input_waiting(tiny):
+    from scabbard.engine.sources import ReplaySource
+    from scabbard.experiments.incremental import backlogged, event_rate, window_s
+
+    ds = tiny["lrb"]
+    assert window_s("LRB1", ds) == 300.0 and window_s("SG1", tiny["sg"]) == 3600.0
+    assert 200 < event_rate(ds) < 300  # tiny: 250 tuples per event second
+    src = backlogged(1000)(ReplaySource(ds, 100, rate=100.0, started_at=50.0))
+    assert src.started_at == 40.0  # 1,000 tuples at 100/s arrived 10 s early
+
+
+def test_cec_recovery_time_ends_with_the_replay_or_the_state_load():
+    import pandas as pd
+
+    from scabbard.experiments.cec import recovery_ms, response
+
+    ev = pd.DataFrame([{"event": "phase", "phase": "started", "wall": 10.0},
+                       {"event": "phase", "phase": "state_loaded", "wall": 10.2},
+                       {"event": "recovery", "phase": "replayed", "wall": 10.5}])
+    assert recovery_ms(ev) == pytest.approx(500.0)
+    assert recovery_ms(ev.iloc[:2]) == pytest.approx(200.0)
+    samples = [{"t": t, "tuples_per_s": 1.0, "latency_ms": {"p50": t, "p95": 2 * t}}
+               for t in (0.5, 1.0, 2.0, 3.0)]
+    assert response(samples, after=1.0) == {"p50_ms": 2.0, "p95_ms": 4.0, "tuples_per_s": 1.0}
