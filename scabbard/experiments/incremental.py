@@ -7,7 +7,8 @@ Per query, on the same data, one after the other:
 * per checkpoint mode (``full``, ``incremental``): the paper's *Scabbard-Chk* - the state
   checkpointed every ``interval`` seconds, input not persisted, results dropped - run flat out
   (throughput, its overhead over no FT, the checkpoint time, the state bytes written per
-  second), then recovered in this process from its newest record (the state load time);
+  second), then recovered in this process from its newest record: the state load time, and
+  the storage opening (every stream's files scanned) with it;
 * per checkpoint mode, **paced**: the input arrives at ``speedup`` times the dataset's own
   event rate (event seconds per wall second), with one window of it waiting at the start
   so that the windows are full at once; the state bytes written per second once the backlog
@@ -33,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from scabbard import queries
-from scabbard.engine import EngineConfig, NullSink, run_query
+from scabbard.engine import EngineConfig, NullSink, read_metrics, run_query
 from scabbard.engine.runtime import Engine
 from scabbard.engine.sources import ReplaySource
 from scabbard.experiments import finish, prepared_dataset, save_tables, scratch
@@ -112,9 +113,13 @@ def measure(query: str, mode: str, ds, folder: Path, settings: Settings) -> dict
            "panes": float(np.mean([c.operator["written"]["panes"] for c in ck])) if ck
            else float("nan")}
     if ck:
+        log = folder / "recovery.jsonl"
         back = run_fault_tolerant(q, ds, folder / "storage", DiscardSink(folder / "output"),
-                                  cfg, interval=settings.interval, recover=True, duration=0.2)
+                                  cfg, interval=settings.interval, recover=True, duration=0.2,
+                                  metrics_log=log)
+        phase = read_metrics(log).query("event == 'phase'").set_index("phase")["wall"]
         out.update(load_ms=back.loaded.get("load_ms", float("nan")),
+                   open_ms=(phase["state_loaded"] - phase["code_loaded"]) * 1e3,
                    loaded_mb=back.loaded.get("bytes", 0) / 1e6)
     shutil.rmtree(folder, ignore_errors=True)
     return out
@@ -185,6 +190,7 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
         out[f"{mode} MB/s"] = m["bytes_per_s"] / 1e6
         out[f"{mode} panes/checkpoint"] = m["panes"]
         out[f"{mode} load ms"] = m.get("load_ms")
+        out[f"{mode} open+load ms"] = m.get("open_ms")
         if "paced_bytes_per_s" in m:
             out[f"{mode} paced MB/s"] = m["paced_bytes_per_s"] / 1e6
     out["written full/incremental"] = out["full MB/s"] / out["incremental MB/s"]
