@@ -128,18 +128,19 @@ def measure(query: str, mode: str, ds, folder: Path, settings: Settings) -> dict
 def measure_paced(query: str, mode: str, ds, folder: Path, settings: Settings,
                   flat_out: float) -> dict:
     """Paced at ``speedup`` x real time with a window of backlog (processed at about
-    ``flat_out`` tuples/s, twice as long allowed): steady-state bytes/s over about
+    ``flat_out`` tuples/s, four times as long allowed): steady-state bytes/s over about
     ``seconds`` of input after it."""
     rate = settings.speedup * event_rate(ds)
     backlog = int(window_s(query, ds) * event_rate(ds))
-    batch = max(1024, int(rate * settings.interval / 8))  # several tasks per interval
+    # several tasks per interval, but not so small that the backlog takes long
+    batch = max(1024, int(rate * settings.interval / 8), backlog // 256)
     shutil.rmtree(folder, ignore_errors=True)
     r = run_fault_tolerant(queries.get(query), ds, folder / "storage",
                            DiscardSink(folder / "output"),
                            EngineConfig(workers=settings.workers, batch_rows=batch),
                            interval=settings.interval, rate=rate, persist_input=False,
-                           max_tuples=backlog + int(rate * (settings.seconds + 1.0
-                                                            + 2 * backlog / flat_out)),
+                           max_tuples=backlog + int(rate * (settings.seconds + 2.0
+                                                            + 4 * backlog / flat_out)),
                            checkpoint_mode=mode, wrap_source=backlogged(backlog))
     shutil.rmtree(folder, ignore_errors=True)
     got = steady(r.checkpoints, backlog)
