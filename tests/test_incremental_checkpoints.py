@@ -424,3 +424,22 @@ def test_cec_recovery_time_ends_with_the_replay_or_the_state_load():
     samples = [{"t": t, "tuples_per_s": 1.0, "latency_ms": {"p50": t, "p95": 2 * t}}
                for t in (0.5, 1.0, 2.0, 3.0)]
     assert response(samples, after=1.0) == {"p50_ms": 2.0, "p95_ms": 4.0, "tuples_per_s": 1.0}
+
+
+def test_bench_kills_and_the_controller_take_the_checkpoint_mode(tmp_path):
+    from scabbard.cli import bench, build_parser
+    from scabbard.experiments import kills
+    from scabbard.ft.controller import Controller
+
+    args = build_parser("bench").parse_args(["bench", "kills", "--queries", "sg1", "lrb1",
+                                             "--checkpoint-mode", "eventual"])
+    plan = kills.plan(bench._settings(kills.Settings, args))
+    assert {c.checkpoint_mode for c in plan} == {"eventual"} and "eventual" in plan[0].name
+    with pytest.raises(ValueError, match="checkpoint_mode"):
+        kills.Settings(checkpoint_mode="sometimes")
+    c = Controller("SG1", tmp_path, tmp_path, max_tuples=10, checkpoint_mode="eventual",
+                   checkpoint_step=5, max_replay_tuples=1000)
+    cmd = " ".join(c.command(recover=False))
+    assert "--checkpoint-mode eventual --checkpoint-step 5 --max-replay-tuples 1000" in cmd
+    assert "--checkpoint-mode" not in " ".join(Controller("SG1", tmp_path, tmp_path,
+                                                          max_tuples=10).command(False))
