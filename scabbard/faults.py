@@ -10,7 +10,9 @@ Points: ``checkpoint_state`` (state p-units handed to storage, record not yet wr
 ``checkpoint_record`` (record written to its temporary file, not yet renamed into place),
 ``checkpoint_commit`` (record in place, the sink's epoch not yet committed: between the two
 phases of two-phase commit), ``recovery_replay`` (recovering: state loaded, the stored input
-half replayed).
+half replayed), ``checkpoint_step`` (incremental and eventual checkpoint modes: pane units
+handed to storage - by a checkpoint, or by an eventual step between records - the record
+that lists them not yet written).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import os
 import signal
 import threading
 
-POINTS = ("checkpoint_state", "checkpoint_record", "checkpoint_commit", "recovery_replay")
+POINTS = ("checkpoint_state", "checkpoint_record", "checkpoint_commit", "recovery_replay",
+          "checkpoint_step")
 _armed = {"name": "", "left": 0}
 _lock = threading.Lock()
 

@@ -78,19 +78,24 @@ def damage_state(store: Path, rec: CheckpointRecord, q, ds) -> None:
     schemas = {s.name: s for s in map(state_schema, Engine(q, ds.tables, CFG).plan.branches)}
     for part in rec.state:
         if part["end"] > part["first"] and part["stream"] in schemas:
-            schema = schemas[part["stream"]]
-            with BlockManager(store, SMALL) as bm:
-                sid = bm.stream(schema.name, schema)
-                f, seg = bm._locate(bm._by_id[sid], part["first"])
-                head = seg_fmt.parse_header(bm._pread(f, seg.pos, seg_fmt.PAGE))
-                at = seg.pos + head.header_len
-            with open(f.path, "r+b") as fh:
-                fh.seek(at)
-                b = fh.read(1)
-                fh.seek(at)
-                fh.write(bytes([b[0] ^ 0xFF]))
+            damage_segment(store, schemas[part["stream"]], part["first"])
             return
     raise AssertionError(f"checkpoint {rec.id} holds no state to damage")
+
+
+def damage_segment(store: Path, schema, offset: int) -> None:
+    """Flip the first payload byte of the stored segment holding ``offset`` of the stream
+    ``schema.name`` (its checksum then fails)."""
+    with BlockManager(store, SMALL) as bm:
+        sid = bm.stream(schema.name, schema)
+        f, seg = bm._locate(bm._by_id[sid], offset)
+        head = seg_fmt.parse_header(bm._pread(f, seg.pos, seg_fmt.PAGE))
+        at = seg.pos + head.header_len
+    with open(f.path, "r+b") as fh:
+        fh.seek(at)
+        b = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([b[0] ^ 0xFF]))
 
 
 def damage_record(store: Path, rec: CheckpointRecord) -> None:
@@ -129,4 +134,4 @@ def committed_epochs(out: Path) -> dict[str, bytes]:
 
 
 __all__ = ["CFG", "SMALL", "FailingIO", "StopAfter", "committed_epochs", "damage_record",
-           "damage_state", "failure_free", "query", "records", "tmpfs"]
+           "damage_segment", "damage_state", "failure_free", "query", "records", "tmpfs"]

@@ -167,6 +167,26 @@ def test_kill_campaign_with_parallel_ingress(tiny, tmp_path, name, sink, assembl
 
 @pytest.mark.slow
 @pytest.mark.crash
+@pytest.mark.parametrize("mode", ["incremental", "eventual"])
+@pytest.mark.parametrize("sink", ["clocked", "transactional"])
+@pytest.mark.parametrize("name", ["SG1", "LRB1", "LRB3", "YSB"])
+def test_kill_campaign_with_incremental_checkpoints(tiny, tmp_path, name, sink, mode):
+    """Random kills with pane units written once (issue 18): incremental checkpoints, and
+    eventual ones whose steps save panes every 5 ms between records."""
+    ds = tiny[queries.workload_of(name)]
+    rng = random.Random(f"{name}-{sink}-{mode}")
+    n = 120 * ds.rows
+    extra = {"checkpoint_step": 5, "max_replay_tuples": 200_000} if mode == "eventual" else {}
+    c = Controller(name, ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6, interval=0.2,
+                   sink=sink, checkpoint_mode=mode, **extra)
+    assert f"--checkpoint-mode {mode}" in " ".join(c.command(recover=True))
+    camp = c.run([rng.uniform(1.2, 3.0) for _ in range(3)])
+    assert camp.kills >= 1, "the run finished before any kill: make it longer"
+    assert camp.verdict.ok, camp.verdict
+
+
+@pytest.mark.slow
+@pytest.mark.crash
 @pytest.mark.parametrize("sink", ["clocked", "transactional"])
 def test_crash_points_with_parallel_ingress(tiny, tmp_path, sink):
     """The forced crash points - inside a checkpoint's write, in the middle of a recovery's
@@ -179,6 +199,25 @@ def test_crash_points_with_parallel_ingress(tiny, tmp_path, sink):
     last = "checkpoint_commit:2" if sink == "transactional" else "checkpoint_record:2"
     camp = c.run([], crash_at=["checkpoint_state:3", "recovery_replay", last])
     assert camp.crashes == 3, camp
+    assert camp.verdict.ok, camp.verdict
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.parametrize("mode", ["incremental", "eventual"])
+def test_crash_points_with_pane_units(tiny, tmp_path, mode):
+    """Forced kills with pane units handed to storage and no record yet (by a checkpoint, or
+    by an eventual step), with a checkpoint's state written, in the middle of a recovery's
+    replay, and before a record's rename - on LRB1 with a p-stream on its window's output and
+    the key-partitioned assembly."""
+    ds = tiny["lrb"]
+    n = 150 * ds.rows
+    c = Controller("LRB1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 5,
+                   interval=0.2, checkpoint_mode=mode, persist_at=("window0",),
+                   assembly="partitioned:2", sink="transactional")
+    camp = c.run([], crash_at=["checkpoint_step:4", "recovery_replay", "checkpoint_state:2",
+                               "checkpoint_step:7", "checkpoint_record:2"])
+    assert camp.crashes == 5, camp
     assert camp.verdict.ok, camp.verdict
 
 

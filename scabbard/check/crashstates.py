@@ -59,8 +59,14 @@ class Settings:
     compression: str = "none"
     persist_at: tuple[str, ...] = ()  # p-streams between operators (--persist-at)
     ingress_partitions: int = 1  # the source read by this many threads (parallel ingress)
+    checkpoint_mode: str = "full"  # or incremental, eventual (--checkpoint-mode)
 
     def __post_init__(self) -> None:
+        from scabbard.ft.panes import MODES
+
+        if self.checkpoint_mode not in MODES:
+            raise ValueError(f"checkpoint_mode must be one of {', '.join(MODES)}, got "
+                             f"{self.checkpoint_mode!r}")
         if self.sink not in ("clocked", "transactional"):
             raise ValueError(f"sink must be clocked or transactional, got {self.sink!r}")
         if self.durability not in ("process", "machine"):
@@ -97,6 +103,7 @@ class Report:
         placed = f", p-streams at {', '.join(s.persist_at)}" if s.persist_at else ""
         if s.ingress_partitions > 1:
             placed += f", {s.ingress_partitions} ingress partitions"
+        placed += f", {s.checkpoint_mode} checkpoints" if s.checkpoint_mode != "full" else ""
         lines = [f"{s.query} {s.sink} sink{placed}, {s.durability} durability: "
                  f"{self.explored:,} crash "
                  f"states explored ({', '.join(f'{v} {k}' for k, v in sorted(self.kinds.items()))})"
@@ -136,7 +143,8 @@ class Explorer:
                            storage_config=STORAGE,
                            durability=None if recover else self.s.durability,
                            push_up=self.s.push_up, persist_at=self.s.persist_at,
-                           compression=None if recover else self.s.compression, **kw)
+                           compression=None if recover else self.s.compression,
+                           checkpoint_mode=None if recover else self.s.checkpoint_mode, **kw)
 
     def expected(self) -> pd.DataFrame:
         sink = CollectSink()

@@ -36,12 +36,17 @@ _HELP = {
     "spark_memory": "the Spark driver's heap, e.g. 8g ('auto': half the memory available)",
     "spark_partitions": "Spark's shuffle partitions (0: two per core)",
     "data_dir": "dataset root (the project's data/: $SCABBARD_HOME, else this checkout)",
+    "speedup": "paced runs: event seconds per wall second (the dataset's event rate times "
+               "this; 0: no paced runs)",
+    "checkpoint_mode": "checkpoint mode of every run: full, incremental (closed panes written "
+                       "once) or eventual (CEC: pane units saved in steps between records)",
 }
 _FLAGS = {"with_query": "--no-query", "batch_kib": "--batch-kb", "min_life": "--min",
           "max_life": "--max", "seconds": "--duration", "data_dir": "--data-root"}
 _ALIASES = {"seconds": "--seconds", "data_dir": "--data-dir"}  # the old spellings, hidden
 _CHOICES = {"scale": ("tiny", "small", "full"), "sinks": ("clocked", "transactional"),
-            "placements": ("alternate", "all", "none")}
+            "placements": ("alternate", "all", "none"),
+            "checkpoint_mode": ("full", "incremental", "eventual")}
 
 
 def _options(p, settings, *names: str, out: str | None = None, **defaults) -> None:
@@ -120,6 +125,7 @@ def add(sub, full: bool = True) -> None:
         comparison,
         compression,
         engine_throughput,
+        incremental,
         ingest,
         kills,
         partitioned,
@@ -171,6 +177,19 @@ def add(sub, full: bool = True) -> None:
         _run_bench_checkpoints)
     _options(cp, checkpointing.Settings, "queries", "seconds", "interval", "rounds", "scale",
              out="bench-checkpoints", rounds=2)
+    ic = _bench(
+        bsub, "incremental",
+        "Table 4 with full and incremental checkpoints side by side (issue 18)",
+        "Per query on its dataset: the query without fault tolerance, then with full and with "
+        "incremental checkpoints every --interval seconds (Scabbard-Chk: input not persisted), "
+        "flat out - throughput overhead, checkpoint time, state MB written per second, panes "
+        "per checkpoint, the state load time of a recovery - and paced at --speedup x the "
+        "dataset's event rate with a window of backlog (state MB/s once it was processed).  "
+        "Prints both modes side by side and the ratios; writes results.csv, runs.csv and "
+        "incremental_checkpoints.png to --output.  Notebook 12 also sweeps CEC's period.",
+        _run_bench_incremental)
+    _options(ic, incremental.Settings, "queries", "seconds", "interval", "rounds", "scale",
+             "speedup", out="bench-incremental")
     zp = _bench(
         bsub, "codecs", "Fig. 6: compression ratio and encode/decode MB/s per codec and data type",
         "Per data type of the paper's Fig. 6 (timestamps regular and bursty, integers "
@@ -265,7 +284,7 @@ def add(sub, full: bool = True) -> None:
         epilog="Exit status 1 if any configuration lost, duplicated or changed a result.")
     _options(kp, kills.Settings, "queries", "sinks", "kills", "reduce_every", "scale", "rate",
              "interval", "min_life", "max_life", "work", "seed", "placements",
-             out="bench-kills")
+             "checkpoint_mode", out="bench-kills")
     kp.add_argument("--assembly", default="auto", metavar="MODE",
                     help="every incarnation's --assembly (default auto)")
     kp.add_argument("--ingress", dest="ingress", type=int, nargs="+", default=[],
@@ -319,6 +338,20 @@ def _run_bench_checkpoints(args) -> int:
     csv = exp.save(runs, args.out)
     exp.plot(table, args.out)
     print(f"\nresults: {csv}, figure: {Path(args.out) / 'checkpointing.png'}")
+    return 0
+
+
+def _run_bench_incremental(args) -> int:
+    from scabbard.experiments import incremental as exp
+
+    settings = _settings(exp.Settings, args)
+    runs = exp.run(settings, log=lambda s: print(s, flush=True))
+    table = exp.summary(runs)
+    print("\n" + table.round(3).set_index("query").T.to_string())
+    print(exp.headline(table, settings.speedup))
+    csv = exp.save(runs, args.out)
+    exp.plot(table, args.out)
+    print(f"\nresults: {csv}, figure: {Path(args.out) / 'incremental_checkpoints.png'}")
     return 0
 
 

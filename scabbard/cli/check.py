@@ -3,7 +3,7 @@
     scabbard check crash-states --query Q [--sink clocked|transactional] [--states N]
                                 [--seed S] [--durability machine|process] [--push-up]
                                 [--compression none|default|adaptive] [--persist-at EDGES]
-                                [--data DIR]
+                                [--checkpoint-mode full|incremental|eventual] [--data DIR]
 
 :func:`add_parser` adds the ``check`` command to the ``scabbard`` parser's subcommands.
 """
@@ -51,6 +51,10 @@ def add_parser(subparsers) -> None:
     c.add_argument("--persist-at", metavar="EDGE[,EDGE]",
                    help="p-streams between operators besides the ingress (operator ids, or "
                         "output: before the sink), as 'scabbard run --persist-at'")
+    c.add_argument("--checkpoint-mode", choices=("full", "incremental", "eventual"),
+                   default="full", help="the recorded run's checkpoints: full (default), "
+                   "incremental (closed panes written once, as pane units) or eventual (pane "
+                   "units also saved in steps between records), as 'scabbard run'")
     c.add_argument("--tuples", type=int, default=60_000,
                    help="input tuples of the recorded run (default 60,000)")
     c.add_argument("--batch", type=int, default=4000, metavar="ROWS",
@@ -76,7 +80,8 @@ def _run_crash_states(args) -> int:
                             push_up=args.push_up, compression=args.compression,
                             ingress_partitions=args.ingress_partitions,
                             persist_at=tuple(e.strip() for e in (args.persist_at or "").split(",")
-                                             if e.strip() and e.strip() != "ingress"))
+                                             if e.strip() and e.strip() != "ingress"),
+                            checkpoint_mode=args.checkpoint_mode)
     except ValueError as e:
         raise CLIError(str(e)) from None
     ds = query_dataset(args)

@@ -86,6 +86,27 @@ def add_run(sub) -> None:
                    help="fault tolerance: persist the input, checkpoint the operator every "
                         "SECONDS, write exactly-once output to the --output folder (implies "
                         "--persist-input)")
+    p.add_argument("--checkpoint-mode", choices=("full", "incremental", "eventual"),
+                   help="with --checkpoint-interval: full (the default) writes every pane the open "
+                        "windows need at every checkpoint; incremental writes a closed pane once, "
+                        "as an immutable pane unit, and a checkpoint only the panes closed since "
+                        "and the open one; eventual (CEC) also saves closed panes in steps every "
+                        "--checkpoint-step ms between the records, one every --checkpoint-period "
+                        "(a recovery takes the run's own)")
+    p.add_argument("--checkpoint-period", type=float, metavar="MS",
+                   help="--checkpoint-mode eventual: a checkpoint record (the cut recovery "
+                        "resumes from) every MS milliseconds, CEC's CP (instead of "
+                        "--checkpoint-interval)")
+    p.add_argument("--checkpoint-step", type=float, metavar="MS",
+                   help="--checkpoint-mode eventual: save the panes closed since the last save "
+                        "every MS milliseconds, CEC's CI (default 10)")
+    p.add_argument("--max-unsaved-panes", type=int, metavar="Q",
+                   help="--checkpoint-mode eventual: a step at once when more than Q closed "
+                        "panes are not saved yet")
+    p.add_argument("--max-replay-tuples", type=int, metavar="U",
+                   help="--checkpoint-mode eventual: a record at the next task when more than U "
+                        "input tuples came since the last record's cut (bounds what recovery "
+                        "replays)")
     p.add_argument("--durability", choices=("process", "machine"),
                    help="with --checkpoint-interval: machine (the default) flushes everything a "
                         "checkpoint record or an acknowledgement depends on to the device first "
@@ -135,7 +156,8 @@ def add_run(sub) -> None:
     p.add_argument("--crash-at", metavar="POINT[:K]",
                    help="failure injection (the test harness and scabbard.ft.controller use it): "
                         "SIGKILL this process the K-th time it reaches POINT - checkpoint_state, "
-                        "checkpoint_record, checkpoint_commit or recovery_replay")
+                        "checkpoint_record, checkpoint_commit, recovery_replay or "
+                        "checkpoint_step (pane units handed to storage, not yet recorded)")
     p.add_argument("--spawned-at", type=float, metavar="UNIX_TIME",
                    help="when the controller spawned this process (recovery phases count from it)")
     p.add_argument("--quiet", action="store_true", help="no live progress lines")
@@ -274,7 +296,8 @@ def _run_ingest(args) -> int:
 
 # the fields of the configuration (scabbard.ft.config) and the flags they come from
 FLAGS = {"batch_rows": "--batch", "interval": "--checkpoint-interval", "sink": "--sink",
-         "persist": "--storage", "output": "--output"}
+         "persist": "--storage", "output": "--output",
+         "step_ms": "--checkpoint-step"}
 
 
 def config_from_args(args):
@@ -282,6 +305,7 @@ def config_from_args(args):
     contradict each other, or a value a field refuses, are a one-line CLIError."""
     from scabbard.ft.config import ConfigError, FTConfig, PersistConfig, RunConfig
 
+    _check_modes(args)
     ft = args.checkpoint_interval is not None or args.recover
     if args.output and not ft and not args.output.endswith((".parquet", ".csv")):
         raise CLIError(f"--output {args.output}: use a .parquet or .csv file name (an "
@@ -340,11 +364,37 @@ def config_from_args(args):
             FTConfig(Path(args.output), args.sink, args.checkpoint_interval or 1.0,
                      durability=args.durability,
                      persist_input=False if args.checkpoint_only else None,
-                     crash_at=args.crash_at, spawned_at=args.spawned_at) if ft else None,
+                     crash_at=args.crash_at, spawned_at=args.spawned_at,
+                     checkpoint_mode=args.checkpoint_mode,
+                     step_ms=10.0 if args.checkpoint_step is None else args.checkpoint_step,
+                     max_unsaved_panes=args.max_unsaved_panes,
+                     max_replay_tuples=args.max_replay_tuples) if ft else None,
             assembly=args.assembly, ingress_partitions=args.ingress_partitions)
     except ConfigError as e:
         flag = FLAGS.get(e.field, "--" + e.field.replace("_", "-"))
         raise CLIError(f"{flag} {e.problem}") from None
+
+
+def _check_modes(args) -> None:
+    """The checkpoint mode's flags: eventual's only with it; --checkpoint-period is the
+    interval in milliseconds (one of the two)."""
+    eventual = [f for f, v in (("--checkpoint-period", args.checkpoint_period),
+                               ("--checkpoint-step", args.checkpoint_step),
+                               ("--max-unsaved-panes", args.max_unsaved_panes),
+                               ("--max-replay-tuples", args.max_replay_tuples)) if v is not None]
+    if eventual and args.checkpoint_mode != "eventual" and not args.recover:
+        raise CLIError(f"{eventual[0]} goes with --checkpoint-mode eventual")
+    if args.checkpoint_mode and not (args.checkpoint_interval is not None or args.recover
+                                     or args.checkpoint_period is not None):
+        raise CLIError("--checkpoint-mode goes with --checkpoint-interval (or "
+                       "--checkpoint-period, or --recover)")
+    if args.checkpoint_period is not None:
+        if args.checkpoint_interval is not None:
+            raise CLIError("--checkpoint-period and --checkpoint-interval both set how often a "
+                           "checkpoint is recorded: use one")
+        if not args.checkpoint_period > 0:
+            raise CLIError(f"--checkpoint-period must be positive, got {args.checkpoint_period}")
+        args.checkpoint_interval = args.checkpoint_period / 1e3
 
 
 def _auto_placement(args, ds) -> None:
@@ -426,8 +476,9 @@ def _run_fault_tolerant(args, config, ds, progress) -> int:
                 raise StandbyReleased  # stdin closed: the controller has no failure for us
     what = "recovering" if args.recover else "starting"
     ft = config.ft
+    mode = ft.checkpoint_mode or ("as recorded" if args.recover else "full")
     print(f"{what} a fault-tolerant run: storage {config.persist.storage}, checkpoints every "
-          f"{ft.interval:g} s, {ft.sink} exactly-once output to {ft.output}", flush=True)
+          f"{ft.interval:g} s ({mode}), {ft.sink} exactly-once output to {ft.output}", flush=True)
     try:
         r = open_run(config, recover=args.recover, dataset=ds, on_sample=progress,
                      standby=standby)
@@ -439,7 +490,7 @@ def _run_fault_tolerant(args, config, ds, progress) -> int:
         print(f"storage: {what}")
     if r.resumed_from is not None or args.recover:
         print(f"resumed from checkpoint {r.resumed_from}, replayed input from offset "
-              f"{r.replayed_from:,}")
+              f"{r.replayed_from:,}" + _loaded(r.loaded))
     times = [c.duration_s * 1e3 for c in r.checkpoints]
     print(f"\n{config.query}: {s.tuples:,} tuples in {s.seconds:.2f} s = "
           f"{s.tuples_per_s / 1e6:.2f} M tuples/s, {len(r.checkpoints)} checkpoints"
@@ -447,8 +498,22 @@ def _run_fault_tolerant(args, config, ds, progress) -> int:
              f"{r.checkpoints[-1].bytes / 1e6:.2f} MB)" if times else "")
           + (f", {len(r.damage)} damaged or torn storage items dropped on opening"
              if r.damage else ""))
+    if r.checkpoints:
+        panes = [c.operator.get("written", {}).get("panes", 0) for c in r.checkpoints]
+        print(f"checkpoints ({r.checkpoint_mode}): state written "
+              f"{r.state_bytes_written / max(s.seconds, 1e-9) / 1e6:.3f} MB/s, "
+              f"{sum(panes) / len(panes):,.1f} panes per checkpoint")
     print(f"results: {s.result_rows:,} rows -> {ft.output}")
     return 0
+
+
+def _loaded(loaded: dict) -> str:
+    if not loaded or loaded.get("bytes") is None:
+        return ""
+    replay = loaded.get("replay_tuples")
+    return (f"; state loaded: {loaded['bytes'] / 1e6:.3f} MB, {loaded['panes']:,} panes "
+            f"({loaded['runs']} runs of pane units) in {loaded['load_ms']:.1f} ms"
+            + (f"; {replay:,} tuples to replay" if replay is not None else ""))
 
 
 def _run_spark(args, query) -> int:

@@ -35,12 +35,14 @@ class Config:
     push_up: bool = False
     compression: str = "none"
     persist_at: tuple[str, ...] = ()  # p-streams between operators (every edge, or none)
+    checkpoint_mode: str = "full"
 
     @property
     def name(self) -> str:
         extra = (["push-up"] if self.push_up else []) + (
             [self.compression] if self.compression != "none" else []) + (
-            ["p-streams on every edge"] if self.persist_at else [])
+            ["p-streams on every edge"] if self.persist_at else []) + (
+            [self.checkpoint_mode] if self.checkpoint_mode != "full" else [])
         return " ".join([self.query, self.sink] + extra)
 
 
@@ -66,8 +68,14 @@ class Settings:
     # every incarnation's --ingress-partitions, in turn (a recovery then reads the source with
     # another number than the run it continues); empty: the engine's default
     ingress: Sequence[int] = ()
+    checkpoint_mode: str = "full"  # of every configuration: full, incremental or eventual
 
     def __post_init__(self) -> None:
+        from scabbard.ft.panes import MODES
+
+        if self.checkpoint_mode not in MODES:
+            raise ValueError(f"checkpoint_mode must be one of {', '.join(MODES)}, got "
+                             f"{self.checkpoint_mode!r}")
         if self.kills < 1 or self.reduce_every < 1:
             raise ValueError("kills and reduce_every must be >= 1")
         if self.placements not in ("alternate", "all", "none"):
@@ -102,7 +110,8 @@ def plan(settings: Settings) -> list[Config]:
             placed = edges if len(edges) > 1 and (
                 settings.placements == "all"
                 or (settings.placements == "alternate" and i % 2 == 1)) else ()
-            out.append(Config(q, sink, push_up=reduce, compression=scheme, persist_at=placed))
+            out.append(Config(q, sink, push_up=reduce, compression=scheme, persist_at=placed,
+                              checkpoint_mode=settings.checkpoint_mode))
     return out
 
 
@@ -120,7 +129,8 @@ def run_one(cfg: Config, settings: Settings, rng: random.Random) -> dict:
                    rate=n / seconds, interval=settings.interval, sink=cfg.sink,
                    push_up=cfg.push_up, compression=cfg.compression,
                    persist_at=cfg.persist_at, assembly=settings.assembly,
-                   ingress_partitions=tuple(settings.ingress) or None)
+                   ingress_partitions=tuple(settings.ingress) or None,
+                   checkpoint_mode=cfg.checkpoint_mode)
     camp = c.run([rng.uniform(settings.min_life, settings.max_life)
                   for _ in range(settings.kills)], timeout=4 * seconds + 600)
     v = camp.verdict
@@ -128,7 +138,8 @@ def run_one(cfg: Config, settings: Settings, rng: random.Random) -> dict:
     return {"configuration": cfg.name, "query": cfg.query, "sink": cfg.sink,
             "push_up": cfg.push_up, "compression": cfg.compression,
             "persist_at": ",".join(cfg.persist_at), "assembly": settings.assembly,
-            "ingress": ",".join(map(str, settings.ingress)), "kills": camp.kills,
+            "ingress": ",".join(map(str, settings.ingress)),
+            "checkpoint_mode": cfg.checkpoint_mode, "kills": camp.kills,
             "restarts": camp.restarts, "tuples": n, "rate": round(n / seconds),
             "compared": v.compared, "lost": v.lost,
             "duplicated": v.duplicated, "different": v.different, "ok": v.ok,

@@ -9,15 +9,19 @@ it collects the checkpoint's parts, and once all are in starts that checkpoint; 
 the end of a recovery's replay; at the end of the run it
 stops the controller, whose error - if any part of the machinery failed - ends the run.
 With ``align`` the dispatcher waits at every marker until its task was assembled (Flink's
-aligned checkpoints, the paper's Flink++).
+aligned checkpoints, the paper's Flink++).  ``steps`` (eventual checkpoint mode,
+:class:`scabbard.ft.eventual.EventualSteps`) hears of every assembled task after the state
+followed it: it saves closed panes between records and enforces the bounds Q and U.
 """
 
 from __future__ import annotations
 
 
 class CheckpointListener:
-    def __init__(self, state, controller, metrics, align: bool = False, first_seq: int = 0):
+    def __init__(self, state, controller, metrics, align: bool = False, first_seq: int = 0,
+                 steps=None):
         self.state, self.controller, self.metrics, self.align = state, controller, metrics, align
+        self.steps = steps
         self.first_seq = first_seq  # the first task this run dispatches
         self.replay_last = -1
 
@@ -40,6 +44,8 @@ class CheckpointListener:
         """Task ``r`` was assembled: the windows' state follows it; with a marker, they took
         it (their part of the checkpoint)."""
         self.state.after_task(r, clock, graph)
+        if self.steps is not None:
+            self.steps.after_task(r)
         if r.marker is not None:
             self._check(r.marker)
         if r.seq == self.replay_last:

@@ -21,6 +21,7 @@ from scabbard.errors import UserError
 from scabbard.faults import POINTS
 from scabbard.storage import StorageConfig
 
+CHECKPOINT_MODES = ("full", "incremental", "eventual")  # scabbard.ft.panes.MODES
 SINKS = ("clocked", "transactional", "discard")  # discard: the benchmarks' (nothing kept)
 DURABILITIES = ("process", "machine")
 MAX_INTERVAL = 86_400.0  # a checkpoint at least once a day
@@ -91,6 +92,13 @@ class FTConfig:
     aligned: bool = False  # Flink-style aligned checkpoints (the paper's Flink++)
     crash_at: str | None = None  # a crash point, NAME[:K] (scabbard.faults), for tests
     spawned_at: float | None = None  # when the process was spawned (recovery phases)
+    # --checkpoint-mode: full (every checkpoint writes every pane its open windows need),
+    # incremental (closed panes written once, as pane units) or eventual (CEC: incremental,
+    # the panes saved in steps between records); None: full, or as recorded (recovery)
+    checkpoint_mode: str | None = None
+    step_ms: float = 10.0  # eventual: --checkpoint-step, CI (the period CP is ``interval``)
+    max_unsaved_panes: int | None = None  # eventual: --max-unsaved-panes, Q (forces a step)
+    max_replay_tuples: int | None = None  # eventual: --max-replay-tuples, U (forces a record)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "output", Path(self.output))
@@ -105,6 +113,16 @@ class FTConfig:
         if self.durability is not None and self.durability not in DURABILITIES:
             raise ConfigError("durability", f"must be process or machine, got "
                                             f"{self.durability!r}")
+        if self.checkpoint_mode is not None and self.checkpoint_mode not in CHECKPOINT_MODES:
+            raise ConfigError("checkpoint_mode", f"must be one of {', '.join(CHECKPOINT_MODES)}, "
+                                                 f"got {self.checkpoint_mode!r}")
+        _positive("step_ms", self.step_ms)
+        _positive("max_unsaved_panes", self.max_unsaved_panes, integer=True)
+        _positive("max_replay_tuples", self.max_replay_tuples, integer=True)
+        if self.checkpoint_mode in ("full", "incremental") and (
+                self.step_ms != 10.0 or self.max_unsaved_panes or self.max_replay_tuples):
+            raise ConfigError("checkpoint_mode", "must be eventual for a checkpoint step, "
+                                                 "max_unsaved_panes or max_replay_tuples")
         if self.crash_at is not None:
             name, _, k = self.crash_at.partition(":")
             if name not in POINTS or (k and not (k.isdigit() and int(k) >= 1)):

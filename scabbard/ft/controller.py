@@ -52,7 +52,10 @@ class Controller:
                  metrics_interval: float = 0.5, push_up: bool = False,
                  compression: str = "none", lossy_decimals: int | None = None,
                  compression_interval: float = 4.0, persist_at: tuple[str, ...] = (),
-                 assembly: str = "auto", ingress_partitions: int | tuple[int, ...] | None = None):
+                 assembly: str = "auto", ingress_partitions: int | tuple[int, ...] | None = None,
+                 checkpoint_mode: str = "full",
+                 checkpoint_step: float | None = None, max_unsaved_panes: int | None = None,
+                 max_replay_tuples: int | None = None):
         self.query, self.data = query, Path(data)
         self.dir = Path(workdir)
         self.storage, self.output = self.dir / "storage", self.dir / "output"
@@ -68,6 +71,10 @@ class Controller:
         # --ingress-partitions: one for every incarnation, or one per incarnation in turn (a
         # recovery with another number than the run it continues)
         self.ingress_partitions = ingress_partitions
+        self.checkpoint_mode = checkpoint_mode  # --checkpoint-mode (eventual: interval is CP)
+        self.eventual = {"--checkpoint-step": checkpoint_step,
+                         "--max-unsaved-panes": max_unsaved_panes,
+                         "--max-replay-tuples": max_replay_tuples}
         self.proc: subprocess.Popen | None = None
         self.spare: subprocess.Popen | None = None
         self.incarnation = 0
@@ -92,6 +99,11 @@ class Controller:
             parts = parts[(self.incarnation - 1) % len(parts)] if parts else None
         if parts is not None:
             cmd += ["--ingress-partitions", str(parts)]
+        if self.checkpoint_mode != "full":
+            cmd += ["--checkpoint-mode", self.checkpoint_mode]
+            for flag, value in self.eventual.items():
+                if value is not None:
+                    cmd += [flag, str(value)]
         if self.rate:
             cmd += ["--rate", str(self.rate)]
         if self.persist_at:

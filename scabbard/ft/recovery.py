@@ -46,6 +46,7 @@ from scabbard.engine.sources import ReplaySource
 from scabbard.ft import channels
 from scabbard.ft.checkpointing import CheckpointListener
 from scabbard.ft.config import ConfigError, FTConfig, PersistConfig, RunConfig
+from scabbard.ft.eventual import EventualPolicy, EventualSteps
 from scabbard.ft.ingress import INGRESS, READER, PersistedFeed, ReplayFeed, ingress_stream
 from scabbard.ft.sinks import ExactlyOnceSink, open_output
 from scabbard.ft.state import QueryState
@@ -73,7 +74,7 @@ def dataset_identity(dataset: Dataset) -> dict:
 # settings a recovery must repeat (or leave out: None takes the recorded one); push-up is
 # checked on its own (it is a flag: leaving it out means "without")
 _SETTINGS = ("batch_rows", "rate", "max_tuples", "persist_input", "compression",
-             "lossy_decimals", "durability", "sink", "persist_at")
+             "lossy_decimals", "durability", "sink", "persist_at", "checkpoint_mode")
 
 
 def _differences(have: dict, want: dict) -> list[str]:
@@ -148,7 +149,9 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                        aligned: bool = False, wrap_source=None,
                        durability: str | Durability | None = None, io: FileIO = OS,
                        every_tasks: int | None = None,
-                       persist_at: tuple[str, ...] = ()) -> FTReport:
+                       persist_at: tuple[str, ...] = (), checkpoint_mode: str | None = None,
+                       step_ms: float = 10.0, max_unsaved_panes: int | None = None,
+                       max_replay_tuples: int | None = None) -> FTReport:
     """:func:`open_fault_tolerant` with its configuration given as keywords (the Python
     convenience; the tests and experiments use it): ``config`` gives the workers and batch
     size, the rest map onto :class:`RunConfig`, :class:`PersistConfig` and :class:`FTConfig`
@@ -164,7 +167,8 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                               persist_at),
         ft=FTConfig(sink.path, sink.kind, interval, every_tasks,
                     None if durability is None else Durability.of(durability).value,
-                    persist_input, aligned),
+                    persist_input, aligned, checkpoint_mode=checkpoint_mode, step_ms=step_ms,
+                    max_unsaved_panes=max_unsaved_panes, max_replay_tuples=max_replay_tuples),
         assembly=engine.assembly, ingress_partitions=engine.ingress_partitions)
     return open_fault_tolerant(cfg, dataset, sink=sink, recover=recover, io=io,
                                standby=standby, on_sample=on_sample, wrap_source=wrap_source,
@@ -237,12 +241,14 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
             "persist_input": persist_input, "push_up": push_up, "compression": compression,
             "lossy_decimals": lossy_decimals,
             "durability": None if durability is None else Durability.of(durability).value,
-            "sink": sink.kind, "persist_at": list(persist_at)}
+            "sink": sink.kind, "persist_at": list(persist_at),
+            "checkpoint_mode": ft.checkpoint_mode}
     if not recover:  # a new run: the defaults
         want.update(
             batch_rows=engine.batch_rows_for(ReplaySource(dataset, 1).tuples_per_ms()),
             persist_input=persist_input is not False, compression=compression or "none",
             durability=want["durability"] or Durability.MACHINE.value,
+            checkpoint_mode=ft.checkpoint_mode or "full",
             loop=duration is not None or max_tuples is not None)
     durable = Durability.of(want["durability"] or Durability.MACHINE)
     # compiled code from numba's on-disk cache (a full batch: the long-task path too)
@@ -254,6 +260,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
     run = _run_file(storage, io, query, recover, want, durable)
     durable = Durability.of(run.get("durability", Durability.PROCESS.value))
     persist_input = run.get("persist_input", True)  # a recovered run keeps its mode
+    mode = run.get("checkpoint_mode") or "full"  # and its checkpoint mode
     if recover and run.get("push_up", False) != push_up:
         raise CheckpointError(f"{storage} holds a run {'with' if run.get('push_up') else 'without'}"
                               f" persistence push-up: recover it the same way "
@@ -271,13 +278,16 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                                          if scheme == "adaptive" else {}))
         ingress = ingress_stream(pog, engine, compress) if persist_input else None
         stores = channels.open_channels(pog, engine.plan, persist_at)
-        state = QueryState(engine.plan, bm, persist_at)
+        state = QueryState(engine.plan, bm, persist_at, mode)
         store = CheckpointStore(storage / "checkpoints", io=io, durability=durable)
         if recover:
+            t_load = time.perf_counter()
             resume, replay_from, skipped = _resume(storage, store, state, bm, ingress, sink)
             channels.resume_channels(stores, resume[0] if resume else None)
+            loaded = dict(state.loaded, load_ms=round((time.perf_counter() - t_load) * 1e3, 2),
+                          replay_tuples=ingress.end - replay_from if persist_input else None)
         else:
-            resume, replay_from, skipped = None, None, []
+            resume, replay_from, skipped, loaded = None, None, [], {}
             if sink.holds_results():
                 raise CheckpointError(f"{sink.path} already holds results of another run: "
                                       f"choose an empty --output folder")
@@ -296,8 +306,12 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
             rec, (edges, graph) = resume
             state.restore(rec, edges)
             at = Resume(rec.seq, rec.input_end, rec.operator["last_ts"], edges, rec.output, graph)
+        steps = EventualSteps(EventualPolicy(ft.step_ms, ft.max_unsaved_panes,
+                                             ft.max_replay_tuples), state, controller,
+                              cut_at=at.input_end if at is not None else 0) \
+            if mode == "eventual" else None
         listener = CheckpointListener(state, controller, metrics, align=aligned,
-                                      first_seq=at.seq + 1 if at is not None else 0)
+                                      first_seq=at.seq + 1 if at is not None else 0, steps=steps)
         # with persisted input: replay what is stored, then continue the source after it;
         # without: the source itself starts again at the checkpoint's offset
         source_start = _source_position(ingress) if persist_input else (replay_from or 0)
@@ -323,7 +337,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                               checkpoint=resume[0].id if resume else None,
                               replay_from=replay_from, replay_to=source_start,
                               committed_window_end=committed,
-                              skipped=skipped)
+                              skipped=skipped, checkpoint_mode=mode,
+                              **{f"state_{k}": v for k, v in loaded.items()})
 
         metrics.on_start = on_start
         report = engine.run(feed, sink, metrics=metrics, listener=listener, resume=at,
@@ -332,7 +347,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
             write_atomic(io, storage / RUN_FILE,
                          json.dumps(dict(run, completed=time.time()), indent=1).encode(), durable)
         return FTReport(report, list(controller.stats.completed),
-                        resume[0].id if resume else None, replay_from, damage)
+                        resume[0].id if resume else None, replay_from, damage, loaded, mode)
 
 
 def _resume(storage: Path, store: CheckpointStore, state: QueryState, bm: BlockManager,
@@ -382,3 +397,11 @@ class FTReport:
     resumed_from: int | None  # checkpoint id, when recovering
     replayed_from: int | None  # input offset, when recovering
     damage: list = field(default_factory=list)  # torn or quarantined storage found on opening
+    # recovering: state bytes, panes and pane-unit runs loaded, load ms, input tuples replayed
+    loaded: dict = field(default_factory=dict)
+    checkpoint_mode: str = "full"
+
+    @property
+    def state_bytes_written(self) -> int:
+        """State bytes the checkpoints of this run wrote (an eventual run's steps included)."""
+        return sum(c.bytes for c in self.checkpoints)

@@ -10,6 +10,9 @@ stable id (``window0``, ``join0``, ...):
   Assembly keeps references to those partials (long tasks leave them as their tail; short
   ones add their whole partials), so its snapshot at a marker is a copy of a few
   references; its state p-units go to the p-stream ``state-<id>``.
+  In ``incremental`` and ``eventual`` checkpoint mode its closed panes are written once, as
+  pane units of ``panes-<id>`` (:mod:`scabbard.ft.panes`), and a checkpoint writes only the
+  panes closed since and the open pane's partials.
 * :class:`JoinOperator` - a window join: the rows of each input the other has not covered
   yet and the two watermarks, as of Alg. 1's first marker, with the rows recorded on the
   other input until its marker (``state-<id>-l``, ``state-<id>-r``).
@@ -32,6 +35,7 @@ import numpy as np
 
 from scabbard.batch import Batch
 from scabbard.engine.tasks import Edges
+from scabbard.ft.panes import MODES, PaneLog, Written, count_panes, pane_schema
 from scabbard.pog.checkpoint import CheckpointRecord, FTOperator, Snapshot
 from scabbard.pog.markers import Marker
 from scabbard.pog.punit import Dependency, Kind, PUnit
@@ -86,29 +90,34 @@ class _Stored(FTOperator):
         return parts, futures, nbytes
 
     def read(self, parts: list[dict], cid: int) -> list[list[np.ndarray]]:
-        out = []
-        for sid, schema, part in zip(self.sids, self.schemas, parts, strict=True):
-            got = list(self.bm.load(sid, part["first"], part["end"]))
-            if sum(len(x) for x in got) != part["end"] - part["first"]:
-                raise FileNotFoundError(f"state of checkpoint {cid}, {schema.name}: "
-                                        f"{sum(len(x) for x in got)} of "
-                                        f"{part['end'] - part['first']} rows stored")
-            out.append([np.concatenate([x.columns[j] for x in got]) if got else _empty(f)
-                        for j, f in enumerate(schema.fields)])
-        return out
+        return [read_part(self.bm, sid, schema, part, cid)
+                for sid, schema, part in zip(self.sids, self.schemas, parts, strict=True)]
 
     def trim(self, parts: list[dict]) -> None:
         for sid, part in zip(self.sids, parts, strict=True):
             self.bm.trim(sid, part["first"])
 
 
+def read_part(bm: BlockManager, sid: int, schema: Schema, part: dict, cid: int) -> list:
+    """The columns of one listed range of a state stream (raises if not all stored)."""
+    got = bm.load_bulk(sid, part["first"], part["end"])
+    if sum(len(x) for x in got) != part["end"] - part["first"]:
+        raise FileNotFoundError(f"state of checkpoint {cid}, {schema.name}: "
+                                f"{sum(len(x) for x in got)} of "
+                                f"{part['end'] - part['first']} rows stored")
+    return [np.concatenate([x.columns[j] for x in got]) if got else _empty(f)
+            for j, f in enumerate(schema.fields)]
+
+
 class WindowOperator(_Stored):
     """A window aggregation over the source: the pane partials its open windows need."""
 
-    def __init__(self, branch, storage: BlockManager):
+    def __init__(self, branch, storage: BlockManager, mode: str = "full"):
         super().__init__(branch.id, [state_schema(branch)], storage)
         self.branch = branch
         self.recent: list = []
+        self.log = None if mode == "full" else PaneLog(pane_schema(self.schemas[0], branch.id),
+                                                       storage)
 
     def after_task(self, part) -> None:
         if part.long:
@@ -124,17 +133,64 @@ class WindowOperator(_Stored):
         return list(self.recent)
 
     def columns(self, recent: list, last_ts: int) -> tuple:
+        """The rows of every pane the open windows need (a full checkpoint's)."""
+        return self.rows(recent, last_ts // self.branch.slide_ms - self.branch.panes + 1)
+
+    def rows(self, recent: list, lo: int) -> tuple:
+        """The partials of panes ``lo`` and later, as the state stream's columns."""
         b = self.branch
+        recent = [p for p in recent if len(p.pane) and p.pane[-1] >= lo]
         e = Edges(*(np.concatenate([getattr(p, f) for p in recent]) if recent
                     else np.zeros((0,) + shape, dtype)
                     for f, shape, dtype in (
                         ("pane", (), np.int64), ("keys", (b.key_width,), np.int64),
                         ("cnt", (), np.int64), ("ints", (len(b.iops),), np.int64),
                         ("floats", (len(b.fops),), np.float64))))
-        lo = int(np.searchsorted(e.pane, last_ts // b.slide_ms - b.panes + 1))
+        lo = int(np.searchsorted(e.pane, lo))
         return tuple([e.pane[lo:]] + [e.keys[lo:, j] for j in range(e.keys.shape[1])]
                      + [e.cnt[lo:]] + [e.ints[lo:, j] for j in range(e.ints.shape[1])]
                      + [e.floats[lo:, j] for j in range(e.floats.shape[1])])
+
+    # -- incremental: closed panes once, as pane units ------------------------------------------
+    def _bounds(self, last_ts: int) -> tuple[int, int, int]:
+        """(first pane an open window needs, the open pane, first pane not yet saved)."""
+        last = last_ts // self.branch.slide_ms
+        lo = last - self.branch.panes + 1
+        saved = self.log.saved_to
+        return lo, last, lo if saved is None else max(saved, lo)
+
+    def unsaved(self, last_ts: int) -> int:
+        """Closed panes the open windows need that no pane unit holds yet."""
+        _, last, todo = self._bounds(last_ts)
+        return max(0, last - todo)
+
+    def step(self, recent: list, last_ts: int, clock: int) -> Written:
+        """Save the panes closed since the last save (eventual mode's step)."""
+        _, last, todo = self._bounds(last_ts)
+        if todo >= last:
+            return Written()
+        cols = self.rows(recent, todo)
+        cut = int(np.searchsorted(cols[0], last))
+        return self.log.save(tuple(c[:cut] for c in cols), last, clock)
+
+    def write_incremental(self, recent: list, last_ts: int, cid: int, clock: int) -> Written:
+        """The checkpoint's part: the closed panes not saved yet as pane units, the open
+        pane's partials to ``state-<id>``; it lists the units it relies on."""
+        lo, last, todo = self._bounds(last_ts)
+        log = self.log
+        cols = self.rows(recent, min(todo, last))
+        cut = int(np.searchsorted(cols[0], last))
+        out = log.save(tuple(c[:cut] for c in cols), last, clock)
+        while (merge := log.to_merge(lo, last)) is not None:  # FANOUT units of a level: one
+            got = self.rows(recent, merge[0])
+            end = int(np.searchsorted(got[0], merge[1]))
+            out.add(log.consolidate(tuple(c[:end] for c in got), *merge[:2], clock, merge[2]))
+        parts, futures, nbytes = self.write([tuple(c[cut:] for c in cols)], cid)
+        out.add(Written(log.listed(lo, last) + parts, futures, nbytes,
+                        count_panes(cols[0][cut:])))
+        self.log.prune(lo)
+        out.futures = self.log.pending() + futures  # a unit listed may be a step's in flight
+        return out
 
     def edges(self, cols: list[np.ndarray]) -> Edges:
         b = self.branch
@@ -143,8 +199,15 @@ class WindowOperator(_Stored):
                      _matrix(cols[2 + k:2 + k + ni], n, np.int64),
                      _matrix(cols[2 + k + ni:], n, np.float64))
 
-    def restore(self, edges: Edges) -> None:
+    def restore(self, edges: Edges, rec: CheckpointRecord | None = None) -> None:
         self.recent = [edges]
+        if self.log is not None and rec is not None:  # the index of the units it listed
+            runs = [p for p in rec.state if p["stream"] == self.log.schema.name]
+            at, panes = 0, []
+            for p in runs:
+                panes.append(edges.pane[at:at + p["end"] - p["first"]])
+                at += p["end"] - p["first"]
+            self.log.restore(runs, panes, rec.operator["last_ts"] // self.branch.slide_ms)
 
 
 class JoinOperator(_Stored):
@@ -163,10 +226,13 @@ class QueryState(FTOperator):
     """The query's checkpoint: every stateful operator's part, collected as the marker
     reaches it (see the module)."""
 
-    def __init__(self, plan, storage: BlockManager, channels: tuple[str, ...] = ()):
+    def __init__(self, plan, storage: BlockManager, channels: tuple[str, ...] = (),
+                 mode: str = "full"):
         super().__init__()
-        self.plan, self.bm = plan, storage
-        self.windows = [WindowOperator(b, storage) for b in plan.branches]
+        if mode not in MODES:
+            raise ValueError(f"checkpoint mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.plan, self.bm, self.mode = plan, storage, mode
+        self.windows = [WindowOperator(b, storage, mode) for b in plan.branches]
         self.joins = [JoinOperator(op, storage) for op in plan.graph if op.kind == "join"]
         self.operators: dict[str, _Stored] = {o.id: o for o in [*self.windows, *self.joins]}
         self.channels = tuple(channels)  # the persisted channels (by producer id)
@@ -175,6 +241,8 @@ class QueryState(FTOperator):
         self.graph = None  # the engine's operator graph
         self._parts: dict = {}  # the checkpoint in flight: what reached the marker so far
         self._reached: dict = {}  # (operator, stream) -> the end of its last dependency
+        self.stepped = Written()  # eventual mode: the steps' writes since the last record
+        self.loaded: dict = {}  # recovery: what load_state read
 
     # -- tracking (the assembly's thread) ---------------------------------------------------------
     def after_task(self, r, clock: dict | None = None, graph=None) -> None:
@@ -209,7 +277,7 @@ class QueryState(FTOperator):
     def restore(self, rec: CheckpointRecord, edges: list) -> None:
         """Resume from ``rec``: the windows' partials, and where its dependencies reached."""
         for w, e in zip(self.windows, edges, strict=True):
-            w.restore(e)
+            w.restore(e, rec)
         self.seq, self.pv_in, self.last_ts = rec.seq, rec.input_end, rec.operator["last_ts"]
         for unit, deps in rec.operator.get("dependencies", {}).items():
             for d in deps:
@@ -248,23 +316,47 @@ class QueryState(FTOperator):
                 self.operators[unit].set_dependencies(deps)
         return out
 
-    def checkpoint(self, snap: Snapshot) -> tuple[list[dict], list[Future], int]:
-        cid = snap.operator["checkpoint_id"]
-        parts, futures, nbytes = [], [], 0
-        for i, w in enumerate(self.windows):
-            got = w.write([w.columns(snap.parts[i], snap.operator["last_ts"])], cid)
-            parts += got[0]
-            futures += got[1]
-            nbytes += got[2]
-        for j, op in enumerate(self.joins):
-            got = op.write(op.columns(snap.parts[len(self.windows) + j]), cid)
-            parts += got[0]
-            futures += got[1]
-            nbytes += got[2]
-        return parts, futures, nbytes
+    def unsaved_panes(self) -> int:
+        """Closed panes the open windows need that no pane unit holds yet (eventual's Q)."""
+        return sum(w.unsaved(self.last_ts) for w in self.windows if w.log is not None)
 
-    def _by_operator(self, rec: CheckpointRecord) -> dict[str, list[dict]]:
-        streams = {p["stream"]: p for p in rec.state}
+    def step(self) -> Written:
+        """Eventual mode's step (on the assembly's thread): every window operator's panes
+        closed since the last save, written as pane units now; the next record lists them."""
+        out = Written()
+        for w in self.windows:
+            if w.log is not None:
+                out.add(w.step(w.recent, self.last_ts, self.pv_in))
+        self.stepped.add(Written(bytes=out.bytes, panes=out.panes, units=out.units))
+        return out
+
+    def checkpoint(self, snap: Snapshot) -> tuple[list[dict], list[Future], int]:
+        cid, last_ts = snap.operator["checkpoint_id"], snap.operator["last_ts"]
+        out = Written()
+        for i, w in enumerate(self.windows):
+            if w.log is None:
+                cols = w.columns(snap.parts[i], last_ts)
+                parts, futures, nbytes = w.write([cols], cid)
+                out.add(Written(parts, futures, nbytes, count_panes(cols[0])))
+            else:
+                out.add(w.write_incremental(snap.parts[i], last_ts, cid, snap.input_end))
+        for j, op in enumerate(self.joins):
+            out.add(Written(*op.write(op.columns(snap.parts[len(self.windows) + j]), cid)))
+        steps, self.stepped = self.stepped, Written()
+        snap.operator["written"] = {"mode": self.mode, "panes": out.panes + steps.panes,
+                                    "units": out.units + steps.units,
+                                    "step_bytes": steps.bytes}
+        return out.parts, out.futures, out.bytes + steps.bytes
+
+    def _by_operator(self, rec: CheckpointRecord) -> dict[str, list[list[dict]]]:
+        """Per operator, per state stream of it, the parts the record lists (a window's pane
+        units first, in pane order, then its open panes)."""
+        if (self.mode == "full") != (rec.operator.get("written", {}).get("mode", "full") == "full"):
+            raise ValueError(f"checkpoint {rec.id} was written in another checkpoint mode "
+                             f"than {self.mode}")
+        streams: dict[str, list[dict]] = {}
+        for p in rec.state:
+            streams.setdefault(p["stream"], []).append(p)
         out = {}
         for o in self.operators.values():
             missing = [s.name for s in o.schemas if s.name not in streams]
@@ -272,29 +364,58 @@ class QueryState(FTOperator):
                 raise ValueError(f"checkpoint {rec.id} holds no state stream {missing[0]} "
                                  f"(another query's)")
             out[o.id] = [streams[s.name] for s in o.schemas]
+            log = getattr(o, "log", None)
+            if log is not None:
+                out[o.id][0] = streams.get(log.schema.name, []) + out[o.id][0]
         return out
 
     def load_state(self, rec: CheckpointRecord) -> tuple[list, dict]:
         """The checkpoint's partials per window and the graph's state (raises
-        CorruptSegment/TrimmedError/FileNotFoundError if damaged)."""
+        CorruptSegment/TrimmedError/FileNotFoundError if damaged).  :attr:`loaded`: bytes,
+        panes and pane units read."""
         parts = self._by_operator(rec)
+        jobs = []  # (operator, stream index, part): every listed range read at once
+        for o in self.operators.values():
+            for k, listed in enumerate(parts[o.id]):
+                jobs += [(o, k, p) for p in listed]
         # every operator's state p-units, read back in parallel (recovery's data recovery)
-        with ThreadPoolExecutor(max(1, len(self.operators)),
-                                thread_name_prefix="load-state") as pool:
-            read = {o.id: pool.submit(o.read, parts[o.id], rec.id)
-                    for o in self.operators.values()}
-            got = {k: f.result() for k, f in read.items()}
-        edges = [w.edges(got[w.id][0]) for w in self.windows]
+        with ThreadPoolExecutor(max(1, min(len(jobs), 16)), thread_name_prefix="load-state") \
+                as pool:
+            futures = [pool.submit(self._read, o, k, p, rec.id) for o, k, p in jobs]
+            got: dict = {}
+            for (o, k, _), f in zip(jobs, futures, strict=True):
+                got.setdefault(o.id, [[] for _ in o.schemas])[k].append(f.result())
+        cols = {o.id: [[np.concatenate(c) for c in zip(*got[o.id][k], strict=True)]
+                       for k in range(len(o.schemas))] for o in self.operators.values()}
+        edges = [w.edges(cols[w.id][0]) for w in self.windows]
         graph = {}
         saved = rec.operator.get("graph", {})
         for op in self.joins:
-            sides = got[op.id]
+            sides = cols[op.id]
             graph[op.id] = dict(saved[op.id], pending=[
                 dict(zip(op.schemas[s].names, sides[s], strict=True)) for s in (0, 1)])
+        self.loaded = {"bytes": sum(sum(c.nbytes for c in side) for v in cols.values()
+                                    for side in v),
+                       "panes": sum(count_panes(e.pane) for e in edges),
+                       "runs": sum(1 for _, _, p in jobs if "panes" in p and p["end"] > p["first"]),
+                       "parts": len(jobs)}
         return edges, graph
 
+    def _read(self, o: _Stored, k: int, part: dict, cid: int) -> list:
+        log = getattr(o, "log", None)
+        if log is not None and part["stream"] == log.schema.name:
+            return read_part(self.bm, log.sid, log.schema, part, cid)
+        return read_part(self.bm, o.sids[k], o.schemas[k], part, cid)
+
     def trim(self, state: list) -> None:
-        streams = {p["stream"]: p for p in state}
+        """GC (Step 7): each state stream below the first offset ``state`` lists in it - a
+        window's pane units once they left every window of that record."""
+        first: dict[str, int] = {}
+        for p in state:
+            first[p["stream"]] = min(first.get(p["stream"], p["first"]), p["first"])
         for o in self.operators.values():
-            if all(s.name in streams for s in o.schemas):
-                o.trim([streams[s.name] for s in o.schemas])
+            if all(s.name in first for s in o.schemas):
+                o.trim([{"first": first[s.name]} for s in o.schemas])
+            log = getattr(o, "log", None)
+            if log is not None and log.schema.name in first:
+                self.bm.trim(log.sid, first[log.schema.name])

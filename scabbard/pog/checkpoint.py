@@ -464,7 +464,8 @@ class CheckpointController:
             self._step(cid, Status.RELEASED)
             self.on_event("checkpoint", id=cid, state_bytes=nbytes,
                           duration_ms=round(rec.duration_s * 1e3, 2), input_end=snap.input_end,
-                          state_rows={p["stream"]: p["end"] - p["first"] for p in parts})
+                          state_rows={p["stream"]: p["end"] - p["first"] for p in parts},
+                          **snap.operator.get("written", {}))
         except BaseException as e:  # noqa: BLE001
             self._fail(e, cid)
             return

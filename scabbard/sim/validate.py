@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from scabbard import paths
 from scabbard.sim.calibrate import DEFAULT_OUT
 from scabbard.sim.config import Calibration, SimConfig, load
 from scabbard.sim.machine import LoadMeter, speed_probe, wait_quiet
@@ -56,7 +57,7 @@ CONFIGS = (RunConfig("1 worker", 1), RunConfig("2 workers", 2),
 class Settings:
     queries: Sequence[str] = ("CM1", "LRB1", "YSB")
     scale: str = "small"
-    data_dir: str = "data"
+    data_dir: str = field(default_factory=lambda: str(paths.data_root()))
     seconds: float = 3.0  # per real run
     configs: Sequence[RunConfig] = field(default=CONFIGS)
     kill: bool = True

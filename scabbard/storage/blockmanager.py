@@ -221,6 +221,52 @@ class BlockManager(FolderScan, GroupCommitWriter):
         while window:
             yield done()
 
+    def load_bulk(self, stream: int, start: int | None = None, end: int | None = None,
+                  chunk_bytes: int = 8 << 20) -> list[Batch]:
+        """Every stored batch from ``start`` to ``end``, in order, as :meth:`load` - but the
+        adjacent segments of a file are read by one ``pread`` each (up to ``chunk_bytes``),
+        all chunks at once on the I/O pool: many small p-units (a window's pane units) cost
+        a few device reads, not one each.  Each segment is verified as it is decoded."""
+        s = self._by_id[stream]
+        if self.config.discard:
+            raise StorageError(f"stream {s.name!r}: storage in {self.path} runs without a disk "
+                               f"(discard mode): nothing was written to read back")
+        start = s.start if start is None else start
+        end = s.durable if end is None else min(end, s.durable)
+        chunks: list[tuple[_File, list[_Seg]]] = []
+        with self._lock:
+            if start < end and start < s.start:
+                raise TrimmedError(f"stream {s.name!r}: offset {start} was released "
+                                   f"(stored from {s.start})")
+            for f in s.files:
+                for g in f.segs:
+                    if g.first + g.count <= start or g.first >= end:
+                        continue
+                    last = chunks[-1] if chunks else None
+                    if (last is not None and last[0] is f
+                            and last[1][-1].pos + last[1][-1].length == g.pos
+                            and g.pos + g.length - last[1][0].pos <= chunk_bytes):
+                        last[1].append(g)
+                    else:
+                        chunks.append((f, [g]))
+
+        def read(f: _File, segs: list[_Seg]) -> list[Batch]:
+            base = segs[0].pos
+            buf = self._pread(f, base, segs[-1].pos + segs[-1].length - base)
+            out = []
+            for g in segs:
+                h, batch = seg_fmt.decode(buf[g.pos - base:g.pos - base + g.length], s.schema,
+                                          str(f.path), g.pos, copy=False)
+                if h.stream_id != s.id or h.epoch != f.epoch or h.first_offset != g.first:
+                    raise CorruptSegment(str(f.path), g.pos, f"holds stream {h.stream_id} "
+                                         f"epoch {h.epoch} offset {h.first_offset}, expected "
+                                         f"stream {s.id} epoch {f.epoch} offset {g.first}")
+                out.append(_cut(batch, start, end))
+            return out
+
+        futures = [self._pool.submit(read, f, segs) for f, segs in chunks]
+        return [b for fut in futures for b in fut.result()]
+
     # -- garbage collection --------------------------------------------------------------------------
     def trim(self, stream: int, offset: int) -> int:
         """Release offsets below ``offset``: whole files return to the pool.  Returns files freed."""

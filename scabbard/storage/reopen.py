@@ -34,6 +34,8 @@ from scabbard.storage.layout import (
 )
 from scabbard.storage.segment import PAGE
 
+SCAN_BYTES = 256 * 1024  # a reopen scan reads segment headers this much at a time
+
 log = logging.getLogger(__name__)
 
 
@@ -173,8 +175,11 @@ class FolderScan:
         f.header_written = True
         self._epoch = max(self._epoch, epoch)
         pos = self.config.data_start
+        buf, at = head[:0], pos  # the headers come from reads of SCAN_BYTES (many a read)
         while pos + PAGE <= size:
-            head = self._pread(f, pos, PAGE)
+            if pos + PAGE > at + len(buf):
+                buf, at = self._pread(f, pos, min(SCAN_BYTES, size - pos)), pos
+            head = buf[pos - at:pos - at + PAGE]
             try:
                 h = seg_fmt.parse_header(head, str(f.path), pos, file_len=size)
             except FormatVersionError as e:
@@ -216,11 +221,13 @@ class FolderScan:
         i = len(f.segs) - 1
         while i >= 0 and f.write_pos - f.segs[i].pos <= budget:
             i -= 1
-        for j in range(i + 1, len(f.segs)):
+        base = f.segs[i + 1].pos if i + 1 < len(f.segs) else f.write_pos
+        buf = self._pread(f, base, f.write_pos - base) if f.write_pos > base else None
+        for j in range(i + 1, len(f.segs)):  # one read of them all, each decoded from it
             seg = f.segs[j]
             try:
-                seg_fmt.decode(self._pread(f, seg.pos, seg.length), s.schema, str(f.path), seg.pos,
-                          copy=False)
+                seg_fmt.decode(buf[seg.pos - base:seg.pos - base + seg.length], s.schema,
+                               str(f.path), seg.pos, copy=False)
             except CorruptSegment as e:
                 self.torn.append(str(e))
                 keep = j
