@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from scabbard.batch import Batch
 from scabbard.pog import POG, PStreamError, PUnit
+from scabbard.pog.markers import Marker, MarkerKind
 from scabbard.schema import Field, Schema
 from scabbard.storage import (
     BlockManager,
@@ -530,3 +531,32 @@ def test_a_reader_resuming_at_the_end_releases_only_what_it_says(tmp_path):
         pog.send_release("in", "r", 1200)  # a checkpoint's input end, before it
         assert bm.start(s.stream_id) <= 1200
         assert sum(len(b) for b in bm.load(s.stream_id, 1200)) == 2400
+
+
+def test_a_stream_whose_every_file_was_released_carries_on_where_it_ended(tmp_path):
+    """Reopened, every file is sealed; a GC that then releases all of a stream's data (a
+    recovery that replays a channel's stored units and writes nothing new yet) leaves no file
+    to say where it ended.  The next incarnation restarts the empty stream at the position its
+    checkpoint's reader had (offsets never go back below what a record depends on)."""
+    with BlockManager(tmp_path, SMALL) as bm:
+        end = fill(bm, bm.stream("in", SCHEMA), 0, 12)
+    with BlockManager(tmp_path, SMALL) as bm:  # the next incarnation: its files sealed
+        sid = bm.stream("in", SCHEMA)
+        assert bm.durable_end(sid) == end
+        bm.trim(sid, end)
+        assert not bm._by_id[sid].files
+    with BlockManager(tmp_path, SMALL) as bm:
+        s = POG(bm).pstream("in", SCHEMA)
+        assert s.end < end  # the stored end is gone with the files
+        s.restart_at(end)
+        s.subscribe(None, "a", end)
+        assert s.end == end and bm.start(s.stream_id) == end
+        s.on_marker(Marker(MarkerKind.RETAIN, "in"))
+        s.write(unit(end), 0, end)
+        s.flush()
+        assert s.read("a", timeout=5).offset == end
+        with pytest.raises(PStreamError, match="cannot restart"):
+            s.restart_at(0)
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        assert bm.start(sid) == end and bm.durable_end(sid) == end + 300

@@ -166,7 +166,12 @@ class ChannelStore:
 
     def resume(self, consumed: int) -> None:
         """Recovery: the reader restarts at ``consumed``, the stored batches after it are
-        replayed, the stored windows are not written again (:attr:`start`)."""
+        replayed, the stored windows are not written again (:attr:`start`).  A stream whose
+        every stored unit below ``consumed`` was released (its pool files with them) carries on
+        at ``consumed``: its offsets never go back below what the record depends on."""
+        if self.pstream.end < consumed:
+            self.pstream.restart_at(consumed)
+            self.pstream.subscribe(None, self.reader, consumed)
         end = self.pstream.end
         replay = [self.decode(u) for u in self.pstream.load_stream(consumed)] \
             if end > consumed else []

@@ -94,6 +94,18 @@ class PStream:
     def end(self) -> int:
         return self._end
 
+    def restart_at(self, offset: int) -> None:
+        """An empty stream carries on at ``offset`` (recovery: GC released every stored p-unit
+        below where a checkpoint's reader was, and the pool files with them, so the stored end
+        was lost - offsets must never go back below what a record already depends on)."""
+        with self._cond:
+            if self._units or self._end > offset:
+                raise PStreamError(f"p-stream {self.name!r} cannot restart at {offset}: it "
+                                   f"holds data up to {self._end}")
+            if self.storage is not None:
+                self.storage.reset(self.stream_id, offset)
+            self._end = offset
+
     def _room(self, nbytes: int) -> bool:
         return not self._units or (len(self._units) < self.max_units
                                    and self._bytes + nbytes <= self.max_bytes)
