@@ -8,14 +8,9 @@ if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&
   echo "setup-browser: $(chromium --version 2>/dev/null | head -1) and its driver are installed"
   exit 0
 fi
-if [ "$(id -u)" -eq 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
-  echo "setup-browser: Chromium is missing and installing it needs root: run 'apt-get install -y --no-install-recommends chromium chromium-driver' as root" >&2
-  exit 1
-fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "setup-browser: no apt-get here; install Chromium and its chromedriver so that 'chromium' and 'chromedriver' are on PATH" >&2
-  exit 1
-fi
+source "$(dirname "$0")/apt-root.sh"
+apt_root setup-browser Chromium "chromium chromium-driver" \
+  "install Chromium and its chromedriver so that 'chromium' and 'chromedriver' are on PATH"
 echo "setup-browser: installing chromium and chromium-driver with apt-get (about a minute)"
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \

@@ -11,14 +11,9 @@ cd "$(dirname "$0")/.."
 if [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] && command -v epmd >/dev/null 2>&1; then
   echo "setup-peers: RabbitMQ $(dpkg-query -W -f='${Version}' rabbitmq-server 2>/dev/null || echo '(version unknown)') is installed"
 else
-  if [ "$(id -u)" -eq 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
-    echo "setup-peers: RabbitMQ is missing and installing it needs root: run 'apt-get install -y --no-install-recommends rabbitmq-server' as root" >&2
-    exit 1
-  fi
-  if ! command -v apt-get >/dev/null 2>&1; then
-    echo "setup-peers: no apt-get here; install RabbitMQ 3.10+ (with its stream plugin) so that /usr/lib/rabbitmq/bin/rabbitmq-server exists" >&2
-    exit 1
-  fi
+  source scripts/apt-root.sh
+  apt_root setup-peers RabbitMQ rabbitmq-server \
+    "install RabbitMQ 3.10+ (with its stream plugin) so that /usr/lib/rabbitmq/bin/rabbitmq-server exists"
   echo "setup-peers: installing rabbitmq-server with apt-get (about 30 s)"
   # Debian starts a package's service on install; ours runs privately, so forbid that start
   # for the length of the install (the policy-rc.d convention; an existing policy is kept).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,6 +34,21 @@ def scratch(folder: str | None, data_dir: str | Path, prefix: str) -> Iterator[P
             shutil.rmtree(path, ignore_errors=True)
 
 
+def interleaved_runs(settings, configs: Sequence[str], prefix: str) -> Iterator[tuple]:
+    """Each of ``settings.queries`` (its dataset prepared) in every configuration,
+    ``settings.rounds`` times, each round starting one configuration later so that none is
+    always first: yields ``(query, dataset, round, config, folder)``, the folder in a scratch
+    folder (``settings.storage_dir`` or one beside the data) removed at the end."""
+    with scratch(settings.storage_dir, settings.data_dir, prefix) as root:
+        for q in settings.queries:
+            ds = prepared_dataset(q, settings.scale, settings.data_dir, settings.workers,
+                                  settings.seconds)
+            for rnd in range(settings.rounds):
+                k = rnd % len(configs)
+                for config in (*configs[k:], *configs[:k]):
+                    yield q, ds, rnd, config, root / f"{q}-{config}"
+
+
 def save_tables(output_dir: str | Path, **tables) -> Path:
     """Each table as ``<name>.csv`` in ``output_dir`` (created); the first one's path (by
     convention ``results``, the summary a reader opens first)."""
@@ -51,6 +66,22 @@ def finish(fig, output_dir: str | Path | None, name: str, dpi: int = 120):
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         fig.savefig(Path(output_dir) / name, dpi=dpi)
     return fig
+
+
+def simulated_cores_figure(output_dir: str | Path | None, name: str, title: str, draw):
+    """A figure of simulated throughput against cores (log-log, the paper's server and SSD):
+    ``draw(ax)`` plots the lines, this labels the axes, titles and saves it."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    draw(ax)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("cores (simulated: the paper's server and SSD, fault tolerance on)")
+    ax.set_ylabel("M tuples/s")
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=2)
+    return finish(fig, output_dir, name)
 
 
 def prepared_dataset(query: str, scale: str, data_dir: str | Path, workers: int,

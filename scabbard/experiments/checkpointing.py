@@ -33,7 +33,7 @@ import pandas as pd
 
 from scabbard import queries
 from scabbard.engine import EngineConfig, NullSink, run_query
-from scabbard.experiments import default_data_dir, finish, prepared_dataset, save_tables, scratch
+from scabbard.experiments import default_data_dir, finish, interleaved_runs, save_tables
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, DiscardSink
 
@@ -86,18 +86,12 @@ def measure(query: str, config: str, ds, folder: Path, settings: Settings) -> di
 def run(settings: Settings, log=print) -> pd.DataFrame:
     """Every query in every configuration (``rounds`` times, interleaved): one row per run."""
     rows = []
-    with scratch(settings.storage_dir, settings.data_dir, "scabbard-checkpoints-") as root:
-        for q in settings.queries:
-            ds = prepared_dataset(q, settings.scale, settings.data_dir, settings.workers,
-                                  settings.seconds)
-            for rnd in range(settings.rounds):
-                k = rnd % len(CONFIGS)
-                for config in CONFIGS[k:] + CONFIGS[:k]:  # no config always first
-                    m = measure(q, config, ds, root / f"{q}-{config}", settings)
-                    rows.append({"query": q, "config": config, "round": rnd, **m})
-                    extra = (f"  {m['checkpoints']} checkpoints, state {m['state_mb']:.2f} MB, "
-                             f"avg {m['checkpoint_ms']:.1f} ms" if m["checkpoints"] else "")
-                    log(f"{q:5} {config:12} {m['tuples_per_s'] / 1e6:8.2f} M tuples/s{extra}")
+    for q, ds, rnd, config, folder in interleaved_runs(settings, CONFIGS, "scabbard-checkpoints-"):
+        m = measure(q, config, ds, folder, settings)
+        rows.append({"query": q, "config": config, "round": rnd, **m})
+        extra = (f"  {m['checkpoints']} checkpoints, state {m['state_mb']:.2f} MB, "
+                 f"avg {m['checkpoint_ms']:.1f} ms" if m["checkpoints"] else "")
+        log(f"{q:5} {config:12} {m['tuples_per_s'] / 1e6:8.2f} M tuples/s{extra}")
     return pd.DataFrame(rows)
 
 

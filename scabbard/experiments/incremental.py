@@ -37,7 +37,7 @@ from scabbard import queries
 from scabbard.engine import EngineConfig, NullSink, read_metrics, run_query
 from scabbard.engine.runtime import Engine
 from scabbard.engine.sources import ReplaySource
-from scabbard.experiments import default_data_dir, finish, prepared_dataset, save_tables, scratch
+from scabbard.experiments import default_data_dir, finish, interleaved_runs, save_tables
 from scabbard.experiments.checkpointing import PAPER
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import DiscardSink
@@ -151,20 +151,14 @@ def run(settings: Settings, log=print) -> pd.DataFrame:
     """Every query: no FT and each mode flat out, each mode paced (``rounds`` times,
     interleaved); one row per run."""
     rows = []
-    with scratch(settings.storage_dir, settings.data_dir, "scabbard-incremental-") as root:
-        for q in settings.queries:
-            ds = prepared_dataset(q, settings.scale, settings.data_dir, settings.workers,
-                                  settings.seconds)
-            for rnd in range(settings.rounds):
-                configs = ("no_ft", *MODES)
-                k = rnd % len(configs)
-                for config in configs[k:] + configs[:k]:
-                    m = measure(q, config, ds, root / f"{q}-{config}", settings)
-                    if config != "no_ft" and settings.speedup:
-                        m.update(measure_paced(q, config, ds, root / f"{q}-{config}-paced",
-                                               settings, m["tuples_per_s"]))
-                    rows.append({"query": q, "config": config, "round": rnd, **m})
-                    log(_line(q, config, m))
+    for q, ds, rnd, config, folder in interleaved_runs(settings, ("no_ft", *MODES),
+                                                       "scabbard-incremental-"):
+        m = measure(q, config, ds, folder, settings)
+        if config != "no_ft" and settings.speedup:
+            m.update(measure_paced(q, config, ds, folder.with_name(folder.name + "-paced"),
+                                   settings, m["tuples_per_s"]))
+        rows.append({"query": q, "config": config, "round": rnd, **m})
+        log(_line(q, config, m))
     return pd.DataFrame(rows)
 
 

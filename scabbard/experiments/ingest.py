@@ -214,9 +214,7 @@ def _measure(q: str, settings: Settings, scratch: Path, bw, node) -> tuple[dict,
     """One query: our persisted ingest, the peers' ingest, the query without/with persistence."""
     ds = workloads.dataset(queries.workload_of(q), settings.scale, root=settings.data_dir)
     first = settings.ingress[0]
-    r = ingest(q, ds, scratch / f"{q}-ingest", settings.seconds, workers=settings.workers,
-               partitions=first)
-    shutil.rmtree(scratch / f"{q}-ingest", ignore_errors=True)
+    r, d = _ours(q, ds, settings, scratch, first)
     row = {"query": q, "ingest_tuples_per_s": r.tuples_per_s,
            "ingest_disk_mb_s": r.disk_mb_s, "ingest_row_mb_s": r.row_mb_s,
            "ingest_p50_ms": r.latency_ms["p50"], "ingest_p95_ms": r.latency_ms["p95"],
@@ -224,17 +222,13 @@ def _measure(q: str, settings: Settings, scratch: Path, bw, node) -> tuple[dict,
            "io_mode": r.io_mode}
     line = (f"{q:5} ingest {r.tuples_per_s / 1e6:7.2f} M tuples/s  {r.disk_mb_s:7,.0f} MB/s "
             f"to disk ({row['of_disk']:.0%} of the disk)")
-    if settings.reduced:
-        d = ingest(q, ds, scratch / f"{q}-reduced", settings.seconds, push_up=True,
-                   compression="adaptive", workers=settings.workers, partitions=first)
-        shutil.rmtree(scratch / f"{q}-reduced", ignore_errors=True)
+    if d is not None:
         row.update({"reduced_tuples_per_s": d.tuples_per_s, "reduced_disk_mb_s": d.disk_mb_s,
                     "reduced_row_mb_s": d.row_mb_s, "reduced_p50_ms": d.latency_ms["p50"],
                     "reduced_p95_ms": d.latency_ms["p95"],
                     "reduced_kept": d.stored_tuples / max(1, d.tuples),
                     "reduced_bytes_per_tuple": d.disk_bytes / max(1, d.tuples)})
-        line += (f"  | push-up + adaptive {d.tuples_per_s / 1e6:7.2f} M tuples/s "
-                 f"{d.disk_mb_s:6,.0f} MB/s")
+        line += _reduced_line(d)
     if settings.peers:
         folder = scratch / f"{q}-synclog"
         folder.mkdir(parents=True, exist_ok=True)
@@ -267,6 +261,26 @@ def _measure(q: str, settings: Settings, scratch: Path, bw, node) -> tuple[dict,
     return row, line
 
 
+def _ours(q: str, ds: Dataset, settings: Settings, scratch: Path, partitions: int,
+          sfx: str = "") -> tuple:
+    """Our persisted ingest with ``partitions`` ingress partitions: raw, and with push-up +
+    adaptive codecs when ``settings.reduced`` (else None); each into a folder removed after."""
+    def one(name: str, **kw):
+        folder = scratch / f"{q}-{name}{sfx}"
+        got = ingest(q, ds, folder, settings.seconds, workers=settings.workers,
+                     partitions=partitions, **kw)
+        shutil.rmtree(folder, ignore_errors=True)
+        return got
+
+    raw = one("ingest")
+    return raw, (one("reduced", push_up=True, compression="adaptive") if settings.reduced
+                 else None)
+
+
+def _reduced_line(d) -> str:
+    return f"  | push-up + adaptive {d.tuples_per_s / 1e6:7.2f} M tuples/s {d.disk_mb_s:6,.0f} MB/s"
+
+
 def _partitions(n: int) -> str:
     return f"{n} ingress partition" + ("s" if n != 1 else "")
 
@@ -291,20 +305,14 @@ def _beside(q: str, ds: Dataset, settings: Settings, scratch: Path, n: int
     """Our own ingest (and the query) again with ``n`` ingress partitions: columns
     ``..._p<n>`` and a line under the query's."""
     sfx = f"_p{n}"
-    r = ingest(q, ds, scratch / f"{q}-ingest{sfx}", settings.seconds, workers=settings.workers,
-               partitions=n)
-    shutil.rmtree(scratch / f"{q}-ingest{sfx}", ignore_errors=True)
+    r, d = _ours(q, ds, settings, scratch, n, sfx)
     row = {f"ingest_tuples_per_s{sfx}": r.tuples_per_s, f"ingest_disk_mb_s{sfx}": r.disk_mb_s,
            f"ingest_p50_ms{sfx}": r.latency_ms["p50"]}
     line = (f"{'':5} ingest {r.tuples_per_s / 1e6:7.2f} M tuples/s  {r.disk_mb_s:7,.0f} MB/s "
             f"to disk")
-    if settings.reduced:
-        d = ingest(q, ds, scratch / f"{q}-reduced{sfx}", settings.seconds, push_up=True,
-                   compression="adaptive", workers=settings.workers, partitions=n)
-        shutil.rmtree(scratch / f"{q}-reduced{sfx}", ignore_errors=True)
+    if d is not None:
         row[f"reduced_tuples_per_s{sfx}"] = d.tuples_per_s
-        line += (f"  | push-up + adaptive {d.tuples_per_s / 1e6:7.2f} M tuples/s "
-                 f"{d.disk_mb_s:6,.0f} MB/s")
+        line += _reduced_line(d)
     if settings.with_query:
         row.update(_query(q, ds, settings, scratch, n, sfx))
         line += (f"  | query {row[f'query_memory_tuples_per_s{sfx}'] / 1e6:7.2f} -> "

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scabbard.experiments import finish
+from scabbard.experiments import simulated_cores_figure
 
 # the queries whose tasks cost a few tens of ns a tuple and whose windows need no serial
 # assembly to speak of: their throughput on many cores is the ingress's and the disk's
@@ -100,20 +100,15 @@ def at_cores(table: pd.DataFrame, cores: int = 16, target: float = 400e6) -> pd.
 def plot_simulated(table: pd.DataFrame, output_dir: str | None = None):
     """Simulated throughput against cores per query: one ingress partition (dashed) and the
     engine's default number of them (solid)."""
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for k, (q, g) in enumerate(table.groupby("query", sort=False)):
-        one = g[g["ingress_partitions"] == 1]
-        many = g.groupby("cores", sort=True).last().reset_index()
-        color = f"C{k % 10}"
-        ax.plot(one["cores"], one["tuples_per_s"] / 1e6, "--", color=color, marker="o")
-        ax.plot(many["cores"], many["tuples_per_s"] / 1e6, "-", color=color, marker="o",
-                label=q)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("cores (simulated: the paper's server and SSD, fault tolerance on)")
-    ax.set_ylabel("M tuples/s")
-    ax.set_title("One ingress partition (dashed) vs one per 4 cores (solid)")
-    ax.legend(fontsize=7, ncol=2)
-    return finish(fig, output_dir, "parallel_ingress_simulated.png")
+    def draw(ax):
+        for k, (q, g) in enumerate(table.groupby("query", sort=False)):
+            one = g[g["ingress_partitions"] == 1]
+            many = g.groupby("cores", sort=True).last().reset_index()
+            color = f"C{k % 10}"
+            ax.plot(one["cores"], one["tuples_per_s"] / 1e6, "--", color=color, marker="o")
+            ax.plot(many["cores"], many["tuples_per_s"] / 1e6, "-", color=color, marker="o",
+                    label=q)
+
+    return simulated_cores_figure(output_dir, "parallel_ingress_simulated.png",
+                                  "One ingress partition (dashed) vs one per 4 cores (solid)", draw)

@@ -29,7 +29,7 @@ import pandas as pd
 from scabbard import queries, workloads
 from scabbard.data import Dataset, write_dataset
 from scabbard.engine import EngineConfig, NullSink, run_query
-from scabbard.experiments import default_data_dir, finish, save_tables
+from scabbard.experiments import default_data_dir, finish, save_tables, simulated_cores_figure
 from scabbard.query import Query, count, sum_
 from scabbard.schema import Field, Schema
 
@@ -221,21 +221,16 @@ def simulated(calibration: str | Path | None, names: Sequence[str], cores: Seque
 
 def plot_simulated(table: pd.DataFrame, output_dir: str | None = None):
     """Simulated throughput against cores, per query: serial (dashed) and partitioned."""
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for k, (q, g) in enumerate(table.groupby("query", sort=False)):
-        color = f"C{k % 10}"
-        for mode, style in (("serial", "--"), ("partitioned", "-")):
-            sel = g[g["assembly"] == mode]
-            if len(sel):
-                ax.plot(sel["cores"], sel["tuples_per_s"] / 1e6, style, color=color, marker="o",
-                        label=f"{q} {mode}" if mode == "partitioned" or len(g) == len(sel)
-                        else None)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("cores (simulated: the paper's server and SSD, fault tolerance on)")
-    ax.set_ylabel("M tuples/s")
-    ax.set_title("Serial (dashed) vs partitioned assembly, 1-16 cores")
-    ax.legend(fontsize=7, ncol=2)
-    return finish(fig, output_dir, "partitioned_simulated.png")
+    def draw(ax):
+        for k, (q, g) in enumerate(table.groupby("query", sort=False)):
+            color = f"C{k % 10}"
+            for mode, style in (("serial", "--"), ("partitioned", "-")):
+                sel = g[g["assembly"] == mode]
+                if len(sel):
+                    ax.plot(sel["cores"], sel["tuples_per_s"] / 1e6, style, color=color,
+                            marker="o", label=f"{q} {mode}"
+                            if mode == "partitioned" or len(g) == len(sel) else None)
+
+    return simulated_cores_figure(output_dir, "partitioned_simulated.png",
+                                  "Serial (dashed) vs partitioned assembly, 1-16 cores", draw)
