@@ -3,11 +3,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup peers browser demo test test-all bench sim java lint clean-data help
+.PHONY: setup peers browser demo test campaign bench sim java lint clean-data help
 
 help:
 	@echo "make demo      set up, then the workbench in ~3 minutes: a run killed with SIGKILL and recovered exactly once, push-up, 16 cores simulated - in a report"
 	@echo "make test      set up and run the test suite (what CI runs)"
+	@echo "make campaign  the test suite with every cell of the kill and crash matrices and the Spark cluster's whole plan (~1 h)"
 	@echo "make bench     set up and print the benchmark figures (datagen, engine vs Spark, ingest, checkpoints, codecs, Kafka++, peers side by side, aligned checkpoints, Spark local vs cluster)"
 	@echo "make sim       set up, calibrate the simulator on this machine (scabbard/resources/calibration.json) and validate it against the engine"
 	@echo "make setup     only create .venv and install (checks Python 3.11+ and Java 17+)"
@@ -38,6 +39,10 @@ demo: setup
 # a module stays on one process (its fixtures are started once)
 test: setup peers browser
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+
+# the default run keeps one cell per feature of each kill or crash matrix; this runs them all
+campaign: setup peers browser
+	$(BIN)/python -m pytest -n 2 --dist loadfile --campaign
 
 bench: setup peers
 	$(BIN)/scabbard bench datagen

@@ -83,6 +83,18 @@ LONGEST_FIRST = ("test_spark_cluster", "test_notebooks", "test_placement",
                  "test_crash_states")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--campaign", action="store_true",
+                     help="also the campaigns: every cell of the kill and crash matrices and "
+                          "the Spark cluster's whole plan (`make campaign`; the default run keeps "
+                          "one cell per feature)")
+
+
 def pytest_collection_modifyitems(config, items):
+    if not config.getoption("campaign"):
+        dropped = [item for item in items if "campaign" in item.keywords]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if "campaign" not in item.keywords]
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: order kept within

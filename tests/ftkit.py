@@ -9,6 +9,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from scabbard import queries
 from scabbard.engine import CollectSink, EngineConfig, run_query
 from scabbard.engine.runtime import Engine
@@ -16,6 +18,12 @@ from scabbard.ft.state import state_schema
 from scabbard.pog.checkpoint import CheckpointRecord, CheckpointStore
 from scabbard.storage import BlockManager, FileIO, StorageConfig
 from scabbard.storage import segment as seg_fmt
+
+
+def campaign(*values):
+    """A matrix cell beyond the one per feature the default run keeps (`make campaign`)."""
+    return pytest.param(*values, marks=pytest.mark.campaign)
+
 
 SMALL = StorageConfig(file_bytes=1 << 20, pool_files=2, bulk_bytes=1 << 18)
 CFG = EngineConfig(workers=2, batch_rows=4000)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import time
@@ -9,7 +10,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from ftkit import CFG, SMALL, failure_free
+from ftkit import CFG, SMALL, campaign, failure_free
 
 from scabbard import queries
 from scabbard.ft.controller import Controller
@@ -112,7 +113,7 @@ def test_unknown_exactly_once_kind():
 
 @pytest.mark.slow
 @pytest.mark.crash
-@pytest.mark.parametrize("name", ["CM1", "LRB1", "LRB3", "YSB", "NQ"])
+@pytest.mark.parametrize("name", ["CM1", "LRB3", *map(campaign, ["LRB1", "YSB", "NQ"])])
 def test_kill_campaign(tiny, tmp_path, name):
     """SIGKILL the engine process at random moments, recover, compare with a failure-free run."""
     ds = tiny[queries.workload_of(name)]
@@ -144,10 +145,11 @@ def test_kill_campaign_with_key_partitioned_assembly(tiny, tmp_path):
 @pytest.mark.slow
 @pytest.mark.crash
 @pytest.mark.parametrize("name, sink, assembly, reduce", [
-    ("CM1", "clocked", "auto", False), ("LRB1", "transactional", "auto", True),
-    ("YSB", "clocked", "auto", True), ("LRB3", "transactional", "partitioned:3", False),
-    # a stateless selection and a count-based window (its windows by input offset)
-    ("PF-MOD2", "transactional", "auto", True), ("LRB-ROWS", "clocked", "auto", False)])
+    ("LRB1", "transactional", "auto", True), ("LRB-ROWS", "clocked", "auto", False),
+    campaign("CM1", "clocked", "auto", False), campaign("YSB", "clocked", "auto", True),
+    campaign("LRB3", "transactional", "partitioned:3", False),
+    # a stateless selection; above, a count-based window (its windows by input offset)
+    campaign("PF-MOD2", "transactional", "auto", True)])
 def test_kill_campaign_with_parallel_ingress(tiny, tmp_path, name, sink, assembly, reduce):
     """SIGKILLs at random moments with the source read by several ingress partitions, each
     incarnation with another number than the one it recovers (3, 1, 2, ...: the stored input
@@ -167,9 +169,11 @@ def test_kill_campaign_with_parallel_ingress(tiny, tmp_path, name, sink, assembl
 
 @pytest.mark.slow
 @pytest.mark.crash
-@pytest.mark.parametrize("mode", ["incremental", "eventual"])
-@pytest.mark.parametrize("sink", ["clocked", "transactional"])
-@pytest.mark.parametrize("name", ["SG1", "LRB1", "LRB3", "YSB"])
+@pytest.mark.parametrize("name, sink, mode", [
+    cell if cell in {("SG1", "transactional", "incremental"), ("LRB3", "clocked", "eventual")}
+    else campaign(*cell)
+    for cell in itertools.product(["SG1", "LRB1", "LRB3", "YSB"], ["clocked", "transactional"],
+                                  ["incremental", "eventual"])])
 def test_kill_campaign_with_incremental_checkpoints(tiny, tmp_path, name, sink, mode):
     """Random kills with pane units written once (issue 18): incremental checkpoints, and
     eventual ones whose steps save panes every 5 ms between records."""
@@ -187,7 +191,7 @@ def test_kill_campaign_with_incremental_checkpoints(tiny, tmp_path, name, sink, 
 
 @pytest.mark.slow
 @pytest.mark.crash
-@pytest.mark.parametrize("sink", ["clocked", "transactional"])
+@pytest.mark.parametrize("sink", ["transactional", campaign("clocked")])
 def test_crash_points_with_parallel_ingress(tiny, tmp_path, sink):
     """The forced crash points - inside a checkpoint's write, in the middle of a recovery's
     replay, between a record's write and its rename or commit - with ingress partitions
@@ -204,7 +208,7 @@ def test_crash_points_with_parallel_ingress(tiny, tmp_path, sink):
 
 @pytest.mark.slow
 @pytest.mark.crash
-@pytest.mark.parametrize("mode", ["incremental", "eventual"])
+@pytest.mark.parametrize("mode", ["eventual", campaign("incremental")])
 def test_crash_points_with_pane_units(tiny, tmp_path, mode):
     """Forced kills with pane units handed to storage and no record yet (by a checkpoint, or
     by an eventual step), with a checkpoint's state written, in the middle of a recovery's

@@ -5,7 +5,7 @@ twice; GC trims them; a kill during a checkpoint and during recovery stays exact
 from __future__ import annotations
 
 import pytest
-from ftkit import CFG, SMALL, StopAfter, failure_free, query
+from ftkit import CFG, SMALL, StopAfter, campaign, failure_free, query
 
 import reference as ref
 from scabbard import queries
@@ -103,8 +103,9 @@ KILLED = [("LRB3", ("window0",)), ("SG3", ("window0", "window1", "output"))]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, at", KILLED)
-@pytest.mark.parametrize("sink", ["clocked", "transactional"])
+@pytest.mark.parametrize("name, at, sink", [
+    (*KILLED[1], "transactional"), campaign(*KILLED[1], "clocked"),
+    *(campaign(*k, sink) for k in KILLED[:1] for sink in ("clocked", "transactional"))])
 def test_kills_during_a_checkpoint_and_during_recovery_with_intermediate_p_streams(
         tiny, tmp_path, name, at, sink):
     """The engine process SIGKILLs itself with a checkpoint's state handed to storage, in the
@@ -122,7 +123,7 @@ def test_kills_during_a_checkpoint_and_during_recovery_with_intermediate_p_strea
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, at", KILLED)
+@pytest.mark.parametrize("name, at", [KILLED[0], campaign(*KILLED[1])])
 def test_random_kills_with_intermediate_p_streams(tiny, tmp_path, name, at):
     import random
 
