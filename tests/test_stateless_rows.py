@@ -19,7 +19,7 @@ import random
 import numpy as np
 import pandas as pd
 import pytest
-from ftkit import CFG, SMALL, failure_free
+from ftkit import CFG, SMALL, campaign, failure_free
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -341,11 +341,11 @@ def test_machine_crash_states_recover_exactly(tiny, name, sink, push):
 # -- real SIGKILLs ------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.crash
-@pytest.mark.parametrize("name, sink, push", [("PF-MOD10", "clocked", False),
-                                              ("PF-MOD10", "clocked", True),
-                                              ("PF-MOD2", "transactional", False),
-                                              ("LRB-ROWS", "clocked", False),
-                                              ("LRB-ROWS", "transactional", True)])
+@pytest.mark.parametrize("name, sink, push", [("PF-MOD10", "clocked", True),
+                                              ("LRB-ROWS", "transactional", True),
+                                              campaign("PF-MOD10", "clocked", False),
+                                              campaign("PF-MOD2", "transactional", False),
+                                              campaign("LRB-ROWS", "clocked", False)])
 def test_kill_campaign(tiny, tmp_path, name, sink, push):
     """SIGKILL the engine process at random moments, recover, compare with a failure-free run:
     exactly once.  A stateless query's output is the failure-free one in order, and the clock
