@@ -295,6 +295,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         committed = sink.committed()["window_end"]
         damage = list(bm.torn) + list(getattr(sink, "torn", []))
         phases["state_loaded"] = time.time()
+        if not (recover and persist_input):
+            bm.forget_tails()  # the state is in; nothing more is read back
         controller = CheckpointController(
             store, state, interval, sink=sink,
             release=lambda rec: channels.release(pog, engine.plan, stores, rec,
@@ -324,8 +326,11 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         if persist_input:
             feed = PersistedFeed(pog, engine, source)
             if recover:
-                feed = ReplayFeed(ingress, replay_from, feed, source,
-                                  lambda n: listener.replayed(n, ingress.end))
+                def replayed(n: int) -> None:
+                    bm.forget_tails()  # the stored input's tail, read at open, served the replay
+                    listener.replayed(n, ingress.end)
+
+                feed = ReplayFeed(ingress, replay_from, feed, source, replayed)
 
         def on_start() -> None:
             for name, wall in phases.items():

@@ -30,7 +30,9 @@ DESIGN.md §7, paper §4.2.  One storage folder per query run::
   last segment is dropped.  A pool file whose header cannot be read, or whose
   offsets end before a hole after which the stream continues (a released file
   whose zeroed header a machine crash lost), is moved to ``quarantine/``, never
-  reused; files of another format version are refused.
+  reused; files of another format version are refused.  The verified tails stay in
+  memory until :meth:`BlockManager.forget_tails`: recovery reads them next (the newest
+  checkpoint's state, the input to replay), so they are not read from the device twice.
   :attr:`BlockManager.torn` lists what was dropped or quarantined (runs report it).
   The tail file is then sealed and writing continues in a new incarnation.
 * Every file operation goes through a :class:`scabbard.storage.fileio.FileIO`
@@ -267,6 +269,12 @@ class BlockManager(FolderScan, GroupCommitWriter):
         futures = [self._pool.submit(read, f, segs) for f, segs in chunks]
         return [b for fut in futures for b in fut.result()]
 
+    def forget_tails(self) -> None:
+        """Drop the stream tails opening the folder read (recovery has read what it needs)."""
+        with self._lock:
+            for f in self._files.values():
+                f.tail = None
+
     # -- garbage collection --------------------------------------------------------------------------
     def trim(self, stream: int, offset: int) -> int:
         """Release offsets below ``offset``: whole files return to the pool.  Returns files freed."""
@@ -286,7 +294,7 @@ class BlockManager(FolderScan, GroupCommitWriter):
         for f in files:
             self._pwritev(f, [zeros], 0)  # the file no longer claims any data
             with self._lock:
-                f.stream, f.segs, f.header_written = -1, [], False
+                f.stream, f.segs, f.header_written, f.tail = -1, [], False, None
                 self._free.append(f)
 
     # -- accounting ------------------------------------------------------------------------------

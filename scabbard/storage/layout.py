@@ -84,6 +84,9 @@ class _File:
     header_written: bool = False
     inflight: int = 0  # segments reserved in it, not yet written
     segs: list[_Seg] = field(default_factory=list)
+    # the bytes from ``tail[0]`` to the end of the sealed tail that opening the folder read and
+    # verified: recovery's reads of them are served from memory (dropped by forget_tails)
+    tail: tuple[int, np.ndarray] | None = None
 
 
 @dataclass

@@ -142,6 +142,10 @@ class FolderScan:
     # -- reading files back (open) ---------------------------------------------------------------
     def _pread(self, f: _File, pos: int, n: int) -> np.ndarray:
         buf = seg_fmt.aligned_empty(n)
+        tail = f.tail
+        if tail is not None and tail[0] <= pos and pos + n <= tail[0] + len(tail[1]):
+            buf[:] = tail[1][pos - tail[0]:pos - tail[0] + n]  # read at open, still in memory
+            return buf
         done = 0
         while done < n:
             got = self.io.preadv(f.fd, [buf[done:]], pos + done)
@@ -237,6 +241,8 @@ class FolderScan:
             zeros[:] = 0
             self._pwritev(f, [zeros], f.segs[keep].pos)
         del f.segs[keep:]
+        if buf is not None and keep > i + 1:  # what recovery reads next, kept (forget_tails)
+            f.tail = (base, buf[:f.segs[-1].pos + f.segs[-1].length - base])
         f.end = f.segs[-1].first + f.segs[-1].count if f.segs else f.first
 
 
