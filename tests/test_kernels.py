@@ -202,6 +202,42 @@ def test_key_partitioned_assembly_emits_the_windows_of_one_state(s, raw_cuts, pa
 
 
 @SETTINGS
+@given(streams(), st.lists(st.integers(0, 10**6), max_size=8))
+def test_the_assembler_keeps_one_partial_per_group_and_pane(s, raw_cuts):
+    """Tasks aggregate their own rows, so a (pane, group) that spans tasks comes as several
+    partials: the window state folds them into one entry (its size is the key space's, not
+    the tuples'), and the windows are the reference's."""
+    ts, keys, ints, floats, iops, fops, slide, panes = s
+    n = len(ts)
+    assume(n > 0)
+    cuts = sorted({c % n for c in raw_cuts} - {0})
+    tasks = [pane_aggregate(ts[a:b], keys[a:b], ints[a:b], floats[a:b], iops, fops, slide)
+             for a, b in zip([0, *cuts], [*cuts, n], strict=True)]
+    k, ni, nf = keys.shape[1], len(iops), len(fops)
+    ws, dqi, dqf = kw.ws_new(16, ni, nf)
+    table, fifo = ht.new_table(k, 16), kw.fifo_new(ni, nf)
+    out, cur = kw.out_new(k, ni, nf, 16), np.array([np.iinfo(np.int64).min])
+    sel, rows = kw.selection(kw.ALL_GROUPS, 0), []
+    for i, (pane, gid, cnt, iv, fv, gkeys) in enumerate(tasks):
+        upto = int(tasks[i + 1][0][0]) if i + 1 < len(tasks) else int(pane[-1])
+        ws, dqi, dqf, table, fifo, out, m = kw.asm_feed(
+            ws, dqi, dqf, table, fifo, out, cur, pane, gkeys[gid], cnt, iv, fv, iops, fops,
+            panes, slide, True, upto, 0, sel)
+        rows.append(tuple(x[:m].copy() for x in out))
+        head, tail = fifo[5]
+        live = {(int(p), tuple(table[1][g].tolist())) for p, g in
+                zip(fifo[0][head:tail], fifo[1][head:tail], strict=True)}
+        assert tail - head == len(live), "a (pane, group) twice in the window state"
+    out, m = kw.asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide, sel)
+    rows.append(tuple(x[:m].copy() for x in out))
+    got = tuple(np.concatenate([r[i] for r in rows]) for i in range(6))
+    first, last = int(ts[0]) // slide, int(ts[-1]) // slide
+    want = ref.windows(ref.pane_partials(ts, keys, ints, floats, iops, fops, slide), iops, fops,
+                       panes, slide, first, last + panes)
+    assert_same(window_dict(got), want)
+
+
+@SETTINGS
 @given(streams(), st.lists(st.integers(0, 10**6), max_size=6))
 def test_assembler_incremental_equals_batch(s, raw_cuts):
     ts, keys, ints, floats, iops, fops, slide, panes = s

@@ -28,7 +28,7 @@ import numpy as np
 
 from scabbard.kernels import hashtable as ht
 from scabbard.kernels._jit import inline, kernel, scan
-from scabbard.kernels.aggregate import MAX, SUM, _grow_rows
+from scabbard.kernels.aggregate import MAX, SUM, _grow_rows, combine
 
 INT64_MIN = np.iinfo(np.int64).min
 
@@ -445,7 +445,12 @@ def windows_from_partials(partials, iops, fops, panes: int, slide_ms: int, p_lo:
 
 
 # -- the assembler's state machine (sequential, across tasks) -------------------------------------
-# fifo = (pane[n], gid[n], cnt[n], ints[n, ni], floats[n, nf], head_tail[2])
+# fifo = (pane[n], gid[n], cnt[n], ints[n, ni], floats[n, nf], head_tail[2], last[G])
+# The window's pane partials, oldest first, each (pane, group) ONCE: a partial of a group
+# whose newest entry is of the same pane is folded into that entry (``last[g]``: the index
+# of group g's newest entry, checked before use - a stale one points below the head, past
+# the tail, or at another (group, pane)).  So the state is one partial per group per pane
+# of the window - the size of the key space, not of the tuples the window saw.
 
 
 @kernel
@@ -453,13 +458,24 @@ def fifo_new(ni: int, nf: int):
     n = 1024
     return (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
             np.empty((n, ni), dtype=np.int64), np.empty((n, nf), dtype=np.float64),
-            np.zeros(2, dtype=np.int64))
+            np.zeros(2, dtype=np.int64), np.full(64, -1, dtype=np.int64))
+
+
+@kernel
+def fifo_groups(fifo, groups: int):
+    """``fifo`` whose ``last`` has room for group ids < ``groups``."""
+    last = fifo[6]
+    if groups <= last.shape[0]:
+        return fifo
+    grown = np.full(max(groups, 2 * last.shape[0]), -1, dtype=np.int64)
+    grown[:last.shape[0]] = last
+    return fifo[0], fifo[1], fifo[2], fifo[3], fifo[4], fifo[5], grown
 
 
 @kernel
 def fifo_reserve(fifo, extra: int):
     """``fifo`` with room for ``extra`` more entries (compacting or growing)."""
-    f_p, f_g, f_c, f_i, f_f, ht_ = fifo
+    f_p, f_g, f_c, f_i, f_f, ht_, last = fifo
     live = ht_[1] - ht_[0]
     if ht_[1] + extra <= f_p.shape[0]:
         return fifo
@@ -474,7 +490,7 @@ def fifo_reserve(fifo, extra: int):
     n = max(2 * f_p.shape[0], 2 * (live + extra))
     new = (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
            np.empty((n, f_i.shape[1]), dtype=np.int64), np.empty((n, f_f.shape[1]), dtype=np.float64),
-           ht_)
+           ht_, last)
     new[0][:live] = f_p[ht_[0]:ht_[1]]
     new[1][:live] = f_g[ht_[0]:ht_[1]]
     new[2][:live] = f_c[ht_[0]:ht_[1]]
@@ -488,7 +504,7 @@ def fifo_reserve(fifo, extra: int):
 def _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m: int, iops, fops,
            p: int, panes: int, slide: int, emit: bool, sel, rtab) -> int:
     """Close pane ``p``: evict panes <= p - panes, then emit the window ending at p."""
-    f_p, f_g, f_c, f_i, f_f, ht_ = fifo
+    f_p, f_g, f_c, f_i, f_f, ht_, _ = fifo
     while ht_[0] < ht_[1] and f_p[ht_[0]] <= p - panes:
         h = ht_[0]
         g = f_g[h]
@@ -515,7 +531,7 @@ def asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_
     NEED_OUT (the output may not hold the next window) for the driver.
     """
     slots, tkeys, hashes, free, meta = table
-    f_p, f_g, f_c, f_i, f_f, ht_ = fifo
+    f_p, f_g, f_c, f_i, f_f, ht_, last = fifo
     r, m = pos[0], pos[1]
     cap = out[0].shape[0]
     nact = ws[6]
@@ -546,13 +562,22 @@ def asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_
                 return NEED_ROOM
             g = ht.insert_in(slots, tkeys, hashes, free, meta, e_keys, r, h)
         ws_add(ws, dqi, dqf, g, e_pane[r], e_cnt[r], e_i, e_f, r, iops, fops)
-        t = ht_[1]
-        f_p[t], f_g[t], f_c[t] = e_pane[r], g, e_cnt[r]
-        for j in range(e_i.shape[1]):
-            f_i[t, j] = e_i[r, j]
-        for j in range(e_f.shape[1]):
-            f_f[t, j] = e_f[r, j]
-        ht_[1] += 1
+        t = last[g]
+        if ht_[0] <= t < ht_[1] and f_g[t] == g and f_p[t] == e_pane[r]:
+            f_c[t] += e_cnt[r]  # the group's partial of this pane: fold it in
+            for j in range(e_i.shape[1]):
+                f_i[t, j] = combine(iops[j], f_i[t, j], e_i[r, j])
+            for j in range(e_f.shape[1]):
+                f_f[t, j] = combine(fops[j], f_f[t, j], e_f[r, j])
+        else:
+            t = ht_[1]
+            f_p[t], f_g[t], f_c[t] = e_pane[r], g, e_cnt[r]
+            for j in range(e_i.shape[1]):
+                f_i[t, j] = e_i[r, j]
+            for j in range(e_f.shape[1]):
+                f_f[t, j] = e_f[r, j]
+            ht_[1] += 1
+            last[g] = t
         r += 1
     pos[0], pos[1] = r, m
     return DONE
@@ -596,7 +621,7 @@ def asm_feed(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_
     """
     n = e_pane.shape[0]
     ws, dqi, dqf = ws_reserve(ws, dqi, dqf, table[4][1] + n, n)
-    fifo = fifo_reserve(fifo, n)
+    fifo = fifo_groups(fifo_reserve(fifo, n), ws[0].shape[0])
     rtab = rollup_table(sel, ws[0].shape[0])
     pos = np.array([0, m0], dtype=np.int64)
     while True:
