@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scabbard.schema import Field, Schema
+
 INT64_MIN = np.iinfo(np.int64).min
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -64,3 +66,44 @@ def empty_edges(key_width: int, ints: int, floats: int) -> Edges:
     return Edges(np.zeros(0, np.int64), np.zeros((0, key_width), np.int64),
                  np.zeros(0, np.int64), np.zeros((0, ints), np.int64),
                  np.zeros((0, floats), np.float64))
+
+
+# -- pane partials as stored columns (state p-units: checkpoints, pane units, spilled state) --
+def partials_schema(branch, name: str) -> Schema:
+    """A branch's pane partials as a stream stores them: pane, key words, count, int and
+    float partial aggregates, one column each."""
+    k, ni, nf = branch.key_width, len(branch.iops), len(branch.fops)
+    fields = ([Field("pane", "int64")] + [Field(f"k{j}", "int64") for j in range(k)]
+              + [Field("cnt", "int64")] + [Field(f"i{j}", "int64") for j in range(ni)]
+              + [Field(f"f{j}", "float64") for j in range(nf)])
+    return Schema(name, tuple(fields), stream=False)
+
+
+def edges_columns(e: Edges) -> tuple:
+    """``e`` as the columns of :func:`partials_schema`."""
+    return tuple([e.pane] + [e.keys[:, j] for j in range(e.keys.shape[1])] + [e.cnt]
+                 + [e.ints[:, j] for j in range(e.ints.shape[1])]
+                 + [e.floats[:, j] for j in range(e.floats.shape[1])])
+
+
+def _matrix(cols: list, n: int, dtype) -> np.ndarray:
+    return np.stack(cols, axis=1) if cols else np.zeros((n, 0), dtype)
+
+
+def columns_edges(branch, cols) -> Edges:
+    """The columns of :func:`partials_schema` as :class:`Edges` (the inverse of
+    :func:`edges_columns`)."""
+    k, ni, n = branch.key_width, len(branch.iops), len(cols[0])
+    return Edges(cols[0], _matrix(cols[1:1 + k], n, np.int64), cols[1 + k],
+                 _matrix(cols[2 + k:2 + k + ni], n, np.int64),
+                 _matrix(cols[2 + k + ni:], n, np.float64))
+
+
+def concat_edges(parts: list[Edges], key_width: int, ints: int, floats: int) -> Edges:
+    """Several :class:`Edges` (each in pane order, one after the other) as one."""
+    if not parts:
+        return empty_edges(key_width, ints, floats)
+    if len(parts) == 1:
+        return parts[0]
+    return Edges(*(np.concatenate([getattr(p, f) for p in parts])
+                   for f in ("pane", "keys", "cnt", "ints", "floats")))

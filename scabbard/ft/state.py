@@ -34,7 +34,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from scabbard.batch import Batch
-from scabbard.engine.tasks import Edges
+from scabbard.engine.tasks import (
+    Edges,
+    columns_edges,
+    concat_edges,
+    edges_columns,
+    partials_schema,
+)
 from scabbard.ft.panes import MODES, PaneLog, Written, count_panes, pane_schema
 from scabbard.pog.checkpoint import CheckpointRecord, FTOperator, Snapshot
 from scabbard.pog.markers import Marker
@@ -45,11 +51,7 @@ from scabbard.storage import BlockManager
 
 def state_schema(branch) -> Schema:
     """The pane partials of a window operator, as its state stream stores them."""
-    k, ni, nf = branch.key_width, len(branch.iops), len(branch.fops)
-    fields = ([Field("pane", "int64")] + [Field(f"k{j}", "int64") for j in range(k)]
-              + [Field("cnt", "int64")] + [Field(f"i{j}", "int64") for j in range(ni)]
-              + [Field(f"f{j}", "float64") for j in range(nf)])
-    return Schema(f"state-{branch.id}", tuple(fields), stream=False)
+    return partials_schema(branch, f"state-{branch.id}")
 
 
 def join_state_schema(op, side: int) -> Schema:
@@ -60,10 +62,6 @@ def join_state_schema(op, side: int) -> Schema:
 
 def _empty(f: Field) -> np.ndarray:
     return np.zeros((0, 2), np.uint64) if f.dtype == "uuid" else np.zeros(0, f.numpy_dtype)
-
-
-def _matrix(cols: list, n: int, dtype) -> np.ndarray:
-    return np.stack(cols, axis=1) if cols else np.zeros((n, 0), dtype)
 
 
 class _Stored(FTOperator):
@@ -139,17 +137,9 @@ class WindowOperator(_Stored):
     def rows(self, recent: list, lo: int) -> tuple:
         """The partials of panes ``lo`` and later, as the state stream's columns."""
         b = self.branch
-        recent = [p for p in recent if len(p.pane) and p.pane[-1] >= lo]
-        e = Edges(*(np.concatenate([getattr(p, f) for p in recent]) if recent
-                    else np.zeros((0,) + shape, dtype)
-                    for f, shape, dtype in (
-                        ("pane", (), np.int64), ("keys", (b.key_width,), np.int64),
-                        ("cnt", (), np.int64), ("ints", (len(b.iops),), np.int64),
-                        ("floats", (len(b.fops),), np.float64))))
-        lo = int(np.searchsorted(e.pane, lo))
-        return tuple([e.pane[lo:]] + [e.keys[lo:, j] for j in range(e.keys.shape[1])]
-                     + [e.cnt[lo:]] + [e.ints[lo:, j] for j in range(e.ints.shape[1])]
-                     + [e.floats[lo:, j] for j in range(e.floats.shape[1])])
+        e = concat_edges([p for p in recent if len(p.pane) and p.pane[-1] >= lo],
+                         b.key_width, len(b.iops), len(b.fops))
+        return tuple(c[int(np.searchsorted(e.pane, lo)):] for c in edges_columns(e))
 
     # -- incremental: closed panes once, as pane units ------------------------------------------
     def _bounds(self, last_ts: int) -> tuple[int, int, int]:
@@ -193,11 +183,7 @@ class WindowOperator(_Stored):
         return out
 
     def edges(self, cols: list[np.ndarray]) -> Edges:
-        b = self.branch
-        k, ni, n = b.key_width, len(b.iops), len(cols[0])
-        return Edges(cols[0], _matrix(cols[1:1 + k], n, np.int64), cols[1 + k],
-                     _matrix(cols[2 + k:2 + k + ni], n, np.int64),
-                     _matrix(cols[2 + k + ni:], n, np.float64))
+        return columns_edges(self.branch, cols)
 
     def restore(self, edges: Edges, rec: CheckpointRecord | None = None) -> None:
         self.recent = [edges]
