@@ -7,8 +7,9 @@
 Each query lives in its workload's module (``scabbard.workloads.lrb.lrb1`` ...), with
 its CQL-like meaning as docstring; :func:`workload_of` says which dataset it reads.
 Beyond Table 3 (:data:`OTHERS`): PipeFabric's Table 1, a stateless selection at four
-selectivities on SG (:data:`TABLE1`, ``scabbard.workloads.sg.pipefabric``), and a
-count-based window on LRB (``LRB-ROWS``).
+selectivities on SG (:data:`TABLE1`, ``scabbard.workloads.sg.pipefabric``), a
+count-based window on LRB (``LRB-ROWS``), and Darwin's micro-benchmark (``DARWIN``: a 60 s
+tumbling sum per key, ``scabbard.workloads.darwin``).
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from scabbard.query import Query
 
 NAMES = ("CM1", "CM2", "SG1", "SG2", "SG3", "LRB1", "LRB2", "LRB3", "YSB", "NQ", "SM")
 TABLE1 = ("PF-TRUE", "PF-MOD2", "PF-MOD10", "PF-FALSE")  # from selectivity 100% to 0%
-OTHERS = (*TABLE1, "LRB-ROWS")
+OTHERS = (*TABLE1, "LRB-ROWS", "DARWIN")
 ALL = NAMES + OTHERS
 _WORKLOAD = {"CM1": "cm", "CM2": "cm", "SG1": "sg", "SG2": "sg", "SG3": "sg", "LRB1": "lrb",
              "LRB2": "lrb", "LRB3": "lrb", "YSB": "ysb", "NQ": "nexmark", "SM": "sm",
-             **dict.fromkeys(TABLE1, "sg"), "LRB-ROWS": "lrb"}
+             **dict.fromkeys(TABLE1, "sg"), "LRB-ROWS": "lrb", "DARWIN": "darwin"}
 
 
 class UnknownQueryError(UserError, KeyError):

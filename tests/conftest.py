@@ -50,14 +50,14 @@ def _exclusive(path: Path):
 def _generate_tiny(out: Path, spark) -> None:
     from scabbard.workloads.generator import generate, make_params
 
-    for name in workloads.NAMES:
+    for name in workloads.ALL:
         spec = workloads.get(name).SPEC
         generate(spec, make_params(spec, scale="tiny"), out=out, spark=spark, progress=False)
 
 
 @pytest.fixture(scope="session")
 def tiny(request, data_root, tmp_path_factory):
-    """All six workloads generated at the tiny scale (seed 0), by name."""
+    """Every workload (the six of Table 3, and Darwin's) at the tiny scale (seed 0), by name."""
     from scabbard.data import open_dataset
 
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
@@ -70,9 +70,9 @@ def tiny(request, data_root, tmp_path_factory):
             if not (shared / "complete").exists():
                 _generate_tiny(shared, request.getfixturevalue("spark"))
                 (shared / "complete").touch()
-        for name in workloads.NAMES:
+        for name in workloads.ALL:
             shutil.copytree(shared / name / "tiny", data_root / name / "tiny")
-    return {name: open_dataset(data_root / name / "tiny") for name in workloads.NAMES}
+    return {name: open_dataset(data_root / name / "tiny") for name in workloads.ALL}
 
 
 # The longest modules first (measured: minutes each): with two processes taking modules in

@@ -12,7 +12,7 @@ from scabbard.workloads.generator import generate, make_params
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.parametrize("name", workloads.NAMES)
+@pytest.mark.parametrize("name", workloads.ALL)
 def test_tiny_dataset_is_complete_and_valid(tiny, name):
     ds = tiny[name]
     spec = workloads.get(name).SPEC
@@ -27,7 +27,7 @@ def test_tiny_dataset_is_complete_and_valid(tiny, name):
     assert open_dataset(ds.path, schema=spec.schema).checksum == ds.checksum
 
 
-@pytest.mark.parametrize("name", workloads.NAMES)
+@pytest.mark.parametrize("name", workloads.ALL)
 def test_parquet_and_replay_hold_the_same_rows(tiny, name):
     ds = tiny[name]
     for tname, table in [("stream", ds.stream), *ds.tables.items()]:
@@ -38,7 +38,7 @@ def test_parquet_and_replay_hold_the_same_rows(tiny, name):
             np.testing.assert_array_equal(a, b, err_msg=f"{name}.{tname}.{f.name}")
 
 
-@pytest.mark.parametrize("name", workloads.NAMES)
+@pytest.mark.parametrize("name", workloads.ALL)
 def test_same_parameters_give_identical_bytes_whatever_the_partitioning(spark, tiny, tmp_path, name):
     spec = workloads.get(name).SPEC
     again = generate(spec, make_params(spec, scale="tiny"), out=tmp_path, partitions=3,
@@ -110,6 +110,21 @@ def test_ysb_events_campaigns_and_ads(tiny):
     # evenly spaced event time at --rate (1000/s at tiny scale)
     ts = col(ds, "timestamp")
     assert np.array_equal(ts, np.arange(len(ts)) * 1000 // 1000)
+
+
+def test_darwin_keys_values_and_the_key_space_option(spark, tiny, tmp_path):
+    ds = tiny["darwin"]
+    keys, values = col(ds, "key"), col(ds, "value")
+    assert keys.min() >= 0 and keys.max() < 100_000 and values.min() >= 0 and values.max() < 1000
+    # uniform keys: 90,000 draws from 100,000 keys leave about 1 - e^-0.9 of them seen
+    assert abs(len(np.unique(keys)) / 100_000 - (1 - np.exp(-0.9))) < 0.01
+    assert abs(values.mean() - 499.5) < 5
+    ts = col(ds, "timestamp")  # evenly spaced at 500/s
+    assert np.array_equal(ts, np.arange(len(ts)) * 1000 // 500)
+    few = workloads.get("darwin").SPEC.generate(scale="tiny", options={"keys": 10},
+                                                out=tmp_path, spark=spark, progress=False)
+    assert few.path.name.endswith("keys10")
+    assert set(np.unique(col(few, "key"))) == set(range(10))
 
 
 def test_lrb_domains_and_thirty_second_reports(tiny):

@@ -7,7 +7,7 @@ from ftkit import campaign
 import reference as ref
 from scabbard import queries
 from scabbard.engine import CollectSink, run_query
-from scabbard.peers.spark import MANY_WINDOWS, run_spark, windows_per_tuple
+from scabbard.peers.spark import MANY_WINDOWS, STATE_STORES, run_spark, windows_per_tuple
 from scabbard.query import Query, col
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -33,6 +33,24 @@ def test_spark_and_engine_agree(spark, tiny, tmp_path, name):
     assert len(engine) > 0
     ref.assert_same_results(spark_rows, engine, q.schema)
     assert (tmp_path / "checkpoint0" / "offsets").is_dir(), "the streaming query kept a checkpoint"
+
+
+def test_spark_on_rocksdb_and_engine_agree_on_darwin(spark, tiny, tmp_path):
+    """Issue 19's peer: Spark's RocksDB state store provider (state on the local disk) gives
+    the engine's windows on Darwin's micro-benchmark, and its checkpoint holds RocksDB's
+    files, not the default store's deltas."""
+    q = queries.get("DARWIN")
+    sink = CollectSink()
+    run_query(q, tiny["darwin"], sink=sink)
+    cols = sink.columns()
+    engine = ref.to_frame(q.schema, [cols[n] for n in q.schema.names])
+    run = run_spark(q, tiny["darwin"], spark=spark, workdir=tmp_path, state_store="rocksdb")
+    ref.assert_same_results(ref.to_frame(q.schema, [run.columns[n] for n in q.schema.names]),
+                            engine, q.schema)
+    state = list((tmp_path / "checkpoint0" / "state").rglob("*"))
+    assert any(p.suffix == ".sst" for p in state) and not any(p.suffix == ".delta" for p in state)
+    assert spark.conf.get("spark.sql.streaming.stateStore.providerClass", None) in \
+        (None, STATE_STORES["memory"]), "the session keeps its own store afterwards"
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from scabbard.cli.errors import CLIError
 
 # -- datagen -----------------------------------------------------------------------------------
 def add(sub) -> None:
-    from scabbard.workloads import NAMES
+    from scabbard.workloads import ALL
 
     p = sub.add_parser(
         "datagen",
@@ -27,7 +27,8 @@ def add(sub) -> None:
             "identical dataset already in place is kept (use --force to regenerate)."
         ),
     )
-    p.add_argument("workload", help=f"one of {', '.join(NAMES)}, or 'all'")
+    p.add_argument("workload", help=f"one of {', '.join(ALL)}, or 'all' (the six of the "
+                                    f"paper's Table 3)")
     p.add_argument("--scale", choices=("tiny", "small", "full"), default=None,
                    help="size preset (default: small)")
     p.add_argument("--event-seconds", dest="duration", type=float, metavar="SECONDS",
@@ -63,10 +64,12 @@ def add(sub) -> None:
     g.add_argument("--campaigns", type=int, help="ysb: campaigns of 10 ads (default 100)")
     g.add_argument("--change-at", type=float, metavar="SECONDS",
                    help="sm: event time at which the integer readings change distribution")
+    g.add_argument("--keys", type=int,
+                   help="darwin: distinct keys, the window state's size (default 100,000)")
     p.set_defaults(func=_run_datagen)
 
 
-_OPTION_FLAGS = ("xways", "plugs", "houses", "machines", "campaigns", "change_at")
+_OPTION_FLAGS = ("xways", "plugs", "houses", "machines", "campaigns", "change_at", "keys")
 
 
 def _run_datagen(args) -> int:

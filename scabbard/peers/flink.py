@@ -69,6 +69,7 @@ REPO = Path(__file__).resolve().parents[2]
 FLINK_VENV = REPO / ".venv-flink"
 JOB_SCRIPT = Path(__file__).resolve().with_name("flink_job.py")
 SETUP_HINT = "run scripts/setup-flink.sh (about 1 minute, 850 MB)"
+STATE_BACKENDS = ("hashmap", "rocksdb")
 
 
 @dataclass(frozen=True)
@@ -286,7 +287,8 @@ def run_job_script(spec: dict, work: Path, venv: Path, timeout_s: float) -> dict
 
 def run_flink_many(runs: list[tuple[Query, Dataset]], workdir: str | Path | None = None,
                    checkpoint_interval_s: float | None = 1.0, parallelism: int = 2,
-                   timeout_s: float = 900.0, venv: str | Path | None = None) -> list[FlinkRun]:
+                   timeout_s: float = 900.0, venv: str | Path | None = None,
+                   state_backend: str = "hashmap") -> list[FlinkRun]:
     """Run several queries in ONE JVM: each as its own Flink job, one after the other.
 
     Saves the JVM and environment start (5-10 s) per query.  (One job for all,
@@ -294,6 +296,9 @@ def run_flink_many(runs: list[tuple[Query, Dataset]], workdir: str | Path | None
     queries of the tests - planning and running six pipelines at once on two
     cores.)  ``seconds_total`` of each run is the whole call's.  See :func:`run_flink`.
     """
+    if state_backend not in STATE_BACKENDS:
+        raise ValueError(f"state_backend: one of {', '.join(STATE_BACKENDS)}, "
+                         f"not {state_backend!r}")
     venv = Path(venv or FLINK_VENV)
     own = workdir is None
     work = Path(tempfile.mkdtemp(prefix="scabbard-flink-")) if own else Path(workdir).resolve()
@@ -326,7 +331,10 @@ def run_flink_many(runs: list[tuple[Query, Dataset]], workdir: str | Path | None
             shutil.rmtree(out, ignore_errors=True)
         # 3. the job(s)
         spec = {"parallelism": parallelism, "checkpoint_interval_s": checkpoint_interval_s,
-                "report": str(work / "report.json"), "log_dir": str(work / "log"), "jobs": jobs}
+                "report": str(work / "report.json"), "log_dir": str(work / "log"), "jobs": jobs,
+                "config": {"state.backend.type": state_backend,
+                           # RocksDB's files: on this run's disk, removed with it
+                           "state.backend.rocksdb.localdir": str(work / "rocksdb")}}
         report = run_job_script(spec, work, venv, timeout_s)
         # 4. the results
         results = []
@@ -335,8 +343,12 @@ def run_flink_many(runs: list[tuple[Query, Dataset]], workdir: str | Path | None
             seconds = job["net_runtime_s"] or job["seconds_wall"]
             results.append((query, dataset, cols, seconds, job))
         total = time.perf_counter() - t0
+        if state_backend == "rocksdb" and not report.get("rocksdb_native_loaded"):
+            raise RuntimeError(f"the Flink job ran, but its log ({work / 'log'}) does not say "
+                               f"that RocksDB's native library was loaded")
         return [FlinkRun(q.name, cols, ds.rows, s, total, int(job["checkpoints"]),
-                         {**job, "env_start_s": report.get("env_start_s")})
+                         {**job, "env_start_s": report.get("env_start_s"),
+                          "state_backend": report.get("state_backend")})
                 for q, ds, cols, s, job in results]
     finally:
         if own:
@@ -345,18 +357,22 @@ def run_flink_many(runs: list[tuple[Query, Dataset]], workdir: str | Path | None
 
 def run_flink(query: Query, dataset: Dataset, workdir: str | Path | None = None,
               checkpoint_interval_s: float | None = 1.0, parallelism: int = 2,
-              timeout_s: float = 900.0, venv: str | Path | None = None) -> FlinkRun:
+              timeout_s: float = 900.0, venv: str | Path | None = None,
+              state_backend: str = "hashmap") -> FlinkRun:
     """Run ``query`` over ``dataset`` as a Flink SQL job; return its window results.
 
     ``workdir`` holds the exported CSV input, the checkpoints, the result files,
     the job's spec, report and logs; a temporary folder (removed afterwards) by
     default.  ``checkpoint_interval_s=None`` runs without checkpoints.
+    ``state_backend``: ``hashmap`` (objects on the JVM heap) or ``rocksdb`` (the embedded
+    RocksDB of ``flink-dist``: serialized state on the local disk, larger than memory);
+    the job's report says which one the job ran with (``state_backend``).
     Raises :class:`QueryError` for a plan the peer cannot compile, ``ValueError``
     for a dataset of another workload, :class:`RuntimeError` if the job fails
     or times out (its process group killed) or ``.venv-flink`` is missing.
     """
     return run_flink_many([(query, dataset)], workdir, checkpoint_interval_s, parallelism,
-                          timeout_s, venv)[0]
+                          timeout_s, venv, state_backend)[0]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,8 @@ imported).  It reads a JSON spec from the file named on argv, or from stdin::
 One TableEnvironment (one JVM) runs the jobs one after the other, each in a
 local mini-cluster of its own (REST endpoint on 127.0.0.1): a job is a
 statement set of its inserts, checkpointed every ``checkpoint_interval_s``
-(exactly-once) with the hashmap state backend into its own ``file://`` folder.
+(exactly-once) with the hashmap state backend (``config``'s ``state.backend.type``:
+``rocksdb`` for state on the local disk) into its own ``file://`` folder.
 After each job the report is rewritten: the JVM and environment start time,
 and per job its id, seconds to plan and submit it, wall seconds from
 submission to finish, Flink's net runtime and the number of completed
@@ -83,6 +84,15 @@ def completed_checkpoints(log_dir: Path, job_id: str) -> int:
     return len(ids)
 
 
+def rocksdb_loaded(log_dir: Path) -> bool:
+    """Whether the log says RocksDB's native library was loaded (the rocksdb backend)."""
+    for path in log_dir.glob("*.log"):
+        with open(path, errors="replace") as f:
+            if any("Successfully loaded RocksDB native library" in line for line in f):
+                return True
+    return False
+
+
 def run_job(t_env, job: dict, log_dir: Path) -> dict:
     folder = Path(job["checkpoint_dir"])
     folder.mkdir(parents=True, exist_ok=True)
@@ -132,6 +142,8 @@ def main(argv: list[str]) -> int:
         report["jobs"].append(run_job(t_env, job, log_dir))
         write_report(report, report_path)
     report["total_s"] = time.perf_counter() - started
+    report["state_backend"] = spec.get("config", {}).get("state.backend.type", "hashmap")
+    report["rocksdb_native_loaded"] = rocksdb_loaded(log_dir)
     write_report(report, report_path)
     return 0
 

@@ -78,6 +78,14 @@ OFFSET = "__offset"  # a tuple's offset in the input stream (see offsets())
 MANY_WINDOWS = 1000
 INTERPRETED = {"spark.sql.codegen.factoryMode": "NO_CODEGEN",
                "spark.sql.codegen.wholeStage": "false"}
+# The streaming aggregations' state store: Spark's default keeps every key in a hash map on
+# the heap (and writes deltas and snapshots to the checkpoint); RocksDB keeps it on the
+# local disk, bounded by its block cache (larger-than-memory state, issue 19)
+_STATE_STORE = "spark.sql.streaming.stateStore.providerClass"
+STATE_STORES = {
+    "memory": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+}
 
 
 def column(expr: Expr):
@@ -327,7 +335,7 @@ def _consume(node, stream, relations, i: int, work: Workdir) -> int:
 def run_spark(query: Query, dataset: Dataset | SharedDataset, spark=None,
               workdir: str | Path | None = None, checkpoint: str | Path | None = None,
               output: str | Path | None = None, max_files_per_trigger: int | None = None,
-              collect: bool = True) -> SparkRun:
+              collect: bool = True, state_store: str = "memory") -> SparkRun:
     """Run ``query`` over ``dataset`` with Spark Structured Streaming; return its window results.
 
     ``dataset``: a local dataset, or one at a URI (:class:`SharedDataset`).  ``workdir``: a
@@ -337,6 +345,8 @@ def run_spark(query: Query, dataset: Dataset | SharedDataset, spark=None,
     there as Parquet (a folder or URI).  ``collect=False``: the rows are not brought to the
     driver (a cluster's result need not fit there; LRB2's 30 M rows do not), ``columns`` is
     then empty.  ``max_files_per_trigger``: Parquet files per micro-batch (default: all).
+    ``state_store``: ``memory`` (Spark's default, on the heap) or ``rocksdb`` (on the local
+    disk; a run resumed from a checkpoint keeps the store it started with).
     Started on the work folder of an unfinished run of the same query, it resumes.
     """
     from scabbard.sparksession import get_spark
@@ -345,9 +355,12 @@ def run_spark(query: Query, dataset: Dataset | SharedDataset, spark=None,
     if data.schema.fingerprint != query.source.schema.fingerprint:
         raise ValueError(f"{query.name} reads {query.source.schema.name!r} data, not "
                          f"{data.schema.name!r}")
+    if state_store not in STATE_STORES:
+        raise ValueError(f"state_store: one of {', '.join(STATE_STORES)}, not {state_store!r}")
     spark = spark or get_spark()
     many = windows_per_tuple(query) > MANY_WINDOWS
-    with _sql_settings(spark, INTERPRETED if many else {}):
+    settings = dict(INTERPRETED if many else {}, **{_STATE_STORE: STATE_STORES[state_store]})
+    with _sql_settings(spark, settings):
         return _run(query, data, spark, workdir, checkpoint, output, max_files_per_trigger,
                     collect)
 
