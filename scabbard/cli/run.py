@@ -6,7 +6,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from scabbard.cli.common import add_data_root, hidden_alias, query_dataset, storage_dir
+from scabbard.cli.common import (
+    add_data_root,
+    hidden_alias,
+    parse_bytes,
+    query_dataset,
+    storage_dir,
+)
 from scabbard.cli.errors import CLIError
 from scabbard.cli.spark_backend import reject_spark_flags
 
@@ -66,6 +72,13 @@ def add_run(sub) -> None:
                         "by offset ranges), each appending its own to the ingress p-stream in "
                         "turn, so that no one thread touches every tuple (default: one per 4 "
                         "workers; 1: the dispatcher reads it).  A recovery may use another N")
+    p.add_argument("--state-memory", type=parse_bytes, metavar="BYTES",
+                   help="hold at most this much window state in memory (e.g. 256M, 2G): key "
+                        "partitions beyond it are spilled to disk as state p-units and read "
+                        "back when their windows close (default: no limit; at least "
+                        "8M per window operator; not yet with fault tolerance)")
+    p.add_argument("--spill-dir", metavar="DIR",
+                   help="where --state-memory spills (default: the system's temporary folder)")
     p.add_argument("--metrics-log", metavar="PATH", help="JSON-lines metrics log (live samples)")
     p.add_argument("--metrics-interval", type=float, default=0.5, metavar="SECONDS",
                    help="seconds between metrics samples (default 0.5)")
@@ -369,7 +382,9 @@ def config_from_args(args):
                      step_ms=10.0 if args.checkpoint_step is None else args.checkpoint_step,
                      max_unsaved_panes=args.max_unsaved_panes,
                      max_replay_tuples=args.max_replay_tuples) if ft else None,
-            assembly=args.assembly, ingress_partitions=args.ingress_partitions)
+            assembly=args.assembly, ingress_partitions=args.ingress_partitions,
+            state_memory=args.state_memory,
+            spill_dir=Path(args.spill_dir) if args.spill_dir else None)
     except ConfigError as e:
         flag = FLAGS.get(e.field, "--" + e.field.replace("_", "-"))
         raise CLIError(f"{flag} {e.problem}") from None
@@ -461,6 +476,11 @@ def _run_engine(args, config, ds) -> int:
     print(f"latency ms: p5 {lat['p5']}  p25 {lat['p25']}  p50 {lat['p50']}  p75 {lat['p75']}  "
           f"p95 {lat['p95']}")
     print(f"results: {s.result_rows:,} rows" + (f" -> {args.output}" if args.output else ""))
+    for branch, st in getattr(report, "spilled", {}).items():
+        print(f"state of {branch} within {args.state_memory / 2**20:,.0f} MiB: "
+              f"{st['spills']:,} spills, {st['reloads']:,} reloads, "
+              f"{st.get('spilled_bytes', 0) / 1e6:,.1f} MB written and read back, "
+              f"at most {st['peak_bytes'] / 2**20:,.1f} MiB in memory")
     return 0
 
 

@@ -8,7 +8,7 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from scabbard.engine.graph import OperatorGraph, empty_columns
 from scabbard.engine.metrics import Metrics, Summary
 from scabbard.engine.ports import AssemblyListener, ClockedWriter, Resume
 from scabbard.engine.sinks import Sink
+from scabbard.engine.spill import SpillingAssembler
 from scabbard.engine.tasks import INT64_MAX, INT64_MIN, BranchPart, TaskResult
 
 BACKLOG_BYTES = 256 << 20  # batches waiting in persisted channels before the assembly waits
@@ -31,6 +32,7 @@ class RunReport:
     batch_rows: int
     workers: int
     written_bytes: int = 0  # persisted (segments acknowledged by the storage), if any
+    spilled: dict = field(default_factory=dict)  # per branch under a state budget: spills...
 
 
 @dataclass(slots=True)
@@ -48,10 +50,14 @@ class Lane:
     """One branch's ordered assembly: its window state, the long tasks whose boundary with
     the next is not done yet, the boundaries computed (or being computed) by workers."""
 
-    def __init__(self, i: int, branch, parts: int = 1, pool=None):
+    def __init__(self, i: int, branch, parts: int = 1, pool=None, budget: int | None = None,
+                 threads: int = 1, spill_dir=None):
         self.i, self.branch = i, branch
-        self.assembler = (PartitionedAssembler(branch, parts, pool) if parts > 1
-                          else BranchAssembler(branch))
+        if budget is not None:
+            self.assembler = SpillingAssembler(branch, parts, pool, budget, threads, spill_dir)
+        else:
+            self.assembler = (PartitionedAssembler(branch, parts, pool) if parts > 1
+                              else BranchAssembler(branch))
         self.tails: dict[int, TaskResult] = {}  # long tasks whose next boundary is not done
         self.boundaries: dict[int, dict | None] = {}  # boundary k -> result columns
         self.claimed: set[int] = set()
@@ -102,11 +108,18 @@ class Execution:
         self.plan = engine.plan
         parts = [engine.assembly_parts(i, feed.batch_rows) for i in range(len(self.plan.branches))]
         engine.split_parts = parts  # the fragments split each task's partials for them
-        # the partitions of a partitioned assembly beyond the first run on these threads
-        self._partitions = (ThreadPoolExecutor(max(parts) - 1, thread_name_prefix="partition")
-                            if max(parts, default=1) > 1 else None)
-        self.lanes = [Lane(i, b, p, self._partitions)
-                      for i, (b, p) in enumerate(zip(self.plan.branches, parts, strict=True))]
+        # the partitions of a partitioned assembly beyond the first run on these threads (a
+        # spilling one's many partitions in a group per worker)
+        spills = [engine.spills(i) for i in range(len(parts))]
+        threads = max([p - 1 for p, spill in zip(parts, spills, strict=True) if not spill]
+                      + [engine.config.workers - 1 for spill in spills if spill] + [0])
+        self._partitions = (ThreadPoolExecutor(threads, thread_name_prefix="partition")
+                            if threads > 0 else None)
+        budget = engine.state_budget() if any(spills) else None
+        self.lanes = [Lane(i, b, p, self._partitions, budget if spill else None,
+                           engine.config.workers, engine.config.spill_dir)
+                      for i, (b, p, spill) in enumerate(zip(self.plan.branches, parts, spills,
+                                                             strict=True))]
         # a stored batch of a persisted channel becomes readable on the writer's thread: that
         # thread hands the assembly a kick, and whoever assembles then moves it on
         self._kicker = ThreadPoolExecutor(1, thread_name_prefix="graph") if stores else None
@@ -441,7 +454,18 @@ class Execution:
             self._kicker.shutdown(wait=True)
         if self._partitions is not None:
             self._partitions.shutdown(wait=True)
-        return RunReport(engine.query.name, metrics.stop(), self.feed.batch_rows, cfg.workers)
+        spilled = self._close_state()
+        return RunReport(engine.query.name, metrics.stop(), self.feed.batch_rows, cfg.workers,
+                         spilled=spilled)
+
+    def _close_state(self) -> dict:
+        """Spilled state removed; per branch, what spilling did (empty without a budget)."""
+        out = {}
+        for lane in self.lanes:
+            if isinstance(lane.assembler, SpillingAssembler):
+                lane.assembler.close()
+                out[lane.branch.id] = dict(lane.assembler.stats)
+        return out
 
     def _fail(self) -> None:
         """Stop everything and raise the run's error; the sink commits nothing more."""
@@ -449,6 +473,7 @@ class Execution:
             self._kicker.shutdown(wait=False)
         if self._partitions is not None:
             self._partitions.shutdown(wait=False)
+        self._close_state()
         if self.listener is not None:
             self.listener.stop(failed=True)
         try:

@@ -81,6 +81,10 @@ class EngineConfig:
     # the source read by this many threads (parallel ingress, engine/ingress.py); None: one
     # per INGRESS_WORKERS workers (Engine.ingress_partitions)
     ingress_partitions: int | None = None
+    # bytes the window state may hold in memory, shared by the window branches; beyond it key
+    # partitions go to disk (engine/spill.py, issue 19).  None: no limit
+    state_memory: int | None = None
+    spill_dir: str | None = None  # where the spilled state goes (default: the system's temp)
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -89,6 +93,13 @@ class EngineConfig:
         if p is not None and (not isinstance(p, int) or isinstance(p, bool) or p < 1):
             raise ValueError(f"ingress_partitions must be a whole number >= 1, got {p!r}")
         parse_assembly(self.assembly)
+        if self.state_memory is not None:
+            from scabbard.engine.spill import MIN_STATE_MEMORY
+
+            if self.state_memory < MIN_STATE_MEMORY:
+                raise ValueError(f"a state memory budget of {self.state_memory:,} bytes is "
+                                 f"too small to hold even one key partition's working set "
+                                 f"(at least {MIN_STATE_MEMORY >> 20} MiB per window branch)")
         if self.batch_rows is not None and self.batch_rows < 1:
             raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
 
@@ -173,6 +184,13 @@ class Engine:
         if not self.plan.branches:
             return STATELESS_BATCH
         want = min(4 * b.panes * b.slide_ms * self._per_unit(b) for b in self.plan.branches)
+        if any(self.spills(i) for i in range(len(self.plan.branches))):
+            # under a state budget: a task's own state (its partials, one per key at most)
+            # a small part of the budget, so tasks stay short and the assembler's state is
+            # what the budget holds
+            from scabbard.engine.spill import TASK_ROW_BYTES
+
+            want = min(want, self.state_budget() // (8 * TASK_ROW_BYTES))
         return int(min(MAX_BATCH, max(MIN_BATCH, want)))
 
     def _per_unit(self, b, tuples_per_ms: float | None = None) -> float:
@@ -278,7 +296,13 @@ class Engine:
         """
         mode, n = parse_assembly(self.config.assembly)
         b = self.plan.branches[i]
-        if mode == "serial" or partition_columns(b) is None:
+        if partition_columns(b) is None:
+            return 1
+        if self.spills(i):
+            from scabbard.engine.spill import PARTS
+
+            return PARTS
+        if mode == "serial":
             return 1
         if mode == "auto":
             per_ms = getattr(self, "tuples_per_ms", None)
@@ -286,6 +310,18 @@ class Engine:
                      and batch_rows < 2 * b.panes * b.slide_ms * self._per_unit(b, per_ms))
             return self.config.workers if short and self.config.workers >= AUTO_MIN_WORKERS else 1
         return n if n is not None else max(2, self.config.workers)
+
+    def spills(self, i: int) -> bool:
+        """Branch ``i``'s window state is held under a memory budget (``state_memory``): key
+        partitions spilled to disk beyond it.  A branch without group keys holds one group
+        per window, never spilled."""
+        return (self.config.state_memory is not None
+                and partition_columns(self.plan.branches[i]) is not None)
+
+    def state_budget(self) -> int:
+        """Each spilling branch's share of ``state_memory``."""
+        n = sum(self.spills(i) for i in range(len(self.plan.branches)))
+        return self.config.state_memory // max(1, n)
 
     def _boundary(self, prev: TaskResult, cur: TaskResult, i: int,
                   skip: int = INT64_MIN) -> dict | None:

@@ -148,6 +148,8 @@ class RunConfig:
     ft: FTConfig | None = None
     assembly: str = "auto"  # serial | partitioned[:P] | auto (EngineConfig.assembly)
     ingress_partitions: int | None = None  # None: by the workers (EngineConfig)
+    state_memory: int | None = None  # bytes of window state in memory (EngineConfig)
+    spill_dir: Path | None = None  # where state beyond it goes (None: the system's temp)
 
     def __post_init__(self) -> None:
         from scabbard import queries
@@ -166,6 +168,18 @@ class RunConfig:
             parse_assembly(self.assembly)
         except ValueError as e:
             raise ConfigError("assembly", str(e).removeprefix("assembly ")) from None
+        if self.state_memory is not None:
+            from scabbard.engine.spill import MIN_STATE_MEMORY
+
+            if self.ft is not None:
+                raise ConfigError("state_memory", "applies to runs without fault tolerance "
+                                                  "for now (a checkpoint's state is not "
+                                                  "spilled yet)")
+            if self.state_memory < MIN_STATE_MEMORY:
+                raise ConfigError("state_memory", f"{self.state_memory:,} bytes is too small "
+                                                  f"to hold even one key partition's working "
+                                                  f"set (at least {MIN_STATE_MEMORY >> 20} MiB "
+                                                  f"per window branch)")
         if self.ft is not None:
             if self.persist is None:
                 raise ConfigError("persist", "is needed by fault tolerance (a storage folder "

@@ -218,6 +218,9 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                                            metrics_interval=cfg.metrics_interval,
                                            assembly=cfg.assembly,
                                            ingress_partitions=cfg.ingress_partitions)
+    if config.state_memory is not None:
+        raise ConfigError("a state memory budget (--state-memory) applies to runs without "
+                          "fault tolerance for now: a checkpoint's state is not spilled yet")
     storage, storage_config = persist.storage, persist.layout
     rate, duration, max_tuples = cfg.rate, cfg.duration, cfg.max_tuples
     push_up, compression, lossy_decimals = (persist.push_up, persist.compression,

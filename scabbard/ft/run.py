@@ -30,7 +30,9 @@ def engine_config(config: RunConfig) -> EngineConfig:
     return EngineConfig(workers=config.workers or os.cpu_count() or 1,
                         batch_rows=config.batch_rows, metrics_interval=config.metrics_interval,
                         assembly=config.assembly,
-                        ingress_partitions=config.ingress_partitions)
+                        ingress_partitions=config.ingress_partitions,
+                        state_memory=config.state_memory,
+                        spill_dir=str(config.spill_dir) if config.spill_dir else None)
 
 
 def open_run(config: RunConfig, *, recover: bool = False, dataset: Dataset | None = None,

@@ -1,0 +1,325 @@
+"""Window state under a memory budget: key partitions spilled as state p-units (issue 19).
+
+Darwin (CIDR 2022, §3-4) keeps a stream engine going when its state outgrows memory, by
+moving state between memory and the local disk in *groups* - whole panes, whole key
+partitions - rather than key by key, because a window touches its state in a known order.
+Here a branch's sequential window state (:mod:`scabbard.engine.assembly`) is split by a hash
+of the group keys into :data:`PARTS` partitions (the key-partitioned assembly of issue 21),
+and ``EngineConfig.state_memory`` bounds the bytes their arrays hold:
+
+* **spill**: when the partitions in memory hold more than the budget, the largest ones are
+  written out - the pane partials of their windows (:func:`export`: one row per group and
+  pane, the partition's whole window state) as a state p-unit of the branch's spill stream
+  (a :class:`~scabbard.storage.BlockManager` p-stream, the same rows as a checkpoint's) -
+  and their arrays are dropped;
+* **while spilled**, a partition's share of each task's partials is kept as long as the task
+  closes no pane of it (no window of it ends): small shares wait in memory, then go to the
+  stream as units of their own.  A tumbling 60 s window (Darwin's micro-benchmark) closes
+  a pane once a minute, so between two closes its state is written once and read once;
+* **reload**: a task that closes panes needs the partition's windows: its units are read
+  back (one ``pread`` per run of adjacent segments, :meth:`BlockManager.load_bulk`), fed
+  into a fresh state without emitting (the windows they close were emitted before the
+  spill), then the task's share runs as usual.  Spilled partitions are reloaded and run
+  one at a time, so memory holds the budget plus one partition, never the whole state;
+* the units a reload consumed are released (the stream is trimmed below the oldest unit
+  still needed).
+
+The budget covers the window state's arrays (capacity, as the process's resident memory sees
+them) and the shares waiting in memory; the rest of the engine - tasks in flight, input
+batches, result rows - is a fixed overhead beside it.  Results are those of the unlimited
+run, whatever the budget (tests).  Without fault tolerance for now: a checkpoint's state
+(``QueryState``'s task partials) is not under the budget yet.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from scabbard.batch import Batch
+from scabbard.engine.assembly import BranchAssembler, PartitionedAssembler, merge_windows
+from scabbard.engine.tasks import (
+    BranchPart,
+    Edges,
+    columns_edges,
+    concat_edges,
+    edges_columns,
+    partials_schema,
+)
+from scabbard.storage import BlockManager, StorageConfig
+
+PARTS = 64  # key partitions of a branch's state under a budget
+WAITING = 64 << 10  # a spilled partition's shares kept in memory up to this many bytes
+# the smallest budget: every partition's waiting shares, twice (the working set of a
+# reload - one partition - comes on top, as the run's fixed overhead)
+MIN_STATE_MEMORY = 2 * PARTS * WAITING
+SPILL_FILE = 16 << 20  # the spill stream's pool files
+TASK_ROW_BYTES = 64  # what a task's input row can cost while its fragment runs (its partial)
+
+
+def assembler_bytes(a: BranchAssembler) -> int:
+    """Bytes the arrays of one partition's window state hold (their capacity)."""
+    return sum(x.nbytes for group in (a.ws, a.dqi, a.dqf, a.table, a.fifo, a.out)
+               for x in group)
+
+
+def export(a: BranchAssembler) -> Edges:
+    """A partition's window state as pane partials: one row per (pane, group) of its windows,
+    in pane order (what feeding them to a fresh state rebuilds)."""
+    a._load_pending()
+    h0, h1 = (int(x) for x in a.fifo[5])
+    gid = a.fifo[1][h0:h1]
+    return Edges(a.fifo[0][h0:h1].copy(), a.table[1][gid], a.fifo[2][h0:h1].copy(),
+                 a.fifo[3][h0:h1].copy(), a.fifo[4][h0:h1].copy())
+
+
+class SpillStore:
+    """A branch's spill stream: state p-units of pane partials, in a scratch folder of its own
+    (removed at :meth:`close`)."""
+
+    def __init__(self, branch, parent: str | Path | None = None):
+        self.branch = branch
+        self.folder = Path(tempfile.mkdtemp(prefix="scabbard-spill-", dir=parent))
+        self.bm = BlockManager(self.folder, StorageConfig(file_bytes=SPILL_FILE, pool_files=1))
+        self.schema = partials_schema(branch, f"spill-{branch.id}")
+        self.sid = self.bm.stream(self.schema.name, self.schema)
+        self.next = 0
+        self.live: dict[int, int] = {}  # first offset -> end, of every unit not yet read back
+        self.bytes_written = self.bytes_read = 0
+
+    def write(self, e: Edges) -> list[tuple[int, int]]:
+        """Append ``e`` (pane-sorted) as units; their offset ranges."""
+        cols, n = edges_columns(e), len(e.pane)
+        per = max(1, (SPILL_FILE // 4) // self.schema.row_bytes)  # a segment fits a file
+        ranges = []
+        for lo in range(0, n, per):
+            batch = Batch(self.schema, tuple(np.ascontiguousarray(c[lo:lo + per]) for c in cols),
+                          self.next)
+            self.bm.append(self.sid, batch)
+            ranges.append((self.next, batch.end))
+            self.live[self.next] = batch.end
+            self.next = batch.end
+            self.bytes_written += batch.column_bytes
+        return ranges
+
+    def read(self, ranges: list[tuple[int, int]]) -> Edges:
+        """The units ``ranges`` back (verified), as one :class:`Edges`; they are released."""
+        if not ranges:
+            b = self.branch
+            return concat_edges([], b.key_width, len(b.iops), len(b.fops))
+        self.bm.flush(self.sid)  # every unit acknowledged before it is read
+        batches = [x for first, end in ranges for x in self.bm.load_bulk(self.sid, first, end)]
+        cols = [np.concatenate([x.columns[j] for x in batches])
+                for j in range(len(self.schema.fields))]
+        self.release(ranges)
+        self.bytes_read += sum(x.column_bytes for x in batches)
+        return columns_edges(self.branch, cols)
+
+    def release(self, ranges: list[tuple[int, int]]) -> None:
+        """The units ``ranges`` are not needed any more (whole files below the oldest unit
+        still needed return to the pool)."""
+        for first, _ in ranges:
+            del self.live[first]
+        self.bm.trim(self.sid, min(self.live, default=self.next))
+
+    def close(self) -> None:
+        try:
+            self.bm.close()
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@dataclass
+class Spilled:
+    """A partition on disk: the open pane it stopped at, its units, its waiting shares."""
+
+    cur: int
+    units: list = field(default_factory=list)
+    waiting: list = field(default_factory=list)
+    waiting_bytes: int = 0
+
+
+class SpillingAssembler(PartitionedAssembler):
+    """A branch's key-partitioned window state held within ``budget`` bytes (see the module).
+
+    Same interface as :class:`BranchAssembler`.  ``stats``: spills, reloads, bytes written and
+    read back, the largest state held in memory."""
+
+    def __init__(self, branch, parts: int, pool, budget: int, threads: int = 1,
+                 spill_dir: str | Path | None = None):
+        super().__init__(branch, parts, pool)
+        if budget < MIN_STATE_MEMORY:
+            raise ValueError(f"a state memory budget of {budget:,} bytes is too small to hold "
+                             f"even one partition's working set (at least "
+                             f"{MIN_STATE_MEMORY >> 20} MiB per window branch)")
+        self.budget, self.threads, self.spill_dir = budget, max(1, threads), spill_dir
+        self.store: SpillStore | None = None
+        self.spilled: dict[int, Spilled] = {}
+        k, ni, nf = branch.key_width, len(branch.iops), len(branch.fops)
+        # what one partial row can add: a window entry and a group (state, keys, table
+        # slots), doubled as arrays grow by doubling
+        self.row_bytes = 2 * (8 * (3 + ni + nf) + 8 * (2 + ni + 2 * nf) + 8 * (k + 4))
+        self.grown = 0
+        self.stats = {"spills": 0, "reloads": 0, "peak_bytes": 0}
+
+    # -- the budget ----------------------------------------------------------------------------
+    def held(self) -> tuple[list[int], int]:
+        """Bytes per partition in memory (0 if spilled), and the waiting shares' bytes."""
+        sizes = [0 if i in self.spilled else assembler_bytes(a) for i, a in enumerate(self.parts)]
+        return sizes, sum(s.waiting_bytes for s in self.spilled.values())
+
+    def _enforce(self, force: bool = False) -> None:
+        """Spill the largest partitions while memory holds more than the budget (down to half
+        of it: arrays grow by doubling, so the partitions left may together double before
+        the next check).  Checked once the partials fed since the last check could have
+        added a sixteenth of the budget."""
+        if not force and self.grown * self.row_bytes < self.budget // 16:
+            return
+        self.grown = 0
+        sizes, waiting = self.held()
+        total = sum(sizes) + waiting
+        self.stats["peak_bytes"] = max(self.stats["peak_bytes"], total)
+        if total <= self.budget * 3 // 4:
+            return
+        for i in np.argsort(sizes)[::-1]:
+            if total <= self.budget // 2 or sizes[i] == 0:
+                break
+            total -= sizes[i] - self._spill(int(i))
+
+    def _spill(self, i: int) -> int:
+        """Partition ``i`` to disk; the bytes its fresh (empty) state holds."""
+        a = self.parts[i]
+        state = export(a)
+        fresh = BranchAssembler(self.b)
+        fresh.copy = False
+        self.parts[i] = fresh
+        if not len(state.pane):  # an empty window: only its arrays' room goes
+            fresh.cur[0] = a.cur[0]
+            return assembler_bytes(fresh)
+        if self.store is None:
+            self.store = SpillStore(self.b, self.spill_dir)
+        self.spilled[i] = Spilled(int(a.cur[0]), self.store.write(state))
+        self.stats["spills"] += 1
+        return assembler_bytes(fresh)
+
+    def _wait(self, i: int, e: Edges) -> None:
+        """A task's share ``e`` of spilled partition ``i`` (it closes none of its panes)."""
+        if not len(e.pane):
+            return
+        s = self.spilled[i]
+        s.waiting.append(e)
+        s.waiting_bytes += sum(x.nbytes for x in (e.pane, e.keys, e.cnt, e.ints, e.floats))
+        if s.waiting_bytes >= WAITING:
+            b = self.b
+            s.units += self.store.write(concat_edges(s.waiting, b.key_width, len(b.iops),
+                                                     len(b.fops)))
+            s.waiting, s.waiting_bytes = [], 0
+
+    def _reload(self, i: int) -> BranchAssembler:
+        """Partition ``i`` back in memory: its units and waiting shares fed to a fresh state
+        that closes the panes before the one it stopped at without emitting."""
+        s = self.spilled.pop(i)
+        b = self.b
+        e = concat_edges([self.store.read(s.units), *s.waiting], b.key_width, len(b.iops),
+                         len(b.fops))
+        a = self.parts[i]
+        if len(e.pane):
+            a._feed(e, False, s.cur, 0)
+        self.stats["reloads"] += 1
+        return a
+
+    # -- the assembler's interface -----------------------------------------------------------------
+    def _distribute(self) -> None:
+        super()._distribute()
+        for i in [i for i in self.spilled if self.parts[i].pending is not None]:
+            s = self.spilled.pop(i)  # a long task's tail is the whole state: the spill is old
+            self.store.release(s.units)
+
+    def _run(self, indices: list[int], fn) -> dict[int, tuple]:
+        """``fn(i)`` for the partitions ``indices``, spread over ``threads`` (a group each)."""
+        groups = [indices[j::self.threads] for j in range(self.threads)]
+        groups = [g for g in groups if g]
+        if not groups:
+            return {}
+
+        def some(g):
+            return {i: fn(i) for i in g}
+        later = [self.pool.submit(some, g) for g in groups[1:]] if self.pool is not None \
+            else []
+        out = some(groups[0]) if self.pool is not None else {
+            i: fn(i) for g in groups for i in g}
+        for f in later:
+            out.update(f.result())
+        return out
+
+    def task(self, part: BranchPart, emit: bool = True):
+        """A task's windows; a short task whose partials could add more than an eighth of the
+        budget is assembled in slices of its partials (each closing the panes before the
+        next slice's first: the same windows), the budget enforced after each."""
+        n = len(part.head.pane)
+        rows = max(1, self.budget // 16 // self.row_bytes)
+        if part.long or n <= rows:
+            return self._task(part, emit)
+        raws = []
+        for lo in range(0, n, rows):
+            hi = min(n, lo + rows)
+            head = Edges(part.head.pane[lo:hi], part.head.keys[lo:hi], part.head.cnt[lo:hi],
+                         part.head.ints[lo:hi], part.head.floats[lo:hi])
+            last = part.last_pane if hi == n else int(part.head.pane[hi])
+            raws.append(self._task(BranchPart(part.first_pane, last, False, head, part.tail,
+                                              None), emit))
+        return tuple(np.concatenate([r[c] for r in raws]) for c in range(len(raws[0])))
+
+    def _task(self, part: BranchPart, emit: bool):
+        self._distribute()
+        heads = part.split if part.split is not None and len(part.split) == len(self.parts) \
+            else self._split(part.head)
+
+        def run(i: int):
+            a = self.parts[i]
+            raw = a.task(BranchPart(part.first_pane, part.last_pane, part.long, heads[i],
+                                    part.tail, None), emit)
+            a.pending = None
+            return raw
+        later = []
+        for i, s in list(self.spilled.items()):
+            if not part.long and part.last_pane <= s.cur:
+                self._wait(i, heads[i])  # no window of it ends: it stays on disk
+            else:
+                later.append(i)
+        raws = self._run([i for i in range(len(self.parts))
+                          if i not in self.spilled], run)
+        for i in later:  # one at a time: the budget plus one partition in memory
+            self._reload(i)
+            raws[i] = run(i)
+            self._enforce(force=True)
+        raw = merge_windows([raws[i] for i in sorted(raws)]) if raws \
+            else tuple(c[:0].copy() for c in self.parts[0].out)  # all waiting on disk
+        if part.long:
+            self.pending = (part.tail, part.last_pane)
+        self.grown += len(part.head.pane)
+        self._enforce()
+        return raw
+
+    def flush(self):
+        self._distribute()
+        raws = []
+        for i in range(len(self.parts)):
+            if i in self.spilled:
+                self._reload(i)
+            raws.append(self.parts[i].flush())
+            fresh = BranchAssembler(self.b)  # done with it: its memory goes
+            fresh.copy = False
+            self.parts[i] = fresh
+        return merge_windows(raws)
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.stats.update(spilled_bytes=self.store.bytes_written,
+                              reloaded_bytes=self.store.bytes_read)
+            self.store.close()
+            self.store = None
