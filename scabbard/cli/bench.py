@@ -33,6 +33,12 @@ _HELP = {
     "ingress": "numbers of ingress partitions measured side by side (the source read by N "
                "threads)",
     "keys": "distinct keys of the Zipf and uniform streams",
+    "key_counts": "numbers of distinct keys (the window state's size), a dataset each",
+    "systems": "systems measured side by side: engine (state in memory), engine-spill "
+               "(state within --state-memory), engine-ft (checkpoints), spark-rocksdb, "
+               "flink-rocksdb",
+    "event_seconds": "event seconds of each dataset",
+    "state_memory": "engine-spill's state memory budget, bytes",
     "spark_memory": "the Spark driver's heap, e.g. 8g ('auto': half the memory available)",
     "spark_partitions": "Spark's shuffle partitions (0: two per core)",
     "data_dir": "dataset root (the project's data/: $SCABBARD_HOME, else this checkout)",
@@ -46,7 +52,8 @@ _FLAGS = {"with_query": "--no-query", "batch_kib": "--batch-kb", "min_life": "--
 _ALIASES = {"seconds": "--seconds", "data_dir": "--data-dir"}  # the old spellings, hidden
 _CHOICES = {"scale": ("tiny", "small", "full"), "sinks": ("clocked", "transactional"),
             "placements": ("alternate", "all", "none"),
-            "checkpoint_mode": ("full", "incremental", "eventual")}
+            "checkpoint_mode": ("full", "incremental", "eventual"),
+            "systems": ("engine", "engine-spill", "engine-ft", "spark-rocksdb", "flink-rocksdb")}
 
 
 def _options(p, settings, *names: str, out: str | None = None, **defaults) -> None:
@@ -131,6 +138,7 @@ def add(sub, full: bool = True) -> None:
         partitioned,
         pipefabric,
         scaleout,
+        state,
     )
 
     dp = _bench(
@@ -261,6 +269,20 @@ def add(sub, full: bool = True) -> None:
         "Writes table1.csv, table1_runs.csv and table1.png to --output.", _run_bench_selection)
     _options(fp, pipefabric.Settings, "queries", "seconds", "rounds", "scale",
              out="bench-selection")
+    sp = _bench(
+        bsub, "state",
+        "Darwin's Fig. 5: the micro-benchmark on the engine and on Spark and Flink with "
+        "RocksDB state",
+        "Per number of keys, on Darwin's micro-benchmark (DARWIN: 32-byte records, a 60 s "
+        "tumbling sum per key; the dataset generated with Spark, --event-seconds at --rate): "
+        "the engine with its state in memory, within --state-memory (spilled to disk beyond) and "
+        "with checkpoints, each in a process of its own with its peak resident and anonymous "
+        "memory, then Spark Structured Streaming with the RocksDB state store and "
+        "Flink SQL with the RocksDB state backend, each over the whole dataset once.  Prints "
+        "the throughputs and the engine's over each peer's; writes results.csv, "
+        "state_runs.csv and state.png to --output.", _run_bench_state)
+    _options(sp, state.Settings, "key_counts", "systems", "event_seconds", "rate", "rounds",
+             "interval", "state_memory", out="bench-state")
     gp = _bench(
         bsub, "cluster",
         "generation rate and one query's throughput: local mode vs a standalone cluster here",
@@ -502,6 +524,17 @@ def _run_bench_selection(args) -> int:
     print("\n" + exp.table1(runs).round(2).to_string(index=False))
     exp.plot(runs, args.out)
     print(f"\nresults: {Path(args.out) / 'table1.csv'}, figure: {Path(args.out) / 'table1.png'}")
+    return 0
+
+
+def _run_bench_state(args) -> int:
+    from scabbard.experiments import state as exp
+
+    settings = _settings(exp.Settings, args, output_dir=args.out)
+    runs = exp.run(settings, log=lambda s: print(s, flush=True))
+    print("\n" + exp.summary(runs).round(2).to_string(index=False))
+    exp.plot(runs, args.out)
+    print(f"\nresults: {Path(args.out) / 'results.csv'}, figure: {Path(args.out) / 'state.png'}")
     return 0
 
 

@@ -1,0 +1,247 @@
+"""Notebook 13 (b) / ``scabbard bench state``: Darwin's Fig. 5 on this machine (issue 19).
+
+Darwin (CIDR 2022, §4, Fig. 5) runs its micro-benchmark - a 60 s tumbling sum per key over
+32-byte records, the number of keys setting the state's size - on engines whose state lives
+in memory and on engines whose state lives in RocksDB on the local disk.  Here, per number
+of keys, on the same dataset (:mod:`scabbard.workloads.darwin`, generated with Spark):
+
+* the engine without fault tolerance: its state in memory, and held within ``state_memory``
+  bytes (key partitions spilled to disk, :mod:`scabbard.engine.spill`); and with checkpoints
+  every ``interval`` seconds; each in a process of its own whose peak resident memory is
+  measured (``wait4``), and its anonymous memory sampled (the dataset is memory-mapped: its
+  pages count as resident but are the page cache's);
+* Spark Structured Streaming with the RocksDB state store provider;
+* Flink SQL with the embedded RocksDB state backend (its native library checked loaded).
+
+Every run processes the whole dataset once; the peers' throughput is over their own
+processing time (Spark: the streaming queries; Flink: the job's net runtime), not their
+start-up.
+
+``run`` returns one tidy row per (keys, system, round); ``summary`` the medians side by side
+with the ratios; ``plot`` Fig. 5's bars.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from scabbard.experiments import default_data_dir, finish, save_tables
+
+SYSTEMS = ("engine", "engine-spill", "engine-ft", "spark-rocksdb", "flink-rocksdb")
+LABELS = {"engine": "engine, in memory", "engine-spill": "engine, state within the budget",
+          "engine-ft": "engine, in memory + checkpoints",
+          "spark-rocksdb": "Spark, RocksDB state", "flink-rocksdb": "Flink, RocksDB state"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    key_counts: Sequence[int] = (10_000, 1_000_000)
+    systems: Sequence[str] = SYSTEMS
+    event_seconds: float = 300.0  # the dataset: five 60 s windows
+    rate: float = 40_000.0  # tuples per event second (2.4 M per window)
+    rounds: int = 1
+    workers: int = 2
+    interval: float = 1.0  # engine-ft: checkpoint interval, seconds
+    state_memory: int = 16 << 20  # engine-spill: the window state's memory budget, bytes
+    data_dir: str = field(default_factory=default_data_dir)
+    output_dir: str = "."
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key_counts", tuple(int(k) for k in self.key_counts))
+        object.__setattr__(self, "systems", tuple(self.systems))
+        bad = [s for s in self.systems if s not in SYSTEMS]
+        if bad:
+            raise ValueError(f"unknown system {bad[0]!r} (choose from {', '.join(SYSTEMS)})")
+        if not self.key_counts or min(self.key_counts) < 1:
+            raise ValueError("key counts: at least one, each >= 1")
+        if self.event_seconds <= 0 or self.rate <= 0 or self.rounds < 1 or self.workers < 1:
+            raise ValueError("event seconds and rate must be positive, rounds and workers >= 1")
+        from scabbard.engine.spill import MIN_STATE_MEMORY
+
+        if self.state_memory < MIN_STATE_MEMORY:
+            raise ValueError(f"state memory: at least {MIN_STATE_MEMORY >> 20} MiB")
+
+
+def dataset(keys: int, s: Settings):
+    """Darwin's records with ``keys`` keys (generated once, then reused)."""
+    from scabbard.workloads import darwin
+
+    return darwin.SPEC.generate(duration=s.event_seconds, rate=s.rate, options={"keys": keys},
+                                out=s.data_dir, progress=False)
+
+
+# -- the engine, in a process of its own -------------------------------------------------------
+def _child(spec: dict) -> dict:
+    """One engine run (in the child process): the whole dataset once."""
+    from scabbard import queries
+    from scabbard.data import open_dataset
+    from scabbard.engine import EngineConfig, NullSink, run_query
+
+    q, ds = queries.get("DARWIN"), open_dataset(spec["data"])
+    cfg = EngineConfig(workers=spec["workers"], state_memory=spec.get("state_memory"),
+                       spill_dir=spec["work"])
+    anon = AnonPeak()
+    spilled = {}
+    if spec["system"] != "engine-ft":
+        rep = run_query(q, ds, NullSink(), cfg)
+        summary, spilled = rep.summary, rep.spilled
+    else:
+        from scabbard.ft.recovery import run_fault_tolerant
+        from scabbard.ft.sinks import DiscardSink
+
+        work = Path(spec["work"])
+        r = run_fault_tolerant(q, ds, work / "storage", DiscardSink(work / "output"), cfg,
+                               interval=spec["interval"], persist_input=False)
+        summary = r.run.summary
+    st = next(iter(spilled.values()), {})
+    return {"tuples": summary.tuples, "seconds": summary.seconds,
+            "result_rows": summary.result_rows, "peak_anon_mb": anon.stop() / 2**20,
+            "state_peak_mb": st.get("peak_bytes", float("nan")) / 2**20,
+            "spilled_mb": st.get("spilled_bytes", 0) / 1e6}
+
+
+class AnonPeak:
+    """The largest anonymous resident memory of this process (``RssAnon``: not the pages of
+    the memory-mapped dataset, which the kernel may drop at will), sampled every 20 ms."""
+
+    def __init__(self):
+        import threading
+
+        self.peak, self._done = 0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def now() -> int:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.02):
+            self.peak = max(self.peak, self.now())
+
+    def stop(self) -> int:
+        self._done.set()
+        self._thread.join()
+        return max(self.peak, self.now())
+
+
+def engine_run(system: str, data: Path, s: Settings, work: Path) -> dict:
+    """An engine run in a child process: its figures and its peak resident memory."""
+    spec = {"system": system, "data": str(data), "workers": s.workers, "interval": s.interval,
+            "work": str(work),
+            "state_memory": s.state_memory if system == "engine-spill" else None}
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen([sys.executable, "-m", "scabbard.experiments.state",
+                                 json.dumps(spec)], stdout=out, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err = proc.stderr.read().decode(errors="replace")
+        if proc.returncode != 0:
+            raise RuntimeError(f"the {system} run failed (exit code {proc.returncode}): "
+                               f"{err.strip().splitlines()[-1] if err.strip() else ''}")
+        out.seek(0)
+        got = json.loads(out.read().decode().strip().splitlines()[-1])
+    return {**got, "peak_rss_mb": usage.ru_maxrss / 1024}  # KiB on Linux
+
+
+def peer_run(system: str, ds, work: Path) -> dict:
+    from scabbard import queries
+
+    q = queries.get("DARWIN")
+    if system == "spark-rocksdb":
+        from scabbard.peers.spark import run_spark
+
+        r = run_spark(q, ds, workdir=work, state_store="rocksdb", collect=False)
+        return {"tuples": r.tuples, "seconds": r.seconds, "result_rows": r.rows}
+    from scabbard.peers.flink import run_flink
+
+    r = run_flink(q, ds, workdir=work, state_backend="rocksdb", timeout_s=3600)
+    return {"tuples": r.tuples, "seconds": r.seconds,
+            "result_rows": len(next(iter(r.columns.values()), []))}
+
+
+def run(settings: Settings, log=print) -> pd.DataFrame:
+    """Every system on every key count, ``rounds`` times (systems alternating); saved as
+    ``state_runs.csv`` and ``results.csv`` in the output folder."""
+    s, rows = settings, []
+    for keys in s.key_counts:
+        ds = dataset(keys, s)
+        for rnd in range(s.rounds):
+            k = rnd % len(s.systems)
+            for system in (*s.systems[k:], *s.systems[:k]):
+                work = Path(tempfile.mkdtemp(prefix="scabbard-state-", dir=s.data_dir))
+                try:
+                    t0 = time.perf_counter()
+                    got = engine_run(system, ds.path, s, work) if system.startswith("engine") \
+                        else peer_run(system, ds, work)
+                finally:
+                    shutil.rmtree(work, ignore_errors=True)
+                row = {"keys": keys, "system": system, "round": rnd, **got,
+                       "tuples_per_s": got["tuples"] / got["seconds"],
+                       "wall_s": time.perf_counter() - t0}
+                rows.append(row)
+                rss = (f", peak {row['peak_rss_mb']:6.0f} MB resident, {row['peak_anon_mb']:6.0f}"
+                       f" MB anonymous" if "peak_rss_mb" in row else "")
+                log(f"{keys:>11,} keys  {system:14s} {row['tuples_per_s'] / 1e6:9.2f} M tuples/s"
+                    f"{rss}  ({row['result_rows']:,} result rows, {row['wall_s']:.0f} s)")
+    runs = pd.DataFrame(rows)
+    save_tables(s.output_dir, results=summary(runs), state_runs=runs)
+    return runs
+
+
+def summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per key count: each system's median tuples/s (and the engine's peak memory), and the
+    engine's throughput over each RocksDB peer's."""
+    med = runs.groupby(["keys", "system"]).median(numeric_only=True)
+    tput = med["tuples_per_s"].unstack("system") / 1e6
+    out = tput.rename(columns=lambda c: f"{c} M tuples/s")
+    for what in ("peak_rss_mb", "peak_anon_mb", "state_peak_mb"):
+        if what in med:
+            got = med[what].unstack("system")
+            for c in got.columns:
+                if c.startswith("engine") and got[c].notna().any():
+                    out[f"{c} {what.removesuffix('_mb').replace('_', ' ')} MB"] = got[c]
+    if "engine" in tput and "engine-spill" in tput:
+        out["spill / in memory"] = tput["engine-spill"] / tput["engine"]
+    for peer in ("spark-rocksdb", "flink-rocksdb"):
+        if "engine" in tput and peer in tput:
+            out[f"engine / {peer}"] = tput["engine"] / tput[peer]
+    return out.reset_index()
+
+
+def plot(runs: pd.DataFrame, output_dir: str | None = None):
+    """Darwin's Fig. 5: throughput per system, a group of bars per key count (log scale)."""
+    import matplotlib.pyplot as plt
+
+    med = runs.groupby(["keys", "system"])["tuples_per_s"].median().unstack("system")
+    systems = [c for c in SYSTEMS if c in med]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    x, width = np.arange(len(med)), 0.8 / max(1, len(systems))
+    for j, c in enumerate(systems):
+        ax.bar(x + (j - (len(systems) - 1) / 2) * width, med[c] / 1e6, width, label=LABELS[c])
+    ax.set_xticks(x, [f"{k:,} keys" for k in med.index])
+    ax.set_yscale("log")
+    ax.set_ylabel("M tuples/s")
+    ax.set_title("Darwin's micro-benchmark: a 60 s tumbling sum per key")
+    ax.legend(fontsize=8)
+    return finish(fig, output_dir, "state.png")
+
+
+if __name__ == "__main__":  # an engine run of :func:`engine_run`, in its own process
+    print(json.dumps(_child(json.loads(sys.argv[1]))))
