@@ -167,7 +167,8 @@ def peer_run(system: str, ds, work: Path) -> dict:
     if system == "spark-rocksdb":
         from scabbard.peers.spark import run_spark
 
-        r = run_spark(q, ds, workdir=work, state_store="rocksdb", collect=False)
+        r = run_spark(q, ds, workdir=work / "spark", state_store="rocksdb", collect=False,
+                      output=work / "result")
         return {"tuples": r.tuples, "seconds": r.seconds, "result_rows": r.rows}
     from scabbard.peers.flink import run_flink
 
@@ -245,3 +246,32 @@ def plot(runs: pd.DataFrame, output_dir: str | None = None):
 
 if __name__ == "__main__":  # an engine run of :func:`engine_run`, in its own process
     print(json.dumps(_child(json.loads(sys.argv[1]))))
+
+
+def plot_budget(runs: pd.DataFrame, output_dir: str | None = None):
+    """Notebook 13 (a): as the state grows past the budget, the engine within the budget
+    against the engine holding it all in memory - throughput (left) and anonymous memory
+    (right), per key count."""
+    import matplotlib.pyplot as plt
+
+    med = runs.groupby(["keys", "system"]).median(numeric_only=True)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for c in ("engine", "engine-spill"):
+        if c not in med.index.get_level_values("system"):
+            continue
+        m = med.xs(c, level="system")
+        ax.plot(m.index, m["tuples_per_s"] / 1e6, "o-", label=LABELS[c])
+        bx.plot(m.index, m["peak_anon_mb"], "o-", label=LABELS[c])
+    if "state_peak_mb" in med:
+        m = med.xs("engine-spill", level="system") if "engine-spill" in \
+            med.index.get_level_values("system") else None
+        if m is not None:
+            bx.plot(m.index, m["state_peak_mb"], "s--", label="window state held (spilling)")
+    for a, label in ((ax, "M tuples/s"), (bx, "peak MB")):
+        a.set_xscale("log")
+        a.set_xlabel("distinct keys (the window state's size)")
+        a.set_ylabel(label)
+        a.legend(fontsize=8)
+    ax.set_title("throughput")
+    bx.set_title("anonymous memory (the dataset is memory-mapped)")
+    return finish(fig, output_dir, "state_budget.png")
