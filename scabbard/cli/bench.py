@@ -507,35 +507,30 @@ def _run_bench_aligned(args) -> int:
 def _run_bench_partitioned(args) -> int:
     from scabbard.experiments import partitioned as exp
 
-    settings = _settings(exp.Settings, args, output_dir=args.out)
-    table = exp.run(settings, log=lambda s: print(s, flush=True))
-    print("\n" + exp.comparison(table).round(2).to_string(index=False))
-    exp.plot(table, args.out)
-    print(f"\nresults: {Path(args.out) / 'results.csv'}, figure: "
-          f"{Path(args.out) / 'partitioned.png'}")
+    return _tabled(args, exp, exp.comparison, "partitioned.png")
+
+
+def _tabled(args, exp, table, figure: str, results: str = "results.csv") -> int:
+    """A bench of one experiment module: its settings from the flags, its runs (a line each
+    as they come), ``table`` of them printed, its figure, and where both went."""
+    runs = exp.run(_settings(exp.Settings, args, output_dir=args.out),
+                   log=lambda s: print(s, flush=True))
+    print("\n" + table(runs).round(2).to_string(index=False))
+    exp.plot(runs, args.out)
+    print(f"\nresults: {Path(args.out) / results}, figure: {Path(args.out) / figure}")
     return 0
 
 
 def _run_bench_selection(args) -> int:
     from scabbard.experiments import pipefabric as exp
 
-    settings = _settings(exp.Settings, args, output_dir=args.out)
-    runs = exp.run(settings, log=lambda s: print(s, flush=True))
-    print("\n" + exp.table1(runs).round(2).to_string(index=False))
-    exp.plot(runs, args.out)
-    print(f"\nresults: {Path(args.out) / 'table1.csv'}, figure: {Path(args.out) / 'table1.png'}")
-    return 0
+    return _tabled(args, exp, exp.table1, "table1.png", "table1.csv")
 
 
 def _run_bench_state(args) -> int:
     from scabbard.experiments import state as exp
 
-    settings = _settings(exp.Settings, args, output_dir=args.out)
-    runs = exp.run(settings, log=lambda s: print(s, flush=True))
-    print("\n" + exp.summary(runs).round(2).to_string(index=False))
-    exp.plot(runs, args.out)
-    print(f"\nresults: {Path(args.out) / 'results.csv'}, figure: {Path(args.out) / 'state.png'}")
-    return 0
+    return _tabled(args, exp, exp.summary, "state.png")
 
 
 def _run_bench_cluster(args) -> int:
