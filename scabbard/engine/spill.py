@@ -58,6 +58,7 @@ WAITING = 64 << 10  # a spilled partition's shares kept in memory up to this man
 # reload - one partition - comes on top, as the run's fixed overhead)
 MIN_STATE_MEMORY = 2 * PARTS * WAITING
 SPILL_FILE = 16 << 20  # the spill stream's pool files
+SPILL_PENDING = 8 << 20  # the spill stream's writes in flight (and buffers kept for reuse)
 TASK_ROW_BYTES = 64  # what a task's input row can cost while its fragment runs (its partial)
 
 
@@ -84,7 +85,11 @@ class SpillStore:
     def __init__(self, branch, parent: str | Path | None = None):
         self.branch = branch
         self.folder = Path(tempfile.mkdtemp(prefix="scabbard-spill-", dir=parent))
-        self.bm = BlockManager(self.folder, StorageConfig(file_bytes=SPILL_FILE, pool_files=1))
+        # writes wait (back-pressure) beyond a few MiB in flight, and as few buffers are kept
+        # for reuse: the spill's own memory stays a small fixed overhead beside the budget
+        self.bm = BlockManager(self.folder, StorageConfig(
+            file_bytes=SPILL_FILE, pool_files=1, bulk_bytes=SPILL_PENDING // 2,
+            max_pending_bytes=SPILL_PENDING))
         self.schema = partials_schema(branch, f"spill-{branch.id}")
         self.sid = self.bm.stream(self.schema.name, self.schema)
         self.next = 0

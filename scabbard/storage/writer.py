@@ -24,7 +24,6 @@ from scabbard.storage.errors import (
 from scabbard.storage.layout import (
     _FILE_HEADER,
     FILE_MAGIC,
-    MiB,
     _File,
     _Pending,
     _Seg,
@@ -59,7 +58,9 @@ class GroupCommitWriter:
 
     def _recycle(self, buf: np.ndarray) -> None:
         with self._lock:
-            if sum(b.nbytes for b in self._buffers) + buf.nbytes <= 256 * MiB:
+            # as many bytes kept for reuse as may wait to be written: a store held small
+            # (a spill stream under a memory budget) keeps few
+            if sum(b.nbytes for b in self._buffers) + buf.nbytes <= self.config.max_pending_bytes:
                 self._buffers.append(buf)
 
     def append(self, stream: int, batch: Batch, batch_id: int = 0,
