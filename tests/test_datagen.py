@@ -164,6 +164,24 @@ def test_lrb_has_congested_and_free_segments_for_lrb1(tiny):
     assert (avg < 40).any() and (avg >= 40).any()
 
 
+def test_nexmark_auctions_in_flight_set_nq_key_space(spark, tiny, tmp_path):
+    """--auctions: the bids not for the hot auction go to one of that many latest auctions
+    (Beam's numInFlightAuctions, 100 by default), so a window sees that many keys."""
+    def keys_in_last_second(ds):
+        ts, auction = col(ds, "timestamp"), col(ds, "auction")
+        return len(np.unique(auction[ts >= ts[-1] - 1000]))
+
+    many = workloads.get("nexmark").SPEC.generate(scale="tiny", options={"auctions": 5000},
+                                                  out=tmp_path, spark=spark, progress=False)
+    assert many.path.name.endswith("auctions5000")
+    # a second's 1,000 bids: half for the hot auction, half drawn from the auctions in flight
+    # (a window that moves on by the ~65 auctions created in that second)
+    assert keys_in_last_second(tiny["nexmark"]) <= 100 + 10 + 65 + 2
+    assert keys_in_last_second(many) > 300  # drawn from the ~1,950 auctions created so far
+    newest = (col(many, "event_id") // 50) * 3 + 2 + 1000 + 10
+    assert np.all(col(many, "auction") <= newest)
+
+
 def test_nexmark_hot_items_bidders_and_side_tables(tiny):
     ds = tiny["nexmark"]
     e = col(ds, "event_id")

@@ -66,10 +66,14 @@ def add(sub) -> None:
                    help="sm: event time at which the integer readings change distribution")
     g.add_argument("--keys", type=int,
                    help="darwin: distinct keys, the window state's size (default 100,000)")
+    g.add_argument("--auctions", type=int,
+                   help="nexmark: auctions in flight that bids go to, NQ's key space (default "
+                        "100, Beam's)")
     p.set_defaults(func=_run_datagen)
 
 
-_OPTION_FLAGS = ("xways", "plugs", "houses", "machines", "campaigns", "change_at", "keys")
+_OPTION_FLAGS = ("xways", "plugs", "houses", "machines", "campaigns", "change_at", "keys",
+                 "auctions")
 
 
 def _run_datagen(args) -> int:

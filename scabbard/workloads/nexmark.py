@@ -9,7 +9,8 @@ ports; WORKLOADS §3):
   ``FIRST_AUCTION_ID`` = 1000); events are evenly spaced in event time.
 * Hot-item skew, Beam's defaults: a bid goes to the *hot* auction (the newest
   multiple of 100 among auction ids) with probability 1/2, else to one of the
-  last 100 in-flight auctions (plus a lead of 10); the bidder is the hot bidder
+  last 100 in-flight auctions (plus a lead of 10; ``--auctions N`` sets how many are in
+  flight, the key space of NQ: Darwin's larger-than-memory state); the bidder is the hot bidder
   with probability 3/4, else one of the last 1,000 active people (lead 10).
   Auction sellers are hot with probability 3/4.  Prices are log-uniform
   ``round(10^(6u) * 100)`` cents; categories 10..14; an auction expires within
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING
 from scabbard.query import Query, count
 from scabbard.schema import Field, Schema
 from scabbard.workloads._expr import F, randint, round_half_up, uniform
-from scabbard.workloads.generator import BuildContext, WorkloadSpec
+from scabbard.workloads.generator import BuildContext, Option, WorkloadSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -149,9 +150,9 @@ def _next_base0_person(seed: int, tag: str, e: Column) -> Column:
     return people - active + randint(seed, tag, active + PERSON_ID_LEAD, e)
 
 
-def _next_base0_auction(seed: int, tag: str, e: Column) -> Column:
+def _next_base0_auction(seed: int, tag: str, e: Column, in_flight: int) -> Column:
     newest = _last_base0_auction(e)
-    oldest = F.greatest(newest - IN_FLIGHT_AUCTIONS, F.lit(0))
+    oldest = F.greatest(newest - in_flight, F.lit(0))
     return oldest + randint(seed, tag, newest - oldest + 1 + AUCTION_ID_LEAD, e)
 
 
@@ -170,7 +171,7 @@ def build(ctx: BuildContext) -> dict:
     hot_auction = (F.floor(_last_base0_auction(e) / HOT_AUCTION_RATIO) * HOT_AUCTION_RATIO).cast("long")
     auction = F.when(
         randint(seed, "nq.hot_auction", HOT_AUCTION_ODDS, e) > 0, hot_auction
-    ).otherwise(_next_base0_auction(seed, "nq.auction", e))
+    ).otherwise(_next_base0_auction(seed, "nq.auction", e, p.option("auctions")))
     hot_bidder = (F.floor(_last_base0_person(e) / HOT_BIDDER_RATIO) * HOT_BIDDER_RATIO + 1).cast("long")
     bidder = F.when(
         randint(seed, "nq.hot_bidder", HOT_BIDDER_ODDS, e) > 0, hot_bidder
@@ -207,7 +208,7 @@ def build(ctx: BuildContext) -> dict:
     seller = F.when(
         randint(seed, "nq.hot_seller", HOT_SELLER_ODDS, e) > 0, hot_seller
     ).otherwise(_next_base0_person(seed, "nq.seller", e))
-    horizon_ms = IN_FLIGHT_AUCTIONS * TOTAL_PROPORTION / AUCTION_PROPORTION * 1000.0 / event_rate
+    horizon_ms = p.option("auctions") * TOTAL_PROPORTION / AUCTION_PROPORTION * 1000.0 / event_rate
     ats = _event_time(e, event_rate)
     initial = _price(seed, "nq.initial_bid", e)
     auctions = auctions.select(
@@ -241,6 +242,10 @@ SPEC = WorkloadSpec(
     default_rate=10_000,
     durations={"tiny": 30, "small": 100, "full": 3200},
     rates={"tiny": 1000},
+    options=(Option("auctions", int, IN_FLIGHT_AUCTIONS,
+                    "auctions in flight that the bids not for the hot auction go to (Beam's "
+                    "numInFlightAuctions): NQ's key space, up to the auctions created so far",
+                    minimum=1),),
     build=build,
 )
 
