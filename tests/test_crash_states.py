@@ -90,6 +90,23 @@ def test_machine_durability_survives_crash_states_with_p_streams_between_operato
     assert rep.operations > 300  # the channels' writes are among the recorded operations
 
 
+def test_the_explorer_grows_its_pool_files_for_a_window_that_needs_them(tiny, monkeypatch):
+    """A p-stream on an edge keeps each window's results whole in one p-unit: when one does
+    not fit the explorer's small pool files, the run is recorded again with files that hold
+    it (LRB3's window0 on the small dataset needed that), and its crash states recover."""
+    from scabbard.check import crashstates
+    from scabbard.storage import StorageConfig
+
+    monkeypatch.setattr(crashstates, "STORAGE", StorageConfig(file_bytes=16 << 10, pool_files=2,
+                                                              bulk_bytes=8 << 10))
+    s = Settings("LRB3", sink="clocked", durability="machine", states=4, tuples=10_000, seed=2,
+                 persist_at=("window0",))
+    ex = Explorer(s, tiny["lrb"])
+    rep = ex.explore()
+    assert ex.storage.file_bytes > 16 << 10
+    assert rep.explored == 4 and rep.ok, rep.summary()
+
+
 @pytest.mark.parametrize("query, sink", [("CM1", "transactional"), ("YSB", "clocked")])
 def test_machine_durability_survives_crash_states_with_parallel_ingress(tiny, query, sink):
     """The input appended by three ingress partitions in turn (issue 21), compressed after

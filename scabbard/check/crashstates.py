@@ -21,6 +21,7 @@ flushed) shows why it exists.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import shutil
@@ -39,9 +40,10 @@ from scabbard.engine import CollectSink, EngineConfig, run_query
 from scabbard.ft.recovery import recorded_run, run_fault_tolerant
 from scabbard.ft.sinks import open_output, read_output
 from scabbard.ft.verify import compare
-from scabbard.storage import RecordingIO, StorageConfig
+from scabbard.storage import RecordingIO, StorageConfig, UnitTooLarge
 
 STORAGE = StorageConfig(file_bytes=1 << 20, pool_files=2, bulk_bytes=1 << 18)
+MAX_FILE = 64 << 20  # the largest pool file a recording grows to (a window's results)
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ class Explorer:
             else Path(workdir)
         self.config = EngineConfig(workers=settings.workers, batch_rows=settings.batch_rows,
                                    ingress_partitions=settings.ingress_partitions)
+        self.storage = STORAGE  # small files: each crash state copies them
 
     def _run(self, root: Path, recover: bool, io=None) -> None:
         kw = {"io": io} if io is not None else {}
@@ -140,7 +143,7 @@ class Explorer:
                            open_output(root / "output", self.s.sink), self.config,
                            interval=None, every_tasks=self.s.every_tasks, recover=recover,
                            max_tuples=None if recover else self.s.tuples,
-                           storage_config=STORAGE,
+                           storage_config=self.storage,
                            durability=None if recover else self.s.durability,
                            push_up=self.s.push_up, persist_at=self.s.persist_at,
                            compression=None if recover else self.s.compression,
@@ -152,12 +155,24 @@ class Explorer:
         return sink.to_pandas()
 
     def record(self) -> FileSystemModel:
+        """The recorded run's file operations.  Pool files stay small (each crash state
+        copies them) unless one window's results, which a p-stream on an edge keeps whole,
+        need larger ones: then the run is recorded again with files that hold them."""
         root = self.dir / "recorded"
-        shutil.rmtree(root, ignore_errors=True)
-        root.mkdir(parents=True)
-        io = RecordingIO(root)
-        self._run(root, recover=False, io=io)
-        return FileSystemModel(io.ops)
+        while True:
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir(parents=True)
+            io = RecordingIO(root)
+            try:
+                self._run(root, recover=False, io=io)
+                return FileSystemModel(io.ops)
+            except UnitTooLarge as e:
+                if e.needed <= self.storage.file_bytes or e.needed > MAX_FILE:
+                    raise
+                size = self.storage.file_bytes
+                while size < e.needed:
+                    size *= 2
+                self.storage = dataclasses.replace(self.storage, file_bytes=size)
 
     def check(self, model: FileSystemModel, state: CrashState, want: pd.DataFrame) -> str | None:
         """None if the state is fine, else what is wrong (one line)."""

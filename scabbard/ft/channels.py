@@ -32,7 +32,7 @@ from scabbard.pog.checkpoint import CheckpointRecord
 from scabbard.pog.markers import Marker, MarkerKind
 from scabbard.pog.punit import PUnit
 from scabbard.query import QueryError
-from scabbard.storage import StorageError
+from scabbard.storage import UnitTooLarge
 
 OUTPUT = "output"  # the name of the edge before the sink, whatever the root's id
 
@@ -106,9 +106,10 @@ class ChannelStore:
             if hi - lo > fits:
                 hi = int(np.searchsorted(we, we[lo + fits], side="left"))
                 if hi <= lo:
-                    raise StorageError(f"channel {self.channel}: the results of one window "
-                                       f"(over {fits:,} rows) exceed a {cfg.file_bytes:,}-byte "
-                                       f"pool file")
+                    rows = int(np.searchsorted(we, we[lo], side="right")) - lo
+                    raise UnitTooLarge(f"channel {self.channel}: the results of one window "
+                                       f"({rows:,} rows) exceed a {cfg.file_bytes:,}-byte "
+                                       f"pool file", cfg.file_bytes * -(-rows // fits))
             out.append((lo, hi))
             lo = hi
         return out

@@ -7,9 +7,14 @@ from scabbard.storage.blockmanager import (
     StorageLocked,
     TrimmedError,
 )
-from scabbard.storage.errors import CorruptSegment, FormatVersionError, StorageError
+from scabbard.storage.errors import (
+    CorruptSegment,
+    FormatVersionError,
+    StorageError,
+    UnitTooLarge,
+)
 from scabbard.storage.fileio import OS, Durability, FileIO, RecordingIO, write_atomic
 
 __all__ = ["OS", "BlockManager", "CorruptSegment", "Durability", "FileIO", "FormatVersionError",
            "RecordingIO", "StorageConfig", "StorageError", "StorageFull", "StorageLocked",
-           "TrimmedError", "write_atomic"]
+           "TrimmedError", "UnitTooLarge", "write_atomic"]

@@ -34,3 +34,12 @@ class TrimmedError(StorageError):
     """The requested offset was released (garbage-collected)."""
 
 
+
+
+class UnitTooLarge(StorageError):
+    """A p-unit that must stay whole (a window's results) does not fit a pool file;
+    ``needed``: the pool-file size that would hold it."""
+
+    def __init__(self, message: str, needed: int):
+        super().__init__(message)
+        self.needed = needed

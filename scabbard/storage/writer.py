@@ -20,6 +20,7 @@ from scabbard.storage.checksum import checksum
 from scabbard.storage.errors import (
     StorageError,
     StorageFull,
+    UnitTooLarge,
 )
 from scabbard.storage.layout import (
     _FILE_HEADER,
@@ -82,8 +83,9 @@ class GroupCommitWriter:
             stored = compress(batch)
         n = seg_fmt.segment_length(batch, 0 if meta is None else len(meta), cfg.align, stored)
         if n > cfg.file_bytes - cfg.data_start:
-            raise StorageError(f"a segment of {n:,} bytes does not fit a {cfg.file_bytes:,}-byte "
-                               f"pool file; use larger files or smaller batches")
+            raise UnitTooLarge(f"a segment of {n:,} bytes does not fit a {cfg.file_bytes:,}-byte "
+                               f"pool file; use larger files or smaller batches",
+                               n + cfg.data_start)
         with s.cond:
             while s.pending_bytes > cfg.max_pending_bytes and s.error is None:
                 s.cond.wait()
