@@ -6,6 +6,7 @@ import pytest
 import reference as ref
 from scabbard import queries
 from scabbard.engine import CollectSink, EngineConfig, run_query
+from scabbard.ft.spillstore import disk_spill
 
 pytestmark = pytest.mark.spark  # the tiny datasets come from the Spark generators
 
@@ -46,7 +47,7 @@ def test_any_state_budget_gives_the_unlimited_results(tiny, tmp_path, name, batc
     q, ds = queries.get(name), tiny[queries.workload_of(name)]
     want, _ = _run(q, ds, workers=2, batch_rows=batch_rows)
     got, report = _run(q, ds, workers=2, batch_rows=batch_rows, state_memory=MIN_STATE_MEMORY,
-                       spill_dir=str(tmp_path))
+                       spill=disk_spill(tmp_path))
     assert len(want) > 0
     ref.assert_same_results(got, want, q.schema)
     assert list(tmp_path.iterdir()) == [], "the spilled state is removed at the end"
@@ -64,7 +65,7 @@ def test_darwin_state_is_held_within_its_budget(tiny, tmp_path):
     q, ds = queries.get("DARWIN"), tiny["darwin"]
     _, free = _run(q, ds, workers=1, batch_rows=997, assembly="partitioned:64")
     _, report = _run(q, ds, workers=1, batch_rows=997, state_memory=MIN_STATE_MEMORY,
-                     spill_dir=str(tmp_path))
+                     spill=disk_spill(tmp_path))
     (stats,) = report.spilled.values()
     assert stats["peak_bytes"] <= MIN_STATE_MEMORY * 1.25
     assert stats["spilled_bytes"] > MIN_STATE_MEMORY // 8
@@ -74,4 +75,6 @@ def test_a_budget_too_small_for_one_partition_is_refused_at_start(tiny):
     from scabbard.engine.spill import MIN_STATE_MEMORY
 
     with pytest.raises(ValueError, match="too small to hold even one key partition"):
-        EngineConfig(state_memory=MIN_STATE_MEMORY - 1)
+        EngineConfig(state_memory=MIN_STATE_MEMORY - 1, spill=disk_spill())
+    with pytest.raises(ValueError, match="needs a spill store"):
+        EngineConfig(state_memory=MIN_STATE_MEMORY)

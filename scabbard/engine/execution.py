@@ -51,10 +51,10 @@ class Lane:
     the next is not done yet, the boundaries computed (or being computed) by workers."""
 
     def __init__(self, i: int, branch, parts: int = 1, pool=None, budget: int | None = None,
-                 threads: int = 1, spill_dir=None):
+                 threads: int = 1, spill=None):
         self.i, self.branch = i, branch
         if budget is not None:
-            self.assembler = SpillingAssembler(branch, parts, pool, budget, threads, spill_dir)
+            self.assembler = SpillingAssembler(branch, parts, pool, budget, threads, spill)
         else:
             self.assembler = (PartitionedAssembler(branch, parts, pool) if parts > 1
                               else BranchAssembler(branch))
@@ -117,7 +117,7 @@ class Execution:
                             if threads > 0 else None)
         budget = engine.state_budget() if any(spills) else None
         self.lanes = [Lane(i, b, p, self._partitions, budget if spill else None,
-                           engine.config.workers, engine.config.spill_dir)
+                           engine.config.workers, engine.config.spill)
                       for i, (b, p, spill) in enumerate(zip(self.plan.branches, parts, spills,
                                                              strict=True))]
         # a stored batch of a persisted channel becomes readable on the writer's thread: that

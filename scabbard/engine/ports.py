@@ -8,7 +8,9 @@ fault tolerance (:mod:`scabbard.ft`) plug in here:
 * an :class:`AssemblyListener` hears of every task in task order once its windows were
   emitted, and may attach a marker to a task before it is dispatched (checkpoints, GC);
 * a sink that is a :class:`ClockedWriter` receives each result batch with its clock;
-* a :class:`Resume` starts the assembly where a checkpoint left it.
+* a :class:`Resume` starts the assembly where a checkpoint left it;
+* a :class:`SpillStore` keeps a window operator's state beyond its memory budget
+  (``EngineConfig.spill``, a factory of one per window operator; :mod:`scabbard.ft.spillstore`).
 """
 
 from __future__ import annotations
@@ -99,3 +101,24 @@ class Resume:
     edges: list
     clock: dict
     graph: dict = field(default_factory=dict)
+
+
+class SpillStore(Protocol):
+    """Where a window operator's state beyond its memory budget goes
+    (:mod:`scabbard.engine.spill`): pane partials (:class:`~scabbard.engine.tasks.Edges`, in
+    pane order) written as units and read back by their ranges, once."""
+
+    bytes_written: int
+    bytes_read: int
+
+    def write(self, e) -> list[tuple[int, int]]:
+        """Append ``e``; the ranges that hold it."""
+
+    def read(self, ranges: list[tuple[int, int]]):
+        """The units ``ranges`` back, verified, as one ``Edges``; they are released."""
+
+    def release(self, ranges: list[tuple[int, int]]) -> None:
+        """The units ``ranges`` are not needed any more."""
+
+    def close(self) -> None:
+        """Remove everything the store holds."""

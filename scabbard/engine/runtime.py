@@ -84,7 +84,9 @@ class EngineConfig:
     # bytes the window state may hold in memory, shared by the window branches; beyond it key
     # partitions go to disk (engine/spill.py, issue 19).  None: no limit
     state_memory: int | None = None
-    spill_dir: str | None = None  # where the spilled state goes (default: the system's temp)
+    # where the spilled state goes: a factory of a SpillStore per window operator (engine/ports;
+    # scabbard.ft.spillstore.disk_spill(folder) keeps it on disk)
+    spill: object = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -100,6 +102,9 @@ class EngineConfig:
                 raise ValueError(f"a state memory budget of {self.state_memory:,} bytes is "
                                  f"too small to hold even one key partition's working set "
                                  f"(at least {MIN_STATE_MEMORY >> 20} MiB per window branch)")
+            if self.spill is None:
+                raise ValueError("a state memory budget needs a spill store: EngineConfig("
+                                 "spill=scabbard.ft.spillstore.disk_spill(folder))")
         if self.batch_rows is not None and self.batch_rows < 1:
             raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
 

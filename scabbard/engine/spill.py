@@ -9,15 +9,16 @@ and ``EngineConfig.state_memory`` bounds the bytes their arrays hold:
 
 * **spill**: when the partitions in memory hold more than the budget, the largest ones are
   written out - the pane partials of their windows (:func:`export`: one row per group and
-  pane, the partition's whole window state) as a state p-unit of the branch's spill stream
-  (a :class:`~scabbard.storage.BlockManager` p-stream, the same rows as a checkpoint's) -
-  and their arrays are dropped;
+  pane, the partition's whole window state) as state p-units of the branch's spill store -
+  the port :class:`~scabbard.engine.ports.SpillStore`; :mod:`scabbard.ft.spillstore` keeps
+  them in a BlockManager p-stream, the same rows as a checkpoint's - and their arrays are
+  dropped;
 * **while spilled**, a partition's share of each task's partials is kept as long as the task
   closes no pane of it (no window of it ends): small shares wait in memory, then go to the
   stream as units of their own.  A tumbling 60 s window (Darwin's micro-benchmark) closes
   a pane once a minute, so between two closes its state is written once and read once;
 * **reload**: a task that closes panes needs the partition's windows: its units are read
-  back (one ``pread`` per run of adjacent segments, :meth:`BlockManager.load_bulk`), fed
+  back (the store reads runs of adjacent units at once), fed
   into a fresh state without emitting (the windows they close were emitted before the
   spill), then the task's share runs as usual.  Spilled partitions are reloaded and run
   one at a time, so memory holds the budget plus one partition, never the whole state;
@@ -33,32 +34,23 @@ run, whatever the budget (tests).  Without fault tolerance for now: a checkpoint
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from scabbard.batch import Batch
 from scabbard.engine.assembly import BranchAssembler, PartitionedAssembler, merge_windows
+from scabbard.engine.ports import SpillStore
 from scabbard.engine.tasks import (
     BranchPart,
     Edges,
-    columns_edges,
     concat_edges,
-    edges_columns,
-    partials_schema,
 )
-from scabbard.storage import BlockManager, StorageConfig
 
 PARTS = 64  # key partitions of a branch's state under a budget
 WAITING = 64 << 10  # a spilled partition's shares kept in memory up to this many bytes
 # the smallest budget: every partition's waiting shares, twice (the working set of a
 # reload - one partition - comes on top, as the run's fixed overhead)
 MIN_STATE_MEMORY = 2 * PARTS * WAITING
-SPILL_FILE = 16 << 20  # the spill stream's pool files
-SPILL_PENDING = 8 << 20  # the spill stream's writes in flight (and buffers kept for reuse)
 TASK_ROW_BYTES = 64  # what a task's input row can cost while its fragment runs (its partial)
 
 
@@ -78,66 +70,6 @@ def export(a: BranchAssembler) -> Edges:
                  a.fifo[3][h0:h1].copy(), a.fifo[4][h0:h1].copy())
 
 
-class SpillStore:
-    """A branch's spill stream: state p-units of pane partials, in a scratch folder of its own
-    (removed at :meth:`close`)."""
-
-    def __init__(self, branch, parent: str | Path | None = None):
-        self.branch = branch
-        self.folder = Path(tempfile.mkdtemp(prefix="scabbard-spill-", dir=parent))
-        # writes wait (back-pressure) beyond a few MiB in flight, and as few buffers are kept
-        # for reuse: the spill's own memory stays a small fixed overhead beside the budget
-        self.bm = BlockManager(self.folder, StorageConfig(
-            file_bytes=SPILL_FILE, pool_files=1, bulk_bytes=SPILL_PENDING // 2,
-            max_pending_bytes=SPILL_PENDING))
-        self.schema = partials_schema(branch, f"spill-{branch.id}")
-        self.sid = self.bm.stream(self.schema.name, self.schema)
-        self.next = 0
-        self.live: dict[int, int] = {}  # first offset -> end, of every unit not yet read back
-        self.bytes_written = self.bytes_read = 0
-
-    def write(self, e: Edges) -> list[tuple[int, int]]:
-        """Append ``e`` (pane-sorted) as units; their offset ranges."""
-        cols, n = edges_columns(e), len(e.pane)
-        per = max(1, (SPILL_FILE // 4) // self.schema.row_bytes)  # a segment fits a file
-        ranges = []
-        for lo in range(0, n, per):
-            batch = Batch(self.schema, tuple(np.ascontiguousarray(c[lo:lo + per]) for c in cols),
-                          self.next)
-            self.bm.append(self.sid, batch)
-            ranges.append((self.next, batch.end))
-            self.live[self.next] = batch.end
-            self.next = batch.end
-            self.bytes_written += batch.column_bytes
-        return ranges
-
-    def read(self, ranges: list[tuple[int, int]]) -> Edges:
-        """The units ``ranges`` back (verified), as one :class:`Edges`; they are released."""
-        if not ranges:
-            b = self.branch
-            return concat_edges([], b.key_width, len(b.iops), len(b.fops))
-        self.bm.flush(self.sid)  # every unit acknowledged before it is read
-        batches = [x for first, end in ranges for x in self.bm.load_bulk(self.sid, first, end)]
-        cols = [np.concatenate([x.columns[j] for x in batches])
-                for j in range(len(self.schema.fields))]
-        self.release(ranges)
-        self.bytes_read += sum(x.column_bytes for x in batches)
-        return columns_edges(self.branch, cols)
-
-    def release(self, ranges: list[tuple[int, int]]) -> None:
-        """The units ``ranges`` are not needed any more (whole files below the oldest unit
-        still needed return to the pool)."""
-        for first, _ in ranges:
-            del self.live[first]
-        self.bm.trim(self.sid, min(self.live, default=self.next))
-
-    def close(self) -> None:
-        try:
-            self.bm.close()
-        finally:
-            shutil.rmtree(self.folder, ignore_errors=True)
-
-
 @dataclass
 class Spilled:
     """A partition on disk: the open pane it stopped at, its units, its waiting shares."""
@@ -155,13 +87,16 @@ class SpillingAssembler(PartitionedAssembler):
     read back, the largest state held in memory."""
 
     def __init__(self, branch, parts: int, pool, budget: int, threads: int = 1,
-                 spill_dir: str | Path | None = None):
+                 open_store=None):
         super().__init__(branch, parts, pool)
         if budget < MIN_STATE_MEMORY:
             raise ValueError(f"a state memory budget of {budget:,} bytes is too small to hold "
                              f"even one partition's working set (at least "
                              f"{MIN_STATE_MEMORY >> 20} MiB per window branch)")
-        self.budget, self.threads, self.spill_dir = budget, max(1, threads), spill_dir
+        if open_store is None:
+            raise ValueError("a state memory budget needs a spill store: EngineConfig(spill=...), "
+                             "e.g. scabbard.ft.spillstore.disk_spill(folder)")
+        self.budget, self.threads, self.open_store = budget, max(1, threads), open_store
         self.store: SpillStore | None = None
         self.spilled: dict[int, Spilled] = {}
         k, ni, nf = branch.key_width, len(branch.iops), len(branch.fops)
@@ -206,7 +141,7 @@ class SpillingAssembler(PartitionedAssembler):
             fresh.cur[0] = a.cur[0]
             return assembler_bytes(fresh)
         if self.store is None:
-            self.store = SpillStore(self.b, self.spill_dir)
+            self.store = self.open_store(self.b)
         self.spilled[i] = Spilled(int(a.cur[0]), self.store.write(state))
         self.stats["spills"] += 1
         return assembler_bytes(fresh)

@@ -90,8 +90,10 @@ def _child(spec: dict) -> dict:
     from scabbard.engine import EngineConfig, NullSink, run_query
 
     q, ds = queries.get("DARWIN"), open_dataset(spec["data"])
+    from scabbard.ft.spillstore import disk_spill
+
     cfg = EngineConfig(workers=spec["workers"], state_memory=spec.get("state_memory"),
-                       spill_dir=spec["work"])
+                       spill=disk_spill(spec["work"]) if spec.get("state_memory") else None)
     anon = AnonPeak()
     spilled = {}
     if spec["system"] != "engine-ft":

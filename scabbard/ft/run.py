@@ -16,6 +16,7 @@ from scabbard.engine import EngineConfig, RunReport, Sink
 from scabbard.ft.config import RunConfig
 from scabbard.ft.ingress import run_persisted
 from scabbard.ft.recovery import FTReport, open_fault_tolerant
+from scabbard.ft.spillstore import disk_spill
 
 
 def dataset_of(config: RunConfig) -> Dataset:
@@ -32,7 +33,7 @@ def engine_config(config: RunConfig) -> EngineConfig:
                         assembly=config.assembly,
                         ingress_partitions=config.ingress_partitions,
                         state_memory=config.state_memory,
-                        spill_dir=str(config.spill_dir) if config.spill_dir else None)
+                        spill=disk_spill(config.spill_dir) if config.state_memory else None)
 
 
 def open_run(config: RunConfig, *, recover: bool = False, dataset: Dataset | None = None,
