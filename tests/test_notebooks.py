@@ -61,8 +61,8 @@ def test_datasets_notebook_summarises_all_six(tiny, tiny_run):
     table = pd.read_csv(tiny_run.run_dir / "results.csv")
     table = table[table["experiment"] == "00_datasets"]
     assert sorted(table["workload"]) == sorted(workloads.NAMES)  # Table 3's six
-    assert list(table.set_index("workload").loc[list(tiny), "checksum"]) == [
-        ds.checksum[:23] for ds in tiny.values()
+    assert list(table.set_index("workload").loc[list(workloads.NAMES), "checksum"]) == [
+        tiny[name].checksum[:23] for name in workloads.NAMES
     ]
     assert (tiny_run.run_dir / "00_datasets" / "datasets.png").stat().st_size > 10_000
     assert "datasets.png" in (tiny_run.run_dir / "index.html").read_text()
