@@ -12,7 +12,9 @@ Points: ``checkpoint_state`` (state p-units handed to storage, record not yet wr
 phases of two-phase commit), ``recovery_replay`` (recovering: state loaded, the stored input
 half replayed), ``checkpoint_step`` (incremental and eventual checkpoint modes: pane units
 handed to storage - by a checkpoint, or by an eventual step between records - the record
-that lists them not yet written).
+that lists them not yet written), ``spill_write`` (state under a memory budget: a key
+partition's units handed to storage as it is evicted, or its waiting shares), ``spill_read``
+(a spilled partition's units read back, before it is rebuilt: a prefetch).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import signal
 import threading
 
 POINTS = ("checkpoint_state", "checkpoint_record", "checkpoint_commit", "recovery_replay",
-          "checkpoint_step")
+          "checkpoint_step", "spill_write", "spill_read")
 _armed = {"name": "", "left": 0}
 _lock = threading.Lock()
 

@@ -14,6 +14,7 @@ import pytest
 from scabbard import queries
 from scabbard.engine import CollectSink, EngineConfig, run_query
 from scabbard.engine.runtime import Engine
+from scabbard.engine.sources import StopAfter
 from scabbard.ft.state import state_schema
 from scabbard.pog.checkpoint import CheckpointRecord, CheckpointStore
 from scabbard.storage import BlockManager, FileIO, StorageConfig
@@ -33,23 +34,6 @@ def failure_free(q, ds, n):
     sink = CollectSink()
     run_query(q, ds, sink=sink, max_tuples=n, config=CFG)
     return sink.to_pandas()
-
-
-class StopAfter:
-    """A source that stops after ``k`` batches, as if the engine were stopped there: the run
-    is not at the end of its stream and continues with a recovery."""
-
-    def __init__(self, source, k: int):
-        self.source, self.k = source, k
-
-    def batches(self):
-        for i, b in enumerate(self.source.batches()):
-            if i >= self.k:
-                return
-            yield b
-
-    def __getattr__(self, name):
-        return getattr(self.source, name)
 
 
 class FailingIO(FileIO):

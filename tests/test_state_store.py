@@ -78,3 +78,135 @@ def test_a_budget_too_small_for_one_partition_is_refused_at_start(tiny):
         EngineConfig(state_memory=MIN_STATE_MEMORY - 1, spill=disk_spill())
     with pytest.raises(ValueError, match="needs a spill store"):
         EngineConfig(state_memory=MIN_STATE_MEMORY)
+
+
+# -- fault tolerance: the spilled units are the checkpoint ------------------------------------------
+def _ft(q, ds, root, k=None, **kw):
+    from ftkit import SMALL, StopAfter
+
+    from scabbard.ft.recovery import run_fault_tolerant
+    from scabbard.ft.sinks import ClockedSink
+
+    return run_fault_tolerant(q, ds, root / "storage", ClockedSink(root / "output"),
+                              EngineConfig(workers=2, batch_rows=997), interval=None,
+                              every_tasks=3, storage_config=SMALL,
+                              wrap_source=(lambda s: StopAfter(s, k)) if k else None, **kw)
+
+
+def _spilled_entries(root):
+    from ftkit import records
+
+    return [[p for p in rec.state if p["stream"].startswith("spill-")]
+            for rec in records(root / "storage")]
+
+
+@pytest.mark.parametrize("name", ["DARWIN", "LRB1"])
+def test_spilled_state_is_the_checkpoint_and_recovers_exactly_once(tiny, tmp_path, name):
+    """Checkpoints of a state far over its budget list the spilled units (not written again),
+    a recovery resumes with every partition on disk and reads them back as windows close,
+    and the committed output is the failure-free one - stopped twice mid-stream."""
+    from ftkit import failure_free
+
+    from scabbard.engine.spill import MIN_STATE_MEMORY
+    from scabbard.ft.sinks import read_output
+    from scabbard.ft.verify import compare
+
+    q, ds = queries.get(name), tiny[queries.workload_of(name)]
+    n = 2 * ds.rows
+    first = _ft(q, ds, tmp_path, 40, max_tuples=n, state_memory=MIN_STATE_MEMORY)
+    (st,) = first.run.spilled.values()
+    assert st["spills"] > 0 and len(first.checkpoints) > 5
+    (entry,) = _spilled_entries(tmp_path)[0]
+    assert entry["units"] and {i for i, _, _ in entry["units"]} <= set(range(64))
+    assert not [p for p in first.checkpoints[-1].state if p["stream"].startswith("state-")]
+    rest = _ft(q, ds, tmp_path, 30, recover=True)
+    assert rest.resumed_from is not None and rest.loaded["spill_verified_bytes"] > 0
+    (st,) = rest.run.spilled.values()
+    assert st["reloads"] > 0  # the resumed partitions came back from disk
+    _ft(q, ds, tmp_path, recover=True)
+    v = compare(read_output(tmp_path / "output"), failure_free(q, ds, n), q.schema)
+    assert v.ok, v
+
+
+def test_spilled_units_leave_once_no_checkpoint_lists_them(tiny, tmp_path):
+    """GC: the spill stream is trimmed below what the two newest records and the partitions
+    still on disk need, so a long run's spill files return to the pool."""
+    from ftkit import SMALL, records
+
+    from scabbard.engine.runtime import Engine
+    from scabbard.engine.spill import MIN_STATE_MEMORY
+    from scabbard.engine.tasks import partials_schema
+    from scabbard.storage import BlockManager
+
+    q, ds = queries.get("DARWIN"), tiny["darwin"]
+    r = _ft(q, ds, tmp_path, max_tuples=4 * ds.rows, state_memory=MIN_STATE_MEMORY)
+    (st,) = r.run.spilled.values()
+    recs = records(tmp_path / "storage")
+    oldest_needed = min(u[1] for p in _spilled_entries(tmp_path)[1] for u in p["units"])
+    schema = partials_schema(Engine(q, ds.tables).plan.branches[0], "spill-window0")
+    with BlockManager(tmp_path / "storage", SMALL) as bm:
+        bm.stream(schema.name, schema)
+        spill = bm.stats()["streams"]["spill-window0"]
+    assert 0 < spill["start"] <= oldest_needed, (spill, oldest_needed)
+    written = st["spilled_bytes"] + sum(c.bytes for c in recs)
+    assert spill["files"] * SMALL.file_bytes < written / 2  # most of it was released
+
+
+def test_a_damaged_spilled_unit_of_the_newest_checkpoint_falls_back(tiny, tmp_path):
+    """A unit only the newest record lists is damaged on disk: recovery verifies the listed
+    units first, so it falls back to the older record instead of failing mid-run."""
+    from ftkit import damage_segment, failure_free, records
+
+    from scabbard.engine.runtime import Engine
+    from scabbard.engine.spill import MIN_STATE_MEMORY
+    from scabbard.engine.tasks import partials_schema
+    from scabbard.ft.sinks import read_output
+    from scabbard.ft.verify import compare
+
+    q, ds = queries.get("DARWIN"), tiny["darwin"]
+    n = 2 * ds.rows
+    _ft(q, ds, tmp_path, 40, max_tuples=n, state_memory=MIN_STATE_MEMORY)
+    newest, older = records(tmp_path / "storage")[:2]
+    (mine,), (theirs,) = _spilled_entries(tmp_path)[:2]
+    only_mine = sorted(set(map(tuple, mine["units"])) - set(map(tuple, theirs["units"])))
+    assert only_mine
+    schema = partials_schema(Engine(q, ds.tables).plan.branches[0], "spill-window0")
+    damage_segment(tmp_path / "storage", schema, only_mine[-1][1])
+    r = _ft(q, ds, tmp_path, recover=True)
+    assert r.resumed_from == older.id
+    v = compare(read_output(tmp_path / "output"), failure_free(q, ds, n), q.schema)
+    assert v.ok, v
+
+
+def test_a_budget_with_incremental_checkpoints_is_refused(tiny, tmp_path):
+    from scabbard.engine.spill import MIN_STATE_MEMORY
+    from scabbard.ft.config import ConfigError
+
+    q, ds = queries.get("DARWIN"), tiny["darwin"]
+    with pytest.raises(ConfigError, match="checkpoint mode 'incremental' does not apply"):
+        _ft(q, ds, tmp_path, 5, max_tuples=ds.rows, state_memory=MIN_STATE_MEMORY,
+            checkpoint_mode="incremental")
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+def test_kills_while_state_is_spilled_and_read_back(tiny, tmp_path):
+    """Real processes, SIGKILLed while a key partition is evicted (its units handed to storage,
+    no record yet), while a spilled partition is read back - in a run and in the first
+    windows after a recovery - in a checkpoint's write and in a recovery's replay, then at
+    random: the output is exactly the failure-free run's."""
+    import random
+
+    from scabbard.engine.spill import MIN_STATE_MEMORY
+    from scabbard.ft.controller import Controller
+
+    ds = tiny["darwin"]
+    n = 4 * ds.rows
+    c = Controller("DARWIN", ds.path, tmp_path, max_tuples=n, batch=997, rate=n / 6,
+                   interval=0.2, state_memory=MIN_STATE_MEMORY, sink="transactional")
+    rng = random.Random(19)
+    camp = c.run([None] * 5 + [rng.uniform(1.0, 3.0)],
+                 crash_at=["spill_write:40", "spill_read:3", "checkpoint_state:2",
+                           "spill_read:30", "recovery_replay"])
+    assert camp.crashes == 5, camp
+    assert camp.verdict.ok, camp.verdict

@@ -76,9 +76,13 @@ def add_run(sub) -> None:
                    help="hold at most this much window state in memory (e.g. 256M, 2G): key "
                         "partitions beyond it are spilled to disk as state p-units and read "
                         "back when their windows close (default: no limit; at least "
-                        "8M per window operator; not yet with fault tolerance)")
+                        "8M per window operator).  With fault tolerance the spilled units "
+                        "go to --storage and are the checkpoint's state: a checkpoint lists "
+                        "them and writes only the partitions in memory, and recovery reads "
+                        "them back as the windows close")
     p.add_argument("--spill-dir", metavar="DIR",
-                   help="where --state-memory spills (default: the system's temporary folder)")
+                   help="where --state-memory spills without fault tolerance (default: the "
+                        "system's temporary folder)")
     p.add_argument("--metrics-log", metavar="PATH", help="JSON-lines metrics log (live samples)")
     p.add_argument("--metrics-interval", type=float, default=0.5, metavar="SECONDS",
                    help="seconds between metrics samples (default 0.5)")
@@ -476,12 +480,18 @@ def _run_engine(args, config, ds) -> int:
     print(f"latency ms: p5 {lat['p5']}  p25 {lat['p25']}  p50 {lat['p50']}  p75 {lat['p75']}  "
           f"p95 {lat['p95']}")
     print(f"results: {s.result_rows:,} rows" + (f" -> {args.output}" if args.output else ""))
-    for branch, st in getattr(report, "spilled", {}).items():
-        print(f"state of {branch} within {args.state_memory / 2**20:,.0f} MiB: "
-              f"{st['spills']:,} spills, {st['reloads']:,} reloads, "
-              f"{st.get('spilled_bytes', 0) / 1e6:,.1f} MB written and read back, "
-              f"at most {st['peak_bytes'] / 2**20:,.1f} MiB in memory")
+    _print_spilled(report)
     return 0
+
+
+def _print_spilled(report) -> None:
+    """What holding the state under its memory budget did, per window operator."""
+    for branch, st in getattr(report, "spilled", {}).items():
+        print(f"state of {branch} within {st['budget'] / 2**20:,.0f} MiB: "
+              f"{st['spills']:,} spills, {st['reloads']:,} reloads, "
+              f"{st.get('spilled_bytes', 0) / 1e6:,.1f} MB written, "
+              f"{st.get('reloaded_bytes', 0) / 1e6:,.1f} MB read back, "
+              f"at most {st['peak_bytes'] / 2**20:,.1f} MiB in memory")
 
 
 def _run_fault_tolerant(args, config, ds, progress) -> int:
@@ -524,6 +534,7 @@ def _run_fault_tolerant(args, config, ds, progress) -> int:
               f"{r.state_bytes_written / max(s.seconds, 1e-9) / 1e6:.3f} MB/s, "
               f"{sum(panes) / len(panes):,.1f} panes per checkpoint")
     print(f"results: {s.result_rows:,} rows -> {ft.output}")
+    _print_spilled(r.run)
     return 0
 
 
@@ -533,6 +544,8 @@ def _loaded(loaded: dict) -> str:
     replay = loaded.get("replay_tuples")
     return (f"; state loaded: {loaded['bytes'] / 1e6:.3f} MB, {loaded['panes']:,} panes "
             f"({loaded['runs']} runs of pane units) in {loaded['load_ms']:.1f} ms"
+            + (f", {loaded['spill_verified_bytes'] / 1e6:.3f} MB of spilled state verified "
+               f"(read back as its windows close)" if "spill_verified_bytes" in loaded else "")
             + (f"; {replay:,} tuples to replay" if replay is not None else ""))
 
 

@@ -294,6 +294,10 @@ class Execution:
         if r.rows is not None:  # a stateless query: the task's rows, positioned by offset
             self.graph.push(self.plan.selection.id, r.rows, r.end_offset,
                             {"input_end": r.end_offset})
+        if r.marker is not None:  # state under a budget: its checkpoint is its spill units
+            for lane in self.lanes:
+                if isinstance(lane.assembler, SpillingAssembler):
+                    lane.assembler.mark(r.marker)
         if self.listener is not None:
             self.listener.assembled(r, dict(self.clock), self.graph)
         if r.marker is not None:  # the windows took it at the task; it follows their output
@@ -375,6 +379,12 @@ class Execution:
         parts = []
         for lane, e in zip(self.lanes, at.edges, strict=True):
             last = at.last_ts // lane.branch.slide_ms
+            spilled = at.spilled.get(lane.branch.id)
+            if spilled is not None:  # on disk: read back as its windows close
+                lane.assembler.resume(spilled, last)
+                parts.append(BranchPart(last, last, False, e, e, None))
+                lane.prev_long = False
+                continue
             parts.append(BranchPart(last, last, True, e, e, None))
             lane.assembler.pending = (e, last)
             lane.prev_long = True

@@ -101,6 +101,9 @@ class Resume:
     edges: list
     clock: dict
     graph: dict = field(default_factory=dict)
+    # per branch id whose state was spilled (a budget): per key partition, the units of the
+    # branch's SpillStore that hold its state - read back when its first window closes
+    spilled: dict = field(default_factory=dict)
 
 
 class SpillStore(Protocol):
@@ -119,6 +122,11 @@ class SpillStore(Protocol):
 
     def release(self, ranges: list[tuple[int, int]]) -> None:
         """The units ``ranges`` are not needed any more."""
+
+    def snapshot(self, marker, parts: dict[int, list[tuple[int, int]]]) -> None:
+        """The window state as of ``marker`` (a checkpoint's): per key partition, the units
+        that hold it.  A store under fault tolerance keeps them until a newer checkpoint
+        no longer needs them; a scratch store never sees a marker."""
 
     def close(self) -> None:
         """Remove everything the store holds."""

@@ -184,3 +184,21 @@ class ArraySource:
     def batches(self) -> Iterator[SourceBatch]:
         for seq, b in enumerate(self._batches):
             yield SourceBatch(seq, b, time.perf_counter())
+
+
+class StopAfter:
+    """``source`` cut after its first ``k`` batches, as if the engine were stopped there: a
+    fault-tolerant run is then not at the end of its stream and continues with a recovery
+    (the tests' and the experiments' way to stop a run at a chosen task)."""
+
+    def __init__(self, source, k: int):
+        self.source, self.k = source, k
+
+    def batches(self):
+        for i, b in enumerate(self.source.batches()):
+            if i >= self.k:
+                return
+            yield b
+
+    def __getattr__(self, name):
+        return getattr(self.source, name)

@@ -28,8 +28,16 @@ and ``EngineConfig.state_memory`` bounds the bytes their arrays hold:
 The budget covers the window state's arrays (capacity, as the process's resident memory sees
 them) and the shares waiting in memory; the rest of the engine - tasks in flight, input
 batches, result rows - is a fixed overhead beside it.  Results are those of the unlimited
-run, whatever the budget (tests).  Without fault tolerance for now: a checkpoint's state
-(``QueryState``'s task partials) is not under the budget yet.
+run, whatever the budget (tests).
+
+**Checkpoints** (fault tolerance, :mod:`scabbard.ft.spillstore`): the same units are the
+state's checkpoint.  At a marker (:meth:`SpillingAssembler.mark`) a spilled partition writes
+its waiting shares and lists its units - already on disk, not written again - and a
+partition in memory is written out as units (a copy: it stays in memory); the store keeps
+what the checkpoint lists until a newer one no longer needs it.  Recovery
+(:meth:`SpillingAssembler.resume`) starts with every partition spilled at the units the
+checkpoint listed, so nothing is read before the windows need it and memory stays within the
+budget while the input is replayed.
 """
 
 from __future__ import annotations
@@ -104,7 +112,7 @@ class SpillingAssembler(PartitionedAssembler):
         # slots), doubled as arrays grow by doubling
         self.row_bytes = 2 * (8 * (3 + ni + nf) + 8 * (2 + ni + 2 * nf) + 8 * (k + 4))
         self.grown = 0
-        self.stats = {"spills": 0, "reloads": 0, "peak_bytes": 0}
+        self.stats = {"spills": 0, "reloads": 0, "peak_bytes": 0, "budget": budget}
 
     # -- the budget ----------------------------------------------------------------------------
     def held(self) -> tuple[list[int], int]:
@@ -140,9 +148,7 @@ class SpillingAssembler(PartitionedAssembler):
         if not len(state.pane):  # an empty window: only its arrays' room goes
             fresh.cur[0] = a.cur[0]
             return assembler_bytes(fresh)
-        if self.store is None:
-            self.store = self.open_store(self.b)
-        self.spilled[i] = Spilled(int(a.cur[0]), self.store.write(state))
+        self.spilled[i] = Spilled(int(a.cur[0]), self._open().write(state))
         self.stats["spills"] += 1
         return assembler_bytes(fresh)
 
@@ -169,8 +175,48 @@ class SpillingAssembler(PartitionedAssembler):
         a = self.parts[i]
         if len(e.pane):
             a._feed(e, False, s.cur, 0)
+        elif a.cur[0] < s.cur:  # an empty partition of a checkpoint: the open pane only
+            a.cur[0] = s.cur
         self.stats["reloads"] += 1
         return a
+
+    # -- checkpoints ---------------------------------------------------------------------------------
+    def _open(self) -> SpillStore:
+        if self.store is None:
+            self.store = self.open_store(self.b)
+        return self.store
+
+    def mark(self, marker) -> None:
+        """The state as of ``marker`` (after the marked task) to the store, per key partition:
+        a spilled one's units (its waiting shares written first), a partition in memory
+        written out one at a time (it stays in memory)."""
+        self._distribute()
+        store, b = self._open(), self.b
+        parts, copies = {}, []
+        for i, a in enumerate(self.parts):
+            s = self.spilled.get(i)
+            if s is not None:
+                if s.waiting:
+                    s.units += store.write(concat_edges(s.waiting, b.key_width, len(b.iops),
+                                                        len(b.fops)))
+                    s.waiting, s.waiting_bytes = [], 0
+                parts[i] = list(s.units)
+            else:
+                e = export(a)
+                parts[i] = store.write(e) if len(e.pane) else []
+                copies += parts[i]
+        store.snapshot(marker, parts)
+        store.release(copies)  # the engine needs no copy: the checkpoint keeps them
+
+    def resume(self, parts: dict, last_pane: int) -> None:
+        """Start from a checkpoint's state (:meth:`mark`): every partition spilled at the
+        units listed for it, the open pane ``last_pane`` (the checkpoint's)."""
+        self._open()
+        self.pending = None
+        self.spilled = {i: Spilled(last_pane, [tuple(r) for r in parts.get(i, ())])
+                        for i in range(len(self.parts))}
+        for a in self.parts:
+            a.pending = None
 
     # -- the assembler's interface -----------------------------------------------------------------
     def _distribute(self) -> None:

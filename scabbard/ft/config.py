@@ -171,10 +171,11 @@ class RunConfig:
         if self.state_memory is not None:
             from scabbard.engine.spill import MIN_STATE_MEMORY
 
-            if self.ft is not None:
-                raise ConfigError("state_memory", "applies to runs without fault tolerance "
-                                                  "for now (a checkpoint's state is not "
-                                                  "spilled yet)")
+            if self.ft is not None and self.ft.checkpoint_mode not in (None, "full"):
+                raise ConfigError("state_memory", f"state under a memory budget is "
+                                                  f"checkpointed by its spilled units, once "
+                                                  f"each: checkpoint mode "
+                                                  f"{self.ft.checkpoint_mode!r} does not apply")
             if self.state_memory < MIN_STATE_MEMORY:
                 raise ConfigError("state_memory", f"{self.state_memory:,} bytes is too small "
                                                   f"to hold even one key partition's working "

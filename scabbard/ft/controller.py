@@ -55,7 +55,7 @@ class Controller:
                  assembly: str = "auto", ingress_partitions: int | tuple[int, ...] | None = None,
                  checkpoint_mode: str = "full",
                  checkpoint_step: float | None = None, max_unsaved_panes: int | None = None,
-                 max_replay_tuples: int | None = None):
+                 max_replay_tuples: int | None = None, state_memory: int | None = None):
         self.query, self.data = query, Path(data)
         self.dir = Path(workdir)
         self.storage, self.output = self.dir / "storage", self.dir / "output"
@@ -75,6 +75,7 @@ class Controller:
         self.eventual = {"--checkpoint-step": checkpoint_step,
                          "--max-unsaved-panes": max_unsaved_panes,
                          "--max-replay-tuples": max_replay_tuples}
+        self.state_memory = state_memory  # --state-memory: window state spilled beyond it
         self.proc: subprocess.Popen | None = None
         self.spare: subprocess.Popen | None = None
         self.incarnation = 0
@@ -106,6 +107,8 @@ class Controller:
                     cmd += [flag, str(value)]
         if self.rate:
             cmd += ["--rate", str(self.rate)]
+        if self.state_memory is not None:
+            cmd += ["--state-memory", str(self.state_memory)]
         if self.persist_at:
             placed = (("ingress",) if self.persist_input else ()) + self.persist_at
             cmd += ["--persist-at", ",".join(placed)]

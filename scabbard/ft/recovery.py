@@ -49,6 +49,7 @@ from scabbard.ft.config import ConfigError, FTConfig, PersistConfig, RunConfig
 from scabbard.ft.eventual import EventualPolicy, EventualSteps
 from scabbard.ft.ingress import INGRESS, READER, PersistedFeed, ReplayFeed, ingress_stream
 from scabbard.ft.sinks import ExactlyOnceSink, open_output
+from scabbard.ft.spillstore import DurableSpills
 from scabbard.ft.state import QueryState
 from scabbard.pog import POG
 from scabbard.pog.checkpoint import CheckpointController, CheckpointError, CheckpointStore
@@ -74,7 +75,8 @@ def dataset_identity(dataset: Dataset) -> dict:
 # settings a recovery must repeat (or leave out: None takes the recorded one); push-up is
 # checked on its own (it is a flag: leaving it out means "without")
 _SETTINGS = ("batch_rows", "rate", "max_tuples", "persist_input", "compression",
-             "lossy_decimals", "durability", "sink", "persist_at", "checkpoint_mode")
+             "lossy_decimals", "durability", "sink", "persist_at", "checkpoint_mode",
+             "state_memory")
 
 
 def _differences(have: dict, want: dict) -> list[str]:
@@ -151,7 +153,8 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                        every_tasks: int | None = None,
                        persist_at: tuple[str, ...] = (), checkpoint_mode: str | None = None,
                        step_ms: float = 10.0, max_unsaved_panes: int | None = None,
-                       max_replay_tuples: int | None = None) -> FTReport:
+                       max_replay_tuples: int | None = None,
+                       state_memory: int | None = None) -> FTReport:
     """:func:`open_fault_tolerant` with its configuration given as keywords (the Python
     convenience; the tests and experiments use it): ``config`` gives the workers and batch
     size, the rest map onto :class:`RunConfig`, :class:`PersistConfig` and :class:`FTConfig`
@@ -169,7 +172,8 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                     None if durability is None else Durability.of(durability).value,
                     persist_input, aligned, checkpoint_mode=checkpoint_mode, step_ms=step_ms,
                     max_unsaved_panes=max_unsaved_panes, max_replay_tuples=max_replay_tuples),
-        assembly=engine.assembly, ingress_partitions=engine.ingress_partitions)
+        assembly=engine.assembly, ingress_partitions=engine.ingress_partitions,
+        state_memory=state_memory)
     return open_fault_tolerant(cfg, dataset, sink=sink, recover=recover, io=io,
                                standby=standby, on_sample=on_sample, wrap_source=wrap_source,
                                engine_config=engine, query=query)
@@ -218,9 +222,6 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                                            metrics_interval=cfg.metrics_interval,
                                            assembly=cfg.assembly,
                                            ingress_partitions=cfg.ingress_partitions)
-    if config.state_memory is not None:
-        raise ConfigError("a state memory budget (--state-memory) applies to runs without "
-                          "fault tolerance for now: a checkpoint's state is not spilled yet")
     storage, storage_config = persist.storage, persist.layout
     rate, duration, max_tuples = cfg.rate, cfg.duration, cfg.max_tuples
     push_up, compression, lossy_decimals = (persist.push_up, persist.compression,
@@ -238,6 +239,10 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         raise ValueError(f"{query.name} reads {query.source.schema.name!r} data, but the dataset "
                          f"holds {dataset.schema.name!r}")
     persist_at = channels.resolve(query.node, persist.persist_at)
+    budget = config.state_memory if config.state_memory is not None else cfg.state_memory
+    spills = DurableSpills()  # a budget's spilled state: in the run's storage, once open
+    if budget is not None:
+        config = dataclasses.replace(config, state_memory=budget, spill=spills)
     engine = Engine(query, dataset.tables, config, push_up=push_up, cut_after=persist_at)
     want = {"dataset": dataset_identity(dataset),
             "batch_rows": engine.config.batch_rows, "rate": rate, "max_tuples": max_tuples,
@@ -245,10 +250,14 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
             "lossy_decimals": lossy_decimals,
             "durability": None if durability is None else Durability.of(durability).value,
             "sink": sink.kind, "persist_at": list(persist_at),
-            "checkpoint_mode": ft.checkpoint_mode}
+            "checkpoint_mode": ft.checkpoint_mode,
+            "state_memory": budget}
     if not recover:  # a new run: the defaults
+        # a task's input is one p-unit of the ingress p-stream: it fits a pool file
+        fits = (storage_config.file_bytes // 2) // dataset.schema.row_bytes
         want.update(
-            batch_rows=engine.batch_rows_for(ReplaySource(dataset, 1).tuples_per_ms()),
+            batch_rows=min(engine.batch_rows_for(ReplaySource(dataset, 1).tuples_per_ms()),
+                           max(1024, fits)),
             persist_input=persist_input is not False, compression=compression or "none",
             durability=want["durability"] or Durability.MACHINE.value,
             checkpoint_mode=ft.checkpoint_mode or "full",
@@ -264,6 +273,12 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
     durable = Durability.of(run.get("durability", Durability.PROCESS.value))
     persist_input = run.get("persist_input", True)  # a recovered run keeps its mode
     mode = run.get("checkpoint_mode") or "full"  # and its checkpoint mode
+    budget = run.get("state_memory")  # and its state memory budget
+    if budget is not None and engine.config.state_memory != budget:
+        engine.config = dataclasses.replace(engine.config, state_memory=budget, spill=spills)
+    if budget is not None and mode != "full":
+        raise ConfigError(f"state under a memory budget is checkpointed by its spilled units, "
+                          f"once each: checkpoint mode {mode!r} does not apply")
     if recover and run.get("push_up", False) != push_up:
         raise CheckpointError(f"{storage} holds a run {'with' if run.get('push_up') else 'without'}"
                               f" persistence push-up: recover it the same way "
@@ -281,7 +296,10 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                                          if scheme == "adaptive" else {}))
         ingress = ingress_stream(pog, engine, compress) if persist_input else None
         stores = channels.open_channels(pog, engine.plan, persist_at)
-        state = QueryState(engine.plan, bm, persist_at, mode)
+        spills.bm = bm  # the spilled state in this storage: it is the checkpoint's
+        state = QueryState(engine.plan, bm, persist_at, mode, spills,
+                           tuple(b.id for i, b in enumerate(engine.plan.branches)
+                                 if engine.spills(i)))
         store = CheckpointStore(storage / "checkpoints", io=io, durability=durable)
         if recover:
             t_load = time.perf_counter()
@@ -310,7 +328,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         if resume is not None:  # the assembly starts where the checkpoint left it
             rec, (edges, graph) = resume
             state.restore(rec, edges)
-            at = Resume(rec.seq, rec.input_end, rec.operator["last_ts"], edges, rec.output, graph)
+            at = Resume(rec.seq, rec.input_end, rec.operator["last_ts"], edges, rec.output, graph,
+                        dict(state.loaded_spill))
         steps = EventualSteps(EventualPolicy(ft.step_ms, ft.max_unsaved_panes,
                                              ft.max_replay_tuples), state, controller,
                               cut_at=at.input_end if at is not None else 0) \

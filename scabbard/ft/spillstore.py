@@ -2,19 +2,30 @@
 
 The engine core holds its window state within ``EngineConfig.state_memory`` and writes what
 does not fit to a :class:`~scabbard.engine.ports.SpillStore` (:mod:`scabbard.engine.spill`);
-this is the store that keeps it on disk: a BlockManager p-stream of pane partials - the rows
-a checkpoint's state holds - in a scratch folder of its own, removed at :meth:`close`.
-:func:`disk_spill` is the factory ``EngineConfig(spill=...)`` takes.
+these stores keep it on disk as a BlockManager p-stream of pane partials - the rows a
+checkpoint's state holds:
+
+* :class:`DiskSpill` (:func:`disk_spill`, a run without fault tolerance): in a scratch
+  folder of its own, removed at :meth:`~DiskSpill.close`; a unit goes once read back;
+* :class:`DurableSpill` (:class:`DurableSpills`, a fault-tolerant run): the p-stream
+  ``spill-<operator>`` of the run's storage, written as durably as the rest of it.  The
+  spilled units are the window state's checkpoint (Darwin: a spilled pane is already
+  durable): at a marker the engine lists each key partition's units
+  (:meth:`~DurableSpill.snapshot`), the checkpoint record keeps the list, and a unit stays
+  stored while a partition still needs it or a checkpoint recovery could use lists it
+  (released with :meth:`~DurableSpill.unpin_below` as GC moves on).
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
 
+from scabbard import faults
 from scabbard.batch import Batch
 from scabbard.engine.tasks import Edges, columns_edges, concat_edges, edges_columns, partials_schema
 from scabbard.storage import BlockManager, StorageConfig
@@ -27,33 +38,42 @@ class DiskSpill:
     """A branch's spill stream: state p-units of pane partials, in a scratch folder of its own
     (removed at :meth:`close`)."""
 
-    def __init__(self, branch, parent: str | Path | None = None):
+    def __init__(self, branch, parent: str | Path | None = None, bm: BlockManager | None = None):
         self.branch = branch
-        self.folder = Path(tempfile.mkdtemp(prefix="scabbard-spill-", dir=parent))
-        # writes wait (back-pressure) beyond a few MiB in flight, and as few buffers are kept
-        # for reuse: the spill's own memory stays a small fixed overhead beside the budget
-        self.bm = BlockManager(self.folder, StorageConfig(
-            file_bytes=SPILL_FILE, pool_files=1, bulk_bytes=SPILL_PENDING // 2,
-            max_pending_bytes=SPILL_PENDING))
         self.schema = partials_schema(branch, f"spill-{branch.id}")
-        self.sid = self.bm.stream(self.schema.name, self.schema)
-        self.next = 0
+        if bm is None:
+            self.folder = Path(tempfile.mkdtemp(prefix="scabbard-spill-", dir=parent))
+            # writes wait (back-pressure) beyond a few MiB in flight, and as few buffers are
+            # kept for reuse: the spill's own memory stays a small fixed overhead beside the
+            # budget
+            bm = BlockManager(self.folder, StorageConfig(
+                file_bytes=SPILL_FILE, pool_files=1, bulk_bytes=SPILL_PENDING // 2,
+                max_pending_bytes=SPILL_PENDING))
+        self.bm = bm
+        self.sid = bm.stream(self.schema.name, self.schema)
+        self.next = max(bm.durable_end(self.sid), bm.start(self.sid))  # a reopened stream's end
         self.live: dict[int, int] = {}  # first offset -> end, of every unit not yet read back
         self.bytes_written = self.bytes_read = 0
+        self.futures: list = []  # appends not acknowledged yet
+        self.lock = threading.Lock()
 
     def write(self, e: Edges) -> list[tuple[int, int]]:
         """Append ``e`` (pane-sorted) as units; their offset ranges."""
         cols, n = edges_columns(e), len(e.pane)
-        per = max(1, (SPILL_FILE // 4) // self.schema.row_bytes)  # a segment fits a file
+        # a segment fits a pool file
+        per = max(1, (self.bm.config.file_bytes // 4) // self.schema.row_bytes)
         ranges = []
         for lo in range(0, n, per):
             batch = Batch(self.schema, tuple(np.ascontiguousarray(c[lo:lo + per]) for c in cols),
                           self.next)
-            self.bm.append(self.sid, batch)
-            ranges.append((self.next, batch.end))
-            self.live[self.next] = batch.end
+            f = self.bm.append(self.sid, batch)
+            with self.lock:
+                self.futures = [x for x in self.futures if not x.done()] + [f]
+                ranges.append((self.next, batch.end))
+                self.live[self.next] = batch.end
             self.next = batch.end
             self.bytes_written += batch.column_bytes
+        faults.crashpoint("spill_write")
         return ranges
 
     def read(self, ranges: list[tuple[int, int]]) -> Edges:
@@ -63,8 +83,13 @@ class DiskSpill:
             return concat_edges([], b.key_width, len(b.iops), len(b.fops))
         self.bm.flush(self.sid)  # every unit acknowledged before it is read
         batches = [x for first, end in ranges for x in self.bm.load_bulk(self.sid, first, end)]
+        got = sum(len(x) for x in batches)
+        if got != sum(end - first for first, end in ranges):
+            raise FileNotFoundError(f"{self.schema.name}: {got} of "
+                                    f"{sum(end - first for first, end in ranges)} rows stored")
         cols = [np.concatenate([x.columns[j] for x in batches])
                 for j in range(len(self.schema.fields))]
+        faults.crashpoint("spill_read")
         self.release(ranges)
         self.bytes_read += sum(x.column_bytes for x in batches)
         return columns_edges(self.branch, cols)
@@ -72,9 +97,21 @@ class DiskSpill:
     def release(self, ranges: list[tuple[int, int]]) -> None:
         """The units ``ranges`` are not needed any more (whole files below the oldest unit
         still needed return to the pool)."""
-        for first, _ in ranges:
-            del self.live[first]
-        self.bm.trim(self.sid, min(self.live, default=self.next))
+        with self.lock:
+            for first, _ in ranges:
+                self.live.pop(first, None)
+        self._trim()
+
+    def _oldest(self) -> int:
+        return min(self.live, default=self.next)
+
+    def _trim(self) -> None:
+        with self.lock:
+            oldest = self._oldest()
+        self.bm.trim(self.sid, oldest)
+
+    def snapshot(self, marker, parts: dict) -> None:  # no checkpoints without fault tolerance
+        pass
 
     def close(self) -> None:
         try:
@@ -87,3 +124,89 @@ def disk_spill(parent: str | Path | None = None):
     """``EngineConfig(spill=...)``: each window operator's spilled state in a scratch folder
     under ``parent`` (default: the system's temporary folder)."""
     return lambda branch: DiskSpill(branch, parent)
+
+
+class DurableSpill(DiskSpill):
+    """A window operator's spilled state in the run's storage (p-stream ``spill-<id>``): the
+    units are its checkpoint too (see the module)."""
+
+    def __init__(self, branch, bm: BlockManager):
+        super().__init__(branch, bm=bm)
+        self.pins: dict[int, list[tuple[int, int]]] = {}  # checkpoint id -> the units it lists
+        self.taken: dict[int, tuple] = {}  # checkpoint id -> (parts, futures, bytes), unwritten
+        self.marked_bytes = 0  # bytes_written at the last marker
+
+    def snapshot(self, marker, parts: dict) -> None:
+        cid = marker.checkpoint_id
+        with self.lock:
+            self.pins[cid] = [r for ranges in parts.values() for r in ranges]
+            # every unit listed is acknowledged before the record is written: the appends in
+            # flight now (the listed ones among them)
+            self.taken[cid] = (parts, [f for f in self.futures if not f.done()],
+                               self.bytes_written - self.marked_bytes)
+            self.marked_bytes = self.bytes_written
+
+    def take(self, cid: int) -> tuple[dict, list, int]:
+        """The partitions' units of checkpoint ``cid``, the writes they wait for, and the
+        bytes spilled since the previous checkpoint's marker (its share of the writing)."""
+        with self.lock:
+            return self.taken.pop(cid)
+
+    def adopt(self, parts: dict, cid: int) -> None:
+        """Recovery: the units checkpoint ``cid`` lists are the partitions' (and pinned by it)."""
+        ranges = [(int(f), int(e)) for units in parts.values() for f, e in units]
+        with self.lock:
+            self.live.update(ranges)
+            self.pins[cid] = ranges
+
+    def verify(self, parts: dict) -> int:
+        """Read back every unit ``parts`` lists (one at a time: memory holds one), verified;
+        their bytes.  Raises CorruptSegment, TrimmedError or FileNotFoundError."""
+        most = max(1, (self.bm.config.file_bytes // 4) // self.schema.row_bytes)
+        runs: list[list[int]] = []  # adjacent units read at once, up to a quarter file
+        for first, end in sorted((int(f), int(e)) for units in parts.values() for f, e in units):
+            if runs and runs[-1][1] == first and end - runs[-1][0] <= most:
+                runs[-1][1] = end
+            else:
+                runs.append([first, end])
+        nbytes = 0
+        for first, end in runs:
+            got = self.bm.load_bulk(self.sid, first, end)
+            if sum(len(x) for x in got) != end - first:
+                raise FileNotFoundError(f"{self.schema.name}: {sum(len(x) for x in got)} of "
+                                        f"{end - first} rows stored at offset {first}")
+            nbytes += sum(x.column_bytes for x in got)
+        return nbytes
+
+    def unpin_below(self, cid: int) -> None:
+        """GC: the checkpoints before ``cid`` will not be recovered from; what only they list
+        is released."""
+        with self.lock:
+            for old in [c for c in self.pins if c < cid]:
+                del self.pins[old]
+            for old in [c for c in self.taken if c < cid]:  # failed before their record
+                del self.taken[old]
+        self._trim()
+
+    def _oldest(self) -> int:
+        return min([*self.live, *(f for r in self.pins.values() for f, _ in r)],
+                   default=self.next)
+
+    def close(self) -> None:  # the run's storage stays; its owner closes it
+        self.bm.flush(self.sid)
+
+
+class DurableSpills:
+    """``EngineConfig(spill=...)`` for a fault-tolerant run: each window operator's
+    :class:`DurableSpill` in the run's storage ``bm``, kept by operator id for its
+    checkpoints."""
+
+    def __init__(self, bm: BlockManager | None = None):
+        self.bm = bm  # the run's storage (set once it is open)
+        self.stores: dict[str, DurableSpill] = {}
+
+    def __call__(self, branch) -> DurableSpill:
+        if branch.id not in self.stores:
+            self.stores[branch.id] = DurableSpill(branch, self.bm)
+        return self.stores[branch.id]
+

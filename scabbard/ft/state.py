@@ -196,6 +196,43 @@ class WindowOperator(_Stored):
             self.log.restore(runs, panes, rec.operator["last_ts"] // self.branch.slide_ms)
 
 
+class SpilledWindow:
+    """A window aggregation whose state is held under a memory budget
+    (:mod:`scabbard.engine.spill`): its checkpoint is the units of its spill stream
+    (:class:`~scabbard.ft.spillstore.DurableSpill`) the engine listed at the marker - spilled
+    partitions' units already on disk, the partitions in memory written out then - and
+    recovery resumes with every partition spilled at them, read back as windows close."""
+
+    log = None  # no pane units: spilled state is written once already
+
+    def __init__(self, branch, spills):
+        self.branch, self.id, self.spills = branch, branch.id, spills
+        self.name = f"spill-{branch.id}"
+
+    @property
+    def store(self):
+        return self.spills(self.branch)
+
+    def after_task(self, part) -> None:  # the state is the engine's, under its budget
+        pass
+
+    def part(self, taken: tuple, cid: int) -> Written:
+        """The record's entry: every partition's units, and the writes they wait for."""
+        parts, futures, nbytes = taken
+        units = [[i, f, e] for i, ranges in sorted(parts.items()) for f, e in ranges]
+        entry = {"stream": self.name, "cid": cid, "units": units,
+                 "first": min((u[1] for u in units), default=0),
+                 "end": max((u[2] for u in units), default=0)}
+        return Written([entry], futures, nbytes)
+
+    @staticmethod
+    def listed(entry: dict) -> dict[int, list[tuple[int, int]]]:
+        parts: dict[int, list] = {}
+        for i, f, e in entry["units"]:
+            parts.setdefault(int(i), []).append((int(f), int(e)))
+        return parts
+
+
 class JoinOperator(_Stored):
     """A window join: each input's rows not yet joined, and the watermarks."""
 
@@ -213,14 +250,21 @@ class QueryState(FTOperator):
     reaches it (see the module)."""
 
     def __init__(self, plan, storage: BlockManager, channels: tuple[str, ...] = (),
-                 mode: str = "full"):
+                 mode: str = "full", spills=None, spilled: tuple[str, ...] = ()):
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"checkpoint mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if spilled and mode != "full":
+            raise ValueError(f"state under a memory budget is checkpointed by its spilled "
+                             f"units, once each: checkpoint mode {mode!r} does not apply")
         self.plan, self.bm, self.mode = plan, storage, mode
-        self.windows = [WindowOperator(b, storage, mode) for b in plan.branches]
+        # the branches ``spilled`` hold their state under a budget, in ``spills``' stores
+        self.windows = [SpilledWindow(b, spills) if b.id in spilled
+                        else WindowOperator(b, storage, mode) for b in plan.branches]
+        self.spilled = [w for w in self.windows if isinstance(w, SpilledWindow)]
         self.joins = [JoinOperator(op, storage) for op in plan.graph if op.kind == "join"]
-        self.operators: dict[str, _Stored] = {o.id: o for o in [*self.windows, *self.joins]}
+        self.operators: dict[str, _Stored] = {
+            o.id: o for o in [*self.windows, *self.joins] if isinstance(o, _Stored)}
         self.channels = tuple(channels)  # the persisted channels (by producer id)
         self.reporting = {op.id for op in plan.graph} | {"sink"}
         self.seq, self.last_ts = -1, 0
@@ -229,6 +273,7 @@ class QueryState(FTOperator):
         self._reached: dict = {}  # (operator, stream) -> the end of its last dependency
         self.stepped = Written()  # eventual mode: the steps' writes since the last record
         self.loaded: dict = {}  # recovery: what load_state read
+        self.loaded_spill: dict = {}  # recovery: per spilled window, its partitions' units
 
     # -- tracking (the assembly's thread) ---------------------------------------------------------
     def after_task(self, r, clock: dict | None = None, graph=None) -> None:
@@ -244,8 +289,10 @@ class QueryState(FTOperator):
                 pv[w.id] = {"in": {"input": r.end_offset}, "out": {}}
                 if top in self.channels and self.graph is not None:
                     pv[w.id]["out"][top] = self.graph.channels[top].end
+            cid = r.marker.checkpoint_id
             self._parts = {"seq": r.seq, "input_end": r.end_offset, "last_ts": r.last_ts,
-                           "windows": [w.snapshot() for w in self.windows], "pv": pv,
+                           "windows": [w.store.take(cid) if isinstance(w, SpilledWindow)
+                                       else w.snapshot() for w in self.windows], "pv": pv,
                            "graph": {}}
 
     def reached(self, where: str, snapshot, pv: dict) -> None:
@@ -263,7 +310,10 @@ class QueryState(FTOperator):
     def restore(self, rec: CheckpointRecord, edges: list) -> None:
         """Resume from ``rec``: the windows' partials, and where its dependencies reached."""
         for w, e in zip(self.windows, edges, strict=True):
-            w.restore(e, rec)
+            if isinstance(w, SpilledWindow):
+                w.store.adopt(self.loaded_spill[w.id], rec.id)
+            else:
+                w.restore(e, rec)
         self.seq, self.pv_in, self.last_ts = rec.seq, rec.input_end, rec.operator["last_ts"]
         for unit, deps in rec.operator.get("dependencies", {}).items():
             for d in deps:
@@ -320,7 +370,9 @@ class QueryState(FTOperator):
         cid, last_ts = snap.operator["checkpoint_id"], snap.operator["last_ts"]
         out = Written()
         for i, w in enumerate(self.windows):
-            if w.log is None:
+            if isinstance(w, SpilledWindow):
+                out.add(w.part(snap.parts[i], cid))
+            elif w.log is None:
                 cols = w.columns(snap.parts[i], last_ts)
                 parts, futures, nbytes = w.write([cols], cid)
                 out.add(Written(parts, futures, nbytes, count_panes(cols[0])))
@@ -373,7 +425,21 @@ class QueryState(FTOperator):
                 got.setdefault(o.id, [[] for _ in o.schemas])[k].append(f.result())
         cols = {o.id: [[np.concatenate(c) for c in zip(*got[o.id][k], strict=True)]
                        for k in range(len(o.schemas))] for o in self.operators.values()}
-        edges = [w.edges(cols[w.id][0]) for w in self.windows]
+        edges, self.loaded_spill, verified = [], {}, 0
+        for w in self.windows:
+            if not isinstance(w, SpilledWindow):
+                edges.append(w.edges(cols[w.id][0]))
+                continue
+            entry = next((p for p in rec.state if p["stream"] == w.name), None)
+            if entry is None:
+                raise ValueError(f"checkpoint {rec.id} holds no spilled state of {w.id} (a run "
+                                 f"without a state memory budget)")
+            # read back lazily, as the windows close; verified now, so that a damaged unit
+            # makes recovery fall back to an older checkpoint, not fail the run later
+            self.loaded_spill[w.id] = w.listed(entry)
+            verified += w.store.verify(self.loaded_spill[w.id])
+            b = w.branch
+            edges.append(concat_edges([], b.key_width, len(b.iops), len(b.fops)))
         graph = {}
         saved = rec.operator.get("graph", {})
         for op in self.joins:
@@ -385,6 +451,8 @@ class QueryState(FTOperator):
                        "panes": sum(count_panes(e.pane) for e in edges),
                        "runs": sum(1 for _, _, p in jobs if "panes" in p and p["end"] > p["first"]),
                        "parts": len(jobs)}
+        if self.spilled:
+            self.loaded["spill_verified_bytes"] = verified
         return edges, graph
 
     def _read(self, o: _Stored, k: int, part: dict, cid: int) -> list:
@@ -399,6 +467,10 @@ class QueryState(FTOperator):
         first: dict[str, int] = {}
         for p in state:
             first[p["stream"]] = min(first.get(p["stream"], p["first"]), p["first"])
+        for w in self.spilled:  # what only older checkpoints listed
+            for p in state:
+                if p["stream"] == w.name:
+                    w.store.unpin_below(p["cid"])
         for o in self.operators.values():
             if all(s.name in first for s in o.schemas):
                 o.trim([{"first": first[s.name]} for s in o.schemas])
