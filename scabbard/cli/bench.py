@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from scabbard import paths
-from scabbard.cli.common import hidden_alias
+from scabbard.cli.common import hidden_alias, parse_bytes
 from scabbard.cli.errors import CLIError
 
 # -- options shared by the benchmarks, declared once -----------------------------------------
@@ -35,10 +35,10 @@ _HELP = {
     "keys": "distinct keys of the Zipf and uniform streams",
     "key_counts": "numbers of distinct keys (the window state's size), a dataset each",
     "systems": "systems measured side by side: engine (state in memory), engine-spill "
-               "(state within --state-memory), engine-ft (checkpoints), spark-rocksdb, "
-               "flink-rocksdb",
+               "(state within --state-memory), engine-ft (checkpoints), engine-ft-spill "
+               "(checkpoints of state within --state-memory), spark-rocksdb, flink-rocksdb",
     "event_seconds": "event seconds of each dataset",
-    "state_memory": "engine-spill's state memory budget, bytes",
+    "state_memory": "the state memory budget of engine-spill and engine-ft-spill (e.g. 16M)",
     "spark_memory": "the Spark driver's heap, e.g. 8g ('auto': half the memory available)",
     "spark_partitions": "Spark's shuffle partitions (0: two per core)",
     "data_dir": "dataset root (the project's data/: $SCABBARD_HOME, else this checkout)",
@@ -53,7 +53,8 @@ _ALIASES = {"seconds": "--seconds", "data_dir": "--data-dir"}  # the old spellin
 _CHOICES = {"scale": ("tiny", "small", "full"), "sinks": ("clocked", "transactional"),
             "placements": ("alternate", "all", "none"),
             "checkpoint_mode": ("full", "incremental", "eventual"),
-            "systems": ("engine", "engine-spill", "engine-ft", "spark-rocksdb", "flink-rocksdb")}
+            "systems": ("engine", "engine-spill", "engine-ft", "engine-ft-spill", "spark-rocksdb",
+                        "flink-rocksdb")}
 
 
 def _options(p, settings, *names: str, out: str | None = None, **defaults) -> None:
@@ -77,7 +78,7 @@ def _options(p, settings, *names: str, out: str | None = None, **defaults) -> No
             p.add_argument(flag, dest=name, action="store_false" if default else "store_true",
                            help=_HELP[name])
             continue
-        kind = {"queries": str.upper, "query": str.upper}.get(name)
+        kind = {"queries": str.upper, "query": str.upper, "state_memory": parse_bytes}.get(name)
         if kind is None:
             item = default[0] if isinstance(default, tuple | list) else default
             kind = type(item) if isinstance(item, int | float) else str
@@ -283,6 +284,19 @@ def add(sub, full: bool = True) -> None:
         "state_runs.csv and state.png to --output.", _run_bench_state)
     _options(sp, state.Settings, "key_counts", "systems", "event_seconds", "rate", "rounds",
              "interval", "state_memory", out="bench-state")
+    rp = _bench(
+        bsub, "state-recovery",
+        "Darwin's Fig. 2: checkpoint and recovery time against the state's size, state in "
+        "memory vs spilled",
+        "Per number of keys, on Darwin's micro-benchmark (DARWIN), the engine with checkpoints, "
+        "its state in memory (engine-ft) or within --state-memory (engine-ft-spill: the "
+        "spilled units are the checkpoint's state), is stopped halfway through the dataset, "
+        "then recovered and run over the next window's end.  Prints per run the state the "
+        "last checkpoint holds, the checkpoints' median duration, the recovery's state load "
+        "and the recovered run's time; writes recovery.csv and state_recovery.png to "
+        "--output.", _run_bench_state_recovery)
+    _options(rp, state.Settings, "key_counts", "event_seconds", "rate", "rounds",
+             "state_memory", out="bench-state-recovery")
     gp = _bench(
         bsub, "cluster",
         "generation rate and one query's throughput: local mode vs a standalone cluster here",
@@ -531,6 +545,18 @@ def _run_bench_state(args) -> int:
     from scabbard.experiments import state as exp
 
     return _tabled(args, exp, exp.summary, "state.png")
+
+
+def _run_bench_state_recovery(args) -> int:
+    from scabbard.experiments import state as exp
+
+    runs = exp.recovery(_settings(exp.Settings, args, output_dir=args.out),
+                        log=lambda s: print(s, flush=True))
+    print("\n" + exp.recovery_summary(runs).round(2).to_string(index=False))
+    exp.plot_recovery(runs, args.out)
+    print(f"\nresults: {Path(args.out) / 'recovery.csv'}, "
+          f"figure: {Path(args.out) / 'state_recovery.png'}")
+    return 0
 
 
 def _run_bench_cluster(args) -> int:

@@ -7,7 +7,8 @@ of keys, on the same dataset (:mod:`scabbard.workloads.darwin`, generated with S
 
 * the engine without fault tolerance: its state in memory, and held within ``state_memory``
   bytes (key partitions spilled to disk, :mod:`scabbard.engine.spill`); and with checkpoints
-  every ``interval`` seconds; each in a process of its own whose peak resident memory is
+  every ``interval`` seconds, its state in memory or within the budget (the spilled units
+  are then the checkpoint's state); each in a process of its own whose peak resident memory is
   measured (``wait4``), and its anonymous memory sampled (the dataset is memory-mapped: its
   pages count as resident but are the page cache's);
 * Spark Structured Streaming with the RocksDB state store provider;
@@ -39,9 +40,11 @@ import pandas as pd
 
 from scabbard.experiments import default_data_dir, finish, save_tables
 
-SYSTEMS = ("engine", "engine-spill", "engine-ft", "spark-rocksdb", "flink-rocksdb")
+SYSTEMS = ("engine", "engine-spill", "engine-ft", "engine-ft-spill", "spark-rocksdb",
+           "flink-rocksdb")
 LABELS = {"engine": "engine, in memory", "engine-spill": "engine, state within the budget",
           "engine-ft": "engine, in memory + checkpoints",
+          "engine-ft-spill": "engine, within the budget + checkpoints",
           "spark-rocksdb": "Spark, RocksDB state", "flink-rocksdb": "Flink, RocksDB state"}
 
 
@@ -95,10 +98,9 @@ def _child(spec: dict) -> dict:
     cfg = EngineConfig(workers=spec["workers"], state_memory=spec.get("state_memory"),
                        spill=disk_spill(spec["work"]) if spec.get("state_memory") else None)
     anon = AnonPeak()
-    spilled = {}
-    if spec["system"] != "engine-ft":
+    checkpoint_ms = float("nan")
+    if not spec["system"].startswith("engine-ft"):
         rep = run_query(q, ds, NullSink(), cfg)
-        summary, spilled = rep.summary, rep.spilled
     else:
         from scabbard.ft.recovery import run_fault_tolerant
         from scabbard.ft.sinks import DiscardSink
@@ -106,12 +108,15 @@ def _child(spec: dict) -> dict:
         work = Path(spec["work"])
         r = run_fault_tolerant(q, ds, work / "storage", DiscardSink(work / "output"), cfg,
                                interval=spec["interval"], persist_input=False)
-        summary = r.run.summary
-    st = next(iter(spilled.values()), {})
+        rep = r.run
+        if r.checkpoints:
+            checkpoint_ms = float(np.median([c.duration_s * 1e3 for c in r.checkpoints]))
+    st = next(iter(rep.spilled.values()), {})
+    summary = rep.summary
     return {"tuples": summary.tuples, "seconds": summary.seconds,
             "result_rows": summary.result_rows, "peak_anon_mb": anon.stop() / 2**20,
             "state_peak_mb": st.get("peak_bytes", float("nan")) / 2**20,
-            "spilled_mb": st.get("spilled_bytes", 0) / 1e6}
+            "spilled_mb": st.get("spilled_bytes", 0) / 1e6, "checkpoint_ms": checkpoint_ms}
 
 
 class AnonPeak:
@@ -147,7 +152,7 @@ def engine_run(system: str, data: Path, s: Settings, work: Path) -> dict:
     """An engine run in a child process: its figures and its peak resident memory."""
     spec = {"system": system, "data": str(data), "workers": s.workers, "interval": s.interval,
             "work": str(work),
-            "state_memory": s.state_memory if system == "engine-spill" else None}
+            "state_memory": s.state_memory if system.endswith("-spill") else None}
     with tempfile.TemporaryFile() as out:
         proc = subprocess.Popen([sys.executable, "-m", "scabbard.experiments.state",
                                  json.dumps(spec)], stdout=out, stderr=subprocess.PIPE)
@@ -222,6 +227,13 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
                     out[f"{c} {what.removesuffix('_mb').replace('_', ' ')} MB"] = got[c]
     if "engine" in tput and "engine-spill" in tput:
         out["spill / in memory"] = tput["engine-spill"] / tput["engine"]
+    if "engine-ft" in tput and "engine-ft-spill" in tput:
+        out["spill / in memory, with checkpoints"] = tput["engine-ft-spill"] / tput["engine-ft"]
+    if "checkpoint_ms" in med:
+        got = med["checkpoint_ms"].unstack("system")
+        for c in got.columns:
+            if got[c].notna().any():
+                out[f"{c} checkpoint ms"] = got[c]
     for peer in ("spark-rocksdb", "flink-rocksdb"):
         if "engine" in tput and peer in tput:
             out[f"engine / {peer}"] = tput["engine"] / tput[peer]
@@ -245,9 +257,6 @@ def plot(runs: pd.DataFrame, output_dir: str | None = None):
     ax.legend(fontsize=8)
     return finish(fig, output_dir, "state.png")
 
-
-if __name__ == "__main__":  # an engine run of :func:`engine_run`, in its own process
-    print(json.dumps(_child(json.loads(sys.argv[1]))))
 
 
 def plot_budget(runs: pd.DataFrame, output_dir: str | None = None):
@@ -277,3 +286,107 @@ def plot_budget(runs: pd.DataFrame, output_dir: str | None = None):
     ax.set_title("throughput")
     bx.set_title("anonymous memory (the dataset is memory-mapped)")
     return finish(fig, output_dir, "state_budget.png")
+
+
+# -- notebook 13 (c): Darwin's Fig. 2 ----------------------------------------------------------
+RECOVERY_SYSTEMS = ("engine-ft", "engine-ft-spill")
+RECOVERY_BATCH = 1 << 16  # tuples per task in both systems: the same cut points
+
+
+def recovery(settings: Settings, log=print) -> pd.DataFrame:
+    """Darwin's Fig. 2 on this machine: per key count, the engine with checkpoints - its state
+    in memory, or within ``state_memory`` (the spilled units are the checkpoint's state) - is
+    stopped halfway through the dataset (a window half full, every ``1/8`` of the way a
+    checkpoint), then recovered and run over the next window's end.  One row per (keys,
+    system, round): the state the last checkpoint holds, the checkpoints' median duration
+    and bytes written, the recovery's state load (for spilled state: the listed units read
+    back and verified, not kept) and the recovered run's processing time - which includes,
+    for spilled state, reading each partition back as its first window closes.  Saved as
+    ``recovery.csv``."""
+    from scabbard import queries
+    from scabbard.engine import EngineConfig
+    from scabbard.engine.runtime import Engine
+    from scabbard.engine.sources import StopAfter
+    from scabbard.engine.tasks import partials_schema
+    from scabbard.ft.recovery import run_fault_tolerant
+    from scabbard.ft.sinks import DiscardSink
+
+    s, rows, q = settings, [], queries.get("DARWIN")
+    for keys in s.key_counts:
+        ds = dataset(keys, s)
+        row_bytes = partials_schema(Engine(q, ds.tables).plan.branches[0], "x").row_bytes
+        stop = max(2, ds.rows // 2 // RECOVERY_BATCH)  # halfway: a window half full
+        every = max(1, stop // 8)  # a checkpoint every eighth of the way
+        after = max(1, int(ds.rows * 0.15) // RECOVERY_BATCH)  # over the next window's end
+        for rnd in range(s.rounds):
+            for system in RECOVERY_SYSTEMS:
+                work = Path(tempfile.mkdtemp(prefix="scabbard-state-", dir=s.data_dir))
+                budget = s.state_memory if system.endswith("-spill") else None
+
+                def ft(k, work=work, budget=budget, ds=ds, every=every, **kw):
+                    return run_fault_tolerant(
+                        q, ds, work / "storage", DiscardSink(work / "output"),
+                        EngineConfig(workers=s.workers, batch_rows=RECOVERY_BATCH),
+                        interval=None, every_tasks=every, persist_input=False,
+                        wrap_source=lambda src: StopAfter(src, k), state_memory=budget, **kw)
+                try:
+                    first = ft(stop)
+                    last = first.checkpoints[-1]
+                    units = [u for p in last.state for u in p.get("units", ())]
+                    state_mb = (sum(e - f for _, f, e in units) * row_bytes if units
+                                else last.bytes) / 1e6
+                    t0 = time.perf_counter()
+                    rec = ft(after, recover=True)
+                    wall = time.perf_counter() - t0
+                finally:
+                    shutil.rmtree(work, ignore_errors=True)
+                st = next(iter(rec.run.spilled.values()), {})
+                row = {"keys": keys, "system": system, "round": rnd, "state_mb": state_mb,
+                       "checkpoints": len(first.checkpoints),
+                       "checkpoint_ms": float(np.median([c.duration_s * 1e3
+                                                         for c in first.checkpoints])),
+                       "checkpoint_written_mb": float(np.median([c.bytes for c in
+                                                                 first.checkpoints])) / 1e6,
+                       "load_ms": rec.loaded.get("load_ms", float("nan")),
+                       "catch_up_s": rec.run.summary.seconds, "recovery_wall_s": wall,
+                       "reloaded_mb": st.get("reloaded_bytes", 0) / 1e6}
+                rows.append(row)
+                log(f"{keys:>11,} keys  {system:16s} state {state_mb:8.1f} MB  checkpoint "
+                    f"{row['checkpoint_ms']:7.1f} ms ({row['checkpoint_written_mb']:.1f} MB)  "
+                    f"load {row['load_ms']:7.1f} ms  recovered run {row['catch_up_s']:.2f} s")
+    runs = pd.DataFrame(rows)
+    save_tables(s.output_dir, recovery=runs)
+    return runs
+
+
+def recovery_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per key count and system: the medians of :func:`recovery`'s figures."""
+    cols = ["state_mb", "checkpoint_ms", "checkpoint_written_mb", "load_ms", "catch_up_s",
+            "reloaded_mb"]
+    return runs.groupby(["keys", "system"])[cols].median().reset_index()
+
+
+def plot_recovery(runs: pd.DataFrame, output_dir: str | None = None):
+    """Darwin's Fig. 2: checkpoint time (left), the recovery's state load (middle) and the
+    recovered run's processing time (right) against the state's size, state in memory vs
+    spilled."""
+    import matplotlib.pyplot as plt
+
+    med = recovery_summary(runs)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
+    for what, ax, title in (("checkpoint_ms", axes[0], "checkpoint (ms)"),
+                            ("load_ms", axes[1], "recovery: state load (ms)"),
+                            ("catch_up_s", axes[2], "recovered run, to the next window (s)")):
+        for system in RECOVERY_SYSTEMS:
+            m = med[med["system"] == system]
+            if len(m):
+                ax.plot(m["state_mb"], m[what], "o-", label=LABELS[system])
+        ax.set_xscale("log")
+        ax.set_xlabel("state the checkpoint holds (MB)")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+    return finish(fig, output_dir, "state_recovery.png")
+
+
+if __name__ == "__main__":  # an engine run of :func:`engine_run`, in its own process
+    print(json.dumps(_child(json.loads(sys.argv[1]))))
