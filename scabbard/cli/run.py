@@ -80,6 +80,14 @@ def add_run(sub) -> None:
                         "go to --storage and are the checkpoint's state: a checkpoint lists "
                         "them and writes only the partitions in memory, and recovery reads "
                         "them back as the windows close")
+    p.add_argument("--adaptive-kernels", action="store_true",
+                   help="adaptive query compilation (Grizzly): each window operator's kernels "
+                        "run generic, then instrumented (filter selectivities, key ranges), "
+                        "then optimised for what was seen (filters by selectivity, a dense "
+                        "array for a small key range), compiled in the background and "
+                        "swapped while the query runs; a task that breaks an assumption is "
+                        "run again generically and the operator profiles anew (results never "
+                        "change).  Kernel events go to --metrics-log")
     p.add_argument("--spill-dir", metavar="DIR",
                    help="where --state-memory spills without fault tolerance (default: the "
                         "system's temporary folder)")
@@ -388,7 +396,8 @@ def config_from_args(args):
                      max_replay_tuples=args.max_replay_tuples) if ft else None,
             assembly=args.assembly, ingress_partitions=args.ingress_partitions,
             state_memory=args.state_memory,
-            spill_dir=Path(args.spill_dir) if args.spill_dir else None)
+            spill_dir=Path(args.spill_dir) if args.spill_dir else None,
+            adaptive_kernels=args.adaptive_kernels)
     except ConfigError as e:
         flag = FLAGS.get(e.field, "--" + e.field.replace("_", "-"))
         raise CLIError(f"{flag} {e.problem}") from None
@@ -481,7 +490,16 @@ def _run_engine(args, config, ds) -> int:
           f"p95 {lat['p95']}")
     print(f"results: {s.result_rows:,} rows" + (f" -> {args.output}" if args.output else ""))
     _print_spilled(report)
+    _print_kernels(report)
     return 0
+
+
+def _print_kernels(report) -> None:
+    """What adaptive compilation did, per window operator."""
+    for branch, st in getattr(report, "kernels", {}).items():
+        print(f"kernels of {branch}: tasks {st['generic']:,} generic, {st['instrumented']:,} "
+              f"instrumented, {st['optimised']:,} optimised; {st['swaps']} swaps, "
+              f"{st['deopts']} deoptimisations")
 
 
 def _print_spilled(report) -> None:
@@ -535,6 +553,7 @@ def _run_fault_tolerant(args, config, ds, progress) -> int:
               f"{sum(panes) / len(panes):,.1f} panes per checkpoint")
     print(f"results: {s.result_rows:,} rows -> {ft.output}")
     _print_spilled(r.run)
+    _print_kernels(r.run)
     return 0
 
 

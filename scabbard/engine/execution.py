@@ -33,6 +33,7 @@ class RunReport:
     workers: int
     written_bytes: int = 0  # persisted (segments acknowledged by the storage), if any
     spilled: dict = field(default_factory=dict)  # per branch under a state budget: spills...
+    kernels: dict = field(default_factory=dict)  # per branch, adaptive kernels: tasks per variant
 
 
 @dataclass(slots=True)
@@ -402,6 +403,8 @@ class Execution:
         threads = [threading.Thread(target=self.worker, name=f"worker-{i}", daemon=True)
                    for i in range(cfg.workers)]
         engine.warm_up(self.feed.peek())
+        if engine.adaptive is not None:
+            engine.adaptive.listen(metrics.event)
         metrics.start(query=engine.query.name, workers=cfg.workers,
                       batch_rows=self.feed.batch_rows,
                       ingress_partitions=getattr(self.feed, "partitions", 1))
@@ -466,7 +469,8 @@ class Execution:
             self._partitions.shutdown(wait=True)
         spilled = self._close_state()
         return RunReport(engine.query.name, metrics.stop(), self.feed.batch_rows, cfg.workers,
-                         spilled=spilled)
+                         spilled=spilled,
+                         kernels=engine.adaptive.stats() if engine.adaptive is not None else {})
 
     def _close_state(self) -> dict:
         """Spilled state removed; per branch, what spilling did (empty without a budget)."""

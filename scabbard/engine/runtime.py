@@ -87,6 +87,9 @@ class EngineConfig:
     # where the spilled state goes: a factory of a SpillStore per window operator (engine/ports;
     # scabbard.ft.spillstore.disk_spill(folder) keeps it on disk)
     spill: object = field(default=None, compare=False, repr=False)
+    # adaptive query compilation (issue 20, engine/adaptive.py): each branch's kernels
+    # profiled, specialised and swapped while the query runs.  None: the generic kernels
+    adaptive: object = None
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -157,6 +160,12 @@ class Engine:
             b.kernel(self.config.cache_dir)
         if self.plan.selection is not None:
             self.plan.selection.kernel(self.config.cache_dir)
+        self.adaptive = None
+        if self.config.adaptive is not None:
+            from scabbard.engine.adaptive import AdaptiveKernels
+
+            self.adaptive = AdaptiveKernels(self.plan.branches, self.config.cache_dir,
+                                            self.config.adaptive)
 
     # -- setup ------------------------------------------------------------------------------
     def _bind(self, relations: dict[str, Table]) -> None:
@@ -228,10 +237,15 @@ class Engine:
             o_keys = np.empty((n, k), dtype=np.int64)
             o_i = np.empty((n, ni), dtype=np.int64)
             o_f = np.empty((n, nf), dtype=np.float64)
-            kernel = b.kernel(self.config.cache_dir)
-            m = kernel(n, ts, *(cols[c] for c in b.input_columns), *rel_args, o_ts, o_keys, o_i, o_f)
-            partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
-                                      b.slide_ms, ordered=True)
+            inputs = tuple(cols[c] for c in b.input_columns)
+            if self.adaptive is not None and n:  # the variant the branch's phase asks for
+                m, partials = self.adaptive.branches[i].run(n, ts, inputs, rel_args, o_ts,
+                                                            o_keys, o_i, o_f)
+            else:
+                kernel = b.kernel(self.config.cache_dir)
+                m = kernel(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
+                partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops,
+                                          b.fops, b.slide_ms, ordered=True)
             first, last = int(ts[0]) // b.slide_ms, int(ts[-1]) // b.slide_ms
             pane = partials[0]
             if last - first + 1 > 2 * b.panes:  # long: windows of its own
@@ -268,7 +282,11 @@ class Engine:
                 return
         self._warm = True
         head = batch.slice(0, min(len(batch), 2048))
-        r = self._fragment(0, head, 0.0)
+        adaptive, self.adaptive = self.adaptive, None  # not a task of the adaptive phases
+        try:
+            r = self._fragment(0, head, 0.0)
+        finally:
+            self.adaptive = adaptive
         if self.plan.selection is not None:  # nothing else runs
             return
         graph = OperatorGraph(self.plan)

@@ -150,6 +150,7 @@ class RunConfig:
     ingress_partitions: int | None = None  # None: by the workers (EngineConfig)
     state_memory: int | None = None  # bytes of window state in memory (EngineConfig)
     spill_dir: Path | None = None  # where state beyond it goes (None: the system's temp)
+    adaptive_kernels: bool = False  # adaptive query compilation (EngineConfig.adaptive)
 
     def __post_init__(self) -> None:
         from scabbard import queries

@@ -55,7 +55,8 @@ class Controller:
                  assembly: str = "auto", ingress_partitions: int | tuple[int, ...] | None = None,
                  checkpoint_mode: str = "full",
                  checkpoint_step: float | None = None, max_unsaved_panes: int | None = None,
-                 max_replay_tuples: int | None = None, state_memory: int | None = None):
+                 max_replay_tuples: int | None = None, state_memory: int | None = None,
+                 adaptive_kernels: bool = False):
         self.query, self.data = query, Path(data)
         self.dir = Path(workdir)
         self.storage, self.output = self.dir / "storage", self.dir / "output"
@@ -76,6 +77,7 @@ class Controller:
                          "--max-unsaved-panes": max_unsaved_panes,
                          "--max-replay-tuples": max_replay_tuples}
         self.state_memory = state_memory  # --state-memory: window state spilled beyond it
+        self.adaptive_kernels = adaptive_kernels  # --adaptive-kernels
         self.proc: subprocess.Popen | None = None
         self.spare: subprocess.Popen | None = None
         self.incarnation = 0
@@ -109,6 +111,8 @@ class Controller:
             cmd += ["--rate", str(self.rate)]
         if self.state_memory is not None:
             cmd += ["--state-memory", str(self.state_memory)]
+        if self.adaptive_kernels:
+            cmd += ["--adaptive-kernels"]
         if self.persist_at:
             placed = (("ingress",) if self.persist_input else ()) + self.persist_at
             cmd += ["--persist-at", ",".join(placed)]

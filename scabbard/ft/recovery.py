@@ -39,6 +39,7 @@ from pathlib import Path
 from scabbard import faults, queries
 from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
+from scabbard.engine.adaptive import AdaptivePolicy
 from scabbard.engine.metrics import Metrics
 from scabbard.engine.ports import Resume
 from scabbard.engine.runtime import MIN_BATCH, Engine, EngineConfig, RunReport
@@ -221,7 +222,9 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                                            batch_rows=cfg.batch_rows,
                                            metrics_interval=cfg.metrics_interval,
                                            assembly=cfg.assembly,
-                                           ingress_partitions=cfg.ingress_partitions)
+                                           ingress_partitions=cfg.ingress_partitions,
+                                           adaptive=AdaptivePolicy() if cfg.adaptive_kernels
+                                           else None)
     storage, storage_config = persist.storage, persist.layout
     rate, duration, max_tuples = cfg.rate, cfg.duration, cfg.max_tuples
     push_up, compression, lossy_decimals = (persist.push_up, persist.compression,

@@ -13,6 +13,7 @@ import os
 from scabbard import queries, workloads
 from scabbard.data import Dataset, dataset_path, open_dataset
 from scabbard.engine import EngineConfig, RunReport, Sink
+from scabbard.engine.adaptive import AdaptivePolicy
 from scabbard.ft.config import RunConfig
 from scabbard.ft.ingress import run_persisted
 from scabbard.ft.recovery import FTReport, open_fault_tolerant
@@ -33,7 +34,8 @@ def engine_config(config: RunConfig) -> EngineConfig:
                         assembly=config.assembly,
                         ingress_partitions=config.ingress_partitions,
                         state_memory=config.state_memory,
-                        spill=disk_spill(config.spill_dir) if config.state_memory else None)
+                        spill=disk_spill(config.spill_dir) if config.state_memory else None,
+                        adaptive=AdaptivePolicy() if config.adaptive_kernels else None)
 
 
 def open_run(config: RunConfig, *, recover: bool = False, dataset: Dataset | None = None,

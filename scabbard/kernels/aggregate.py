@@ -194,3 +194,125 @@ def key_ids(keys: np.ndarray):
     """Dense ids of composite keys: ``(gid per row, keys of each gid)``."""
     keys = _rows(keys, len(keys), np.int64)
     return _key_ids(keys)
+
+
+# -- Grizzly's specialisations (issue 20): aggregation into a dense array ------------------------
+DENSE_MAX = 1 << 16  # the most (pane-local) groups a dense-array aggregation addresses
+
+
+@scan
+def _dense_scan(ts, keys, ivals, fvals, iops, fops, slide: int, lo, span, gid_of, group_keys,
+                acc_c, acc_i, acc_f, touched, o_pane, o_gid, o_cnt, o_i, o_f) -> int:
+    """:func:`_agg_scan` with the group found by arithmetic - ``sum((key_j - lo_j) *
+    stride_j)`` - instead of a hash probe; a key outside ``[lo_j, lo_j + span_j)`` fails the
+    guard: (-1 - row, groups) - the caller deoptimises.  Returns (partial rows, groups)."""
+    n = ts.shape[0]
+    k = keys.shape[1]
+    ni, nf = ivals.shape[1], fvals.shape[1]
+    groups, nt, m = 0, 0, 0
+    pane = ts[0] // slide if n > 0 else 0
+    for r in range(n + 1):
+        p = ts[r] // slide if r < n else pane + 1
+        if p != pane:  # flush the finished pane's groups
+            for t in range(nt):
+                d = touched[t]
+                g = gid_of[d]
+                o_pane[m] = pane
+                o_gid[m] = g
+                o_cnt[m] = acc_c[d]
+                for j in range(ni):
+                    o_i[m, j] = acc_i[d, j]
+                for j in range(nf):
+                    o_f[m, j] = acc_f[d, j]
+                acc_c[d] = 0
+                m += 1
+            nt = 0
+            pane = p
+        if r == n:
+            break
+        d = 0
+        for j in range(k):
+            x = keys[r, j] - lo[j]
+            if x < 0 or x >= span[j]:
+                return -1 - r, groups
+            d = d * span[j] + x
+        if gid_of[d] < 0:  # the group's first row in this task: its id, as a hash table's
+            gid_of[d] = groups
+            for j in range(k):
+                group_keys[groups, j] = keys[r, j]
+            groups += 1
+        if acc_c[d] == 0:
+            touched[nt] = d
+            nt += 1
+            for j in range(ni):
+                acc_i[d, j] = ivals[r, j]
+            for j in range(nf):
+                acc_f[d, j] = fvals[r, j]
+        else:
+            for j in range(ni):
+                acc_i[d, j] = combine(iops[j], acc_i[d, j], ivals[r, j])
+            for j in range(nf):
+                acc_f[d, j] = combine(fops[j], acc_f[d, j], fvals[r, j])
+        acc_c[d] += 1
+    return m, groups
+
+
+@kernel
+def _dense_aggregate(ts, keys, ivals, fvals, iops, fops, slide, lo, span):
+    n, k = ts.shape[0], keys.shape[1]
+    ni, nf = ivals.shape[1], fvals.shape[1]
+    size = 1
+    for j in range(k):
+        size *= span[j]
+    panes = (ts[n - 1] // slide - ts[0] // slide + 1) if n > 0 else 1
+    out = max(1, min(n, size * panes))  # a partial per (pane, group) at most
+    gid_of = np.full(size, -1, dtype=np.int64)
+    group_keys = np.empty((min(size, max(n, 1)), k), dtype=np.int64)
+    acc_c = np.zeros(size, dtype=np.int64)
+    acc_i = np.empty((size, ni), dtype=np.int64)
+    acc_f = np.empty((size, nf), dtype=np.float64)
+    touched = np.empty(size, dtype=np.int64)
+    o_pane = np.empty(out, dtype=np.int64)
+    o_gid = np.empty(out, dtype=np.int64)
+    o_cnt = np.empty(out, dtype=np.int64)
+    o_i = np.empty((out, ni), dtype=np.int64)
+    o_f = np.empty((out, nf), dtype=np.float64)
+    m, groups = _dense_scan(ts, keys, ivals, fvals, iops, fops, slide, lo, span, gid_of,
+                            group_keys, acc_c, acc_i, acc_f, touched, o_pane, o_gid, o_cnt,
+                            o_i, o_f)
+    h = max(m, 0)  # m < 0: a key failed the guard (nothing of it is used)
+    return m, (o_pane[:h], o_gid[:h], o_cnt[:h], o_i[:h], o_f[:h], group_keys[:groups].copy())
+
+
+def dense_pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide_ms: int, lo, span):
+    """:func:`pane_aggregate` (ordered rows) into a dense array: group ``(k_0, ..., k_j)`` at
+    ``sum((k_j - lo_j) * stride_j)``, for keys known to lie in ``[lo_j, lo_j + span_j)``
+    (Grizzly's specialisation for a small key range: no hash, no probe).  The same partials,
+    row for row (group ids in order of first appearance, as the hash table hands them out);
+    ``None`` when a key fails the guard - the caller runs :func:`pane_aggregate` instead
+    (deoptimisation).  At most :data:`DENSE_MAX` groups."""
+    lo = np.ascontiguousarray(lo, dtype=np.int64)
+    span = np.ascontiguousarray(span, dtype=np.int64)
+    if len(lo) != keys.shape[1] or len(span) != len(lo) or np.any(span < 1) \
+            or int(np.prod(span, dtype=np.float64)) > DENSE_MAX:
+        raise ValueError(f"a dense aggregation needs a range per key word, at most "
+                         f"{DENSE_MAX:,} groups in all")
+    m, parts = _dense_aggregate(ts, keys, ivals, fvals, iops, fops, slide_ms, lo, span)
+    return None if m < 0 else parts
+
+
+@kernel
+def key_range(keys):
+    """Per key word, the smallest and largest value (the instrumented variant's profile of a
+    task's group keys); ``lo > hi`` for no rows."""
+    k = keys.shape[1]
+    lo = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(k, np.iinfo(np.int64).min, dtype=np.int64)
+    for r in range(keys.shape[0]):
+        for j in range(k):
+            x = keys[r, j]
+            if x < lo[j]:
+                lo[j] = x
+            if x > hi[j]:
+                hi[j] = x
+    return lo, hi

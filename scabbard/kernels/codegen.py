@@ -15,6 +15,7 @@ into the code strings; this module only assembles and loads them.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import os
@@ -45,17 +46,59 @@ class FrontSpec:
     ints: tuple[str, ...]
     floats: tuple[str, ...]
     index: bool = False
+    # the instrumented variant (issue 20, Grizzly): counts into ``prof`` how many rows reach
+    # each run of consecutive filters (``prof[2 * f]``, at its first filter ``f``) and pass
+    # each filter on its own (``prof[2 * f + 1]``: every filter of a run is evaluated, so
+    # each one's selectivity is measured whatever the order)
+    profile: bool = False
+
+    def runs(self) -> list[list[int]]:
+        """The runs of consecutive filters (indices into ``steps``), which may be reordered
+        among themselves: a join between two runs binds what the later one may read."""
+        out, cur = [], []
+        for k, step in enumerate(self.steps):
+            if step[0] == "filter":
+                cur.append(k)
+            elif cur:
+                out.append(cur)
+                cur = []
+        return out + ([cur] if cur else [])
+
+    def reordered(self, order: list[int]) -> FrontSpec:
+        """The same kernel with its filters in ``order`` (a permutation of the filter steps'
+        indices that keeps each run of consecutive filters in its place)."""
+        runs = self.runs()
+        if sorted(order) != sorted(k for r in runs for k in r):
+            raise ValueError(f"not a permutation of the filters: {order}")
+        steps, it = list(self.steps), iter(order)
+        for r in runs:
+            picked = [next(it) for _ in r]
+            if sorted(picked) != r:
+                raise ValueError(f"filters {picked} moved across a join")
+            for k, src in zip(r, picked, strict=True):
+                steps[k] = self.steps[src]
+        return dataclasses.replace(self, steps=tuple(steps))
 
     def source(self) -> str:
         args = ["n", "ts", *(f"c_{c}" for c in self.columns)]
         for j, cols in enumerate(self.relations):
             args.append(f"rt_{j}")
             args.extend(f"r{j}_{c}" for c in cols)
-        args += ["out_ts", "out_keys", "out_i", "out_f"]
+        args += ["out_ts", "out_keys", "out_i", "out_f"] + (["prof"] if self.profile else [])
         body = ["    m = 0", "    for i in range(n):"]
-        for step in self.steps:
-            if step[0] == "filter":
-                body += [f"        if not ({step[1]}):", "            continue"]
+        firsts = {r[0]: r for r in self.runs()} if self.profile else {}
+        for k, step in enumerate(self.steps):
+            if step[0] == "filter" and k in firsts:  # a run, every filter evaluated
+                r = firsts[k]
+                body.append(f"        prof[{2 * k}] += 1")
+                for f in r:
+                    body += [f"        p{f} = ({self.steps[f][1]})",
+                             f"        if p{f}:", f"            prof[{2 * f + 1}] += 1"]
+                body += [f"        if not ({' and '.join(f'p{f}' for f in r)}):",
+                         "            continue"]
+            elif step[0] == "filter":
+                if not self.profile:
+                    body += [f"        if not ({step[1]}):", "            continue"]
             else:
                 _, j, key = step
                 probe = "probe1" if len(key) == 1 else "probe2"

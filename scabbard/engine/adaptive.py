@@ -1,0 +1,322 @@
+"""Adaptive query compilation (issue 20; Grizzly, SIGMOD 2020, §4-5): kernels specialised to
+the data while the query runs, and taken back when the data stops fitting them.
+
+A branch's fragment - the generated front kernel (σ, π, ⋈ probes; :mod:`scabbard.kernels.codegen`)
+and the per-pane aggregation (:mod:`scabbard.kernels.aggregate`) - runs in one of three
+variants, task by task (tasks are independent, so a switch between two tasks is free):
+
+* **generic**: today's kernels - the filters in the query's order, a hash table per task;
+* **instrumented**: the generic kernels plus a profile - every filter of a run of
+  consecutive filters evaluated on each row that reaches the run, so each one's selectivity
+  is measured whatever the order; each group-key word's smallest and largest value;
+* **optimised**: the filters of each run ordered by measured selectivity (the most selective
+  first), and - when the observed key range (widened by :attr:`AdaptivePolicy.margin`) holds
+  at most :data:`~scabbard.kernels.aggregate.DENSE_MAX` groups - aggregation into a dense
+  array indexed by the key's offset in the range, with no hash and no probe.
+
+Every assumption of an optimised variant is a **guard** checked inside the kernel: a key
+outside the range stops the dense aggregation, and the task's rows are aggregated again by
+the generic kernel from the same front output (**deoptimisation**: results never change); the
+branch goes back to profiling and optimises again for the data it now sees.  The filter
+order needs no guard (any order gives the same rows); it is revisited every
+:attr:`AdaptivePolicy.reprofile` tasks with one instrumented task.
+
+The optimised front kernel is generated and compiled on a background thread while the current
+variant keeps running, and swapped in when ready; numba caches it on disk by the digest of its
+source (:func:`~scabbard.kernels.codegen.compile_front`), so a restarted engine finds it.  Each
+step is a ``kernel`` event of the metrics log (``profile``, ``optimise``, ``swap``,
+``deopt``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from scabbard.kernels.aggregate import DENSE_MAX, dense_pane_aggregate, key_range, pane_aggregate
+from scabbard.kernels.codegen import compile_front
+
+GENERIC, INSTRUMENTED, OPTIMISED = "generic", "instrumented", "optimised"
+
+
+@dataclass(frozen=True)
+class AdaptivePolicy:
+    """When a branch profiles, optimises and profiles again.
+
+    ``warm_tasks``: generic tasks first; ``profile_tasks``: instrumented tasks whose profile
+    decides the optimised variant; ``reprofile``: every this many optimised tasks, one
+    instrumented (selectivities move; a key range is guarded instead); ``margin``: the dense
+    range is the observed one widened by this fraction of it on each side (keys that drift
+    a little do not deoptimise at once); ``dense_max``: the most groups a dense array holds;
+    ``background``: compile on a thread of its own (False: at once, on the task's thread -
+    deterministic, for tests); ``force``: every task in one variant (``generic`` or
+    ``instrumented``: what a benchmark compares the optimised variant with)."""
+
+    warm_tasks: int = 2
+    profile_tasks: int = 4
+    reprofile: int = 64
+    margin: float = 0.25
+    dense_max: int = DENSE_MAX
+    background: bool = True
+    force: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.force not in (None, GENERIC, INSTRUMENTED):
+            raise ValueError(f"force: generic or instrumented, not {self.force!r}")
+        if min(self.warm_tasks, self.profile_tasks) < 0 or self.profile_tasks < 1 \
+                or self.reprofile < 1 or self.margin < 0 or not 1 <= self.dense_max <= DENSE_MAX:
+            raise ValueError("adaptive policy: tasks >= 1, margin >= 0, "
+                             f"1 <= dense_max <= {DENSE_MAX:,}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an optimised variant assumes: the filter order, and the dense key range (or
+    None: hash aggregation)."""
+
+    order: tuple[int, ...] | None
+    lo: tuple[int, ...] | None = None
+    span: tuple[int, ...] | None = None
+
+    def describe(self) -> dict:
+        return {"filter_order": list(self.order) if self.order else None,
+                "dense": None if self.lo is None else
+                {"lo": list(self.lo), "span": list(self.span)}}
+
+
+class _Profile:
+    """What the instrumented tasks saw since profiling started."""
+
+    def __init__(self, steps: int, keys: int):
+        self.tasks = 0
+        self.counts = np.zeros(2 * steps, dtype=np.int64)
+        self.lo = np.full(keys, np.iinfo(np.int64).max, dtype=np.int64)
+        self.hi = np.full(keys, np.iinfo(np.int64).min, dtype=np.int64)
+        self.rows = 0
+
+
+class AdaptiveBranch:
+    """One branch's variants and the phase it is in (see the module); shared by the workers,
+    which call :meth:`run` for their tasks concurrently."""
+
+    def __init__(self, branch, index: int, cache_dir, policy: AdaptivePolicy,
+                 compiler: ThreadPoolExecutor | None):
+        self.b, self.index, self.cache_dir = branch, index, cache_dir
+        self.policy, self.compiler = policy, compiler
+        self.spec = branch.spec
+        self.generic = branch.kernel(cache_dir)
+        self.instrumented = None  # compiled when first needed
+        self.variant: tuple | None = None  # (front, plan) of the optimised variant
+        self.plan: Plan | None = None  # the plan of the variant installed or compiling
+        self.lock = threading.Lock()
+        self.phase = GENERIC
+        self.tasks = self.since = 0  # tasks run; in this phase
+        self.profile = _Profile(len(self.spec.steps), branch.key_width)
+        self.compiling = False
+        self.next_profile = policy.warm_tasks  # a generic branch profiles again from this task
+        self.margin = policy.margin  # doubled at each deoptimisation: keys that drift
+        # a branch with no group key and no two filters in a row has nothing to specialise
+        self.useful = branch.key_width > 0 or any(len(r) > 1 for r in self.spec.runs())
+        self.on_event = None  # metrics.event, set by the run
+        self.stats = {GENERIC: 0, INSTRUMENTED: 0, OPTIMISED: 0, "deopts": 0, "swaps": 0}
+
+    def _event(self, action: str, **fields) -> None:
+        if self.on_event is not None:
+            self.on_event("kernel", action=action, branch=self.b.id, **fields)
+
+    # -- choosing the variant of a task (with the lock held) ---------------------------------------
+    def _choose(self) -> str:
+        p = self.policy
+        self.tasks += 1
+        self.since += 1
+        if p.force is not None:
+            return p.force
+        if not self.useful:
+            return GENERIC
+        if self.phase == GENERIC and self.tasks > self.next_profile and not self.compiling:
+            self._enter(INSTRUMENTED)
+            self._event("profile", task=self.tasks)
+        elif self.phase == OPTIMISED and self.since % p.reprofile == 0:
+            return INSTRUMENTED  # one task's profile: the filter order is revisited
+        return self.phase
+
+    def _enter(self, phase: str) -> None:
+        self.phase, self.since = phase, 0
+        if phase == INSTRUMENTED:
+            self.profile = _Profile(len(self.spec.steps), self.b.key_width)
+
+    # -- the task ------------------------------------------------------------------------------
+    def run(self, n: int, ts, inputs: tuple, rel_args: tuple, o_ts, o_keys, o_i, o_f):
+        """The branch's front kernel and per-pane aggregation on one task, in the variant its
+        phase asks for: ``(rows out of the front, pane partials)`` - the generic kernels'
+        result, whatever the variant."""
+        b = self.b
+        with self.lock:
+            kind = self._choose()
+            variant = self.variant
+            self.stats[kind] += 1
+        if kind == OPTIMISED and variant is not None:
+            front, plan = variant
+            m = front(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
+            partials = None
+            if plan.lo is not None:
+                partials = dense_pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops,
+                                                b.fops, b.slide_ms, plan.lo, plan.span)
+                if partials is None:  # a key outside the range: the generic aggregation
+                    self._deopt(o_keys[:m], plan)
+            if partials is None:
+                partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops,
+                                          b.fops, b.slide_ms, ordered=True)
+            return m, partials
+        if kind == INSTRUMENTED:
+            if self.instrumented is None:
+                self.instrumented = compile_front(self._instrumented_spec(), self.cache_dir)
+            counts = np.zeros(2 * len(self.spec.steps), dtype=np.int64)
+            m = self.instrumented(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f, counts)
+            lo, hi = key_range(o_keys[:m])
+            partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
+                                      b.slide_ms, ordered=True)
+            self._profiled(counts, lo, hi, m, (ts, inputs, rel_args))
+            return m, partials
+        m = self.generic(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
+        return m, pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
+                                 b.slide_ms, ordered=True)
+
+    def _instrumented_spec(self):
+        return dataclasses.replace(self.spec, profile=True)
+
+    # -- profile, optimise, swap, deoptimise -------------------------------------------------------
+    def _profiled(self, counts, lo, hi, rows: int, sample) -> None:
+        with self.lock:
+            pr = self.profile
+            pr.tasks += 1
+            pr.counts += counts
+            pr.lo = np.minimum(pr.lo, lo)
+            pr.hi = np.maximum(pr.hi, hi)
+            pr.rows += rows
+            if self.phase == OPTIMISED:  # a periodic profile: only the filter order moves
+                plan = self._plan(pr)
+                if self.plan is not None and plan.order != self.plan.order:
+                    self._optimise(Plan(plan.order, self.plan.lo, self.plan.span), sample)
+                self.profile = _Profile(len(self.spec.steps), self.b.key_width)
+                return
+            if self.phase != INSTRUMENTED or pr.tasks < self.policy.profile_tasks:
+                return
+            plan = self._plan(pr)
+            if plan.order is None and plan.lo is None:  # nothing to specialise (for now)
+                self._event("optimise", task=self.tasks, plan=None)
+                self._enter(GENERIC)
+                self.next_profile = self.tasks + self.policy.reprofile  # the data may change
+                return
+            self._optimise(plan, sample)
+
+    def _plan(self, pr: _Profile) -> Plan:
+        """The variant the profile asks for."""
+        order = None
+        runs = self.spec.runs()
+        if any(len(r) > 1 for r in runs):
+            c = pr.counts
+            rate = {f: c[2 * f + 1] / max(1, c[2 * r[0]]) for r in runs for f in r}
+            order = tuple(f for r in runs for f in sorted(r, key=lambda f: (rate[f], f)))
+            if order == tuple(f for r in runs for f in r):
+                order = None  # the query's own order is the best one
+        lo = span = None
+        k = self.b.key_width
+        if k and pr.rows and np.all(pr.lo <= pr.hi):
+            width = (pr.hi - pr.lo + 1).astype(np.float64)
+            pad = np.ceil(width * self.margin).astype(np.int64)
+            lo_, span_ = pr.lo - pad, (pr.hi - pr.lo + 1) + 2 * pad
+            if float(np.prod(span_.astype(np.float64))) <= self.policy.dense_max:
+                lo, span = tuple(int(x) for x in lo_), tuple(int(x) for x in span_)
+        return Plan(order, lo, span)
+
+    def _optimise(self, plan: Plan, sample) -> None:
+        """Compile ``plan``'s variant (in the background) and swap it in when ready (with the
+        lock held)."""
+        self.plan, self.compiling = plan, True
+        self._event("optimise", task=self.tasks, plan=plan.describe())
+        if self.phase != OPTIMISED:
+            self._enter(GENERIC)  # the generic kernels run while it compiles
+        ts, inputs, rel_args = sample
+        warm = (ts[:1].copy(), tuple(np.ascontiguousarray(x[:1]) for x in inputs), rel_args)
+        if self.compiler is None or not self.policy.background:
+            self._compile(plan, warm, locked=True)
+        else:
+            self.compiler.submit(self._compile, plan, warm)
+
+    def _compile(self, plan: Plan, warm, locked: bool = False) -> None:
+        try:
+            self._build(plan, warm, locked)
+        except Exception as e:  # noqa: BLE001 - the generic kernels keep running
+            with (_Held() if locked else self.lock):
+                if self.plan == plan:
+                    self.plan, self.compiling = None, False
+                    self._enter(GENERIC)
+                    self.next_profile = self.tasks + self.policy.reprofile
+                    self._event("optimise_failed", task=self.tasks, error=repr(e))
+
+    def _build(self, plan: Plan, warm, locked: bool) -> None:
+        t0 = time.perf_counter()
+        spec = self.spec.reordered(list(plan.order)) if plan.order else self.spec
+        front = compile_front(spec, self.cache_dir)
+        ts, inputs, rel_args = warm
+        b, n = self.b, len(ts)
+        out = (np.empty(n, np.int64), np.empty((n, b.key_width), np.int64),
+               np.empty((n, len(b.iops)), np.int64), np.empty((n, len(b.fops)), np.float64))
+        front(n, ts, *inputs, *rel_args, *out)  # numba compiles (or loads) it now
+        if plan.lo is not None:  # and the dense aggregation, for these types
+            dense_pane_aggregate(out[0][:0], out[1][:0], out[2][:0], out[3][:0], b.iops, b.fops,
+                                 b.slide_ms, plan.lo, plan.span)
+        ms = round((time.perf_counter() - t0) * 1e3, 2)
+        with (_Held() if locked else self.lock):
+            if self.plan == plan:  # not superseded while it compiled
+                self.variant = (front, plan)
+                self.compiling = False
+                self._enter(OPTIMISED)
+                self.stats["swaps"] += 1
+                self._event("swap", task=self.tasks, compile_ms=ms, plan=plan.describe())
+
+    def _deopt(self, keys, plan: Plan) -> None:
+        lo, hi = key_range(keys)
+        with self.lock:
+            self.stats["deopts"] += 1
+            if self.variant is not None and self.variant[1] == plan:
+                self.variant, self.plan = None, None
+                self.margin = max(2 * self.margin, 0.25)  # the range drifts: leave it room
+                self._enter(INSTRUMENTED)
+                self._event("deopt", task=self.tasks, reason="key outside the dense range",
+                            range=plan.describe()["dense"],
+                            seen={"lo": [int(x) for x in lo], "hi": [int(x) for x in hi]})
+
+
+class _Held:
+    """The lock the caller holds already (a context that does nothing)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+class AdaptiveKernels:
+    """The engine's adaptive branches and the thread that compiles their variants."""
+
+    def __init__(self, branches, cache_dir, policy: AdaptivePolicy):
+        self.policy = policy
+        self.compiler = ThreadPoolExecutor(1, thread_name_prefix="compile") \
+            if policy.background else None
+        self.branches = [AdaptiveBranch(b, i, cache_dir, policy, self.compiler)
+                         for i, b in enumerate(branches)]
+
+    def listen(self, on_event) -> None:
+        for a in self.branches:
+            a.on_event = on_event
+
+    def stats(self) -> dict:
+        return {a.b.id: dict(a.stats) for a in self.branches}
