@@ -230,3 +230,39 @@ def test_kills_with_variant_swaps(tiny, tmp_path):
     swaps = [json.loads(line) for line in c.metrics_log.read_text().splitlines()
              if '"kernel"' in line and '"swap"' in line]
     assert swaps, "no incarnation ran optimised kernels"
+
+
+@pytest.mark.parametrize("name", ["CM1", "LRB1", "SG2"])
+def test_the_fused_kernel_is_the_generic_fragment_or_fails_its_guard(tiny, tmp_path, name):
+    """The optimised variant - front and dense aggregation in one generated loop - writes the
+    generic kernels' pane partials row for row; a range one short of the keys seen fails its
+    guard (None) instead of writing anything wrong."""
+    from scabbard.engine.adaptive import Plan, run_fused
+    from scabbard.engine.runtime import Engine
+    from scabbard.kernels.codegen import DenseSpec, compile_front
+
+    q, ds = queries.get(name), tiny[queries.workload_of(name)]
+    e = Engine(q, ds.tables)
+    b = e.plan.branches[0]
+    cols = {f.name: c for f, c in zip(ds.schema.fields, ds.stream.columns, strict=True)}
+    inputs = tuple(np.ascontiguousarray(cols[c]) for c in b.input_columns)
+    ts = np.ascontiguousarray(cols["timestamp"])
+    n = len(ts)
+    out = (np.empty(n, np.int64), np.empty((n, b.key_width), np.int64),
+           np.empty((n, len(b.iops)), np.int64), np.empty((n, len(b.fops)), np.float64))
+    m = b.kernel(tmp_path)(n, ts, *inputs, *out)
+    want = pane_aggregate(*(o[:m] for o in out), b.iops, b.fops, b.slide_ms, ordered=True)
+    lo, hi = key_range(out[1][:m])
+    for short, span in ((0, hi - lo + 1), (1, hi - lo)):
+        if short and not np.any(hi > lo):
+            continue
+        plan = Plan(None, tuple(int(x) for x in lo), tuple(max(1, int(x)) for x in span))
+        spec = DenseSpec(b.spec, tuple(int(x) for x in b.iops), tuple(int(x) for x in b.fops),
+                         int(b.slide_ms), plan.lo, plan.span)
+        got = run_fused(compile_front(spec, tmp_path), b, plan, n, ts, inputs, ())
+        if short:
+            assert got is None
+            continue
+        assert len(got) == len(want)
+        for a, w in zip(got, want, strict=True):
+            assert np.array_equal(a, w)

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scabbard.kernels.aggregate import DENSE_MAX, dense_pane_aggregate, key_range, pane_aggregate
-from scabbard.kernels.codegen import compile_front
+from scabbard.kernels.aggregate import DENSE_MAX, key_range, pane_aggregate
+from scabbard.kernels.codegen import DenseSpec, compile_front
 
 GENERIC, INSTRUMENTED, OPTIMISED = "generic", "instrumented", "optimised"
 
@@ -121,7 +121,8 @@ class AdaptiveBranch:
         self.next_profile = policy.warm_tasks  # a generic branch profiles again from this task
         self.margin = policy.margin  # doubled at each deoptimisation: keys that drift
         # a branch with no group key and no two filters in a row has nothing to specialise
-        self.useful = branch.key_width > 0 or any(len(r) > 1 for r in self.spec.runs())
+        self.reorderable = any(len(r) > 1 for r in self.spec.runs())
+        self.useful = branch.key_width > 0 or self.reorderable
         self.on_event = None  # metrics.event, set by the run
         self.stats = {GENERIC: 0, INSTRUMENTED: 0, OPTIMISED: 0, "deopts": 0, "swaps": 0}
 
@@ -141,7 +142,7 @@ class AdaptiveBranch:
         if self.phase == GENERIC and self.tasks > self.next_profile and not self.compiling:
             self._enter(INSTRUMENTED)
             self._event("profile", task=self.tasks)
-        elif self.phase == OPTIMISED and self.since % p.reprofile == 0:
+        elif self.phase == OPTIMISED and self.reorderable and self.since % p.reprofile == 0:
             return INSTRUMENTED  # one task's profile: the filter order is revisited
         return self.phase
 
@@ -153,26 +154,27 @@ class AdaptiveBranch:
     # -- the task ------------------------------------------------------------------------------
     def run(self, n: int, ts, inputs: tuple, rel_args: tuple, o_ts, o_keys, o_i, o_f):
         """The branch's front kernel and per-pane aggregation on one task, in the variant its
-        phase asks for: ``(rows out of the front, pane partials)`` - the generic kernels'
-        result, whatever the variant."""
+        phase asks for: the task's pane partials - the generic kernels' result, whatever the
+        variant (``o_*``: the front's output arrays, for the variants that write them)."""
         b = self.b
         with self.lock:
             kind = self._choose()
             variant = self.variant
             self.stats[kind] += 1
         if kind == OPTIMISED and variant is not None:
-            front, plan = variant
-            m = front(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
-            partials = None
-            if plan.lo is not None:
-                partials = dense_pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops,
-                                                b.fops, b.slide_ms, plan.lo, plan.span)
-                if partials is None:  # a key outside the range: the generic aggregation
-                    self._deopt(o_keys[:m], plan)
-            if partials is None:
-                partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops,
-                                          b.fops, b.slide_ms, ordered=True)
-            return m, partials
+            kernel, plan = variant
+            if plan.lo is None:  # the filters reordered; hash aggregation
+                m = kernel(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
+                return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
+                                      b.slide_ms, ordered=True)
+            partials = run_fused(kernel, b, plan, n, ts, inputs, rel_args)
+            if partials is not None:
+                return partials
+            # a key outside the range: the task again, generically (deoptimisation)
+            m = self.generic(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
+            self._deopt(o_keys[:m], plan)
+            return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
+                                  b.slide_ms, ordered=True)
         if kind == INSTRUMENTED:
             if self.instrumented is None:
                 self.instrumented = compile_front(self._instrumented_spec(), self.cache_dir)
@@ -182,10 +184,10 @@ class AdaptiveBranch:
             partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
                                       b.slide_ms, ordered=True)
             self._profiled(counts, lo, hi, m, (ts, inputs, rel_args))
-            return m, partials
+            return partials
         m = self.generic(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
-        return m, pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
-                                 b.slide_ms, ordered=True)
+        return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
+                              b.slide_ms, ordered=True)
 
     def _instrumented_spec(self):
         return dataclasses.replace(self.spec, profile=True)
@@ -228,11 +230,12 @@ class AdaptiveBranch:
         lo = span = None
         k = self.b.key_width
         if k and pr.rows and np.all(pr.lo <= pr.hi):
-            width = (pr.hi - pr.lo + 1).astype(np.float64)
-            pad = np.ceil(width * self.margin).astype(np.int64)
-            lo_, span_ = pr.lo - pad, (pr.hi - pr.lo + 1) + 2 * pad
-            if float(np.prod(span_.astype(np.float64))) <= self.policy.dense_max:
-                lo, span = tuple(int(x) for x in lo_), tuple(int(x) for x in span_)
+            # in floats: a word of a uuid key spans more than int64 holds
+            width = pr.hi.astype(np.float64) - pr.lo.astype(np.float64) + 1
+            pad = np.ceil(width * self.margin)
+            if float(np.prod(width + 2 * pad)) <= self.policy.dense_max:
+                lo = tuple(int(x) for x in pr.lo - pad.astype(np.int64))
+                span = tuple(int(x) for x in (width + 2 * pad).astype(np.int64))
         return Plan(order, lo, span)
 
     def _optimise(self, plan: Plan, sample) -> None:
@@ -262,16 +265,20 @@ class AdaptiveBranch:
 
     def _build(self, plan: Plan, warm, locked: bool) -> None:
         t0 = time.perf_counter()
+        b = self.b
         spec = self.spec.reordered(list(plan.order)) if plan.order else self.spec
+        if plan.lo is not None:  # the front fused with the dense aggregation
+            spec = DenseSpec(spec, tuple(int(x) for x in b.iops), tuple(int(x) for x in b.fops),
+                             int(b.slide_ms), plan.lo, plan.span)
         front = compile_front(spec, self.cache_dir)
         ts, inputs, rel_args = warm
-        b, n = self.b, len(ts)
-        out = (np.empty(n, np.int64), np.empty((n, b.key_width), np.int64),
-               np.empty((n, len(b.iops)), np.int64), np.empty((n, len(b.fops)), np.float64))
-        front(n, ts, *inputs, *rel_args, *out)  # numba compiles (or loads) it now
-        if plan.lo is not None:  # and the dense aggregation, for these types
-            dense_pane_aggregate(out[0][:0], out[1][:0], out[2][:0], out[3][:0], b.iops, b.fops,
-                                 b.slide_ms, plan.lo, plan.span)
+        n = len(ts)
+        if plan.lo is not None:  # numba compiles (or loads) it now, on a row
+            run_fused(front, b, plan, n, ts, inputs, rel_args)
+        else:
+            out = (np.empty(n, np.int64), np.empty((n, b.key_width), np.int64),
+                   np.empty((n, len(b.iops)), np.int64), np.empty((n, len(b.fops)), np.float64))
+            front(n, ts, *inputs, *rel_args, *out)
         ms = round((time.perf_counter() - t0) * 1e3, 2)
         with (_Held() if locked else self.lock):
             if self.plan == plan:  # not superseded while it compiled
@@ -292,6 +299,27 @@ class AdaptiveBranch:
                 self._event("deopt", task=self.tasks, reason="key outside the dense range",
                             range=plan.describe()["dense"],
                             seen={"lo": [int(x) for x in lo], "hi": [int(x) for x in hi]})
+
+
+def run_fused(kernel, b, plan: Plan, n: int, ts, inputs: tuple, rel_args: tuple):
+    """The fused optimised kernel (:class:`~scabbard.kernels.codegen.DenseSpec`) on one task:
+    its pane partials, as :func:`~scabbard.kernels.aggregate.pane_aggregate` returns them, or
+    None if a key failed the guard."""
+    size = int(np.prod(plan.span))
+    k, ni, nf = b.key_width, len(b.iops), len(b.fops)
+    panes = int(ts[n - 1]) // b.slide_ms - int(ts[0]) // b.slide_ms + 1 if n else 1
+    out = max(1, min(n, size * panes))  # a partial per (pane, group) at most
+    gid_of = np.full(size, -1, dtype=np.int64)
+    group_keys = np.empty((min(size, max(n, 1)), k), dtype=np.int64)
+    parts = (np.empty(out, np.int64), np.empty(out, np.int64), np.empty(out, np.int64),
+             np.empty((out, ni), np.int64), np.empty((out, nf), np.float64))
+    res = np.zeros(1, dtype=np.int64)
+    m = kernel(n, ts, *inputs, *rel_args, gid_of, group_keys, np.zeros(size, np.int64),
+               np.empty((size, ni), np.int64), np.empty((size, nf), np.float64),
+               np.empty(size, np.int64), *parts, res)
+    if m < 0:
+        return None
+    return (*(x[:m] for x in parts), group_keys[:res[0]].copy())
 
 
 class _Held:

@@ -239,8 +239,8 @@ class Engine:
             o_f = np.empty((n, nf), dtype=np.float64)
             inputs = tuple(cols[c] for c in b.input_columns)
             if self.adaptive is not None and n:  # the variant the branch's phase asks for
-                m, partials = self.adaptive.branches[i].run(n, ts, inputs, rel_args, o_ts,
-                                                            o_keys, o_i, o_f)
+                partials = self.adaptive.branches[i].run(n, ts, inputs, rel_args, o_ts,
+                                                         o_keys, o_i, o_f)
             else:
                 kernel = b.kernel(self.config.cache_dir)
                 m = kernel(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
