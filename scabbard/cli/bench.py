@@ -44,6 +44,10 @@ _HELP = {
     "data_dir": "dataset root (the project's data/: $SCABBARD_HOME, else this checkout)",
     "speedup": "paced runs: event seconds per wall second (the dataset's event rate times "
                "this; 0: no paced runs)",
+    "variants": "kernel variants measured side by side: generic, instrumented (every task "
+                "profiled), adaptive (generic, instrumented, then optimised)",
+    "timeline_query": "the query whose key column moves out of the profiled range (Fig. 12)",
+    "change_at": "wall seconds into the timeline run when the keys move",
     "checkpoint_mode": "checkpoint mode of every run: full, incremental (closed panes written "
                        "once) or eventual (CEC: pane units saved in steps between records)",
 }
@@ -54,7 +58,8 @@ _CHOICES = {"scale": ("tiny", "small", "full"), "sinks": ("clocked", "transactio
             "placements": ("alternate", "all", "none"),
             "checkpoint_mode": ("full", "incremental", "eventual"),
             "systems": ("engine", "engine-spill", "engine-ft", "engine-ft-spill", "spark-rocksdb",
-                        "flink-rocksdb")}
+                        "flink-rocksdb"),
+            "variants": ("generic", "instrumented", "adaptive")}
 
 
 def _options(p, settings, *names: str, out: str | None = None, **defaults) -> None:
@@ -133,6 +138,7 @@ def add(sub, full: bool = True) -> None:
         comparison,
         compression,
         engine_throughput,
+        grizzly,
         incremental,
         ingest,
         kills,
@@ -284,6 +290,19 @@ def add(sub, full: bool = True) -> None:
         "state_runs.csv and state.png to --output.", _run_bench_state)
     _options(sp, state.Settings, "key_counts", "systems", "event_seconds", "rate", "rounds",
              "interval", "state_memory", out="bench-state")
+    ap = _bench(
+        bsub, "adaptive",
+        "Grizzly: generic, instrumented and adaptive kernels; a change of the key range",
+        "Per query, the engine with the generic kernels, with every task instrumented and "
+        "with adaptive kernels (generic, instrumented, then optimised: filters by selectivity, "
+        "a fused dense-array aggregation for a small key range), --rounds interleaved for "
+        "--duration seconds each; then one adaptive run of --timeline-query whose key column "
+        "moves out of the profiled range at --change-at seconds (Grizzly's Fig. 12): when it "
+        "deoptimised and how long after the change the re-optimised variant was swapped in.  "
+        "Prints the throughputs and the ratios to the generic kernels; writes results.csv, "
+        "adaptive.png, timeline.csv and timeline.png to --output.", _run_bench_adaptive)
+    _options(ap, grizzly.Settings, "queries", "variants", "seconds", "rounds", "workers",
+             "scale", "timeline_query", "change_at", out="bench-adaptive")
     rp = _bench(
         bsub, "state-recovery",
         "Darwin's Fig. 2: checkpoint and recovery time against the state's size, state in "
@@ -545,6 +564,20 @@ def _run_bench_state(args) -> int:
     from scabbard.experiments import state as exp
 
     return _tabled(args, exp, exp.summary, "state.png")
+
+
+def _run_bench_adaptive(args) -> int:
+    from scabbard.experiments import grizzly as exp
+
+    settings = _settings(exp.Settings, args, output_dir=args.out)
+    runs = exp.run(settings, log=lambda s: print(s, flush=True))
+    print("\n" + exp.summary(runs).round(2).to_string(index=False))
+    exp.plot(runs, args.out)
+    samples, events, info = exp.timeline(settings, log=lambda s: print(s, flush=True))
+    exp.plot_timeline(samples, events, info, args.out)
+    print(f"\nresults: {Path(args.out) / 'results.csv'}, figures: "
+          f"{Path(args.out) / 'adaptive.png'}, {Path(args.out) / 'timeline.png'}")
+    return 0
 
 
 def _run_bench_state_recovery(args) -> int:

@@ -1,0 +1,339 @@
+"""Notebook 14 / ``scabbard bench adaptive``: Grizzly's adaptive compilation on this machine.
+
+Grizzly (Grulich et al., SIGMOD 2020, §4-6) compiles a stream query generically, runs an
+instrumented variant to profile the data, then an optimised variant specialised to it, and
+deoptimises when the data breaks an assumption.  Here (:mod:`scabbard.engine.adaptive`):
+
+* :func:`run` - per query, the engine with the generic kernels, with every task instrumented,
+  and adaptive (generic, instrumented, then optimised); ``rounds`` interleaved, medians kept
+  (the paper: instrumented ~0.5x, optimised ~3.3x the generic throughput on YSB);
+* :func:`timeline` - Fig. 12: throughput over time of one adaptive run whose group keys move
+  out of the profiled range ``change_at`` seconds in; the kernel events (profile, optimise,
+  swap, deopt) on the same axis, and the time from the change to the re-optimised variant;
+* :func:`keys` - Fig. 11 / Table 1: the per-pane aggregation's throughput against the number
+  of distinct keys, hash table against dense array (up to its limit);
+* :func:`predicates` - Fig. 13: two filters whose selectivities cross, each order of the
+  generated front kernel, and the order the instrumented variant's profile picks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from scabbard import queries, workloads
+from scabbard.engine import EngineConfig, NullSink, run_query
+from scabbard.engine.adaptive import AdaptivePolicy
+from scabbard.engine.sources import ReplaySource
+from scabbard.experiments import default_data_dir, finish, save_tables
+
+VARIANTS = ("generic", "instrumented", "adaptive")
+POLICIES = {"generic": None, "instrumented": AdaptivePolicy(force="instrumented"),
+            "adaptive": AdaptivePolicy()}
+
+
+@dataclass(frozen=True)
+class Settings:
+    queries: Sequence[str] = ("YSB", "CM1", "CM2", "LRB1")
+    variants: Sequence[str] = VARIANTS
+    seconds: float = 4.0
+    rounds: int = 3
+    workers: int = 2
+    scale: str = "small"
+    timeline_query: str = "CM1"
+    change_at: float = 4.0  # timeline: wall seconds into the run when the keys move
+    data_dir: str = field(default_factory=default_data_dir)
+    output_dir: str = "."
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "queries", tuple(q.upper() for q in self.queries))
+        object.__setattr__(self, "variants", tuple(self.variants))
+        for q in (*self.queries, self.timeline_query):
+            queries.workload_of(q)  # an unknown query: a one-line error
+        bad = [v for v in self.variants if v not in VARIANTS]
+        if bad:
+            raise ValueError(f"unknown variant {bad[0]!r} (choose from {', '.join(VARIANTS)})")
+        if self.seconds <= 0 or self.rounds < 1 or self.workers < 1 or self.change_at <= 0:
+            raise ValueError("seconds and change_at must be positive, rounds and workers >= 1")
+
+
+def _dataset(name: str, s: Settings):
+    return workloads.dataset(queries.workload_of(name), s.scale, root=str(s.data_dir))
+
+
+def run(settings: Settings, log=print) -> pd.DataFrame:
+    """Every query in every variant for ``seconds``, ``rounds`` times interleaved; saved as
+    ``adaptive_runs.csv`` and ``results.csv``."""
+    s, rows = settings, []
+    for name in s.queries:  # compiled code loaded and the data paged in, unmeasured
+        for v in s.variants:
+            run_query(queries.get(name), _dataset(name, s), NullSink(),
+                      EngineConfig(workers=s.workers, adaptive=POLICIES[v]),
+                      duration=min(1.0, s.seconds))
+    for k in range(s.rounds):
+        for name in s.queries:
+            for v in (*s.variants[k % len(s.variants):], *s.variants[:k % len(s.variants)]):
+                r = run_query(queries.get(name), _dataset(name, s), NullSink(),
+                              EngineConfig(workers=s.workers, adaptive=POLICIES[v]),
+                              duration=s.seconds)
+                st = r.kernels.get("window0", {})
+                rows.append({"query": name, "variant": v, "round": k,
+                             "tuples_per_s": r.summary.tuples_per_s,
+                             "optimised_tasks": st.get("optimised", 0),
+                             "tasks": sum(st.get(x, 0) for x in ("generic", "instrumented",
+                                                                 "optimised")),
+                             "deopts": st.get("deopts", 0)})
+                log(f"round {k + 1}/{s.rounds}  {name:5s} {v:13s} "
+                    f"{r.summary.tuples_per_s / 1e6:9.1f} M tuples/s")
+    runs = pd.DataFrame(rows)
+    save_tables(s.output_dir, results=summary(runs), adaptive_runs=runs)
+    return runs
+
+
+def summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per query: the median M tuples/s of each variant and each over the generic one."""
+    med = runs.groupby(["query", "variant"])["tuples_per_s"].median().unstack("variant") / 1e6
+    out = med.rename(columns=lambda c: f"{c} M tuples/s")
+    for v in ("instrumented", "adaptive"):
+        if v in med and "generic" in med:
+            out[f"{v} / generic"] = med[v] / med["generic"]
+    return out.reset_index()
+
+
+def plot(runs: pd.DataFrame, output_dir: str | None = None):
+    """Throughput per query and variant (bars)."""
+    import matplotlib.pyplot as plt
+
+    med = runs.groupby(["query", "variant"])["tuples_per_s"].median().unstack("variant") / 1e6
+    variants = [v for v in VARIANTS if v in med]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    x, width = np.arange(len(med)), 0.8 / max(1, len(variants))
+    for j, v in enumerate(variants):
+        ax.bar(x + (j - (len(variants) - 1) / 2) * width, med[v], width, label=v)
+    ax.set_xticks(x, list(med.index))
+    ax.set_ylabel("M tuples/s")
+    ax.set_title("generic, instrumented and adaptive kernels")
+    ax.legend(fontsize=8)
+    return finish(fig, output_dir, "adaptive.png")
+
+
+# -- Fig. 12: a change of the data ---------------------------------------------------------------
+class KeyShift(ReplaySource):
+    """The dataset replayed with a key column moved by ``by``: from the replay's copy
+    ``from_copy`` on, or ``after`` wall seconds into the run (at a batch boundary)."""
+
+    def __init__(self, dataset, column: str, by: int, from_copy: int | None = None,
+                 after: float | None = None, **kw):
+        super().__init__(dataset, **kw)
+        self.at = [f.name for f in dataset.schema.fields].index(column)
+        self.by, self.from_copy, self.after = by, from_copy, after
+        self._t0: float | None = None
+        self.changed_at: float | None = None  # seconds into the run, once it happened
+
+    def batches(self):
+        self._t0 = time.perf_counter()
+        yield from super().batches()
+
+    def _batch(self, lo, hi, copy, offset):
+        b = super()._batch(lo, hi, copy, offset)
+        moved = (self.from_copy is not None and copy >= self.from_copy) or (
+            self.after is not None and self._t0 is not None
+            and time.perf_counter() - self._t0 >= self.after)
+        if not moved:
+            return b
+        if self.changed_at is None:
+            self.changed_at = time.perf_counter() - (self._t0 or time.perf_counter())
+        cols = list(b.columns)
+        cols[self.at] = cols[self.at] + self.by
+        return type(b)(b.schema, tuple(cols), offset)
+
+
+KEY_COLUMNS = {"CM1": "category", "CM2": "job_id", "LRB1": "highway", "SG2": "house"}
+
+
+def timeline(settings: Settings, log=print) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """Fig. 12: one adaptive run of ``timeline_query`` for ``2 * change_at`` seconds, its key
+    column moved by 1,000 at ``change_at``: the metrics samples, the kernel events, and
+    ``{"changed_at", "deopt_at", "reoptimised_at", "recovery_s"}`` (seconds into the run;
+    ``recovery_s``: from the change to the swap of the re-optimised variant).  Saved as
+    ``timeline.csv`` and ``kernel_events.csv``."""
+    from scabbard.engine.metrics import read_metrics
+
+    s, name = settings, settings.timeline_query
+    if name not in KEY_COLUMNS:
+        raise ValueError(f"the timeline moves a key column of {', '.join(KEY_COLUMNS)}")
+    ds = _dataset(name, s)
+    out = Path(s.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "timeline_metrics.jsonl"
+    log_path.unlink(missing_ok=True)
+    src = KeyShift(ds, KEY_COLUMNS[name], 1000, after=s.change_at, batch_rows=1 << 18,
+                   duration=2 * s.change_at, loop=True)
+    run_query(queries.get(name), ds, NullSink(),
+              EngineConfig(workers=s.workers, adaptive=AdaptivePolicy(), metrics_interval=0.1),
+              source=src, metrics_log=log_path)
+    m = read_metrics(log_path)
+    samples = m[m["event"] == "sample"] if "event" in m else m
+    events = m[m["event"] == "kernel"][["t", "action", "task"]].reset_index(drop=True)
+    start = float(m.loc[m["event"] == "start", "wall"].iloc[0]) if "wall" in m else 0.0
+    changed = (src.changed_at or float("nan"))
+    # the source's clock starts at its first batch, the metrics' at the run's start: close
+    after = events[events["t"] >= changed - 0.05]
+    deopt = after[after["action"] == "deopt"]["t"].min()
+    swap = after[(after["action"] == "swap") & (after["t"] >= (deopt if deopt == deopt else 0))]
+    swap_t = swap["t"].min()
+    info = {"changed_at": changed, "deopt_at": deopt, "reoptimised_at": swap_t,
+            "recovery_s": swap_t - changed, "start_wall": start}
+    log(f"{name}: keys moved at {changed:.2f} s, deoptimised at {deopt:.2f} s, "
+        f"re-optimised at {swap_t:.2f} s ({(swap_t - changed) * 1e3:.0f} ms after the change)")
+    save_tables(out, timeline=samples, kernel_events=events)
+    return samples, events, info
+
+
+def plot_timeline(samples: pd.DataFrame, events: pd.DataFrame, info: dict,
+                  output_dir: str | None = None):
+    """Grizzly's Fig. 12: throughput over time with the kernel events."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    rate = samples["tuples_per_s"] / 1e6 if "tuples_per_s" in samples else samples.iloc[:, 0]
+    ax.plot(samples["t"], rate, "-", color="tab:blue", label="throughput")
+    colors = {"profile": "tab:gray", "optimise": "tab:orange", "swap": "tab:green",
+              "deopt": "tab:red"}
+    for action, color in colors.items():
+        for t in events.loc[events["action"] == action, "t"]:
+            ax.axvline(t, color=color, lw=1, alpha=0.8)
+        ax.plot([], [], color=color, label=action)
+    if info.get("changed_at") == info.get("changed_at"):
+        ax.axvline(info["changed_at"], color="black", ls="--", lw=1, label="keys move")
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("M tuples/s")
+    ax.set_title("adaptive kernels across a change of the key range (Grizzly Fig. 12)")
+    ax.legend(fontsize=8, ncol=3)
+    return finish(fig, output_dir, "timeline.png")
+
+
+# -- Fig. 11: distinct keys, dense array against hash table --------------------------------------
+def keys(key_counts: Sequence[int] = (1, 10, 100, 1_000, 10_000, 60_000, 1_000_000, 10_000_000),
+         rows: int = 1 << 21, reps: int = 3, output_dir: str | None = None,
+         log=print) -> pd.DataFrame:
+    """The per-pane aggregation (a sum and a max per key, 1 s panes over 10 s of rows) at
+    each number of distinct keys: the hash table's kernel and - up to its limit - the dense
+    array's; best of ``reps``.  Saved as ``keys.csv``."""
+    from scabbard.kernels.aggregate import DENSE_MAX, MAX, SUM, dense_pane_aggregate, pane_aggregate
+
+    rng = np.random.default_rng(0)
+    ts = np.sort(rng.integers(0, 10_000, rows)).astype(np.int64)
+    ivals = rng.integers(0, 100, (rows, 1)).astype(np.int64)
+    fvals = rng.random((rows, 1))
+    iops, fops = np.array([SUM]), np.array([MAX])
+    out = []
+    for k in key_counts:
+        keys_ = rng.integers(0, k, (rows, 1)).astype(np.int64)
+        runs = {"hash": lambda keys_=keys_: pane_aggregate(ts, keys_, ivals, fvals, iops, fops,
+                                                           1000, ordered=True)}
+        if k <= DENSE_MAX:
+            runs["dense"] = lambda keys_=keys_, k=k: dense_pane_aggregate(
+                ts, keys_, ivals, fvals, iops, fops, 1000, [0], [k])
+        for how, fn in runs.items():
+            fn()
+            best = min(_timed(fn) for _ in range(reps))
+            out.append({"keys": k, "aggregation": how, "tuples_per_s": rows / best})
+            log(f"{k:>11,} keys  {how:5s} {rows / best / 1e6:8.1f} M tuples/s")
+    table = pd.DataFrame(out)
+    if output_dir:
+        save_tables(output_dir, keys=table)
+    return table
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def plot_keys(table: pd.DataFrame, output_dir: str | None = None):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    for how, g in table.groupby("aggregation"):
+        ax.plot(g["keys"], g["tuples_per_s"] / 1e6, "o-", label=f"{how}")
+    ax.set_xscale("log")
+    ax.set_xlabel("distinct keys")
+    ax.set_ylabel("M tuples/s (one core)")
+    ax.set_title("per-pane aggregation: dense array vs hash table (Grizzly Fig. 11)")
+    ax.legend(fontsize=8)
+    return finish(fig, output_dir, "keys.png")
+
+
+# -- Fig. 13: the order of two filters -------------------------------------------------------------
+def predicates(selectivities: Sequence[float] = (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99),
+               rows: int = 1 << 21, reps: int = 3, cache_dir: str | None = None,
+               output_dir: str | None = None, log=print) -> pd.DataFrame:
+    """Two filters of one run, ``a`` passing a fraction ``s`` of the rows and ``b`` the
+    fraction ``1 - s`` (independently drawn): the generated front kernel with ``a`` first and
+    with ``b`` first, best of ``reps``, and the order the instrumented variant's profile
+    chooses.  ``b`` reads a column more (an expression of two): the cheaper filter first is
+    not always the better one.  Saved as ``predicates.csv``."""
+    import tempfile
+
+    from scabbard.kernels.codegen import FrontSpec, compile_front
+
+    cache = Path(cache_dir or tempfile.mkdtemp(prefix="scabbard-grizzly-"))
+    spec = FrontSpec(columns=("x", "y", "z"), relations=(),
+                     steps=(("filter", "c_x[i] < qa"), ("filter", "c_y[i] + c_z[i] < qb")),
+                     keys=(), ints=("c_x[i]",), floats=())
+    rng = np.random.default_rng(0)
+    x, y, z = (rng.random(rows) for _ in range(3))
+    ts = np.arange(rows, dtype=np.int64)
+    out = (np.empty(rows, np.int64), np.empty((rows, 0), np.int64),
+           np.empty((rows, 1), np.int64), np.empty((rows, 0), np.float64))
+    table = []
+    for s in selectivities:
+        # y + z < qb passes 1 - s of the rows (the sum of two uniforms: a triangle)
+        p = 1 - s
+        qb = np.sqrt(2 * p) if p <= 0.5 else 2 - np.sqrt(2 * (1 - p))
+        kernels = {}
+        for name, steps in (("a first", spec.steps), ("b first", spec.steps[::-1])):
+            src = dataclasses.replace(spec, steps=tuple((k, c.replace("qa", repr(float(s)))
+                                                         .replace("qb", repr(float(qb))))
+                                                        for k, c in steps))
+            kernels[name] = compile_front(src, cache)
+        prof = dataclasses.replace(spec, profile=True, steps=tuple(
+            (k, c.replace("qa", repr(float(s))).replace("qb", repr(float(qb))))
+            for k, c in spec.steps))
+        counts = np.zeros(4, dtype=np.int64)
+        compile_front(prof, cache)(rows, ts, x, y, z, *out, counts)
+        picked = "a first" if counts[1] <= counts[3] else "b first"
+        row = {"selectivity_a": s, "picked": picked}
+        for name, k in kernels.items():
+            k(rows, ts, x, y, z, *out)
+            row[name] = rows / min(_timed(lambda k=k: k(rows, ts, x, y, z, *out))
+                                   for _ in range(reps))
+        row["adaptive"] = row[picked]
+        table.append(row)
+        log(f"a passes {s:4.0%}: a first {row['a first'] / 1e6:7.1f}, b first "
+            f"{row['b first'] / 1e6:7.1f} M tuples/s; the profile picks {picked}")
+    t = pd.DataFrame(table)
+    if output_dir:
+        save_tables(output_dir, predicates=t)
+    return t
+
+
+def plot_predicates(table: pd.DataFrame, output_dir: str | None = None):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    for c, style in (("a first", "s--"), ("b first", "^--"), ("adaptive", "o-")):
+        ax.plot(table["selectivity_a"], table[c] / 1e6, style, label=c)
+    ax.set_xlabel("selectivity of filter a (b passes the rest)")
+    ax.set_ylabel("M tuples/s (one core)")
+    ax.set_title("the order of two filters (Grizzly Fig. 13)")
+    ax.legend(fontsize=8)
+    return finish(fig, output_dir, "predicates.png")
