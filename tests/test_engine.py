@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from ftkit import campaign
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -176,7 +177,8 @@ def test_random_queries_any_batching(run):
     ref.assert_same_results(engine_frame(q, sink), want, q.schema, rtol=1e-6)
 
 
-@pytest.mark.parametrize("name, partitions", [("CM1", 1), ("YSB", 1), ("LRB1", 1), ("SG3", 1),
+@pytest.mark.parametrize("name, partitions", [("CM1", 1), ("YSB", 1), ("LRB1", 1),
+                                               campaign("SG3", 1),  # (50 s: its hour window)
                                                ("CM1", 3), ("LRB1", 2)])
 def test_persisted_ingress_gives_the_same_results_and_bounded_disk(tiny, tmp_path, name,
                                                                    partitions):

@@ -178,6 +178,38 @@ def test_a_damaged_spilled_unit_of_the_newest_checkpoint_falls_back(tiny, tmp_pa
     assert v.ok, v
 
 
+def test_a_recovery_keeps_what_the_record_before_it_lists(tiny, tmp_path):
+    """A recovery reads partitions back (their units released) and stops before its first
+    checkpoint; the record it resumed from is then found damaged: the next recovery falls
+    back to the record before it, whose spilled units were kept for that."""
+    from ftkit import damage_segment, failure_free, records
+
+    from scabbard.engine.runtime import Engine
+    from scabbard.engine.spill import MIN_STATE_MEMORY
+    from scabbard.engine.tasks import partials_schema
+    from scabbard.ft.sinks import read_output
+    from scabbard.ft.verify import compare
+
+    q, ds = queries.get("LRB1"), tiny["lrb"]
+    n = 2 * ds.rows
+    # checkpoint-only: a recovery's source starts at the record's offset (no stored input
+    # replayed), so two tasks after it come before the next record's marker
+    _ft(q, ds, tmp_path, 40, max_tuples=n, state_memory=MIN_STATE_MEMORY, persist_input=False)
+    newest, older = records(tmp_path / "storage")[:2]
+    (mine,), (theirs,) = _spilled_entries(tmp_path)[:2]
+    rest = _ft(q, ds, tmp_path, 2, recover=True)  # every task closes panes: reloads
+    (st,) = rest.run.spilled.values()
+    assert st["reloads"] > 0 and rest.resumed_from == newest.id
+    assert records(tmp_path / "storage")[0].id == newest.id  # no record since
+    only_mine = sorted(set(map(tuple, mine["units"])) - set(map(tuple, theirs["units"])))
+    schema = partials_schema(Engine(q, ds.tables).plan.branches[0], "spill-window0")
+    damage_segment(tmp_path / "storage", schema, only_mine[-1][1])
+    r = _ft(q, ds, tmp_path, recover=True)
+    assert r.resumed_from == older.id
+    v = compare(read_output(tmp_path / "output"), failure_free(q, ds, n), q.schema)
+    assert v.ok, v
+
+
 def test_a_budget_with_incremental_checkpoints_is_refused(tiny, tmp_path):
     from scabbard.engine.spill import MIN_STATE_MEMORY
     from scabbard.ft.config import ConfigError

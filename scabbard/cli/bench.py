@@ -340,6 +340,12 @@ def add(sub, full: bool = True) -> None:
     _options(kp, kills.Settings, "queries", "sinks", "kills", "reduce_every", "scale", "rate",
              "interval", "min_life", "max_life", "work", "seed", "placements",
              "checkpoint_mode", out="bench-kills")
+    kp.add_argument("--state-memory", dest="state_memory", type=parse_bytes, metavar="BYTES",
+                    help="every incarnation's --state-memory: window state spilled beyond it, "
+                         "the spilled units the checkpoint's state (e.g. 8M)")
+    kp.add_argument("--adaptive-kernels", dest="adaptive_kernels", action="store_true",
+                    help="every incarnation's --adaptive-kernels: variants profiled, compiled "
+                         "and swapped in each incarnation")
     kp.add_argument("--assembly", default="auto", metavar="MODE",
                     help="every incarnation's --assembly (default auto)")
     kp.add_argument("--ingress", dest="ingress", type=int, nargs="+", default=[],

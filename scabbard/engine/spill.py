@@ -207,6 +207,7 @@ class SpillingAssembler(PartitionedAssembler):
                 copies += parts[i]
         store.snapshot(marker, parts)
         store.release(copies)  # the engine needs no copy: the checkpoint keeps them
+        self._enforce(force=True)  # (a long task's tail, distributed, may be over the budget)
 
     def resume(self, parts: dict, last_pane: int) -> None:
         """Start from a checkpoint's state (:meth:`mark`): every partition spilled at the

@@ -281,11 +281,10 @@ def predicates(selectivities: Sequence[float] = (0.01, 0.1, 0.25, 0.5, 0.75, 0.9
     with ``b`` first, best of ``reps``, and the order the instrumented variant's profile
     chooses.  ``b`` reads a column more (an expression of two): the cheaper filter first is
     not always the better one.  Saved as ``predicates.csv``."""
-    import tempfile
-
+    from scabbard.engine.runtime import default_cache_dir
     from scabbard.kernels.codegen import FrontSpec, compile_front
 
-    cache = Path(cache_dir or tempfile.mkdtemp(prefix="scabbard-grizzly-"))
+    cache = Path(cache_dir or default_cache_dir())  # a rerun loads the kernels compiled
     spec = FrontSpec(columns=("x", "y", "z"), relations=(),
                      steps=(("filter", "c_x[i] < qa"), ("filter", "c_y[i] + c_z[i] < qb")),
                      keys=(), ints=("c_x[i]",), floats=())

@@ -69,6 +69,8 @@ class Settings:
     # another number than the run it continues); empty: the engine's default
     ingress: Sequence[int] = ()
     checkpoint_mode: str = "full"  # of every configuration: full, incremental or eventual
+    state_memory: int | None = None  # every incarnation's --state-memory (state spilled)
+    adaptive_kernels: bool = False  # every incarnation's --adaptive-kernels (variant swaps)
 
     def __post_init__(self) -> None:
         from scabbard.ft.panes import MODES
@@ -86,6 +88,9 @@ class Settings:
                              f"{self.max_life}")
         from scabbard.engine import EngineConfig
 
+        if self.state_memory is not None and self.checkpoint_mode != "full":
+            raise ValueError("a state memory budget goes with full checkpoints (its spilled "
+                             "units are the checkpoint's state)")
         object.__setattr__(self, "ingress", tuple(self.ingress))
         for n in self.ingress:
             EngineConfig(ingress_partitions=n)  # a bad number fails before anything runs
@@ -130,7 +135,8 @@ def run_one(cfg: Config, settings: Settings, rng: random.Random) -> dict:
                    push_up=cfg.push_up, compression=cfg.compression,
                    persist_at=cfg.persist_at, assembly=settings.assembly,
                    ingress_partitions=tuple(settings.ingress) or None,
-                   checkpoint_mode=cfg.checkpoint_mode)
+                   checkpoint_mode=cfg.checkpoint_mode, state_memory=settings.state_memory,
+                   adaptive_kernels=settings.adaptive_kernels)
     camp = c.run([rng.uniform(settings.min_life, settings.max_life)
                   for _ in range(settings.kills)], timeout=4 * seconds + 600)
     v = camp.verdict

@@ -330,7 +330,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         at = None
         if resume is not None:  # the assembly starts where the checkpoint left it
             rec, (edges, graph) = resume
-            state.restore(rec, edges)
+            older = [r for r in store.records() if r.id < rec.id]
+            state.restore(rec, edges, older[0] if older else None)
             at = Resume(rec.seq, rec.input_end, rec.operator["last_ts"], edges, rec.output, graph,
                         dict(state.loaded_spill))
         steps = EventualSteps(EventualPolicy(ft.step_ms, ft.max_unsaved_panes,

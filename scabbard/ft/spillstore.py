@@ -67,8 +67,8 @@ class DiskSpill:
             batch = Batch(self.schema, tuple(np.ascontiguousarray(c[lo:lo + per]) for c in cols),
                           self.next)
             f = self.bm.append(self.sid, batch)
-            with self.lock:
-                self.futures = [x for x in self.futures if not x.done()] + [f]
+            with self.lock:  # (a write that failed stays: a checkpoint listing it must fail)
+                self.futures = [x for x in self.futures if _pending(x)] + [f]
                 ranges.append((self.next, batch.end))
                 self.live[self.next] = batch.end
             self.next = batch.end
@@ -120,6 +120,11 @@ class DiskSpill:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def _pending(f) -> bool:
+    """An append not acknowledged yet, or one that failed."""
+    return not f.done() or f.exception() is not None
+
+
 def disk_spill(parent: str | Path | None = None):
     """``EngineConfig(spill=...)``: each window operator's spilled state in a scratch folder
     under ``parent`` (default: the system's temporary folder)."""
@@ -142,7 +147,7 @@ class DurableSpill(DiskSpill):
             self.pins[cid] = [r for ranges in parts.values() for r in ranges]
             # every unit listed is acknowledged before the record is written: the appends in
             # flight now (the listed ones among them)
-            self.taken[cid] = (parts, [f for f in self.futures if not f.done()],
+            self.taken[cid] = (parts, [f for f in self.futures if _pending(f)],
                                self.bytes_written - self.marked_bytes)
             self.marked_bytes = self.bytes_written
 
@@ -151,6 +156,12 @@ class DurableSpill(DiskSpill):
         bytes spilled since the previous checkpoint's marker (its share of the writing)."""
         with self.lock:
             return self.taken.pop(cid)
+
+    def pin(self, parts: dict, cid: int) -> None:
+        """Keep the units checkpoint ``cid`` lists (recovery: the record before the one it
+        resumed from, which the next recovery falls back to if that one fails to load)."""
+        with self.lock:
+            self.pins[cid] = [(int(f), int(e)) for units in parts.values() for f, e in units]
 
     def adopt(self, parts: dict, cid: int) -> None:
         """Recovery: the units checkpoint ``cid`` lists are the partitions' (and pinned by it)."""

@@ -307,11 +307,18 @@ class QueryState(FTOperator):
         """Every part of the checkpoint in flight is in."""
         return "windows" in self._parts and self.reporting <= set(self._parts["pv"])
 
-    def restore(self, rec: CheckpointRecord, edges: list) -> None:
-        """Resume from ``rec``: the windows' partials, and where its dependencies reached."""
+    def restore(self, rec: CheckpointRecord, edges: list,
+                fallback: CheckpointRecord | None = None) -> None:
+        """Resume from ``rec``: the windows' partials, and where its dependencies reached.
+        ``fallback``: the record before it, which GC keeps until a new one commits (a
+        spilled window keeps the units it lists as long)."""
         for w, e in zip(self.windows, edges, strict=True):
             if isinstance(w, SpilledWindow):
                 w.store.adopt(self.loaded_spill[w.id], rec.id)
+                entry = fallback and next((p for p in fallback.state if p["stream"] == w.name),
+                                          None)
+                if entry:
+                    w.store.pin(w.listed(entry), fallback.id)
             else:
                 w.restore(e, rec)
         self.seq, self.pv_in, self.last_ts = rec.seq, rec.input_end, rec.operator["last_ts"]
