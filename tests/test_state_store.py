@@ -100,6 +100,26 @@ def _spilled_entries(root):
             for rec in records(root / "storage")]
 
 
+def _damage_then_fall_back(q, ds, root, n, mine, theirs, older):
+    """Damage a unit only the newest record (``mine``) lists, recover: the run resumes from
+    ``older`` and commits the failure-free output."""
+    from ftkit import damage_segment, failure_free
+
+    from scabbard.engine.runtime import Engine
+    from scabbard.engine.tasks import partials_schema
+    from scabbard.ft.sinks import read_output
+    from scabbard.ft.verify import compare
+
+    only_mine = sorted(set(map(tuple, mine["units"])) - set(map(tuple, theirs["units"])))
+    assert only_mine
+    schema = partials_schema(Engine(q, ds.tables).plan.branches[0], "spill-window0")
+    damage_segment(root / "storage", schema, only_mine[-1][1])
+    r = _ft(q, ds, root, recover=True)
+    assert r.resumed_from == older.id
+    v = compare(read_output(root / "output"), failure_free(q, ds, n), q.schema)
+    assert v.ok, v
+
+
 @pytest.mark.parametrize("name", ["DARWIN", "LRB1"])
 def test_spilled_state_is_the_checkpoint_and_recovers_exactly_once(tiny, tmp_path, name):
     """Checkpoints of a state far over its budget list the spilled units (not written again),
@@ -155,40 +175,25 @@ def test_spilled_units_leave_once_no_checkpoint_lists_them(tiny, tmp_path):
 def test_a_damaged_spilled_unit_of_the_newest_checkpoint_falls_back(tiny, tmp_path):
     """A unit only the newest record lists is damaged on disk: recovery verifies the listed
     units first, so it falls back to the older record instead of failing mid-run."""
-    from ftkit import damage_segment, failure_free, records
+    from ftkit import records
 
-    from scabbard.engine.runtime import Engine
     from scabbard.engine.spill import MIN_STATE_MEMORY
-    from scabbard.engine.tasks import partials_schema
-    from scabbard.ft.sinks import read_output
-    from scabbard.ft.verify import compare
 
     q, ds = queries.get("DARWIN"), tiny["darwin"]
     n = 2 * ds.rows
     _ft(q, ds, tmp_path, 40, max_tuples=n, state_memory=MIN_STATE_MEMORY)
     newest, older = records(tmp_path / "storage")[:2]
     (mine,), (theirs,) = _spilled_entries(tmp_path)[:2]
-    only_mine = sorted(set(map(tuple, mine["units"])) - set(map(tuple, theirs["units"])))
-    assert only_mine
-    schema = partials_schema(Engine(q, ds.tables).plan.branches[0], "spill-window0")
-    damage_segment(tmp_path / "storage", schema, only_mine[-1][1])
-    r = _ft(q, ds, tmp_path, recover=True)
-    assert r.resumed_from == older.id
-    v = compare(read_output(tmp_path / "output"), failure_free(q, ds, n), q.schema)
-    assert v.ok, v
+    _damage_then_fall_back(q, ds, tmp_path, n, mine, theirs, older)
 
 
 def test_a_recovery_keeps_what_the_record_before_it_lists(tiny, tmp_path):
     """A recovery reads partitions back (their units released) and stops before its first
     checkpoint; the record it resumed from is then found damaged: the next recovery falls
     back to the record before it, whose spilled units were kept for that."""
-    from ftkit import damage_segment, failure_free, records
+    from ftkit import records
 
-    from scabbard.engine.runtime import Engine
     from scabbard.engine.spill import MIN_STATE_MEMORY
-    from scabbard.engine.tasks import partials_schema
-    from scabbard.ft.sinks import read_output
-    from scabbard.ft.verify import compare
 
     q, ds = queries.get("LRB1"), tiny["lrb"]
     n = 2 * ds.rows
@@ -201,13 +206,7 @@ def test_a_recovery_keeps_what_the_record_before_it_lists(tiny, tmp_path):
     (st,) = rest.run.spilled.values()
     assert st["reloads"] > 0 and rest.resumed_from == newest.id
     assert records(tmp_path / "storage")[0].id == newest.id  # no record since
-    only_mine = sorted(set(map(tuple, mine["units"])) - set(map(tuple, theirs["units"])))
-    schema = partials_schema(Engine(q, ds.tables).plan.branches[0], "spill-window0")
-    damage_segment(tmp_path / "storage", schema, only_mine[-1][1])
-    r = _ft(q, ds, tmp_path, recover=True)
-    assert r.resumed_from == older.id
-    v = compare(read_output(tmp_path / "output"), failure_free(q, ds, n), q.schema)
-    assert v.ok, v
+    _damage_then_fall_back(q, ds, tmp_path, n, mine, theirs, older)
 
 
 def test_a_budget_with_incremental_checkpoints_is_refused(tiny, tmp_path):
