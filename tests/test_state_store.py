@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from ftkit import campaign
 
 import reference as ref
 from scabbard import queries
@@ -120,7 +121,9 @@ def _damage_then_fall_back(q, ds, root, n, mine, theirs, older):
     assert v.ok, v
 
 
-@pytest.mark.parametrize("name", ["DARWIN", "LRB1"])
+# LRB1 (sliding: every partition back at every pane, 25 s) with the campaign: the default run
+# recovers LRB1's spilled state in test_a_recovery_keeps_what_the_record_before_it_lists
+@pytest.mark.parametrize("name", ["DARWIN", campaign("LRB1")])
 def test_spilled_state_is_the_checkpoint_and_recovers_exactly_once(tiny, tmp_path, name):
     """Checkpoints of a state far over its budget list the spilled units (not written again),
     a recovery resumes with every partition on disk and reads them back as windows close,
