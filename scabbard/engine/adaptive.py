@@ -30,6 +30,7 @@ step is a ``kernel`` event of the metrics log (``profile``, ``optimise``, ``swap
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -256,7 +257,7 @@ class AdaptiveBranch:
         try:
             self._build(plan, warm, locked)
         except Exception as e:  # noqa: BLE001 - the generic kernels keep running
-            with (_Held() if locked else self.lock):
+            with (contextlib.nullcontext() if locked else self.lock):
                 if self.plan == plan:
                     self.plan, self.compiling = None, False
                     self._enter(GENERIC)
@@ -280,7 +281,7 @@ class AdaptiveBranch:
                    np.empty((n, len(b.iops)), np.int64), np.empty((n, len(b.fops)), np.float64))
             front(n, ts, *inputs, *rel_args, *out)
         ms = round((time.perf_counter() - t0) * 1e3, 2)
-        with (_Held() if locked else self.lock):
+        with (contextlib.nullcontext() if locked else self.lock):
             if self.plan == plan:  # not superseded while it compiled
                 self.variant = (front, plan)
                 self.compiling = False
@@ -320,16 +321,6 @@ def run_fused(kernel, b, plan: Plan, n: int, ts, inputs: tuple, rel_args: tuple)
     if m < 0:
         return None
     return (*(x[:m] for x in parts), group_keys[:res[0]].copy())
-
-
-class _Held:
-    """The lock the caller holds already (a context that does nothing)."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
 
 
 class AdaptiveKernels:
