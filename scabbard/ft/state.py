@@ -29,7 +29,7 @@ channel, its state reflects) and ``pv_out`` (how far into its persisted output c
 from __future__ import annotations
 
 import dataclasses
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 import numpy as np
 
@@ -98,7 +98,12 @@ class _Stored(FTOperator):
 
 def read_part(bm: BlockManager, sid: int, schema: Schema, part: dict, cid: int) -> list:
     """The columns of one listed range of a state stream (raises if not all stored)."""
-    got = bm.load_bulk(sid, part["first"], part["end"])
+    return part_columns(bm.load_bulk(sid, part["first"], part["end"]), schema, part, cid)
+
+
+def part_columns(got: list, schema: Schema, part: dict, cid: int) -> list:
+    """The columns of the batches ``got`` read for one listed range ``part`` (raises if the
+    storage did not hold all of it)."""
     if sum(len(x) for x in got) != part["end"] - part["first"]:
         raise FileNotFoundError(f"state of checkpoint {cid}, {schema.name}: "
                                 f"{sum(len(x) for x in got)} of "
@@ -423,13 +428,15 @@ class QueryState(FTOperator):
         for o in self.operators.values():
             for k, listed in enumerate(parts[o.id]):
                 jobs += [(o, k, p) for p in listed]
-        # every operator's state p-units, read back in parallel (recovery's data recovery)
-        with ThreadPoolExecutor(max(1, min(len(jobs), 16)), thread_name_prefix="load-state") \
-                as pool:
-            futures = [pool.submit(self._read, o, k, p, rec.id) for o, k, p in jobs]
-            got: dict = {}
-            for (o, k, _), f in zip(jobs, futures, strict=True):
-                got.setdefault(o.id, [[] for _ in o.schemas])[k].append(f.result())
+        # every operator's state p-units, read back at once (recovery's data recovery): the
+        # device reads in parallel on the storage's I/O pool, what opening read from memory
+        where = [self._where(o, k, p) for o, k, p in jobs]
+        batches = self.bm.load_ranges([(sid, p["first"], p["end"])
+                                       for (_, _, p), (sid, _) in zip(jobs, where, strict=True)])
+        got: dict = {}
+        for (o, k, p), (_, schema), b in zip(jobs, where, batches, strict=True):
+            got.setdefault(o.id, [[] for _ in o.schemas])[k].append(
+                part_columns(b, schema, p, rec.id))
         cols = {o.id: [[np.concatenate(c) for c in zip(*got[o.id][k], strict=True)]
                        for k in range(len(o.schemas))] for o in self.operators.values()}
         edges, self.loaded_spill, verified = [], {}, 0
@@ -462,11 +469,13 @@ class QueryState(FTOperator):
             self.loaded["spill_verified_bytes"] = verified
         return edges, graph
 
-    def _read(self, o: _Stored, k: int, part: dict, cid: int) -> list:
+    @staticmethod
+    def _where(o: _Stored, k: int, part: dict) -> tuple[int, Schema]:
+        """The stream (id, schema) a listed part of ``o``'s ``k``-th state lies in."""
         log = getattr(o, "log", None)
         if log is not None and part["stream"] == log.schema.name:
-            return read_part(self.bm, log.sid, log.schema, part, cid)
-        return read_part(self.bm, o.sids[k], o.schemas[k], part, cid)
+            return log.sid, log.schema
+        return o.sids[k], o.schemas[k]
 
     def trim(self, state: list) -> None:
         """GC (Step 7): each state stream below the first offset ``state`` lists in it - a

@@ -229,30 +229,29 @@ class BlockManager(FolderScan, GroupCommitWriter):
         adjacent segments of a file are read by one ``pread`` each (up to ``chunk_bytes``),
         all chunks at once on the I/O pool: many small p-units (a window's pane units) cost
         a few device reads, not one each.  Each segment is verified as it is decoded."""
-        s = self._by_id[stream]
-        if self.config.discard:
-            raise StorageError(f"stream {s.name!r}: storage in {self.path} runs without a disk "
-                               f"(discard mode): nothing was written to read back")
-        start = s.start if start is None else start
-        end = s.durable if end is None else min(end, s.durable)
-        chunks: list[tuple[_File, list[_Seg]]] = []
-        with self._lock:
-            if start < end and start < s.start:
-                raise TrimmedError(f"stream {s.name!r}: offset {start} was released "
-                                   f"(stored from {s.start})")
-            for f in s.files:
-                for g in f.segs:
-                    if g.first + g.count <= start or g.first >= end:
-                        continue
-                    last = chunks[-1] if chunks else None
-                    if (last is not None and last[0] is f
-                            and last[1][-1].pos + last[1][-1].length == g.pos
-                            and g.pos + g.length - last[1][0].pos <= chunk_bytes):
-                        last[1].append(g)
-                    else:
-                        chunks.append((f, [g]))
+        return self.load_ranges([(stream, start, end)], chunk_bytes)[0]
 
-        def read(f: _File, segs: list[_Seg]) -> list[Batch]:
+    def load_ranges(self, ranges: list[tuple[int, int | None, int | None]],
+                    chunk_bytes: int = 8 << 20) -> list[list[Batch]]:
+        """:meth:`load_bulk` of several ``(stream, start, end)`` ranges at once: every chunk of
+        every range is in flight together (a checkpoint's parts, read back by recovery).  A
+        chunk inside a tail that opening the folder verified is decoded on the caller's thread:
+        it is in memory, and a hand-off to the pool would cost more than the copy."""
+        plans = []  # per range: its stream and chunks
+        with self._lock:
+            for stream, start, end in ranges:
+                s = self._by_id[stream]
+                if self.config.discard:
+                    raise StorageError(f"stream {s.name!r}: storage in {self.path} runs without "
+                                       f"a disk (discard mode): nothing was written to read back")
+                start = s.start if start is None else start
+                end = s.durable if end is None else min(end, s.durable)
+                if start < end and start < s.start:
+                    raise TrimmedError(f"stream {s.name!r}: offset {start} was released "
+                                       f"(stored from {s.start})")
+                plans.append((s, start, end, _chunks(s, start, end, chunk_bytes)))
+
+        def read(s: _Stream, start: int, end: int, f: _File, segs: list[_Seg]) -> list[Batch]:
             base = segs[0].pos
             buf = self._pread(f, base, segs[-1].pos + segs[-1].length - base)
             out = []
@@ -266,8 +265,11 @@ class BlockManager(FolderScan, GroupCommitWriter):
                 out.append(_cut(batch, start, end))
             return out
 
-        futures = [self._pool.submit(read, f, segs) for f, segs in chunks]
-        return [b for fut in futures for b in fut.result()]
+        pending = [[self._pool.submit(read, s, start, end, f, segs)
+                    if not _in_tail(f, segs) else (s, start, end, f, segs)
+                    for f, segs in chunks] for s, start, end, chunks in plans]
+        return [[b for x in got for b in (x.result() if isinstance(x, Future) else read(*x))]
+                for got in pending]
 
     def forget_tails(self) -> None:
         """Drop the stream tails opening the folder read (recovery has read what it needs)."""
@@ -333,6 +335,31 @@ class BlockManager(FolderScan, GroupCommitWriter):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _chunks(s: _Stream, start: int, end: int, chunk_bytes: int) -> list[tuple[_File, list[_Seg]]]:
+    """The segments holding ``start .. end - 1``, as runs of adjacent segments of one file of
+    up to ``chunk_bytes`` (one read each)."""
+    chunks: list[tuple[_File, list[_Seg]]] = []
+    for f in s.files:
+        for g in f.segs:
+            if g.first + g.count <= start or g.first >= end:
+                continue
+            last = chunks[-1] if chunks else None
+            if (last is not None and last[0] is f
+                    and last[1][-1].pos + last[1][-1].length == g.pos
+                    and g.pos + g.length - last[1][0].pos <= chunk_bytes):
+                last[1].append(g)
+            else:
+                chunks.append((f, [g]))
+    return chunks
+
+
+def _in_tail(f: _File, segs: list[_Seg]) -> bool:
+    """Whether the segments lie in the tail that opening the folder read and kept."""
+    tail = f.tail
+    return tail is not None and tail[0] <= segs[0].pos \
+        and segs[-1].pos + segs[-1].length <= tail[0] + len(tail[1])
 
 
 def _cut(batch: Batch, start: int, end: int) -> Batch:
