@@ -29,7 +29,7 @@ import numpy as np
 
 from scabbard.batch import Batch
 from scabbard.data import Table
-from scabbard.engine import physical
+from scabbard.engine import memory, physical
 from scabbard.engine.assembly import BranchAssembler, partition_columns, split_edges
 from scabbard.engine.execution import Execution, RunReport
 from scabbard.engine.feeds import SourceFeed
@@ -90,6 +90,9 @@ class EngineConfig:
     # adaptive query compilation (issue 20, engine/adaptive.py): each branch's kernels
     # profiled, specialised and swapped while the query runs.  None: the generic kernels
     adaptive: object = None
+    # the process's allocator (engine/memory.py): "reuse" keeps freed task memory for the next
+    # task, "system" leaves glibc's defaults; applied by a process's first engine
+    allocator: str = "reuse"
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -98,6 +101,9 @@ class EngineConfig:
         if p is not None and (not isinstance(p, int) or isinstance(p, bool) or p < 1):
             raise ValueError(f"ingress_partitions must be a whole number >= 1, got {p!r}")
         parse_assembly(self.assembly)
+        if self.allocator not in memory.MODES:
+            raise ValueError(f"allocator must be one of {', '.join(memory.MODES)}, "
+                             f"got {self.allocator!r}")
         if self.state_memory is not None:
             from scabbard.engine.spill import MIN_STATE_MEMORY
 
@@ -147,6 +153,7 @@ class Engine:
         nothing is fused above them)."""
         self.query = query
         self.config = config or EngineConfig()
+        memory.tune(self.config.allocator)
         self.pushup = optimize.push_up(query.node) if push_up else None
         self.reduce = Reducer(self.pushup) if push_up else None
         self.input_schema = self.pushup.schema if push_up else query.node.source().schema
