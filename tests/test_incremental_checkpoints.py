@@ -443,3 +443,28 @@ def test_bench_kills_and_the_controller_take_the_checkpoint_mode(tmp_path):
     assert "--checkpoint-mode eventual --checkpoint-step 5 --max-replay-tuples 1000" in cmd
     assert "--checkpoint-mode" not in " ".join(Controller("SG1", tmp_path, tmp_path,
                                                           max_tuples=10).command(False))
+
+
+def test_a_damaged_pane_unit_both_kept_records_share_stops_the_recovery_loudly(tiny, tmp_path):
+    """A unit written once is relied on by every record whose windows hold its panes: damaged,
+    no kept record can be recovered from.  The recovery stops with one line naming the damage
+    - it never resumes without the pane - and the output committed before stays exact."""
+    q, ds = query("SG1", tiny)
+    n = 30 * ds.rows
+    ft_run(q, ds, tmp_path, "incremental", k=30, max_tuples=n)
+    newest, older = records(tmp_path / "storage")[:2]
+    runs = [[(p["first"], p["end"]) for p in r.state if p["stream"] == "panes-window0"
+             and p["end"] > p["first"]] for r in (newest, older)]
+    shared = [(max(a[0], b[0]), min(a[1], b[1])) for a in runs[0] for b in runs[1]
+              if max(a[0], b[0]) < min(a[1], b[1])]  # offsets of units both records list
+    assert shared, runs
+    schema = pane_schema(state_schema(Engine(q, ds.tables, CFG).plan.branches[0]), "window0")
+    damage_segment(tmp_path / "storage", schema, shared[0][0])
+    before = read_output(tmp_path / "output")
+    with pytest.raises(CheckpointError) as e:
+        ft_run(q, ds, tmp_path, "incremental", recover=True)
+    assert "\n" not in str(e.value)
+    assert "panes-window0" in str(e.value) and "cannot be recovered" in str(e.value)
+    after = read_output(tmp_path / "output")
+    v = compare(after, failure_free(q, ds, n), q.schema)  # what is there is exact
+    assert (v.duplicated, v.different) == (0, 0) and len(after) == len(before), v

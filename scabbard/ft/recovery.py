@@ -386,7 +386,7 @@ def _resume(storage: Path, store: CheckpointStore, state: QueryState, bm: BlockM
     """Recovery steps 1-3: the newest checkpoint whose state loads and whose input is still
     stored (damaged ones are skipped, loudly), the input offset to replay from, the sink's
     decided epochs rolled forward.  Returns ``(resume, replay_from, skipped ids)``."""
-    resume, skipped = None, []
+    resume, skipped, why = None, [], []
     records = store.records()
     stored_from = bm.start(ingress.stream_id) if ingress is not None else 0
     for rec in records:
@@ -399,10 +399,12 @@ def _resume(storage: Path, store: CheckpointStore, state: QueryState, bm: BlockM
         except (StorageError, CheckpointError, FileNotFoundError, ValueError) as e:
             log.warning("checkpoint %d is not usable (%s); trying an older one", rec.id, e)
             skipped.append(rec.id)
+            why.append(f"checkpoint {rec.id}: {' '.join(str(e).split())}")
     if resume is None and stored_from > 0:
         raise CheckpointError(
-            f"no usable checkpoint in {storage / 'checkpoints'} and the input before "
-            f"offset {stored_from} was released: this run cannot be recovered")
+            f"no usable checkpoint in {storage / 'checkpoints'} "
+            f"({'; '.join(why) or 'none was written'}) and the input before offset "
+            f"{stored_from} was released: this run cannot be recovered")
     replay_from = resume[0].input_end if resume else stored_from
     sink.recover(records[0].id if records else 0)
     return resume, replay_from, skipped
