@@ -370,3 +370,19 @@ def test_the_groups_counted_per_key_value_are_those_of_all_groups(s, span, raw_c
     counted = assemble_in_chunks(partials, cuts, iops, fops, panes, slide, last, select)
     assert rollup_rows(counted, len(columns)) == rollup(every, columns)
     assert np.all(np.diff(counted[1]) >= 0), "windows are emitted in order"
+
+
+@pytest.mark.parametrize("rows", [0, 1, 1000])
+def test_split_words_equals_a_column_at_a_time(rows):
+    """The result's key columns in one pass over the rows = ``keys[:, j].astype(dtype)``,
+    for each key type, words in any order, any rows (a row slice too)."""
+    rng = np.random.default_rng(rows)
+    keys = rng.integers(-(2**40), 2**40, (rows + 3, 5)).astype(np.int64)[2:rows + 2]
+    keys[:, 1] %= 120  # an int8 key's values
+    keys[:, 2] %= 2
+    words, dtypes = [3, 1, 2, 0, 4], [np.int64, np.int8, np.bool_, np.float64, np.int32]
+    got = kw.split_words(keys, words, dtypes)
+    for c, (w, d) in enumerate(zip(words, dtypes, strict=True)):
+        assert got[c].dtype == d and got[c].flags.c_contiguous
+        assert np.array_equal(got[c], keys[:, w].astype(d)), (w, d)
+    assert kw.split_words(keys, [], []) == []

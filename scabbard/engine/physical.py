@@ -119,16 +119,19 @@ class Branch:
 
 def _key_columns(keys: np.ndarray, fields) -> dict[str, np.ndarray]:
     """Key columns from the int64 key words of result rows (a uuid is two words)."""
-    cols = {}
+    cols, words, plain = {}, [], []
     k = 0
     for f in fields:
         if f.dtype == "uuid":
             cols[f.name] = np.ascontiguousarray(keys[:, k:k + 2]).view(np.uint64)
             k += 2
         else:
-            cols[f.name] = keys[:, k].astype(f.numpy_dtype)
+            words.append(k)
+            plain.append(f)
             k += 1
-    return cols
+    split = kw.split_words(keys, words, [f.numpy_dtype for f in plain])
+    cols.update({f.name: c for f, c in zip(plain, split, strict=True)})
+    return {f.name: cols[f.name] for f in fields}
 
 
 def make_branch(node: WindowAggregate) -> Branch:

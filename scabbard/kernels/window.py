@@ -25,6 +25,7 @@ driver that grows the arrays and calls it again ("scan until blocked").
 from __future__ import annotations
 
 import numpy as np
+from numba import literal_unroll
 
 from scabbard.kernels import hashtable as ht
 from scabbard.kernels._jit import inline, kernel, scan
@@ -232,6 +233,26 @@ def ws_clear(ws, dqi, dqf) -> None:
 
 # -- result rows ----------------------------------------------------------------------------------
 # out = (window_start[n], window_end[n], keys[n, K], count[n], ints[n, ni], floats[n, nf])
+
+
+@kernel
+def _split_words(keys, words, outs) -> None:
+    for i in range(keys.shape[0]):
+        c = 0
+        for o in literal_unroll(outs):
+            o[i] = keys[i, words[c]]
+            c += 1
+
+
+def split_words(keys: np.ndarray, words: list[int], dtypes: list) -> list[np.ndarray]:
+    """Column ``c`` of the result: word ``words[c]`` of every row of the key matrix ``keys``
+    (rows x words, int64), as ``dtypes[c]`` - in one pass over the rows.  A column at a time
+    (``keys[:, j].astype``) reads the whole matrix once per column, with a stride: for LRB2's
+    30 result rows per input tuple that was 0.3 us of the fragment's 0.8 us per tuple."""
+    outs = tuple(np.empty(keys.shape[0], d) for d in dtypes)
+    if keys.shape[0] and outs:
+        _split_words(keys, np.asarray(words, dtype=np.int64), outs)
+    return list(outs)
 
 
 @kernel
