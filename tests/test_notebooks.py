@@ -32,6 +32,22 @@ def test_notebooks_are_thin_and_parameterised(path):
     assert max(len(c.source.splitlines()) for c in code) <= 15, "logic belongs in the package"
 
 
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_every_parameter_an_experiment_sets_is_one_its_notebook_declares(name):
+    """papermill injects a parameter the notebook never declared without a word, and the
+    notebook then runs with its default: every scale's parameters must be declared."""
+    import ast
+
+    exp = EXPERIMENTS[name]
+    nb = nbformat.read(exp.notebook, as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    declared = {n.id for node in ast.parse(cell.source).body if isinstance(node, ast.Assign)
+                for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    for scale in exp.scales:
+        unknown = set(exp.parameters(scale)) - declared - {"output_dir", "data_dir"}
+        assert not unknown, f"{name} {scale}: {sorted(unknown)} not in the parameters cell"
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tiny, data_root, tmp_path_factory):
     """One `scabbard reproduce --scale tiny --jobs 2` of every experiment, shared by the tests
