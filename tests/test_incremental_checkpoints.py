@@ -16,7 +16,7 @@ from scabbard.batch import Batch
 from scabbard.check import Explorer, Settings
 from scabbard.engine.metrics import read_metrics
 from scabbard.engine.runtime import Engine
-from scabbard.ft.panes import PaneLog, count_panes, pane_schema
+from scabbard.ft.panes import FANOUT, PaneLog, count_panes
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, TransactionalSink, read_output
 from scabbard.ft.state import QueryState, state_schema
@@ -72,7 +72,7 @@ def _log(bm):
 
     schema = Schema("state-w", (Field("pane", "int64"), Field("k0", "int64"),
                                 Field("cnt", "int64"), Field("f0", "float64")), stream=False)
-    return PaneLog(pane_schema(schema, "w"), bm)
+    return PaneLog(schema, bm)
 
 
 def test_a_pane_log_lists_runs_prunes_and_restores(tmp_path):
@@ -81,8 +81,8 @@ def test_a_pane_log_lists_runs_prunes_and_restores(tmp_path):
         w = log.save(_cols([3, 4, 6]), upto=7, clock=100)
         assert (w.panes, w.units, w.bytes) == (3, 1, 6 * 32)
         [f.result() for f in w.futures]
-        assert log.listed(4, 7) == [{"stream": "panes-w", "first": 2, "end": 6, "panes": [4, 7]}]
-        assert log.listed(5, 6) == [{"stream": "panes-w", "first": 4, "end": 4, "panes": [5, 5]}]
+        assert log.listed(4, 7) == [{"stream": "state-w", "first": 2, "end": 6, "panes": [4, 7]}]
+        assert log.listed(5, 6) == [{"stream": "state-w", "first": 4, "end": 4, "panes": [5, 5]}]
         nothing = log.save(tuple(c[:0] for c in _cols([7])), upto=7, clock=101)  # no rows
         assert nothing.units == 0 and len({len(a) for a in log.index}) == 1
         with pytest.raises(ValueError, match="saved again"):
@@ -90,7 +90,7 @@ def test_a_pane_log_lists_runs_prunes_and_restores(tmp_path):
         log.save(_cols([7, 8]), upto=9, clock=102)
         log.prune(4)
         runs = log.listed(0, 9)
-        assert runs == [{"stream": "panes-w", "first": 2, "end": 10, "panes": [4, 9]}]
+        assert runs == [{"stream": "state-w", "first": 2, "end": 10, "panes": [4, 9]}]
         bm.flush()
         got = [b for b in bm.load(log.sid, 2, 10)]
         pane = np.concatenate([b.columns[0] for b in got])
@@ -103,7 +103,7 @@ def test_a_pane_log_lists_runs_prunes_and_restores(tmp_path):
         assert again.next == 10 and again.saved_to == 9
         again.save(_cols([9]), upto=10, clock=103)
         assert again.listed(6, 10) == [
-            {"stream": "panes-w", "first": 4, "end": 12, "panes": [6, 10]}]
+            {"stream": "state-w", "first": 4, "end": 12, "panes": [6, 10]}]
 
 
 def test_pane_units_are_cut_at_pane_boundaries_to_fit_a_file(tmp_path):
@@ -187,11 +187,11 @@ def test_pane_units_leave_with_their_windows(tiny, tmp_path):
     q, ds = query("LRB1", tiny)
     r = ft_run(q, ds, tmp_path, "incremental", max_tuples=60 * ds.rows)
     recs = records(tmp_path / "storage")
-    schema = pane_schema(state_schema(Engine(q, ds.tables, CFG).plan.branches[0]), "window0")
+    schema = state_schema(Engine(q, ds.tables, CFG).plan.branches[0])
     with BlockManager(tmp_path / "storage", SMALL) as bm:
         bm.stream(schema.name, schema)
-        panes = bm.stats()["streams"]["panes-window0"]
-    runs = [p for p in recs[1].state if p["stream"] == "panes-window0"]
+        panes = bm.stats()["streams"]["state-window0"]
+    runs = [p for p in recs[1].state if p["stream"] == "state-window0" and "panes" in p]
     assert 0 < panes["start"] <= runs[0]["first"]  # released, but not what it relies on
     window_bytes = sum(p["end"] - p["first"] for p in runs) * schema.row_bytes
     assert r.state_bytes_written > 5 * window_bytes
@@ -209,10 +209,10 @@ def test_a_damaged_pane_unit_of_the_newest_checkpoint_falls_back(tiny, tmp_path)
     n = 30 * ds.rows
     ft_run(q, ds, tmp_path, "incremental", k=30, max_tuples=n)
     newest, older = records(tmp_path / "storage")[:2]
-    mine = [p for p in newest.state if p["stream"] == "panes-window0"][-1]
-    theirs = [p for p in older.state if p["stream"] == "panes-window0"][-1]
+    mine = [p for p in newest.state if p["stream"] == "state-window0" and "panes" in p][-1]
+    theirs = [p for p in older.state if p["stream"] == "state-window0" and "panes" in p][-1]
     assert mine["end"] > theirs["end"]
-    schema = pane_schema(state_schema(Engine(q, ds.tables, CFG).plan.branches[0]), "window0")
+    schema = state_schema(Engine(q, ds.tables, CFG).plan.branches[0])
     damage_segment(tmp_path / "storage", schema, mine["end"] - 1)
     r = ft_run(q, ds, tmp_path, "incremental", recover=True)
     assert r.resumed_from == older.id
@@ -298,7 +298,9 @@ def test_recovery_reports_what_it_loaded_and_replays(tiny, tmp_path):
     rec = records(tmp_path / "storage")[0]
     r = ft_run(q, ds, tmp_path, "incremental", recover=True, metrics_log=tmp_path / "m.jsonl")
     window = Engine(q, ds.tables, CFG).plan.branches[0].panes
-    assert r.loaded["panes"] == window and r.loaded["runs"] == 1
+    listed = [p for p in rec.state if "panes" in p and p["end"] > p["first"]]
+    assert r.loaded["panes"] == window and r.loaded["runs"] == len(listed)
+    assert len(listed) <= 2 * (FANOUT - 1) * 3  # tiered: a few units per level, not a pane each
     rows = sum(p["end"] - p["first"] for p in rec.state)
     assert r.loaded["bytes"] == rows * state_schema(
         Engine(q, ds.tables, CFG).plan.branches[0]).row_bytes
@@ -453,18 +455,18 @@ def test_a_damaged_pane_unit_both_kept_records_share_stops_the_recovery_loudly(t
     n = 30 * ds.rows
     ft_run(q, ds, tmp_path, "incremental", k=30, max_tuples=n)
     newest, older = records(tmp_path / "storage")[:2]
-    runs = [[(p["first"], p["end"]) for p in r.state if p["stream"] == "panes-window0"
-             and p["end"] > p["first"]] for r in (newest, older)]
+    runs = [[(p["first"], p["end"]) for p in r.state if p["stream"] == "state-window0"
+             and "panes" in p and p["end"] > p["first"]] for r in (newest, older)]
     shared = [(max(a[0], b[0]), min(a[1], b[1])) for a in runs[0] for b in runs[1]
               if max(a[0], b[0]) < min(a[1], b[1])]  # offsets of units both records list
     assert shared, runs
-    schema = pane_schema(state_schema(Engine(q, ds.tables, CFG).plan.branches[0]), "window0")
+    schema = state_schema(Engine(q, ds.tables, CFG).plan.branches[0])
     damage_segment(tmp_path / "storage", schema, shared[0][0])
     before = read_output(tmp_path / "output")
     with pytest.raises(CheckpointError) as e:
         ft_run(q, ds, tmp_path, "incremental", recover=True)
     assert "\n" not in str(e.value)
-    assert "panes-window0" in str(e.value) and "cannot be recovered" in str(e.value)
+    assert "state-window0" in str(e.value) and "cannot be recovered" in str(e.value)
     after = read_output(tmp_path / "output")
     v = compare(after, failure_free(q, ds, n), q.schema)  # what is there is exact
     assert (v.duplicated, v.different) == (0, 0) and len(after) == len(before), v

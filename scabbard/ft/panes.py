@@ -2,18 +2,21 @@
 
 With in-order input a pane that has closed - a tuple of a later pane was assembled - never
 changes again.  In ``incremental`` (and ``eventual``) checkpoint mode a window operator's
-closed panes are therefore written **once**, as immutable state p-units of the p-stream
-``panes-<id>`` (one per ft-operator), instead of every checkpoint rewriting every pane its
-open windows still need (``full``, the paper's scheme):
+closed panes are therefore written **once**, as immutable state p-units of the
+ft-operator's own state stream ``state-<id>``, instead of every checkpoint rewriting every
+pane its open windows still need (``full``, the paper's scheme):
 
 * a **pane unit** holds the partials (pane, key, count, int and float partial aggregates) of
   whole consecutive panes, in pane order, with its clock - the input offset its content
   reflects - and its pane range in the segment's metadata words ``(clock, first pane, end
-  pane)``; the stream is the ft-operator's, so a unit is (ft-operator, pane, clock);
+  pane)``; the stream is the ft-operator's, so a unit is (ft-operator, pane, clock).  One
+  stream, not one of their own beside it: a recovery opens (scans, verifies the tail of) one
+  stream per operator, as with full checkpoints;
 * a **checkpoint record** lists, per window operator, the runs of pane units it relies on -
   the panes ``L - range/slide + 1 .. L - 1`` its open windows still need, as offset ranges of
-  the pane stream (``{"stream": "panes-<id>", "first", "end", "panes": [lo, hi]}``) - plus
-  the open pane ``L``'s partials, written with the checkpoint to ``state-<id>`` as before;
+  the stream (``{"stream": "state-<id>", "first", "end", "panes": [lo, hi]}``) - plus the
+  open pane ``L``'s partials, written with the checkpoint after them (a part without
+  ``"panes"``);
 * **merging** (size-tiered, as an LSM tree): one pane closed per checkpoint makes one small
   unit per checkpoint, and recovery would read thousands of segments.  A unit written by a
   checkpoint or a step is of level 0; once a window holds ``FANOUT`` units of one level, a
@@ -22,14 +25,15 @@ open windows still need (``full``, the paper's scheme):
   and each pane is written about ``log_FANOUT(panes closed per unit ... window)`` times, not
   once per checkpoint;
 * **GC**: a pane unit is released once it has left every window of the older of the two
-  newest records (the controller's Step 7 trims the pane stream below that record's
-  *floor*: the lowest offset of any unit of its first pane or later - its own runs, and the
-  units an eventual step wrote after its snapshot);
+  newest records (the controller's Step 7 trims the stream below that record's *floor*: the
+  lowest offset of any unit of its first pane or later - its own runs, and the units an
+  eventual step wrote after its snapshot - or of its open part, if lower);
 * **recovery** loads the listed runs and the open part at once (a pool) and concatenates
   them: the same pane partials, row for row, as a full checkpoint at the same task holds.
 
-:class:`PaneLog` is one operator's pane stream and its index (pane -> offsets).  Writes are
-appended at the log's own next offset, so several may be in flight (eventual mode's steps,
+:class:`PaneLog` is one operator's pane units in its stream and their index (pane ->
+offsets).  Every write to the stream - pane units and open parts - is appended at the log's
+own next offset, so several may be in flight (eventual mode's steps,
 :mod:`scabbard.ft.eventual`); a record waits for every unit still in flight.
 """
 
@@ -49,11 +53,6 @@ from scabbard.storage import BlockManager
 MODES = ("full", "incremental", "eventual")
 FANOUT = 8  # this many units of one level in a window are merged into one of the next
 RESTORED = 1 << 30  # the level of the units a recovery found (never merged)
-
-
-def pane_schema(state: Schema, op_id: str) -> Schema:
-    """The pane units of a window operator: its state rows, in a stream of their own."""
-    return Schema(f"panes-{op_id}", state.fields, stream=False)
 
 
 def count_panes(pane: np.ndarray) -> int:
@@ -80,7 +79,7 @@ class Written:
 
 
 class PaneLog:
-    """One window operator's pane units: the stream, where each pane is in it, what is saved.
+    """One window operator's pane units: where each pane is in its stream, what is saved.
 
     ``saved_to``: every closed pane below it that an open window still needs is written
     (None: nothing yet).  The index holds, per written pane, the offsets of its rows and the
@@ -113,6 +112,15 @@ class PaneLog:
         if out.futures:
             faults.crashpoint("checkpoint_step")
         return out
+
+    def append(self, write) -> tuple[dict, list[Future], int]:
+        """Another write to the stream - a checkpoint's open part - in its turn: ``write(first)``
+        appends from offset ``first`` on and returns ``(part, futures, bytes)``."""
+        with self.lock:
+            part, futures, nbytes = write(self.next)
+            self.next = part["end"]
+            self.inflight = _unsettled(self.inflight) + futures
+        return part, futures, nbytes
 
     def to_merge(self, lo: int, hi: int) -> tuple[int, int, int] | None:
         """Panes ``(first, end, level)`` of the lowest level with ``fanout`` units among those

@@ -11,7 +11,7 @@ stable id (``window0``, ``join0``, ...):
   ones add their whole partials), so its snapshot at a marker is a copy of a few
   references; its state p-units go to the p-stream ``state-<id>``.
   In ``incremental`` and ``eventual`` checkpoint mode its closed panes are written once, as
-  pane units of ``panes-<id>`` (:mod:`scabbard.ft.panes`), and a checkpoint writes only the
+  pane units of the same stream (:mod:`scabbard.ft.panes`), and a checkpoint writes only the
   panes closed since and the open pane's partials.
 * :class:`JoinOperator` - a window join: the rows of each input the other has not covered
   yet and the two watermarks, as of Alg. 1's first marker, with the rows recorded on the
@@ -41,7 +41,7 @@ from scabbard.engine.tasks import (
     edges_columns,
     partials_schema,
 )
-from scabbard.ft.panes import MODES, PaneLog, Written, count_panes, pane_schema
+from scabbard.ft.panes import MODES, PaneLog, Written, count_panes
 from scabbard.pog.checkpoint import CheckpointRecord, FTOperator, Snapshot
 from scabbard.pog.markers import Marker
 from scabbard.pog.punit import Dependency, Kind, PUnit
@@ -76,15 +76,10 @@ class _Stored(FTOperator):
         """Each column set as state p-units of its stream (cut to fit the pool's files)."""
         parts, futures, nbytes = [], [], 0
         for sid, schema, cols in zip(self.sids, self.schemas, columns, strict=True):
-            first = self.bm.durable_end(sid)
-            batch = Batch(schema, tuple(np.ascontiguousarray(c) for c in cols), first)
-            per = max(1, (self.bm.config.file_bytes // 4) // schema.row_bytes)
-            for lo in range(0, len(batch), per):
-                part = batch.slice(lo, min(len(batch), lo + per))
-                unit = PUnit(schema.name, cid, part, kind=Kind.STATE, persistent=True)
-                futures.append(self.bm.append(sid, unit.batch, cid, unit.meta_words()))
-                nbytes += part.column_bytes
-            parts.append({"stream": schema.name, "first": first, "end": first + len(batch)})
+            part, f, n = write_units(self.bm, sid, schema, cols, cid, self.bm.durable_end(sid))
+            parts.append(part)
+            futures += f
+            nbytes += n
         return parts, futures, nbytes
 
     def read(self, parts: list[dict], cid: int) -> list[list[np.ndarray]]:
@@ -94,6 +89,21 @@ class _Stored(FTOperator):
     def trim(self, parts: list[dict]) -> None:
         for sid, part in zip(self.sids, parts, strict=True):
             self.bm.trim(sid, part["first"])
+
+
+def write_units(bm: BlockManager, sid: int, schema: Schema, cols: tuple, cid: int,
+                first: int) -> tuple[dict, list[Future], int]:
+    """``cols`` as state p-units of the stream ``sid`` from offset ``first`` on (cut to fit the
+    pool's files): the part a record lists, the appends' futures, the bytes."""
+    batch = Batch(schema, tuple(np.ascontiguousarray(c) for c in cols), first)
+    futures, nbytes = [], 0
+    per = max(1, (bm.config.file_bytes // 4) // schema.row_bytes)
+    for lo in range(0, len(batch), per):
+        part = batch.slice(lo, min(len(batch), lo + per))
+        unit = PUnit(schema.name, cid, part, kind=Kind.STATE, persistent=True)
+        futures.append(bm.append(sid, unit.batch, cid, unit.meta_words()))
+        nbytes += part.column_bytes
+    return {"stream": schema.name, "first": first, "end": first + len(batch)}, futures, nbytes
 
 
 def read_part(bm: BlockManager, sid: int, schema: Schema, part: dict, cid: int) -> list:
@@ -119,8 +129,7 @@ class WindowOperator(_Stored):
         super().__init__(branch.id, [state_schema(branch)], storage)
         self.branch = branch
         self.recent: list = []
-        self.log = None if mode == "full" else PaneLog(pane_schema(self.schemas[0], branch.id),
-                                                       storage)
+        self.log = None if mode == "full" else PaneLog(self.schemas[0], storage)
 
     def after_task(self, part) -> None:
         if part.long:
@@ -180,11 +189,12 @@ class WindowOperator(_Stored):
             got = self.rows(recent, merge[0])
             end = int(np.searchsorted(got[0], merge[1]))
             out.add(log.consolidate(tuple(c[:end] for c in got), *merge[:2], clock, merge[2]))
-        parts, futures, nbytes = self.write([tuple(c[cut:] for c in cols)], cid)
-        out.add(Written(log.listed(lo, last) + parts, futures, nbytes,
+        part, futures, nbytes = log.append(lambda first: write_units(
+            self.bm, self.sids[0], self.schemas[0], tuple(c[cut:] for c in cols), cid, first))
+        out.add(Written(log.listed(lo, last) + [part], futures, nbytes,
                         count_panes(cols[0][cut:])))
         self.log.prune(lo)
-        out.futures = self.log.pending() + futures  # a unit listed may be a step's in flight
+        out.futures = self.log.pending()  # the open part, and a step's units listed in flight
         return out
 
     def edges(self, cols: list[np.ndarray]) -> Edges:
@@ -193,7 +203,7 @@ class WindowOperator(_Stored):
     def restore(self, edges: Edges, rec: CheckpointRecord | None = None) -> None:
         self.recent = [edges]
         if self.log is not None and rec is not None:  # the index of the units it listed
-            runs = [p for p in rec.state if p["stream"] == self.log.schema.name]
+            runs = [p for p in rec.state if p["stream"] == self.log.schema.name and "panes" in p]
             at, panes = 0, []
             for p in runs:
                 panes.append(edges.pane[at:at + p["end"] - p["first"]])
@@ -414,9 +424,12 @@ class QueryState(FTOperator):
                 raise ValueError(f"checkpoint {rec.id} holds no state stream {missing[0]} "
                                  f"(another query's)")
             out[o.id] = [streams[s.name] for s in o.schemas]
-            log = getattr(o, "log", None)
-            if log is not None:
-                out[o.id][0] = streams.get(log.schema.name, []) + out[o.id][0]
+        known = {s.name for o in self.operators.values() for s in o.schemas} \
+            | {w.name for w in self.spilled}
+        unknown = sorted(set(streams) - known)
+        if unknown:  # e.g. "panes-<id>": pane units in a stream of their own, as before 2026-11
+            raise ValueError(f"checkpoint {rec.id} lists state in {unknown[0]}, a stream this "
+                             f"build does not keep (written by another query or version)")
         return out
 
     def load_state(self, rec: CheckpointRecord) -> tuple[list, dict]:
@@ -430,13 +443,11 @@ class QueryState(FTOperator):
                 jobs += [(o, k, p) for p in listed]
         # every operator's state p-units, read back at once (recovery's data recovery): the
         # device reads in parallel on the storage's I/O pool, what opening read from memory
-        where = [self._where(o, k, p) for o, k, p in jobs]
-        batches = self.bm.load_ranges([(sid, p["first"], p["end"])
-                                       for (_, _, p), (sid, _) in zip(jobs, where, strict=True)])
+        batches = self.bm.load_ranges([(o.sids[k], p["first"], p["end"]) for o, k, p in jobs])
         got: dict = {}
-        for (o, k, p), (_, schema), b in zip(jobs, where, batches, strict=True):
+        for (o, k, p), b in zip(jobs, batches, strict=True):
             got.setdefault(o.id, [[] for _ in o.schemas])[k].append(
-                part_columns(b, schema, p, rec.id))
+                part_columns(b, o.schemas[k], p, rec.id))
         cols = {o.id: [[np.concatenate(c) for c in zip(*got[o.id][k], strict=True)]
                        for k in range(len(o.schemas))] for o in self.operators.values()}
         edges, self.loaded_spill, verified = [], {}, 0
@@ -469,14 +480,6 @@ class QueryState(FTOperator):
             self.loaded["spill_verified_bytes"] = verified
         return edges, graph
 
-    @staticmethod
-    def _where(o: _Stored, k: int, part: dict) -> tuple[int, Schema]:
-        """The stream (id, schema) a listed part of ``o``'s ``k``-th state lies in."""
-        log = getattr(o, "log", None)
-        if log is not None and part["stream"] == log.schema.name:
-            return log.sid, log.schema
-        return o.sids[k], o.schemas[k]
-
     def trim(self, state: list) -> None:
         """GC (Step 7): each state stream below the first offset ``state`` lists in it - a
         window's pane units once they left every window of that record."""
@@ -488,8 +491,5 @@ class QueryState(FTOperator):
                 if p["stream"] == w.name:
                     w.store.unpin_below(p["cid"])
         for o in self.operators.values():
-            if all(s.name in first for s in o.schemas):
+            if all(s.name in first for s in o.schemas):  # a window's pane units included
                 o.trim([{"first": first[s.name]} for s in o.schemas])
-            log = getattr(o, "log", None)
-            if log is not None and log.schema.name in first:
-                self.bm.trim(log.sid, first[log.schema.name])

@@ -233,11 +233,13 @@ class BlockManager(FolderScan, GroupCommitWriter):
 
     def load_ranges(self, ranges: list[tuple[int, int | None, int | None]],
                     chunk_bytes: int = 8 << 20) -> list[list[Batch]]:
-        """:meth:`load_bulk` of several ``(stream, start, end)`` ranges at once: every chunk of
-        every range is in flight together (a checkpoint's parts, read back by recovery).  A
-        chunk inside a tail that opening the folder verified is decoded on the caller's thread:
-        it is in memory, and a hand-off to the pool would cost more than the copy."""
-        plans = []  # per range: its stream and chunks
+        """:meth:`load_bulk` of several ``(stream, start, end)`` ranges at once (a checkpoint's
+        parts, read back by recovery): the segments they need are read in chunks of segments
+        of one file at most ``GAP_BYTES`` apart - a range's and its neighbours' together, the
+        small gaps between them read too - all chunks in flight at once.  A chunk inside a
+        tail that opening the folder verified is decoded on the caller's thread: it is in
+        memory, and a hand-off to the pool would cost more than the copy."""
+        plans, wanted = [], {}  # per range (stream, start, end, its segments); per stream, all
         with self._lock:
             for stream, start, end in ranges:
                 s = self._by_id[stream]
@@ -249,9 +251,14 @@ class BlockManager(FolderScan, GroupCommitWriter):
                 if start < end and start < s.start:
                     raise TrimmedError(f"stream {s.name!r}: offset {start} was released "
                                        f"(stored from {s.start})")
-                plans.append((s, start, end, _chunks(s, start, end, chunk_bytes)))
+                segs = [(f, g) for f in s.files for g in f.segs
+                        if g.first + g.count > start and g.first < end]
+                plans.append((s, start, end, segs))
+                wanted.setdefault(s.id, (s, set()))[1].update((id(f), g.pos) for f, g in segs)
+            chunks = [(s, c) for s, need in wanted.values()
+                      for c in _chunks(s, need, chunk_bytes)]
 
-        def read(s: _Stream, start: int, end: int, f: _File, segs: list[_Seg]) -> list[Batch]:
+        def read(s: _Stream, f: _File, segs: list[_Seg]) -> list[tuple[tuple, Batch]]:
             base = segs[0].pos
             buf = self._pread(f, base, segs[-1].pos + segs[-1].length - base)
             out = []
@@ -262,14 +269,15 @@ class BlockManager(FolderScan, GroupCommitWriter):
                     raise CorruptSegment(str(f.path), g.pos, f"holds stream {h.stream_id} "
                                          f"epoch {h.epoch} offset {h.first_offset}, expected "
                                          f"stream {s.id} epoch {f.epoch} offset {g.first}")
-                out.append(_cut(batch, start, end))
+                out.append(((id(f), g.pos), batch))
             return out
 
-        pending = [[self._pool.submit(read, s, start, end, f, segs)
-                    if not _in_tail(f, segs) else (s, start, end, f, segs)
-                    for f, segs in chunks] for s, start, end, chunks in plans]
-        return [[b for x in got for b in (x.result() if isinstance(x, Future) else read(*x))]
-                for got in pending]
+        pending = [self._pool.submit(read, s, f, segs) if not _in_tail(f, segs)
+                   else (s, f, segs) for s, (f, segs) in chunks]
+        got = dict(pair for x in pending
+                   for pair in (x.result() if isinstance(x, Future) else read(*x)))
+        return [[_cut(got[(id(f), g.pos)], start, end) for f, g in segs]
+                for _, start, end, segs in plans]
 
     def forget_tails(self) -> None:
         """Drop the stream tails opening the folder read (recovery has read what it needs)."""
@@ -337,17 +345,21 @@ class BlockManager(FolderScan, GroupCommitWriter):
         self.close()
 
 
-def _chunks(s: _Stream, start: int, end: int, chunk_bytes: int) -> list[tuple[_File, list[_Seg]]]:
-    """The segments holding ``start .. end - 1``, as runs of adjacent segments of one file of
-    up to ``chunk_bytes`` (one read each)."""
+GAP_BYTES = 256 << 10  # segments of a file this close are read by one pread, the gap too
+
+
+def _chunks(s: _Stream, need: set, chunk_bytes: int) -> list[tuple[_File, list[_Seg]]]:
+    """The segments ``need`` names (``(id(file), pos)``), in the stream's order, as runs of
+    segments of one file of up to ``chunk_bytes`` (one read each), each segment at most
+    ``GAP_BYTES`` after the one before."""
     chunks: list[tuple[_File, list[_Seg]]] = []
     for f in s.files:
         for g in f.segs:
-            if g.first + g.count <= start or g.first >= end:
+            if (id(f), g.pos) not in need:
                 continue
             last = chunks[-1] if chunks else None
             if (last is not None and last[0] is f
-                    and last[1][-1].pos + last[1][-1].length == g.pos
+                    and 0 <= g.pos - (last[1][-1].pos + last[1][-1].length) <= GAP_BYTES
                     and g.pos + g.length - last[1][0].pos <= chunk_bytes):
                 last[1].append(g)
             else:
