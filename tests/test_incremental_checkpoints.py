@@ -470,3 +470,22 @@ def test_a_damaged_pane_unit_both_kept_records_share_stops_the_recovery_loudly(t
     after = read_output(tmp_path / "output")
     v = compare(after, failure_free(q, ds, n), q.schema)  # what is there is exact
     assert (v.duplicated, v.different) == (0, 0) and len(after) == len(before), v
+
+
+def test_a_record_listing_a_stream_this_build_does_not_keep_is_refused(tiny, tmp_path):
+    """Pane units lived in a stream of their own (``panes-<id>``) before they moved into the
+    operator's state stream: a record that lists such a stream is refused whole, never loaded
+    without those panes."""
+    import dataclasses
+
+    q, ds = query("SG1", tiny)
+    ft_run(q, ds, tmp_path, "incremental", k=20, max_tuples=20 * ds.rows)
+    rec = records(tmp_path / "storage")[0]
+    old = dataclasses.replace(rec, state=[
+        dict(p, stream="panes-window0") if "panes" in p else p for p in rec.state])
+    plan = Engine(q, ds.tables, CFG).plan
+    with BlockManager(tmp_path / "storage", SMALL) as bm:
+        state = QueryState(plan, bm, (), "incremental")
+        state.load_state(rec)  # as written: loads
+        with pytest.raises(ValueError, match="lists state in panes-window0, a stream this build"):
+            state.load_state(old)
