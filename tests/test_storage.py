@@ -167,6 +167,30 @@ def test_offsets_map_to_files_across_wraparound(tmp_path):
             bm.read(sid, off)
 
 
+def test_load_ranges_returns_exactly_the_rows_of_each_range_across_files(tmp_path):
+    """Ranges of all shapes - inside one segment, across segments and files, at a stream's
+    ends, empty - read back at once give each range's rows and nothing else."""
+    rng = np.random.default_rng(7)
+    cfg = StorageConfig(file_bytes=64 * 1024, pool_files=8, io_threads=2, bulk_bytes=32 * 1024)
+    with BlockManager(tmp_path, cfg) as bm:
+        a, b = bm.stream("a", SCHEMA), bm.stream("b", SCHEMA)
+        ends = {a: fill(bm, a, 0, 40, rows=97), b: fill(bm, b, 0, 7, rows=300)}
+        assert len(bm._by_id[a].files) > 2  # the ranges cross files
+        ranges = [(a, 0, 1), (a, 96, 98), (a, 500, 1500), (b, 10, 10), (a, 0, None),
+                  (b, 2000, None), (a, ends[a] - 1, ends[a])]
+        for _ in range(30):
+            sid = a if rng.random() < 0.7 else b
+            lo = int(rng.integers(0, ends[sid]))
+            ranges.append((sid, lo, int(rng.integers(lo, ends[sid] + 1))))
+        got = bm.load_ranges(ranges)
+        for (sid, lo, hi), batches in zip(ranges, got, strict=True):
+            hi = ends[sid] if hi is None else hi
+            offsets = np.concatenate([bt.columns[0] // 10 for bt in batches] + [np.zeros(0, int)])
+            np.testing.assert_array_equal(offsets, np.arange(lo, hi))
+            for bt in batches:
+                check_batch(bt)
+
+
 def test_trim_returns_files_to_the_pool_and_disk_stays_bounded(tmp_path):
     cfg = StorageConfig(file_bytes=128 * 1024, pool_files=2, bulk_bytes=64 * 1024)
     with BlockManager(tmp_path, cfg) as bm:

@@ -47,6 +47,7 @@ import numpy as np
 
 from scabbard import faults
 from scabbard.batch import Batch
+from scabbard.pog.punit import Kind, PUnit
 from scabbard.schema import Schema
 from scabbard.storage import BlockManager
 
@@ -58,6 +59,21 @@ RESTORED = 1 << 30  # the level of the units a recovery found (never merged)
 def count_panes(pane: np.ndarray) -> int:
     """How many distinct panes a pane-sorted column holds."""
     return 0 if not len(pane) else 1 + int(np.count_nonzero(pane[1:] != pane[:-1]))
+
+
+def write_units(bm: BlockManager, sid: int, schema: Schema, cols: tuple, cid: int,
+                first: int) -> tuple[dict, list[Future], int]:
+    """``cols`` as state p-units of the stream ``sid`` from offset ``first`` on (cut to fit the
+    pool's files): the part a record lists, the appends' futures, the bytes."""
+    batch = Batch(schema, tuple(np.ascontiguousarray(c) for c in cols), first)
+    futures, nbytes = [], 0
+    per = max(1, (bm.config.file_bytes // 4) // schema.row_bytes)
+    for lo in range(0, len(batch), per):
+        part = batch.slice(lo, min(len(batch), lo + per))
+        unit = PUnit(schema.name, cid, part, kind=Kind.STATE, persistent=True)
+        futures.append(bm.append(sid, unit.batch, cid, unit.meta_words()))
+        nbytes += part.column_bytes
+    return {"stream": schema.name, "first": first, "end": first + len(batch)}, futures, nbytes
 
 
 @dataclass
@@ -113,11 +129,12 @@ class PaneLog:
             faults.crashpoint("checkpoint_step")
         return out
 
-    def append(self, write) -> tuple[dict, list[Future], int]:
-        """Another write to the stream - a checkpoint's open part - in its turn: ``write(first)``
-        appends from offset ``first`` on and returns ``(part, futures, bytes)``."""
+    def write_part(self, cols: tuple, cid: int) -> tuple[dict, list[Future], int]:
+        """A checkpoint's open part ``cols`` appended to the stream in its turn, after the
+        units: ``(part, futures, bytes)`` as :func:`write_units`."""
         with self.lock:
-            part, futures, nbytes = write(self.next)
+            part, futures, nbytes = write_units(self.bm, self.sid, self.schema, cols, cid,
+                                                self.next)
             self.next = part["end"]
             self.inflight = _unsettled(self.inflight) + futures
         return part, futures, nbytes

@@ -33,7 +33,6 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from scabbard.batch import Batch
 from scabbard.engine.tasks import (
     Edges,
     columns_edges,
@@ -41,10 +40,10 @@ from scabbard.engine.tasks import (
     edges_columns,
     partials_schema,
 )
-from scabbard.ft.panes import MODES, PaneLog, Written, count_panes
+from scabbard.ft.panes import MODES, PaneLog, Written, count_panes, write_units
 from scabbard.pog.checkpoint import CheckpointRecord, FTOperator, Snapshot
 from scabbard.pog.markers import Marker
-from scabbard.pog.punit import Dependency, Kind, PUnit
+from scabbard.pog.punit import Dependency
 from scabbard.schema import Field, Schema
 from scabbard.storage import BlockManager
 
@@ -89,21 +88,6 @@ class _Stored(FTOperator):
     def trim(self, parts: list[dict]) -> None:
         for sid, part in zip(self.sids, parts, strict=True):
             self.bm.trim(sid, part["first"])
-
-
-def write_units(bm: BlockManager, sid: int, schema: Schema, cols: tuple, cid: int,
-                first: int) -> tuple[dict, list[Future], int]:
-    """``cols`` as state p-units of the stream ``sid`` from offset ``first`` on (cut to fit the
-    pool's files): the part a record lists, the appends' futures, the bytes."""
-    batch = Batch(schema, tuple(np.ascontiguousarray(c) for c in cols), first)
-    futures, nbytes = [], 0
-    per = max(1, (bm.config.file_bytes // 4) // schema.row_bytes)
-    for lo in range(0, len(batch), per):
-        part = batch.slice(lo, min(len(batch), lo + per))
-        unit = PUnit(schema.name, cid, part, kind=Kind.STATE, persistent=True)
-        futures.append(bm.append(sid, unit.batch, cid, unit.meta_words()))
-        nbytes += part.column_bytes
-    return {"stream": schema.name, "first": first, "end": first + len(batch)}, futures, nbytes
 
 
 def read_part(bm: BlockManager, sid: int, schema: Schema, part: dict, cid: int) -> list:
@@ -189,8 +173,7 @@ class WindowOperator(_Stored):
             got = self.rows(recent, merge[0])
             end = int(np.searchsorted(got[0], merge[1]))
             out.add(log.consolidate(tuple(c[:end] for c in got), *merge[:2], clock, merge[2]))
-        part, futures, nbytes = log.append(lambda first: write_units(
-            self.bm, self.sids[0], self.schemas[0], tuple(c[cut:] for c in cols), cid, first))
+        part, futures, nbytes = log.write_part(tuple(c[cut:] for c in cols), cid)
         out.add(Written(log.listed(lo, last) + [part], futures, nbytes,
                         count_panes(cols[0][cut:])))
         self.log.prune(lo)

@@ -251,8 +251,7 @@ class BlockManager(FolderScan, GroupCommitWriter):
                 if start < end and start < s.start:
                     raise TrimmedError(f"stream {s.name!r}: offset {start} was released "
                                        f"(stored from {s.start})")
-                segs = [(f, g) for f in s.files for g in f.segs
-                        if g.first + g.count > start and g.first < end]
+                segs = _segs_in(s, start, end)
                 plans.append((s, start, end, segs))
                 wanted.setdefault(s.id, (s, set()))[1].update((id(f), g.pos) for f, g in segs)
             chunks = [(s, c) for s, need in wanted.values()
@@ -346,6 +345,26 @@ class BlockManager(FolderScan, GroupCommitWriter):
 
 
 GAP_BYTES = 256 << 10  # segments of a file this close are read by one pread, the gap too
+
+
+
+def _segs_in(s: _Stream, start: int, end: int) -> list[tuple[_File, _Seg]]:
+    """The segments of ``s`` holding offsets in ``[start, end)``, in offset order: found by
+    bisection in the files and, in the first and last file, in their segments - a range
+    read costs its own segments, not a walk over the whole stream."""
+    if start >= end:
+        return []
+    files = list(s.files)
+    i = max(bisect.bisect_right([f.first for f in files], start) - 1, 0)
+    out = []
+    for f in files[i:]:
+        if f.first >= end:
+            break
+        firsts = [g.first for g in f.segs]
+        j = max(bisect.bisect_right(firsts, start) - 1, 0)
+        k = bisect.bisect_left(firsts, end)
+        out.extend((f, g) for g in f.segs[j:k] if g.first + g.count > start)
+    return out
 
 
 def _chunks(s: _Stream, need: set, chunk_bytes: int) -> list[tuple[_File, list[_Seg]]]:
