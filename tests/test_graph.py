@@ -249,3 +249,35 @@ def test_the_sinks_progress_is_taken_where_the_marker_is_not_where_the_pump_ends
     events = g.pump()
     assert [e[0] for e in events] == ["data", "marker", "data"]
     assert events[1][2]["in"] == {"per_window0": 2}
+
+
+def _sg3_join():
+    return next(op.node for op in physical.plan(queries.get("SG3").node).operators.values()
+                if op.kind == "join")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_lookup_join_of_one_row_per_window_equals_the_hash_join(seed):
+    """SG3's join (a global aggregate on the right: one row per window, no keys) takes the
+    lookup path; on windows that one side lacks, rows the predicate drops, and empty sides,
+    it gives the hash join's rows in the same order."""
+    rng = np.random.default_rng(seed)
+    node = _sg3_join()
+    ends = np.sort(rng.choice(np.arange(1000, 1100) * 1000, size=int(rng.integers(0, 40)),
+                              replace=False))
+    lw = np.repeat(ends, rng.integers(0, 6, len(ends)))
+    keep_right = rng.random(len(ends)) < 0.7
+    rw = ends[keep_right] if seed else ends[:0]
+    left = {"window_start": lw - 128_000, "window_end": lw,
+            "plug": rng.integers(0, 9, len(lw)).astype(np.int32),
+            "household": rng.integers(0, 9, len(lw)).astype(np.int32),
+            "house": rng.integers(0, 9, len(lw)).astype(np.int32),
+            "local_avg": rng.random(len(lw))}
+    right = {"window_start": rw - 3_600_000, "window_end": rw, "global_avg": rng.random(len(rw))}
+    left = {f.name: left[f.name].astype(f.numpy_dtype) for f in node.left.schema.fields}
+    fast = physical.join_one_per_window(node, left, right)
+    slow = physical.join_hashed(node, left, right)
+    assert list(fast) == list(slow) == list(node.schema.names)
+    for name in slow:
+        np.testing.assert_array_equal(fast[name], slow[name], err_msg=name)
+        assert fast[name].dtype == slow[name].dtype, name

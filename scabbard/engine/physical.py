@@ -292,9 +292,18 @@ def _key_words(cols: dict[str, np.ndarray], schema: Schema, names) -> list[np.nd
 
 
 def window_join(node: WindowJoin, left: dict, right: dict) -> dict:
-    """⋈ of two batches of complete windows on the window end and ``node.on`` (a numba hash
-    join, :func:`scabbard.kernels.join.equi_join`), then ``node.predicate``; rows in the left
-    side's order, so in window order.  The left side's window bounds are kept."""
+    """⋈ of two batches of complete windows on the window end and ``node.on``, then
+    ``node.predicate``; rows in the left side's order, so in window order.  The left side's
+    window bounds are kept.  A right side with one row per window and no ``on`` keys (a
+    global aggregate's: SG3's) is a lookup by window end; anything else a numba hash join
+    (:func:`scabbard.kernels.join.equi_join`)."""
+    rw = right["window_end"]
+    if not node.on and (len(rw) < 2 or bool(np.all(rw[1:] > rw[:-1]))):
+        return join_one_per_window(node, left, right)
+    return join_hashed(node, left, right)
+
+
+def join_hashed(node: WindowJoin, left: dict, right: dict) -> dict:
     from scabbard.kernels.join import equi_join
 
     ls, rs = node.left.schema, node.right.schema
@@ -307,6 +316,31 @@ def window_join(node: WindowJoin, left: dict, right: dict) -> dict:
             out[f.name] = right[f.name][ri]
     if node.predicate is not None and len(li):
         out = take(out, eval_numpy(node.predicate, out, node.schema))
+    return out
+
+
+def join_one_per_window(node: WindowJoin, left: dict, right: dict) -> dict:
+    """The join when the right side has at most one row per window (its window ends strictly
+    increase) and there are no ``on`` keys: each left row's partner found by bisection, the
+    predicate evaluated on every left row, and only the rows kept gathered - one pass."""
+    ls, rs = node.left.schema, node.right.schema
+    lw, rw = left["window_end"], right["window_end"]
+    ri = np.searchsorted(rw, lw)
+    hit = ri < len(rw)
+    ri[~hit] = 0
+    if len(rw):
+        hit &= rw[ri] == lw
+    cols = {f.name: left[f.name] for f in ls.fields}
+    cols.update({f.name: right[f.name][ri] if len(rw) else np.zeros(len(lw),
+                                                                     right[f.name].dtype)
+                 for f in rs.fields[2:]})
+    if node.predicate is not None and len(lw):
+        with np.errstate(all="ignore"):  # rows without a partner hold a stand-in value
+            hit &= eval_numpy(node.predicate, cols, node.schema)
+    keep = np.flatnonzero(hit)
+    out = {f.name: left[f.name][keep] for f in ls.fields}
+    out.update({f.name: right[f.name][ri[keep]] if len(rw) else right[f.name][:0]
+                for f in rs.fields[2:]})
     return out
 
 
