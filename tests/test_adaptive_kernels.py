@@ -25,8 +25,10 @@ from scabbard.kernels.aggregate import (
     pane_aggregate,
 )
 
-# deterministic: every variant compiled on the task's thread, profiling after one task
-SYNC = AdaptivePolicy(warm_tasks=1, profile_tasks=2, reprofile=8, background=False)
+# deterministic: every variant compiled on the task's thread, profiling after one task, and a
+# swapped-in variant kept untried (its trial times tasks: see the trial's own tests)
+SYNC = AdaptivePolicy(warm_tasks=1, profile_tasks=2, reprofile=8, background=False,
+                      trial_tasks=0)
 
 
 # -- the kernels -----------------------------------------------------------------------------------
@@ -169,7 +171,7 @@ def test_keys_leaving_the_range_deoptimise_and_reoptimise(tiny, tmp_path):
     event of the metrics log."""
     q, ds = queries.get("CM1"), tiny["cm"]
     policy = AdaptivePolicy(warm_tasks=1, profile_tasks=2, reprofile=1000, margin=0.0,
-                            background=False)
+                            background=False, trial_tasks=0)
 
     def source():
         return KeyShift(ds, "category", 1000, batch_rows=997, max_tuples=2 * ds.rows, loop=True)
@@ -201,11 +203,55 @@ def test_background_compilation_swaps_while_the_generic_kernels_run(tiny):
     assert report.kernels["window0"]["instrumented"] >= 4
 
 
+@pytest.mark.parametrize("optimised_is", ["slower", "faster"])
+def test_the_trial_keeps_the_faster_variant(tiny, tmp_path, monkeypatch, optimised_is):
+    """After a swap, optimised and generic tasks alternate and are timed; the faster stays.
+    The timings are scaled here (x50 or /50 for the optimised tasks), so the verdict does not
+    depend on this machine.  A rejected plan is not compiled again when the next profile asks
+    for the same one; the results are the generic kernels' either way."""
+    from scabbard.engine.adaptive import AdaptiveBranch
+
+    timed = AdaptiveBranch._timed
+    scale = 50.0 if optimised_is == "slower" else 1 / 50
+
+    def scaled(self, kind, trial, ns):
+        return timed(self, kind, trial, ns * scale if kind == "optimised" else ns)
+    monkeypatch.setattr(AdaptiveBranch, "_timed", scaled)
+    q, ds = queries.get("CM1"), tiny["cm"]
+    policy = AdaptivePolicy(warm_tasks=1, profile_tasks=2, reprofile=4, trial_tasks=2,
+                            background=False)
+
+    def source():
+        return ReplaySource(ds, batch_rows=997, max_tuples=3 * ds.rows, loop=True)
+    want, _ = _run(q, ds, None, source())
+    log = tmp_path / "metrics.jsonl"
+    got, report = _run(q, ds, policy, source(), metrics_log=log)
+    ref.assert_same_results(got, want, q.schema)
+    kernel = [json.loads(line) for line in log.read_text().splitlines()
+              if '"kernel"' in line]
+    actions = [e["action"] for e in kernel if e.get("branch") == "window0"]
+    st_ = report.kernels["window0"]
+    assert actions[:3] == ["profile", "optimise", "swap"], actions
+    verdict = next(e for e in kernel if e["action"] in ("keep", "reject"))
+    if optimised_is == "slower":
+        assert verdict["action"] == "reject"
+        assert verdict["optimised_ns_row"] > verdict["generic_ns_row"]
+        assert st_["rejects"] >= 1 and st_["swaps"] == 1, st_  # not compiled again
+        again = [e for e in kernel if e["action"] == "optimise" and "rejected" in e]
+        assert again, actions  # the next profile asked for it and was refused
+        assert st_["generic"] > 2 * st_["optimised"], st_
+    else:
+        assert verdict["action"] == "keep"
+        assert st_["rejects"] == 0 and st_["optimised"] > st_["generic"], st_
+
+
 def test_a_policy_must_make_sense():
     with pytest.raises(ValueError, match="generic or instrumented"):
         AdaptivePolicy(force="optimised")
     with pytest.raises(ValueError, match="dense_max"):
         AdaptivePolicy(dense_max=DENSE_MAX + 1)
+    with pytest.raises(ValueError, match="tasks"):
+        AdaptivePolicy(trial_tasks=-1)
 
 
 @pytest.mark.slow

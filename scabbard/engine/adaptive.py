@@ -21,11 +21,18 @@ branch goes back to profiling and optimises again for the data it now sees.  The
 order needs no guard (any order gives the same rows); it is revisited every
 :attr:`AdaptivePolicy.reprofile` tasks with one instrumented task.
 
+A swapped-in variant is on **trial** first: its tasks alternate with generic ones until each
+has run :attr:`AdaptivePolicy.trial_tasks` tasks, and it stays only if its median time per row
+is below the generic kernels' (a specialisation is a bet on the data and the machine: a dense
+array larger than the cache, or an allocator that serves the hash table well, can make it
+lose); a rejected plan is not compiled again while the profile asks for one like it
+(:meth:`Plan.like`).
+
 The optimised front kernel is generated and compiled on a background thread while the current
 variant keeps running, and swapped in when ready; numba caches it on disk by the digest of its
 source (:func:`~scabbard.kernels.codegen.compile_front`), so a restarted engine finds it.  Each
-step is a ``kernel`` event of the metrics log (``profile``, ``optimise``, ``swap``,
-``deopt``).
+step is a ``kernel`` event of the metrics log (``profile``, ``optimise``, ``swap``, ``keep``,
+``reject``, ``deopt``).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from scabbard.kernels.aggregate import DENSE_MAX, key_range, pane_aggregate
 from scabbard.kernels.codegen import DenseSpec, compile_front
 
 GENERIC, INSTRUMENTED, OPTIMISED = "generic", "instrumented", "optimised"
+TRIAL = "trial"  # the phase after a swap: optimised and generic tasks alternate, timed
 
 
 @dataclass(frozen=True)
@@ -55,8 +63,11 @@ class AdaptivePolicy:
     range is the observed one widened by this fraction of it on each side (keys that drift
     a little do not deoptimise at once); ``dense_max``: the most groups a dense array holds;
     ``background``: compile on a thread of its own (False: at once, on the task's thread -
-    deterministic, for tests); ``force``: every task in one variant (``generic`` or
-    ``instrumented``: what a benchmark compares the optimised variant with)."""
+    deterministic, for tests); ``trial_tasks``: after a swap, this many tasks of each of the
+    optimised and the generic variant, alternating, decide which one stays (0: the optimised
+    variant stays untried - the tests of the variants' mechanics); ``force``: every task in
+    one variant (``generic`` or ``instrumented``: what a benchmark compares the optimised
+    variant with)."""
 
     warm_tasks: int = 2
     profile_tasks: int = 4
@@ -64,13 +75,15 @@ class AdaptivePolicy:
     margin: float = 0.25
     dense_max: int = DENSE_MAX
     background: bool = True
+    trial_tasks: int = 4
     force: str | None = None
 
     def __post_init__(self) -> None:
         if self.force not in (None, GENERIC, INSTRUMENTED):
             raise ValueError(f"force: generic or instrumented, not {self.force!r}")
         if min(self.warm_tasks, self.profile_tasks) < 0 or self.profile_tasks < 1 \
-                or self.reprofile < 1 or self.margin < 0 or not 1 <= self.dense_max <= DENSE_MAX:
+                or self.reprofile < 1 or self.margin < 0 or self.trial_tasks < 0 \
+                or not 1 <= self.dense_max <= DENSE_MAX:
             raise ValueError("adaptive policy: tasks >= 1, margin >= 0, "
                              f"1 <= dense_max <= {DENSE_MAX:,}")
 
@@ -83,6 +96,16 @@ class Plan:
     order: tuple[int, ...] | None
     lo: tuple[int, ...] | None = None
     span: tuple[int, ...] | None = None
+
+    def like(self, other: Plan | None) -> bool:
+        """The same bet as ``other``: the filter order, and hash aggregation or a dense array
+        of about the same size (a profile of other tasks widens a range a little)."""
+        if other is None or self.order != other.order or (self.lo is None) != (other.lo is None):
+            return False
+        if self.lo is None:
+            return True
+        a, b = float(np.prod(self.span)), float(np.prod(other.span))
+        return max(a, b) <= 2 * min(a, b)
 
     def describe(self) -> dict:
         return {"filter_order": list(self.order) if self.order else None,
@@ -125,7 +148,11 @@ class AdaptiveBranch:
         self.reorderable = any(len(r) > 1 for r in self.spec.runs())
         self.useful = branch.key_width > 0 or self.reorderable
         self.on_event = None  # metrics.event, set by the run
-        self.stats = {GENERIC: 0, INSTRUMENTED: 0, OPTIMISED: 0, "deopts": 0, "swaps": 0}
+        self.stats = {GENERIC: 0, INSTRUMENTED: 0, OPTIMISED: 0, "deopts": 0, "swaps": 0,
+                      "rejects": 0}
+        self.trial = 0  # which trial the phase is (timings of an older one are dropped)
+        self.timed: dict[str, list[float]] = {GENERIC: [], OPTIMISED: []}  # ns per row
+        self.rejected: Plan | None = None  # lost its trial; not compiled again for now
 
     def _event(self, action: str, **fields) -> None:
         if self.on_event is not None:
@@ -140,6 +167,8 @@ class AdaptiveBranch:
             return p.force
         if not self.useful:
             return GENERIC
+        if self.phase == TRIAL:
+            return OPTIMISED if self.since % 2 else GENERIC
         if self.phase == GENERIC and self.tasks > self.next_profile and not self.compiling:
             self._enter(INSTRUMENTED)
             self._event("profile", task=self.tasks)
@@ -151,17 +180,29 @@ class AdaptiveBranch:
         self.phase, self.since = phase, 0
         if phase == INSTRUMENTED:
             self.profile = _Profile(len(self.spec.steps), self.b.key_width)
+        if phase == TRIAL:
+            self.trial += 1
+            self.timed = {GENERIC: [], OPTIMISED: []}
 
     # -- the task ------------------------------------------------------------------------------
     def run(self, n: int, ts, inputs: tuple, rel_args: tuple, o_ts, o_keys, o_i, o_f):
         """The branch's front kernel and per-pane aggregation on one task, in the variant its
         phase asks for: the task's pane partials - the generic kernels' result, whatever the
         variant (``o_*``: the front's output arrays, for the variants that write them)."""
-        b = self.b
         with self.lock:
             kind = self._choose()
             variant = self.variant
             self.stats[kind] += 1
+            trial = self.trial if self.phase == TRIAL else None
+        t0 = time.perf_counter()
+        partials = self._run(kind, variant, n, ts, inputs, rel_args, o_ts, o_keys, o_i, o_f)
+        if trial is not None and n:
+            self._timed(kind, trial, (time.perf_counter() - t0) * 1e9 / n)
+        return partials
+
+    def _run(self, kind: str, variant, n: int, ts, inputs: tuple, rel_args: tuple, o_ts,
+             o_keys, o_i, o_f):
+        b = self.b
         if kind == OPTIMISED and variant is not None:
             kernel, plan = variant
             if plan.lo is None:  # the filters reordered; hash aggregation
@@ -190,6 +231,29 @@ class AdaptiveBranch:
         return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
                               b.slide_ms, ordered=True)
 
+    def _timed(self, kind: str, trial: int, ns_per_row: float) -> None:
+        """A trial task's time; once both variants ran enough tasks, the trial's verdict."""
+        with self.lock:
+            if self.phase != TRIAL or trial != self.trial:
+                return  # a deopt, or a newer swap, ended this trial
+            self.timed[kind].append(ns_per_row)
+            k = self.policy.trial_tasks
+            if min(len(v) for v in self.timed.values()) < k:
+                return
+            generic, optimised = (float(np.median(self.timed[v])) for v in (GENERIC, OPTIMISED))
+            fields = {"task": self.tasks, "generic_ns_row": round(generic, 2),
+                      "optimised_ns_row": round(optimised, 2)}
+            if optimised < generic:
+                self._enter(OPTIMISED)
+                self._event("keep", **fields)
+                return
+            self.stats["rejects"] += 1
+            self.rejected, self.variant, self.plan = self.plan, None, None
+            self._enter(GENERIC)
+            self.next_profile = self.tasks + self.policy.reprofile  # the data may change
+            self._event("reject", plan=self.rejected.describe() if self.rejected else None,
+                        **fields)
+
     def _instrumented_spec(self):
         return dataclasses.replace(self.spec, profile=True)
 
@@ -211,8 +275,11 @@ class AdaptiveBranch:
             if self.phase != INSTRUMENTED or pr.tasks < self.policy.profile_tasks:
                 return
             plan = self._plan(pr)
-            if plan.order is None and plan.lo is None:  # nothing to specialise (for now)
-                self._event("optimise", task=self.tasks, plan=None)
+            rejected = plan.like(self.rejected)
+            if (plan.order is None and plan.lo is None) or rejected:
+                # nothing to specialise (for now), or what lost its trial: the data may change
+                self._event("optimise", task=self.tasks, plan=None,
+                            **({"rejected": plan.describe()} if rejected else {}))
                 self._enter(GENERIC)
                 self.next_profile = self.tasks + self.policy.reprofile  # the data may change
                 return
@@ -285,7 +352,7 @@ class AdaptiveBranch:
             if self.plan == plan:  # not superseded while it compiled
                 self.variant = (front, plan)
                 self.compiling = False
-                self._enter(OPTIMISED)
+                self._enter(TRIAL if self.policy.trial_tasks else OPTIMISED)
                 self.stats["swaps"] += 1
                 self._event("swap", task=self.tasks, compile_ms=ms, plan=plan.describe())
 
