@@ -275,7 +275,8 @@ class Execution:
                 lane.tails.pop(r.seq - 1, None)
                 lane.claimed.discard(r.seq)
         lane.prev_long = part.long
-        return [c for c in (cols, part.internal) if c]
+        internal, part.internal = part.internal, None  # the task stays a tail: not its windows
+        return [c for c in (cols, internal) if c]
 
     def _push(self, lane: Lane, pieces: list[dict], watermark: int, input_end: int) -> None:
         """A lane's windows into its channel of the operator graph."""
