@@ -86,6 +86,16 @@ class Branch:
         return sum(2 if f.dtype == "uuid" else 1 for f in self.key_fields)
 
     @property
+    def key_dtypes(self) -> tuple | None:
+        """The type of each key word of the rows a task emits ("typed" keys,
+        :func:`scabbard.kernels.window.windows_from_partials`): the result column's, a uuid's
+        two words int64.  None: one int64 matrix - no keys, or a per-window count's rows."""
+        if not self.key_fields or self.rollup is not None:
+            return None
+        return tuple(d for f in self.key_fields
+                     for d in ((np.int64, np.int64) if f.dtype == "uuid" else (f.numpy_dtype,)))
+
+    @property
     def slide_ms(self) -> int:
         return self.node.window.slide_ms
 
@@ -117,8 +127,19 @@ class Branch:
         return cols
 
 
-def _key_columns(keys: np.ndarray, fields) -> dict[str, np.ndarray]:
-    """Key columns from the int64 key words of result rows (a uuid is two words)."""
+def _key_columns(keys, fields) -> dict[str, np.ndarray]:
+    """Key columns from the key words of result rows (a uuid is two words): one int64 matrix,
+    or a tuple of columns already of their fields' types (typed keys)."""
+    if isinstance(keys, tuple):
+        cols, k = {}, 0
+        for f in fields:
+            if f.dtype == "uuid":
+                cols[f.name] = np.column_stack(keys[k:k + 2]).view(np.uint64)
+                k += 2
+            else:
+                cols[f.name] = keys[k]
+                k += 1
+        return cols
     cols, words, plain = {}, [], []
     k = 0
     for f in fields:

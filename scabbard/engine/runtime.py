@@ -261,7 +261,8 @@ class Engine:
                 internal = None
                 if lo <= last - 1:
                     raw = kw.windows_from_partials(partials, b.iops, b.fops, b.panes,
-                                                   b.slide_ms, lo, last - 1, b.select)
+                                                   b.slide_ms, lo, last - 1, b.select,
+                                                   b.key_dtypes)
                     internal = self.plan.post(i, b.finalize(raw))
                 h = int(np.searchsorted(pane, first + b.panes))
                 t = int(np.searchsorted(pane, last - b.panes + 1))
@@ -373,7 +374,7 @@ class Engine:
         raw = kw.windows_from_partials(
             (np.concatenate([t.pane, h.pane]), gid, np.concatenate([t.cnt, h.cnt]),
              np.concatenate([t.ints, h.ints]), np.concatenate([t.floats, h.floats]), gkeys),
-            b.iops, b.fops, b.panes, b.slide_ms, lo, hi, b.select)
+            b.iops, b.fops, b.panes, b.slide_ms, lo, hi, b.select, b.key_dtypes)
         return self.plan.post(i, b.finalize(raw))
 
     def _result_batch(self, cols: dict[str, np.ndarray]) -> Batch:

@@ -25,7 +25,8 @@ driver that grows the arrays and calls it again ("scan until blocked").
 from __future__ import annotations
 
 import numpy as np
-from numba import literal_unroll
+from numba import literal_unroll, types
+from numba.extending import overload
 
 from scabbard.kernels import hashtable as ht
 from scabbard.kernels._jit import inline, kernel, scan
@@ -232,7 +233,89 @@ def ws_clear(ws, dqi, dqf) -> None:
 
 
 # -- result rows ----------------------------------------------------------------------------------
-# out = (window_start[n], window_end[n], keys[n, K], count[n], ints[n, ni], floats[n, nf])
+# out = (window_start[n], window_end[n], keys, count[n], ints[n, ni], floats[n, nf]); keys is
+# either one int64 matrix [n, K] (a key word per column) or a tuple of K columns, each of its
+# result column's type ("typed": the rows are the result's key columns as written, with no pass
+# to split the words and half the bytes for int32 keys - emission-bound queries such as LRB2,
+# 30 result rows per input tuple, are bound by the bytes they write).  The helpers below
+# read and write either kind inside the kernels (numba picks the code by the type).  They are
+# not inlined at numba IR level (``inline="always"``): so inlined into ws_emit, they made
+# the min/max deque reads return garbage (a random-query test found it); LLVM inlines them.
+
+
+def _generated(src: str, name: str):
+    env = {"np": np}
+    exec(src, env)  # noqa: S102 - code generated above from the tuple's length only
+    return env[name]
+
+
+def put_keys(o_k, m, keys, g):
+    """Row ``m`` of the output keys := the key words of group ``g``."""
+
+
+@overload(put_keys)
+def _put_keys(o_k, m, keys, g):
+    if isinstance(o_k, types.Array):
+        def impl(o_k, m, keys, g):
+            for j in range(keys.shape[1]):
+                o_k[m, j] = keys[g, j]
+        return impl
+    return _generated("def impl(o_k, m, keys, g):\n    pass\n" + "".join(
+        f"    o_k[{j}][m] = keys[g, {j}]\n" for j in range(len(o_k.types))), "impl")
+
+
+def put_key(o_k, m, j, v):
+    """Word ``j`` of output row ``m`` := ``v``."""
+
+
+@overload(put_key)
+def _put_key(o_k, m, j, v):
+    if isinstance(o_k, types.Array):
+        def impl(o_k, m, j, v):
+            o_k[m, j] = v
+        return impl
+    return _generated("def impl(o_k, m, j, v):\n    pass\n" + "".join(
+        f"    if j == {c}:\n        o_k[{c}][m] = v\n" for c in range(len(o_k.types))), "impl")
+
+
+def key_at(o_k, r, j):
+    """Word ``j`` of output row ``r``, as int64."""
+
+
+@overload(key_at)
+def _key_at(o_k, r, j):
+    if isinstance(o_k, types.Array):
+        return lambda o_k, r, j: o_k[r, j]
+    return _generated("def impl(o_k, r, j):\n" + "".join(
+        f"    if j == {c}:\n        return np.int64(o_k[{c}][r])\n"
+        for c in range(len(o_k.types))) + "    return np.int64(0)\n", "impl")
+
+
+def keys_like(proto, n):
+    """Output keys for ``n`` rows of the kind of ``proto`` (a [0, K] matrix or a tuple of
+    empty columns)."""
+
+
+@overload(keys_like)
+def _keys_like(proto, n):
+    if isinstance(proto, types.Array):
+        return lambda proto, n: np.empty((n, proto.shape[1]), dtype=np.int64)
+    return _generated("def impl(proto, n):\n    return (" + "".join(
+        f"np.empty(n, proto[{c}].dtype), " for c in range(len(proto.types))) + ")\n", "impl")
+
+
+def grow_keys(o_k, n):
+    """``o_k`` with room for ``n`` rows (its rows copied)."""
+
+
+@overload(grow_keys)
+def _grow_keys(o_k, n):
+    if isinstance(o_k, types.Array):
+        return lambda o_k, n: _grow_rows(o_k, n)
+    env = {"_grow": _grow_rows}
+    exec("def impl(o_k, n):\n    return (" + "".join(  # noqa: S102 - from the length only
+        f"_grow(o_k[{c}], n), " for c in range(len(o_k.types))) + ")\n", env)
+    return env["impl"]
 
 
 @kernel
@@ -250,7 +333,7 @@ def split_words(keys: np.ndarray, words: list[int], dtypes: list) -> list[np.nda
     (``keys[:, j].astype``) reads the whole matrix once per column, with a stride: for LRB2's
     30 result rows per input tuple that was 0.3 us of the fragment's 0.8 us per tuple."""
     outs = tuple(np.empty(keys.shape[0], d) for d in dtypes)
-    if keys.shape[0] and outs:
+    if outs:  # on no rows too: the warm-up's empty windows compile it for the run
         _split_words(keys, np.asarray(words, dtype=np.int64), outs)
     return list(outs)
 
@@ -264,11 +347,20 @@ def out_new(k: int, ni: int, nf: int, n: int):
 
 
 @kernel
+def out_like(proto, ni: int, nf: int, n: int):
+    """:func:`out_new` with keys of the kind of ``proto`` (:func:`keys_like`)."""
+    n = max(n, 16)
+    return (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), keys_like(proto, n),
+            np.empty(n, dtype=np.int64), np.empty((n, ni), dtype=np.int64),
+            np.empty((n, nf), dtype=np.float64))
+
+
+@kernel
 def out_reserve(out, need: int):
     if need <= out[0].shape[0]:
         return out
     n = max(2 * out[0].shape[0], need)
-    return (_grow_rows(out[0], n), _grow_rows(out[1], n), _grow_rows(out[2], n),
+    return (_grow_rows(out[0], n), _grow_rows(out[1], n), grow_keys(out[2], n),
             _grow_rows(out[3], n), _grow_rows(out[4], n), _grow_rows(out[5], n))
 
 
@@ -321,14 +413,14 @@ def _emit_rollup(ws, keys, sel, rtab, start: int, end: int, out, m: int) -> int:
                 o_s[m] = start
                 o_e[m] = end
                 for j in range(nr):
-                    o_k[m, j] = keys[g, sel[2 + j]]
+                    put_key(o_k, m, j, keys[g, sel[2 + j]])
                 o_c[m] = 1
                 m += 1
                 break
             r = rows[s]
             same = True
             for j in range(nr):
-                if o_k[r, j] != keys[g, sel[2 + j]]:
+                if key_at(o_k, r, j) != keys[g, sel[2 + j]]:
                     same = False
                     break
             if same:
@@ -380,8 +472,7 @@ def ws_emit(ws, dqi, dqf, keys, iops, fops, start: int, end: int, out, m: int, s
                 continue
         o_s[m] = start
         o_e[m] = end
-        for j in range(keys.shape[1]):
-            o_k[m, j] = keys[g, j]
+        put_keys(o_k, m, keys, g)
         o_c[m] = wcnt[g]
         for j in range(wi.shape[1]):
             o_i[m, j] = wi[g, j] if iops[j] == SUM else iv[ih[g, j]]
@@ -425,14 +516,14 @@ def _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes: in
 
 @kernel
 def _windows_from_partials(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops,
-                           panes: int, slide: int, p_lo: int, p_hi: int, sel):
+                           panes: int, slide: int, p_lo: int, p_hi: int, sel, proto):
     ws, dqi, dqf = ws_new(gkeys.shape[0], pp_i.shape[1], pp_f.shape[1])
     rtab = rollup_table(sel, gkeys.shape[0])
     ws, dqi, dqf = ws_reserve(ws, dqi, dqf, gkeys.shape[0], pp_pane.shape[0])
     # every partial lies in at most `panes` windows: room for all rows up front (np.empty
     # only reserves address space; pages are touched as rows are written)
     bound = min(pp_pane.shape[0] * panes, (p_hi - p_lo + 1) * gkeys.shape[0]) + 16
-    out = out_new(gkeys.shape[1], pp_i.shape[1], pp_f.shape[1], bound)
+    out = out_like(proto, pp_i.shape[1], pp_f.shape[1], bound)
     first = p_lo - panes + 1
     start = np.searchsorted(pp_pane, first)
     pos = np.array([first, start, start, 0], dtype=np.int64)
@@ -444,25 +535,30 @@ def _windows_from_partials(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fop
         end = (p + 1) * slide
         m = ws_emit(ws, dqi, dqf, gkeys, iops, fops, end - panes * slide, end, out, m, sel, rtab)
         pos[0], pos[3] = p + 1, m
-    m = pos[3]
-    return out[0][:m], out[1][:m], out[2][:m], out[3][:m], out[4][:m], out[5][:m]
+    return out, pos[3]
 
 
 def windows_from_partials(partials, iops, fops, panes: int, slide_ms: int, p_lo: int, p_hi: int,
-                          select: tuple[int, ...] = (ALL_GROUPS, 0)):
+                          select: tuple[int, ...] = (ALL_GROUPS, 0), key_dtypes=None):
     """Results of the windows ending at panes ``p_lo..p_hi`` from one task's pane partials.
 
     ``partials`` is what :func:`scabbard.kernels.aggregate.pane_aggregate` returns; every
     pane the windows need must be complete in it.  Windows without tuples are skipped.
     ``select``: what each window emits, (kind, slot, key columns...) (:func:`ws_emit`).
+    ``key_dtypes``: the rows' keys as one column per key word of these types ("typed", see
+    *result rows*), else one int64 matrix.
     """
     pane, gid, cnt, iv, fv, gkeys = partials
     if panes < 1 or slide_ms < 1:
         raise ValueError("panes and slide must be positive")
     iops = np.ascontiguousarray(iops, dtype=np.int64)
     fops = np.ascontiguousarray(fops, dtype=np.int64)
-    return _windows_from_partials(pane, gid, cnt, iv, fv, gkeys, iops, fops, panes, slide_ms,
-                                  p_lo, p_hi, selection(*select))
+    proto = (np.zeros((0, gkeys.shape[1]), np.int64) if key_dtypes is None
+             else tuple(np.zeros(0, d) for d in key_dtypes))
+    out, m = _windows_from_partials(pane, gid, cnt, iv, fv, gkeys, iops, fops, panes, slide_ms,
+                                    p_lo, p_hi, selection(*select), proto)
+    keys = out[2][:m] if key_dtypes is None else tuple(c[:m] for c in out[2])
+    return out[0][:m], out[1][:m], keys, out[3][:m], out[4][:m], out[5][:m]
 
 
 # -- the assembler's state machine (sequential, across tasks) -------------------------------------
