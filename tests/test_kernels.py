@@ -91,6 +91,31 @@ def test_windows_from_partials_match_reference(s, lo_off, span):
     assert_same(got, want)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_typed_keys_are_the_key_matrix_as_columns(seed):
+    """Windows emitted with typed keys (a column per key word, of its result type): the
+    matrix path's rows, each key word in its column; the other columns the same.  (One key
+    layout: each layout is a compilation of the window kernel.)"""
+    rng = np.random.default_rng(seed)
+    n, slide, panes = 3000, 7, 5
+    ts = np.sort(rng.integers(0, 400, n)).astype(np.int64)
+    keys = np.stack([rng.integers(-3, 3, n), rng.integers(0, 1 << 40, n) % 5,
+                     rng.integers(0, 4, n)], axis=1).astype(np.int64)
+    ints, floats = rng.integers(-9, 9, (n, 2)), rng.random((n, 1))
+    iops, fops = np.array([SUM, MIN]), np.array([MAX])
+    partials = pane_aggregate(ts, keys, ints, floats, iops, fops, slide)
+    args = (partials, iops, fops, panes, slide, 3 + seed, 50)
+    matrix = windows_from_partials(*args)
+    dtypes = (np.dtype("int32"), np.dtype("int64"), np.dtype("int32"))
+    typed = windows_from_partials(*args, key_dtypes=dtypes)
+    assert len(matrix[0]) > 100
+    for j, (col, d) in enumerate(zip(typed[2], dtypes, strict=True)):
+        assert col.dtype == d
+        np.testing.assert_array_equal(col, matrix[2][:, j])
+    for x, y in zip(typed[:2] + typed[3:], matrix[:2] + matrix[3:], strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
 def assemble_in_chunks(partials, cuts, iops, fops, panes, slide, last_pane,
                        select=(kw.ALL_GROUPS, 0)):
     """Feed keyed partials to the sequential assembler in chunks, then flush."""
