@@ -253,7 +253,8 @@ class BlockManager(FolderScan, GroupCommitWriter):
                                        f"(stored from {s.start})")
                 segs = _segs_in(s, start, end)
                 plans.append((s, start, end, segs))
-                wanted.setdefault(s.id, (s, set()))[1].update((id(f), g.pos) for f, g in segs)
+                wanted.setdefault(s.id, (s, {}))[1].update(((id(f), g.pos), (f, g))
+                                                           for f, g in segs)
             chunks = [(s, c) for s, need in wanted.values()
                       for c in _chunks(s, need, chunk_bytes)]
 
@@ -367,22 +368,20 @@ def _segs_in(s: _Stream, start: int, end: int) -> list[tuple[_File, _Seg]]:
     return out
 
 
-def _chunks(s: _Stream, need: set, chunk_bytes: int) -> list[tuple[_File, list[_Seg]]]:
-    """The segments ``need`` names (``(id(file), pos)``), in the stream's order, as runs of
-    segments of one file of up to ``chunk_bytes`` (one read each), each segment at most
-    ``GAP_BYTES`` after the one before."""
+def _chunks(s: _Stream, need: dict, chunk_bytes: int) -> list[tuple[_File, list[_Seg]]]:
+    """The segments ``need`` holds (``(id(file), pos) -> (file, segment)``), in the stream's
+    order, as runs of segments of one file of up to ``chunk_bytes`` (one read each), each
+    segment at most ``GAP_BYTES`` after the one before."""
+    order = {id(f): i for i, f in enumerate(s.files)}
     chunks: list[tuple[_File, list[_Seg]]] = []
-    for f in s.files:
-        for g in f.segs:
-            if (id(f), g.pos) not in need:
-                continue
-            last = chunks[-1] if chunks else None
-            if (last is not None and last[0] is f
-                    and 0 <= g.pos - (last[1][-1].pos + last[1][-1].length) <= GAP_BYTES
-                    and g.pos + g.length - last[1][0].pos <= chunk_bytes):
-                last[1].append(g)
-            else:
-                chunks.append((f, [g]))
+    for f, g in sorted(need.values(), key=lambda fg: (order[id(fg[0])], fg[1].pos)):
+        last = chunks[-1] if chunks else None
+        if (last is not None and last[0] is f
+                and 0 <= g.pos - (last[1][-1].pos + last[1][-1].length) <= GAP_BYTES
+                and g.pos + g.length - last[1][0].pos <= chunk_bytes):
+            last[1].append(g)
+        else:
+            chunks.append((f, [g]))
     return chunks
 
 
