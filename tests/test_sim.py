@@ -487,3 +487,25 @@ def test_the_probe_times_the_ingress_partitions_and_the_dispatcher_apart(tiny, t
     n = 2 * ds.rows
     assert counted["ingress"] == counted["append"] == counted["dispatch"] == n
     assert n <= counted["source"] <= n + 997  # cut by the partitions (and the peek)
+
+
+def test_notebook_15s_simulated_cores_read_the_source_as_the_engine_would():
+    """Notebook 15 (b) predicts the engine as it runs by default: on 16 cores the source is
+    read by 16 // INGRESS_WORKERS ingress partitions, not by the dispatcher alone."""
+    from scabbard.engine.runtime import INGRESS_WORKERS
+    from scabbard.experiments import partitioned
+    from scabbard.experiments.simulated import default_calibration
+    from scabbard.sim import load
+
+    cal = load(default_calibration())
+    got = partitioned.simulated(None, ["CM2"], cores=(16,), seconds=2.0)
+    costs = cal.costs("CM2")
+
+    def predicted(ingress: int) -> float:
+        cfg = SimConfig("CM2", workers=16, persist=True, compression=costs.best_scheme,
+                        checkpoint_interval=1.0, duration=2.0, ingress_partitions=ingress)
+        r = simulate(cal, cfg, replace(PAPER_SSD, cores=16))
+        return r.steady_tuples_per_s or r.summary.tuples_per_s
+    assert INGRESS_WORKERS < 16
+    assert got["tuples_per_s"].iloc[0] == pytest.approx(predicted(16 // INGRESS_WORKERS))
+    assert got["tuples_per_s"].iloc[0] != pytest.approx(predicted(1))

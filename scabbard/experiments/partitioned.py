@@ -181,12 +181,14 @@ SERIAL_MATTERS_NS = 1.0
 def simulated(calibration: str | Path | None, names: Sequence[str], cores: Sequence[int] = (1, 2, 4, 8, 16),
               seconds: float = 10.0, interval: float = 1.0) -> pd.DataFrame:
     """Per query and core count on the paper's server (16 cores, its SSD), fault tolerance on
-    (input persisted as Scabbard persists it, checkpoints every ``interval``): throughput with
+    (input persisted as Scabbard persists it, checkpoints every ``interval``; the source read
+    by as many ingress partitions as the engine uses by default): throughput with
     the serial assembly and with one partition per core - the calibrated simulator, whose
     partitioned assembly costs were measured here (``scabbard sim calibrate``; None: this
     package's calibration, ``scabbard.paths.calibration()``)."""
     from dataclasses import replace
 
+    from scabbard.engine.runtime import INGRESS_WORKERS
     from scabbard.experiments.simulated import default_calibration
     from scabbard.sim import PAPER_SSD, SimConfig, simulate
     from scabbard.sim import load as load_calibration
@@ -203,13 +205,17 @@ def simulated(calibration: str | Path | None, names: Sequence[str], cores: Seque
                     continue  # nothing to partition, or a serial part that cannot bind
                 cfg = SimConfig(q, workers=n, persist=True, compression=costs.best_scheme,
                                 checkpoint_interval=interval, duration=seconds,
-                                assembly_parts=parts)
+                                assembly_parts=parts,
+                                ingress_partitions=max(1, n // INGRESS_WORKERS))
                 r = simulate(cal, cfg, hw)
                 busy = r.utilisation
                 rows.append({"query": q, "cores": n, "assembly": mode,
                              "tuples_per_s": r.steady_tuples_per_s or r.summary.tuples_per_s,
                              "assembly_core_busy": n * busy.get("cores_assembly", 0.0),
-                             "source_core_busy": n * busy.get("cores_source", 0.0)})
+                             # the dispatcher's reading, or the ingress partitions' threads
+                             "source_core_busy": n * (busy.get("cores_source", 0.0)
+                                                      + busy.get("cores_ingress", 0.0)),
+                             "disk_busy": busy.get("disk", 0.0)})
     table = pd.DataFrame(rows)
     if len(table):
         one = table[table["cores"] == min(cores)].set_index(["query", "assembly"])["tuples_per_s"]
