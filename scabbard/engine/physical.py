@@ -346,22 +346,19 @@ def join_one_per_window(node: WindowJoin, left: dict, right: dict) -> dict:
     predicate evaluated on every left row, and only the rows kept gathered - one pass."""
     ls, rs = node.left.schema, node.right.schema
     lw, rw = left["window_end"], right["window_end"]
-    ri = np.searchsorted(rw, lw)
-    hit = ri < len(rw)
-    ri[~hit] = 0
-    if len(rw):
-        hit &= rw[ri] == lw
+    if not len(rw):  # no partner for any row
+        return {**{f.name: left[f.name][:0] for f in ls.fields},
+                **{f.name: right[f.name][:0] for f in rs.fields[2:]}}
+    ri = np.minimum(np.searchsorted(rw, lw), len(rw) - 1)
+    hit = rw[ri] == lw
     cols = {f.name: left[f.name] for f in ls.fields}
-    cols.update({f.name: right[f.name][ri] if len(rw) else np.zeros(len(lw),
-                                                                     right[f.name].dtype)
-                 for f in rs.fields[2:]})
+    cols.update({f.name: right[f.name][ri] for f in rs.fields[2:]})
     if node.predicate is not None and len(lw):
         with np.errstate(all="ignore"):  # rows without a partner hold a stand-in value
             hit &= eval_numpy(node.predicate, cols, node.schema)
     keep = np.flatnonzero(hit)
     out = {f.name: left[f.name][keep] for f in ls.fields}
-    out.update({f.name: right[f.name][ri[keep]] if len(rw) else right[f.name][:0]
-                for f in rs.fields[2:]})
+    out.update({f.name: right[f.name][ri[keep]] for f in rs.fields[2:]})
     return out
 
 

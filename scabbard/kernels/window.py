@@ -243,8 +243,8 @@ def ws_clear(ws, dqi, dqf) -> None:
 # the min/max deque reads return garbage (a random-query test found it); LLVM inlines them.
 
 
-def _generated(src: str, name: str):
-    env = {"np": np}
+def _generated(src: str, name: str, **env):
+    env["np"] = np
     exec(src, env)  # noqa: S102 - code generated above from the tuple's length only
     return env[name]
 
@@ -312,10 +312,8 @@ def grow_keys(o_k, n):
 def _grow_keys(o_k, n):
     if isinstance(o_k, types.Array):
         return lambda o_k, n: _grow_rows(o_k, n)
-    env = {"_grow": _grow_rows}
-    exec("def impl(o_k, n):\n    return (" + "".join(  # noqa: S102 - from the length only
-        f"_grow(o_k[{c}], n), " for c in range(len(o_k.types))) + ")\n", env)
-    return env["impl"]
+    return _generated("def impl(o_k, n):\n    return (" + "".join(
+        f"_grow(o_k[{c}], n), " for c in range(len(o_k.types))) + ")\n", "impl", _grow=_grow_rows)
 
 
 @kernel
