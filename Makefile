@@ -3,11 +3,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup peers browser demo test campaign bench sim java lint clean-data help
+.PHONY: setup peers browser demo test test-long campaign bench sim java lint clean-data help
 
 help:
 	@echo "make demo      set up, then the workbench in ~3 minutes: a run killed with SIGKILL and recovered exactly once, push-up, 16 cores simulated - in a report"
-	@echo "make test      set up and run the test suite (what CI runs)"
+	@echo "make test      set up and run the test suite (CI runs it, then make test-long)"
+	@echo "make test-long the long end-to-end tests: every notebook at the tiny scale, the Spark cluster, JupyterLab in a browser (~10 min)"
 	@echo "make campaign  the test suite with every cell of the kill and crash matrices and the Spark cluster's whole plan (~1 h)"
 	@echo "make bench     set up and print the benchmark figures (datagen, engine vs Spark, ingest, checkpoints, codecs, Kafka++, peers side by side, aligned checkpoints, Spark local vs cluster)"
 	@echo "make sim       set up, calibrate the simulator on this machine (scabbard/resources/calibration.json) and validate it against the engine"
@@ -40,9 +41,14 @@ demo: setup
 test: setup peers browser
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
+# the tests marked `long` (minutes each, left out of `make test`): every notebook run by
+# `scabbard reproduce --scale tiny`, the Spark standalone cluster, JupyterLab in Chromium
+test-long: setup peers browser
+	$(BIN)/python -m pytest -n 2 --dist loadfile --long -m long
+
 # the default run keeps one cell per feature of each kill or crash matrix; this runs them all
 campaign: setup peers browser
-	$(BIN)/python -m pytest -n 2 --dist loadfile --campaign
+	$(BIN)/python -m pytest -n 2 --dist loadfile --campaign --long
 
 bench: setup peers
 	$(BIN)/scabbard bench datagen

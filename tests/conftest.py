@@ -84,17 +84,26 @@ LONGEST_FIRST = ("test_spark_cluster", "test_notebooks", "test_placement",
 
 
 def pytest_addoption(parser):
+    parser.addoption("--long", action="store_true",
+                     help="also the long end-to-end runs (marked `long`: every notebook at the "
+                          "tiny scale, the Spark cluster, the browser); `make test-long` runs "
+                          "them alone, CI after `make test`")
     parser.addoption("--campaign", action="store_true",
                      help="also the campaigns: every cell of the kill and crash matrices and "
                           "the Spark cluster's whole plan (`make campaign`; the default run keeps "
                           "one cell per feature)")
 
 
+def _deselect(config, items, marker: str) -> None:
+    dropped = [item for item in items if marker in item.keywords]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if marker not in item.keywords]
+
+
 def pytest_collection_modifyitems(config, items):
-    if not config.getoption("campaign"):
-        dropped = [item for item in items if "campaign" in item.keywords]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = [item for item in items if "campaign" not in item.keywords]
+    for marker in ("campaign", "long"):
+        if not config.getoption(marker):
+            _deselect(config, items, marker)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: order kept within

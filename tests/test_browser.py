@@ -28,7 +28,7 @@ from browserkit import Lab, chromium, missing, open_notebook, published_errors, 
 from scabbard.experiments.recovery_panel import disk_use
 from scabbard.experiments.reproduce import load_experiments
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.long]
 
 if missing():
     if os.environ.get("SCABBARD_REQUIRE_PEERS"):

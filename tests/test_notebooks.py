@@ -58,6 +58,7 @@ def tiny_run(tiny, data_root, tmp_path_factory):
 
 @pytest.mark.notebooks
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))
 def test_notebook_runs_at_tiny_scale(name, tiny_run):
     (result,) = [r for r in tiny_run.results if r.name == name]
@@ -71,6 +72,7 @@ def test_notebook_runs_at_tiny_scale(name, tiny_run):
 
 @pytest.mark.notebooks
 @pytest.mark.slow
+@pytest.mark.long
 def test_datasets_notebook_summarises_all_six(tiny, tiny_run):
     import pandas as pd
 
@@ -97,6 +99,7 @@ def test_reproduce_rejects_unknown_experiments_and_scales(tmp_path):
 
 @pytest.mark.notebooks
 @pytest.mark.slow
+@pytest.mark.long
 def test_the_report_renders_every_notebook_and_shows_every_figure(tiny_run):
     from scabbard.experiments.report import figures
 

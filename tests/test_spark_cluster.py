@@ -35,7 +35,7 @@ from scabbard.data.parquet import read_parquet
 from scabbard.standalone import ClusterSettings, StandaloneCluster, processes
 from scabbard.workloads.generator import default_name, make_params
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.long]
 
 CHILD = Path(__file__).with_name("spark_cluster_child.py")
 TIMEOUT = 900.0  # bound of any one wait; every step here takes a small fraction of it
