@@ -256,18 +256,14 @@ def _sg3_join():
                 if op.kind == "join")
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_the_lookup_join_of_one_row_per_window_equals_the_hash_join(seed):
-    """SG3's join (a global aggregate on the right: one row per window, no keys) takes the
-    lookup path; on windows that one side lacks, rows the predicate drops, and empty sides,
-    it gives the hash join's rows in the same order."""
-    rng = np.random.default_rng(seed)
-    node = _sg3_join()
+def _sg3_sides(node, rng, empty_right: bool, most: int = 6):
+    """Left rows (up to ``most`` per window) and a right side with one row for 70 % of the
+    windows (none if ``empty_right``), in window order."""
     ends = np.sort(rng.choice(np.arange(1000, 1100) * 1000, size=int(rng.integers(0, 40)),
                               replace=False))
-    lw = np.repeat(ends, rng.integers(0, 6, len(ends)))
+    lw = np.repeat(ends, rng.integers(0, most, len(ends)))
     keep_right = rng.random(len(ends)) < 0.7
-    rw = ends[keep_right] if seed else ends[:0]
+    rw = ends[:0] if empty_right else ends[keep_right]
     left = {"window_start": lw - 128_000, "window_end": lw,
             "plug": rng.integers(0, 9, len(lw)).astype(np.int32),
             "household": rng.integers(0, 9, len(lw)).astype(np.int32),
@@ -275,9 +271,44 @@ def test_the_lookup_join_of_one_row_per_window_equals_the_hash_join(seed):
             "local_avg": rng.random(len(lw))}
     right = {"window_start": rw - 3_600_000, "window_end": rw, "global_avg": rng.random(len(rw))}
     left = {f.name: left[f.name].astype(f.numpy_dtype) for f in node.left.schema.fields}
-    fast = physical.join_one_per_window(node, left, right)
-    slow = physical.join_hashed(node, left, right)
-    assert list(fast) == list(slow) == list(node.schema.names)
-    for name in slow:
-        np.testing.assert_array_equal(fast[name], slow[name], err_msg=name)
-        assert fast[name].dtype == slow[name].dtype, name
+    return left, right
+
+
+def _assert_same_rows(got: dict, want: dict, node) -> None:
+    assert list(got) == list(want) == list(node.schema.names)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        assert got[name].dtype == want[name].dtype, name
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_lookup_join_of_one_row_per_window_equals_the_hash_join(seed):
+    """SG3's join (a global aggregate on the right: one row per window, no keys) takes the
+    lookup path; on windows that one side lacks, rows the predicate drops, and empty sides,
+    it gives the hash join's rows in the same order."""
+    rng = np.random.default_rng(seed)
+    node = _sg3_join()
+    left, right = _sg3_sides(node, rng, empty_right=seed == 0)
+    _assert_same_rows(physical.join_one_per_window(node, left, right),
+                      physical.join_hashed(node, left, right), node)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_lookup_join_in_pieces_at_once_gives_the_same_rows_in_order(seed, monkeypatch):
+    """With threads to run on, a large left side is cut into contiguous pieces joined at once:
+    the pieces, one after the other, are the join's rows in window order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from scabbard.engine.assembly import at_once
+
+    monkeypatch.setattr(physical, "JOIN_PIECE_ROWS", 16)
+    rng = np.random.default_rng(seed)
+    node = _sg3_join()
+    left, right = _sg3_sides(node, rng, empty_right=seed == 0, most=12)
+    with ThreadPoolExecutor(2) as pool:
+        pieces = physical.window_join(node, left, right,
+                                      (lambda fn, args: at_once(pool, fn, args), 3))
+    n = len(left["window_end"])
+    assert len(pieces) == (1 if n < 32 else min(3, n // 16))
+    _assert_same_rows(physical.concat_pieces(pieces), physical.join_hashed(node, left, right),
+                      node)

@@ -11,6 +11,20 @@ from scabbard.kernels import hashtable as ht
 from scabbard.kernels import window as kw
 
 
+def at_once(pool, fn, args: list[tuple]) -> list:
+    """``fn(*a)`` for every ``a`` of ``args`` at once: the first on the calling thread, the
+    others on ``pool`` (their CPU time counted as ``partition``); the results in order."""
+    def timed(*a):
+        span = timers.start()
+        try:
+            return fn(*a)
+        finally:
+            timers.stop(span, "partition", 0)
+    later = [pool.submit(timed, *a) for a in args[1:]]
+    first = fn(*args[0])
+    return [first] + [f.result() for f in later]
+
+
 class BranchAssembler:
     """The sequential window state of one branch across tasks.
 
@@ -150,17 +164,7 @@ class PartitionedAssembler:
 
     def _each(self, fn, *per_part) -> list:
         """``fn(assembler, *args)`` for every partition at once; their results in order."""
-        args = list(zip(self.parts, *per_part, strict=True))
-
-        def timed(*a):
-            span = timers.start()
-            try:
-                return fn(*a)
-            finally:
-                timers.stop(span, "partition", 0)
-        later = [self.pool.submit(timed, *a) for a in args[1:]]
-        first = fn(*args[0])
-        return [first] + [f.result() for f in later]
+        return at_once(self.pool, fn, list(zip(self.parts, *per_part, strict=True)))
 
     def task(self, part: BranchPart, emit: bool = True):
         self._distribute()

@@ -14,7 +14,7 @@ import numpy as np
 
 from scabbard import timers
 from scabbard.batch import Batch
-from scabbard.engine.assembly import BranchAssembler, PartitionedAssembler
+from scabbard.engine.assembly import BranchAssembler, PartitionedAssembler, at_once
 from scabbard.engine.graph import OperatorGraph, empty_columns
 from scabbard.engine.metrics import Metrics, Summary
 from scabbard.engine.ports import AssemblyListener, ClockedWriter, Resume
@@ -124,7 +124,10 @@ class Execution:
         # a stored batch of a persisted channel becomes readable on the writer's thread: that
         # thread hands the assembly a kick, and whoever assembles then moves it on
         self._kicker = ThreadPoolExecutor(1, thread_name_prefix="graph") if stores else None
-        self.graph = OperatorGraph(self.plan, stores, self._reached, self._kick)
+        # a join runs pieces of its input on the partitions' threads too (they are idle then)
+        parallel = None if self._partitions is None else (
+            lambda fn, args: at_once(self._partitions, fn, args), threads + 1)
+        self.graph = OperatorGraph(self.plan, stores, self._reached, self._kick, parallel)
         # recovery: per branch, the windows a p-stream on its way to the sink holds already
         # (replayed from there, not computed again)
         self.skip = [self._stored_through(self.plan.top(lane.i)) for lane in self.lanes]

@@ -166,11 +166,14 @@ class JoinState:
     watermark; windows up to the smaller watermark are joined and forgotten."""
 
     op: physical.Operator
+    parallel: tuple | None = None  # see physical.window_join
     pending: list[list[dict]] = field(default_factory=lambda: [[], []])
     watermarks: list[int] = field(default_factory=lambda: [INT64_MIN, INT64_MIN])
     emitted: int = INT64_MIN  # the watermark of the last output
 
-    def push(self, port: int, cols: dict, watermark: int | None) -> tuple[dict, int] | None:
+    def push(self, port: int, cols: dict, watermark: int | None) -> tuple[list, int] | None:
+        """The joined rows (in pieces, in window order) once both watermarks passed the last
+        join, up to the smaller one."""
         if len(cols["window_end"]):
             self.pending[port].append(cols)
         if watermark is not None and watermark > self.watermarks[port]:
@@ -185,7 +188,7 @@ class JoinState:
             self.pending[i] = [rest] if len(rest["window_end"]) else []
             sides.append(ready)
         self.emitted = bound
-        return self.op.apply(*sides), bound
+        return physical.window_join(node, *sides, self.parallel), bound
 
     def snapshot(self) -> dict:
         """The state, by reference to immutable arrays: each side's rows and watermark."""
@@ -225,9 +228,10 @@ class GraphOperator:
     """One operator of the graph with Alg. 1's bookkeeping: which inputs delivered the
     marker, the snapshot taken at the first, the channel state recorded since."""
 
-    def __init__(self, op: physical.Operator, inputs: list[Channel], output: Channel):
+    def __init__(self, op: physical.Operator, inputs: list[Channel], output: Channel,
+                 parallel: tuple | None = None):
         self.op, self.inputs, self.output = op, inputs, output
-        self.join = JoinState(op) if op.kind == "join" else None
+        self.join = JoinState(op, parallel) if op.kind == "join" else None
         self.marked: set[int] = set()
         self.snap: dict | None = None
         self.pv: dict = {}
@@ -258,8 +262,11 @@ class GraphOperator:
             got = self.join.push(port, cols, watermark)
             if got is None:
                 return
-            cols, watermark = got
+            pieces, watermark = got
             clock = merge_clocks(*(c.seen for c in self.inputs), clock)
+            for piece in pieces[:-1]:
+                self.output.put(piece, None, clock)
+            cols = pieces[-1]
         elif len(cols["window_end"]):
             cols = self.op.apply(cols)
         else:
@@ -275,10 +282,13 @@ class OperatorGraph:
     an operator's Alg. 1 completed (``where`` an operator id; ``pv`` its :func:`progress`
     at the first marker); ``on_stored()``: a persisted batch was stored (it may move on).  :meth:`pump` moves what can
     move and returns what reaches the sink, in order: ``("data", cols, clock)`` and
-    ``("marker", marker, pv)`` (the sink's :func:`progress` at the marker)."""
+    ``("marker", marker, pv)`` (the sink's :func:`progress` at the marker).  ``parallel``:
+    ``(run, ways)``, how a join may run pieces of its input at once
+    (:func:`physical.window_join`)."""
 
     def __init__(self, plan: physical.PhysicalPlan, stores: dict | None = None,
-                 on_marker: Callable | None = None, on_stored: Callable | None = None):
+                 on_marker: Callable | None = None, on_stored: Callable | None = None,
+                 parallel: tuple | None = None):
         self.plan = plan
         stores = stores or {}
         ops = plan.operators
@@ -287,7 +297,7 @@ class OperatorGraph:
         for p in producers:
             self.channels[p] = Channel(p, ops[p].node.schema, stores.get(p), on_stored)
         self.operators = [GraphOperator(op, [self.channels[i] for i in op.inputs],
-                                        self.channels[op.id]) for op in plan.graph]
+                                        self.channels[op.id], parallel) for op in plan.graph]
         root = [p for p in producers if ops[p].output == "sink"]
         self.sink = self.channels[root[0]]
         self.on_marker = on_marker or (lambda *a: None)

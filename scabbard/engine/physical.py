@@ -234,6 +234,13 @@ def eval_numpy(expr: Expr, cols: dict[str, np.ndarray], schema: Schema) -> np.nd
     return np.asarray(ev(expr))
 
 
+def concat_pieces(pieces: list[dict]) -> dict[str, np.ndarray]:
+    """Pieces of the same columns, one after the other, as one."""
+    if len(pieces) == 1:
+        return pieces[0]
+    return {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
+
+
 def take(cols: dict[str, np.ndarray], index) -> dict[str, np.ndarray]:
     return {k: v[index] for k, v in cols.items()}
 
@@ -312,16 +319,28 @@ def _key_words(cols: dict[str, np.ndarray], schema: Schema, names) -> list[np.nd
     return out
 
 
-def window_join(node: WindowJoin, left: dict, right: dict) -> dict:
+# a lookup join's left side is cut into pieces run at once from this many rows on
+JOIN_PIECE_ROWS = 1 << 15
+
+
+def window_join(node: WindowJoin, left: dict, right: dict, parallel=None) -> list[dict]:
     """⋈ of two batches of complete windows on the window end and ``node.on``, then
-    ``node.predicate``; rows in the left side's order, so in window order.  The left side's
-    window bounds are kept.  A right side with one row per window and no ``on`` keys (a
-    global aggregate's: SG3's) is a lookup by window end; anything else a numba hash join
+    ``node.predicate``; rows in the left side's order, so in window order, in one or more
+    pieces.  The left side's window bounds are kept.  A right side with one row per window
+    and no ``on`` keys (a global aggregate's: SG3's) is a lookup by window end - with
+    ``parallel`` (``(run, ways)``: ``run(fn, args)`` calls ``fn(*a)`` for each ``a`` at once)
+    on ``ways`` contiguous pieces of the left side at once; anything else a numba hash join
     (:func:`scabbard.kernels.join.equi_join`)."""
     rw = right["window_end"]
-    if not node.on and (len(rw) < 2 or bool(np.all(rw[1:] > rw[:-1]))):
-        return join_one_per_window(node, left, right)
-    return join_hashed(node, left, right)
+    if node.on or (len(rw) > 1 and not bool(np.all(rw[1:] > rw[:-1]))):
+        return [join_hashed(node, left, right)]
+    n = len(left["window_end"])
+    if parallel is None or n < 2 * JOIN_PIECE_ROWS:
+        return [join_one_per_window(node, left, right)]
+    run, ways = parallel
+    cuts = np.linspace(0, n, min(ways, n // JOIN_PIECE_ROWS) + 1).astype(np.int64)
+    pieces = [{k: v[a:b] for k, v in left.items()} for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    return run(join_one_per_window, [(node, p, right) for p in pieces])
 
 
 def join_hashed(node: WindowJoin, left: dict, right: dict) -> dict:
@@ -389,7 +408,7 @@ class Operator:
 
     def apply(self, *inputs: dict) -> dict:
         """The operator on one batch of complete windows per input (stateless operators and
-        a join whose inputs cover the same windows)."""
+        a join whose inputs cover the same windows: :meth:`join` in one piece)."""
         node = self.node
         if isinstance(node, Having):
             cols = inputs[0]
@@ -401,7 +420,7 @@ class Operator:
         if isinstance(node, PerWindowAggregate):
             return _per_window_aggregate(node, inputs[0])
         if isinstance(node, WindowJoin):
-            return window_join(node, inputs[0], inputs[1])
+            return concat_pieces(window_join(node, inputs[0], inputs[1]))
         raise QueryError(f"{node.label()} is not a per-window operator")
 
 
