@@ -338,8 +338,13 @@ def window_join(node: WindowJoin, left: dict, right: dict, parallel=None) -> lis
     if parallel is None or n < 2 * JOIN_PIECE_ROWS:
         return [join_one_per_window(node, left, right)]
     run, ways = parallel
-    cuts = np.linspace(0, n, min(ways, n // JOIN_PIECE_ROWS) + 1).astype(np.int64)
-    pieces = [{k: v[a:b] for k, v in left.items()} for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    # cut at windows' first rows: a window's rows stay in one piece, as the sink needs them
+    # (a clocked sink commits a piece's last window whole)
+    lw = left["window_end"]
+    even = np.linspace(0, n, min(ways, n // JOIN_PIECE_ROWS) + 1).astype(np.int64)[1:-1]
+    cuts = np.unique(np.concatenate(([0], np.searchsorted(lw, lw[even], side="left"), [n])))
+    pieces = [{k: v[a:b] for k, v in left.items()}
+              for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
     return run(join_one_per_window, [(node, p, right) for p in pieces])
 
 
