@@ -259,6 +259,94 @@ def test_clocked_sink_splits_a_batch_larger_than_a_log_file_at_window_ends(tmp_p
     assert len(read_output(tmp_path)) == n
 
 
+def _windows_of(sizes: list[int], schema, first_row: int = 0):
+    """A batch of ``schema`` holding windows of these sizes (ends 1000, 2000, ...), its rows
+    numbered from ``first_row`` in ``sum_cpu``."""
+    from scabbard.batch import Batch
+
+    we = 1000 * np.repeat(np.arange(1, len(sizes) + 1, dtype=np.int64), sizes)
+    ids = np.arange(first_row, first_row + len(we))
+    cols = {"window_start": we - 1000, "window_end": we, "category": np.zeros(len(we), np.int32),
+            "sum_cpu": ids.astype(np.float64)}
+    return Batch(schema, tuple(cols[f.name] for f in schema.fields)), we
+
+
+def _clocked_pieces(path, schema) -> list[tuple[int, int, int]]:
+    """Per stored piece of a clocked log: (its last row's window end, its clock's window end,
+    the run that wrote it)."""
+    from scabbard.storage import BlockManager
+
+    with BlockManager(path / "log", ClockedSink.CONFIG) as bm:
+        return [(int(b.column("window_end")[-1]), int(m.view(np.int64)[1]),
+                 int(m.view(np.int64)[2]))
+                for b, m in bm.load(bm.stream("results", schema), with_meta=True)]
+
+
+def test_clocked_sink_stores_a_window_larger_than_a_log_file_in_pieces(tmp_path):
+    """A window over one 16 MiB log file is cut inside it: the pieces that end inside it name
+    only the windows before it in their clock, and it is read back whole."""
+    schema = queries.get("CM1").schema
+    big = 2 * ClockedSink.CONFIG.file_bytes // schema.row_bytes  # two files and more
+    batch, we = _windows_of([1000, big, 1000], schema)
+    sink = ClockedSink(tmp_path)
+    sink.open(schema)
+    sink.write_clocked(batch, {"input_end": 99, "window_end": 3000})
+    sink.close()
+    pieces = _clocked_pieces(tmp_path, schema)
+    assert len(pieces) >= 3
+    inside = [clock for last, clock, _ in pieces if last == 2000 and clock != 2000]
+    assert inside and set(inside) == {1000}, pieces  # window 2000 incomplete: 1000 committed
+    assert pieces[-1][:2] == (3000, 3000)
+    got = read_output(tmp_path)
+    np.testing.assert_array_equal(got["sum_cpu"], np.arange(len(we)))
+    again = ClockedSink(tmp_path)
+    again.open(schema)
+    assert again.committed() == {"input_end": 99, "window_end": 3000}
+    again.close()
+
+
+def test_a_crash_inside_a_window_over_several_log_files_commits_none_of_it(tmp_path):
+    """Stopped after the first piece of a window over several log files: the window is not
+    committed (the reader shows the windows before it); the next run writes it again whole,
+    and the reader keeps that copy only - every row exactly once."""
+    schema = queries.get("CM1").schema
+    big = 2 * ClockedSink.CONFIG.file_bytes // schema.row_bytes
+    first, _ = _windows_of([500], schema)
+    rest, we = _windows_of([500, big, 700], schema)
+    rest = rest.slice(500, len(we))  # windows 2000 (big) and 3000, rows numbered on
+
+    class Crash(Exception):
+        pass
+
+    sink = ClockedSink(tmp_path)
+    sink.open(schema)
+    sink.write_clocked(first, {"input_end": 10, "window_end": 1000})
+    append, calls = sink.bm.append, []
+
+    def dies_after_one(*a, **kw):
+        if calls:
+            raise Crash
+        calls.append(1)
+        return append(*a, **kw)
+    sink.bm.append = dies_after_one
+    with pytest.raises(Crash):
+        sink.write_clocked(rest, {"input_end": 30, "window_end": 3000})
+    sink.close()  # what was appended is stored: the first piece of window 2000
+    assert [p[:2] for p in _clocked_pieces(tmp_path, schema)] == [(1000, 1000), (2000, 1000)]
+    np.testing.assert_array_equal(read_output(tmp_path)["sum_cpu"], np.arange(500))
+
+    again = ClockedSink(tmp_path)
+    again.open(schema)
+    assert again.committed()["window_end"] == 1000  # recovery replays window 2000 whole
+    again.write_clocked(rest, {"input_end": 30, "window_end": 3000})
+    again.close()
+    runs = {run for *_, run in _clocked_pieces(tmp_path, schema)}
+    assert len(runs) == 2
+    got = read_output(tmp_path)
+    np.testing.assert_array_equal(got["sum_cpu"], np.arange(len(we)))  # each row once, in order
+    np.testing.assert_array_equal(got["window_end"], we)
+
+
 @pytest.mark.slow
 @pytest.mark.crash
 def test_crash_points_during_a_checkpoint_write_and_during_recovery(tiny, tmp_path):

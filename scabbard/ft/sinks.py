@@ -11,7 +11,12 @@ is the last committed row's.
 
 * :class:`ClockedSink` writes each result batch at once, with its clock in the
   segment's metadata; ``committed()`` returns the clock of the newest stored
-  batch (a torn last write is rejected on reopen).  Low latency.
+  batch (a torn last write is rejected on reopen).  Low latency.  A batch over one log file
+  is stored in pieces cut at windows' ends; a window over one log file is cut inside it, and
+  such a piece's clock names only the windows complete before it.  Every piece also names
+  the run that wrote it (the log's length when the sink opened): rows a run wrote past what
+  it committed - a window it had not finished when it crashed - are the ones the next run
+  writes again, and the reader drops them where the next run starts.
 * :class:`TransactionalSink` stages results per checkpoint epoch and commits
   them with the checkpoint, in two phases: ``prepare`` writes the epoch to
   ``pending/``, the checkpoint record is the decision, ``commit`` renames it into
@@ -51,17 +56,18 @@ NO_WINDOW = np.iinfo(np.int64).min
 _KIND = ".sink.json"
 
 
-def _clock(meta: np.ndarray, layout: tuple[str, ...] = ()) -> dict:
+def _clock(meta: np.ndarray, layout: tuple[str, ...] = (), head: int = 2) -> dict:
     """A result's vector clock from its segment's metadata: the input offset, the last window
-    end, and the position in every persisted channel it depends on (``layout``)."""
+    end, ``head - 2`` words of the sink's own, and the position in every persisted channel it
+    depends on (``layout``)."""
     m = np.asarray(meta, np.uint64).view(np.int64)
     clock = {"input_end": int(m[0]), "window_end": int(m[1])}
-    clock.update({n: int(v) for n, v in zip(layout, m[2:], strict=False)})
+    clock.update({n: int(v) for n, v in zip(layout, m[head:], strict=False)})
     return clock
 
 
-def _meta(clock: dict, layout: tuple[str, ...] = ()) -> np.ndarray:
-    words = [clock["input_end"], clock["window_end"], *(clock.get(n, 0) for n in layout)]
+def _meta(clock: dict, layout: tuple[str, ...] = (), *own: int) -> np.ndarray:
+    words = [clock["input_end"], clock["window_end"], *own, *(clock.get(n, 0) for n in layout)]
     return np.array(words, np.int64).view(np.uint64)
 
 
@@ -167,16 +173,20 @@ class ClockedSink(ExactlyOnceSink):
         self.sid = self.bm.stream("results", schema)
         self.rows = self.bm.durable_end(self.sid)
         self.torn = list(self.bm.torn)
+        self.run = self.rows  # named by every piece this run writes (see the module)
+        self.complete = self.committed()  # the clock of the windows stored whole
 
     def committed(self) -> dict:
         if self.rows == 0:
             return {"input_end": 0, "window_end": NO_WINDOW}
-        return _clock(self.bm.read_with_meta(self.sid, self.rows - 1)[1], self.layout)
+        return _clock(self.bm.read_with_meta(self.sid, self.rows - 1)[1], self.layout, 3)
 
     def write_clocked(self, batch: Batch, clock: dict, ends=None) -> None:
         """One segment per piece that fits a log file; pieces end at a window's end (a
         stateless query's at any row: each is its own position), so a crash between two
-        leaves no window half-committed, and each piece's clock names its own last one."""
+        leaves no window half-committed, and each piece's clock names its own last one.  A
+        window over a log file is cut inside it: the pieces that end inside it carry the
+        clock of the windows before it (a crash there commits none of its rows)."""
         cfg = self.CONFIG
         fits = max(1, (cfg.file_bytes - cfg.data_start - cfg.align) // max(1, self.schema.row_bytes)
                    - len(batch.columns))
@@ -186,14 +196,19 @@ class ClockedSink(ExactlyOnceSink):
             hi = len(batch)
             if hi - lo > fits:
                 hi = int(np.searchsorted(we, we[lo + fits], side="left"))
-                if hi <= lo:
-                    raise ValueError(f"the results of one window (over {fits:,} rows) "
-                                     f"exceed a {cfg.file_bytes:,}-byte output log file")
+                if hi <= lo:  # one window over a log file
+                    hi = lo + fits
+            if hi == len(batch):
+                last = clock
+            elif we[hi - 1] != we[hi]:
+                last = dict(clock, window_end=int(we[hi - 1]))
+            else:  # inside a window
+                last = self.complete
             piece = batch.slice(lo, hi)
-            last = clock if hi == len(batch) else dict(clock, window_end=int(we[hi - 1]))
             self.bm.append(self.sid, Batch(self.schema, piece.columns, self.rows),
-                           meta=_meta(last, self.layout))
+                           meta=_meta(last, self.layout, self.run))
             self.rows += len(piece)
+            self.complete = last
             lo = hi
 
     def prepare(self, checkpoint_id: int) -> None:
@@ -384,6 +399,34 @@ def open_output(path: str | Path, kind: str) -> ExactlyOnceSink:
     return kinds[kind](path)
 
 
+def _clocked_frames(bm: BlockManager, sid: int, schema: Schema) -> list:
+    """A clocked log's committed rows, in pieces: where a run's pieces end past what it
+    committed (a window it had not finished when it stopped), those rows are dropped - where
+    the next run starts, which wrote the window again, and at the end of the log."""
+    frames: list = []
+    windowed = "window_end" in schema.names  # a stateless query's pieces are always whole
+
+    def upto(window_end: int) -> None:
+        while windowed and frames:
+            we = frames[-1]["window_end"].to_numpy()
+            k = int(np.searchsorted(we, window_end, side="right"))
+            if k < len(we):
+                frames[-1] = frames[-1].iloc[:k]
+            if k:
+                return
+            frames.pop()
+
+    run, complete = None, NO_WINDOW
+    for batch, meta in bm.load(sid, with_meta=True):
+        m = np.asarray(meta, np.uint64).view(np.int64)
+        if run is not None and m[2] != run:
+            upto(complete)
+        run, complete = int(m[2]), int(m[1])
+        frames.append(batch.to_pandas())
+    upto(complete)
+    return frames
+
+
 def read_output(path: str | Path):
     """Every committed result of an exactly-once output folder, as a DataFrame."""
     import pandas as pd
@@ -394,8 +437,7 @@ def read_output(path: str | Path):
     frames = []
     if doc["kind"] == "clocked":
         with BlockManager(path / "log", ClockedSink.CONFIG) as bm:
-            sid = bm.stream("results", schema)
-            frames = [b.to_pandas() for b in bm.load(sid)]
+            frames = _clocked_frames(bm, bm.stream("results", schema), schema)
     else:
         for p in _epochs(path / "committed"):
             frames.append(seg_fmt.decode(np.fromfile(p, np.uint8), schema, str(p))[1].to_pandas())
