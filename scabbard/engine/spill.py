@@ -22,6 +22,9 @@ and ``EngineConfig.state_memory`` bounds the bytes their arrays hold:
   into a fresh state without emitting (the windows they close were emitted before the
   spill), then the task's share runs as usual.  Spilled partitions are reloaded and run
   one at a time, so memory holds the budget plus one partition, never the whole state;
+* **read ahead**: the units of the next partition to reload are read on a thread of their
+  own while the one before runs (the first's while the partitions in memory run), in the
+  order the windows need them - memory holds one partition's units more;
 * the units a reload consumed are released (the stream is trimmed below the oldest unit
   still needed).
 
@@ -42,6 +45,7 @@ budget while the input is replayed.
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -113,6 +117,7 @@ class SpillingAssembler(PartitionedAssembler):
         self.row_bytes = 2 * (8 * (3 + ni + nf) + 8 * (2 + ni + 2 * nf) + 8 * (k + 4))
         self.grown = 0
         self.stats = {"spills": 0, "reloads": 0, "peak_bytes": 0, "budget": budget}
+        self._reader: ThreadPoolExecutor | None = None  # reads the next partition ahead
 
     # -- the budget ----------------------------------------------------------------------------
     def held(self) -> tuple[list[int], int]:
@@ -165,13 +170,31 @@ class SpillingAssembler(PartitionedAssembler):
                                                      len(b.fops)))
             s.waiting, s.waiting_bytes = [], 0
 
-    def _reload(self, i: int) -> BranchAssembler:
-        """Partition ``i`` back in memory: its units and waiting shares fed to a fresh state
-        that closes the panes before the one it stopped at without emitting."""
+    def _read(self, i: int) -> Future:
+        """Spilled partition ``i``'s units, read on the reader thread."""
+        if self._reader is None:
+            self._reader = ThreadPoolExecutor(1, thread_name_prefix="spill-read")
+        return self._reader.submit(self.store.read, list(self.spilled[i].units))
+
+    def _reloaded(self, indices: list[int]):
+        """The spilled partitions ``indices`` back in memory one after the other, as the
+        caller iterates (it runs each before it asks for the next); the units of each are
+        read while the caller works on the one before - the first's from this call on."""
+        ahead = self._read(indices[0]) if indices else None
+
+        def each(ahead):
+            for k, i in enumerate(indices):
+                units = ahead.result()
+                ahead = self._read(indices[k + 1]) if k + 1 < len(indices) else None
+                yield i, self._reload(i, units)
+        return each(ahead)
+
+    def _reload(self, i: int, units: Edges) -> BranchAssembler:
+        """Partition ``i`` back in memory: its ``units`` (read) and waiting shares fed to a
+        fresh state that closes the panes before the one it stopped at without emitting."""
         s = self.spilled.pop(i)
         b = self.b
-        e = concat_edges([self.store.read(s.units), *s.waiting], b.key_width, len(b.iops),
-                         len(b.fops))
+        e = concat_edges([units, *s.waiting], b.key_width, len(b.iops), len(b.fops))
         a = self.parts[i]
         if len(e.pane):
             a._feed(e, False, s.cur, 0)
@@ -278,10 +301,10 @@ class SpillingAssembler(PartitionedAssembler):
                 self._wait(i, heads[i])  # no window of it ends: it stays on disk
             else:
                 later.append(i)
+        reloaded = self._reloaded(later)
         raws = self._run([i for i in range(len(self.parts))
                           if i not in self.spilled], run)
-        for i in later:  # one at a time: the budget plus one partition in memory
-            self._reload(i)
+        for i, _ in reloaded:  # one at a time: the budget plus one partition in memory
             raws[i] = run(i)
             self._enforce(force=True)
         raw = merge_windows([raws[i] for i in sorted(raws)]) if raws \
@@ -295,9 +318,10 @@ class SpillingAssembler(PartitionedAssembler):
     def flush(self):
         self._distribute()
         raws = []
+        reloaded = self._reloaded(sorted(self.spilled))
         for i in range(len(self.parts)):
             if i in self.spilled:
-                self._reload(i)
+                next(reloaded)
             raws.append(self.parts[i].flush())
             fresh = BranchAssembler(self.b)  # done with it: its memory goes
             fresh.copy = False
@@ -305,6 +329,9 @@ class SpillingAssembler(PartitionedAssembler):
         return merge_windows(raws)
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.shutdown()
+            self._reader = None
         if self.store is not None:
             self.stats.update(spilled_bytes=self.store.bytes_written,
                               reloaded_bytes=self.store.bytes_read)
