@@ -107,23 +107,27 @@ def test_the_explorer_grows_its_pool_files_for_a_window_that_needs_them(tiny, mo
     assert rep.explored == 4 and rep.ok, rep.summary()
 
 
+@pytest.mark.parametrize("states", [8, pytest.param(30, marks=pytest.mark.campaign)])
 def test_crash_states_between_the_pieces_of_windows_over_several_clocked_log_files(
-        tiny, monkeypatch):
+        tiny, monkeypatch, states):
     """The clocked sink's log files made small (32 KiB) so that LRB2's windows each fill
     several: machine crashes that keep some pieces of a window and drop or tear the rest
-    leave only whole windows committed, and recover exactly."""
+    leave only whole windows committed, and recover exactly (8 states of each kind's
+    first draws; 30 in the campaign: each state recovers LRB2, ~8 s)."""
     import dataclasses
 
     from scabbard.ft.sinks import ClockedSink
 
     small = dataclasses.replace(ClockedSink.CONFIG, file_bytes=32 << 10, bulk_bytes=16 << 10)
     monkeypatch.setattr(ClockedSink, "CONFIG", small)
-    s = Settings("LRB2", sink="clocked", durability="machine", states=30, tuples=20_000, seed=7)
+    s = Settings("LRB2", sink="clocked", durability="machine", states=states, tuples=20_000,
+                 seed=7)
     ex = Explorer(s, tiny["lrb"])
     fits = (small.file_bytes - small.data_start - small.align) // ex.query.schema.row_bytes
     assert ex.expected().groupby("window_end").size().max() > 2 * fits  # over several files
     rep = ex.explore()
-    assert rep.explored == 30 and rep.ok, rep.summary()
+    assert rep.explored == states and rep.ok, rep.summary()
+    assert set(rep.kinds) == {"all kept", "all dropped", "one dropped", "random"}
 
 
 @pytest.mark.parametrize("query, sink", [("CM1", "transactional"), ("YSB", "clocked")])
