@@ -404,7 +404,7 @@ def _clocked_frames(bm: BlockManager, sid: int, schema: Schema) -> list:
     committed (a window it had not finished when it stopped), those rows are dropped - where
     the next run starts, which wrote the window again, and at the end of the log."""
     frames: list = []
-    windowed = "window_end" in schema.names  # a stateless query's pieces are always whole
+    windowed = not schema.stream  # a stateless query's pieces are always whole
 
     def upto(window_end: int) -> None:
         while windowed and frames:
