@@ -82,6 +82,34 @@ def _two_filters():
             .aggregate(count().alias("n")).named("CM-2F"))
 
 
+def test_the_workers_of_an_engine_may_ask_for_the_same_new_kernel_at_once(tiny, tmp_path,
+                                                                           monkeypatch):
+    """Two workers reached the same uncompiled kernel together on a fresh machine, and one of
+    them lost its source file to the other's rename (CI, stop 38): the kernel is made once."""
+    import threading
+
+    from scabbard.engine.runtime import Engine
+    from scabbard.kernels import codegen
+
+    spec = Engine(_two_filters(), tiny["cm"].tables).plan.branches[0].spec
+    monkeypatch.setattr(codegen, "_LOADED", {})  # as a fresh process finds it
+    start, got, errors = threading.Barrier(8), [], []
+
+    def ask():
+        start.wait()
+        try:
+            got.append(codegen.compile_front(spec, tmp_path))
+        except Exception as e:  # noqa: BLE001 - the failure this test looks for
+            errors.append(e)
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(got) == 8 and len({id(k) for k in got}) == 1
+    assert sorted(p.name for p in tmp_path.glob("front_*")) == [f"front_{spec.digest}.py"]
+
+
 def test_instrumented_and_reordered_fronts_give_the_generic_rows(tiny, tmp_path):
     """The instrumented kernel counts each filter of a run on every row that reaches it; the
     reordered kernel (most selective first) keeps exactly the generic kernel's rows."""

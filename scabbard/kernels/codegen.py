@@ -20,10 +20,12 @@ import hashlib
 import importlib.util
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 _LOADED: dict[str, object] = {}
+_LOADING = threading.Lock()  # the workers of one engine may ask for the same kernel at once
 
 
 @dataclass(frozen=True)
@@ -219,6 +221,13 @@ def compile_front(spec: FrontSpec | DenseSpec, cache_dir: Path):
     key = spec.digest
     if key in _LOADED:
         return _LOADED[key]
+    with _LOADING:
+        if key not in _LOADED:
+            _LOADED[key] = _load(spec, key, cache_dir)
+    return _LOADED[key]
+
+
+def _load(spec: FrontSpec | DenseSpec, key: str, cache_dir: Path):
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     kind = "front" if isinstance(spec, FrontSpec) else "fused"
@@ -233,5 +242,4 @@ def compile_front(spec: FrontSpec | DenseSpec, cache_dir: Path):
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
     module_spec.loader.exec_module(module)
-    _LOADED[key] = getattr(module, kind)
-    return _LOADED[key]
+    return getattr(module, kind)
