@@ -215,6 +215,10 @@ def add_parser(subparsers) -> None:
                      help="the engine's --ingress-partitions: the source read by N threads, "
                           "each cutting its batches and appending them in turn, the dispatcher "
                           "only handing tasks out (default 1: the dispatcher does it all)")
+    run.add_argument("--adaptive-kernels", action="store_true",
+                     help="the engine's --adaptive-kernels: each fragment at the time its "
+                          "optimised variant took in the calibration (filters reordered, "
+                          "dense aggregation; nothing saved where the variant lost its trial)")
     rp.add_argument("--timeline", action="store_true", help="also print the 0.5 s timeline")
     rp.add_argument("--json", action="store_true", help="print the result as JSON")
     rp.set_defaults(func=run_sim)
@@ -351,7 +355,8 @@ def run_sim(args) -> int:
                         checkpoint_interval=args.checkpoint_interval or None,
                         duration=args.sim_seconds, rate=args.rate, fail_at=args.fail_at,
                         assembly_parts=args.assembly_parts,
-                        ingress_partitions=args.ingress_partitions)
+                        ingress_partitions=args.ingress_partitions,
+                        adaptive_kernels=args.adaptive_kernels)
         cal.costs(query)
         result = simulate(cal, cfg, hw)
     except ValueError as e:

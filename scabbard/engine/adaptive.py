@@ -153,6 +153,9 @@ class AdaptiveBranch:
         self.trial = 0  # which trial the phase is (timings of an older one are dropped)
         self.timed: dict[str, list[float]] = {GENERIC: [], OPTIMISED: []}  # ns per row
         self.rejected: Plan | None = None  # lost its trial; not compiled again for now
+        # every task's time and rows per variant (what the simulator's calibration reads)
+        self.ns = {GENERIC: 0.0, INSTRUMENTED: 0.0, OPTIMISED: 0.0}
+        self.rows = {GENERIC: 0, INSTRUMENTED: 0, OPTIMISED: 0}
 
     def _event(self, action: str, **fields) -> None:
         if self.on_event is not None:
@@ -196,9 +199,22 @@ class AdaptiveBranch:
             trial = self.trial if self.phase == TRIAL else None
         t0 = time.perf_counter()
         partials = self._run(kind, variant, n, ts, inputs, rel_args, o_ts, o_keys, o_i, o_f)
+        ns = (time.perf_counter() - t0) * 1e9
+        with self.lock:
+            self.ns[kind] += ns
+            self.rows[kind] += n
         if trial is not None and n:
-            self._timed(kind, trial, (time.perf_counter() - t0) * 1e9 / n)
+            self._timed(kind, trial, ns / n)
         return partials
+
+    def summary(self) -> dict:
+        """Tasks per variant, deoptimisations, swaps, rejects; each variant's time per row
+        (ns, a deoptimised task's generic rerun included in the optimised time); ``kept``: 1
+        if the optimised variant runs now (0: the generic kernels, or the trial is on)."""
+        with self.lock:
+            return {**self.stats, "kept": int(self.phase == OPTIMISED),
+                    **{f"{k}_ns_row": round(self.ns[k] / self.rows[k], 3)
+                       for k in self.ns if self.rows[k]}}
 
     def _run(self, kind: str, variant, n: int, ts, inputs: tuple, rel_args: tuple, o_ts,
              o_keys, o_i, o_f):
@@ -405,4 +421,4 @@ class AdaptiveKernels:
             a.on_event = on_event
 
     def stats(self) -> dict:
-        return {a.b.id: dict(a.stats) for a in self.branches}
+        return {a.b.id: a.summary() for a in self.branches}

@@ -113,6 +113,15 @@ def _partitioned(serial: dict, parted: dict | None) -> dict:
             "partition_ns_tuple": each * 1e9}
 
 
+def adaptive_saving(kernels: dict) -> float:
+    """What adaptive kernels save per input tuple (ns), from a run's per-branch variant
+    times: a branch whose optimised variant stayed (``kept``) saves the generic kernels'
+    time per row less the optimised one's; a branch left generic saves nothing."""
+    return sum(max(0.0, k["generic_ns_row"] - k["optimised_ns_row"])
+               for k in kernels.values()
+               if k.get("kept") and "generic_ns_row" in k and "optimised_ns_row" in k)
+
+
 def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "data",
                     seconds: float = 2.0) -> dict:
     """Costs (ns) of ``query``'s tasks, timed inside real engine runs of ``seconds``
@@ -154,6 +163,12 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
                                         "default", ingress=2)}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    # adaptive kernels (issue 20): a first run compiles the optimised variants, the second
+    # profiles, swaps and tries them - its variants' times per row; at least 32 tasks, the
+    # phases before the optimised variant stays (warm, profile, trial) are 14
+    timed_run(query, ds, 1, rows, min(1.0, seconds), adaptive=True)
+    adaptive = timed_run(query, ds, 1, rows, seconds, adaptive=True,
+                         tuples=max(int(base["tuples_per_s"] * seconds), 32 * rows))
     # key-partitioned assembly, two partitions: the assembling thread runs the first and the
     # fixed part (split, merge, what cannot be partitioned), a pool thread the second
     parted = (timed_run(query, ds, 1, rows, seconds, assembly="partitioned:2")
@@ -186,6 +201,9 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
            "horizon_tuples": int(engine.horizon_ms * per_ms) + 1,
            "long_rows": 0, "short": None, "partitioned": _partitioned(base, parted),
            # persistence push-up: the tasks' work per input tuple against the full input's
+           "adaptive": {"saving_ns_tuple": adaptive_saving(adaptive["kernels"]),
+                        "kernels": adaptive["kernels"],
+                        "tuples_per_s_1_worker": adaptive["tuples_per_s"]},
            "push_up_work": pushed["work_s"] / persisted["none"]["work_s"]
            if persisted["none"]["work_s"] and pushed["tuples"] else 1.0,
            "engine": {"tuples_per_s_1_worker": base["tuples_per_s"],
@@ -567,7 +585,8 @@ def calibrate_query(query: str, scale: str = "small", data_dir: str | Path = "da
                 "persist_standalone": p,
                 "ft_tuples_per_s": f["ft_tuples_per_s"],
                 "replay_read_tuples_per_s": f["replay_read_tuples_per_s"],
-                "ingress_2_partitions": k["ingress"], **k["engine"]}
+                "ingress_2_partitions": k["ingress"], "adaptive": k["adaptive"],
+                **k["engine"]}
     short = k["short"] or {}
     costs = QueryCosts(
         query=query, row_bytes=k["row_bytes"], batch_rows=k["batch_rows"],
@@ -592,6 +611,7 @@ def calibrate_query(query: str, scale: str = "small", data_dir: str | Path = "da
         other_ns_tuple=k["other_ns_tuple"],
         ingress_ns_tuple=k["ingress"]["ingress_ns_tuple"],
         dispatch_ns_task=k["ingress"]["dispatch_ns_task"],
+        adaptive_saving_ns_tuple=k["adaptive"]["saving_ns_tuple"],
         measured=measured)
     costs = replace(costs, restart_warmup_s=_restart_warmup(costs, r, f))
     log(f"{query:5} fragment {costs.fragment_ns_tuple:7.1f} ns/t (+{costs.fragment_ns_task / 1e3:7.1f}"

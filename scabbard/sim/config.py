@@ -186,6 +186,9 @@ class QueryCosts:
     # ``source_ns_tuple`` split between the partitions, nothing left to it)
     ingress_ns_tuple: float | None = None
     dispatch_ns_task: float | None = None
+    # adaptive kernels (``--adaptive-kernels``): the fragment's time per tuple the optimised
+    # variants save once swapped in (0: none kept - nothing to specialise, or it lost its trial)
+    adaptive_saving_ns_tuple: float = 0.0
     measured: dict = field(default_factory=dict)  # the engine's own figures, for reference
 
     def __post_init__(self) -> None:
@@ -202,6 +205,7 @@ class QueryCosts:
                       partition_overhead=self.partition_overhead,
                       partition_fragment_ns_tuple=self.partition_fragment_ns_tuple,
                       other_ns_tuple=self.other_ns_tuple,
+                      adaptive_saving_ns_tuple=self.adaptive_saving_ns_tuple,
                       **{k: v for k, v in (("ingress_ns_tuple", self.ingress_ns_tuple),
                                            ("dispatch_ns_task", self.dispatch_ns_task))
                          if v is not None})
@@ -223,10 +227,12 @@ class QueryCosts:
     def _short(self, n: int) -> bool:
         return n < self.long_rows and self.short_fragment_ns_tuple is not None
 
-    def fragment_s(self, n: int) -> float:
+    def fragment_s(self, n: int, adaptive: bool = False) -> float:
+        """A task of ``n`` tuples on a worker; ``adaptive``: with the optimised variants."""
+        saving = self.adaptive_saving_ns_tuple if adaptive else 0.0
         if self._short(n):
-            return n * self.short_fragment_ns_tuple * 1e-9
-        return (self.fragment_ns_task + n * self.fragment_ns_tuple) * 1e-9
+            return n * max(0.0, self.short_fragment_ns_tuple - saving) * 1e-9
+        return (self.fragment_ns_task + n * max(0.0, self.fragment_ns_tuple - saving)) * 1e-9
 
     def split_s(self, n: int, parts: int) -> float:
         """What a fragment spends splitting its partials between ``parts`` partitions."""
@@ -341,6 +347,9 @@ class SimConfig:
     # the engine's --ingress-partitions: the source read by this many threads (1: the
     # dispatcher reads it)
     ingress_partitions: int = 1
+    # the engine's --adaptive-kernels: the fragments in their optimised variants (what the
+    # calibration measured them to save; the profiling and trial tasks are not modelled)
+    adaptive_kernels: bool = False
 
     def __post_init__(self) -> None:
         from scabbard.queries import NAMES

@@ -59,7 +59,8 @@ class Probe:
 
 def timed_run(query: str, ds, workers: int, rows: int, seconds: float,
               storage: str | Path | None = None, compression: str = "none",
-              push_up: bool = False, assembly: str = "serial", ingress: int = 1) -> dict:
+              push_up: bool = False, assembly: str = "serial", ingress: int = 1,
+              adaptive: bool = False, tuples: int | None = None) -> dict:
     """``run_query`` for ``seconds`` (NullSink, ``rows`` per task; with ``storage``, the input
     persisted there, after persistence push-up with ``push_up``) with its parts timed:
     seconds of CPU per tuple of each part, the throughput, the bytes written per tuple.
@@ -69,17 +70,23 @@ def timed_run(query: str, ds, workers: int, rows: int, seconds: float,
     is in ``assembly_s``).  ``ingress``: ingress partitions (parallel ingress); ``dispatch_s``
     is the dispatcher's thread per tuple (the source it cuts itself included), ``ingress_s``
     the partitions' threads and ``append_s`` their turns (per tuple), ``dispatch_task_s`` the
-    dispatcher per task.  ``other_s``: the CPU of no timed part."""
+    dispatcher per task.  ``other_s``: the CPU of no timed part.  ``adaptive``: adaptive
+    kernels (``--adaptive-kernels``), compiled on the task's thread (a variant is swapped in
+    after as many tasks in every run); ``kernels`` holds each branch's variants and their
+    time per row.  ``tuples``: run for that many tuples instead of ``seconds``."""
     from scabbard import queries
     from scabbard.engine import EngineConfig, NullSink
+    from scabbard.engine.adaptive import AdaptivePolicy
     from scabbard.ft.ingress import run_persisted
 
     probe = Probe()
     with probe.recording():
         rep = run_persisted(queries.get(query), ds, storage, NullSink(),
                             EngineConfig(workers=workers, batch_rows=rows, assembly=assembly,
-                                         ingress_partitions=ingress),
-                            duration=seconds,
+                                         ingress_partitions=ingress,
+                                         adaptive=AdaptivePolicy(background=False)
+                                         if adaptive else None),
+                            duration=None if tuples else seconds, max_tuples=tuples,
                             compression=compression, push_up=push_up)
         cpu_total = _process_cpu_s() - (probe.cpu_at_start or _process_cpu_s())
     frag, n = probe.cpu_s("fragment")
@@ -110,4 +117,5 @@ def timed_run(query: str, ds, workers: int, rows: int, seconds: float,
         "task_rows": float(np.mean([c[1] for c in probe.calls["fragment"]]))
         if longs else float(rows),
         "long": float(np.mean(longs)) if longs else 0.0, "tasks": len(longs),
+        "kernels": rep.kernels,
     }

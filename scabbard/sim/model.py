@@ -537,7 +537,8 @@ class _Engine:
             shared = costs.fragment_shared if cpu.in_use > 1 else 1.0
             warmup, self.warmup = self.warmup, 0.0
             split = costs.split_s(task.n, self.cfg.assembly_parts)
-            yield from cpu.work((costs.fragment_s(task.n) * shared + split) * self.work + warmup,
+            fragment = costs.fragment_s(task.n, self.cfg.adaptive_kernels)
+            yield from cpu.work((fragment * shared + split) * self.work + warmup,
                                 "fragment")
             yield from cpu.work(task.n * self.other_s, "other")
             self.done[task.seq] = task
