@@ -342,6 +342,76 @@ def test_the_fused_kernel_is_the_generic_fragment_or_fails_its_guard(tiny, tmp_p
             assert np.array_equal(a, w)
 
 
+def test_folded_constants_give_the_generic_rows_or_fail_their_guard(tiny, tmp_path):
+    """LRB's highway is one value: folded into LRB1's front kernel, and into its fused dense
+    kernel, as a literal - the generic rows and partials, row for row; a row with another
+    highway fails the guard (-1 / None) instead of writing anything wrong."""
+    from scabbard.engine.adaptive import Plan, column_ranges, run_fused
+    from scabbard.engine.runtime import Engine
+    from scabbard.kernels.codegen import DenseSpec, compile_front
+
+    q, ds = queries.get("LRB1"), tiny["lrb"]
+    b = Engine(q, ds.tables).plan.branches[0]
+    cols = {f.name: c for f, c in zip(ds.schema.fields, ds.stream.columns, strict=True)}
+    inputs = tuple(np.ascontiguousarray(cols[c]) for c in b.input_columns)
+    ts = np.ascontiguousarray(cols["timestamp"])
+    n = len(ts)
+    ranges = dict(zip(b.spec.columns, column_ranges(inputs), strict=True))
+    assert ranges["highway"][1:] == (0, 0) and ranges["speed"] is None  # a float column
+    consts = (("highway", ranges["highway"][0], 0),)
+    folded = b.spec.folded(consts)
+    assert "c_highway[i]" not in "".join(folded.keys) and folded.consts == consts
+
+    def front(kernel, data):
+        out = (np.empty(n, np.int64), np.empty((n, b.key_width), np.int64),
+               np.empty((n, len(b.iops)), np.int64), np.empty((n, len(b.fops)), np.float64))
+        m = kernel(n, ts, *data, *out)
+        return m, [o[:max(m, 0)] for o in out]
+    m, want = front(b.kernel(tmp_path), inputs)
+    got_m, got = front(compile_front(folded, tmp_path), inputs)
+    assert got_m == m and all(np.array_equal(a, w) for a, w in zip(got, want, strict=True))
+    lo, hi = key_range(want[1])
+    plan = Plan(None, tuple(int(x) for x in lo), tuple(int(x) for x in hi - lo + 1), consts)
+    dense = compile_front(DenseSpec(folded, tuple(int(x) for x in b.iops),
+                                    tuple(int(x) for x in b.fops), int(b.slide_ms), plan.lo,
+                                    plan.span), tmp_path)
+    partials = pane_aggregate(*want, b.iops, b.fops, b.slide_ms, ordered=True)
+    fused = run_fused(dense, b, plan, n, ts, inputs, ())
+    assert all(np.array_equal(a, w) for a, w in zip(fused, partials, strict=True))
+    moved = list(inputs)
+    j = b.spec.columns.index("highway")
+    moved[j] = moved[j].copy()
+    moved[j][n // 2] = 1  # one row on another highway
+    assert front(compile_front(folded, tmp_path), tuple(moved))[0] == -1
+    assert run_fused(dense, b, plan, n, ts, tuple(moved), ()) is None
+    with pytest.raises(ValueError, match="folded columns"):
+        b.spec.folded((("lane", "int32", 0),))
+
+
+def test_a_folded_constant_that_changes_deoptimises_and_folds_the_new_value(tiny, tmp_path):
+    """LRB1's highway moves from 0 to 1 with the second copy of the data: the optimised task
+    fails its guard and runs again generically (the windows of a generic run over the same
+    data), the branch profiles anew and folds highway 1."""
+    q, ds = queries.get("LRB1"), tiny["lrb"]
+    policy = AdaptivePolicy(warm_tasks=1, profile_tasks=2, reprofile=1000, background=False,
+                            trial_tasks=0)
+
+    def source():
+        return KeyShift(ds, "highway", 1, batch_rows=997, max_tuples=2 * ds.rows, loop=True)
+    want, _ = _run(q, ds, None, source())
+    log = tmp_path / "metrics.jsonl"
+    got, report = _run(q, ds, policy, source(), metrics_log=log)
+    ref.assert_same_results(got, want, q.schema)
+    kernel = [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "kernel"]
+    swaps = [e["plan"] for e in kernel if e["action"] == "swap"]
+    assert swaps[0]["constants"] == {"highway": 0}, swaps
+    deopt = next(e for e in kernel if e["action"] == "deopt")
+    assert deopt["reason"] == "a folded constant changed", deopt
+    assert deopt["columns"]["highway"][1] == 1, deopt
+    assert any(p["constants"] == {"highway": 1} for p in swaps[1:]), swaps
+    assert report.kernels["window0"]["deopts"] >= 1
+
+
 def test_the_profile_puts_the_more_selective_filter_first(tmp_path):
     """Fig. 13's experiment: the instrumented kernel's counts pick the order with the filter
     that passes fewer rows first, on either side of the crossing."""

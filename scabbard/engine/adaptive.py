@@ -12,12 +12,14 @@ variants, task by task (tasks are independent, so a switch between two tasks is 
 * **optimised**: the filters of each run ordered by measured selectivity (the most selective
   first), and - when the observed key range (widened by :attr:`AdaptivePolicy.margin`) holds
   at most :data:`~scabbard.kernels.aggregate.DENSE_MAX` groups - aggregation into a dense
-  array indexed by the key's offset in the range, with no hash and no probe.
+  array indexed by the key's offset in the range, with no hash and no probe; and each input
+  column the profile saw hold one value (an integer column: LRB's highway) folded into the
+  code as that constant, so what is computed from it is computed once, at compile time.
 
 Every assumption of an optimised variant is a **guard** checked inside the kernel: a key
-outside the range stops the dense aggregation, and the task's rows are aggregated again by
-the generic kernel from the same front output (**deoptimisation**: results never change); the
-branch goes back to profiling and optimises again for the data it now sees.  The filter
+outside the range, or a folded column holding another value, stops the kernel, and the
+task's rows are run again by the generic kernels (**deoptimisation**: results never
+change); the branch goes back to profiling and optimises again for the data it now sees.  The filter
 order needs no guard (any order gives the same rows); it is revisited every
 :attr:`AdaptivePolicy.reprofile` tasks with one instrumented task.
 
@@ -67,7 +69,7 @@ class AdaptivePolicy:
     optimised and the generic variant, alternating, decide which one stays (0: the optimised
     variant stays untried - the tests of the variants' mechanics); ``force``: every task in
     one variant (``generic`` or ``instrumented``: what a benchmark compares the optimised
-    variant with)."""
+    variant with); ``fold``: constants folded."""
 
     warm_tasks: int = 2
     profile_tasks: int = 4
@@ -77,6 +79,7 @@ class AdaptivePolicy:
     background: bool = True
     trial_tasks: int = 4
     force: str | None = None
+    fold: bool = True
 
     def __post_init__(self) -> None:
         if self.force not in (None, GENERIC, INSTRUMENTED):
@@ -96,11 +99,13 @@ class Plan:
     order: tuple[int, ...] | None
     lo: tuple[int, ...] | None = None
     span: tuple[int, ...] | None = None
+    consts: tuple[tuple[str, str, int], ...] = ()  # (column, dtype, value) folded
 
     def like(self, other: Plan | None) -> bool:
         """The same bet as ``other``: the filter order, and hash aggregation or a dense array
         of about the same size (a profile of other tasks widens a range a little)."""
-        if other is None or self.order != other.order or (self.lo is None) != (other.lo is None):
+        if other is None or self.order != other.order or (self.lo is None) != (other.lo is None) \
+                or self.consts != other.consts:
             return False
         if self.lo is None:
             return True
@@ -110,18 +115,52 @@ class Plan:
     def describe(self) -> dict:
         return {"filter_order": list(self.order) if self.order else None,
                 "dense": None if self.lo is None else
-                {"lo": list(self.lo), "span": list(self.span)}}
+                {"lo": list(self.lo), "span": list(self.span)},
+                "constants": {c: v for c, _, v in self.consts} or None}
+
+    @property
+    def empty(self) -> bool:
+        return self.order is None and self.lo is None and not self.consts
 
 
 class _Profile:
     """What the instrumented tasks saw since profiling started."""
 
-    def __init__(self, steps: int, keys: int):
+    def __init__(self, steps: int, keys: int, columns: int):
         self.tasks = 0
         self.counts = np.zeros(2 * steps, dtype=np.int64)
         self.lo = np.full(keys, np.iinfo(np.int64).max, dtype=np.int64)
         self.hi = np.full(keys, np.iinfo(np.int64).min, dtype=np.int64)
         self.rows = 0
+        # each input column's smallest and largest value (integer columns; None: another
+        # kind, or not seen yet), and its dtype: a column seen constant is folded
+        self.col_lo: list[int | None] = [None] * columns
+        self.col_hi: list[int | None] = [None] * columns
+        self.dtypes: list[str | None] = [None] * columns
+
+    def columns(self, ranges: list[tuple[str, int, int] | None]) -> None:
+        """Widen each integer column's range by a task's (:func:`column_ranges`)."""
+        for j, r in enumerate(ranges):
+            if r is None or self.dtypes[j] not in (None, r[0]):
+                self.dtypes[j] = "-"  # never folded
+                continue
+            dtype, lo, hi = r
+            self.dtypes[j] = dtype
+            self.col_lo[j] = lo if self.col_lo[j] is None else min(lo, self.col_lo[j])
+            self.col_hi[j] = hi if self.col_hi[j] is None else max(hi, self.col_hi[j])
+
+    def constants(self, names) -> tuple[tuple[str, str, int], ...]:
+        """The columns every profiled row held one value in."""
+        return tuple((c, d, lo) for c, d, lo, hi in zip(names, self.dtypes, self.col_lo,
+                                                        self.col_hi, strict=True)
+                     if d not in (None, "-") and lo == hi)
+
+
+def column_ranges(inputs: tuple) -> list[tuple[str, int, int] | None]:
+    """Each input column's dtype, smallest and largest value (None: not an integer column,
+    or no rows)."""
+    return [(x.dtype.name, int(x.min()), int(x.max()))
+            if x.ndim == 1 and x.dtype.kind in "iu" and len(x) else None for x in inputs]
 
 
 class AdaptiveBranch:
@@ -140,7 +179,8 @@ class AdaptiveBranch:
         self.lock = threading.Lock()
         self.phase = GENERIC
         self.tasks = self.since = 0  # tasks run; in this phase
-        self.profile = _Profile(len(self.spec.steps), branch.key_width)
+        self.profile = _Profile(len(self.spec.steps), branch.key_width,
+                                len(self.spec.columns))
         self.compiling = False
         self.next_profile = policy.warm_tasks  # a generic branch profiles again from this task
         self.margin = policy.margin  # doubled at each deoptimisation: keys that drift
@@ -182,7 +222,8 @@ class AdaptiveBranch:
     def _enter(self, phase: str) -> None:
         self.phase, self.since = phase, 0
         if phase == INSTRUMENTED:
-            self.profile = _Profile(len(self.spec.steps), self.b.key_width)
+            self.profile = _Profile(len(self.spec.steps), self.b.key_width,
+                                    len(self.spec.columns))
         if phase == TRIAL:
             self.trial += 1
             self.timed = {GENERIC: [], OPTIMISED: []}
@@ -221,16 +262,19 @@ class AdaptiveBranch:
         b = self.b
         if kind == OPTIMISED and variant is not None:
             kernel, plan = variant
-            if plan.lo is None:  # the filters reordered; hash aggregation
+            if plan.lo is None:  # the filters reordered, constants folded; hash aggregation
                 m = kernel(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
-                return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
-                                      b.slide_ms, ordered=True)
-            partials = run_fused(kernel, b, plan, n, ts, inputs, rel_args)
-            if partials is not None:
-                return partials
-            # a key outside the range: the task again, generically (deoptimisation)
+                if m >= 0:
+                    return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops,
+                                          b.fops, b.slide_ms, ordered=True)
+            else:
+                partials = run_fused(kernel, b, plan, n, ts, inputs, rel_args)
+                if partials is not None:
+                    return partials
+            # a guard failed (a key outside the range, a folded column that changed): the
+            # task again, generically (deoptimisation)
             m = self.generic(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
-            self._deopt(o_keys[:m], plan)
+            self._deopt(o_keys[:m], plan, inputs)
             return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
                                   b.slide_ms, ordered=True)
         if kind == INSTRUMENTED:
@@ -239,9 +283,10 @@ class AdaptiveBranch:
             counts = np.zeros(2 * len(self.spec.steps), dtype=np.int64)
             m = self.instrumented(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f, counts)
             lo, hi = key_range(o_keys[:m])
+            ranges = column_ranges(inputs)
             partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
                                       b.slide_ms, ordered=True)
-            self._profiled(counts, lo, hi, m, (ts, inputs, rel_args))
+            self._profiled(counts, lo, hi, m, ranges, (ts, inputs, rel_args))
             return partials
         m = self.generic(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
         return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
@@ -274,7 +319,7 @@ class AdaptiveBranch:
         return dataclasses.replace(self.spec, profile=True)
 
     # -- profile, optimise, swap, deoptimise -------------------------------------------------------
-    def _profiled(self, counts, lo, hi, rows: int, sample) -> None:
+    def _profiled(self, counts, lo, hi, rows: int, ranges, sample) -> None:
         with self.lock:
             pr = self.profile
             pr.tasks += 1
@@ -282,17 +327,19 @@ class AdaptiveBranch:
             pr.lo = np.minimum(pr.lo, lo)
             pr.hi = np.maximum(pr.hi, hi)
             pr.rows += rows
+            pr.columns(ranges)
             if self.phase == OPTIMISED:  # a periodic profile: only the filter order moves
                 plan = self._plan(pr)
                 if self.plan is not None and plan.order != self.plan.order:
-                    self._optimise(Plan(plan.order, self.plan.lo, self.plan.span), sample)
-                self.profile = _Profile(len(self.spec.steps), self.b.key_width)
+                    self._optimise(dataclasses.replace(self.plan, order=plan.order), sample)
+                self.profile = _Profile(len(self.spec.steps), self.b.key_width,
+                                    len(self.spec.columns))
                 return
             if self.phase != INSTRUMENTED or pr.tasks < self.policy.profile_tasks:
                 return
             plan = self._plan(pr)
             rejected = plan.like(self.rejected)
-            if (plan.order is None and plan.lo is None) or rejected:
+            if plan.empty or rejected:
                 # nothing to specialise (for now), or what lost its trial: the data may change
                 self._event("optimise", task=self.tasks, plan=None,
                             **({"rejected": plan.describe()} if rejected else {}))
@@ -320,7 +367,8 @@ class AdaptiveBranch:
             if float(np.prod(width + 2 * pad)) <= self.policy.dense_max:
                 lo = tuple(int(x) for x in pr.lo - pad.astype(np.int64))
                 span = tuple(int(x) for x in (width + 2 * pad).astype(np.int64))
-        return Plan(order, lo, span)
+        consts = pr.constants(self.spec.columns) if self.policy.fold else ()
+        return Plan(order, lo, span, consts)
 
     def _optimise(self, plan: Plan, sample) -> None:
         """Compile ``plan``'s variant (in the background) and swap it in when ready (with the
@@ -351,6 +399,8 @@ class AdaptiveBranch:
         t0 = time.perf_counter()
         b = self.b
         spec = self.spec.reordered(list(plan.order)) if plan.order else self.spec
+        if plan.consts:
+            spec = spec.folded(plan.consts)
         if plan.lo is not None:  # the front fused with the dense aggregation
             spec = DenseSpec(spec, tuple(int(x) for x in b.iops), tuple(int(x) for x in b.fops),
                              int(b.slide_ms), plan.lo, plan.span)
@@ -372,17 +422,24 @@ class AdaptiveBranch:
                 self.stats["swaps"] += 1
                 self._event("swap", task=self.tasks, compile_ms=ms, plan=plan.describe())
 
-    def _deopt(self, keys, plan: Plan) -> None:
+    def _deopt(self, keys, plan: Plan, inputs: tuple) -> None:
         lo, hi = key_range(keys)
+        ranges = dict(zip(self.spec.columns, column_ranges(inputs), strict=True))
+        changed = {c: [ranges[c][1], ranges[c][2]] for c, _, v in plan.consts
+                   if ranges[c] is None or ranges[c][1:] != (v, v)}
         with self.lock:
             self.stats["deopts"] += 1
             if self.variant is not None and self.variant[1] == plan:
                 self.variant, self.plan = None, None
-                self.margin = max(2 * self.margin, 0.25)  # the range drifts: leave it room
+                if not changed:
+                    self.margin = max(2 * self.margin, 0.25)  # the range drifts: leave it room
                 self._enter(INSTRUMENTED)
-                self._event("deopt", task=self.tasks, reason="key outside the dense range",
+                reason = ("a folded constant changed" if changed
+                          else "key outside the dense range")
+                self._event("deopt", task=self.tasks, reason=reason,
                             range=plan.describe()["dense"],
-                            seen={"lo": [int(x) for x in lo], "hi": [int(x) for x in hi]})
+                            seen={"lo": [int(x) for x in lo], "hi": [int(x) for x in hi]},
+                            **({"columns": changed} if changed else {}))
 
 
 def run_fused(kernel, b, plan: Plan, n: int, ts, inputs: tuple, rel_args: tuple):

@@ -53,6 +53,24 @@ class FrontSpec:
     # each filter on its own (``prof[2 * f + 1]``: every filter of a run is evaluated, so
     # each one's selectivity is measured whatever the order)
     profile: bool = False
+    # constants folded (issue 20, Grizzly's optimised variant): ``(column, dtype, value)`` of
+    # integer columns the profile saw constant - every use reads the literal, and a guard at
+    # the top of the loop returns -1 (deoptimisation) on a row where the column differs
+    consts: tuple[tuple[str, str, int], ...] = ()
+
+    def folded(self, consts: tuple[tuple[str, str, int], ...]) -> FrontSpec:
+        """The same kernel with ``consts`` folded into its code (see ``consts``)."""
+        def fold(code: str) -> str:
+            for c, dtype, v in consts:
+                code = code.replace(f"c_{c}[i]", f"np.{dtype}({v})")
+            return code
+        if any(c not in self.columns for c, _, _ in consts):
+            raise ValueError(f"folded columns {consts} not among the kernel's {self.columns}")
+        steps = tuple(("filter", fold(st[1])) if st[0] == "filter"
+                      else (st[0], st[1], tuple(fold(k) for k in st[2])) for st in self.steps)
+        return dataclasses.replace(
+            self, steps=steps, keys=tuple(map(fold, self.keys)), ints=tuple(map(fold, self.ints)),
+            floats=tuple(map(fold, self.floats)), consts=self.consts + tuple(consts))
 
     def runs(self) -> list[list[int]]:
         """The runs of consecutive filters (indices into ``steps``), which may be reordered
@@ -100,9 +118,13 @@ class FrontSpec:
         body += ["        m += 1", "    return m"]
         return _module("front", args, body)
 
-    def step_lines(self) -> list[str]:
-        """The loop body's filters and probes: a row that fails one is skipped."""
+    def step_lines(self, fail: tuple[str, ...] = ("return -1",)) -> list[str]:
+        """The loop body's filters and probes: a row that fails one is skipped; first the
+        guards of the folded constants, which run ``fail`` on a row that breaks one."""
         body = []
+        for c, dtype, v in self.consts:
+            body += [f"        if c_{c}[i] != np.{dtype}({v}):",
+                     *(f"            {line}" for line in fail)]
         firsts = {r[0]: r for r in self.runs()} if self.profile else {}
         for k, step in enumerate(self.steps):
             if step[0] == "filter" and k in firsts:  # a run, every filter evaluated
@@ -184,7 +206,7 @@ class DenseSpec:
                  *(f"                o_f[m, {j}] = acc_f[d, {j}]" for j in range(nf)),
                  "                acc_c[d] = 0", "                m += 1"]
         body = ["    m = 0", "    groups = 0", "    nt = 0", "    pane = -9223372036854775808",
-                "    for i in range(n):", *f.step_lines(),
+                "    for i in range(n):", *f.step_lines(("res[0] = groups", "return -1")),
                 f"        p = ts[i] // {self.slide}",
                 "        if p != pane:", *flush, "            nt = 0", "            pane = p"]
         index = "0"
