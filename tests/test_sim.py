@@ -456,6 +456,29 @@ def test_calibrate_on_real_data_then_simulate(tiny, data_root, tmp_path):
     assert engine / 3 < r.tuples_per_s < engine * 3
 
 
+def test_scabbard_persists_with_the_lossless_push_up_scheme_that_stores_fewer_bytes():
+    cal = calibration()
+    c = cal.costs("CM1")
+    assert c.best_scheme == "default"  # no push-up calibrated
+    adaptive = PersistCosts(1.0, 12.0, 0.0, 0.0)
+    for bytes_default, best in ((2.0, "push-up+adaptive"), (0.5, "push-up+default")):
+        persist = {**c.persist, "push-up+default": PersistCosts(bytes_default, 10.0, 0.0, 0.0),
+                   "push-up+adaptive": adaptive}
+        assert replace(c, persist=persist).best_scheme == best
+
+
+def test_the_adaptive_scheme_is_calibrated_with_its_picks_for_the_data(tiny, data_root):
+    """YSB's ad ids are uuids of a thousand ads: the default scheme's generic byte codec
+    against the dictionary the adaptive scheme's rules pick for them."""
+    from scabbard.sim.calibrate import measure_persistence
+
+    got = measure_persistence("YSB", "tiny", data_root, tasks=3,
+                              schemes=("push-up+default", "push-up+adaptive"))
+    default, adaptive = (got[s]["stored_bytes_per_tuple"] for s in
+                         ("push-up+default", "push-up+adaptive"))
+    assert 0 < adaptive < default / 2, got
+
+
 @pytest.mark.spark
 def test_the_probe_hears_every_timed_part_of_a_persisted_run(tiny, tmp_path):
     """The engine's timers (scabbard.timers) report every part while a Probe records, and

@@ -244,7 +244,9 @@ def measure_persistence(query: str, scale: str = "small", data_dir: str | Path =
     A ``push-up`` scheme first runs the operators persistence push-up moves below the
     p-stream (:class:`scabbard.engine.pushup.Reducer`, §3.4) - their time counts with the
     codecs' - and persists what they keep: raw, with the default codecs, or with floats
-    kept to two decimals (``lossy``), as notebook 06's configurations do."""
+    kept to two decimals (``lossy``), as notebook 06's configurations do, or with the
+    codecs the adaptive scheme picks for this data (``adaptive``: the paper's rules, §5.2,
+    on a profile of the first batch; its profiling of every fourth batch counts)."""
     from scabbard.compression.policy import Compression
     from scabbard.engine.pushup import Reducer
     from scabbard.engine.sources import ReplaySource
@@ -260,8 +262,9 @@ def measure_persistence(query: str, scale: str = "small", data_dir: str | Path =
             if scheme.startswith("push-up") else None
         schema = reduce.schema if reduce is not None else full
         codecs = scheme.removeprefix("push-up").removeprefix("+") or "none"
-        comp = Compression.scheme(schema, "none" if codecs == "none" else "default",
-                                  lossy_decimals=2 if codecs == "lossy" else None)
+        comp = Compression.scheme(schema, codecs if codecs in ("none", "adaptive") else "default",
+                                  lossy_decimals=2 if codecs == "lossy" else None,
+                                  **({"interval": float("inf")} if codecs == "adaptive" else {}))
         buf = None
         acc = {"compress": 0.0, "encode": 0.0, "decode": 0.0, "bytes": 0, "n": 0}
         for i, sb in enumerate(_replay(ds, rows, tasks + 1).batches()):
@@ -283,6 +286,8 @@ def measure_persistence(query: str, scale: str = "small", data_dir: str | Path =
             seg_fmt.decode(seg, schema, copy=False)  # as the BlockManager reads
             td = time.thread_time() - t
             if i == 0:
+                if codecs == "adaptive":
+                    comp.decide()  # its picks, from the profile of this batch
                 continue  # warm-up
             acc["compress"] += tc
             acc["encode"] += te

@@ -27,7 +27,7 @@ from pathlib import Path
 MB = 1e6
 # how the input is persisted, with measured costs: raw, the default codecs, and after
 # persistence push-up (σ, π below the p-stream, §3.4) raw, with the codecs, or lossy
-SCHEMES = ("none", "default", "push-up", "push-up+default", "push-up+lossy")
+SCHEMES = ("none", "default", "push-up", "push-up+default", "push-up+adaptive", "push-up+lossy")
 FORMAT_VERSION = 1
 
 
@@ -220,9 +220,13 @@ class QueryCosts:
 
     @property
     def best_scheme(self) -> str:
-        """How Scabbard would persist this query's input: push-up and the codecs where
-        calibrated, else the codecs, else raw."""
-        return next(s for s in ("push-up+default", "default", "none") if s in self.persist)
+        """How Scabbard would persist this query's input: push-up and the lossless codecs
+        where calibrated - the default ones or the adaptive scheme's picks, whichever stores
+        fewer bytes - else the codecs, else raw."""
+        pushed = [s for s in ("push-up+default", "push-up+adaptive") if s in self.persist]
+        if pushed:
+            return min(pushed, key=lambda s: self.persist[s].stored_bytes_per_tuple)
+        return next(s for s in ("default", "none") if s in self.persist)
 
     def _short(self, n: int) -> bool:
         return n < self.long_rows and self.short_fragment_ns_tuple is not None
