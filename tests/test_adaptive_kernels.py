@@ -421,3 +421,25 @@ def test_the_profile_puts_the_more_selective_filter_first(tmp_path):
                    log=lambda s: None)
     assert list(t["picked"]) == ["a first", "b first"]
     assert (t["adaptive"] > 0).all()
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+def test_a_kill_is_recovered_with_adaptive_kernels_beside_the_generic_ones(tiny, data_root,
+                                                                           tmp_path):
+    """`bench adaptive`'s recovery part: notebook 04's kill of LRB1, once with the generic
+    kernels and once with --adaptive-kernels (real processes, SIGKILL): both exactly once,
+    every phase of each restart measured, the table saved."""
+    from scabbard.experiments import grizzly
+
+    s = grizzly.Settings(queries=("LRB1",), rounds=1, scale="tiny", data_dir=str(data_root),
+                         output_dir=str(tmp_path))
+    runs = grizzly.recovery(s, log=lambda *_: None, rate=2e6, seconds=5.0, kill_at=2.0,
+                            batch=20_000, interval=0.3)
+    assert list(runs["variant"]) == ["generic", "adaptive"]
+    assert runs["exactly_once"].all()
+    for phase in ("process start", "code loading", "state load", "replay",
+                  "kill -> recovered (replay done)"):
+        assert (runs[phase] > 0).all(), (phase, runs)
+    assert (tmp_path / "recovery.csv").is_file()
+    assert not list(data_root.parent.glob("scabbard-grizzly-recovery-*"))

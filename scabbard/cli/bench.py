@@ -48,6 +48,7 @@ _HELP = {
                 "profiled), adaptive (generic, instrumented, then optimised)",
     "timeline_query": "the query whose key column moves out of the profiled range (Fig. 12)",
     "change_at": "wall seconds into the timeline run when the keys move",
+    "recovery_query": "the query killed and recovered with generic and with adaptive kernels",
     "checkpoint_mode": "checkpoint mode of every run: full, incremental (closed panes written "
                        "once) or eventual (CEC: pane units saved in steps between records)",
 }
@@ -298,11 +299,14 @@ def add(sub, full: bool = True) -> None:
         "a fused dense-array aggregation for a small key range), --rounds interleaved for "
         "--duration seconds each; then one adaptive run of --timeline-query whose key column "
         "moves out of the profiled range at --change-at seconds (Grizzly's Fig. 12): when it "
-        "deoptimised and how long after the change the re-optimised variant was swapped in.  "
+        "deoptimised and how long after the change the re-optimised variant was swapped in; "
+        "then --rounds kills of --recovery-query with the generic and with adaptive kernels "
+        "(notebook 04's experiment): the recovery's phases side by side.  "
         "Prints the throughputs and the ratios to the generic kernels; writes results.csv, "
-        "adaptive.png, timeline.csv and timeline.png to --output.", _run_bench_adaptive)
+        "adaptive.png, timeline.csv, timeline.png and recovery.csv to --output.",
+        _run_bench_adaptive)
     _options(ap, grizzly.Settings, "queries", "variants", "seconds", "rounds", "workers",
-             "scale", "timeline_query", "change_at", out="bench-adaptive")
+             "scale", "timeline_query", "change_at", "recovery_query", out="bench-adaptive")
     rp = _bench(
         bsub, "state-recovery",
         "Darwin's Fig. 2: checkpoint and recovery time against the state's size, state in "
@@ -581,6 +585,10 @@ def _run_bench_adaptive(args) -> int:
     exp.plot(runs, args.out)
     samples, events, info = exp.timeline(settings, log=lambda s: print(s, flush=True))
     exp.plot_timeline(samples, events, info, args.out)
+    rec = exp.recovery(settings, log=lambda s: print(s, flush=True))
+    med = rec.groupby("variant")[list(exp.RECOVERY_PHASES)].median().round(0)
+    print(f"\n{settings.recovery_query}: a kill and its recovery, medians (ms); exactly once in "
+          f"{int(rec['exactly_once'].sum())} of {len(rec)} runs\n{med.to_string()}")
     print(f"\nresults: {Path(args.out) / 'results.csv'}, figures: "
           f"{Path(args.out) / 'adaptive.png'}, {Path(args.out) / 'timeline.png'}")
     return 0

@@ -10,6 +10,9 @@ deoptimises when the data breaks an assumption.  Here (:mod:`scabbard.engine.ada
 * :func:`timeline` - Fig. 12: throughput over time of one adaptive run whose group keys move
   out of the profiled range ``change_at`` seconds in; the kernel events (profile, optimise,
   swap, deopt) on the same axis, and the time from the change to the re-optimised variant;
+* :func:`recovery` - a SIGKILL and its recovery with the generic kernels and with adaptive
+  ones, ``rounds`` interleaved: the variants come from numba's disk cache and a new
+  incarnation profiles anew, so the recovery must take no longer;
 * :func:`keys` - Fig. 11 / Table 1: the per-pane aggregation's throughput against the number
   of distinct keys, hash table against dense array (up to its limit);
 * :func:`predicates` - Fig. 13: two filters whose selectivities cross, each order of the
@@ -48,13 +51,14 @@ class Settings:
     scale: str = "small"
     timeline_query: str = "CM1"
     change_at: float = 4.0  # timeline: wall seconds into the run when the keys move
+    recovery_query: str = "LRB1"  # recovery: a kill with generic and with adaptive kernels
     data_dir: str = field(default_factory=default_data_dir)
     output_dir: str = "."
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "queries", tuple(q.upper() for q in self.queries))
         object.__setattr__(self, "variants", tuple(self.variants))
-        for q in (*self.queries, self.timeline_query):
+        for q in (*self.queries, self.timeline_query, self.recovery_query):
             queries.workload_of(q)  # an unknown query: a one-line error
         bad = [v for v in self.variants if v not in VARIANTS]
         if bad:
@@ -155,6 +159,49 @@ class KeyShift(ReplaySource):
 
 
 KEY_COLUMNS = {"CM1": "category", "CM2": "job_id", "LRB1": "highway", "SG2": "house"}
+
+
+RECOVERY_PHASES = ("kill -> recovered (replay done)", "kill -> caught up (latency back)")
+
+
+def recovery(settings: Settings, log=print, **overrides) -> pd.DataFrame:
+    """Notebook 04's experiment on ``recovery_query`` (input at half the sustainable rate,
+    checkpoints every second, one SIGKILL, the restart's phases from its metrics log), with
+    the generic kernels and with ``--adaptive-kernels``, ``rounds`` times interleaved: one
+    row per run, each phase in ms, and whether the output was exactly once; saved as
+    ``recovery.csv``.  ``overrides``: fields of the recovery experiment's settings (a rate,
+    the input's length, the kill's time...)."""
+    import shutil
+    import tempfile
+
+    from scabbard.experiments import recovery as rec
+
+    s, rows, rate = settings, [], overrides.pop("rate", None)
+    work = Path(tempfile.mkdtemp(prefix="scabbard-grizzly-recovery-",
+                                 dir=str(Path(s.data_dir).parent)))
+    try:
+        for k in range(s.rounds):
+            for adaptive in (False, True):
+                out = rec.run(rec.Settings(query=s.recovery_query, scale=s.scale,
+                                           data_dir=s.data_dir, workers=s.workers, rate=rate,
+                                           work_dir=str(work), adaptive_kernels=adaptive,
+                                           **overrides),
+                              log=lambda *_: None)
+                rate = out.rate  # the sustainable rate, measured once
+                ms = rec.summary(out).set_index("phase")["ms"].to_dict()
+                v = "adaptive" if adaptive else "generic"
+                rows.append({"query": s.recovery_query, "variant": v, "round": k,
+                             "rate": rate, "exactly_once": bool(out.campaign.verdict
+                                                                and out.campaign.verdict.ok),
+                             **{p: ms.get(p, float("nan")) for p in (*rec.PHASES,
+                                                                     *RECOVERY_PHASES)}})
+                log(f"recovery round {k + 1}/{s.rounds}  {s.recovery_query} {v:9s} "
+                    + "  ".join(f"{p} {ms.get(p, float('nan')):7.0f} ms" for p in RECOVERY_PHASES))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    runs = pd.DataFrame(rows)
+    save_tables(s.output_dir, recovery=runs)
+    return runs
 
 
 def timeline(settings: Settings, log=print) -> tuple[pd.DataFrame, pd.DataFrame, dict]:

@@ -62,6 +62,7 @@ class Settings:
     standby: bool = False
     metrics_interval: float = 0.1
     caught_up_factor: float = 1.25
+    adaptive_kernels: bool = False  # every incarnation's --adaptive-kernels (issue 20)
     work_dir: str | None = None  # default: a scratch folder next to the data
 
 
@@ -115,7 +116,8 @@ def controller(settings: Settings, ds, rate: float, folder: Path) -> Controller:
     return Controller(settings.query, ds.path, folder, max_tuples=int(rate * settings.seconds),
                       workers=settings.workers, batch=settings.batch, rate=rate,
                       interval=settings.interval, standby=settings.standby,
-                      metrics_interval=settings.metrics_interval)
+                      metrics_interval=settings.metrics_interval,
+                      adaptive_kernels=settings.adaptive_kernels)
 
 
 def run(settings: Settings, log=print) -> Outcome:
