@@ -244,3 +244,28 @@ def test_kills_while_state_is_spilled_and_read_back(tiny, tmp_path):
                            "spill_read:30", "recovery_replay"])
     assert camp.crashes == 5, camp
     assert camp.verdict.ok, camp.verdict
+
+
+def test_notebook_13a_gives_each_engine_runs_window_latency_percentiles(tiny, tmp_path):
+    """`bench state`'s engine runs (a child process each) report their windows' latency
+    percentiles beside throughput and memory; the table puts them side by side per key
+    count, in memory and within the budget."""
+    import pandas as pd
+
+    from scabbard.engine.spill import MIN_STATE_MEMORY
+    from scabbard.experiments import state
+
+    ds = tiny["darwin"]
+    s = state.Settings(key_counts=(1,), systems=("engine", "engine-spill"),
+                       state_memory=MIN_STATE_MEMORY, data_dir=str(tmp_path))
+    rows = []
+    for system in s.systems:
+        work = tmp_path / system
+        work.mkdir()
+        got = state.engine_run(system, ds.path, s, work)
+        assert 0 < got["latency_p50_ms"] <= got["latency_p95_ms"], got
+        rows.append({"keys": 1, "system": system, **got})
+    table = state.latency(pd.DataFrame(rows))
+    assert list(table.columns) == ["keys", "engine p50 ms", "engine-spill p50 ms",
+                                   "engine p95 ms", "engine-spill p95 ms"]
+    assert table.notna().all().all()

@@ -114,7 +114,10 @@ def _child(spec: dict) -> dict:
     st = next(iter(rep.spilled.values()), {})
     summary = rep.summary
     return {"tuples": summary.tuples, "seconds": summary.seconds,
-            "result_rows": summary.result_rows, "peak_anon_mb": anon.stop() / 2**20,
+            "result_rows": summary.result_rows,
+            # each window's latency: its result's time less its last tuple's ingest time
+            **{f"latency_{p}_ms": summary.latency_ms.get(p, float("nan")) for p in LATENCY},
+            "peak_anon_mb": anon.stop() / 2**20,
             "state_peak_mb": st.get("peak_bytes", float("nan")) / 2**20,
             "spilled_mb": st.get("spilled_bytes", 0) / 1e6, "checkpoint_ms": checkpoint_ms}
 
@@ -146,6 +149,9 @@ class AnonPeak:
         self._done.set()
         self._thread.join()
         return max(self.peak, self.now())
+
+
+LATENCY = ("p50", "p95")  # the latency percentiles notebook 13 (a) shows
 
 
 def engine_run(system: str, data: Path, s: Settings, work: Path) -> dict:
@@ -205,7 +211,8 @@ def run(settings: Settings, log=print) -> pd.DataFrame:
                        "wall_s": time.perf_counter() - t0}
                 rows.append(row)
                 rss = (f", peak {row['peak_rss_mb']:6.0f} MB resident, {row['peak_anon_mb']:6.0f}"
-                       f" MB anonymous" if "peak_rss_mb" in row else "")
+                       f" MB anonymous, latency p95 {row['latency_p95_ms']:7.1f} ms"
+                       if "peak_rss_mb" in row else "")
                 log(f"{keys:>11,} keys  {system:14s} {row['tuples_per_s'] / 1e6:9.2f} M tuples/s"
                     f"{rss}  ({row['result_rows']:,} result rows, {row['wall_s']:.0f} s)")
     runs = pd.DataFrame(rows)
@@ -238,6 +245,19 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
         if "engine" in tput and peer in tput:
             out[f"engine / {peer}"] = tput["engine"] / tput[peer]
     return out.reset_index()
+
+
+def latency(runs: pd.DataFrame) -> pd.DataFrame:
+    """Notebook 13 (a): per key count, each engine system's window latency percentiles (ms,
+    medians over rounds) - the engine runs the dataset as fast as it goes, so a window's
+    latency is the time its last task spent queued and run, its assembly, and (spilling)
+    the reload of the partitions it needs."""
+    engine = runs[runs["system"].str.startswith("engine")]
+    cols = [f"latency_{p}_ms" for p in LATENCY if f"latency_{p}_ms" in engine]
+    med = engine.groupby(["keys", "system"])[cols].median().unstack("system")
+    med.columns = [f"{system} {col.removeprefix('latency_').removesuffix('_ms')} ms"
+                   for col, system in med.columns]
+    return med.reset_index()
 
 
 def plot(runs: pd.DataFrame, output_dir: str | None = None):
