@@ -192,25 +192,32 @@ class KeyShift(ReplaySource):
         return type(b)(b.schema, tuple(cols), offset)
 
 
+def _shifted_run(tiny, name: str, column: str, by: int, tmp_path, **policy):
+    """``name`` over two copies of its data, ``column`` moved by ``by`` in the second, with
+    adaptive kernels (compiled at once, no trial): its windows checked against a generic run
+    over the same data; the report and the metrics log's kernel events."""
+    q, ds = queries.get(name), tiny[queries.workload_of(name)]
+    policy = AdaptivePolicy(**{"warm_tasks": 1, "profile_tasks": 2, "reprofile": 1000,
+                               "background": False, "trial_tasks": 0, **policy})
+
+    def source():
+        return KeyShift(ds, column, by, batch_rows=997, max_tuples=2 * ds.rows, loop=True)
+    want, _ = _run(q, ds, None, source())
+    log = tmp_path / "metrics.jsonl"
+    got, report = _run(q, ds, policy, source(), metrics_log=log)
+    ref.assert_same_results(got, want, q.schema)
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    return report, [e for e in events if e["event"] == "kernel"]
+
+
 def test_keys_leaving_the_range_deoptimise_and_reoptimise(tiny, tmp_path):
     """CM1's categories move by 1,000 halfway: the optimised task fails its guard, is
     aggregated again generically (the same windows as a generic run over the same data), the
     branch profiles anew and swaps in a variant for the new range; every step is a kernel
     event of the metrics log."""
-    q, ds = queries.get("CM1"), tiny["cm"]
-    policy = AdaptivePolicy(warm_tasks=1, profile_tasks=2, reprofile=1000, margin=0.0,
-                            background=False, trial_tasks=0)
-
-    def source():
-        return KeyShift(ds, "category", 1000, batch_rows=997, max_tuples=2 * ds.rows, loop=True)
-    want, _ = _run(q, ds, None, source())
-    log = tmp_path / "metrics.jsonl"
-    got, report = _run(q, ds, policy, source(), metrics_log=log)
-    ref.assert_same_results(got, want, q.schema)
+    report, kernel = _shifted_run(tiny, "CM1", "category", 1000, tmp_path, margin=0.0)
     st_ = report.kernels["window0"]
     assert st_["deopts"] >= 1 and st_["swaps"] >= 2, st_
-    events = [json.loads(line) for line in log.read_text().splitlines()]
-    kernel = [e for e in events if e["event"] == "kernel"]
     assert [e["action"] for e in kernel[:3]] == ["profile", "optimise", "swap"]
     # (a category the profile did not see may deoptimise earlier: the margin is 0 here)
     shift = next(i for i, e in enumerate(kernel)
@@ -392,17 +399,7 @@ def test_a_folded_constant_that_changes_deoptimises_and_folds_the_new_value(tiny
     """LRB1's highway moves from 0 to 1 with the second copy of the data: the optimised task
     fails its guard and runs again generically (the windows of a generic run over the same
     data), the branch profiles anew and folds highway 1."""
-    q, ds = queries.get("LRB1"), tiny["lrb"]
-    policy = AdaptivePolicy(warm_tasks=1, profile_tasks=2, reprofile=1000, background=False,
-                            trial_tasks=0)
-
-    def source():
-        return KeyShift(ds, "highway", 1, batch_rows=997, max_tuples=2 * ds.rows, loop=True)
-    want, _ = _run(q, ds, None, source())
-    log = tmp_path / "metrics.jsonl"
-    got, report = _run(q, ds, policy, source(), metrics_log=log)
-    ref.assert_same_results(got, want, q.schema)
-    kernel = [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "kernel"]
+    report, kernel = _shifted_run(tiny, "LRB1", "highway", 1, tmp_path)
     swaps = [e["plan"] for e in kernel if e["action"] == "swap"]
     assert swaps[0]["constants"] == {"highway": 0}, swaps
     deopt = next(e for e in kernel if e["action"] == "deopt")

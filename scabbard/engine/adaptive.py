@@ -179,8 +179,7 @@ class AdaptiveBranch:
         self.lock = threading.Lock()
         self.phase = GENERIC
         self.tasks = self.since = 0  # tasks run; in this phase
-        self.profile = _Profile(len(self.spec.steps), branch.key_width,
-                                len(self.spec.columns))
+        self.profile = self._new_profile()
         self.compiling = False
         self.next_profile = policy.warm_tasks  # a generic branch profiles again from this task
         self.margin = policy.margin  # doubled at each deoptimisation: keys that drift
@@ -196,6 +195,9 @@ class AdaptiveBranch:
         # every task's time and rows per variant (what the simulator's calibration reads)
         self.ns = {GENERIC: 0.0, INSTRUMENTED: 0.0, OPTIMISED: 0.0}
         self.rows = {GENERIC: 0, INSTRUMENTED: 0, OPTIMISED: 0}
+
+    def _new_profile(self) -> _Profile:
+        return _Profile(len(self.spec.steps), self.b.key_width, len(self.spec.columns))
 
     def _event(self, action: str, **fields) -> None:
         if self.on_event is not None:
@@ -222,8 +224,7 @@ class AdaptiveBranch:
     def _enter(self, phase: str) -> None:
         self.phase, self.since = phase, 0
         if phase == INSTRUMENTED:
-            self.profile = _Profile(len(self.spec.steps), self.b.key_width,
-                                    len(self.spec.columns))
+            self.profile = self._new_profile()
         if phase == TRIAL:
             self.trial += 1
             self.timed = {GENERIC: [], OPTIMISED: []}
@@ -332,8 +333,7 @@ class AdaptiveBranch:
                 plan = self._plan(pr)
                 if self.plan is not None and plan.order != self.plan.order:
                     self._optimise(dataclasses.replace(self.plan, order=plan.order), sample)
-                self.profile = _Profile(len(self.spec.steps), self.b.key_width,
-                                    len(self.spec.columns))
+                self.profile = self._new_profile()
                 return
             if self.phase != INSTRUMENTED or pr.tasks < self.policy.profile_tasks:
                 return

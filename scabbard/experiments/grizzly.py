@@ -191,8 +191,7 @@ def recovery(settings: Settings, log=print, **overrides) -> pd.DataFrame:
                 ms = rec.summary(out).set_index("phase")["ms"].to_dict()
                 v = "adaptive" if adaptive else "generic"
                 rows.append({"query": s.recovery_query, "variant": v, "round": k,
-                             "rate": rate, "exactly_once": bool(out.campaign.verdict
-                                                                and out.campaign.verdict.ok),
+                             "rate": rate, "exactly_once": out.exactly_once,
                              **{p: ms.get(p, float("nan")) for p in (*rec.PHASES,
                                                                      *RECOVERY_PHASES)}})
                 log(f"recovery round {k + 1}/{s.rounds}  {s.recovery_query} {v:9s} "

@@ -78,6 +78,12 @@ class Outcome:
     origin: float = 0.0  # wall clock of t = 0
     recoveries: list = field(default_factory=list)  # each kill's phases, in t
 
+    @property
+    def exactly_once(self) -> bool:
+        """The output compared with a failure-free run's: nothing lost, duplicated or
+        different."""
+        return bool(self.campaign.verdict and self.campaign.verdict.ok)
+
 
 class NoSamples(ValueError):
     """The metrics log holds no sample yet (a live panel asks before the engine sampled)."""
@@ -253,7 +259,7 @@ def save(out: Outcome, output_dir: str | Path) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     s = summary(out).assign(query=out.settings.query, rate=out.rate,
                             standby=out.settings.standby,
-                            exactly_once=bool(out.campaign.verdict and out.campaign.verdict.ok))
+                            exactly_once=out.exactly_once)
     s.to_csv(d / "results.csv", index=False)
     out.samples.to_csv(d / "timeline.csv", index=False)
     return d / "results.csv"

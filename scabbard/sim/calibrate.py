@@ -200,10 +200,10 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
            # input an open window may still need, in tuples (released beyond it: GC)
            "horizon_tuples": int(engine.horizon_ms * per_ms) + 1,
            "long_rows": 0, "short": None, "partitioned": _partitioned(base, parted),
-           # persistence push-up: the tasks' work per input tuple against the full input's
            "adaptive": {"saving_ns_tuple": adaptive_saving(adaptive["kernels"]),
                         "kernels": adaptive["kernels"],
                         "tuples_per_s_1_worker": adaptive["tuples_per_s"]},
+           # persistence push-up: the tasks' work per input tuple against the full input's
            "push_up_work": pushed["work_s"] / persisted["none"]["work_s"]
            if persisted["none"]["work_s"] and pushed["tuples"] else 1.0,
            "engine": {"tuples_per_s_1_worker": base["tuples_per_s"],
