@@ -36,6 +36,7 @@ def _run(q, ds, **config):
 
 @pytest.mark.parametrize("name, batch_rows", [
     ("DARWIN", 997),  # tumbling: a spilled partition waits on disk until its window closes
+    ("DARWIN", 4096),  # tasks above a slice: taken whole where the partitions are spilled
     ("DARWIN", 20_000),  # long tasks: a task's tail replaces the spilled state
     ("LRB1", 4096),  # sliding (300/1): every task closes panes, every partition comes back
     ("NQ", 4096), ("SG2", 4096), ("YSB", 4096)])
@@ -58,14 +59,15 @@ def test_any_state_budget_gives_the_unlimited_results(tiny, tmp_path, name, batc
         assert stats["spilled_bytes"] == stats["reloaded_bytes"] > 0
 
 
-def test_darwin_state_is_held_within_its_budget(tiny, tmp_path):
+@pytest.mark.parametrize("batch_rows", [997, 4096])  # tasks below and above a slice
+def test_darwin_state_is_held_within_its_budget(tiny, tmp_path, batch_rows):
     """The partitions in memory never hold much more than the budget (checked every
     sixteenth of it, then brought to three quarters), while the state is far larger."""
     from scabbard.engine.spill import MIN_STATE_MEMORY
 
     q, ds = queries.get("DARWIN"), tiny["darwin"]
-    _, free = _run(q, ds, workers=1, batch_rows=997, assembly="partitioned:64")
-    _, report = _run(q, ds, workers=1, batch_rows=997, state_memory=MIN_STATE_MEMORY,
+    _, free = _run(q, ds, workers=1, batch_rows=batch_rows, assembly="partitioned:64")
+    _, report = _run(q, ds, workers=1, batch_rows=batch_rows, state_memory=MIN_STATE_MEMORY,
                      spill=disk_spill(tmp_path))
     (stats,) = report.spilled.values()
     assert stats["peak_bytes"] <= MIN_STATE_MEMORY * 1.25

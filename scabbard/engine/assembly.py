@@ -117,13 +117,13 @@ def merge_windows(raws: list[tuple]) -> tuple:
 
 
 def split_edges(e: Edges, cols: np.ndarray, parts: int) -> list[Edges]:
-    """``e``'s pane partials by partition (:func:`kw.partition_rows`), each in pane order."""
+    """``e``'s pane partials by partition (:func:`kw.partition_rows`), each in pane order:
+    each column gathered once in partition order, the partitions views of its slices (who
+    keeps one past the task copies it: it holds the whole gathered column)."""
     order, starts = kw.partition_rows(e.keys, cols, parts)
-    out = []
-    for p in range(parts):
-        rows = order[starts[p]:starts[p + 1]]
-        out.append(Edges(e.pane[rows], e.keys[rows], e.cnt[rows], e.ints[rows], e.floats[rows]))
-    return out
+    pane, keys, cnt, ints, floats = (x[order] for x in (e.pane, e.keys, e.cnt, e.ints, e.floats))
+    return [Edges(pane[lo:hi], keys[lo:hi], cnt[lo:hi], ints[lo:hi], floats[lo:hi])
+            for lo, hi in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True)]
 
 
 class PartitionedAssembler:

@@ -162,8 +162,14 @@ class SpillingAssembler(PartitionedAssembler):
         if not len(e.pane):
             return
         s = self.spilled[i]
-        s.waiting.append(e)
-        s.waiting_bytes += sum(x.nbytes for x in (e.pane, e.keys, e.cnt, e.ints, e.floats))
+        cols = (e.pane, e.keys, e.cnt, e.ints, e.floats)
+        size = sum(x.nbytes for x in cols)
+        if not s.waiting and size >= WAITING:  # a unit of its own at once
+            s.units += self.store.write(e)
+            return
+        # a view of the task's split columns: a copy, so that it holds none of the rest
+        s.waiting.append(Edges(*(x.copy() for x in cols)))
+        s.waiting_bytes += size
         if s.waiting_bytes >= WAITING:
             b = self.b
             s.units += self.store.write(concat_edges(s.waiting, b.key_width, len(b.iops),
@@ -268,11 +274,18 @@ class SpillingAssembler(PartitionedAssembler):
 
     def task(self, part: BranchPart, emit: bool = True):
         """A task's windows; a short task whose partials could add more than an eighth of the
-        budget is assembled in slices of its partials (each closing the panes before the
-        next slice's first: the same windows), the budget enforced after each."""
+        budget to the partitions in memory is assembled in slices of its partials (each
+        closing the panes before the next slice's first: the same windows), the budget
+        enforced after each.  (A spilled partition's share waits, within its own bound, or
+        is reloaded and run alone, the budget enforced after it.)"""
         n = len(part.head.pane)
         rows = max(1, self.budget // 16 // self.row_bytes)
         if part.long or n <= rows:
+            return self._task(part, emit)
+        self._distribute()
+        if part.split is None or len(part.split) != len(self.parts):
+            part.split = self._split(part.head)
+        if sum(len(e.pane) for i, e in enumerate(part.split) if i not in self.spilled) <= rows:
             return self._task(part, emit)
         raws = []
         for lo in range(0, n, rows):
