@@ -74,6 +74,24 @@ def test_darwin_state_is_held_within_its_budget(tiny, tmp_path, batch_rows):
     assert stats["spilled_bytes"] > MIN_STATE_MEMORY // 8
 
 
+def test_a_budget_makes_tasks_of_its_own_size_down_to_the_spilling_floor(tiny):
+    """Under a budget a task's partials are a small part of it: DARWIN's 60 s windows would
+    take the engine's largest batch, a 16 MiB budget takes the spilling floor, a large one
+    the part of the budget it allows."""
+    from scabbard.engine import Engine
+    from scabbard.engine.runtime import MAX_BATCH
+    from scabbard.engine.spill import SPILL_MIN_BATCH, TASK_ROW_BYTES
+
+    def rows(budget):
+        e = Engine(queries.get("DARWIN"), tiny["darwin"].tables,
+                   EngineConfig(state_memory=budget, spill=disk_spill() if budget else None))
+        return e.batch_rows_for(40.0)  # Darwin's 40,000 tuples per second
+
+    assert rows(None) == MAX_BATCH
+    assert rows(16 << 20) == SPILL_MIN_BATCH
+    assert rows(1 << 30) == (1 << 30) // (8 * TASK_ROW_BYTES)
+
+
 def test_a_budget_too_small_for_one_partition_is_refused_at_start(tiny):
     from scabbard.engine.spill import MIN_STATE_MEMORY
 

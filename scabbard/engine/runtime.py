@@ -209,9 +209,10 @@ class Engine:
             # under a state budget: a task's own state (its partials, one per key at most)
             # a small part of the budget, so tasks stay short and the assembler's state is
             # what the budget holds
-            from scabbard.engine.spill import TASK_ROW_BYTES
+            from scabbard.engine.spill import SPILL_MIN_BATCH, TASK_ROW_BYTES
 
             want = min(want, self.state_budget() // (8 * TASK_ROW_BYTES))
+            return int(min(MAX_BATCH, max(SPILL_MIN_BATCH, want)))
         return int(min(MAX_BATCH, max(MIN_BATCH, want)))
 
     def _per_unit(self, b, tuples_per_ms: float | None = None) -> float:
