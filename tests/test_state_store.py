@@ -289,3 +289,18 @@ def test_notebook_13a_gives_each_engine_runs_window_latency_percentiles(tiny, tm
     assert list(table.columns) == ["keys", "engine p50 ms", "engine-spill p50 ms",
                                    "engine p95 ms", "engine-spill p95 ms"]
     assert table.notna().all().all()
+
+
+def test_bench_state_sets_the_spilling_engine_beside_each_rocksdb_peer():
+    """Darwin's comparison is the engine whose state spills against the peers on RocksDB:
+    the table gives that ratio beside the in-memory engine's."""
+    import pandas as pd
+
+    from scabbard.experiments import state
+
+    runs = pd.DataFrame([{"keys": 10, "system": s, "tuples_per_s": t} for s, t in (
+        ("engine", 8e6), ("engine-spill", 4e6), ("spark-rocksdb", 0.5e6),
+        ("flink-rocksdb", 0.25e6))])
+    row = state.summary(runs).iloc[0]
+    assert row["engine-spill / spark-rocksdb"] == 8 and row["engine / spark-rocksdb"] == 16
+    assert row["engine-spill / flink-rocksdb"] == 16 and row["spill / in memory"] == 0.5
