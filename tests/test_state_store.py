@@ -304,3 +304,16 @@ def test_bench_state_sets_the_spilling_engine_beside_each_rocksdb_peer():
     row = state.summary(runs).iloc[0]
     assert row["engine-spill / spark-rocksdb"] == 8 and row["engine / spark-rocksdb"] == 16
     assert row["engine-spill / flink-rocksdb"] == 16 and row["spill / in memory"] == 0.5
+
+
+def test_an_engine_run_of_bench_state_allocates_from_one_malloc_arena(tiny, tmp_path):
+    """The run's memory sampler starts a thread before the engine does: the child applies
+    the allocator first, so every thread shares one arena (each arena would keep its own
+    peak: engine/memory.py) and the peak measured is the engine's."""
+    from scabbard.engine.spill import MIN_STATE_MEMORY
+    from scabbard.experiments import state
+
+    s = state.Settings(key_counts=(1,), systems=("engine-spill",), state_memory=MIN_STATE_MEMORY,
+                       data_dir=str(tmp_path))
+    got = state.engine_run("engine-spill", tiny["darwin"].path, s, tmp_path)
+    assert got["malloc_arenas"] == 1, got

@@ -55,6 +55,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from scabbard.engine import memory
+
+    memory.tune()  # before any thread allocates: one malloc arena (engine/memory.py)
     words = sys.argv[1:] if argv is None else argv
     parser = build_parser(next((w for w in words if not w.startswith("-")), ""))
     args = parser.parse_args(argv)

@@ -93,6 +93,7 @@ def _child(spec: dict) -> dict:
     from scabbard.engine import EngineConfig, NullSink, run_query
 
     q, ds = queries.get("DARWIN"), open_dataset(spec["data"])
+    from scabbard.engine import memory
     from scabbard.ft.spillstore import disk_spill
 
     cfg = EngineConfig(workers=spec["workers"], state_memory=spec.get("state_memory"),
@@ -119,7 +120,8 @@ def _child(spec: dict) -> dict:
             **{f"latency_{p}_ms": summary.latency_ms.get(p, float("nan")) for p in LATENCY},
             "peak_anon_mb": anon.stop() / 2**20,
             "state_peak_mb": st.get("peak_bytes", float("nan")) / 2**20,
-            "spilled_mb": st.get("spilled_bytes", 0) / 1e6, "checkpoint_ms": checkpoint_ms}
+            "spilled_mb": st.get("spilled_bytes", 0) / 1e6, "checkpoint_ms": checkpoint_ms,
+            "malloc_arenas": memory.arenas()}
 
 
 class AnonPeak:
@@ -154,14 +156,22 @@ class AnonPeak:
 LATENCY = ("p50", "p95")  # the latency percentiles notebook 13 (a) shows
 
 
+# the child: the allocator applied before anything starts a thread (pandas' imports do, and
+# the memory sampler; engine/memory.py), then the run of :func:`_child`
+CHILD = ("from scabbard.engine import memory; memory.tune()\n"
+         "import json, sys\n"
+         "from scabbard.experiments.state import _child\n"
+         "print(json.dumps(_child(json.loads(sys.argv[1]))))")
+
+
 def engine_run(system: str, data: Path, s: Settings, work: Path) -> dict:
     """An engine run in a child process: its figures and its peak resident memory."""
     spec = {"system": system, "data": str(data), "workers": s.workers, "interval": s.interval,
             "work": str(work),
             "state_memory": s.state_memory if system.endswith("-spill") else None}
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen([sys.executable, "-m", "scabbard.experiments.state",
-                                 json.dumps(spec)], stdout=out, stderr=subprocess.PIPE)
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(spec)], stdout=out,
+                                stderr=subprocess.PIPE)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         err = proc.stderr.read().decode(errors="replace")
@@ -407,7 +417,3 @@ def plot_recovery(runs: pd.DataFrame, output_dir: str | None = None):
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=8)
     return finish(fig, output_dir, "state_recovery.png")
-
-
-if __name__ == "__main__":  # an engine run of :func:`engine_run`, in its own process
-    print(json.dumps(_child(json.loads(sys.argv[1]))))
