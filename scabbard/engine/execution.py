@@ -63,6 +63,7 @@ class Lane:
         self.boundaries: dict[int, dict | None] = {}  # boundary k -> result columns
         self.claimed: set[int] = set()
         self.prev_long = False
+        self.row_wise = False  # windows given in pieces as made (spilling state; Execution)
 
     def claim(self, r: TaskResult, results: dict) -> list[tuple[Lane, TaskResult, TaskResult]]:
         """Boundaries finished task ``r`` completes in this lane (call with the lock held)."""
@@ -121,6 +122,10 @@ class Execution:
                            engine.config.workers, engine.config.spill)
                       for i, (b, p, spill) in enumerate(zip(self.plan.branches, parts, spills,
                                                              strict=True))]
+        for lane in self.lanes:  # its fused operators take a window's rows in any pieces
+            lane.row_wise = (isinstance(lane.assembler, SpillingAssembler)
+                             and all(op.kind == "having" for op in self.plan.chains[lane.i]
+                                     if op.id != lane.branch.emitted))
         # a stored batch of a persisted channel becomes readable on the writer's thread: that
         # thread hands the assembly a kick, and whoever assembles then moves it on
         self._kicker = ThreadPoolExecutor(1, thread_name_prefix="graph") if stores else None
@@ -257,8 +262,10 @@ class Execution:
         del self.results[self.next]
         return r
 
-    def _lane_windows(self, lane: Lane, r: TaskResult) -> list[dict]:
-        """Branch ``lane``'s complete windows of task ``r``, in window order."""
+    def _lane_windows(self, lane: Lane, r: TaskResult):
+        """Branch ``lane``'s complete windows of task ``r``, in window order: pieces of
+        result columns, as they are made (a branch whose state spills gives a window of many
+        keys partition by partition, when its fused operators are row by row)."""
         part, i = r.parts[lane.i], lane.i
         if part.long and lane.prev_long:
             with self.lock:
@@ -268,27 +275,40 @@ class Execution:
             if cols is None:
                 cols = self.engine._boundary(prev, r, i, self.skip[i]) or {}
             lane.assembler.skip(part)
+            if cols:
+                yield cols
         else:
             b = lane.branch
             upto = (part.first_pane + b.panes if part.long else part.last_pane) * b.slide_ms
             emit = upto > self.skip[i]  # recovery: all of them stored downstream already
-            raw = lane.assembler.task(part, emit)
-            cols = self.plan.post(i, b.finalize(raw)) if emit else {}
+            if emit and lane.row_wise and lane.assembler.streams(part):
+                for raw in lane.assembler.pieces(part):
+                    yield self.plan.post(i, b.finalize(raw))
+            else:
+                raw = lane.assembler.task(part, emit)
+                cols = self.plan.post(i, b.finalize(raw)) if emit else {}
+                if cols:
+                    yield cols
             with self.lock:
                 lane.tails.pop(r.seq - 1, None)
                 lane.claimed.discard(r.seq)
         lane.prev_long = part.long
         internal, part.internal = part.internal, None  # the task stays a tail: not its windows
-        return [c for c in (cols, internal) if c]
+        if internal:
+            yield internal
 
-    def _push(self, lane: Lane, pieces: list[dict], watermark: int, input_end: int) -> None:
-        """A lane's windows into its channel of the operator graph."""
-        top = self.plan.top(lane.i)
-        if not pieces:  # nothing to emit, but the watermark moves on
-            pieces = [empty_columns(self.plan.operators[top].node.schema)]
-        for k, cols in enumerate(pieces):
-            self.graph.push(top, cols, watermark if k == len(pieces) - 1 else None,
-                            {"input_end": input_end})
+    def _push(self, lane: Lane, pieces, watermark: int, input_end: int) -> None:
+        """A lane's windows into its channel of the operator graph, each piece as it comes;
+        the last carries the watermark (nothing to emit: an empty piece carries it)."""
+        top, meta = self.plan.top(lane.i), {"input_end": input_end}
+        last = None
+        for cols in pieces:
+            if last is not None:
+                self.graph.push(top, last, None, meta)
+            last = cols
+        if last is None:  # nothing to emit, but the watermark moves on
+            last = empty_columns(self.plan.operators[top].node.schema)
+        self.graph.push(top, last, watermark, meta)
 
     def assemble(self, r: TaskResult) -> None:
         for lane in self.lanes:

@@ -53,6 +53,7 @@ import numpy as np
 from scabbard.engine.assembly import BranchAssembler, PartitionedAssembler, merge_windows
 from scabbard.engine.ports import SpillStore
 from scabbard.engine.tasks import (
+    INT64_MIN,
     BranchPart,
     Edges,
     concat_edges,
@@ -124,6 +125,7 @@ class SpillingAssembler(PartitionedAssembler):
         self.grown = 0
         self.stats = {"spills": 0, "reloads": 0, "peak_bytes": 0, "budget": budget}
         self._reader: ThreadPoolExecutor | None = None  # reads the next partition ahead
+        self.upto = INT64_MIN  # the pane the last task closed the panes before
 
     # -- the budget ----------------------------------------------------------------------------
     def held(self) -> tuple[list[int], int]:
@@ -253,6 +255,7 @@ class SpillingAssembler(PartitionedAssembler):
                         for i in range(len(self.parts))}
         for a in self.parts:
             a.pending = None
+        self.upto = last_pane
 
     # -- the assembler's interface -----------------------------------------------------------------
     def _distribute(self) -> None:
@@ -260,6 +263,10 @@ class SpillingAssembler(PartitionedAssembler):
         for i in [i for i in self.spilled if self.parts[i].pending is not None]:
             s = self.spilled.pop(i)  # a long task's tail is the whole state: the spill is old
             self.store.release(s.units)
+
+    def skip(self, part: BranchPart) -> None:
+        super().skip(part)
+        self.upto = part.last_pane
 
     def _run(self, indices: list[int], fn) -> dict[int, tuple]:
         """``fn(i)`` for the partitions ``indices``, spread over ``threads`` (a group each)."""
@@ -279,31 +286,58 @@ class SpillingAssembler(PartitionedAssembler):
         return out
 
     def task(self, part: BranchPart, emit: bool = True):
-        """A task's windows; a short task whose partials could add more than an eighth of the
-        budget to the partitions in memory is assembled in slices of its partials (each
-        closing the panes before the next slice's first: the same windows), the budget
-        enforced after each.  (A spilled partition's share waits, within its own bound, or
-        is reloaded and run alone, the budget enforced after it.)"""
+        """A task's windows, as one set of rows (see :meth:`_slices`, :meth:`_pieces`)."""
+        raws = []
+        for p in self._slices(part):
+            got = list(self._pieces(p, emit))
+            raws.append(merge_windows(got) if got else
+                        tuple(c[:0].copy() for c in self.parts[0].out))  # all on disk
+        if len(raws) == 1:
+            return raws[0]
+        return tuple(np.concatenate([r[c] for r in raws]) for c in range(len(raws[0])))
+
+    def streams(self, part: BranchPart) -> bool:
+        """Whether :meth:`pieces` gives ``part``'s windows in the order :meth:`task` would: a
+        short task that closes at most one window end (every row of it one window's)."""
+        return not part.long and part.last_pane - self.upto <= 1
+
+    def pieces(self, part: BranchPart):
+        """The windows of a task that :meth:`streams`, key partition by key partition as each
+        is run, in :meth:`task`'s order: a reloaded partition's rows leave before the next
+        partition comes back, so a window of many keys is never in memory whole.  Each piece
+        in arrays of its own (a partition's rows are views of buffers it uses again)."""
+        for p in self._slices(part):
+            for raw in self._pieces(p, True):
+                yield tuple(c.copy() for c in raw)
+
+    def _slices(self, part: BranchPart):
+        """A short task whose partials could add more than an eighth of the budget to the
+        partitions in memory, in slices of its partials (each closing the panes before the
+        next slice's first: the same windows), the budget enforced after each; else the
+        task.  (A spilled partition's share waits, within its own bound, or is reloaded and
+        run alone, the budget enforced after it.)"""
         n = len(part.head.pane)
         rows = max(1, self.budget // 16 // self.row_bytes)
         if part.long or n <= rows:
-            return self._task(part, emit)
+            yield part
+            return
         self._distribute()
         if part.split is None or len(part.split) != len(self.parts):
             part.split = self._split(part.head)
         if sum(len(e.pane) for i, e in enumerate(part.split) if i not in self.spilled) <= rows:
-            return self._task(part, emit)
-        raws = []
+            yield part
+            return
         for lo in range(0, n, rows):
             hi = min(n, lo + rows)
             head = Edges(part.head.pane[lo:hi], part.head.keys[lo:hi], part.head.cnt[lo:hi],
                          part.head.ints[lo:hi], part.head.floats[lo:hi])
             last = part.last_pane if hi == n else int(part.head.pane[hi])
-            raws.append(self._task(BranchPart(part.first_pane, last, False, head, part.tail,
-                                              None), emit))
-        return tuple(np.concatenate([r[c] for r in raws]) for c in range(len(raws[0])))
+            yield BranchPart(part.first_pane, last, False, head, part.tail, None)
 
-    def _task(self, part: BranchPart, emit: bool):
+    def _pieces(self, part: BranchPart, emit: bool):
+        """Each key partition's windows of ``part`` in partition order (none where it has
+        no rows): the partitions in memory run at once, then each spilled one whose windows
+        end is reloaded, run, and held to the budget, one at a time."""
         self._distribute()
         heads = part.split if part.split is not None and len(part.split) == len(self.parts) \
             else self._split(part.head)
@@ -320,19 +354,27 @@ class SpillingAssembler(PartitionedAssembler):
                 self._wait(i, heads[i])  # no window of it ends: it stays on disk
             else:
                 later.append(i)
+        later.sort()
         reloaded = self._reloaded(later)
         raws = self._run([i for i in range(len(self.parts))
                           if i not in self.spilled], run)
-        for i, _ in reloaded:  # one at a time: the budget plus one partition in memory
-            raws[i] = run(i)
-            self._enforce(force=True)
-        raw = merge_windows([raws[i] for i in sorted(raws)]) if raws \
-            else tuple(c[:0].copy() for c in self.parts[0].out)  # all waiting on disk
+        back = set(later)
+        for i in range(len(self.parts)):
+            if i in back:  # one at a time: the budget plus one partition in memory
+                j, _ = next(reloaded)
+                assert j == i
+                raw = run(i)
+            else:
+                raw = raws.pop(i, None)
+            if raw is not None and len(raw[1]):
+                yield raw
+            if i in back:
+                self._enforce(force=True)
+        self.upto = part.last_pane
         if part.long:
             self.pending = (part.tail, part.last_pane)
         self.grown += len(part.head.pane)
         self._enforce()
-        return raw
 
     def flush(self):
         self._distribute()
