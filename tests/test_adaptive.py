@@ -64,6 +64,13 @@ def test_rules_pick_the_papers_codecs():
     floats.add(np.linspace(0, 1, 100))
     assert by_rules(floats, False, None).name == "xor"
     assert by_rules(floats, False, 2).name == "lossy_float"
+    levels = ColumnProfile("float32")  # a reading of few levels (CM's cpu): a dictionary
+    levels.add(np.random.default_rng(3).choice(np.float32([0.009, 0.013, 0.025, 0.25]), 5000))
+    pick = by_rules(levels, False, None)
+    assert pick.name == "dictionary"
+    odd = np.float32([0.0, -0.0, np.nan, 0.25, -0.0])  # exact: its bits, -0.0 and NaN kept
+    back = pick.decode(pick.encode(odd), len(odd), "float32")
+    assert (back.view(np.uint32) == odd.view(np.uint32)).all()
 
 
 def test_cost_model_prefers_raw_on_an_infinitely_fast_disk_and_compression_on_a_slow_one():
