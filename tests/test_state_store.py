@@ -293,7 +293,8 @@ def test_notebook_13a_gives_each_engine_runs_window_latency_percentiles(tiny, tm
 
 def test_bench_state_sets_the_spilling_engine_beside_each_rocksdb_peer():
     """Darwin's comparison is the engine whose state spills against the peers on RocksDB:
-    the table gives that ratio beside the in-memory engine's."""
+    the table gives that ratio beside the in-memory engine's, and what the spilling process
+    holds beyond its budget."""
     import pandas as pd
 
     from scabbard.experiments import state
@@ -301,8 +302,12 @@ def test_bench_state_sets_the_spilling_engine_beside_each_rocksdb_peer():
     runs = pd.DataFrame([{"keys": 10, "system": s, "tuples_per_s": t} for s, t in (
         ("engine", 8e6), ("engine-spill", 4e6), ("spark-rocksdb", 0.5e6),
         ("flink-rocksdb", 0.25e6))])
+    runs["peak_anon_mb"] = [300.0, 200.0, np.nan, np.nan]
+    runs["budget_mb"] = [np.nan, 16.0, np.nan, np.nan]
     row = state.summary(runs).iloc[0]
     assert row["engine-spill / spark-rocksdb"] == 8 and row["engine / spark-rocksdb"] == 16
+    assert row["engine-spill anon over budget MB"] == 184
+    assert "engine anon over budget MB" not in row  # no budget
     assert row["engine-spill / flink-rocksdb"] == 16 and row["spill / in memory"] == 0.5
 
 

@@ -120,6 +120,7 @@ def _child(spec: dict) -> dict:
             **{f"latency_{p}_ms": summary.latency_ms.get(p, float("nan")) for p in LATENCY},
             "peak_anon_mb": anon.stop() / 2**20,
             "state_peak_mb": st.get("peak_bytes", float("nan")) / 2**20,
+            "budget_mb": st.get("budget", float("nan")) / 2**20,
             "spilled_mb": st.get("spilled_bytes", 0) / 1e6, "checkpoint_ms": checkpoint_ms,
             "malloc_arenas": memory.arenas()}
 
@@ -242,6 +243,11 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
             for c in got.columns:
                 if c.startswith("engine") and got[c].notna().any():
                     out[f"{c} {what.removesuffix('_mb').replace('_', ' ')} MB"] = got[c]
+    if "budget_mb" in med:  # what the process holds beside the state's budget
+        over = (med["peak_anon_mb"] - med["budget_mb"]).unstack("system")
+        for c in over.columns:
+            if over[c].notna().any():
+                out[f"{c} anon over budget MB"] = over[c]
     if "engine" in tput and "engine-spill" in tput:
         out["spill / in memory"] = tput["engine-spill"] / tput["engine"]
     if "engine-ft" in tput and "engine-ft-spill" in tput:
