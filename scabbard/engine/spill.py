@@ -26,7 +26,10 @@ and ``EngineConfig.state_memory`` bounds the bytes their arrays hold:
   own while the one before runs (the first's while the partitions in memory run), in the
   order the windows need them - memory holds one partition's units more;
 * the units a reload consumed are released (the stream is trimmed below the oldest unit
-  still needed).
+  still needed);
+* **emit**: a task that closes one window hands its rows on partition by partition as each
+  is run (:meth:`SpillingAssembler.pieces`, in the order the merged window would have), so
+  no partition's buffers wait for the others and no merged copy of the window is made.
 
 The budget covers the window state's arrays (capacity, as the process's resident memory sees
 them) and the shares waiting in memory; the rest of the engine - tasks in flight, input
