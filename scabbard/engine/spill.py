@@ -70,9 +70,11 @@ MIN_STATE_MEMORY = 2 * PARTS * WAITING
 TASK_ROW_BYTES = 64  # what a task's input row can cost while its fragment runs (its partial)
 # the smallest batch under a budget (below the engine's MIN_BATCH): a task's partials, one per
 # key at most, are split, waited and written per partition, and at many keys smaller tasks
-# keep the fragment's table in cache and less in flight (DARWIN, 1 M keys, 16 and 64 MiB:
-# 5.3 and 4.4 M tuples/s at 2^17 rows, 4.1 and 3.6 at 2^18; at 10 k keys, state within the
-# budget, 26 against 31: the partitions' cost per task)
+# keep the fragment's table in cache and half as much in flight (DARWIN, 1 M keys, 16 MiB:
+# 4.3-5.0 M tuples/s at 2^17 rows, 3.5-4.3 at 2^18, the later engine; 64 MiB: 4.4 against
+# 3.6).  The price is paid where the state fits the budget: at 10 k keys a task's partials
+# are one per key whatever its size, so halving it doubles the rows assembled (27 against
+# 40 M tuples/s)
 SPILL_MIN_BATCH = 1 << 17
 
 
