@@ -65,12 +65,20 @@ def tune(mode: str = "reuse") -> str:
         return _applied
 
 
-def _reuse() -> str:
+def _libc(*names: str) -> list | None:
+    """glibc's functions ``names``, or None where they are not (another C library)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc: its defaults stay
+        return [getattr(libc, n) for n in names]
+    except (OSError, AttributeError):
+        return None
+
+
+def _reuse() -> str:
+    fns = _libc("mallopt")
+    if fns is None:  # not glibc: its defaults stay
         return "system"
+    (mallopt,) = fns
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     ok = all(mallopt(p, v) == 1 for p, v in ((M_ARENA_MAX, 1), (M_MMAP_THRESHOLD, MMAP_THRESHOLD),
                                               (M_TRIM_THRESHOLD, TRIM_THRESHOLD),
@@ -82,11 +90,10 @@ def arenas() -> int:
     """How many malloc arenas this process has (glibc's ``malloc_info``; 0 if not glibc)."""
     import tempfile
 
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        fopen, fclose, info = libc.fopen, libc.fclose, libc.malloc_info
-    except (OSError, AttributeError):
+    fns = _libc("fopen", "fclose", "malloc_info")
+    if fns is None:
         return 0
+    fopen, fclose, info = fns
     fopen.restype, fopen.argtypes = ctypes.c_void_p, (ctypes.c_char_p, ctypes.c_char_p)
     fclose.argtypes, info.argtypes = (ctypes.c_void_p,), (ctypes.c_int, ctypes.c_void_p)
     with tempfile.NamedTemporaryFile() as f:

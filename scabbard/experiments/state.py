@@ -90,11 +90,10 @@ def _child(spec: dict) -> dict:
     """One engine run (in the child process): the whole dataset once."""
     from scabbard import queries
     from scabbard.data import open_dataset
-    from scabbard.engine import EngineConfig, NullSink, run_query
+    from scabbard.engine import EngineConfig, NullSink, memory, run_query
+    from scabbard.ft.spillstore import disk_spill
 
     q, ds = queries.get("DARWIN"), open_dataset(spec["data"])
-    from scabbard.engine import memory
-    from scabbard.ft.spillstore import disk_spill
 
     cfg = EngineConfig(workers=spec["workers"], state_memory=spec.get("state_memory"),
                        spill=disk_spill(spec["work"]) if spec.get("state_memory") else None)
