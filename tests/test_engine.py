@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import reference as ref
 from scabbard import queries
-from scabbard.batch import Batch
+from scabbard.batch import Batch, ReplayBatch
 from scabbard.engine import (
     ArraySource,
     CollectSink,
@@ -122,6 +122,46 @@ def test_endless_replay_shifts_time_and_stops_at_the_limit(tiny):
     inner = (first["window_end"] > 60_000) & (first["window_end"] <= step)
     np.testing.assert_array_equal(np.sort(cols["window_end"][mid]) - step,
                                   np.sort(first["window_end"][inner]))
+
+
+def test_a_replayed_copy_shifts_its_timestamps_where_they_are_read(tiny):
+    ds = tiny["sg"]
+    batches = [sb.batch for sb in ReplaySource(ds, 4000, max_tuples=2 * ds.rows).batches()]
+    b = next(b for b in batches if b.offset >= ds.rows)  # in the second copy
+    assert isinstance(b, ReplayBatch)
+    raw, shift = b.event_time()  # nothing shifted yet: the dataset's own timestamps
+    step = int(ds.column("timestamp")[-1]) + 1
+    lo = b.offset - ds.rows
+    assert shift == step and np.shares_memory(raw, ds.column("timestamp"))
+    np.testing.assert_array_equal(raw, ds.column("timestamp")[lo:lo + len(b)])
+    value = b.column("value")  # another column: a view of the dataset
+    assert np.shares_memory(value, ds.column("value"))
+    np.testing.assert_array_equal(b.timestamps, raw + step)  # read: shifted, and kept
+    assert b.column("timestamp") is b.timestamps and b.event_time()[1] == 0
+    assert b.slice(1, 3).timestamps.tolist() == (raw[1:3] + step).tolist()
+
+
+@pytest.mark.parametrize("name", ["SG1", "CM2", "LRB1", "YSB"])
+def test_deferred_replay_shifts_give_the_results_of_shifted_batches(tiny, name):
+    """The fragment adds a replayed copy's shift where it cuts panes; the same stream with
+    its timestamps shifted up front (plain batches) gives the same windows."""
+    q = queries.get(name)
+    ds = tiny[queries.workload_of(name)]
+    n = 3 * ds.rows + 11
+    deferred = [sb.batch for sb in ReplaySource(ds, 3000, max_tuples=n).batches()]
+    assert sum(isinstance(b, ReplayBatch) for b in deferred) >= 2
+    shifted = [Batch(b.schema, b.columns, b.offset) for b in
+               (sb.batch for sb in ReplaySource(ds, 3000, max_tuples=n).batches())]
+    runs = []
+    for batches in (deferred, shifted):
+        sink = CollectSink()
+        run_query(q, ds, sink=sink, source=ArraySource(batches),
+                  config=EngineConfig(workers=2, batch_rows=3000))
+        runs.append(engine_frame(q, sink))
+    assert len(runs[0]) > 0
+    pd.testing.assert_frame_equal(runs[0], runs[1])
+    # the fragments never made the shifted column of a copy's batch
+    assert all(b._columns is None for b in deferred if isinstance(b, ReplayBatch))
 
 
 def test_metrics_log_and_parquet_sink(tiny, tmp_path):

@@ -2,9 +2,11 @@
 threads, so that no single thread touches every tuple.
 
 With one ingress partition the dispatcher reads the source itself (:class:`SourceFeed`): it
-cuts every batch (the replay's timestamps shifted - a pass over every tuple) and, when the
-input is persisted, appends it to the ingress p-stream.  :class:`PartitionedFeed` splits the
-source by offset ranges between ``N`` partitions instead:
+cuts every batch (views of the dataset; a replayed copy's timestamps are shifted by whoever
+reads them, :class:`~scabbard.batch.ReplayBatch`) and, when the input is persisted, appends
+it to the ingress p-stream (its push-up, codecs and p-unit: a pass over every tuple).
+:class:`PartitionedFeed` splits the source by offset ranges between ``N`` partitions
+instead:
 
 * the source's batches are numbered globally from its start (:meth:`ReplaySource.ranges`:
   pure arithmetic, no data) and batch ``j`` belongs to partition ``j mod N``;
@@ -12,7 +14,7 @@ source by offset ranges between ``N`` partitions instead:
 
   1. waits until the batch may start - while it is more than ``lookahead`` batches ahead of
      the oldest one not yet handed out (back-pressure), and with a rate until it arrived;
-  2. cuts it from the source (timestamps shifted) and hands it to the feed's pool for
+  2. cuts it from the source and hands it to the feed's pool for
      preparation (the σ and π persistence push-up moved below the p-stream, the codecs), as
      the dispatcher did, keeping ``2 x workers / N`` of its batches in preparation;
   3. takes its **turn** - batch ``j`` after batch ``j - 1``, whichever partition had it - and

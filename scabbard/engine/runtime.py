@@ -120,7 +120,7 @@ class EngineConfig:
 
 ASSEMBLY_MODES = ("serial", "partitioned", "auto")
 # by default, one ingress partition per this many workers: the dispatcher's share of a tuple
-# (the replay's timestamps shifted, the p-unit appended; 2-7 ns here) is at most a quarter
+# (the persisted input's push-up, codecs and p-unit; 2-7 ns here) is at most a quarter
 # of the cheapest query's work on the other threads (CM2: fragment and codecs, ~6 ns), so a
 # quarter of the workers' count keeps the ingress ahead of them (scabbard sim run
 # --ingress-partitions); below 8 workers one, the dispatcher's own path
@@ -233,10 +233,16 @@ class Engine:
             rows = self.plan.selection.select(batch, self._relation_args[0], self.config.cache_dir)
             return TaskResult(seq, n, ingest, [], batch.end,
                               int(batch.timestamps[-1]) if n else 0, rows=rows)
-        # the windows' axis: event time, or each tuple's input offset (count-based windows)
-        ts = (np.arange(batch.offset, batch.end, dtype=np.int64) if self.plan.rows
-              else np.ascontiguousarray(batch.timestamps))
-        cols = {f.name: c for f, c in zip(batch.schema.fields, batch.columns, strict=True)}
+        # the windows' axis: event time, or each tuple's input offset (count-based windows).
+        # Event time is ``ts + shift``: a replayed copy's shift is added where panes are cut
+        # (``pane_aggregate``), not in a pass of its own; the adaptive variants take it added
+        if self.plan.rows:
+            ts, shift = np.arange(batch.offset, batch.end, dtype=np.int64), 0
+        elif self.adaptive is not None:
+            ts, shift = np.ascontiguousarray(batch.timestamps), 0
+        else:
+            ts, shift = batch.event_time()
+            ts = np.ascontiguousarray(ts)
         parts = []
         for i, (b, rel_args) in enumerate(zip(self.plan.branches, self._relation_args,
                                               strict=True)):
@@ -245,7 +251,7 @@ class Engine:
             o_keys = np.empty((n, k), dtype=np.int64)
             o_i = np.empty((n, ni), dtype=np.int64)
             o_f = np.empty((n, nf), dtype=np.float64)
-            inputs = tuple(cols[c] for c in b.input_columns)
+            inputs = tuple(batch.column(c) for c in b.input_columns)
             if self.adaptive is not None and n:  # the variant the branch's phase asks for
                 partials = self.adaptive.branches[i].run(n, ts, inputs, rel_args, o_ts,
                                                          o_keys, o_i, o_f)
@@ -253,8 +259,9 @@ class Engine:
                 kernel = b.kernel(self.config.cache_dir)
                 m = kernel(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
                 partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops,
-                                          b.fops, b.slide_ms, ordered=True)
-            first, last = int(ts[0]) // b.slide_ms, int(ts[-1]) // b.slide_ms
+                                          b.fops, b.slide_ms, ordered=True, shift=shift)
+            first = (int(ts[0]) + shift) // b.slide_ms
+            last = (int(ts[-1]) + shift) // b.slide_ms
             pane = partials[0]
             if last - first + 1 > 2 * b.panes:  # long: windows of its own
                 lo = first + b.panes if skip is None else max(first + b.panes,
@@ -275,7 +282,7 @@ class Engine:
             split = self.split_parts[i] if self.split_parts else 1
             if split > 1 and not parts[-1].long:  # the assembler's alone: split here, in parallel
                 parts[-1].split = split_edges(parts[-1].head, partition_columns(b), split)
-        return TaskResult(seq, n, ingest, parts, batch.end, int(ts[-1]) if n else 0)
+        return TaskResult(seq, n, ingest, parts, batch.end, int(ts[-1]) + shift if n else 0)
 
     def warm_up(self, batch: Batch) -> None:
         """Run the fragment, assembly and graph code once on a few rows, results discarded.

@@ -3,9 +3,11 @@
 :class:`ReplaySource` replays a generated dataset the way the paper's benchmarks
 do (LIGHTSABER_NOTES §2.0): the data is read again and again, and copy ``k`` has
 its timestamps shifted by ``k * (last timestamp + 1)``, so event time keeps
-increasing and windows keep sliding on an endless run.  The shift costs one
-pass over the timestamp column of each batch; every other column is a
-zero-copy view of the memory-mapped dataset.
+increasing and windows keep sliding on an endless run.  The source adds no
+shift itself: a copy's batch is a :class:`~scabbard.batch.ReplayBatch`, whose
+timestamps are shifted where they are read (the fragment adds the shift as it
+cuts panes, without a pass of its own); every column is a zero-copy view of the
+memory-mapped dataset.
 
 Each batch carries its *ingest time*: without a rate limit, the moment the
 source hands it over; with ``rate`` tuples/s, the source waits until the whole
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scabbard import timers
-from scabbard.batch import Batch
+from scabbard.batch import Batch, ReplayBatch
 from scabbard.data import Dataset, Table
 
 
@@ -155,11 +157,11 @@ class ReplaySource:
 
     def _batch(self, lo: int, hi: int, copy: int, offset: int) -> Batch:
         span = timers.start()
-        cols = [c[lo:hi] for c in self.table.columns]
-        if copy:
-            cols[0] = np.add(cols[0], copy * self.step)
+        cols = tuple(c[lo:hi] for c in self.table.columns)
+        batch = (ReplayBatch(self.schema, cols, offset, copy * self.step) if copy
+                 else Batch(self.schema, cols, offset))
         timers.stop(span, "source", hi - lo)
-        return Batch(self.schema, tuple(cols), offset)
+        return batch
 
 
 class ArraySource:

@@ -43,9 +43,10 @@ DONE, NEED_ROOM, NEED_OUT = 0, 1, 2
 
 
 @scan
-def _agg_scan(ts, keys, ivals, fvals, iops, fops, slide: int, table,
+def _agg_scan(ts, shift: int, keys, ivals, fvals, iops, fops, slide: int, table,
               acc_c, acc_i, acc_f, touched, o_pane, o_gid, o_cnt, o_i, o_f, st) -> int:
-    """Aggregate rows from st[0] until done or blocked.  st = (row, rows out, touched, pane)."""
+    """Aggregate rows from st[0] until done or blocked.  st = (row, rows out, touched, pane).
+    Row ``r``'s event time is ``ts[r] + shift``."""
     n = ts.shape[0]
     k = keys.shape[1]
     ni, nf = ivals.shape[1], fvals.shape[1]
@@ -53,7 +54,7 @@ def _agg_scan(ts, keys, ivals, fvals, iops, fops, slide: int, table,
     r, m, nt, pane = st[0], st[1], st[2], st[3]
     cap = o_pane.shape[0]
     while True:
-        p = ts[r] // slide if r < n else pane + 1
+        p = (ts[r] + shift) // slide if r < n else pane + 1
         if p != pane:  # flush the finished pane's groups
             if m + nt > cap:
                 st[0], st[1], st[2], st[3] = r, m, nt, pane
@@ -99,7 +100,7 @@ def _agg_scan(ts, keys, ivals, fvals, iops, fops, slide: int, table,
 
 
 @kernel
-def _pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide):
+def _pane_aggregate(ts, shift, keys, ivals, fvals, iops, fops, slide):
     n = ts.shape[0]
     ni, nf = ivals.shape[1], fvals.shape[1]
     table = ht.new_table(keys.shape[1], 64)
@@ -115,9 +116,9 @@ def _pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide):
     o_i = np.empty((out, ni), dtype=np.int64)
     o_f = np.empty((out, nf), dtype=np.float64)
     st = np.zeros(4, dtype=np.int64)
-    st[3] = ts[0] // slide if n > 0 else 0
+    st[3] = (ts[0] + shift) // slide if n > 0 else 0
     while True:
-        status = _agg_scan(ts, keys, ivals, fvals, iops, fops, slide, table,
+        status = _agg_scan(ts, shift, keys, ivals, fvals, iops, fops, slide, table,
                            acc_c, acc_i, acc_f, touched, o_pane, o_gid, o_cnt, o_i, o_f, st)
         if status == DONE:
             break
@@ -149,8 +150,12 @@ def _rows(a, n: int, dtype) -> np.ndarray:
     return a
 
 
-def pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide_ms: int, ordered: bool = False):
+def pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide_ms: int, ordered: bool = False,
+                   shift: int = 0):
     """Aggregate rows (in event-time order) per slide-sized pane and group key.
+
+    Row ``i``'s event time is ``ts[i] + shift`` (a replayed copy's timestamps, whose shift
+    is deferred: :class:`scabbard.batch.ReplayBatch`).
 
     ``ordered``: the caller guarantees the event-time order (the engine's tasks come from
     an ordered stream), so the pass that checks it is skipped.
@@ -172,7 +177,7 @@ def pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide_ms: int, ordered: b
         raise ValueError("slide must be positive")
     if not ordered and n > 1 and np.any(ts[1:] < ts[:-1]):
         raise ValueError("rows must be in event-time order")
-    return _pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide_ms)
+    return _pane_aggregate(ts, np.int64(shift), keys, ivals, fvals, iops, fops, slide_ms)
 
 
 @kernel
