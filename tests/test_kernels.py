@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import reference as ref
 from scabbard.kernels import hashtable as ht
 from scabbard.kernels import window as kw
-from scabbard.kernels.aggregate import MAX, MIN, SUM, pane_aggregate
+from scabbard.kernels.aggregate import MAX, MIN, SUM, _pane_aggregate, pane_aggregate
 from scabbard.kernels.window import windows_from_partials
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
@@ -62,6 +62,24 @@ def test_pane_aggregate_matches_reference(s):
     pane = got[0]
     assert np.all(np.diff(pane) >= 0), "partials come out in pane order"
     assert_same(as_dict(*got), ref.pane_partials(ts, keys, ints, floats, iops, fops, slide))
+
+
+@SETTINGS
+@given(streams(), st.integers(0, 10**12))
+def test_a_global_aggregate_folds_panes_as_the_hash_aggregation_does(s, shift):
+    """Without group keys the panes are folded in registers (no hash table): the same
+    partials, array for array, as the hash aggregation's - and with a replay's deferred
+    shift, those of the shifted timestamps."""
+    ts, _, ints, floats, iops, fops, slide, _ = s
+    none = np.zeros((len(ts), 0), np.int64)
+    got = pane_aggregate(ts, none, ints, floats, iops, fops, slide, shift=shift)
+    want = _pane_aggregate(ts + shift, 0, none, ints, floats, iops, fops, slide)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+    if len(ts):
+        assert_same(as_dict(*got), ref.pane_partials(ts + shift, none, ints, floats, iops, fops,
+                                                     slide))
 
 
 def test_pane_aggregate_rejects_disorder():

@@ -141,6 +141,69 @@ def _pane_aggregate(ts, shift, keys, ivals, fvals, iops, fops, slide):
     return (o_pane[:m], o_gid[:m], o_cnt[:m], o_i[:m], o_f[:m], table[1][:groups].copy())
 
 
+@scan
+def _global_scan(ts, shift: int, ivals, fvals, iops, fops, slide: int, starts, o_pane, o_cnt,
+                 o_i, o_f) -> int:
+    """The panes of rows in event-time order (``starts``: each pane's first row, then
+    ``n``), then each pane's slots folded, a slot at a time, in a register: a division only
+    where a pane starts, and the rows folded in their order (the hash aggregation's)."""
+    n = ts.shape[0]
+    ni, nf = ivals.shape[1], fvals.shape[1]
+    m = 0
+    end = 0
+    for r in range(n):
+        t = ts[r] + shift
+        if m == 0 or t >= end:
+            p = t // slide
+            starts[m] = r
+            o_pane[m] = p
+            end = (p + 1) * slide
+            m += 1
+    starts[m] = n
+    for g in range(m):
+        lo, hi = starts[g], starts[g + 1]
+        o_cnt[g] = hi - lo
+        for j in range(ni):
+            op = iops[j]
+            a = ivals[lo, j]
+            if op == SUM:
+                for r in range(lo + 1, hi):
+                    a += ivals[r, j]
+            elif op == MIN:
+                for r in range(lo + 1, hi):
+                    a = min(a, ivals[r, j])
+            else:
+                for r in range(lo + 1, hi):
+                    a = max(a, ivals[r, j])
+            o_i[g, j] = a
+        for j in range(nf):
+            op = fops[j]
+            b = fvals[lo, j]
+            for r in range(lo + 1, hi):
+                b = combine(op, b, fvals[r, j])
+            o_f[g, j] = b
+    return m
+
+
+@kernel
+def _global_pane_aggregate(ts, shift, ivals, fvals, iops, fops, slide):
+    """:func:`_pane_aggregate` without group keys (a global aggregate: SG1, SM): one partial
+    per pane, folded in registers (:func:`_global_scan`) - no hash probe per row.  The same
+    partials, with the one group's id 0."""
+    n = ts.shape[0]
+    cap = 0
+    if n > 0:  # the panes present: at most one per row, and one per slide between the ends
+        cap = min(n, (ts[n - 1] + shift) // slide - (ts[0] + shift) // slide + 1)
+    starts = np.empty(cap + 1, dtype=np.int64)
+    o_pane = np.empty(cap, dtype=np.int64)
+    o_cnt = np.empty(cap, dtype=np.int64)
+    o_i = np.empty((cap, ivals.shape[1]), dtype=np.int64)
+    o_f = np.empty((cap, fvals.shape[1]), dtype=np.float64)
+    m = _global_scan(ts, shift, ivals, fvals, iops, fops, slide, starts, o_pane, o_cnt, o_i, o_f)
+    return (o_pane[:m], np.zeros(m, dtype=np.int64), o_cnt[:m], o_i[:m], o_f[:m],
+            np.zeros((1 if n > 0 else 0, 0), dtype=np.int64))
+
+
 def _rows(a, n: int, dtype) -> np.ndarray:
     """``a`` as a C-contiguous (n, k) array (a 1-d array is one column)."""
     a = np.ascontiguousarray(a, dtype=dtype)
@@ -177,6 +240,8 @@ def pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide_ms: int, ordered: b
         raise ValueError("slide must be positive")
     if not ordered and n > 1 and np.any(ts[1:] < ts[:-1]):
         raise ValueError("rows must be in event-time order")
+    if keys.shape[1] == 0:
+        return _global_pane_aggregate(ts, np.int64(shift), ivals, fvals, iops, fops, slide_ms)
     return _pane_aggregate(ts, np.int64(shift), keys, ivals, fvals, iops, fops, slide_ms)
 
 
