@@ -19,6 +19,7 @@ from scabbard.engine import (
     ReplaySource,
     read_metrics,
     run_query,
+    runtime,
 )
 from scabbard.query import Query, avg, col, count, max_, min_, sum_
 from scabbard.schema import Field, Schema
@@ -162,6 +163,25 @@ def test_deferred_replay_shifts_give_the_results_of_shifted_batches(tiny, name):
     pd.testing.assert_frame_equal(runs[0], runs[1])
     # the fragments never made the shifted column of a copy's batch
     assert all(b._columns is None for b in deferred if isinstance(b, ReplayBatch))
+
+
+@pytest.mark.parametrize("name", ["SG1", "SM"])
+def test_a_global_aggregate_folded_in_pieces_gives_the_whole_tasks_results(tiny, name,
+                                                                           monkeypatch):
+    """A global aggregate's fragment runs its front kernel piece by piece and folds each
+    piece on from the last partial: any piece size gives the same windows, bit for bit."""
+    q = queries.get(name)
+    ds = tiny[queries.workload_of(name)]
+    runs = []
+    for piece in (1 << 30, 97, 1000):
+        monkeypatch.setattr(runtime, "PIECE_ROWS", piece)
+        sink = CollectSink()
+        run_query(q, ds, sink=sink, max_tuples=2 * ds.rows + 7,
+                  config=EngineConfig(workers=2, batch_rows=5000))
+        runs.append(engine_frame(q, sink))
+    assert len(runs[0]) > 10
+    for other in runs[1:]:
+        pd.testing.assert_frame_equal(other, runs[0], check_exact=True)
 
 
 def test_metrics_log_and_parquet_sink(tiny, tmp_path):

@@ -53,8 +53,13 @@ def _agg_scan(ts, shift: int, keys, ivals, fvals, iops, fops, slide: int, table,
     slots, tkeys, hashes, free, meta = table
     r, m, nt, pane = st[0], st[1], st[2], st[3]
     cap = o_pane.shape[0]
+    end = (pane + 1) * slide  # the pane's end: rows before it are in it (event-time order)
     while True:
-        p = (ts[r] + shift) // slide if r < n else pane + 1
+        if r < n:
+            t = ts[r] + shift
+            p = pane if t < end else t // slide  # a division only where a pane starts
+        else:
+            p = pane + 1
         if p != pane:  # flush the finished pane's groups
             if m + nt > cap:
                 st[0], st[1], st[2], st[3] = r, m, nt, pane
@@ -72,6 +77,7 @@ def _agg_scan(ts, shift: int, keys, ivals, fvals, iops, fops, slide: int, table,
                 m += 1
             nt = 0
             pane = p
+            end = (p + 1) * slide
         if r == n:
             break
         h = ht.hash_key(keys, r, k)
@@ -143,12 +149,21 @@ def _pane_aggregate(ts, shift, keys, ivals, fvals, iops, fops, slide):
 
 @scan
 def _global_scan(ts, shift: int, ivals, fvals, iops, fops, slide: int, starts, o_pane, o_cnt,
-                 o_i, o_f) -> int:
-    """The panes of rows in event-time order (``starts``: each pane's first row, then
-    ``n``), then each pane's slots folded, a slot at a time, in a register: a division only
-    where a pane starts, and the rows folded in their order (the hash aggregation's)."""
+                 o_i, o_f, m0: int) -> int:
+    """Fold rows in event-time order into the partials after the first ``m0`` of ``o_*``
+    (the rows of an earlier piece of the same stream): the panes' first rows into
+    ``starts``, then each pane's slots folded, a slot at a time, in a register - a division
+    only where a pane starts, and the rows folded in their order (the hash aggregation's).
+    Rows in partial ``m0 - 1``'s pane continue it, as if both pieces were one.  Returns the
+    partials' count."""
     n = ts.shape[0]
     ni, nf = ivals.shape[1], fvals.shape[1]
+    if n == 0:
+        return m0
+    base = m0
+    t = ts[0] + shift
+    if m0 > 0 and t // slide == o_pane[m0 - 1]:
+        base = m0 - 1  # the piece starts in the last partial's pane
     m = 0
     end = 0
     for r in range(n):
@@ -156,52 +171,66 @@ def _global_scan(ts, shift: int, ivals, fvals, iops, fops, slide: int, starts, o
         if m == 0 or t >= end:
             p = t // slide
             starts[m] = r
-            o_pane[m] = p
+            o_pane[base + m] = p
             end = (p + 1) * slide
             m += 1
     starts[m] = n
     for g in range(m):
         lo, hi = starts[g], starts[g + 1]
-        o_cnt[g] = hi - lo
+        q = base + g
+        more = q < m0  # continues a partial: its value is the fold so far
+        o_cnt[q] = (o_cnt[q] if more else 0) + hi - lo
+        first = lo if more else lo + 1
         for j in range(ni):
             op = iops[j]
-            a = ivals[lo, j]
+            a = o_i[q, j] if more else ivals[lo, j]
             if op == SUM:
-                for r in range(lo + 1, hi):
+                for r in range(first, hi):
                     a += ivals[r, j]
             elif op == MIN:
-                for r in range(lo + 1, hi):
+                for r in range(first, hi):
                     a = min(a, ivals[r, j])
             else:
-                for r in range(lo + 1, hi):
+                for r in range(first, hi):
                     a = max(a, ivals[r, j])
-            o_i[g, j] = a
+            o_i[q, j] = a
         for j in range(nf):
             op = fops[j]
-            b = fvals[lo, j]
-            for r in range(lo + 1, hi):
+            b = o_f[q, j] if more else fvals[lo, j]
+            for r in range(first, hi):
                 b = combine(op, b, fvals[r, j])
-            o_f[g, j] = b
-    return m
+            o_f[q, j] = b
+    return base + m
 
 
 @kernel
-def _global_pane_aggregate(ts, shift, ivals, fvals, iops, fops, slide):
-    """:func:`_pane_aggregate` without group keys (a global aggregate: SG1, SM): one partial
-    per pane, folded in registers (:func:`_global_scan`) - no hash probe per row.  The same
-    partials, with the one group's id 0."""
+def global_partials(ts, shift, ni: int, nf: int, slide):
+    """The arrays a global aggregate's partials of rows ``ts`` (+ ``shift``) fill
+    (:func:`global_fold`): room for one per pane between the ends, at most one per row."""
     n = ts.shape[0]
     cap = 0
-    if n > 0:  # the panes present: at most one per row, and one per slide between the ends
+    if n > 0:
         cap = min(n, (ts[n - 1] + shift) // slide - (ts[0] + shift) // slide + 1)
-    starts = np.empty(cap + 1, dtype=np.int64)
-    o_pane = np.empty(cap, dtype=np.int64)
-    o_cnt = np.empty(cap, dtype=np.int64)
-    o_i = np.empty((cap, ivals.shape[1]), dtype=np.int64)
-    o_f = np.empty((cap, fvals.shape[1]), dtype=np.float64)
-    m = _global_scan(ts, shift, ivals, fvals, iops, fops, slide, starts, o_pane, o_cnt, o_i, o_f)
+    return (np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64),
+            np.empty((cap, ni), dtype=np.int64), np.empty((cap, nf), dtype=np.float64))
+
+
+@kernel
+def global_fold(ts, shift, ivals, fvals, iops, fops, slide, out, m0, starts):
+    """Fold a piece of a task's rows (event-time order) into ``out``
+    (:func:`global_partials`) after its first ``m0`` partials; returns the count.  Pieces
+    folded in turn give the partials of the whole: a fragment cut into pieces whose
+    front-kernel output stays in cache (``starts``: room for a piece's rows + 1)."""
+    o_pane, o_cnt, o_i, o_f = out
+    return _global_scan(ts, shift, ivals, fvals, iops, fops, slide, starts, o_pane, o_cnt,
+                        o_i, o_f, m0)
+
+
+def global_result(out, m: int):
+    """The first ``m`` partials of ``out`` as :func:`pane_aggregate` returns them."""
+    o_pane, o_cnt, o_i, o_f = out
     return (o_pane[:m], np.zeros(m, dtype=np.int64), o_cnt[:m], o_i[:m], o_f[:m],
-            np.zeros((1 if n > 0 else 0, 0), dtype=np.int64))
+            np.zeros((1 if m > 0 else 0, 0), dtype=np.int64))
 
 
 def _rows(a, n: int, dtype) -> np.ndarray:
@@ -240,8 +269,12 @@ def pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide_ms: int, ordered: b
         raise ValueError("slide must be positive")
     if not ordered and n > 1 and np.any(ts[1:] < ts[:-1]):
         raise ValueError("rows must be in event-time order")
-    if keys.shape[1] == 0:
-        return _global_pane_aggregate(ts, np.int64(shift), ivals, fvals, iops, fops, slide_ms)
+    if keys.shape[1] == 0:  # a global aggregate: folded in registers, no hash table
+        shift = np.int64(shift)
+        out = global_partials(ts, shift, ivals.shape[1], fvals.shape[1], slide_ms)
+        m = global_fold(ts, shift, ivals, fvals, iops, fops, slide_ms, out, 0,
+                        np.empty(n + 1, dtype=np.int64))
+        return global_result(out, m)
     return _pane_aggregate(ts, np.int64(shift), keys, ivals, fvals, iops, fops, slide_ms)
 
 
