@@ -188,6 +188,26 @@ def test_a_global_aggregate_folded_in_pieces_gives_the_whole_tasks_results(tiny,
         pd.testing.assert_frame_equal(other, runs[0], check_exact=True)
 
 
+def test_a_run_batches_larger_where_that_costs_no_latency(tiny):
+    """Unpaced, a run's tasks are THROUGHPUT_BATCH rows at least; at a rate, only as large as
+    fills in FILL_S, never below the windows' own size; a set size or a stateless query's
+    stays."""
+    ds = tiny["sm"]
+    per_ms = ReplaySource(ds, 1).tuples_per_ms()
+    engine = Engine(queries.get("SM"), ds.tables, EngineConfig())
+    own = engine.batch_rows_for(per_ms)
+    assert own < runtime.THROUGHPUT_BATCH  # SM's 4 windows' worth: the floor, MIN_BATCH
+    assert engine.run_batch_rows(per_ms, None) == runtime.THROUGHPUT_BATCH
+    assert engine.run_batch_rows(per_ms, 1e6) == own  # 2,000 rows in 2 ms: the floor
+    at = 3 * own / runtime.FILL_S  # a batch of three times the floor fills in FILL_S
+    assert engine.run_batch_rows(per_ms, at) == 3 * own
+    assert engine.run_batch_rows(per_ms, 1e12) == runtime.THROUGHPUT_BATCH
+    fixed = Engine(queries.get("SM"), ds.tables, EngineConfig(batch_rows=4000))
+    assert fixed.run_batch_rows(per_ms, None) == 4000
+    report = run_query(queries.get("SM"), ds, max_tuples=2 * ds.rows)
+    assert report.batch_rows == runtime.THROUGHPUT_BATCH
+
+
 def test_metrics_log_and_parquet_sink(tiny, tmp_path):
     ds = tiny["lrb"]
     q = queries.get("LRB1")

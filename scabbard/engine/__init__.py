@@ -48,7 +48,7 @@ def run_query(query: Query, dataset: Dataset, sink: Sink | None = None,
                          f"holds {dataset.schema.name!r}")
     engine = Engine(query, dataset.tables, config, push_up=push_up)
     source_probe = ReplaySource(dataset, 1)
-    batch_rows = engine.batch_rows_for(source_probe.tuples_per_ms())
+    batch_rows = engine.run_batch_rows(source_probe.tuples_per_ms(), rate)
     if loop is None:
         loop = duration is not None or max_tuples is not None
     if source is None:
