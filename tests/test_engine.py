@@ -189,23 +189,28 @@ def test_a_global_aggregate_folded_in_pieces_gives_the_whole_tasks_results(tiny,
 
 
 def test_a_run_batches_larger_where_that_costs_no_latency(tiny):
-    """Unpaced, a run's tasks are THROUGHPUT_BATCH rows at least; at a rate, only as large as
-    fills in FILL_S, never below the windows' own size; a set size or a stateless query's
-    stays."""
+    """A cheap fragment's run has tasks of TASK_WORK_S of work, up to THROUGHPUT_BATCH rows;
+    at a rate only as large as fills in FILL_S, never below the windows' own size; an
+    expensive fragment's, a set size's and a stateless query's stay."""
     ds = tiny["sm"]
     per_ms = ReplaySource(ds, 1).tuples_per_ms()
+    sample = ReplaySource(ds, runtime.PROBE_ROWS).peek()
     engine = Engine(queries.get("SM"), ds.tables, EngineConfig())
     own = engine.batch_rows_for(per_ms)
     assert own < runtime.THROUGHPUT_BATCH  # SM's 4 windows' worth: the floor, MIN_BATCH
-    assert engine.run_batch_rows(per_ms, None) == runtime.THROUGHPUT_BATCH
-    assert engine.run_batch_rows(per_ms, 1e6) == own  # 2,000 rows in 2 ms: the floor
-    at = 3 * own / runtime.FILL_S  # a batch of three times the floor fills in FILL_S
-    assert engine.run_batch_rows(per_ms, at) == 3 * own
-    assert engine.run_batch_rows(per_ms, 1e12) == runtime.THROUGHPUT_BATCH
+    assert engine.run_batch_rows(per_ms, None) == own  # nothing measured: its own
+    cost = engine.fragment_cost(sample)
+    assert 0 < cost < 1e-6
+    cheap = min(runtime.THROUGHPUT_BATCH, int(runtime.TASK_WORK_S / cost))
+    unpaced = engine.run_batch_rows(per_ms, None, sample)
+    assert unpaced >= own and abs(unpaced - max(own, cheap)) <= max(own, cheap) // 2
+    assert engine.run_batch_rows(per_ms, 1e6, sample) == own  # 2,000 rows in 2 ms: its own
     fixed = Engine(queries.get("SM"), ds.tables, EngineConfig(batch_rows=4000))
-    assert fixed.run_batch_rows(per_ms, None) == 4000
-    report = run_query(queries.get("SM"), ds, max_tuples=2 * ds.rows)
-    assert report.batch_rows == runtime.THROUGHPUT_BATCH
+    assert fixed.run_batch_rows(per_ms, None, sample) == 4000
+    # a fragment of a quarter of a microsecond a tuple keeps the windows' own size
+    slow = Engine(queries.get("SM"), ds.tables, EngineConfig())
+    slow.fragment_cost = lambda batch: 250e-9
+    assert slow.run_batch_rows(per_ms, None, sample) == own
 
 
 def test_metrics_log_and_parquet_sink(tiny, tmp_path):

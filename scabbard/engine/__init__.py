@@ -18,7 +18,7 @@ from pathlib import Path
 
 from scabbard.data import Dataset
 from scabbard.engine.metrics import Metrics, Summary, read_metrics
-from scabbard.engine.runtime import Engine, EngineConfig, RunReport
+from scabbard.engine.runtime import PROBE_ROWS, Engine, EngineConfig, RunReport
 from scabbard.engine.sinks import CollectSink, CSVSink, NullSink, ParquetSink, Sink, sink_for
 from scabbard.engine.sources import ArraySource, ReplaySource
 from scabbard.query import Query
@@ -48,7 +48,8 @@ def run_query(query: Query, dataset: Dataset, sink: Sink | None = None,
                          f"holds {dataset.schema.name!r}")
     engine = Engine(query, dataset.tables, config, push_up=push_up)
     source_probe = ReplaySource(dataset, 1)
-    batch_rows = engine.run_batch_rows(source_probe.tuples_per_ms(), rate)
+    batch_rows = engine.run_batch_rows(source_probe.tuples_per_ms(), rate,
+                                       ReplaySource(dataset, PROBE_ROWS).peek())
     if loop is None:
         loop = duration is not None or max_tuples is not None
     if source is None:

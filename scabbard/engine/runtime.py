@@ -22,6 +22,7 @@ batch size is therefore chosen per query from the data's tuples per pane.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,12 +65,15 @@ __all__ = ["INT64_MIN", "MAX_BATCH", "MIN_BATCH", "Edges", "Engine", "EngineConf
 
 MIN_BATCH = 1 << 18
 MAX_BATCH = 1 << 22
-# the floor of a run whose input is all there (no rate): a larger task costs it no latency of
-# its own, and a task's fixed cost (~100-200 us of Python: cut, handed out, assembled) stays a
-# few % of its work at the cheapest queries (CM2, ~2.5 ns a tuple).  Measured (M tuples/s, 1 /
-# 2 workers, two rounds): CM2 381/412 and 405/655 with 2^18, 430/824 and 461/814 with 2^20
+# A run raises its batches towards THROUGHPUT_BATCH where its fragment is cheap: a task's
+# fixed cost (~100-200 us of Python: cut, handed out, assembled) is then a few % of its
+# TASK_WORK_S of work.  Measured (M tuples/s, 1 / 2 workers, two rounds): CM2 (~2.5 ns a tuple)
+# 381/412 and 405/655 with 2^18, 430/824 and 461/814 with 2^20.  An expensive fragment keeps
+# the windows' own size (LRB2, ~250 ns a tuple: a 2^20-row task is a quarter second).
 THROUGHPUT_BATCH = 1 << 20
+TASK_WORK_S = 0.004
 FILL_S = 0.002  # with a rate, batches above MIN_BATCH only as large as fill in this time
+PROBE_ROWS = 1 << 16  # the rows a run's fragment cost is measured on
 STATELESS_BATCH = 1 << 19  # a stateless query's tasks: no windows to size them by
 
 
@@ -242,17 +246,41 @@ class Engine:
             return int(min(MAX_BATCH, max(SPILL_MIN_BATCH, want)))
         return int(min(MAX_BATCH, max(MIN_BATCH, want)))
 
-    def run_batch_rows(self, tuples_per_ms: float, rate: float | None) -> int:
-        """A run's batch size: :meth:`batch_rows_for`, raised towards
-        :data:`THROUGHPUT_BATCH` where that costs no latency - without a rate, or as far as
-        a batch fills in :data:`FILL_S` at ``rate`` tuples/s.  Not where the size is set or
-        bounded otherwise (``batch_rows``, a stateless query, a state budget)."""
+    def run_batch_rows(self, tuples_per_ms: float, rate: float | None,
+                       sample: Batch | None = None) -> int:
+        """A run's batch size: :meth:`batch_rows_for`, raised where the fragment is cheap
+        (measured on ``sample``, the stream's first rows) to :data:`TASK_WORK_S` of its work,
+        up to :data:`THROUGHPUT_BATCH` - and with a rate only as far as a batch fills in
+        :data:`FILL_S`, so the larger tasks cost no latency.  Not where the size is set or
+        bounded otherwise (``batch_rows``, a stateless query, a state budget, the adaptive
+        variants)."""
         rows = self.batch_rows_for(tuples_per_ms)
-        if (self.config.batch_rows or not self.plan.branches
-                or any(self.spills(i) for i in range(len(self.plan.branches)))):
+        if (self.config.batch_rows or not self.plan.branches or self.adaptive is not None
+                or any(self.spills(i) for i in range(len(self.plan.branches)))
+                or sample is None or not len(sample)):
             return rows
-        floor = THROUGHPUT_BATCH if rate is None else min(THROUGHPUT_BATCH, int(rate * FILL_S))
+        cost = self.fragment_cost(sample)
+        if cost is None:
+            return rows
+        floor = min(THROUGHPUT_BATCH, int(TASK_WORK_S / cost))
+        if rate is not None:
+            floor = min(floor, int(rate * FILL_S))
         return max(rows, floor)
+
+    def fragment_cost(self, sample: Batch) -> float | None:
+        """Seconds of fragment work per tuple of ``sample`` (the better of two runs, after
+        the code is loaded); None if nothing of it reaches the fragment (push-up)."""
+        self.warm_up(sample)
+        if self.reduce is not None:
+            sample = self.reduce(sample)
+        if not len(sample):
+            return None
+        best = float("inf")
+        for _ in range(2):
+            t = time.perf_counter()
+            self._fragment(0, sample, 0.0)
+            best = min(best, time.perf_counter() - t)
+        return max(best, 1e-9) / len(sample)
 
     def _per_unit(self, b, tuples_per_ms: float | None = None) -> float:
         """Input tuples per unit of branch ``b``'s window axis: per ms of event time, or one
