@@ -190,6 +190,10 @@ class QueryCosts:
     # variants save once swapped in (0: none kept - nothing to specialise, or it lost its trial)
     adaptive_saving_ns_tuple: float = 0.0
     measured: dict = field(default_factory=dict)  # the engine's own figures, for reference
+    # a replayed copy's timestamps shifted, per tuple: paid where a batch is persisted (the
+    # dispatcher, or an ingress partition); a run that only computes defers it to the
+    # fragment, which adds the shift at no cost (``scabbard.batch.ReplayBatch``)
+    shift_ns_tuple: float = 0.0
 
     def __post_init__(self) -> None:
         _positive("QueryCosts", row_bytes=self.row_bytes, batch_rows=self.batch_rows,
@@ -206,6 +210,7 @@ class QueryCosts:
                       partition_fragment_ns_tuple=self.partition_fragment_ns_tuple,
                       other_ns_tuple=self.other_ns_tuple,
                       adaptive_saving_ns_tuple=self.adaptive_saving_ns_tuple,
+                      shift_ns_tuple=self.shift_ns_tuple,
                       **{k: v for k, v in (("ingress_ns_tuple", self.ingress_ns_tuple),
                                            ("dispatch_ns_task", self.dispatch_ns_task))
                          if v is not None})
@@ -260,9 +265,11 @@ class QueryCosts:
         turn, on the dispatcher).  One partition: the dispatcher does it all."""
         p = self.persist[scheme] if scheme is not None else None
         append = p.append_ns if p is not None else 0.0
+        shift = self.shift_ns_tuple if p is not None else 0.0
         if parts < 2:
-            return 0.0, 0.0, n * (self.source_ns_tuple + append) * 1e-9
-        ingress = self.source_ns_tuple if self.ingress_ns_tuple is None else self.ingress_ns_tuple
+            return 0.0, 0.0, n * (self.source_ns_tuple + shift + append) * 1e-9
+        ingress = (self.source_ns_tuple if self.ingress_ns_tuple is None
+                   else self.ingress_ns_tuple) + shift
         turn = 0.0 if p is None else (append if p.turn_ns is None else p.turn_ns)
         task = (self.dispatch_ns_task if p is None or p.dispatch_ns_task is None
                 else p.dispatch_ns_task) or 0.0

@@ -265,7 +265,9 @@ class _Engine:
             self.ft.recent = list(run.checkpoints[-1:])
         self.input_done = False
         # per task costs, seconds
-        self.src_s = self.costs.source_ns_tuple * 1e-9
+        # persisted input: the replay's timestamps shifted where the batch is persisted
+        self.src_s = (self.costs.source_ns_tuple
+                      + (self.costs.shift_ns_tuple if cfg.persist else 0.0)) * 1e-9
         if cfg.persist:
             p = self.costs.persist[cfg.compression]
             self.stored_tuple = p.stored_bytes_per_tuple
