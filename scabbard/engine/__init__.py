@@ -47,9 +47,8 @@ def run_query(query: Query, dataset: Dataset, sink: Sink | None = None,
         raise ValueError(f"{query.name} reads {query.source.schema.name!r} data, but the dataset "
                          f"holds {dataset.schema.name!r}")
     engine = Engine(query, dataset.tables, config, push_up=push_up)
-    source_probe = ReplaySource(dataset, 1)
-    batch_rows = engine.run_batch_rows(source_probe.tuples_per_ms(), rate,
-                                       ReplaySource(dataset, PROBE_ROWS).peek())
+    probe = ReplaySource(dataset, PROBE_ROWS)  # the stream's first rows: the fragment timed
+    batch_rows = engine.run_batch_rows(probe.tuples_per_ms(), rate, probe.peek())
     if loop is None:
         loop = duration is not None or max_tuples is not None
     if source is None:

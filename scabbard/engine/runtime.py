@@ -50,13 +50,7 @@ from scabbard.engine.tasks import (
     task_edges,
 )
 from scabbard.kernels import window as kw
-from scabbard.kernels.aggregate import (
-    global_fold,
-    global_partials,
-    global_result,
-    key_ids,
-    pane_aggregate,
-)
+from scabbard.kernels.aggregate import global_aggregate, key_ids, pane_aggregate
 from scabbard.kernels.join import build_index
 from scabbard.query import Query, QueryError, optimize
 
@@ -255,17 +249,16 @@ class Engine:
         bounded otherwise (``batch_rows``, a stateless query, a state budget, the adaptive
         variants)."""
         rows = self.batch_rows_for(tuples_per_ms)
-        if (self.config.batch_rows or not self.plan.branches or self.adaptive is not None
+        most = THROUGHPUT_BATCH if rate is None else min(THROUGHPUT_BATCH, int(rate * FILL_S))
+        if (most <= rows or self.config.batch_rows or not self.plan.branches
+                or self.adaptive is not None
                 or any(self.spills(i) for i in range(len(self.plan.branches)))
                 or sample is None or not len(sample)):
-            return rows
+            return rows  # nothing to raise, or not this method's to size: no probe
         cost = self.fragment_cost(sample)
         if cost is None:
             return rows
-        floor = min(THROUGHPUT_BATCH, int(TASK_WORK_S / cost))
-        if rate is not None:
-            floor = min(floor, int(rate * FILL_S))
-        return max(rows, floor)
+        return max(rows, min(most, int(TASK_WORK_S / cost)))
 
     def fragment_cost(self, sample: Batch) -> float | None:
         """Seconds of fragment work per tuple of ``sample`` (the better of two runs, after
@@ -359,17 +352,15 @@ class Engine:
         piece = min(n, PIECE_ROWS)
         ni, nf = len(b.iops), len(b.fops)
         o_ts, o_keys, o_i, o_f = front_outputs(piece, 0, ni, nf)
-        starts = np.empty(piece + 1, dtype=np.int64)
-        shift = np.int64(shift)
-        out = global_partials(ts, shift, ni, nf, b.slide_ms)
-        m = 0
-        for lo in range(0, n, piece):
-            hi = min(n, lo + piece)
-            got = kernel(hi - lo, ts[lo:hi], *(c[lo:hi] for c in inputs), *rel_args, o_ts,
-                         o_keys, o_i, o_f)
-            m = global_fold(o_ts[:got], shift, o_i[:got], o_f[:got], b.iops, b.fops,
-                            b.slide_ms, out, m, starts)
-        return global_result(out, m)
+
+        def pieces():
+            for lo in range(0, n, piece):
+                hi = min(n, lo + piece)
+                got = kernel(hi - lo, ts[lo:hi], *(c[lo:hi] for c in inputs), *rel_args, o_ts,
+                             o_keys, o_i, o_f)
+                yield o_ts[:got], o_i[:got], o_f[:got]
+
+        return global_aggregate(ts, shift, pieces(), ni, nf, b.iops, b.fops, b.slide_ms)
 
     def warm_up(self, batch: Batch) -> None:
         """Run the fragment, assembly and graph code once on a few rows, results discarded.

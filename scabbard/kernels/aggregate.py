@@ -204,9 +204,9 @@ def _global_scan(ts, shift: int, ivals, fvals, iops, fops, slide: int, starts, o
 
 
 @kernel
-def global_partials(ts, shift, ni: int, nf: int, slide):
-    """The arrays a global aggregate's partials of rows ``ts`` (+ ``shift``) fill
-    (:func:`global_fold`): room for one per pane between the ends, at most one per row."""
+def _global_partials(ts, shift, ni: int, nf: int, slide):
+    """Room for a global aggregate's partials of rows ``ts`` (+ ``shift``): one per pane
+    between the ends, at most one per row."""
     n = ts.shape[0]
     cap = 0
     if n > 0:
@@ -216,18 +216,26 @@ def global_partials(ts, shift, ni: int, nf: int, slide):
 
 
 @kernel
-def global_fold(ts, shift, ivals, fvals, iops, fops, slide, out, m0, starts):
-    """Fold a piece of a task's rows (event-time order) into ``out``
-    (:func:`global_partials`) after its first ``m0`` partials; returns the count.  Pieces
-    folded in turn give the partials of the whole: a fragment cut into pieces whose
-    front-kernel output stays in cache (``starts``: room for a piece's rows + 1)."""
+def _global_fold(ts, shift, ivals, fvals, iops, fops, slide, out, m0, starts):
     o_pane, o_cnt, o_i, o_f = out
     return _global_scan(ts, shift, ivals, fvals, iops, fops, slide, starts, o_pane, o_cnt,
                         o_i, o_f, m0)
 
 
-def global_result(out, m: int):
-    """The first ``m`` partials of ``out`` as :func:`pane_aggregate` returns them."""
+def global_aggregate(ts, shift: int, pieces, ni: int, nf: int, iops, fops, slide: int):
+    """A global aggregate's pane partials (no group keys), as :func:`pane_aggregate` returns
+    them, of rows whose event times are ``ts`` (+ ``shift``), folded piece by piece:
+    ``pieces`` yields each piece's ``(ts, ivals, fvals)`` in order (one piece: the rows
+    themselves; a fragment's, its front kernel's output piece by piece, which stays in
+    cache).  Each piece continues the last partial, so any cut gives the same partials."""
+    shift = np.int64(shift)
+    out = _global_partials(ts, shift, ni, nf, slide)
+    starts = np.empty(0, dtype=np.int64)
+    m = 0
+    for p_ts, p_i, p_f in pieces:
+        if len(starts) < len(p_ts) + 1:
+            starts = np.empty(len(p_ts) + 1, dtype=np.int64)
+        m = _global_fold(p_ts, shift, p_i, p_f, iops, fops, slide, out, m, starts)
     o_pane, o_cnt, o_i, o_f = out
     return (o_pane[:m], np.zeros(m, dtype=np.int64), o_cnt[:m], o_i[:m], o_f[:m],
             np.zeros((1 if m > 0 else 0, 0), dtype=np.int64))
@@ -270,11 +278,8 @@ def pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide_ms: int, ordered: b
     if not ordered and n > 1 and np.any(ts[1:] < ts[:-1]):
         raise ValueError("rows must be in event-time order")
     if keys.shape[1] == 0:  # a global aggregate: folded in registers, no hash table
-        shift = np.int64(shift)
-        out = global_partials(ts, shift, ivals.shape[1], fvals.shape[1], slide_ms)
-        m = global_fold(ts, shift, ivals, fvals, iops, fops, slide_ms, out, 0,
-                        np.empty(n + 1, dtype=np.int64))
-        return global_result(out, m)
+        return global_aggregate(ts, shift, [(ts, ivals, fvals)], ivals.shape[1],
+                                fvals.shape[1], iops, fops, slide_ms)
     return _pane_aggregate(ts, np.int64(shift), keys, ivals, fvals, iops, fops, slide_ms)
 
 

@@ -79,8 +79,6 @@ def _engine_and_data(query: str, scale: str, data_dir: str | Path):
 def _shift_ns(ds, rows: int = 1 << 20) -> float:
     """ns a tuple to shift a replayed copy's timestamps (``ReplayBatch.columns``), the
     best of three passes over up to ``rows`` of the dataset's timestamp column."""
-    import numpy as np
-
     ts = np.asarray(ds.column("timestamp"))[:rows]
     best = float("inf")
     for _ in range(3):
