@@ -188,6 +188,31 @@ def test_a_global_aggregate_folded_in_pieces_gives_the_whole_tasks_results(tiny,
         pd.testing.assert_frame_equal(other, runs[0], check_exact=True)
 
 
+@pytest.mark.parametrize("name", ["CM2", "LRB2", "LRB3"])
+def test_a_task_of_a_window_and_two_panes_has_windows_of_its_own(tiny, name):
+    """A task long enough to hold one window whole past its first pane and before its last
+    (``Branch.long_panes``) computes its windows in its fragment, and its boundaries with
+    its neighbours are computed from the two tasks' edges: tasks of 1.5 windows (short while
+    a task needed two windows, so every window went through the serial state) give the
+    reference's results."""
+    q = queries.get(name)
+    ds = tiny[queries.workload_of(name)]
+    engine = Engine(q, ds.tables, EngineConfig(workers=2))
+    per_ms = ReplaySource(ds, 1).tuples_per_ms()
+    b = engine.plan.branches[0]
+    rows = int(1.5 * b.panes * b.slide_ms * per_ms)
+    assert b.long_panes == b.panes + 2 < 1.5 * b.panes < 2 * b.panes
+    source = ReplaySource(ds, rows)
+    r = engine._fragment(0, source.peek(), 0.0)
+    part = r.parts[0]
+    assert part.long and part.internal is not None and len(part.internal["window_end"]) > 0
+    assert part.last_pane - part.first_pane + 1 < 2 * b.panes  # short by the old rule
+    sink = CollectSink()
+    report = run_query(q, ds, sink=sink, config=EngineConfig(workers=2, batch_rows=rows))
+    assert report.summary.tuples == ds.rows
+    ref.assert_same_results(engine_frame(q, sink), expected_once(q, ds), q.schema)
+
+
 def test_a_run_batches_larger_where_that_costs_no_latency(tiny):
     """A cheap fragment's run has tasks of TASK_WORK_S of work, up to THROUGHPUT_BATCH rows;
     at a rate only as large as fills in FILL_S, never below the windows' own size; an

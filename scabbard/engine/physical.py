@@ -103,6 +103,15 @@ class Branch:
     def panes(self) -> int:
         return self.node.window.panes
 
+    @property
+    def long_panes(self) -> int:
+        """The fewest panes a task spans to be *long*: to hold a window of its own, whole,
+        past its first pane and before its last (either may be cut short by the task's
+        edges).  Its windows are then computed by its fragment, and those it shares with
+        each neighbour by a worker from the two tasks' edge partials; a shorter task's go
+        through the branch's sequential state."""
+        return self.panes + 2
+
     def kernel(self, cache_dir: Path):
         if self._kernel is None:
             self._kernel = compile_front(self.spec, cache_dir)

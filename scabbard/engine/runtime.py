@@ -323,7 +323,7 @@ class Engine:
             first = (int(ts[0]) + shift) // b.slide_ms
             last = (int(ts[-1]) + shift) // b.slide_ms
             pane = partials[0]
-            if last - first + 1 > 2 * b.panes:  # long: windows of its own
+            if last - first + 1 >= b.long_panes:  # long: windows of its own
                 lo = first + b.panes if skip is None else max(first + b.panes,
                                                                skip[i] // b.slide_ms)
                 internal = None
@@ -424,7 +424,7 @@ class Engine:
         if mode == "auto":
             per_ms = getattr(self, "tuples_per_ms", None)
             short = (batch_rows is not None and per_ms is not None
-                     and batch_rows < 2 * b.panes * b.slide_ms * self._per_unit(b, per_ms))
+                     and batch_rows < b.long_panes * b.slide_ms * self._per_unit(b, per_ms))
             return self.config.workers if short and self.config.workers >= AUTO_MIN_WORKERS else 1
         return n if n is not None else max(2, self.config.workers)
 

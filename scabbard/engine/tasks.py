@@ -26,8 +26,8 @@ class Edges:
 @dataclass
 class BranchPart:
     """One branch's share of a task: its panes, whether it has windows of its own (``long``:
-    it spans more than two windows' worth of panes; then ``internal`` holds them, through the
-    branch's fused operators), and the pane partials at its two edges."""
+    it spans at least ``Branch.long_panes``, a window and two panes; then ``internal`` holds
+    them, through the branch's fused operators), and the pane partials at its two edges."""
 
     first_pane: int
     last_pane: int

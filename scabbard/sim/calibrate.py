@@ -244,7 +244,7 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
     if short:  # smaller tasks are short: their costs are another regime
         n = sum(r["tuples"] for r in short)
         b = engine.plan.branches[0]
-        out["long_rows"] = int(2 * b.panes * b.slide_ms * per_ms) + 1
+        out["long_rows"] = int(b.long_panes * b.slide_ms * per_ms) + 1
         out["short"] = {k: sum(r[k] * r["tuples"] for r in short) / n * 1e9 for k in
                         ("parallel_s", "assembly_s")}
         out["short"] = {"fragment_ns_tuple": out["short"]["parallel_s"],
