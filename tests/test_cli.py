@@ -120,6 +120,7 @@ def test_datagen_writes_a_dataset_and_data_check_validates_it(spark, tmp_path, c
         (["ingest", "--query", "CM1", "--ingress-partitions", "0"],
          "--ingress-partitions must be >= 1, got 0"),
         (["bench", "engine", "--ingress", "0"], "ingress_partitions must be a whole number"),
+        (["bench", "engine", "--rounds", "0"], "rounds must be a whole number >= 1, got 0"),
         (["bench", "ingest", "--ingress", "1", "0"], "ingress partitions must be whole numbers"),
     ],
 )

@@ -505,3 +505,30 @@ def test_auto_assembly_partitions_the_branches_whose_tasks_are_short(tiny):
     assert parts("SG2", 2, 4096) == [1]  # 2 workers: the serial assembly keeps up
     assert parts("SG3", 6, 4096) == [6, 1]  # the hour's average has no keys
     assert parts("CM2", 4) == [1]  # the default batch holds 4 windows: tasks are long
+
+
+def test_the_engine_bench_keeps_the_median_of_interleaved_rounds(tiny, monkeypatch):
+    """``bench engine --rounds 3``: the worker counts take turns to go first, round by round,
+    and each one's row is its median run, with the slowest and the fastest beside it."""
+    from scabbard.experiments import engine_throughput as exp
+
+    order, measured = [], {1: [], 2: []}
+    real = exp.run_query
+
+    def run(q, ds, **kw):
+        order.append(kw["config"].workers)
+        report = real(q, ds, **kw)
+        measured[kw["config"].workers].append(report.summary.tuples_per_s)
+        return report
+
+    monkeypatch.setattr(exp, "run_query", run)
+    s = exp.Settings(queries=("CM2",), scale="tiny", seconds=0.3, rounds=3, spark=False,
+                     latency=False)
+    rows = exp.measure_engine("CM2", tiny["cm"], s)
+    assert order[1:] == [1, 2, 2, 1, 1, 2]  # after one unmeasured warm-up run
+    assert [r["workers"] for r in rows] == [1, 2]
+    for r in rows:
+        assert r["rounds"] == 3 and r["min_tuples_per_s"] <= r["tuples_per_s"] <= r["max_tuples_per_s"]
+        assert r["min_tuples_per_s"] < r["max_tuples_per_s"]  # three runs, not one thrice
+        runs = measured[r["workers"]][-3:]
+        assert r["tuples_per_s"] == pytest.approx(sorted(runs)[1])

@@ -167,7 +167,7 @@ def add(sub, full: bool = True) -> None:
         "the same data, and the engine's latency percentiles at 80% of its rate.  Writes "
         "results.csv and engine_throughput.png to --output.", _run_bench_engine)
     _options(ep, engine_throughput.Settings, "queries", "seconds", "spark", "scale", "assembly",
-             "ingress", out="bench-engine")
+             "ingress", "rounds", out="bench-engine")
     ip = _bench(
         bsub, "ingest",
         "disk bandwidth, then per query persisted ingest and the query with persisted input",
