@@ -80,6 +80,20 @@ class Batch:
         plain batch's shift is 0; a :class:`ReplayBatch` defers its own."""
         return self.timestamps, 0
 
+    def segments(self) -> tuple[Batch, ...]:
+        """The batch as consecutive zero-copy pieces, each with a single timestamp shift: the
+        batch itself, or a :class:`SpanBatch`'s parts."""
+        return (self,)
+
+    def event_edges(self) -> tuple[int, int]:
+        """The first and the last tuple's event time (a non-empty batch), read without
+        making a deferred column."""
+        parts = self.segments()
+        ts, shift = parts[0].event_time()
+        first = int(ts[0]) + shift
+        ts, shift = parts[-1].event_time()
+        return first, int(ts[-1]) + shift
+
     def slice(self, start: int, stop: int) -> Batch:
         """Zero-copy view of rows [start, stop) of this batch."""
         n = len(self)
@@ -140,6 +154,42 @@ class ReplayBatch(Batch):
         if self._columns is not None:
             return self._columns[0], 0
         return self._raw[0], self._shift
+
+
+class SpanBatch(Batch):
+    """A batch across the end of a replayed dataset: consecutive batches (``parts``, each a
+    zero-copy view of one copy, with that copy's deferred shift) as one.
+
+    A task may then hold more tuples than one copy of a small dataset.  Its columns are made
+    (the parts' columns joined, the shifts added) on first read; a reader that goes part by
+    part through :meth:`segments` - a global aggregate's fragment - never makes them.
+    """
+
+    def __init__(self, schema: Schema, parts: Sequence[Batch], offset: int = 0):
+        parts = tuple(parts)
+        if not parts:
+            raise SchemaError("a span batch needs at least one part")
+        if offset < 0:
+            raise SchemaError(f"batch offset must be >= 0, got {offset}")
+        object.__setattr__(self, "schema", schema)
+        object.__setattr__(self, "offset", offset)
+        object.__setattr__(self, "_parts", parts)
+        object.__setattr__(self, "_columns", None)
+
+    @property
+    def columns(self) -> tuple[np.ndarray, ...]:  # type: ignore[override]
+        cols = self._columns
+        if cols is None:  # two threads may both join them: the same result, either kept
+            cols = tuple(np.concatenate([p.columns[j] for p in self._parts])
+                         for j in range(len(self.schema.fields)))
+            object.__setattr__(self, "_columns", cols)
+        return cols
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self._parts)
+
+    def segments(self) -> tuple[Batch, ...]:
+        return self._parts
 
 
 def uuid_hex(col: np.ndarray) -> np.ndarray:

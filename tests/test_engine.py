@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import reference as ref
 from scabbard import queries
-from scabbard.batch import Batch, ReplayBatch
+from scabbard.batch import Batch, ReplayBatch, SpanBatch
 from scabbard.engine import (
     ArraySource,
     CollectSink,
@@ -217,12 +217,12 @@ def test_a_run_batches_larger_where_that_costs_no_latency(tiny):
     """A cheap fragment's run has tasks of TASK_WORK_S of work, up to THROUGHPUT_BATCH rows;
     at a rate only as large as fills in FILL_S, never below the windows' own size; an
     expensive fragment's, a set size's and a stateless query's stay."""
-    ds = tiny["sm"]
+    ds = tiny["cm"]
     per_ms = ReplaySource(ds, 1).tuples_per_ms()
     sample = ReplaySource(ds, runtime.PROBE_ROWS).peek()
-    engine = Engine(queries.get("SM"), ds.tables, EngineConfig())
+    engine = Engine(queries.get("CM2"), ds.tables, EngineConfig())
     own = engine.batch_rows_for(per_ms)
-    assert own < runtime.THROUGHPUT_BATCH  # SM's 4 windows' worth: the floor, MIN_BATCH
+    assert own < runtime.THROUGHPUT_BATCH  # CM2's 4 windows' worth: the floor, MIN_BATCH
     assert engine.run_batch_rows(per_ms, None) == own  # nothing measured: its own
     cost = engine.fragment_cost(sample)
     assert 0 < cost < 1e-6
@@ -230,12 +230,81 @@ def test_a_run_batches_larger_where_that_costs_no_latency(tiny):
     unpaced = engine.run_batch_rows(per_ms, None, sample)
     assert unpaced >= own and abs(unpaced - max(own, cheap)) <= max(own, cheap) // 2
     assert engine.run_batch_rows(per_ms, 1e6, sample) == own  # 2,000 rows in 2 ms: its own
-    fixed = Engine(queries.get("SM"), ds.tables, EngineConfig(batch_rows=4000))
+    fixed = Engine(queries.get("CM2"), ds.tables, EngineConfig(batch_rows=4000))
     assert fixed.run_batch_rows(per_ms, None, sample) == 4000
     # a fragment of a quarter of a microsecond a tuple keeps the windows' own size
-    slow = Engine(queries.get("SM"), ds.tables, EngineConfig())
+    slow = Engine(queries.get("CM2"), ds.tables, EngineConfig())
     slow.fragment_cost = lambda batch: 250e-9
     assert slow.run_batch_rows(per_ms, None, sample) == own
+
+
+def test_a_global_aggregates_tasks_run_on_across_the_replayed_copies(tiny):
+    """A global aggregate's fragment reads a batch part by part, so its batches may run on
+    past a small dataset's end (a SpanBatch); it gets tasks of GLOBAL_TASK_WORK_S, up to
+    MAX_BATCH rows.  A keyed query, a two-branch query and push-up keep batches within a
+    copy."""
+    ds = tiny["sm"]
+    per_ms = ReplaySource(ds, 1).tuples_per_ms()
+    sample = ReplaySource(ds, runtime.PROBE_ROWS).peek()
+    engine = Engine(queries.get("SM"), ds.tables, EngineConfig())
+    assert engine.spans_copies
+    cost = engine.fragment_cost(sample)
+    want = min(runtime.MAX_BATCH, int(runtime.GLOBAL_TASK_WORK_S / cost))
+    got = engine.run_batch_rows(per_ms, None, sample)
+    assert got > ds.rows and abs(got - want) <= want // 2
+    assert not Engine(queries.get("CM2"), tiny["cm"].tables, EngineConfig()).spans_copies
+    assert not Engine(queries.get("SG3"), tiny["sg"].tables, EngineConfig()).spans_copies
+    assert not Engine(queries.get("SM"), ds.tables, EngineConfig(), push_up=True).spans_copies
+
+
+def test_a_span_batch_is_its_copies_side_by_side_and_made_only_when_read(tiny):
+    """A batch past a copy's end holds a zero-copy part per copy, each with its copy's
+    shift; its columns, made on first read, are the stream's rows as a batch within the
+    copies gives them."""
+    ds = tiny["sm"]
+    rows = ds.rows
+    n = 3 * rows + 5
+    spans = [sb.batch for sb in ReplaySource(ds, 2 * rows + 3, max_tuples=n, span=True).batches()]
+    plain = [sb.batch for sb in ReplaySource(ds, 2 * rows + 3, max_tuples=n).batches()]
+    assert [len(b) for b in spans] == [2 * rows + 3, rows + 2]
+    first = spans[0]
+    assert isinstance(first, SpanBatch) and [len(p) for p in first.segments()] == [rows, rows, 3]
+    assert [p.offset for p in first.segments()] == [0, rows, 2 * rows]
+    assert first._columns is None
+    step = int(ds.column("timestamp")[-1]) + 1
+    assert first.event_edges() == (int(ds.column("timestamp")[0]), 2 * step +
+                                   int(ds.column("timestamp")[2]))
+    assert first._columns is None  # the edges made nothing
+    for part in first.segments():  # views of the dataset, not copies
+        raw = part._raw if isinstance(part, ReplayBatch) else part.columns
+        assert all(np.shares_memory(c, d) for c, d in zip(raw, ds.stream.columns, strict=True))
+    whole = np.concatenate([b.columns[0] for b in plain])
+    got = np.concatenate([b.columns[0] for b in spans])
+    np.testing.assert_array_equal(got, whole)
+    for j in range(1, len(ds.schema.fields)):
+        np.testing.assert_array_equal(np.concatenate([b.columns[j] for b in spans]),
+                                      np.concatenate([b.columns[j] for b in plain]))
+
+
+@pytest.mark.parametrize("name", ["SG1", "SM"])
+def test_a_global_aggregate_over_span_batches_gives_the_copy_by_copy_results(tiny, name):
+    """Batches that run on across copies give, bit for bit, the windows of batches that stop
+    at each copy's end, and the fragment never joins a span batch's parts."""
+    q = queries.get(name)
+    ds = tiny[queries.workload_of(name)]
+    n = 5 * ds.rows + 7
+    runs, made = [], []
+    for span in (True, False):
+        batches = [sb.batch for sb in ReplaySource(ds, 2 * ds.rows + 100, max_tuples=n,
+                                                  span=span).batches()]
+        sink = CollectSink()
+        run_query(q, ds, sink=sink, source=ArraySource(batches),
+                  config=EngineConfig(workers=2, batch_rows=2 * ds.rows + 100))
+        runs.append(engine_frame(q, sink))
+        made += [b._columns is not None for b in batches if isinstance(b, SpanBatch)]
+    assert len(made) >= 2 and not any(made)
+    assert len(runs[0]) > 10
+    pd.testing.assert_frame_equal(runs[0], runs[1], check_exact=True)
 
 
 def test_metrics_log_and_parquet_sink(tiny, tmp_path):

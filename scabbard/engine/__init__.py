@@ -53,5 +53,5 @@ def run_query(query: Query, dataset: Dataset, sink: Sink | None = None,
         loop = duration is not None or max_tuples is not None
     if source is None:
         source = ReplaySource(dataset, batch_rows, rate=rate, duration=duration,
-                              max_tuples=max_tuples, loop=loop)
+                              max_tuples=max_tuples, loop=loop, span=engine.spans_copies)
     return engine.run(source, sink if sink is not None else NullSink(), metrics_log, on_sample)

@@ -14,9 +14,9 @@
   keep-max, per-window aggregate, window join) run on every batch of complete
   windows, inside tasks or in assembly.
 
-A task whose batch spans fewer than ``2 * range/slide`` panes has no windows of
-its own; the assembler computes all its windows, sequentially.  The default
-batch size is therefore chosen per query from the data's tuples per pane.
+A task whose batch spans fewer than ``range/slide + 2`` panes (``Branch.long_panes``)
+has no window of its own; the assembler computes all its windows, sequentially.  The
+default batch size is therefore chosen per query from the data's tuples per pane.
 """
 
 from __future__ import annotations
@@ -66,6 +66,10 @@ MAX_BATCH = 1 << 22
 # the windows' own size (LRB2, ~250 ns a tuple: a 2^20-row task is a quarter second).
 THROUGHPUT_BATCH = 1 << 20
 TASK_WORK_S = 0.004
+# a global aggregate's tasks (its batches run on across a small dataset's copies): each
+# task's Python (~130 us holding the GIL for SM, a fifth of it per 1 M-row task at 2
+# workers) against more work, up to MAX_BATCH rows; its output is one row per pane
+GLOBAL_TASK_WORK_S = 0.012
 FILL_S = 0.002  # with a rate, batches above MIN_BATCH only as large as fill in this time
 PROBE_ROWS = 1 << 16  # the rows a run's fragment cost is measured on
 STATELESS_BATCH = 1 << 19  # a stateless query's tasks: no windows to size them by
@@ -249,7 +253,9 @@ class Engine:
         bounded otherwise (``batch_rows``, a stateless query, a state budget, the adaptive
         variants)."""
         rows = self.batch_rows_for(tuples_per_ms)
-        most = THROUGHPUT_BATCH if rate is None else min(THROUGHPUT_BATCH, int(rate * FILL_S))
+        work, most = ((GLOBAL_TASK_WORK_S, MAX_BATCH) if self.spans_copies
+                      else (TASK_WORK_S, THROUGHPUT_BATCH))
+        most = most if rate is None else min(most, int(rate * FILL_S))
         if (most <= rows or self.config.batch_rows or not self.plan.branches
                 or self.adaptive is not None
                 or any(self.spills(i) for i in range(len(self.plan.branches)))
@@ -258,7 +264,15 @@ class Engine:
         cost = self.fragment_cost(sample)
         if cost is None:
             return rows
-        return max(rows, min(most, int(TASK_WORK_S / cost)))
+        return max(rows, min(most, int(work / cost)))
+
+    @property
+    def spans_copies(self) -> bool:
+        """The fragment reads a batch part by part, so a replayed small dataset's batches
+        may run on across its copies (:class:`~scabbard.batch.SpanBatch`): every branch a
+        global aggregate over event time, no push-up before the engine, generic kernels."""
+        return (bool(self.plan.branches) and self.adaptive is None and not self.plan.rows
+                and self.reduce is None and all(b.key_width == 0 for b in self.plan.branches))
 
     def fragment_cost(self, sample: Batch) -> float | None:
         """Seconds of fragment work per tuple of ``sample`` (the better of two runs, after
@@ -295,33 +309,24 @@ class Engine:
                               int(batch.timestamps[-1]) if n else 0, rows=rows)
         # the windows' axis: event time, or each tuple's input offset (count-based windows).
         # Event time is ``ts + shift``: a replayed copy's shift is added where panes are cut
-        # (``pane_aggregate``), not in a pass of its own; the adaptive variants take it added
+        # (``pane_aggregate``), not in a pass of its own; the adaptive variants take it added.
+        # A span batch (several copies, ``spans_copies``) is read part by part: its event
+        # times are never made whole
+        ts, shift = None, 0
         if self.plan.rows:
             ts, shift = np.arange(batch.offset, batch.end, dtype=np.int64), 0
         elif self.adaptive is not None:
             ts, shift = np.ascontiguousarray(batch.timestamps), 0
-        else:
+        elif len(batch.segments()) == 1 or not self.spans_copies:
             ts, shift = batch.event_time()
             ts = np.ascontiguousarray(ts)
+        t_first, t_last = (0, 0) if not n else batch.event_edges() if ts is None else (
+            int(ts[0]) + shift, int(ts[-1]) + shift)
         parts = []
         for i, (b, rel_args) in enumerate(zip(self.plan.branches, self._relation_args,
                                               strict=True)):
-            k, ni, nf = b.key_width, len(b.iops), len(b.fops)
-            inputs = tuple(batch.column(c) for c in b.input_columns)
-            if k == 0 and self.adaptive is None and n:  # a global aggregate: piece by piece
-                partials = self._global_fragment(b, n, ts, shift, inputs, rel_args)
-            elif self.adaptive is not None and n:  # the variant the branch's phase asks for
-                o_ts, o_keys, o_i, o_f = front_outputs(n, k, ni, nf)
-                partials = self.adaptive.branches[i].run(n, ts, inputs, rel_args, o_ts,
-                                                         o_keys, o_i, o_f)
-            else:
-                o_ts, o_keys, o_i, o_f = front_outputs(n, k, ni, nf)
-                kernel = b.kernel(self.config.cache_dir)
-                m = kernel(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
-                partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops,
-                                          b.fops, b.slide_ms, ordered=True, shift=shift)
-            first = (int(ts[0]) + shift) // b.slide_ms
-            last = (int(ts[-1]) + shift) // b.slide_ms
+            partials = self._partials(i, b, batch, ts, shift, t_first, t_last, rel_args)
+            first, last = t_first // b.slide_ms, t_last // b.slide_ms
             pane = partials[0]
             if last - first + 1 >= b.long_panes:  # long: windows of its own
                 lo = first + b.panes if skip is None else max(first + b.panes,
@@ -342,25 +347,46 @@ class Engine:
             split = self.split_parts[i] if self.split_parts else 1
             if split > 1 and not parts[-1].long:  # the assembler's alone: split here, in parallel
                 parts[-1].split = split_edges(parts[-1].head, partition_columns(b), split)
-        return TaskResult(seq, n, ingest, parts, batch.end, int(ts[-1]) + shift if n else 0)
+        return TaskResult(seq, n, ingest, parts, batch.end, t_last if n else 0)
 
-    def _global_fragment(self, b, n: int, ts, shift: int, inputs: tuple, rel_args: tuple):
+    def _partials(self, i: int, b, batch: Batch, ts, shift: int, first: int, last: int,
+                  rel_args: tuple):
+        """Branch ``i``'s pane partials of ``batch`` (its event times ``ts + shift``, from
+        ``first`` to ``last``; ``ts`` None: a span batch, never made whole)."""
+        n, k, ni, nf = len(batch), b.key_width, len(b.iops), len(b.fops)
+        if k == 0 and self.adaptive is None and n and not self.plan.rows:
+            return self._global_fragment(b, batch, first, last, rel_args)  # piece by piece
+        inputs = tuple(batch.column(c) for c in b.input_columns)
+        o_ts, o_keys, o_i, o_f = front_outputs(n, k, ni, nf)
+        if self.adaptive is not None and n:  # the variant the branch's phase asks for
+            return self.adaptive.branches[i].run(n, ts, inputs, rel_args, o_ts, o_keys, o_i, o_f)
+        m = b.kernel(self.config.cache_dir)(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
+        return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
+                              b.slide_ms, ordered=True, shift=shift)
+
+    def _global_fragment(self, b, batch: Batch, first: int, last: int, rel_args: tuple):
         """A global aggregate's pane partials (no group keys), the front kernel run on
         :data:`PIECE_ROWS` rows at a time and each piece folded on: its output stays in the
-        cache instead of a task's worth going out to memory and back."""
+        cache instead of a task's worth going out to memory and back.  A span batch's parts
+        go one after the other, each with its own shift (``first`` and ``last``: the batch's
+        first and last event time)."""
         kernel = b.kernel(self.config.cache_dir)
+        n = len(batch)
         piece = min(n, PIECE_ROWS)
         ni, nf = len(b.iops), len(b.fops)
         o_ts, o_keys, o_i, o_f = front_outputs(piece, 0, ni, nf)
 
         def pieces():
-            for lo in range(0, n, piece):
-                hi = min(n, lo + piece)
-                got = kernel(hi - lo, ts[lo:hi], *(c[lo:hi] for c in inputs), *rel_args, o_ts,
-                             o_keys, o_i, o_f)
-                yield o_ts[:got], o_i[:got], o_f[:got]
+            for part in batch.segments():
+                ts, shift = part.event_time()
+                inputs = tuple(part.column(c) for c in b.input_columns)
+                for lo in range(0, len(part), piece):
+                    hi = min(len(part), lo + piece)
+                    got = kernel(hi - lo, ts[lo:hi], *(c[lo:hi] for c in inputs), *rel_args,
+                                 o_ts, o_keys, o_i, o_f)
+                    yield o_ts[:got], shift, o_i[:got], o_f[:got]
 
-        return global_aggregate(ts, shift, pieces(), ni, nf, b.iops, b.fops, b.slide_ms)
+        return global_aggregate(first, last, n, pieces(), ni, nf, b.iops, b.fops, b.slide_ms)
 
     def warm_up(self, batch: Batch) -> None:
         """Run the fragment, assembly and graph code once on a few rows, results discarded.
@@ -375,7 +401,8 @@ class Engine:
             if not len(batch):  # nothing survives the pushed-up selection: warm up later
                 return
         self._warm = True
-        head = batch.slice(0, min(len(batch), 2048))
+        first = batch.segments()[0]  # a span batch's first part: nothing made
+        head = first.slice(0, min(len(first), 2048))
         adaptive, self.adaptive = self.adaptive, None  # not a task of the adaptive phases
         try:
             r = self._fragment(0, head, 0.0)

@@ -7,7 +7,9 @@ increasing and windows keep sliding on an endless run.  The source adds no
 shift itself: a copy's batch is a :class:`~scabbard.batch.ReplayBatch`, whose
 timestamps are shifted where they are read (the fragment adds the shift as it
 cuts panes, without a pass of its own); every column is a zero-copy view of the
-memory-mapped dataset.
+memory-mapped dataset.  With ``span`` a batch may run on past a copy's end into
+the next (a :class:`~scabbard.batch.SpanBatch`, a part per copy), so a task can be
+larger than a small dataset - for a fragment that reads it part by part.
 
 Each batch carries its *ingest time*: without a rate limit, the moment the
 source hands it over; with ``rate`` tuples/s, the source waits until the whole
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scabbard import timers
-from scabbard.batch import Batch, ReplayBatch
+from scabbard.batch import Batch, ReplayBatch, SpanBatch
 from scabbard.data import Dataset, Table
 
 
@@ -51,7 +53,7 @@ class ReplaySource:
 
     def __init__(self, data: Dataset | Table, batch_rows: int = 1 << 20, rate: float | None = None,
                  duration: float | None = None, max_tuples: int | None = None, loop: bool = True,
-                 start: int = 0, started_at: float | None = None):
+                 start: int = 0, started_at: float | None = None, span: bool = False):
         table = data.stream if isinstance(data, Dataset) else data
         if table.rows == 0:
             raise ValueError("cannot replay an empty dataset")
@@ -77,6 +79,9 @@ class ReplaySource:
         self.start = start
         self.started_at = started_at
         self.exhausted = False  # the stream ended (not stopped by duration or stop())
+        # batches may run on past a copy's end into the next (a SpanBatch): for readers that
+        # go part by part, so tasks may be larger than a small dataset
+        self.span = span
         self._stopped = False
 
     def stop(self) -> None:
@@ -106,7 +111,8 @@ class ReplaySource:
 
     def ranges(self) -> Iterator[tuple[int, int, int, int]]:
         """The stream's batches from ``start`` as ``(offset, row, n, copy)``: ``n`` tuples from
-        row ``row`` of copy ``copy`` of the dataset, at stream offset ``offset``.  Pure
+        row ``row`` of copy ``copy`` of the dataset (on into the next copies with ``span``),
+        at stream offset ``offset``.  Pure
         arithmetic (no data is touched); it ends where the stream ends (``max_tuples``, or
         one pass without ``loop``), never at ``duration``.  Parallel ingress
         (:mod:`scabbard.engine.ingress`) deals them out to its partitions."""
@@ -116,7 +122,7 @@ class ReplaySource:
             copy, lo = divmod(offset, rows)
             if copy and not self.loop:
                 return
-            n = min(self.batch_rows, rows - lo)
+            n = self.batch_rows if self.span and self.loop else min(self.batch_rows, rows - lo)
             if self.max_tuples is not None:
                 n = min(n, self.max_tuples - offset)
                 if n <= 0:
@@ -160,12 +166,24 @@ class ReplaySource:
             seq += 1
 
     def _batch(self, lo: int, hi: int, copy: int, offset: int) -> Batch:
-        span = timers.start()
-        cols = tuple(c[lo:hi] for c in self._columns)
-        batch = (ReplayBatch(self.schema, cols, offset, copy * self.step) if copy
-                 else Batch(self.schema, cols, offset))
-        timers.stop(span, "source", hi - lo)
+        span, n = timers.start(), hi - lo
+        rows = self.table.rows
+        if hi <= rows:
+            batch = self._part(lo, hi, copy, offset)
+        else:  # on past the copy's end: a part per copy
+            parts, at, left = [], offset, n
+            while left > 0:
+                m = min(left, rows - lo)
+                parts.append(self._part(lo, lo + m, copy, at))
+                at, left, lo, copy = at + m, left - m, 0, copy + 1
+            batch = SpanBatch(self.schema, parts, offset)
+        timers.stop(span, "source", n)
         return batch
+
+    def _part(self, lo: int, hi: int, copy: int, offset: int) -> Batch:
+        cols = tuple(c[lo:hi] for c in self._columns)
+        return (ReplayBatch(self.schema, cols, offset, copy * self.step) if copy
+                else Batch(self.schema, cols, offset))
 
 
 class ArraySource:

@@ -204,13 +204,12 @@ def _global_scan(ts, shift: int, ivals, fvals, iops, fops, slide: int, starts, o
 
 
 @kernel
-def _global_partials(ts, shift, ni: int, nf: int, slide):
-    """Room for a global aggregate's partials of rows ``ts`` (+ ``shift``): one per pane
-    between the ends, at most one per row."""
-    n = ts.shape[0]
+def _global_partials(first, last, n, ni: int, nf: int, slide):
+    """Room for a global aggregate's partials of ``n`` rows whose event times run from
+    ``first`` to ``last``: one per pane between them, at most one per row."""
     cap = 0
     if n > 0:
-        cap = min(n, (ts[n - 1] + shift) // slide - (ts[0] + shift) // slide + 1)
+        cap = min(n, last // slide - first // slide + 1)
     return (np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64),
             np.empty((cap, ni), dtype=np.int64), np.empty((cap, nf), dtype=np.float64))
 
@@ -222,20 +221,22 @@ def _global_fold(ts, shift, ivals, fvals, iops, fops, slide, out, m0, starts):
                         o_i, o_f, m0)
 
 
-def global_aggregate(ts, shift: int, pieces, ni: int, nf: int, iops, fops, slide: int):
+def global_aggregate(first: int, last: int, n: int, pieces, ni: int, nf: int, iops, fops,
+                     slide: int):
     """A global aggregate's pane partials (no group keys), as :func:`pane_aggregate` returns
-    them, of rows whose event times are ``ts`` (+ ``shift``), folded piece by piece:
-    ``pieces`` yields each piece's ``(ts, ivals, fvals)`` in order (one piece: the rows
-    themselves; a fragment's, its front kernel's output piece by piece, which stays in
-    cache).  Each piece continues the last partial, so any cut gives the same partials."""
-    shift = np.int64(shift)
-    out = _global_partials(ts, shift, ni, nf, slide)
+    them, of ``n`` rows whose event times run from ``first`` to ``last``, folded piece by
+    piece: ``pieces`` yields each piece's ``(ts, shift, ivals, fvals)`` in order, its event
+    times ``ts + shift`` (one piece: the rows themselves; a fragment's, its front kernel's
+    output piece by piece, which stays in cache, and part by part of a batch that spans
+    replayed copies).  Each piece continues the last partial, so any cut gives the same
+    partials."""
+    out = _global_partials(np.int64(first), np.int64(last), n, ni, nf, slide)
     starts = np.empty(0, dtype=np.int64)
     m = 0
-    for p_ts, p_i, p_f in pieces:
+    for p_ts, shift, p_i, p_f in pieces:
         if len(starts) < len(p_ts) + 1:
             starts = np.empty(len(p_ts) + 1, dtype=np.int64)
-        m = _global_fold(p_ts, shift, p_i, p_f, iops, fops, slide, out, m, starts)
+        m = _global_fold(p_ts, np.int64(shift), p_i, p_f, iops, fops, slide, out, m, starts)
     o_pane, o_cnt, o_i, o_f = out
     return (o_pane[:m], np.zeros(m, dtype=np.int64), o_cnt[:m], o_i[:m], o_f[:m],
             np.zeros((1 if m > 0 else 0, 0), dtype=np.int64))
@@ -278,7 +279,8 @@ def pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide_ms: int, ordered: b
     if not ordered and n > 1 and np.any(ts[1:] < ts[:-1]):
         raise ValueError("rows must be in event-time order")
     if keys.shape[1] == 0:  # a global aggregate: folded in registers, no hash table
-        return global_aggregate(ts, shift, [(ts, ivals, fvals)], ivals.shape[1],
+        edges = (int(ts[0]) + shift, int(ts[-1]) + shift) if n else (0, 0)
+        return global_aggregate(*edges, n, [(ts, shift, ivals, fvals)], ivals.shape[1],
                                 fvals.shape[1], iops, fops, slide_ms)
     return _pane_aggregate(ts, np.int64(shift), keys, ivals, fvals, iops, fops, slide_ms)
 
