@@ -238,6 +238,24 @@ def test_a_run_batches_larger_where_that_costs_no_latency(tiny):
     assert slow.run_batch_rows(per_ms, None, sample) == own
 
 
+def test_a_runs_task_size_is_a_power_of_two_the_probes_noise_does_not_move(tiny):
+    """The fragment's cost is probed on a fraction of a ms of work, +-15% from run to run:
+    the task size is the power of two nearest the target, the same across that noise."""
+    ds = tiny["cm"]
+    per_ms = ReplaySource(ds, 1).tuples_per_ms()
+    sample = ReplaySource(ds, runtime.PROBE_ROWS).peek()
+    engine = Engine(queries.get("CM2"), ds.tables, EngineConfig())
+    assert engine.batch_rows_for(per_ms) < 1 << 19 < runtime.THROUGHPUT_BATCH
+    centre = runtime.TASK_WORK_S / (1 << 19)  # the cost whose target is 2^19 rows
+    sizes = set()
+    for noise in (0.87, 0.95, 1.0, 1.07, 1.15):
+        engine.fragment_cost = lambda batch, c=centre * noise: c
+        sizes.add(engine.run_batch_rows(per_ms, None, sample))
+    assert sizes == {1 << 19}
+    engine.fragment_cost = lambda batch: centre * 1.6  # 2^19 / 1.6 is nearer 2^18
+    assert engine.run_batch_rows(per_ms, None, sample) == 1 << 18
+
+
 def test_a_global_aggregates_tasks_run_on_across_the_replayed_copies(tiny):
     """A global aggregate's fragment reads a batch part by part, so its batches may run on
     past a small dataset's end (a SpanBatch); it gets tasks of GLOBAL_TASK_WORK_S, up to

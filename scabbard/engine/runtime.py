@@ -21,6 +21,7 @@ default batch size is therefore chosen per query from the data's tuples per pane
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -247,9 +248,10 @@ class Engine:
     def run_batch_rows(self, tuples_per_ms: float, rate: float | None,
                        sample: Batch | None = None) -> int:
         """A run's batch size: :meth:`batch_rows_for`, raised where the fragment is cheap
-        (measured on ``sample``, the stream's first rows) to :data:`TASK_WORK_S` of its work,
-        up to :data:`THROUGHPUT_BATCH` - and with a rate only as far as a batch fills in
-        :data:`FILL_S`, so the larger tasks cost no latency.  Not where the size is set or
+        (measured on ``sample``, the stream's first rows) to :data:`TASK_WORK_S` of its work
+        (a global aggregate's: :data:`GLOBAL_TASK_WORK_S`), as a power of two, up to
+        :data:`THROUGHPUT_BATCH` (:data:`MAX_BATCH`) - and with a rate only as far as a
+        batch fills in :data:`FILL_S`, so the larger tasks cost no latency.  Not where the size is set or
         bounded otherwise (``batch_rows``, a stateless query, a state budget, the adaptive
         variants)."""
         rows = self.batch_rows_for(tuples_per_ms)
@@ -264,7 +266,9 @@ class Engine:
         cost = self.fragment_cost(sample)
         if cost is None:
             return rows
-        return max(rows, min(most, int(work / cost)))
+        # the power of two nearest the target (in ratio): the probe is a fraction of a ms,
+        # and its +-15% from run to run would otherwise give every run its own task size
+        return max(rows, min(most, 1 << max(0, round(math.log2(work / cost)))))
 
     @property
     def spans_copies(self) -> bool:
@@ -275,7 +279,7 @@ class Engine:
                 and self.reduce is None and all(b.key_width == 0 for b in self.plan.branches))
 
     def fragment_cost(self, sample: Batch) -> float | None:
-        """Seconds of fragment work per tuple of ``sample`` (the better of two runs, after
+        """Seconds of fragment work per tuple of ``sample`` (the best of three runs, after
         the code is loaded); None if nothing of it reaches the fragment (push-up)."""
         self.warm_up(sample)
         if self.reduce is not None:
@@ -283,7 +287,7 @@ class Engine:
         if not len(sample):
             return None
         best = float("inf")
-        for _ in range(2):
+        for _ in range(3):
             t = time.perf_counter()
             self._fragment(0, sample, 0.0)
             best = min(best, time.perf_counter() - t)
