@@ -1,5 +1,7 @@
 """The engine against the reference evaluator: all eleven queries, any batching, any worker count."""
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -226,9 +228,11 @@ def test_a_run_batches_larger_where_that_costs_no_latency(tiny):
     assert engine.run_batch_rows(per_ms, None) == own  # nothing measured: its own
     cost = engine.fragment_cost(sample)
     assert 0 < cost < 1e-6
-    cheap = min(runtime.THROUGHPUT_BATCH, int(runtime.TASK_WORK_S / cost))
+    # the size from a cost (the probe's noise is test_a_runs_task_size_is_a_power_of_two...)
+    engine.fragment_cost = lambda batch: cost
+    cheap = min(runtime.THROUGHPUT_BATCH, 1 << round(math.log2(runtime.TASK_WORK_S / cost)))
     unpaced = engine.run_batch_rows(per_ms, None, sample)
-    assert unpaced >= own and abs(unpaced - max(own, cheap)) <= max(own, cheap) // 2
+    assert unpaced == max(own, cheap)
     assert engine.run_batch_rows(per_ms, 1e6, sample) == own  # 2,000 rows in 2 ms: its own
     fixed = Engine(queries.get("CM2"), ds.tables, EngineConfig(batch_rows=4000))
     assert fixed.run_batch_rows(per_ms, None, sample) == 4000
@@ -266,10 +270,11 @@ def test_a_global_aggregates_tasks_run_on_across_the_replayed_copies(tiny):
     sample = ReplaySource(ds, runtime.PROBE_ROWS).peek()
     engine = Engine(queries.get("SM"), ds.tables, EngineConfig())
     assert engine.spans_copies
-    cost = engine.fragment_cost(sample)
-    want = min(runtime.MAX_BATCH, int(runtime.GLOBAL_TASK_WORK_S / cost))
-    got = engine.run_batch_rows(per_ms, None, sample)
-    assert got > ds.rows and abs(got - want) <= want // 2
+    assert 0 < engine.fragment_cost(sample) < 1e-6
+    engine.fragment_cost = lambda batch: runtime.GLOBAL_TASK_WORK_S / (1 << 21)
+    assert engine.run_batch_rows(per_ms, None, sample) == 1 << 21 > 4 * ds.rows
+    engine.fragment_cost = lambda batch: 1e-12  # up to MAX_BATCH
+    assert engine.run_batch_rows(per_ms, None, sample) == runtime.MAX_BATCH
     assert not Engine(queries.get("CM2"), tiny["cm"].tables, EngineConfig()).spans_copies
     assert not Engine(queries.get("SG3"), tiny["sg"].tables, EngineConfig()).spans_copies
     assert not Engine(queries.get("SM"), ds.tables, EngineConfig(), push_up=True).spans_copies

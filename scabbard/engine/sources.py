@@ -112,10 +112,9 @@ class ReplaySource:
     def ranges(self) -> Iterator[tuple[int, int, int, int]]:
         """The stream's batches from ``start`` as ``(offset, row, n, copy)``: ``n`` tuples from
         row ``row`` of copy ``copy`` of the dataset (on into the next copies with ``span``),
-        at stream offset ``offset``.  Pure
-        arithmetic (no data is touched); it ends where the stream ends (``max_tuples``, or
-        one pass without ``loop``), never at ``duration``.  Parallel ingress
-        (:mod:`scabbard.engine.ingress`) deals them out to its partitions."""
+        at stream offset ``offset``.  Pure arithmetic (no data is touched); it ends where the
+        stream ends (``max_tuples``, or one pass without ``loop``), never at ``duration``.
+        Parallel ingress (:mod:`scabbard.engine.ingress`) deals them out to its partitions."""
         rows = self.table.rows
         offset = self.start
         while True:

@@ -115,8 +115,8 @@ def measure_engine(query: str, ds: Dataset, settings: Settings) -> list[dict]:
                     runs[w].append(run_query(q, ds, sink=NullSink(), config=config,
                                              duration=settings.seconds))
             for w, reports in runs.items():
-                tps = sorted(r.summary.tuples_per_s for r in reports)
-                r = sorted(reports, key=lambda r: r.summary.tuples_per_s)[(len(reports) - 1) // 2]
+                tps = sorted(reports, key=lambda r: r.summary.tuples_per_s)
+                r = tps[(len(tps) - 1) // 2]  # the median run (the lower of two middles)
                 s = r.summary
                 if s.tuples_per_s > best:
                     best, best_config = s.tuples_per_s, EngineConfig(
@@ -125,7 +125,8 @@ def measure_engine(query: str, ds: Dataset, settings: Settings) -> list[dict]:
                                  ds.schema.row_bytes, batch_rows=r.batch_rows,
                                  result_rows=s.result_rows, assembly=mode,
                                  ingress_partitions=n, rounds=len(reports),
-                                 min_tuples_per_s=tps[0], max_tuples_per_s=tps[-1]))
+                                 min_tuples_per_s=tps[0].summary.tuples_per_s,
+                                 max_tuples_per_s=tps[-1].summary.tuples_per_s))
     if settings.latency and best > 0:
         rate = settings.latency_fraction * best
         w = best_config.workers
