@@ -251,9 +251,9 @@ class Engine:
         (measured on ``sample``, the stream's first rows) to :data:`TASK_WORK_S` of its work
         (a global aggregate's: :data:`GLOBAL_TASK_WORK_S`), as a power of two, up to
         :data:`THROUGHPUT_BATCH` (:data:`MAX_BATCH`) - and with a rate only as far as a
-        batch fills in :data:`FILL_S`, so the larger tasks cost no latency.  Not where the size is set or
-        bounded otherwise (``batch_rows``, a stateless query, a state budget, the adaptive
-        variants)."""
+        batch fills in :data:`FILL_S`, so the larger tasks cost no latency.  Not where the
+        size is set or bounded otherwise (``batch_rows``, a stateless query, a state budget,
+        the adaptive variants)."""
         rows = self.batch_rows_for(tuples_per_ms)
         work, most = ((GLOBAL_TASK_WORK_S, MAX_BATCH) if self.spans_copies
                       else (TASK_WORK_S, THROUGHPUT_BATCH))
@@ -324,8 +324,13 @@ class Engine:
         elif len(batch.segments()) == 1 or not self.spans_copies:
             ts, shift = batch.event_time()
             ts = np.ascontiguousarray(ts)
-        t_first, t_last = (0, 0) if not n else batch.event_edges() if ts is None else (
-            int(ts[0]) + shift, int(ts[-1]) + shift)
+        # the first and last tuple's place on the windows' axis
+        if not n:
+            t_first = t_last = 0
+        elif self.plan.rows:
+            t_first, t_last = batch.offset, batch.end - 1
+        else:
+            t_first, t_last = batch.event_edges()
         parts = []
         for i, (b, rel_args) in enumerate(zip(self.plan.branches, self._relation_args,
                                               strict=True)):
