@@ -56,7 +56,13 @@ def test_rules_pick_the_papers_codecs():
     walk = ColumnProfile("int32")  # a slowly wandering reading: steps far narrower than values
     walk.add((10_000 + np.cumsum(np.random.default_rng(1).integers(-20, 21, 5000)))
              .astype(np.int32))
-    assert by_rules(walk, False, None).name == "delta_of_delta"
+    assert by_rules(walk, False, None).name == "delta"  # its steps, not their changes
+    counter = ColumnProfile("int64")  # steps that repeat: their changes cost a bit
+    counter.add(np.arange(10**6, 10**6 + 5000, dtype=np.int64))
+    assert by_rules(counter, False, None).name == "delta_of_delta"
+    jitter = ColumnProfile("int64")  # a clock read every 2-23 ms (SM): its steps
+    jitter.add(np.cumsum(np.random.default_rng(5).integers(2, 24, 5000)))
+    assert by_rules(jitter, True, None).name == "delta"
     noise = ColumnProfile("int32")
     noise.add(np.random.default_rng(2).integers(0, 1 << 14, 5000).astype(np.int32))
     assert by_rules(noise, False, None) == codec_class("ns_bit")(width=16)

@@ -18,8 +18,9 @@ from scabbard.compression import Codec, Unfit, codec_from_config, codec_from_par
 from scabbard.compression.base import column_shape, numpy_dtype
 
 GOLDEN = Path(__file__).parent / "golden" / "codecs"
-# the paper's Table 2 plus the decimal-precision lossy float and the library fallbacks
-EXPECTED = {"raw", "base_delta", "delta_of_delta", "ns_byte", "ns_bit", "simple8b", "varbyte",
+# the paper's Table 2 plus the decimal-precision lossy float, block-packed deltas and the
+# library fallbacks
+EXPECTED = {"raw", "base_delta", "delta_of_delta", "delta", "ns_byte", "ns_bit", "simple8b", "varbyte",
             "rle", "xor", "dictionary", "lossy_float", "snappy", "lz4"}
 
 EXAMPLES = [(cls.__name__, c) for cls in registered() for c in cls.examples()]

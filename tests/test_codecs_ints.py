@@ -28,6 +28,7 @@ from scabbard.compression import (
 from scabbard.compression.base import FLOAT, Codec
 from scabbard.compression.ints import (
     BaseDelta,
+    Delta,
     DeltaOfDelta,
     NullSuppressionBit,
     NullSuppressionByte,
@@ -119,6 +120,19 @@ def ref_dod(vals: list[int]) -> bytes:
     return vals[0].to_bytes(8, "little", signed=True) + (s.words() if s.n else b"")
 
 
+def ref_delta(vals: list[int]) -> bytes:
+    codes = [code(signed64(v - u), "int64") for u, v in zip(vals, vals[1:])]
+    blocks = [codes[k:k + 128] for k in range(0, len(codes), 128)]
+    widths = [max(b).bit_length() for b in blocks]
+    out = vals[0].to_bytes(8, "little", signed=True) + bytes(widths) + bytes(-len(widths) % 8)
+    for b, w in zip(blocks, widths):
+        s = Bits()
+        for c in b:
+            s.put(c, w)
+        out += s.words() if w else b""
+    return out
+
+
 S8 = [(60, 1), (30, 2), (20, 3), (15, 4), (12, 5), (10, 6), (8, 7), (7, 8), (6, 10), (5, 12),
       (4, 15), (3, 20), (2, 30), (1, 60)]  # selectors 2..15
 
@@ -175,6 +189,7 @@ def reference(codec: Codec, values: np.ndarray) -> bytes:
     dtype = values.dtype.name
     codes = [code(v, dtype) for v in vals] if vals is not None else None
     return {BaseDelta: lambda: ref_base_delta(vals), DeltaOfDelta: lambda: ref_dod(vals),
+            Delta: lambda: ref_delta(vals),
             NullSuppressionBit: lambda: ref_ns_bit(codes),
             NullSuppressionByte: lambda: ref_ns_byte(codes),
             Simple8b: lambda: ref_simple8b(codes), VarByte: lambda: ref_varbyte(codes),
@@ -198,7 +213,7 @@ def int_columns(dtype: str, max_size: int = 400):
             lambda d: (np.cumsum(np.array(d, np.int64)) + 10**6 * 3).astype(dt)))
 
 
-GENERIC = [BaseDelta(), DeltaOfDelta(), NullSuppressionBit(), NullSuppressionByte(), Simple8b(),
+GENERIC = [BaseDelta(), DeltaOfDelta(), Delta(), NullSuppressionBit(), NullSuppressionByte(), Simple8b(),
            VarByte(), RunLength(), RunLength(inner=Simple8b()), RunLength(inner=VarByte())]
 
 
@@ -269,6 +284,27 @@ def test_delta_of_delta_wraps_consistently_at_the_int64_extremes():
 
 
 # -- null suppression and base-delta: minimal widths, Unfit exactly past the width ------------
+# -- deltas in blocks ----------------------------------------------------------------------------
+def test_a_blocks_width_is_its_own_widest_step():
+    """The first value, one width byte per block of 128 steps, each block at its width."""
+    steps = np.r_[np.full(128, 3), np.full(128, -1000), np.zeros(128, np.int64), [7]]
+    v = np.cumsum(np.r_[[42], steps]).astype(np.int64)
+    payload = Delta().encode(v)
+    # zigzag 6 -> 3 bits, 1999 -> 11 bits, 0 -> 0 bits (no words), 14 -> 4 bits
+    assert payload[8:12].tolist() == [3, 11, 0, 4]
+    assert payload.nbytes == 8 + 8 + 8 * (2 * 3 + 2 * 11 + 0 + 1)
+    assert np.array_equal(Delta().decode(payload, len(v), "int64"), v)
+
+
+def test_a_random_walk_costs_its_steps_not_its_range_or_their_changes():
+    """SM's power readings wander (steps of sd ~20): block deltas beat both delta-of-delta
+    (the change of the steps is wider than the steps) and base-delta (the batch's range)."""
+    walk = (13_000 + np.cumsum(np.random.default_rng(4).normal(0, 20, 1 << 16))).astype(np.int32)
+    bits = {c.name: c.encode(walk).nbytes * 8 / len(walk)
+            for c in (Delta(), DeltaOfDelta(), BaseDelta())}
+    assert bits["delta"] < 8 < bits["delta_of_delta"] and bits["delta"] < bits["base_delta"] - 4
+
+
 @pytest.mark.parametrize("dtype", INT_DTYPES)
 @SEEDED
 @given(data=st.data())
@@ -436,7 +472,7 @@ def test_rle_params_keep_the_inner_codec():
 
 
 # -- damaged payloads: a CodecError, never a crash or a wrong-length column -------------------
-ALL = [c for cls in (BaseDelta, DeltaOfDelta, NullSuppressionBit, NullSuppressionByte, Simple8b,
+ALL = [c for cls in (BaseDelta, DeltaOfDelta, Delta, NullSuppressionBit, NullSuppressionByte, Simple8b,
                      VarByte, RunLength) for c in cls.examples()]
 
 

@@ -1,7 +1,7 @@
 """Integer codecs of the paper's Table 2 (§5, §5.1): base-delta, delta-of-delta, null
-suppression (byte- and bit-aligned) here; Simple-8b and Var-Byte in
+suppression (byte- and bit-aligned) and, beyond the table, block-packed deltas here; Simple-8b and Var-Byte in
 :mod:`scabbard.compression.varlen`, run-length encoding in :mod:`scabbard.compression.rle`.
-The payload layouts of all seven are below; shared code is in ``_intcore``.
+The payload layouts of all eight are below; shared code is in ``_intcore``.
 
 Every kernel sees ``int64`` arrays only: the public wrappers widen ``int32``/``uint32``
 columns (one compiled signature per kernel) and narrow the decoded column back.
@@ -19,6 +19,10 @@ Payload layouts (``n`` values; all multi-byte fields little-endian):
   all arithmetic wraps mod 2**64), each a prefix and a payload: ``0`` (the value 0, 1 bit),
   ``10`` + 3 bits, ``110`` + 7, ``1110`` + 12, ``11110`` + 32, ``11111`` + 64 (any value),
   prefix bits written first.
+* ``delta``: ``i64`` first value, then the ``b = ceil((n-1)/128)`` blocks' widths, one byte
+  each, zero-padded to whole words, then each block of (up to) 128 codes
+  ``zigzag(v[i]-v[i-1])`` (wrapping mod 2**64; zigzag for every dtype, as a step may be
+  negative) packed at its block's width, a block starting on a new word.
 * ``ns_byte``: ``u8 k, 7 zero bytes``, then every code in ``k`` bytes, ``k`` in 1, 2, 4, 8.
 * ``ns_bit``: ``u8 width, 7 zero bytes``, then the codes packed at ``width`` bits.
 * ``simple8b``: words with a selector in bits 60-63 and 60 payload bits: selector 0 = the
@@ -47,6 +51,7 @@ from scabbard.compression._intcore import (
     _code,
     _column,
     _header,
+    _mask,
     _min_max,
     _narrow,
     _ns_bit_decode,
@@ -263,6 +268,123 @@ class DeltaOfDelta(Codec):
         used = _dod_decode(words, out)
         if used < 0 or used > 64 * len(words) or (used + 63) // 64 != len(words):
             raise CodecError(f"{self.name}: {count} values do not fill the {p.nbytes} bytes")
+        return _narrow(out, dtype)
+
+
+# -- deltas packed in blocks (FastPFor's "delta + binary packing") ----------------------------
+DELTA_BLOCK = 128  # codes a width covers: 2 * width words when the block is full
+
+
+@kernel
+def _delta_encode(v, out):
+    """``out``: the first value, the block widths' words, the packed blocks; returns the
+    words used."""
+    n = v.shape[0]
+    out[0] = U64(v[0])
+    blocks = (n - 1 + DELTA_BLOCK - 1) // DELTA_BLOCK
+    head = 1 + (blocks + 7) // 8
+    for k in range(1, head):
+        out[k] = U64(0)
+    codes = np.empty(DELTA_BLOCK, np.uint64)
+    j = head
+    for b in range(blocks):
+        lo = 1 + b * DELTA_BLOCK
+        m = min(DELTA_BLOCK, n - lo)
+        seen = U64(0)
+        for i in range(m):
+            c = _zz_u(U64(v[lo + i]) - U64(v[lo + i - 1]))
+            codes[i] = c
+            seen |= c
+        width = bit_width(seen)
+        out[1 + b // 8] |= U64(width) << U64(8 * (b % 8))
+        if width == 0:
+            continue
+        acc = U64(0)
+        filled = 0
+        for i in range(m):
+            c = codes[i]
+            acc |= c << U64(filled)
+            filled += width
+            if filled >= 64:
+                out[j] = acc
+                j += 1
+                filled -= 64
+                acc = (c >> U64(width - filled)) if filled > 0 else U64(0)
+        if filled > 0:
+            out[j] = acc
+            j += 1
+    return j
+
+
+@kernel
+def _delta_decode(words, widths, out):
+    """Inverse of :func:`_delta_encode` (``widths`` checked and the payload's size with them)."""
+    n = out.shape[0]
+    prev = words[0]
+    out[0] = np.int64(prev)
+    j = 1 + (widths.shape[0] + 7) // 8
+    for b in range(widths.shape[0]):
+        lo = 1 + b * DELTA_BLOCK
+        m = min(DELTA_BLOCK, n - lo)
+        width = np.int64(widths[b])
+        if width == 0:
+            for i in range(m):
+                out[lo + i] = np.int64(prev)
+            continue
+        mask = _mask(width)
+        bit = 0
+        for i in range(m):
+            c = words[j] >> U64(bit)
+            if 64 - bit < width:
+                c |= words[j + 1] << U64(64 - bit)
+            prev += _unzz_u(c & mask)
+            out[lo + i] = np.int64(prev)
+            bit += width
+            if bit >= 64:
+                bit -= 64
+                j += 1
+        if bit > 0:
+            j += 1
+
+
+@register
+@dataclass(frozen=True)
+class Delta(Codec):
+    """Each value as its step from the one before, bit-packed in blocks of 128 at the block's
+    own width: a reading that wanders (a random walk: SM's power readings) costs the bits
+    of its steps, where base-delta pays for the batch's range and delta-of-delta for the
+    change of the steps (which is wider than the steps themselves for such a walk)."""
+
+    codec_id: ClassVar[int] = 13
+    name: ClassVar[str] = "delta"
+    accepts: ClassVar[frozenset[str]] = INTEGER
+
+    def encode(self, values: np.ndarray) -> np.ndarray:
+        v, _ = _column(self, values)
+        if not len(v):
+            return np.zeros(0, np.uint8)
+        blocks = -(-(len(v) - 1) // DELTA_BLOCK)
+        out = np.empty(1 + -(-blocks // 8) + packed_words(len(v) - 1, 64) + blocks, np.uint64)
+        used = _delta_encode(v, out)
+        return out[:used].copy().view(np.uint8)
+
+    def decode(self, payload: np.ndarray, count: int, dtype: str) -> np.ndarray:
+        if (p := _start(self, payload, count, dtype)) is None:
+            return np.zeros(0, numpy_dtype(dtype))
+        blocks = -(-(count - 1) // DELTA_BLOCK)
+        head = 1 + -(-blocks // 8)
+        if p.nbytes < 8 * head:
+            raise CodecError(f"{self.name}: payload of {p.nbytes} bytes, expected at least "
+                             f"{8 * head} for {count} values")
+        widths = np.array(p[8:8 + blocks], np.int64)
+        sizes = np.full(blocks, DELTA_BLOCK, np.int64)
+        if blocks:
+            sizes[-1] = count - 1 - DELTA_BLOCK * (blocks - 1)
+        if (widths > 64).any() or p.nbytes != 8 * (head + int(((sizes * widths + 63) // 64).sum())):
+            raise CodecError(f"{self.name}: {p.nbytes} bytes do not hold {count} values in "
+                             f"blocks of the widths they give")
+        out = np.empty(count, np.int64)
+        _delta_decode(_words(p, 0, p.nbytes // 8, self.name), widths, out)
         return _narrow(out, dtype)
 
 

@@ -24,12 +24,13 @@ import pandas as pd
 from scabbard.compression import Codec, codec_class
 from scabbard.experiments import finish, save_tables
 
-_INTS = ("integers, random", "integers, runs")
+_INTS = ("integers, random", "integers, runs", "integers, wandering")
 _TS = ("timestamps, regular", "timestamps, bursty")
 # codec family -> (encode MB/s per core, the data types it is meant for: where it is checked)
 TARGETS_MB_S = {"varbyte": (1000, _INTS), "ns_byte": (1000, _INTS), "ns_bit": (1000, _INTS),
                 "rle": (1000, ("integers, runs", "timestamps, bursty")),
                 "base_delta": (1000, _INTS + _TS), "delta_of_delta": (1000, _TS),
+                "delta": (1000, ("integers, wandering",)),
                 "simple8b": (300, _INTS), "xor": (300, ("floats, lossless", "floats, 2 decimals"))}
 
 
@@ -51,6 +52,8 @@ def data_types(rows: int, seed: int) -> dict[str, tuple[np.ndarray, list[Codec]]
     ts_bursty = 1_600_000_000_000 + np.cumsum(rng.random(rows) < 0.05).astype(np.int64)
     ints_random = rng.integers(0, 1 << 20, rows).astype(np.int64)
     ints_runs = np.repeat(rng.integers(0, 1000, rows // 20 + 1), 20)[:rows].astype(np.int64)
+    # a power reading (SM's mf01): a walk of steps of sd 20 around 13,000
+    ints_walk = (13_000 + np.cumsum(rng.normal(0, 20, rows))).astype(np.int64)
     walk = 20 + np.cumsum(rng.integers(-1, 2, rows)) * 0.01  # a 2-decimal sensor reading
     floats = np.round(walk, 2)
     noisy = walk + rng.normal(0, 1e-3, rows)
@@ -66,6 +69,7 @@ def data_types(rows: int, seed: int) -> dict[str, tuple[np.ndarray, list[Codec]]
         "timestamps, bursty": (ts_bursty, ts),
         "integers, random": (ints_random, ints),
         "integers, runs": (ints_runs, ints),
+        "integers, wandering": (ints_walk, [*ints, _c("delta"), _c("delta_of_delta")]),
         "floats, lossless": (noisy, [_c("xor"), _c("rle"), _c("dictionary"), *generic]),
         "floats, 2 decimals": (floats, [_c("xor"), _c("lossy_float", decimals=2),
                                         _c("lossy_float", decimals=2, inner=_c("delta_of_delta")),
