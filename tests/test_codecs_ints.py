@@ -121,11 +121,11 @@ def ref_dod(vals: list[int]) -> bytes:
 
 
 def ref_delta(vals: list[int]) -> bytes:
-    codes = [code(signed64(v - u), "int64") for u, v in zip(vals, vals[1:])]
+    codes = [code(signed64(v - u), "int64") for u, v in zip(vals, vals[1:], strict=False)]
     blocks = [codes[k:k + 128] for k in range(0, len(codes), 128)]
     widths = [max(b).bit_length() for b in blocks]
     out = vals[0].to_bytes(8, "little", signed=True) + bytes(widths) + bytes(-len(widths) % 8)
-    for b, w in zip(blocks, widths):
+    for b, w in zip(blocks, widths, strict=True):
         s = Bits()
         for c in b:
             s.put(c, w)
