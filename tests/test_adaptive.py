@@ -35,6 +35,10 @@ def test_profile_of_hand_checkable_columns():
     assert (p.min, p.max, p.rows, p.distinct) == (0, 45, 80, 10)
     assert p.avg_run == 8.0 and p.range_bits == 6 and p.value_bits == 7  # zigzag(45) = 90
     assert p.delta_bits == 4 and p.mean_step_bits == 4 * 9 / 79  # nine steps of 5 (zigzag 10)
+    # the block of 79 steps at its widest (4 bits); the steps' changes: each of the 9 jumps
+    # a +5 then a -5 (zigzag 10 and 9: '110' + 7 bits each), the other 61 a 0 (1 bit)
+    assert p.block_bits == 79 * 4
+    assert p.dod_bits == 9 * (10 + 10) + (79 - 18) * 1
     q = ColumnProfile("int64")
     q.add(np.arange(0, 1000, 10, dtype=np.int64))
     assert q.regular == 1.0 and q.avg_run == 1.0
@@ -43,6 +47,31 @@ def test_profile_of_hand_checkable_columns():
     assert f.decimals == 2 and (f.fmin, f.fmax) == (1.25, 3.5)
     f.add(np.array([np.nan]))
     assert f.decimals == -1  # a non-finite value: no decimal precision represents it
+
+
+@pytest.mark.parametrize("column", [
+    np.arange(0, 50_000, 7, dtype=np.int64),  # a counter
+    (10_000 + np.cumsum(np.random.default_rng(1).integers(-20, 21, 5000))).astype(np.int64),
+    np.random.default_rng(2).integers(0, 4, 5000).astype(np.int64),  # a lane taking turns
+    np.random.default_rng(3).integers(-(1 << 62), 1 << 62, 3000, dtype=np.int64),  # noise
+], ids=["counter", "walk", "lanes", "noise"])
+def test_the_profile_measures_the_step_codecs_sizes(column):
+    """What the rules weigh is what the codecs write: the payload less its first value, the
+    delta codec's width bytes and the last word's padding; batches add up."""
+    whole = ColumnProfile("int64")
+    block_bits = dod_bits = 0
+    for part in (column[:2000], column[2000:]):
+        p = ColumnProfile("int64")
+        p.add(part)
+        whole.add(part)
+        blocks = -(-(len(part) - 1) // 128)
+        delta = codec_class("delta")().encode(part).nbytes * 8 - 64 - 64 * -(-blocks // 8)
+        dod = codec_class("delta_of_delta")().encode(part).nbytes * 8 - 64
+        assert p.block_bits <= delta < p.block_bits + 64  # a partial last block rounds up
+        assert p.dod_bits <= dod < p.dod_bits + 64
+        block_bits, dod_bits = block_bits + p.block_bits, dod_bits + p.dod_bits
+    assert (whole.block_bits, whole.dod_bits) == (block_bits, dod_bits)
+    assert whole.delta_value_bits == block_bits / (len(column) - 2)
 
 
 def test_rules_pick_the_papers_codecs():
@@ -150,9 +179,12 @@ def test_a_stream_whose_codecs_change_reads_back_and_reopens(tmp_path):
             b = _batch(i * 500, 500, k_hi=100 if i < 6 else 1 << 25)
             bm.append(sid, b, i, compress=None if i % 5 == 4 else c).result()
             written.append(b)
-            if i in (2, 8):  # decisions: specialise on small k, then again on wide k
+            if i in (2, 8):  # decisions: specialise on small k, then again on mixed k
                 c.decide()
-    assert c.decisions == 2 and c.stats["k"].fallbacks >= 1 and len(c.swaps) == 3
+    # the clock (4 rows a tick) to deltas, k to ns_bit then deltas, u to a dictionary
+    assert [(s.column, s.codec.split("(")[0]) for s in c.swaps] == [
+        ("timestamp", "delta"), ("k", "ns_bit"), ("u", "dictionary"), ("k", "delta")]
+    assert c.decisions == 2 and c.stats["k"].fallbacks >= 1
     with BlockManager(tmp_path, cfg) as bm:
         sid = bm.stream("s", SCHEMA)
         back = list(bm.load(sid))

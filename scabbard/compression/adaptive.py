@@ -32,14 +32,7 @@ from scabbard.compression.profile import ColumnProfile
 
 SELECTORS = ("rules", "cost")
 RLE_MIN_RUN = 5.0  # the paper's rule: RLE once ceil(avg run) - 1 >= 5 (LightSaber)
-SMOOTH_MARGIN_BITS = 4  # integers whose steps take 4 bits less than their values (on mean): deltas
 TS_RLE_MIN_RUN = 16.0  # timestamps: delta-of-delta (1 bit per repeat) unless bursts are long
-# steps that repeat this often (zero delta-of-deltas: counters, clocks) cost delta-of-delta's
-# 1 bit; below it a wandering reading's own steps (block deltas) cost less than their changes.
-# Measured on the six workloads' columns (bits a value, delta / delta-of-delta): SM's power
-# readings (0.01-0.05 regular) 7.1 / 9.6, SM's jittered clock (0.06) 6.1 / 7.4, NEXMark's
-# auction (0.13) 8.1 / 10.6; LRB's vehicle (0.20) 15.4 / 12.2, CM's clock (0.49) 3.5 / 3.0
-REGULAR_STEPS = 0.15
 # floats of fewer distinct values than this: a dictionary (their bits, exact) and codes of at
 # most 12 bits, where XOR's leading and trailing zeros leave most of a value's bits (CM's cpu:
 # 8 levels, 0.375 against 2.07 bytes per row)
@@ -51,9 +44,21 @@ def _c(name: str, **kw) -> Codec:
     return codec_class(name)(**kw)
 
 
+def _bits(c: Codec, p: ColumnProfile) -> float:
+    """Bits a value of the column costs in ``c``: what the profile measured of the step
+    codecs, else the values' own width (a specialised width's headroom bit not counted:
+    steps are taken where they are narrower than the values, not to save that bit)."""
+    if c.name == "delta":
+        return p.delta_value_bits
+    if c.name == "delta_of_delta":
+        return p.dod_value_bits
+    return p.value_bits
+
+
 def _steps(p: ColumnProfile) -> Codec:
-    """A smooth column's codec: its steps' changes if the steps repeat, else its steps."""
-    return _c("delta_of_delta") if p.regular >= REGULAR_STEPS else _c("delta")
+    """A clock's codec: its steps' changes (regular intervals: a bit each) or its steps
+    (jitter), whichever costs less."""
+    return min((_c("delta_of_delta"), _c("delta")), key=lambda c: _bits(c, p))
 
 
 def _margin(bits: int) -> int:
@@ -72,9 +77,10 @@ def by_rules(p: ColumnProfile, timestamp: bool, lossy_decimals: int | None) -> C
         ns = _c("ns_bit", width=_margin(p.value_bits)) if p.value_bits < 60 else _c("simple8b")
         if runs:
             return _c("rle", inner=ns)
-        if p.mean_step_bits + SMOOTH_MARGIN_BITS <= p.value_bits:  # a slowly wandering reading
-            return _steps(p)
-        return ns
+        # the values, their steps (a reading that wanders, plugs taking turns) or their
+        # steps' changes (a counter, a clock): the fewest bits, as the profile measured the
+        # two step codecs exactly (ties to the values)
+        return min((ns, _c("delta"), _c("delta_of_delta")), key=lambda c: _bits(c, p))
     if p.dtype in FLOAT:
         if lossy_decimals is not None:
             return _c("lossy_float", decimals=lossy_decimals)

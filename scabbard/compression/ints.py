@@ -132,11 +132,11 @@ class BaseDelta(_Width):
 
 # -- delta-of-delta (Gorilla timestamps) --------------------------------------------------------
 # bucket t: prefix of t one bits and a zero (t < 5; '11111' for t = 5), then VLEN[t] bits
-_DOD_PLEN = np.array([1, 2, 3, 4, 5, 5], np.int64)
+DOD_PLEN = np.array([1, 2, 3, 4, 5, 5], np.int64)
 _DOD_PREFIX = np.array([0, 1, 3, 7, 15, 31], np.uint64)
-_DOD_VLEN = np.array([0, 3, 7, 12, 32, 64], np.int64)
-_DOD_MASK = np.array([(1 << b) - 1 for b in _DOD_VLEN], np.uint64)
-_DOD_BUCKET = np.array([0] + [1] * 3 + [2] * 4 + [3] * 5 + [4] * 20 + [5] * 32, np.int64)
+DOD_VLEN = np.array([0, 3, 7, 12, 32, 64], np.int64)
+_DOD_MASK = np.array([(1 << b) - 1 for b in DOD_VLEN], np.uint64)
+DOD_BUCKET = np.array([0] + [1] * 3 + [2] * 4 + [3] * 5 + [4] * 20 + [5] * 32, np.int64)
 
 
 @inline
@@ -165,11 +165,11 @@ def _dod_encode(v, out):
         c = _zz_u(d - pdelta)
         prev = x
         pdelta = d
-        t = _DOD_BUCKET[bit_width(c)]
+        t = DOD_BUCKET[bit_width(c)]
         if t < 5:
-            plen = _DOD_PLEN[t]
+            plen = DOD_PLEN[t]
             bits = _DOD_PREFIX[t] | (c << U64(plen))
-            nb = plen + _DOD_VLEN[t]
+            nb = plen + DOD_VLEN[t]
         else:  # the prefix alone, then the 64-bit code below
             bits = U64(31)
             nb = 5
@@ -227,7 +227,7 @@ def _dod_decode(words, out):
         if t < 5:
             plen = t + 1
             c = (win >> U64(plen)) & _DOD_MASK[t]
-            p += plen + _DOD_VLEN[t]
+            p += plen + DOD_VLEN[t]
         else:
             p += 5
             if p >= 64 * nw:

@@ -2,7 +2,8 @@
 
 Before a batch is persisted, :func:`profile_column` reads one column once and returns
 what the codec rules need: min/max, the bit width of the values, of the batch's range
-and of the steps between neighbours, the average run length, how regular the deltas are (share of zero
+and of the steps between neighbours, what the steps cost packed in blocks and their
+changes in delta-of-delta's prefix code (the two codecs' sizes, exactly), the average run length, how regular the deltas are (share of zero
 delta-of-deltas), an estimate of the distinct count, and for floats the number of
 decimals that represents every value exactly.  :class:`ColumnProfile` merges the
 batches profiled since the last decision (as LightSaber's ``addStatistics``: min of
@@ -17,6 +18,7 @@ import numpy as np
 
 from scabbard.compression._bits import U64, bit_width, zigzag
 from scabbard.compression.base import FLOAT
+from scabbard.compression.ints import DELTA_BLOCK, DOD_BUCKET, DOD_PLEN, DOD_VLEN
 from scabbard.kernels._jit import kernel
 
 DISTINCT_SLOTS = 4096  # distinct values counted exactly up to half of this, then "many"
@@ -26,13 +28,15 @@ MAX_DECIMALS = 6
 @kernel
 def _int_stats(v, slots):
     """One pass: min, max, OR of the values' and of the deltas' zigzag codes, the deltas' bit
-    widths summed, value changes,
-    zero delta-of-deltas, distinct values (exact up to len(slots)//2, else -1)."""
+    widths summed, the bits of the deltas packed in blocks (each at its widest) and of
+    the delta-of-deltas in their prefix code, value changes, zero delta-of-deltas, distinct values (exact up to len(slots)//2, else -1)."""
     n = v.shape[0]
     lo, hi = v[0], v[0]
     codes = U64(0)
     dcodes = U64(0)
     step_bits = 0
+    block_bits, block, in_block = 0, U64(0), 0
+    dod_bits = 0
     changes, dod_zero = 0, 0
     for i in range(slots.shape[0]):
         slots[i] = U64(0)
@@ -50,10 +54,17 @@ def _int_stats(v, slots):
             dz = zigzag(d)
             dcodes |= dz
             step_bits += bit_width(dz)
+            block |= dz
+            in_block += 1
+            if in_block == DELTA_BLOCK:
+                block_bits += DELTA_BLOCK * bit_width(block)
+                block, in_block = U64(0), 0
             if d != 0:
                 changes += 1
             if i > 1 and d == prev_d:
                 dod_zero += 1
+            t = DOD_BUCKET[bit_width(zigzag(d - prev_d))]  # the delta before the first: 0
+            dod_bits += DOD_PLEN[t] + DOD_VLEN[t]
             prev_d = d
         if used >= 0:  # a set of (value + 1) with 0 as empty; value -1 maps to a sentinel
             key = U64(x) + U64(1)
@@ -68,7 +79,8 @@ def _int_stats(v, slots):
                 used += 1
                 if used > cap:
                     used = -1
-    return lo, hi, codes, dcodes, step_bits, changes, dod_zero, used
+    block_bits += in_block * bit_width(block)
+    return lo, hi, codes, dcodes, step_bits, block_bits, dod_bits, changes, dod_zero, used
 
 
 @kernel
@@ -103,7 +115,9 @@ class ColumnProfile:
     value_bits: int = 0  # zigzag bit width of the widest value
     range_bits: int = 0  # widest in-batch range (max - min) in bits: base-delta's width
     delta_bits: int = 0  # zigzag bit width of the widest step between neighbours
-    step_bits: int = 0  # the steps' zigzag bit widths, summed (their mean: what deltas cost)
+    step_bits: int = 0  # the steps' zigzag bit widths, summed
+    block_bits: int = 0  # the steps packed in blocks at each block's widest: the delta codec
+    dod_bits: int = 0  # the steps' changes in delta-of-delta's prefix code
     changes: int = 0  # adjacent values that differ
     dod_zero: int = 0  # zero delta-of-deltas
     distinct: int = 0  # largest exact in-batch distinct count; -1 = many
@@ -119,6 +133,16 @@ class ColumnProfile:
     def mean_step_bits(self) -> float:
         """Mean bit width of the steps between neighbours (zigzag)."""
         return self.step_bits / max(1, self.rows - self.batches)
+
+    @property
+    def delta_value_bits(self) -> float:
+        """Bits a value in the ``delta`` codec (its steps in blocks; headers not counted)."""
+        return self.block_bits / max(1, self.rows - self.batches)
+
+    @property
+    def dod_value_bits(self) -> float:
+        """Bits a value in ``delta_of_delta`` (the first value's word not counted)."""
+        return self.dod_bits / max(1, self.rows - self.batches)
 
     @property
     def regular(self) -> float:
@@ -149,7 +173,7 @@ class ColumnProfile:
         else:
             bits = column.astype(np.int64, copy=False)
         slots = np.empty(DISTINCT_SLOTS, np.uint64)
-        lo, hi, codes, dcodes, steps, changes, dod_zero, used = _int_stats(
+        lo, hi, codes, dcodes, steps, blocks, dods, changes, dod_zero, used = _int_stats(
             np.ascontiguousarray(bits), slots)
         first = self.batches == 0
         self.min = int(lo) if first else min(self.min, int(lo))
@@ -158,6 +182,8 @@ class ColumnProfile:
         self.range_bits = max(self.range_bits, bit_width_of(int(hi) - int(lo)))
         self.delta_bits = max(self.delta_bits, bit_width_of(int(dcodes)))
         self.step_bits += int(steps)
+        self.block_bits += int(blocks)
+        self.dod_bits += int(dods)
         self.changes += int(changes)
         self.dod_zero += int(dod_zero)
         self.distinct = -1 if used < 0 or self.distinct < 0 else max(self.distinct, int(used))
