@@ -21,6 +21,8 @@ from scabbard.compression.base import FLOAT
 from scabbard.compression.ints import DELTA_BLOCK, DOD_BUCKET, DOD_PLEN, DOD_VLEN
 from scabbard.kernels._jit import kernel
 
+# bits of a delta-of-delta code by the bit width of its zigzag (prefix and payload)
+DOD_CODE_BITS = DOD_PLEN[DOD_BUCKET] + DOD_VLEN[DOD_BUCKET]
 DISTINCT_SLOTS = 4096  # distinct values counted exactly up to half of this, then "many"
 MAX_DECIMALS = 6
 
@@ -63,8 +65,7 @@ def _int_stats(v, slots):
                 changes += 1
             if i > 1 and d == prev_d:
                 dod_zero += 1
-            t = DOD_BUCKET[bit_width(zigzag(d - prev_d))]  # the delta before the first: 0
-            dod_bits += DOD_PLEN[t] + DOD_VLEN[t]
+            dod_bits += DOD_CODE_BITS[bit_width(zigzag(d - prev_d))]  # the first's: d - 0
             prev_d = d
         if used >= 0:  # a set of (value + 1) with 0 as empty; value -1 maps to a sentinel
             key = U64(x) + U64(1)
