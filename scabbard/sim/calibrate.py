@@ -262,58 +262,66 @@ def measure_persistence(query: str, scale: str = "small", data_dir: str | Path =
     kept to two decimals (``lossy``), as notebook 06's configurations do, or with the
     codecs the adaptive scheme picks for this data (``adaptive``: the paper's rules, §5.2,
     on a profile of the first batch; its profiling of every fourth batch counts)."""
-    from scabbard.compression.policy import Compression
-    from scabbard.engine.pushup import Reducer
     from scabbard.engine.sources import ReplaySource
-    from scabbard.query import optimize
-    from scabbard.storage import segment as seg_fmt
 
     ds, engine = _engine_and_data(query, scale, data_dir)
     rows = engine.batch_rows_for(ReplaySource(ds, 1).tuples_per_ms())
     full = engine.input_schema
     out = {}
     for scheme in schemes:
-        reduce = Reducer(optimize.push_up(engine.query.node)) \
-            if scheme.startswith("push-up") else None
-        schema = reduce.schema if reduce is not None else full
-        codecs = scheme.removeprefix("push-up").removeprefix("+") or "none"
-        comp = Compression.scheme(schema, codecs if codecs in ("none", "adaptive") else "default",
-                                  lossy_decimals=2 if codecs == "lossy" else None,
-                                  **({"interval": float("inf")} if codecs == "adaptive" else {}))
-        buf = None
-        acc = {"compress": 0.0, "encode": 0.0, "decode": 0.0, "bytes": 0, "n": 0}
-        for i, sb in enumerate(_replay(ds, rows, tasks + 1).batches()):
-            b, n_in = sb.batch, len(sb.batch)
-            t = time.thread_time()
-            if reduce is not None:
-                b = reduce(b)
-            stored = comp(b) if comp is not None else None
-            tc = time.thread_time() - t
-            n = seg_fmt.segment_length(b, 1, seg_fmt.PAGE, stored)
-            if buf is None or buf.nbytes < n:
-                buf = seg_fmt.aligned_empty(2 * n)
-                buf[:] = 0  # a recycled buffer, as the BlockManager's: no first-touch faults
-            t = time.thread_time()
-            seg = seg_fmt.encode(b, stream_id=1, epoch=1, batch_id=i, meta=np.zeros(1, np.uint64),
-                            out=buf, stored=stored)
-            te = time.thread_time() - t
-            t = time.thread_time()
-            seg_fmt.decode(seg, schema, copy=False)  # as the BlockManager reads
-            td = time.thread_time() - t
-            if i == 0:
-                if codecs == "adaptive":
-                    comp.decide()  # its picks, from the profile of this batch
-                continue  # warm-up
-            acc["compress"] += tc
-            acc["encode"] += te
-            acc["decode"] += td
-            acc["bytes"] += seg.nbytes
-            acc["n"] += n_in
-        n = acc["n"]
-        out[scheme] = {"stored_bytes_per_tuple": acc["bytes"] / n,
-                       "compress_ns": acc["compress"] / n * 1e9,
-                       "encode_ns": acc["encode"] / n * 1e9, "decode_ns": acc["decode"] / n * 1e9}
+        # twice, each time the least: a pass of a few ms per batch on a shared host can lose
+        # its core for a while (the codecs' cost is the least disturbed pass's)
+        passes = [_persist_pass(ds, engine, full, rows, tasks, scheme) for _ in range(2)]
+        out[scheme] = {k: min(p[k] for p in passes) for k in passes[0]}
     return out
+
+
+def _persist_pass(ds, engine, full, rows: int, tasks: int, scheme: str) -> dict:
+    """One pass of :func:`measure_persistence` over ``tasks`` batches (after one to warm)."""
+    from scabbard.compression.policy import Compression
+    from scabbard.engine.pushup import Reducer
+    from scabbard.query import optimize
+    from scabbard.storage import segment as seg_fmt
+
+    reduce = Reducer(optimize.push_up(engine.query.node)) \
+        if scheme.startswith("push-up") else None
+    schema = reduce.schema if reduce is not None else full
+    codecs = scheme.removeprefix("push-up").removeprefix("+") or "none"
+    comp = Compression.scheme(schema, codecs if codecs in ("none", "adaptive") else "default",
+                              lossy_decimals=2 if codecs == "lossy" else None,
+                              **({"interval": float("inf")} if codecs == "adaptive" else {}))
+    buf = None
+    acc = {"compress": 0.0, "encode": 0.0, "decode": 0.0, "bytes": 0, "n": 0}
+    for i, sb in enumerate(_replay(ds, rows, tasks + 1).batches()):
+        b, n_in = sb.batch, len(sb.batch)
+        t = time.thread_time()
+        if reduce is not None:
+            b = reduce(b)
+        stored = comp(b) if comp is not None else None
+        tc = time.thread_time() - t
+        n = seg_fmt.segment_length(b, 1, seg_fmt.PAGE, stored)
+        if buf is None or buf.nbytes < n:
+            buf = seg_fmt.aligned_empty(2 * n)
+            buf[:] = 0  # a recycled buffer, as the BlockManager's: no first-touch faults
+        t = time.thread_time()
+        seg = seg_fmt.encode(b, stream_id=1, epoch=1, batch_id=i, meta=np.zeros(1, np.uint64),
+                             out=buf, stored=stored)
+        te = time.thread_time() - t
+        t = time.thread_time()
+        seg_fmt.decode(seg, schema, copy=False)  # as the BlockManager reads
+        td = time.thread_time() - t
+        if i == 0:
+            if codecs == "adaptive":
+                comp.decide()  # its picks, from the profile of this batch
+            continue  # warm-up
+        acc["compress"] += tc
+        acc["encode"] += te
+        acc["decode"] += td
+        acc["bytes"] += seg.nbytes
+        acc["n"] += n_in
+    n = acc["n"]
+    return {"stored_bytes_per_tuple": acc["bytes"] / n, "compress_ns": acc["compress"] / n * 1e9,
+            "encode_ns": acc["encode"] / n * 1e9, "decode_ns": acc["decode"] / n * 1e9}
 
 
 # -- per query: checkpoints, state load, restart ------------------------------------------------------
