@@ -215,10 +215,10 @@ def test_bench_flags_reach_the_settings_and_bad_values_are_one_line(capsys):
 
     args = build_parser("bench").parse_args(
         ["bench", "kills", "--queries", "cm1", "lrb3", "--sinks", "transactional", "--kills",
-         "3", "--min", "0.5", "--max", "2"])
+         "3", "--min", "0.5", "--max", "2", "--compression-interval", "0.25"])
     s = bench._settings(kills.Settings, args)
-    assert (s.queries, s.sinks, s.kills, s.min_life, s.max_life) == (
-        ("CM1", "LRB3"), ("transactional",), 3, 0.5, 2.0)
+    assert (s.queries, s.sinks, s.kills, s.min_life, s.max_life, s.compression_interval) == (
+        ("CM1", "LRB3"), ("transactional",), 3, 0.5, 2.0, 0.25)
     assert main(["bench", "kills", "--kills", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("scabbard: error: ") and err.count("\n") == 1

@@ -49,6 +49,8 @@ _HELP = {
     "timeline_query": "the query whose key column moves out of the profiled range (Fig. 12)",
     "change_at": "wall seconds into the timeline run when the keys move",
     "recovery_query": "the query killed and recovered with generic and with adaptive kernels",
+    "compression_interval": "the adaptive compression's decision interval in every "
+                            "incarnation, s (its swaps and fallbacks within each life)",
     "checkpoint_mode": "checkpoint mode of every run: full, incremental (closed panes written "
                        "once) or eventual (CEC: pane units saved in steps between records)",
 }
@@ -343,7 +345,7 @@ def add(sub, full: bool = True) -> None:
         epilog="Exit status 1 if any configuration lost, duplicated or changed a result.")
     _options(kp, kills.Settings, "queries", "sinks", "kills", "reduce_every", "scale", "rate",
              "interval", "min_life", "max_life", "work", "seed", "placements",
-             "checkpoint_mode", out="bench-kills")
+             "checkpoint_mode", "compression_interval", out="bench-kills")
     kp.add_argument("--state-memory", dest="state_memory", type=parse_bytes, metavar="BYTES",
                     help="every incarnation's --state-memory: window state spilled beyond it, "
                          "the spilled units the checkpoint's state (e.g. 8M)")

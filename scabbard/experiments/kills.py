@@ -71,6 +71,10 @@ class Settings:
     checkpoint_mode: str = "full"  # of every configuration: full, incremental or eventual
     state_memory: int | None = None  # every incarnation's --state-memory (state spilled)
     adaptive_kernels: bool = False  # every incarnation's --adaptive-kernels (variant swaps)
+    # the adaptive compression's decision interval in every incarnation: well within its life,
+    # so that specialised codecs, their fallbacks and swaps are in the p-streams it leaves
+    # (the engine's default, 4 s, is longer than most lives: they persisted the first codecs)
+    compression_interval: float = 0.5
 
     def __post_init__(self) -> None:
         from scabbard.ft.panes import MODES
@@ -133,6 +137,7 @@ def run_one(cfg: Config, settings: Settings, rng: random.Random) -> dict:
     c = Controller(cfg.query, ds.path, work, max_tuples=n, batch=settings.batch,
                    rate=n / seconds, interval=settings.interval, sink=cfg.sink,
                    push_up=cfg.push_up, compression=cfg.compression,
+                   compression_interval=settings.compression_interval,
                    persist_at=cfg.persist_at, assembly=settings.assembly,
                    ingress_partitions=tuple(settings.ingress) or None,
                    checkpoint_mode=cfg.checkpoint_mode, state_memory=settings.state_memory,
