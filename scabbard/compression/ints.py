@@ -45,13 +45,12 @@ from typing import ClassVar
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from scabbard.compression._bits import U64, bit_width, packed_words
+from scabbard.compression._bits import U64, _pack, _unpack, bit_width, packed_words
 from scabbard.compression._intcore import (
     _check_width,
     _code,
     _column,
     _header,
-    _mask,
     _min_max,
     _narrow,
     _ns_bit_decode,
@@ -297,22 +296,8 @@ def _delta_encode(v, out):
             seen |= c
         width = bit_width(seen)
         out[1 + b // 8] |= U64(width) << U64(8 * (b % 8))
-        if width == 0:
-            continue
-        acc = U64(0)
-        filled = 0
-        for i in range(m):
-            c = codes[i]
-            acc |= c << U64(filled)
-            filled += width
-            if filled >= 64:
-                out[j] = acc
-                j += 1
-                filled -= 64
-                acc = (c >> U64(width - filled)) if filled > 0 else U64(0)
-        if filled > 0:
-            out[j] = acc
-            j += 1
+        _pack(codes[:m], width, out[j:])
+        j += (m * width + 63) // 64
     return j
 
 
@@ -323,28 +308,16 @@ def _delta_decode(words, widths, out):
     prev = words[0]
     out[0] = np.int64(prev)
     j = 1 + (widths.shape[0] + 7) // 8
+    codes = np.empty(DELTA_BLOCK, np.uint64)
     for b in range(widths.shape[0]):
         lo = 1 + b * DELTA_BLOCK
         m = min(DELTA_BLOCK, n - lo)
         width = np.int64(widths[b])
-        if width == 0:
-            for i in range(m):
-                out[lo + i] = np.int64(prev)
-            continue
-        mask = _mask(width)
-        bit = 0
+        _unpack(words[j:], m, width, codes)
+        j += (m * width + 63) // 64
         for i in range(m):
-            c = words[j] >> U64(bit)
-            if 64 - bit < width:
-                c |= words[j + 1] << U64(64 - bit)
-            prev += _unzz_u(c & mask)
+            prev += _unzz_u(codes[i])
             out[lo + i] = np.int64(prev)
-            bit += width
-            if bit >= 64:
-                bit -= 64
-                j += 1
-        if bit > 0:
-            j += 1
 
 
 @register
