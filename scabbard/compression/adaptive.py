@@ -32,7 +32,7 @@ from scabbard.compression.profile import ColumnProfile
 
 SELECTORS = ("rules", "cost")
 RLE_MIN_RUN = 5.0  # the paper's rule: RLE once ceil(avg run) - 1 >= 5 (LightSaber)
-TS_RLE_MIN_RUN = 16.0  # timestamps: delta-of-delta (1 bit per repeat) unless bursts are long
+TS_RLE_MIN_RUN = 16.0  # timestamps: their steps or the steps' changes unless bursts are long
 # floats of fewer distinct values than this: a dictionary (their bits, exact) and codes of at
 # most 12 bits, where XOR's leading and trailing zeros leave most of a value's bits (CM's cpu:
 # 8 levels, 0.375 against 2.07 bytes per row)

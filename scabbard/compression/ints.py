@@ -1,6 +1,7 @@
 """Integer codecs of the paper's Table 2 (§5, §5.1): base-delta, delta-of-delta, null
-suppression (byte- and bit-aligned) and, beyond the table, block-packed deltas here; Simple-8b and Var-Byte in
-:mod:`scabbard.compression.varlen`, run-length encoding in :mod:`scabbard.compression.rle`.
+suppression (byte- and bit-aligned) and, beyond the table, deltas packed in blocks here;
+Simple-8b and Var-Byte in :mod:`scabbard.compression.varlen`, run-length encoding in
+:mod:`scabbard.compression.rle`.
 The payload layouts of all eight are below; shared code is in ``_intcore``.
 
 Every kernel sees ``int64`` arrays only: the public wrappers widen ``int32``/``uint32``

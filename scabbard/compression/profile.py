@@ -2,10 +2,10 @@
 
 Before a batch is persisted, :func:`profile_column` reads one column once and returns
 what the codec rules need: min/max, the bit width of the values, of the batch's range
-and of the steps between neighbours, what the steps cost packed in blocks and their
-changes in delta-of-delta's prefix code (the two codecs' sizes, exactly), the average run length, how regular the deltas are (share of zero
-delta-of-deltas), an estimate of the distinct count, and for floats the number of
-decimals that represents every value exactly.  :class:`ColumnProfile` merges the
+and of the steps between neighbours, the bits of the steps packed in blocks and of their
+changes in delta-of-delta's prefix code (the two codecs' sizes, exactly), the average run
+length, how regular the deltas are (share of zero delta-of-deltas), an estimate of the
+distinct count, and for floats the number of decimals that represents every value exactly.  :class:`ColumnProfile` merges the
 batches profiled since the last decision (as LightSaber's ``addStatistics``: min of
 mins, max of maxes, the widest widths, mean run length).
 """
@@ -31,7 +31,8 @@ MAX_DECIMALS = 6
 def _int_stats(v, slots):
     """One pass: min, max, OR of the values' and of the deltas' zigzag codes, the deltas' bit
     widths summed, the bits of the deltas packed in blocks (each at its widest) and of
-    the delta-of-deltas in their prefix code, value changes, zero delta-of-deltas, distinct values (exact up to len(slots)//2, else -1)."""
+    the delta-of-deltas in their prefix code, value changes, zero delta-of-deltas, distinct
+    values (exact up to len(slots)//2, else -1)."""
     n = v.shape[0]
     lo, hi = v[0], v[0]
     codes = U64(0)
