@@ -144,6 +144,16 @@ def test_machine_durability_survives_crash_states_with_parallel_ingress(tiny, qu
     assert "3 ingress partitions" in rep.summary()
 
 
+def test_machine_durability_survives_crash_states_with_the_adaptive_codecs(tiny):
+    """SM after push-up with the adaptive codecs re-picked at every batch of the recorded run
+    (its clock and power readings go to deltas in blocks): every explored machine crash,
+    segments torn or dropped, recovers exactly."""
+    s = Settings("SM", sink="clocked", durability="machine", states=30, tuples=30_000, seed=11,
+                 push_up=True, compression="adaptive")
+    rep = Explorer(s, tiny["sm"]).explore()
+    assert rep.explored == 30 and rep.ok, rep.summary()
+
+
 def test_process_durability_is_shown_to_lose_results_after_a_machine_crash(tiny):
     """The explorer can fail: with nothing flushed, states where a record outlives the state
     or output it names exist, and recovery from them is wrong."""

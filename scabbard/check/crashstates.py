@@ -59,6 +59,9 @@ class Settings:
     workers: int = 2
     push_up: bool = False
     compression: str = "none"
+    # the adaptive compression decides at every batch: the recorded run (a second or less)
+    # holds every codec its rules pick, their swaps and fallbacks, as the same data gives
+    compression_interval: float = 1e-6
     persist_at: tuple[str, ...] = ()  # p-streams between operators (--persist-at)
     ingress_partitions: int = 1  # the source read by this many threads (parallel ingress)
     checkpoint_mode: str = "full"  # or incremental, eventual (--checkpoint-mode)
@@ -147,6 +150,7 @@ class Explorer:
                            durability=None if recover else self.s.durability,
                            push_up=self.s.push_up, persist_at=self.s.persist_at,
                            compression=None if recover else self.s.compression,
+                           compression_interval=self.s.compression_interval,
                            checkpoint_mode=None if recover else self.s.checkpoint_mode, **kw)
 
     def expected(self) -> pd.DataFrame:

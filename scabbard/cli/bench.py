@@ -49,8 +49,9 @@ _HELP = {
     "timeline_query": "the query whose key column moves out of the profiled range (Fig. 12)",
     "change_at": "wall seconds into the timeline run when the keys move",
     "recovery_query": "the query killed and recovered with generic and with adaptive kernels",
-    "compression_interval": "the adaptive compression's decision interval in every "
-                            "incarnation, s (its swaps and fallbacks within each life)",
+    "compression_interval": "the adaptive compression's decision interval, s (in a kill "
+                            "campaign: in every incarnation, its swaps and fallbacks within "
+                            "each life)",
     "checkpoint_mode": "checkpoint mode of every run: full, incremental (closed panes written "
                        "once) or eventual (CEC: pane units saved in steps between records)",
 }
@@ -180,7 +181,7 @@ def add(sub, full: bool = True) -> None:
         "ingest.png.",
         _run_bench_ingest)
     _options(ip, ingest.Settings, "queries", "seconds", "scale", "with_query", "peers",
-             "reduced", "ingress", out="bench-ingest")
+             "reduced", "ingress", "compression_interval", out="bench-ingest")
     cp = _bench(
         bsub, "checkpoints",
         "Table 4: per query throughput without FT, with checkpoints, with full FT "

@@ -47,7 +47,8 @@ def add_parser(subparsers) -> None:
                    help="the recorded run's durability (default machine)")
     c.add_argument("--push-up", action="store_true", help="persistence push-up (§3.4)")
     c.add_argument("--compression", choices=("none", "default", "adaptive"), default="none",
-                   help="compress the persisted input (§5)")
+                   help="compress the persisted input (§5); adaptive: its codecs re-picked at "
+                        "every batch of the recorded run")
     c.add_argument("--persist-at", metavar="EDGE[,EDGE]",
                    help="p-streams between operators besides the ingress (operator ids, or "
                         "output: before the sink), as 'scabbard run --persist-at'")
