@@ -32,6 +32,11 @@ from scabbard.compression.profile import ColumnProfile
 
 SELECTORS = ("rules", "cost")
 RLE_MIN_RUN = 5.0  # the paper's rule: RLE once ceil(avg run) - 1 >= 5 (LightSaber)
+# steps are stored where they save a whole bit a value against the values' own width: a
+# smaller saving is not worth delta-of-delta's CPU (3x null suppression's to encode: CM's
+# category 2.75 bits against 3 cost its persisted ingest 20%) nor the specialised codec the
+# values would get (with its headroom bit, never counted here)
+STEP_SAVING_BITS = 1.0
 TS_RLE_MIN_RUN = 16.0  # timestamps: their steps or the steps' changes unless bursts are long
 # floats of fewer distinct values than this: a dictionary (their bits, exact) and codes of at
 # most 12 bits, where XOR's leading and trailing zeros leave most of a value's bits (CM's cpu:
@@ -46,12 +51,11 @@ def _c(name: str, **kw) -> Codec:
 
 def _bits(c: Codec, p: ColumnProfile) -> float:
     """Bits a value of the column costs in ``c``: what the profile measured of the step
-    codecs, else the values' own width (a specialised width's headroom bit not counted:
-    steps are taken where they are narrower than the values, not to save that bit)."""
+    codecs (with :data:`STEP_SAVING_BITS` to beat), else the values' own width."""
     if c.name == "delta":
-        return p.delta_value_bits
+        return p.delta_value_bits + STEP_SAVING_BITS
     if c.name == "delta_of_delta":
-        return p.dod_value_bits
+        return p.dod_value_bits + STEP_SAVING_BITS
     return p.value_bits
 
 
@@ -79,7 +83,7 @@ def by_rules(p: ColumnProfile, timestamp: bool, lossy_decimals: int | None) -> C
             return _c("rle", inner=ns)
         # the values, their steps (a reading that wanders, plugs taking turns) or their
         # steps' changes (a counter, a clock): the fewest bits, as the profile measured the
-        # two step codecs exactly (ties to the values)
+        # two step codecs exactly (a step codec must save a whole bit; ties to the values)
         return min((ns, _c("delta"), _c("delta_of_delta")), key=lambda c: _bits(c, p))
     if p.dtype in FLOAT:
         if lossy_decimals is not None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scabbard.compression._bits import U64, bit_width, zigzag
-from scabbard.compression.base import FLOAT
+from scabbard.compression.base import FLOAT, INTEGER
 from scabbard.compression.ints import DELTA_BLOCK, DOD_BUCKET, DOD_PLEN, DOD_VLEN
 from scabbard.kernels._jit import kernel
 
@@ -28,10 +28,11 @@ MAX_DECIMALS = 6
 
 
 @kernel
-def _int_stats(v, slots):
+def _int_stats(v, slots, codecs):
     """One pass: min, max, OR of the values' and of the deltas' zigzag codes, the deltas' bit
     widths summed, the bits of the deltas packed in blocks (each at its widest) and of
-    the delta-of-deltas in their prefix code, value changes, zero delta-of-deltas, distinct
+    the delta-of-deltas in their prefix code (``codecs``: integers only; 0 for floats, whose
+    rules never weigh them), value changes, zero delta-of-deltas, distinct
     values (exact up to len(slots)//2, else -1)."""
     n = v.shape[0]
     lo, hi = v[0], v[0]
@@ -57,16 +58,17 @@ def _int_stats(v, slots):
             dz = zigzag(d)
             dcodes |= dz
             step_bits += bit_width(dz)
-            block |= dz
-            in_block += 1
-            if in_block == DELTA_BLOCK:
-                block_bits += DELTA_BLOCK * bit_width(block)
-                block, in_block = U64(0), 0
+            if codecs:
+                block |= dz
+                in_block += 1
+                if in_block == DELTA_BLOCK:
+                    block_bits += DELTA_BLOCK * bit_width(block)
+                    block, in_block = U64(0), 0
+                dod_bits += DOD_CODE_BITS[bit_width(zigzag(d - prev_d))]  # the first's: d - 0
             if d != 0:
                 changes += 1
             if i > 1 and d == prev_d:
                 dod_zero += 1
-            dod_bits += DOD_CODE_BITS[bit_width(zigzag(d - prev_d))]  # the first's: d - 0
             prev_d = d
         if used >= 0:  # a set of (value + 1) with 0 as empty; value -1 maps to a sentinel
             key = U64(x) + U64(1)
@@ -176,7 +178,7 @@ class ColumnProfile:
             bits = column.astype(np.int64, copy=False)
         slots = np.empty(DISTINCT_SLOTS, np.uint64)
         lo, hi, codes, dcodes, steps, blocks, dods, changes, dod_zero, used = _int_stats(
-            np.ascontiguousarray(bits), slots)
+            np.ascontiguousarray(bits), slots, self.dtype in INTEGER)
         first = self.batches == 0
         self.min = int(lo) if first else min(self.min, int(lo))
         self.max = int(hi) if first else max(self.max, int(hi))
