@@ -179,11 +179,11 @@ def test_a_stream_whose_codecs_change_reads_back_and_reopens(tmp_path):
             b = _batch(i * 500, 500, k_hi=100 if i < 6 else 1 << 25)
             bm.append(sid, b, i, compress=None if i % 5 == 4 else c).result()
             written.append(b)
-            if i in (2, 8):  # decisions: specialise on small k, then again on mixed k
+            if i in (2, 8):  # decisions: specialise on small k, then again on wide k
                 c.decide()
-    # the clock (4 rows a tick) to deltas, k to ns_bit then deltas, u to a dictionary
+    # the clock (4 rows a tick) to deltas, k to ns_bit twice (its width), u to a dictionary
     assert [(s.column, s.codec.split("(")[0]) for s in c.swaps] == [
-        ("timestamp", "delta"), ("k", "ns_bit"), ("u", "dictionary"), ("k", "delta")]
+        ("timestamp", "delta"), ("k", "ns_bit"), ("u", "dictionary"), ("k", "ns_bit")]
     assert c.decisions == 2 and c.stats["k"].fallbacks >= 1
     with BlockManager(tmp_path, cfg) as bm:
         sid = bm.stream("s", SCHEMA)

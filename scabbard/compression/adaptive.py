@@ -178,7 +178,7 @@ class AdaptiveCompression(Compression):
         with self._lock:  # profiling and decisions one batch at a time; encoding in parallel
             if self._seen % self.profile_every == 0 and len(batch):
                 for p, col in zip(self.profiles, batch.columns, strict=True):
-                    p.add(col)
+                    p.add(col, step_codecs=False)  # those: once, when it decides
                 self._last = batch
             self._seen += 1
             if time.monotonic() - self._decided_at >= self.interval and self._last is not None:
@@ -192,6 +192,8 @@ class AdaptiveCompression(Compression):
             if p.rows == 0:
                 continue
             ts = i == 0 and self.schema.stream
+            if p.dtype in INTEGER and p.step_batches == 0:
+                p.add_steps(self._last.columns[i])
             if self.selector == "rules":
                 pick = by_rules(p, ts, self.lossy_decimals)
             else:

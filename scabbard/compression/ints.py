@@ -46,7 +46,8 @@ from typing import ClassVar
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from scabbard.compression._bits import U64, _pack, _unpack, bit_width, packed_words
+from scabbard.compression import _bits
+from scabbard.compression._bits import U64, bit_width, packed_words
 from scabbard.compression._intcore import (
     _check_width,
     _code,
@@ -297,7 +298,7 @@ def _delta_encode(v, out):
             seen |= c
         width = bit_width(seen)
         out[1 + b // 8] |= U64(width) << U64(8 * (b % 8))
-        _pack(codes[:m], width, out[j:])
+        _bits._pack(codes[:m], width, out[j:])
         j += (m * width + 63) // 64
     return j
 
@@ -314,7 +315,7 @@ def _delta_decode(words, widths, out):
         lo = 1 + b * DELTA_BLOCK
         m = min(DELTA_BLOCK, n - lo)
         width = np.int64(widths[b])
-        _unpack(words[j:], m, width, codes)
+        _bits._unpack(words[j:], m, width, codes)
         j += (m * width + 63) // 64
         for i in range(m):
             prev += _unzz_u(codes[i])

@@ -2,12 +2,13 @@
 
 Before a batch is persisted, :func:`profile_column` reads one column once and returns
 what the codec rules need: min/max, the bit width of the values, of the batch's range
-and of the steps between neighbours, the bits of the steps packed in blocks and of their
-changes in delta-of-delta's prefix code (the two codecs' sizes, exactly), the average run
-length, how regular the deltas are (share of zero delta-of-deltas), an estimate of the
-distinct count, and for floats the number of decimals that represents every value exactly.  :class:`ColumnProfile` merges the
+and of the steps between neighbours, the average run length, how regular the deltas are
+(share of zero delta-of-deltas), an estimate of the distinct count, and for floats the
+number of decimals that represents every value exactly.  :class:`ColumnProfile` merges the
 batches profiled since the last decision (as LightSaber's ``addStatistics``: min of
-mins, max of maxes, the widest widths, mean run length).
+mins, max of maxes, the widest widths, mean run length).  For an integer column it also
+measures what the two step codecs would write (:meth:`ColumnProfile.add_steps`, a second
+pass: the adaptive scheme makes it on one batch when it decides, not on every profiled one).
 """
 
 from __future__ import annotations
@@ -28,19 +29,15 @@ MAX_DECIMALS = 6
 
 
 @kernel
-def _int_stats(v, slots, codecs):
+def _int_stats(v, slots):
     """One pass: min, max, OR of the values' and of the deltas' zigzag codes, the deltas' bit
-    widths summed, the bits of the deltas packed in blocks (each at its widest) and of
-    the delta-of-deltas in their prefix code (``codecs``: integers only; 0 for floats, whose
-    rules never weigh them), value changes, zero delta-of-deltas, distinct
-    values (exact up to len(slots)//2, else -1)."""
+    widths summed, value changes,
+    zero delta-of-deltas, distinct values (exact up to len(slots)//2, else -1)."""
     n = v.shape[0]
     lo, hi = v[0], v[0]
     codes = U64(0)
     dcodes = U64(0)
     step_bits = 0
-    block_bits, block, in_block = 0, U64(0), 0
-    dod_bits = 0
     changes, dod_zero = 0, 0
     for i in range(slots.shape[0]):
         slots[i] = U64(0)
@@ -58,13 +55,6 @@ def _int_stats(v, slots, codecs):
             dz = zigzag(d)
             dcodes |= dz
             step_bits += bit_width(dz)
-            if codecs:
-                block |= dz
-                in_block += 1
-                if in_block == DELTA_BLOCK:
-                    block_bits += DELTA_BLOCK * bit_width(block)
-                    block, in_block = U64(0), 0
-                dod_bits += DOD_CODE_BITS[bit_width(zigzag(d - prev_d))]  # the first's: d - 0
             if d != 0:
                 changes += 1
             if i > 1 and d == prev_d:
@@ -83,8 +73,26 @@ def _int_stats(v, slots, codecs):
                 used += 1
                 if used > cap:
                     used = -1
-    block_bits += in_block * bit_width(block)
-    return lo, hi, codes, dcodes, step_bits, block_bits, dod_bits, changes, dod_zero, used
+    return lo, hi, codes, dcodes, step_bits, changes, dod_zero, used
+
+
+@kernel
+def _step_bits(v):
+    """The bits of the steps packed in blocks (each at its widest: the ``delta`` codec) and
+    of their changes in delta-of-delta's prefix code, the payloads' headers not counted."""
+    block_bits, block, in_block = 0, U64(0), 0
+    dod_bits = 0
+    prev_d = np.int64(0)
+    for i in range(1, v.shape[0]):
+        d = v[i] - v[i - 1]
+        block |= zigzag(d)
+        in_block += 1
+        if in_block == DELTA_BLOCK:
+            block_bits += DELTA_BLOCK * bit_width(block)
+            block, in_block = U64(0), 0
+        dod_bits += DOD_CODE_BITS[bit_width(zigzag(d - prev_d))]  # the first's: d - 0
+        prev_d = d
+    return block_bits + in_block * bit_width(block), dod_bits
 
 
 @kernel
@@ -122,6 +130,8 @@ class ColumnProfile:
     step_bits: int = 0  # the steps' zigzag bit widths, summed
     block_bits: int = 0  # the steps packed in blocks at each block's widest: the delta codec
     dod_bits: int = 0  # the steps' changes in delta-of-delta's prefix code
+    step_rows: int = 0  # ... over the steps of this many rows' batches (add_steps)
+    step_batches: int = 0
     changes: int = 0  # adjacent values that differ
     dod_zero: int = 0  # zero delta-of-deltas
     distinct: int = 0  # largest exact in-batch distinct count; -1 = many
@@ -141,22 +151,25 @@ class ColumnProfile:
     @property
     def delta_value_bits(self) -> float:
         """Bits a value in the ``delta`` codec (its steps in blocks; headers not counted)."""
-        return self.block_bits / max(1, self.rows - self.batches)
+        return self.block_bits / max(1, self.step_rows - self.step_batches)
 
     @property
     def dod_value_bits(self) -> float:
         """Bits a value in ``delta_of_delta`` (the first value's word not counted)."""
-        return self.dod_bits / max(1, self.rows - self.batches)
+        return self.dod_bits / max(1, self.step_rows - self.step_batches)
 
     @property
     def regular(self) -> float:
         """Share of delta-of-deltas that are zero (1.0: fixed intervals)."""
         return self.dod_zero / max(1, self.rows - 2 * self.batches)
 
-    def add(self, column: np.ndarray) -> None:
+    def add(self, column: np.ndarray, step_codecs: bool = True) -> None:
+        """Profile one batch's column (``step_codecs``: an integer column's too)."""
         n = len(column)
         if n == 0:
             return
+        if step_codecs and self.dtype in INTEGER:
+            self.add_steps(column)
         if self.dtype == "uuid":
             bits = np.ascontiguousarray(column).view(np.int64).reshape(n, 2)[:, 0] ^ \
                 np.ascontiguousarray(column).view(np.int64).reshape(n, 2)[:, 1]
@@ -177,8 +190,8 @@ class ColumnProfile:
         else:
             bits = column.astype(np.int64, copy=False)
         slots = np.empty(DISTINCT_SLOTS, np.uint64)
-        lo, hi, codes, dcodes, steps, blocks, dods, changes, dod_zero, used = _int_stats(
-            np.ascontiguousarray(bits), slots, self.dtype in INTEGER)
+        lo, hi, codes, dcodes, steps, changes, dod_zero, used = _int_stats(
+            np.ascontiguousarray(bits), slots)
         first = self.batches == 0
         self.min = int(lo) if first else min(self.min, int(lo))
         self.max = int(hi) if first else max(self.max, int(hi))
@@ -186,13 +199,22 @@ class ColumnProfile:
         self.range_bits = max(self.range_bits, bit_width_of(int(hi) - int(lo)))
         self.delta_bits = max(self.delta_bits, bit_width_of(int(dcodes)))
         self.step_bits += int(steps)
-        self.block_bits += int(blocks)
-        self.dod_bits += int(dods)
         self.changes += int(changes)
         self.dod_zero += int(dod_zero)
         self.distinct = -1 if used < 0 or self.distinct < 0 else max(self.distinct, int(used))
         self.rows += n
         self.batches += 1
+
+    def add_steps(self, column: np.ndarray) -> None:
+        """What ``delta`` and ``delta_of_delta`` would write of an integer column (exactly,
+        less their headers), added to the profile's."""
+        if len(column) == 0:
+            return
+        blocks, dods = _step_bits(np.ascontiguousarray(column.astype(np.int64, copy=False)))
+        self.block_bits += int(blocks)
+        self.dod_bits += int(dods)
+        self.step_rows += len(column)
+        self.step_batches += 1
 
 
 def bit_width_of(u: int) -> int:
