@@ -12,10 +12,21 @@ source         the replay source cuts a batch (the dispatcher  tuple
                or ``ingress``)
 dispatch       the dispatcher takes one task from its feed     tuple (source
                and hands it out (everything on its thread)     tuples it stands for)
+stage          the dispatcher's share of persisting a batch:   tuple
+               its p-unit appended to the ingress p-stream
+               (inside ``dispatch``)
 ingress        an ingress partition cuts one of its batches    tuple
                and hands it to the preparation pool
 append         an ingress partition's turn: the batch staged   tuple
                in order (appended to the ingress p-stream)
+pushup         persistence push-up's selection and projection  source tuple
+               of a batch, before it is persisted
+profile        adaptive compression's statistics of a batch    tuple
+               and its decisions (one batch at a time)
+compress       a batch's columns compressed                    tuple
+encode         a batch encoded as a segment (copied and        tuple
+               checksummed into its aligned buffer)
+write          one write of the group-commit writer            byte
 fragment       a worker runs a task's fragment function        tuple
 boundary       a worker computes the windows between two       tuple of the later
                long tasks                                      task
@@ -23,9 +34,13 @@ assembly       the ordered assembly of one task (serial;       tuple
                boundaries it computes itself included)
 partition      a partition of a partitioned assembly run on    nothing (0): its
                a pool thread (the first runs in ``assembly``)  task's assembly counts
-compress       a batch's columns compressed                    tuple
-encode         a batch encoded as a segment                    tuple
-write          one write of the group-commit writer            byte
+sink           results handed to the exactly-once sink (on     result row
+               the assembling thread: inside ``assembly``)
+checkpoint     a checkpoint's steps after its state p-units     nothing (0)
+               were acknowledged, on the controller's thread:
+               the sink's epoch prepared, the record written,
+               committed, released (its snapshot is taken in
+               ``assembly``; its state p-units are ``encode``)
 =============  ==============================================  ===================
 
     span = timers.start()
@@ -35,14 +50,17 @@ write          one write of the group-commit writer            byte
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from contextlib import contextmanager
 from typing import Protocol
 
-PARTS = ("source", "dispatch", "ingress", "append", "fragment", "boundary", "assembly",
-         "partition", "compress", "encode", "write")
-NESTED = ("source",)  # timed inside another part (``dispatch`` or ``ingress``): not added up
+PARTS = ("source", "dispatch", "stage", "ingress", "append", "pushup", "profile", "compress",
+         "encode", "write", "fragment", "boundary", "assembly", "partition", "sink",
+         "checkpoint")
+# timed inside another part (``dispatch``, ``ingress`` or ``assembly``): not added up
+NESTED = ("source", "stage", "sink")
 
 
 class Recorder(Protocol):
@@ -67,6 +85,9 @@ def recording(recorder: Recorder):
     finally:
         with _lock:
             _recorder = None
+        close = getattr(recorder, "close", None)
+        if close is not None:
+            close()
 
 
 def start() -> tuple[float, float] | None:
@@ -84,3 +105,50 @@ def stop(span: tuple[float, float] | None, part: str, count: int, long: bool = F
     rec = _recorder
     if rec is not None:
         rec.record(part, cpu, wall, count, long)
+
+
+class Totals:
+    """A :class:`Recorder` that keeps each part's sums: CPU seconds, wall seconds, calls and
+    what they counted; and the process's CPU time over the recording (:meth:`process_s`).
+    ``with timers.recording(Totals()) as t: ...``, then :meth:`per_tuple`."""
+
+    def __init__(self):
+        self.cpu_s = dict.fromkeys(PARTS, 0.0)
+        self.wall_s = dict.fromkeys(PARTS, 0.0)
+        self.calls = dict.fromkeys(PARTS, 0)
+        self.counts = dict.fromkeys(PARTS, 0)
+        self._lock = threading.Lock()
+        self._cpu0 = _process_cpu_s()
+        self._cpu1: float | None = None
+
+    def record(self, part: str, cpu_s: float, wall_s: float, count: int, long: bool) -> None:
+        with self._lock:
+            self.cpu_s[part] += cpu_s
+            self.wall_s[part] += wall_s
+            self.calls[part] += 1
+            self.counts[part] += count
+
+    def close(self) -> None:
+        """The recording ended (the process's CPU time is read up to now)."""
+        self._cpu1 = _process_cpu_s()
+
+    @property
+    def process_s(self) -> float:
+        """CPU seconds the whole process spent from this recorder's creation to :meth:`close`
+        (or now): every thread, timed parts or not."""
+        return (self._cpu1 if self._cpu1 is not None else _process_cpu_s()) - self._cpu0
+
+    def per_tuple(self, tuples: int) -> dict[str, float]:
+        """Nanoseconds of CPU per *input* tuple of each part, nested parts included (they are
+        also inside the part that calls them), and ``other``: the process's CPU outside every
+        part (queues, bookkeeping, the metrics thread, start and end of the run)."""
+        n = max(1, tuples)
+        out = {p: self.cpu_s[p] / n * 1e9 for p in PARTS}
+        timed = sum(self.cpu_s[p] for p in PARTS if p not in NESTED)
+        out["other"] = max(0.0, self.process_s - timed) / n * 1e9
+        return out
+
+
+def _process_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system

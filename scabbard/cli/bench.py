@@ -54,16 +54,22 @@ _HELP = {
                             "each life)",
     "checkpoint_mode": "checkpoint mode of every run: full, incremental (closed panes written "
                        "once) or eventual (CEC: pane units saved in steps between records)",
+    "worker_counts": "numbers of workers measured side by side",
+    "configs": "configurations measured side by side: no_ft (results dropped), no_ft_written "
+               "(results to a Parquet file), checkpoints (state only), ft_raw (input persisted "
+               "raw), scabbard (push-up + adaptive codecs)",
 }
 _FLAGS = {"with_query": "--no-query", "batch_kib": "--batch-kb", "min_life": "--min",
-          "max_life": "--max", "seconds": "--duration", "data_dir": "--data-root"}
+          "max_life": "--max", "seconds": "--duration", "data_dir": "--data-root",
+          "worker_counts": "--workers"}
 _ALIASES = {"seconds": "--seconds", "data_dir": "--data-dir"}  # the old spellings, hidden
 _CHOICES = {"scale": ("tiny", "small", "full"), "sinks": ("clocked", "transactional"),
             "placements": ("alternate", "all", "none"),
             "checkpoint_mode": ("full", "incremental", "eventual"),
             "systems": ("engine", "engine-spill", "engine-ft", "engine-ft-spill", "spark-rocksdb",
                         "flink-rocksdb"),
-            "variants": ("generic", "instrumented", "adaptive")}
+            "variants": ("generic", "instrumented", "adaptive"),
+            "configs": ("no_ft", "no_ft_written", "checkpoints", "ft_raw", "scabbard")}
 
 
 def _options(p, settings, *names: str, out: str | None = None, **defaults) -> None:
@@ -184,18 +190,26 @@ def add(sub, full: bool = True) -> None:
              "reduced", "ingress", "compression_interval", out="bench-ingest")
     cp = _bench(
         bsub, "checkpoints",
-        "Table 4: per query throughput without FT, with checkpoints, with full FT "
-        "(process and machine durability)",
-        "Per query on its dataset, back to back: the query without fault tolerance, with "
-        "its state checkpointed every --interval seconds (input not persisted: the paper's "
-        "Scabbard-Chk), and with checkpoints plus the persisted input - once with process "
-        "durability (survives kill -9) and once with machine durability (survives power "
-        "loss: fdatasync before every acknowledgement and record).  Prints throughput, "
-        "overheads, what machine durability costs, state size and checkpoint time beside "
-        "the paper's Table 4.  Writes results.csv, runs.csv and checkpointing.png to --output.",
+        "Table 4 and Fig. 7a: per query and worker count, throughput without FT (results "
+        "dropped, and written to a file), with checkpoints only, with full FT on raw input, "
+        "and as Scabbard (push-up + adaptive codecs); the CPU of every part per input tuple",
+        "Per query on its dataset, back to back and interleaved over --rounds, on 1 and 2 "
+        "workers: the query without fault tolerance (results dropped; and written to a "
+        "Parquet file - the fair baseline), with its state checkpointed every --interval "
+        "seconds (input not persisted: the paper's Scabbard-Chk), and fully fault-tolerant "
+        "(checkpoints, the input persisted, results through the clocked exactly-once sink, "
+        "machine durability: fdatasync before every acknowledgement and record) - with raw "
+        "input and as the paper's Scabbard (persistence push-up and the adaptive codecs).  "
+        "Prints the medians: throughput, the overheads against no FT writing its results, "
+        "2 workers over 1, bytes persisted per input tuple, checkpoint time and state size "
+        "beside the paper's Table 4, and each part's CPU in ns per input tuple (dispatch, "
+        "stage, push-up, profile, compress, encode, fragment, boundary, assembly, sink, "
+        "checkpoint, other).  Writes results.csv, parts.csv, runs.csv and checkpointing.png "
+        "to --output.",
         _run_bench_checkpoints)
-    _options(cp, checkpointing.Settings, "queries", "seconds", "interval", "rounds", "scale",
-             out="bench-checkpoints", rounds=2)
+    _options(cp, checkpointing.Settings, "queries", "seconds", "interval", "worker_counts",
+             "configs", "compression_interval", "rounds", "scale", out="bench-checkpoints",
+             rounds=2)
     ic = _bench(
         bsub, "incremental",
         "Table 4 with full and incremental checkpoints side by side (issue 18)",
@@ -401,12 +415,22 @@ def _run_bench_checkpoints(args) -> int:
     settings = _settings(exp.Settings, args)
     runs = exp.run(settings, log=lambda s: print(s, flush=True))
     table = exp.summary(runs)
-    print("\n" + table.round(3).to_string(index=False))
+    with pd_wide():
+        print("\n" + table.round(3).T.to_string(header=False))
+        print("\nCPU per input tuple, ns (medians):\n"
+              + exp.parts(runs).round(2).to_string(index=False))
     print(exp.headline(table))
     csv = exp.save(runs, args.out)
     exp.plot(table, args.out)
     print(f"\nresults: {csv}, figure: {Path(args.out) / 'checkpointing.png'}")
     return 0
+
+
+def pd_wide():
+    """pandas prints a wide table whole (no wrapping, every column)."""
+    import pandas as pd
+
+    return pd.option_context("display.width", 250, "display.max_columns", None)
 
 
 def _run_bench_incremental(args) -> int:

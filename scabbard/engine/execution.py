@@ -237,6 +237,7 @@ class Execution:
             we = cols["window_end"]
         n = len(we)
         if n:
+            span = timers.start()
             batch = self.engine._result_batch(cols)
             self.clock = dict(clock, input_end=clock.get("input_end", 0),
                               window_end=int(we[-1]))
@@ -246,6 +247,7 @@ class Execution:
                 self.sink.write_clocked(batch, self.clock, we)
             else:
                 self.sink.write_clocked(batch, self.clock)
+            timers.stop(span, "sink", n)
         return n
 
     def _ready(self) -> TaskResult | None:

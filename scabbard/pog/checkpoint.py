@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from scabbard import timers
 from scabbard.errors import Failure
 from scabbard.faults import crashpoint
 from scabbard.pog.markers import Marker, MarkerKind
@@ -435,6 +436,7 @@ class CheckpointController:
 
     def _complete(self, cid: int, snap: Snapshot, parts: list, nbytes: int,
                   started: float) -> None:
+        span = timers.start()
         try:
             self._step(cid, Status.STATE_WRITTEN)  # every state p-unit acknowledged
             # Step 4: phase 1 - the epoch's output durable, not visible
@@ -469,6 +471,8 @@ class CheckpointController:
         except BaseException as e:  # noqa: BLE001
             self._fail(e, cid)
             return
+        finally:
+            timers.stop(span, "checkpoint", 0)
         with self._lock:
             self.current = None
             self._idle.notify_all()
