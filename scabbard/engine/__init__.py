@@ -18,7 +18,7 @@ from pathlib import Path
 
 from scabbard.data import Dataset
 from scabbard.engine.metrics import Metrics, Summary, read_metrics
-from scabbard.engine.runtime import PROBE_ROWS, Engine, EngineConfig, RunReport
+from scabbard.engine.runtime import Engine, EngineConfig, RunReport
 from scabbard.engine.sinks import CollectSink, CSVSink, NullSink, ParquetSink, Sink, sink_for
 from scabbard.engine.sources import ArraySource, ReplaySource
 from scabbard.query import Query
@@ -47,8 +47,7 @@ def run_query(query: Query, dataset: Dataset, sink: Sink | None = None,
         raise ValueError(f"{query.name} reads {query.source.schema.name!r} data, but the dataset "
                          f"holds {dataset.schema.name!r}")
     engine = Engine(query, dataset.tables, config, push_up=push_up)
-    probe = ReplaySource(dataset, PROBE_ROWS)  # the stream's first rows: the fragment timed
-    batch_rows = engine.run_batch_rows(probe.tuples_per_ms(), rate, probe.peek())
+    batch_rows = engine.task_rows(dataset, rate)
     if loop is None:
         loop = duration is not None or max_tuples is not None
     if source is None:

@@ -270,18 +270,46 @@ class Engine:
         # and its +-15% from run to run would otherwise give every run its own task size
         return max(rows, min(most, 1 << max(0, round(math.log2(work / cost)))))
 
+    def task_rows(self, dataset, rate: float | None = None, most: int | None = None) -> int:
+        """A run's tuples per task: the one sizing rule of every mode - in memory, with the
+        input persisted, fault-tolerant - so that the modes of a query run the same tasks.
+        :meth:`run_batch_rows` on the stream's first :data:`PROBE_ROWS` rows (the windows'
+        panes, raised to :data:`TASK_WORK_S` of fragment work where the fragment is cheap),
+        at most ``most`` (a persisted task's input is one p-unit: it must fit a pool
+        file), as a power of two when it was cut to that."""
+        from scabbard.engine.sources import ReplaySource  # sources import this module
+
+        probe = ReplaySource(dataset, PROBE_ROWS)
+        rows = self.run_batch_rows(probe.tuples_per_ms(), rate, probe.peek())
+        if most is not None and rows > most:
+            rows = 1 << max(0, int(most).bit_length() - 1)
+        return rows
+
+    def unit_rows(self, file_bytes: int, data_start: int) -> int:
+        """The most tuples a p-unit of this engine's input holds in a pool file of
+        ``file_bytes`` (its data from ``data_start``): the columns as stored raw (push-up's
+        schema when it runs; compressed p-units are smaller, and a codec never stores more
+        than raw), less a page for the segment's header and padding."""
+        from scabbard.storage.segment import PAGE
+
+        return max(1024, (file_bytes - data_start - 2 * PAGE) // self.input_schema.payload_bytes)
+
     @property
     def spans_copies(self) -> bool:
         """The fragment reads a batch part by part, so a replayed small dataset's batches
         may run on across its copies (:class:`~scabbard.batch.SpanBatch`): every branch a
-        global aggregate over event time, no push-up before the engine, generic kernels."""
+        global aggregate over event time, generic kernels.  (With push-up the fragment sees
+        what the reducer kept, made whole by it; a writer copies a span batch's pieces.)"""
         return (bool(self.plan.branches) and self.adaptive is None and not self.plan.rows
-                and self.reduce is None and all(b.key_width == 0 for b in self.plan.branches))
+                and all(b.key_width == 0 for b in self.plan.branches))
 
     def fragment_cost(self, sample: Batch) -> float | None:
-        """Seconds of fragment work per tuple of ``sample`` (the best of three runs, after
-        the code is loaded); None if nothing of it reaches the fragment (push-up)."""
+        """Seconds of fragment work per *source* tuple of ``sample`` (the best of three runs,
+        after the code is loaded): with push-up the fragment sees only what it kept, so a
+        selective push-up makes a source tuple cheap.  None if nothing of it reaches the
+        fragment."""
         self.warm_up(sample)
+        n = len(sample)
         if self.reduce is not None:
             sample = self.reduce(sample)
         if not len(sample):
@@ -291,7 +319,7 @@ class Engine:
             t = time.perf_counter()
             self._fragment(0, sample, 0.0)
             best = min(best, time.perf_counter() - t)
-        return max(best, 1e-9) / len(sample)
+        return max(best, 1e-9) / n
 
     def _per_unit(self, b, tuples_per_ms: float | None = None) -> float:
         """Input tuples per unit of branch ``b``'s window axis: per ms of event time, or one
@@ -321,7 +349,7 @@ class Engine:
             ts, shift = np.arange(batch.offset, batch.end, dtype=np.int64), 0
         elif self.adaptive is not None:
             ts, shift = np.ascontiguousarray(batch.timestamps), 0
-        elif len(batch.segments()) == 1 or not self.spans_copies:
+        elif len(batch.segments()) == 1:
             ts, shift = batch.event_time()
             ts = np.ascontiguousarray(ts)
         # the first and last tuple's place on the windows' axis

@@ -201,10 +201,12 @@ def run_persisted(query: Query, dataset: Dataset, storage: str | Path | None,
                          f"holds {dataset.schema.name!r}")
     engine = Engine(query, dataset.tables, config, push_up=push_up)
     if source is None:
-        source = ReplaySource(dataset, engine.batch_rows_for(ReplaySource(dataset, 1)
-                                                             .tuples_per_ms()),
-                              rate=rate, duration=duration, max_tuples=max_tuples,
-                              loop=duration is not None or max_tuples is not None)
+        layout = storage_config or StorageConfig()
+        most = engine.unit_rows(layout.file_bytes, layout.data_start) if storage else None
+        source = ReplaySource(dataset, engine.task_rows(dataset, rate, most), rate=rate,
+                              duration=duration, max_tuples=max_tuples,
+                              loop=duration is not None or max_tuples is not None,
+                              span=engine.spans_copies)
     metrics = Metrics(dataset.schema.row_bytes, metrics_log, engine.config.metrics_interval,
                       on_sample)
     if storage is None:

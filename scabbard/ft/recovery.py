@@ -256,11 +256,11 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
             "checkpoint_mode": ft.checkpoint_mode,
             "state_memory": budget}
     if not recover:  # a new run: the defaults
-        # a task's input is one p-unit of the ingress p-stream: it fits a pool file
-        fits = (storage_config.file_bytes // 2) // dataset.schema.row_bytes
+        # the tasks of the query in memory (one sizing rule), each task's input one p-unit
+        # of the ingress p-stream: it fits a pool file
         want.update(
-            batch_rows=min(engine.batch_rows_for(ReplaySource(dataset, 1).tuples_per_ms()),
-                           max(1024, fits)),
+            batch_rows=engine.task_rows(dataset, rate, engine.unit_rows(
+                storage_config.file_bytes, storage_config.data_start)),
             persist_input=persist_input is not False, compression=compression or "none",
             durability=want["durability"] or Durability.MACHINE.value,
             checkpoint_mode=ft.checkpoint_mode or "full",
@@ -345,7 +345,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         source_start = _source_position(ingress) if persist_input else (replay_from or 0)
         source = ReplaySource(dataset, run["batch_rows"], rate=run["rate"], duration=duration,
                               max_tuples=run["max_tuples"], loop=run.get("loop", True),
-                              start=source_start, started_at=run["started_at"])
+                              start=source_start, started_at=run["started_at"],
+                              span=engine.spans_copies)
         if wrap_source is not None:
             source = wrap_source(source)
         feed = engine.feed(source)
@@ -378,7 +379,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
             write_atomic(io, storage / RUN_FILE,
                          json.dumps(dict(run, completed=time.time()), indent=1).encode(), durable)
         return FTReport(report, list(controller.stats.completed),
-                        resume[0].id if resume else None, replay_from, damage, loaded, mode)
+                        resume[0].id if resume else None, replay_from, damage, loaded, mode,
+                        bm.bytes_written)
 
 
 def _resume(storage: Path, store: CheckpointStore, state: QueryState, bm: BlockManager,
@@ -433,6 +435,7 @@ class FTReport:
     # recovering: state bytes, panes and pane-unit runs loaded, load ms, input tuples replayed
     loaded: dict = field(default_factory=dict)
     checkpoint_mode: str = "full"
+    written_bytes: int = 0  # segment bytes the run's storage acknowledged (input, state, edges)
 
     @property
     def state_bytes_written(self) -> int:
