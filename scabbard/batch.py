@@ -69,8 +69,44 @@ class Batch:
 
     @property
     def column_bytes(self) -> int:
-        """Size in memory: the bytes of its columns."""
-        return sum(c.nbytes for c in self.columns)
+        """Size in memory: the bytes of its columns (nothing deferred is made)."""
+        return sum(self.column_nbytes())
+
+    def column_nbytes(self) -> tuple[int, ...]:
+        """Each column's bytes, without making a deferred column."""
+        return tuple(c.nbytes for c in self.columns)
+
+    def column_parts(self, i: int) -> list[tuple[np.ndarray, int]]:
+        """Column ``i`` as consecutive zero-copy pieces ``(array, add)``: its values are the
+        arrays one after the other, ``add`` added to each value of its piece (a replayed
+        copy's deferred timestamp shift; 0 elsewhere) - what a writer copies from without
+        making the column."""
+        return [(self.columns[i], 0)]
+
+    def at(self, offset: int) -> Batch:
+        """The same tuples at stream offset ``offset`` (zero-copy; nothing deferred is made)."""
+        return Batch(self.schema, self.columns, offset)
+
+    def select(self, schema: Schema, indices: Sequence[int]) -> Batch:
+        """Columns ``indices`` as a batch of ``schema`` (zero-copy; a deferred shift stays
+        deferred: the timestamp, column 0, must stay column 0)."""
+        return Batch(schema, tuple(self.columns[i] for i in indices), self.offset)
+
+    def column_array(self, i: int) -> np.ndarray:
+        """Column ``i`` as one array, made from its pieces if it is deferred or in pieces
+        (only this column: a reader of a few columns makes no other)."""
+        parts = self.column_parts(i)
+        if len(parts) == 1 and not parts[0][1]:
+            return parts[0][0]
+        out = np.empty((len(self),) + parts[0][0].shape[1:], parts[0][0].dtype)
+        at = 0
+        for a, add in parts:
+            if add:
+                np.add(a, add, out=out[at:at + len(a)])
+            else:
+                out[at:at + len(a)] = a
+            at += len(a)
+        return out
 
     def column(self, name: str) -> np.ndarray:
         return self.columns[self.schema.index(name)]
@@ -146,6 +182,25 @@ class ReplayBatch(Batch):
     def __len__(self) -> int:
         return len(self._raw[0])
 
+    def column_nbytes(self) -> tuple[int, ...]:
+        return tuple(c.nbytes for c in self._raw)  # the shift changes no size: nothing made
+
+    def column_parts(self, i: int) -> list[tuple[np.ndarray, int]]:
+        if i == 0 and self._columns is None:
+            return [(self._raw[0], self._shift)]
+        return [(self.columns[i] if i == 0 else self._raw[i], 0)]
+
+    def at(self, offset: int) -> Batch:
+        b = ReplayBatch(self.schema, self._raw, offset, self._shift)
+        object.__setattr__(b, "_columns", self._columns)
+        return b
+
+    def select(self, schema: Schema, indices: Sequence[int]) -> Batch:
+        if self._columns is not None or not indices or indices[0] != 0:
+            return super().select(schema, indices)
+        return ReplayBatch(schema, tuple(self._raw[i] for i in indices), self.offset,
+                           self._shift)
+
     def column(self, name: str) -> np.ndarray:
         i = self.schema.index(name)
         return self.columns[0] if i == 0 else self._raw[i]
@@ -190,6 +245,25 @@ class SpanBatch(Batch):
 
     def segments(self) -> tuple[Batch, ...]:
         return self._parts
+
+    def column_nbytes(self) -> tuple[int, ...]:
+        per = [p.column_nbytes() for p in self._parts]
+        return tuple(sum(x) for x in zip(*per, strict=True))
+
+    def column_parts(self, i: int) -> list[tuple[np.ndarray, int]]:
+        if self._columns is not None:
+            return [(self._columns[i], 0)]
+        return [piece for p in self._parts for piece in p.column_parts(i)]
+
+    def at(self, offset: int) -> Batch:
+        b = SpanBatch(self.schema, self._parts, offset)
+        object.__setattr__(b, "_columns", self._columns)
+        return b
+
+    def select(self, schema: Schema, indices: Sequence[int]) -> Batch:
+        if self._columns is not None:
+            return super().select(schema, indices)
+        return SpanBatch(schema, [p.select(schema, indices) for p in self._parts], self.offset)
 
 
 def uuid_hex(col: np.ndarray) -> np.ndarray:

@@ -27,6 +27,7 @@ from scabbard.compression.base import FLOAT, INTEGER, Codec, Unfit, codec_class,
 from scabbard.schema import Schema
 
 SCHEMES = ("none", "default", "adaptive")
+RAW = codec_class("raw")()
 ADAPTIVE: list[type] = []  # the adaptive scheme's class, registered by its module
 
 
@@ -43,6 +44,24 @@ def generic_codec(dtype: str, timestamp: bool = False) -> Codec:
 
 def lossy_codec(decimals: int) -> Codec:
     return codec_class("lossy_float")(decimals=decimals)
+
+
+class RawColumn:
+    """A column stored as it is, by reference: its pieces ``[(array, add)]`` (see
+    :meth:`scabbard.batch.Batch.column_parts`), copied once - by the segment that stores
+    them - instead of made into one array first.  ``nbytes``: what it stores."""
+
+    __slots__ = ("parts", "nbytes")
+
+    def __init__(self, parts):
+        self.parts = list(parts)
+        self.nbytes = sum(a.nbytes for a, _ in self.parts)
+
+    def array(self) -> np.ndarray:
+        """The column as one array (its pieces joined, their shifts added)."""
+        if len(self.parts) == 1 and not self.parts[0][1]:
+            return self.parts[0][0]
+        return np.concatenate([a + add if add else a for a, add in self.parts])
 
 
 @dataclass
@@ -90,7 +109,8 @@ class Compression:
             self.fallbacks = tuple(generic_codec(f.dtype, i == 0 and self.schema.stream)
                                    for i, f in enumerate(self.schema.fields))
         self.stats = {f.name: ColumnStats() for f in self.schema.fields}
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the codecs (swaps) and a subclass's own state
+        self._stats_lock = threading.Lock()
 
     @classmethod
     def scheme(cls, schema: Schema, name: str = "default", lossy_decimals: int | None = None,
@@ -127,27 +147,38 @@ class Compression:
         if self.on_event is not None:
             self.on_event("codec", column=column, codec=str(codec), reason=reason)
 
-    def __call__(self, batch) -> list[tuple[Codec, np.ndarray]]:
+    def __call__(self, batch) -> list[tuple[Codec, np.ndarray | RawColumn]]:
+        """Each column's ``(codec, payload)``; a column stored raw is a :class:`RawColumn`
+        (its pieces where they are: the segment copies them once, a deferred timestamp
+        shift added as it copies), so a batch's columns are never made to be stored."""
         span = timers.start()
         codecs = self.codecs
         out = []
-        for f, col, chosen, generic in zip(self.schema.fields, batch.columns, codecs,
-                                           self.fallbacks, strict=True):
+        for i, (f, chosen, generic) in enumerate(zip(self.schema.fields, codecs, self.fallbacks,
+                                                     strict=True)):
             st = self.stats[f.name]
             t0 = time.perf_counter()
             codec = chosen
-            try:
-                payload = codec.encode(col)
-            except Unfit as e:  # deoptimisation: this batch with the generic codec
-                codec, payload = generic, generic.encode(col)
-                with self._lock:
-                    st.fallbacks += 1
-                if self.on_event is not None:
-                    self.on_event("fallback", column=f.name, codec=str(chosen), to=str(generic),
-                                  why=str(e))
-            with self._lock:  # batches may be compressed by several threads at once
+            if codec.codec_id == RAW.codec_id:
+                payload = RawColumn(batch.column_parts(i))
+                raw_bytes = payload.nbytes
+            else:
+                col = batch.column_array(i)
+                raw_bytes = col.nbytes
+                try:
+                    payload = codec.encode(col)
+                except Unfit as e:  # deoptimisation: this batch with the generic codec
+                    codec, payload = generic, generic.encode(col)
+                    with self._stats_lock:
+                        st.fallbacks += 1
+                    if self.on_event is not None:
+                        self.on_event("fallback", column=f.name, codec=str(chosen),
+                                      to=str(generic), why=str(e))
+                if payload.nbytes > raw_bytes:  # never more than the values: a p-unit fits
+                    codec, payload = RAW, RawColumn([(col, 0)])  # its file, whatever the data
+            with self._stats_lock:  # batches may be compressed by several threads at once
                 st.seconds += time.perf_counter() - t0
-                st.raw_bytes += col.nbytes
+                st.raw_bytes += raw_bytes
                 st.stored_bytes += payload.nbytes
                 st.batches += 1
             out.append((codec, payload))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scabbard import timers
 from scabbard.batch import Batch
 from scabbard.compression.base import FLOAT
 from scabbard.compression.policy import Compression
@@ -31,16 +32,45 @@ class Reducer:
         src = pushup.source
         self._keep = [src.index(c) for c in pushup.columns]
         self._reads = sorted(pushup.predicate.columns()) if pushup.predicate is not None else []
+        # what it keeps of every tuple is a zero-copy view (the timestamp stays first, so a
+        # replayed copy's deferred shift stays deferred)
+        self._view = not src.stream or (bool(self._keep) and self._keep[0] == 0)
 
     def __call__(self, batch: Batch) -> Batch:
-        cols = [batch.columns[i] for i in self._keep]
+        """The kept attributes of the surviving tuples: the predicate evaluated on the columns
+        it reads, the survivors' rows numbered once, and each kept column gathered by those
+        numbers (numpy's boolean indexing cost 3.6-5.6 ns a tuple here; a gather ~0.2), a
+        replayed copy's deferred timestamp shift added to the survivors only.  Only the kept
+        and read columns are made; where every tuple survives, nothing is (a zero-copy view
+        of the kept columns: the codecs and the segment read them where they are)."""
+        span = timers.start()
+        rows = None
         if self.pushup.predicate is not None and len(batch):
             src = batch.schema
-            env = {c: batch.columns[src.index(c)] for c in self._reads}
+            env = {c: batch.column_array(src.index(c)) for c in self._reads}
             mask = np.broadcast_to(eval_numpy(self.pushup.predicate, env, src), (len(batch),))
             if not mask.all():
-                cols = [c[mask] for c in cols]
-        return Batch(self.schema, tuple(np.ascontiguousarray(c) for c in cols), batch.offset)
+                rows = np.flatnonzero(mask)
+        if rows is None and self._view:  # a projection: the kept columns as they are
+            out = batch.select(self.schema, self._keep)
+        else:
+            cols = [batch.column_array(i) if rows is None else _gather(batch, i, rows)
+                    for i in self._keep]
+            out = Batch(self.schema, tuple(np.ascontiguousarray(c) for c in cols), batch.offset)
+        timers.stop(span, "pushup", len(batch))
+        return out
+
+
+def _gather(batch: Batch, i: int, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` of column ``i`` (a deferred shift added to them alone)."""
+    parts = batch.column_parts(i)
+    if len(parts) > 1:
+        return batch.column_array(i).take(rows, axis=0)
+    a, add = parts[0]
+    out = a.take(rows, axis=0)
+    if add:
+        out += add
+    return out
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
+from scabbard import timers
 from scabbard.batch import Batch
 from scabbard.pog.markers import Marker, MarkerKind
 from scabbard.pog.pstream import PStream
@@ -51,13 +52,14 @@ class POG:
         moved below the p-stream (push-up) dropped tuples; None means "the p-unit's end".
         ``stored``: the batch's columns already compressed (see :meth:`PUnit.compress`), or
         None.  Blocks while the stream has no room (:meth:`PStream.has_room`)."""
+        span = timers.start()
         s = self.streams[stream]
         offset = s.end
         clock = (offset + len(b) if source_end is None else source_end,)
-        unit = PUnit(stream, batch_id, Batch(b.schema, b.columns, offset), clock, persistent=True,
-                     stored=stored)
+        unit = PUnit(stream, batch_id, b.at(offset), clock, persistent=True, stored=stored)
         self.insert_retain_marker(stream)
         s.write(unit, batch_id, offset)
+        timers.stop(span, "stage", len(b))
         return unit
 
     def persisted(self, stream: str, reader: str, batches: Iterable[tuple],

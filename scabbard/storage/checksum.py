@@ -111,6 +111,58 @@ def _copy_checksum(src, words, seed):
     return _finish(words, stripes, s, v1, v2, v3, v4)
 
 
+@kernel
+def _copy_add_stripes(src, add, words, at, lanes):
+    """Copy ``src + add`` (uint64 words; ``add`` 0: a plain copy) to ``words[at:]`` and fold
+    every stripe of four words it completes - counted from ``words[0]`` - into ``lanes`` (the
+    four lane states, updated in place): :func:`_copy_checksum` resumed part by part, so that
+    a column made of several pieces (a replayed copy's shifted timestamps, a batch across
+    copies) is copied and hashed in one pass.  A stripe begun by the part before is finished
+    from ``words``, where that part left its first words."""
+    n = src.shape[0]
+    a = np.uint64(add)
+    v1, v2, v3, v4 = lanes[0], lanes[1], lanes[2], lanes[3]
+    i = 0
+    while i < n and (at + i) % 4 != 0:  # the stripe the part before began
+        words[at + i] = src[i] + a
+        i += 1
+        if (at + i) % 4 == 0 and at % 4 != 0:
+            j = at + i - 4
+            v1 = _round(v1, words[j])
+            v2 = _round(v2, words[j + 1])
+            v3 = _round(v3, words[j + 2])
+            v4 = _round(v4, words[j + 3])
+    full = i + (n - i) - (n - i) % 4
+    while i < full:
+        w1 = src[i] + a
+        w2 = src[i + 1] + a
+        w3 = src[i + 2] + a
+        w4 = src[i + 3] + a
+        k = at + i
+        words[k] = w1
+        words[k + 1] = w2
+        words[k + 2] = w3
+        words[k + 3] = w4
+        v1 = _round(v1, w1)
+        v2 = _round(v2, w2)
+        v3 = _round(v3, w3)
+        v4 = _round(v4, w4)
+        i += 4
+    while i < n:  # the start of a stripe the next part (or the end) finishes
+        words[at + i] = src[i] + a
+        i += 1
+    lanes[0], lanes[1], lanes[2], lanes[3] = v1, v2, v3, v4
+
+
+@kernel
+def _finish_lanes(words, seed, lanes, done):
+    """The checksum of ``words`` whose stripes below word ``done`` were folded into ``lanes``
+    (a stripe the padded last word completes is folded here)."""
+    stripes = words.shape[0] - words.shape[0] % 4
+    v1, v2, v3, v4 = _stripes(words, done, stripes, lanes[0], lanes[1], lanes[2], lanes[3])
+    return _finish(words, stripes, np.uint64(seed), v1, v2, v3, v4)
+
+
 def checksum(buf, seed: int = 0) -> int:
     """Checksum of ``buf`` (bytes-like or array; its length a multiple of 8 bytes)."""
     a = np.frombuffer(buf, dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf
@@ -132,3 +184,45 @@ def copy_checksum(src: np.ndarray, dst: np.ndarray, seed: int = 0) -> int:
         dst[whole:] = 0
         dst[whole:n] = s[whole:]
     return int(_copy_checksum(s[:whole].view(np.uint64), dst.view(np.uint64), np.uint64(seed)))
+
+
+def copy_checksum_parts(parts, dst: np.ndarray, seed: int = 0) -> int:
+    """:func:`copy_checksum` of a column given in pieces: ``parts`` is ``[(array, add)]``,
+    the column being the arrays one after the other with ``add`` added to each value of its
+    array (a replayed copy's timestamp shift; 0 for anything else).  Copied into ``dst`` and
+    hashed in one pass where every piece but the last fills whole 8-byte words (and ``add``
+    applies to 8-byte integers only); otherwise copied, then hashed."""
+    srcs = [(p.reshape(-1).view(np.uint8), int(add), p.dtype.itemsize) for p, add in parts]
+    n = sum(s.nbytes for s, _, _ in srcs)
+    if dst.nbytes != -(-n // 8) * 8:
+        raise ValueError(f"destination of {dst.nbytes} bytes for {n} source bytes")
+    if any(add and size != 8 for _, add, size in srcs):
+        raise ValueError("a shift applies to 8-byte integer columns only")
+    if len(srcs) == 1 and not srcs[0][1]:
+        return copy_checksum(srcs[0][0], dst, seed)
+    if any(s.nbytes % 8 for s, _, _ in srcs[:-1]):  # a piece ends inside a word: two passes
+        at = 0
+        for s, add, _ in srcs:
+            out = dst[at:at + s.nbytes]
+            if add:
+                np.add(s.view(np.int64), add, out=out.view(np.int64))
+            else:
+                out[:] = s
+            at += s.nbytes
+        dst[at:] = 0
+        return checksum(dst, seed)
+    words = dst.view(np.uint64)
+    sd = np.uint64(seed)
+    with np.errstate(over="ignore"):  # the lanes' start wraps, as in the kernels
+        lanes = np.array([sd + P1 + P2, sd + P2, sd, sd - P1], np.uint64)
+    at = 0
+    for s, add, _ in srcs:
+        whole = s.nbytes - s.nbytes % 8
+        _copy_add_stripes(s[:whole].view(np.uint64), np.uint64(add % (1 << 64)), words,
+                          at // 8, lanes)
+        if whole < s.nbytes:  # the last piece's partial word: its bytes, then zeros
+            dst[at + whole:] = 0
+            dst[at + whole:at + s.nbytes] = s[whole:]
+        at += s.nbytes
+    done = (n // 8) - (n // 8) % 4  # stripes the whole words completed
+    return int(_finish_lanes(words, sd, lanes, done))

@@ -45,8 +45,9 @@ import numpy as np
 from scabbard import timers
 from scabbard.batch import Batch
 from scabbard.compression import CodecError, codec_from_params
+from scabbard.compression.policy import RawColumn
 from scabbard.schema import Schema
-from scabbard.storage.checksum import checksum, copy_checksum
+from scabbard.storage.checksum import checksum, copy_checksum, copy_checksum_parts
 from scabbard.storage.errors import CorruptSegment, FormatVersionError
 
 MAGIC = b"SCABSEG1"
@@ -115,10 +116,9 @@ def _pad8(n: int) -> int:
 
 def segment_length(batch: Batch, meta_words: int = 0, align: int = PAGE,
                    stored: list | None = None) -> int:
-    sizes = [p.nbytes for _, p in stored] if stored is not None else \
-        [c.nbytes for c in batch.columns]
+    sizes = [p.nbytes for _, p in stored] if stored is not None else batch.column_nbytes()
     payload = sum(_pad8(n) for n in sizes)
-    return round_up(header_length(len(batch.columns), meta_words) + payload, align)
+    return round_up(header_length(len(sizes), meta_words) + payload, align)
 
 
 def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int, kind: int = KIND_DATA,
@@ -132,14 +132,12 @@ def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int, kind: int
     """
     span = timers.start()
     meta = np.zeros(0, np.uint64) if meta is None else np.ascontiguousarray(meta, np.uint64)
-    raw = [np.ascontiguousarray(c) for c in batch.columns]
-    if stored is None:
-        stored = [(None, c) for c in raw]
-    elif len(stored) != len(raw):
+    raw = batch.column_nbytes()
+    if stored is not None and len(stored) != len(raw):
         raise ValueError(f"{len(stored)} stored columns for {len(raw)} in the batch")
-    cols = [np.ascontiguousarray(p).reshape(-1).view(np.uint8) for _, p in stored]
-    hlen = header_length(len(cols), len(meta))
-    payload = sum(_pad8(c.nbytes) for c in cols)
+    sizes = raw if stored is None else [p.nbytes for _, p in stored]
+    hlen = header_length(len(sizes), len(meta))
+    payload = sum(_pad8(n) for n in sizes)
     seglen = round_up(hlen + payload, align)
     if out is None:
         out = aligned_empty(seglen, PAGE)
@@ -148,17 +146,24 @@ def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int, kind: int
     seg = out[:seglen]
     pos, dsum = hlen, 0
     descs = []
-    for (codec, _), c, r in zip(stored, cols, raw, strict=True):  # copied and hashed in one pass
-        n = c.nbytes
-        dsum = copy_checksum(c, seg[pos:pos + _pad8(n)], dsum)
+    for i, (r, n) in enumerate(zip(raw, sizes, strict=True)):  # copied and hashed in one pass
+        dst = seg[pos:pos + _pad8(n)]
+        if stored is None:  # the column as it is: its pieces copied, a deferred shift added
+            codec = None
+            dsum = copy_checksum_parts(batch.column_parts(i), dst, dsum)
+        else:
+            codec, p = stored[i]
+            if isinstance(p, RawColumn):  # stored raw, by reference: copied from its pieces
+                dsum = copy_checksum_parts(p.parts, dst, dsum)
+            else:
+                dsum = copy_checksum(np.ascontiguousarray(p).reshape(-1).view(np.uint8), dst,
+                                     dsum)
         cid, params = (CODEC_RAW, b"") if codec is None else (codec.codec_id, codec.to_params())
-        descs.append(_COLUMN.pack(cid, 0, 0, r.nbytes, n, params))
+        descs.append(_COLUMN.pack(cid, 0, 0, r, n, params))
         pos += _pad8(n)
     seg[pos:] = 0
-    ts = raw[0] if batch.schema.stream and len(batch) else None
-    mn = int(ts[0]) if ts is not None else 0
-    mx = int(ts[-1]) if ts is not None else 0
-    fixed = _FIXED.pack(MAGIC, VERSION, kind, hlen, stream_id, len(cols), epoch, batch.offset,
+    mn, mx = batch.event_edges() if batch.schema.stream and len(batch) else (0, 0)
+    fixed = _FIXED.pack(MAGIC, VERSION, kind, hlen, stream_id, len(sizes), epoch, batch.offset,
                         len(batch), batch_id, mn, mx, payload, seglen,
                         batch.schema.fingerprint.encode(), 0, 0, meta.nbytes, 0)
     head = fixed + b"".join(descs) + meta.tobytes()
