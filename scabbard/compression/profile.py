@@ -29,6 +29,17 @@ MAX_DECIMALS = 6
 
 
 @kernel
+def _min_max(v):
+    """The smallest and the largest value, in one pass."""
+    lo, hi = v[0], v[0]
+    for i in range(1, v.shape[0]):
+        x = v[i]
+        lo = min(lo, x)
+        hi = max(hi, x)
+    return lo, hi
+
+
+@kernel
 def _int_stats(v, slots):
     """One pass: min, max, OR of the values' and of the deltas' zigzag codes, the deltas' bit
     widths summed, value changes,
@@ -138,6 +149,8 @@ class ColumnProfile:
     decimals: int = -1  # floats: decimals that write every value (-1 non-finite, 7 = many)
     fmin: float = 0.0
     fmax: float = 0.0
+    xor_bits: int = 0  # what the ``xor`` codec writes of a float column (add_xor)
+    xor_rows: int = 0
 
     @property
     def avg_run(self) -> float:
@@ -159,15 +172,37 @@ class ColumnProfile:
         return self.dod_bits / max(1, self.step_rows - self.step_batches)
 
     @property
+    def xor_value_bits(self) -> float:
+        """Bits a value in the ``xor`` codec, as :meth:`add_xor` measured (0: not measured)."""
+        return self.xor_bits / self.xor_rows if self.xor_rows else 0.0
+
+    @property
+    def width_bits(self) -> int:
+        """Bits a value of the column takes as it is (raw)."""
+        from scabbard.schema import Field
+
+        return Field("x", self.dtype).itemsize * 8
+
+    @property
     def regular(self) -> float:
         """Share of delta-of-deltas that are zero (1.0: fixed intervals)."""
         return self.dod_zero / max(1, self.rows - 2 * self.batches)
 
-    def add(self, column: np.ndarray, step_codecs: bool = True) -> None:
-        """Profile one batch's column (``step_codecs``: an integer column's too)."""
+    def add(self, column: np.ndarray, step_codecs: bool = True,
+            sample: int | None = None, at: int = 0) -> None:
+        """Profile one batch's column (``step_codecs``: an integer column's too).  With
+        ``sample``, the statistics of runs, steps, distinct values and decimals come from
+        ``sample`` rows of it from row ``at`` on (a contiguous slice: its runs and steps are
+        the column's own; ``at`` is wrapped to fit) and only the values' range from all of
+        it, in one cheap pass - what a specialised width must hold, so that sampling costs
+        no fallbacks."""
         n = len(column)
         if n == 0:
             return
+        full = column
+        if sample is not None and n > sample:
+            lo = at % (n - sample + 1)
+            column, n = column[lo:lo + sample], sample
         if step_codecs and self.dtype in INTEGER:
             self.add_steps(column)
         if self.dtype == "uuid":
@@ -192,6 +227,9 @@ class ColumnProfile:
         slots = np.empty(DISTINCT_SLOTS, np.uint64)
         lo, hi, codes, dcodes, steps, changes, dod_zero, used = _int_stats(
             np.ascontiguousarray(bits), slots)
+        if full is not column and self.dtype in INTEGER:  # the range of every value
+            lo, hi = _min_max(np.ascontiguousarray(full))
+            codes = zigzag_or(int(lo), int(hi)) | int(codes)
         first = self.batches == 0
         self.min = int(lo) if first else min(self.min, int(lo))
         self.max = int(hi) if first else max(self.max, int(hi))
@@ -205,6 +243,14 @@ class ColumnProfile:
         self.rows += n
         self.batches += 1
 
+    def add_xor(self, column: np.ndarray) -> None:
+        """What the ``xor`` codec writes of a float column, added to the profile's."""
+        from scabbard.compression.base import codec_class
+
+        if len(column):
+            self.xor_bits += codec_class("xor")().encode(column).nbytes * 8
+            self.xor_rows += len(column)
+
     def add_steps(self, column: np.ndarray) -> None:
         """What ``delta`` and ``delta_of_delta`` would write of an integer column (exactly,
         less their headers), added to the profile's."""
@@ -215,6 +261,14 @@ class ColumnProfile:
         self.dod_bits += int(dods)
         self.step_rows += len(column)
         self.step_batches += 1
+
+
+def zigzag_or(lo: int, hi: int) -> int:
+    """The OR of the zigzag codes of ``lo`` and ``hi`` (the widest code of any value between
+    them is as wide as the wider of theirs)."""
+    def zz(v: int) -> int:
+        return 2 * v if v >= 0 else -2 * v - 1
+    return zz(lo) | zz(hi)
 
 
 def bit_width_of(u: int) -> int:
