@@ -103,6 +103,8 @@ class BlockManager(FolderScan, GroupCommitWriter):
         self._pool = ThreadPoolExecutor(self.config.io_threads, thread_name_prefix="scabbard-io")
         self._encoders = ThreadPoolExecutor(self.config.encode_threads,
                                             thread_name_prefix="scabbard-encode")
+        self._grower = ThreadPoolExecutor(1, thread_name_prefix="scabbard-pool")  # spare files
+        self._spare = None  # the spare file being made (GroupCommitWriter._take_file)
         self._closed = False
         self.bytes_written = 0  # segment bytes acknowledged (in discard mode: not written)
 
@@ -332,6 +334,7 @@ class BlockManager(FolderScan, GroupCommitWriter):
         try:
             self.flush()
         finally:
+            self._grower.shutdown(wait=True)
             self._pool.shutdown(wait=True)
             self._encoders.shutdown(wait=True)
             for f in self._files.values():

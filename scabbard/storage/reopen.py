@@ -116,14 +116,20 @@ class FolderScan:
             self.io_mode = f"buffered ({why})"
 
     def _create_file(self) -> _File:
+        """A new pool file, allocated (and with machine durability its size and name flushed).
+        Its id is taken under the lock; the allocation runs outside it when the caller does
+        not hold it (the writer's spare file, made ahead on a thread of its own)."""
         cfg = self.config
-        if cfg.max_bytes is not None and (len(self._files) + 1) * cfg.file_bytes > cfg.max_bytes:
-            raise StorageFull(f"storage folder {self.path} is at its cap of {cfg.max_bytes:,} bytes "
-                              f"({len(self._files)} files) and nothing was released")
-        fid = max(self._files, default=-1) + 1
-        while (self.path / "pool" / f"f{fid:06d}.seg").exists():  # e.g. a quarantined id
-            fid += 1
-        f = self._open_file(fid, self.path / "pool" / f"f{fid:06d}.seg")
+        with self._lock:
+            if cfg.max_bytes is not None and \
+                    (len(self._files) + 1) * cfg.file_bytes > cfg.max_bytes:
+                raise StorageFull(f"storage folder {self.path} is at its cap of "
+                                  f"{cfg.max_bytes:,} bytes ({len(self._files)} files) and "
+                                  f"nothing was released")
+            fid = max(self._files, default=-1) + 1
+            while (self.path / "pool" / f"f{fid:06d}.seg").exists():  # e.g. a quarantined id
+                fid += 1
+            f = self._open_file(fid, self.path / "pool" / f"f{fid:06d}.seg")
         try:
             self.io.fallocate(f.fd, 0, cfg.file_bytes)
             if cfg.sync:  # the file's size and its name survive power loss
@@ -131,7 +137,8 @@ class FolderScan:
                 self.io.fsync_dir(self.path / "pool")
         except OSError as e:
             self.io.close(f.fd)
-            del self._files[fid]
+            with self._lock:
+                del self._files[fid]
             self.io.unlink(f.path, missing_ok=True)
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise StorageFull(f"no space left on the device of {self.path} for another "

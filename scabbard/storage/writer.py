@@ -43,11 +43,28 @@ class GroupCommitWriter:
         return self._epoch
 
     def _take_file(self, s: _Stream, first: int) -> _File:
+        """The next file of stream ``s`` (call with the lock held): a free one, else a new
+        one.  When that leaves none free, a spare is made ahead on a thread of its own, so
+        that a growing pool (input kept until two checkpoints are recorded) does not stall
+        the appending thread on allocating and flushing each new file."""
         f = self._free.popleft() if self._free else self._create_file()
         f.stream, f.epoch, f.first, f.end = s.id, self._next_epoch(), first, first
         f.write_pos, f.sealed, f.header_written, f.segs = self.config.data_start, False, False, []
         s.files.append(f)
+        if not self._free and self._spare is None and not self._closed:
+            self._spare = self._grower.submit(self._make_spare)
         return f
+
+    def _make_spare(self) -> None:
+        try:
+            f = self._create_file()
+        except Exception as e:  # noqa: BLE001 - the next take makes its own, and fails then
+            log.debug("no spare pool file in %s: %s", self.path, e)
+            f = None
+        with self._lock:
+            if f is not None:
+                self._free.append(f)
+            self._spare = None
 
     def _buffer(self, n: int) -> np.ndarray:
         """An aligned buffer of at least ``n`` bytes, reused (fresh pages cost page faults)."""
