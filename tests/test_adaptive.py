@@ -86,9 +86,12 @@ def test_rules_pick_the_papers_codecs():
     walk.add((10_000 + np.cumsum(np.random.default_rng(1).integers(-20, 21, 5000)))
              .astype(np.int32))
     assert by_rules(walk, False, None).name == "delta"  # its steps, not their changes
-    counter = ColumnProfile("int64")  # steps that repeat: their changes cost a bit
-    counter.add(np.arange(10**6, 10**6 + 5000, dtype=np.int64))
-    assert by_rules(counter, False, None).name == "delta_of_delta"
+    counter = ColumnProfile("int64")  # steps that repeat: their changes cost a bit, the
+    counter.add(np.arange(10**6, 10**6 + 5000, dtype=np.int64))  # steps two: one bit is not
+    assert by_rules(counter, False, None).name == "delta"  # worth delta-of-delta's CPU
+    clock = ColumnProfile("int64")  # a clock every 40 ms: steps of 7 bits, their changes 1
+    clock.add(np.arange(0, 40 * 5000, 40, dtype=np.int64))
+    assert by_rules(clock, False, None).name == "delta_of_delta"
     jitter = ColumnProfile("int64")  # a clock read every 2-23 ms (SM): its steps
     jitter.add(np.cumsum(np.random.default_rng(5).integers(2, 24, 5000)))
     assert by_rules(jitter, True, None).name == "delta"

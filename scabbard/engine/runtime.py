@@ -279,8 +279,11 @@ class Engine:
         file), as a power of two when it was cut to that."""
         from scabbard.engine.sources import ReplaySource  # sources import this module
 
-        probe = ReplaySource(dataset, PROBE_ROWS)
-        rows = self.run_batch_rows(probe.tuples_per_ms(), rate, probe.peek())
+        if self.config.batch_rows:
+            rows = self.batch_rows_for(ReplaySource(dataset, 1).tuples_per_ms())
+        else:
+            probe = ReplaySource(dataset, PROBE_ROWS)
+            rows = self.run_batch_rows(probe.tuples_per_ms(), rate, probe.peek())
         if most is not None and rows > most:
             rows = 1 << max(0, int(most).bit_length() - 1)
         return rows
