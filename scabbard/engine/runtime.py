@@ -59,6 +59,8 @@ __all__ = ["INT64_MIN", "MAX_BATCH", "MIN_BATCH", "Edges", "Engine", "EngineConf
            "TaskResult"]
 
 MIN_BATCH = 1 << 18
+_SIZED: dict[tuple, int] = {}  # Engine.task_rows: each query's probed size, once a process
+UNIT_SLACK = 2 * 4096  # a p-unit's header and alignment in its pool file (Engine.unit_rows)
 MAX_BATCH = 1 << 22
 # A run raises its batches towards THROUGHPUT_BATCH where its fragment is cheap: a task's
 # fixed cost (~100-200 us of Python: cut, handed out, assembled) is then a few % of its
@@ -281,9 +283,15 @@ class Engine:
 
         if self.config.batch_rows:
             rows = self.batch_rows_for(ReplaySource(dataset, 1).tuples_per_ms())
-        else:
+        else:  # probed once per query, data and setting in a process: its runs in every
+            # mode, side by side, get the same size (a probe's noise can tip the rounding)
+            key = (self.query.name, str(getattr(dataset, "path", id(dataset))), rate,
+                   self.config.state_memory, self.adaptive is not None)
+            rows = _SIZED.get(key)
             probe = ReplaySource(dataset, PROBE_ROWS)
-            rows = self.run_batch_rows(probe.tuples_per_ms(), rate, probe.peek())
+            self.tuples_per_ms = probe.tuples_per_ms()
+            if rows is None:
+                rows = _SIZED[key] = self.run_batch_rows(self.tuples_per_ms, rate, probe.peek())
         if most is not None and rows > most:
             rows = 1 << max(0, int(most).bit_length() - 1)
         return rows
@@ -292,10 +300,8 @@ class Engine:
         """The most tuples a p-unit of this engine's input holds in a pool file of
         ``file_bytes`` (its data from ``data_start``): the columns as stored raw (push-up's
         schema when it runs; compressed p-units are smaller, and a codec never stores more
-        than raw), less a page for the segment's header and padding."""
-        from scabbard.storage.segment import PAGE
-
-        return max(1024, (file_bytes - data_start - 2 * PAGE) // self.input_schema.payload_bytes)
+        than raw), less room for the segment's header and its alignment."""
+        return max(1024, (file_bytes - data_start - UNIT_SLACK) // self.input_schema.payload_bytes)
 
     @property
     def spans_copies(self) -> bool:
@@ -541,14 +547,16 @@ class Engine:
         n = self.config.ingress_partitions or max(1, self.config.workers // INGRESS_WORKERS)
         return n if source is None or splittable(source) else 1
 
-    def feed(self, source, transform=None) -> SourceFeed | PartitionedFeed:
+    def feed(self, source, transform=None, reduce: bool = True) -> SourceFeed | PartitionedFeed:
         """``source`` as this engine's tasks: the operators push-up moved before the engine
-        applied (σ, π), then ``transform``, on the workers' threads; read by the dispatcher, or
-        by :meth:`ingress_partitions` threads (:class:`PartitionedFeed`)."""
+        applied (σ, π; not with ``reduce=False``: a feed whose workers run them), then
+        ``transform``, on a pool of threads; read by the dispatcher, or by
+        :meth:`ingress_partitions` threads (:class:`PartitionedFeed`)."""
         n = self.ingress_partitions(source)
+        r = self.reduce if reduce else None
         if n > 1:
-            return PartitionedFeed(source, n, self.reduce, transform, self.config.workers)
-        return SourceFeed(source, self.reduce, transform, self.config.workers)
+            return PartitionedFeed(source, n, r, transform, self.config.workers)
+        return SourceFeed(source, r, transform, self.config.workers)
 
     def run(self, feed, sink: Sink, metrics_log: str | Path | None = None,
             on_sample=None, metrics: Metrics | None = None,
