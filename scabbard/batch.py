@@ -195,6 +195,16 @@ class ReplayBatch(Batch):
         object.__setattr__(b, "_columns", self._columns)
         return b
 
+    def slice(self, start: int, stop: int) -> Batch:
+        """Zero-copy view of rows [start, stop), its shift still deferred."""
+        n = len(self)
+        if not 0 <= start <= stop <= n:
+            raise IndexError(f"slice [{start}, {stop}) out of range for a batch of {n} rows")
+        if self._columns is not None:
+            return super().slice(start, stop)
+        return ReplayBatch(self.schema, tuple(c[start:stop] for c in self._raw),
+                           self.offset + start, self._shift)
+
     def select(self, schema: Schema, indices: Sequence[int]) -> Batch:
         if self._columns is not None or not indices or indices[0] != 0:
             return super().select(schema, indices)

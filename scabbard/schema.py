@@ -121,6 +121,8 @@ class Schema:
     stream: bool = True
     description: str = ""
     _index: Mapping[str, int] = field(init=False, repr=False, compare=False)
+    _fingerprint: str = field(init=False, repr=False, compare=False, default="")
+    _checks: tuple = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
         fields = tuple(self.fields)
@@ -145,6 +147,14 @@ class Schema:
                 f"fields' {payload} bytes"
             )
         object.__setattr__(self, "_index", {n: i for i, n in enumerate(names)})
+        canon = {
+            "fields": [(f.name, f.dtype) for f in fields],
+            "row_bytes": self.row_bytes,
+            "stream": self.stream,
+        }
+        blob = json.dumps(canon, sort_keys=True, separators=(",", ":")).encode()
+        object.__setattr__(self, "_fingerprint", hashlib.sha256(blob).hexdigest()[:16])
+        object.__setattr__(self, "_checks", tuple((f.numpy_dtype, f.width) for f in fields))
 
     # -- lookup -------------------------------------------------------------
     @property
@@ -203,22 +213,31 @@ class Schema:
 
     @property
     def fingerprint(self) -> str:
-        """A short hash of names, types and row size: what segments and manifests record."""
-        canon = {
-            "fields": [(f.name, f.dtype) for f in self.fields],
-            "row_bytes": self.row_bytes,
-            "stream": self.stream,
-        }
-        blob = json.dumps(canon, sort_keys=True, separators=(",", ":")).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        """A short hash of names, types and row size: what segments and manifests record
+        (made once, with the schema)."""
+        return self._fingerprint
 
     # -- helpers for data ---------------------------------------------------
     def empty_columns(self, rows: int) -> tuple[np.ndarray, ...]:
         return tuple(f.empty(rows) for f in self.fields)
 
     def check_columns(self, columns: Iterable[np.ndarray]) -> int:
-        """Validate column arrays against this schema; return the row count."""
+        """Validate column arrays against this schema; return the row count.  (Every batch
+        is checked as it is made: the common case - each column an array of its field's
+        dtype and shape, all of one length - is decided in one pass of cheap tests.)"""
         columns = tuple(columns)
+        if len(columns) == len(self._checks):
+            rows = -1
+            for (dt, width), col in zip(self._checks, columns):  # noqa: B905 - same length
+                if type(col) is not np.ndarray or col.dtype != dt:
+                    break
+                shape = col.shape
+                if (len(shape) != 1 if width == 1 else shape[1:] != (width,)) \
+                        or (rows >= 0 and shape[0] != rows):
+                    break
+                rows = shape[0]
+            else:
+                return max(rows, 0)
         if len(columns) != len(self.fields):
             raise SchemaError(
                 f"schema {self.name!r} has {len(self.fields)} fields, got {len(columns)} columns"

@@ -31,13 +31,14 @@ def _mask(width):
 
 
 def _column(codec: Codec, values: np.ndarray) -> tuple[np.ndarray, bool]:
-    """The column as a contiguous, writable int64 array, and whether it takes zigzag."""
+    """The column as a contiguous int64 array (read where it lies when it is one: a
+    dataset's read-only view is not copied), and whether it takes zigzag."""
     values = np.asarray(values)
     if values.ndim != 1:
         raise CodecError(f"{codec.name} encodes 1-D columns, got shape {values.shape}")
     codec.check_dtype(values.dtype.name)
     if values.dtype == np.int64:
-        return np.require(values, np.int64, "CAW"), True
+        return np.require(values, np.int64, "CA"), True
     return values.astype(np.int64), values.dtype.name != "uint32"
 
 

@@ -5,7 +5,8 @@ that starts from the paper's default scheme and, while the query runs:
 
 1. **profiles** every ``profile_every``-th batch before it is persisted
    (:mod:`scabbard.compression.profile`, one numba pass per column);
-2. every ``interval`` seconds (paper: 4 s) **selects** a codec per column from the
+2. every ``interval`` seconds (paper: 4 s; the first time as soon as
+   :data:`FIRST_DECISION` batches were profiled) **selects** a codec per column from the
    statistics since the last decision - with the paper's rules (:func:`by_rules`) or a
    cost model (:func:`by_cost`: encode time plus write time of the bytes at the disk
    bandwidth, measured by encoding the last profiled batch with each candidate);
@@ -49,6 +50,10 @@ FLOAT_REPEATS = 16  # ... each seen this many times a batch on average (the valu
 # value - under the scheme's lock, as much as the codecs themselves (CM1: 2.5 ns a tuple)
 PROFILE_ROWS = 1 << 14
 STEP_ROWS = 1 << 16  # the step codecs and XOR are measured on this many of the last batch's rows
+# the first decision comes after this many profiled batches, not a whole interval: until then
+# every column is in its default codec (SG1's readings spent the first 0.5 s of a 5 s run -
+# 10% of it - in XOR, which stores nothing less for them)
+FIRST_DECISION = 4
 
 
 def _c(name: str, **kw) -> Codec:
@@ -196,7 +201,9 @@ class AdaptiveCompression(Compression):
                           at=(self._seen // self.profile_every) * 40_503)
                 self._last = batch
             self._seen += 1
-            if time.monotonic() - self._decided_at >= self.interval and self._last is not None:
+            due = time.monotonic() - self._decided_at >= self.interval or (
+                self.decisions == 0 and self._seen >= FIRST_DECISION * self.profile_every)
+            if due and self._last is not None:
                 self.decide()
         timers.stop(span, "profile", len(batch))
         return super().__call__(batch)

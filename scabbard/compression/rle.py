@@ -113,7 +113,7 @@ class RunLength(Nested):
             return np.zeros(0, np.uint8)
         inner, inner_dtype = self._inner_for(dtype)
         bits = values.view(numpy_dtype(_BITS_OF.get(dtype, dtype)))
-        v = np.require(bits, np.int64, "CAW") if bits.dtype == np.int64 else bits.astype(np.int64)
+        v = np.require(bits, np.int64, "CA") if bits.dtype == np.int64 else bits.astype(np.int64)
         runs = int(_count_runs(v))
         run_values = np.empty(runs, np.int64)
         lengths = np.zeros(runs, np.int64)
