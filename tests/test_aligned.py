@@ -56,9 +56,9 @@ def test_the_barrier_drains_the_pipeline_before_later_tasks_run(tiny, tmp_path, 
             marked.append(m)
         return m
 
-    def dispatch(self, batch, ingest, tuples=None):
+    def dispatch(self, batch, ingest, tuples=None, unit=None):
         seq, n = self.next_seq, len(marked)
-        ok = real_dispatch(self, batch, ingest, tuples)
+        ok = real_dispatch(self, batch, ingest, tuples, unit)
         if len(marked) > n:  # this task carried a marker: how many tasks are assembled now
             after.append((seq, self.next))
         return ok

@@ -13,6 +13,7 @@ import pytest
 from ftkit import CFG, SMALL, campaign, failure_free
 
 from scabbard import queries
+from scabbard.engine.runtime import Engine
 from scabbard.ft.controller import Controller
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, TransactionalSink, open_output, read_output
@@ -532,3 +533,55 @@ def test_a_kill_during_a_fallback_recovery(tiny, tmp_path):
     assert code == -9, f"the recovery did not reach its crash point ({code}):\n{c.log_tail()}"
     _run_to_completion(c)
     assert c.verify().ok, c.verify()
+
+
+def test_tasks_whose_input_push_up_empties_pass_their_marker_on(tiny, tmp_path):
+    """With the input persisted by the workers, push-up runs in a task: a task nothing of
+    whose input survives has no windows, and the checkpoint marker it was dispatched with
+    goes on with the next task that has tuples (the same cut).  CM2 keeps 1 tuple in ~200:
+    tasks of 64 source tuples are mostly empty; a marker every task.  The results equal
+    the failure-free run's, through a stop and a recovery, and checkpoints complete."""
+    from scabbard.engine import EngineConfig
+
+    q, ds = queries.get("CM2"), tiny["cm"]
+    n = 3 * ds.rows
+    cfg = EngineConfig(workers=2, batch_rows=64)
+    store, out = tmp_path / "store", tmp_path / "out"
+    kw = {"storage_config": SMALL, "push_up": True, "interval": None, "every_tasks": 1}
+    first = run_fault_tolerant(q, ds, store, ClockedSink(out), cfg, max_tuples=n,
+                               rate=n / 1.0, duration=0.3, **kw)
+    assert first.checkpoints and not completed(store)
+    while not completed(store):
+        r = run_fault_tolerant(q, ds, store, ClockedSink(out), cfg, recover=True, **kw)
+        assert r.checkpoints
+    v = compare(read_output(out), failure_free(q, ds, n), q.schema)
+    assert v.ok, v
+
+
+def test_a_global_aggregates_task_is_stored_in_pieces_and_recovers(tiny, tmp_path, monkeypatch):
+    """A global aggregate's task (its fragment reads a batch piece by piece) is stored as
+    p-units of at most ``UNIT_ROWS`` tuples, each with its own source clock, and read by
+    the fragment as one span batch; a run stopped part-way recovers from them to the
+    failure-free results (SM, push-up and the adaptive codecs)."""
+    from scabbard.engine import EngineConfig
+    from scabbard.ft import ingress
+    from scabbard.storage import BlockManager
+
+    monkeypatch.setattr(ingress, "UNIT_ROWS", 1000)
+    q, ds = queries.get("SM"), tiny["sm"]
+    n = 6 * ds.rows
+    cfg = EngineConfig(workers=2, batch_rows=8192)
+    store, out = tmp_path / "store", tmp_path / "out"
+    kw = {"storage_config": SMALL, "push_up": True, "compression": "adaptive",
+          "compression_interval": 0.05, "interval": None, "every_tasks": 2}
+    run_fault_tolerant(q, ds, store, ClockedSink(out), cfg, max_tuples=n, rate=n / 1.0,
+                       duration=0.3, **kw)
+    assert not completed(store)
+    with BlockManager(store, SMALL) as bm:
+        sid = bm.stream("input", Engine(q, ds.tables, cfg, push_up=True).input_schema)
+        sizes = {len(b) for b in bm.load(sid)}
+    assert max(sizes) <= 1000 and len(sizes) > 1  # pieces, up to a copy's end
+    while not completed(store):
+        run_fault_tolerant(q, ds, store, ClockedSink(out), cfg, recover=True, **kw)
+    v = compare(read_output(out), failure_free(q, ds, n), q.schema)
+    assert v.ok, v

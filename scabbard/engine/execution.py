@@ -38,13 +38,15 @@ class RunReport:
 
 @dataclass(slots=True)
 class Job:
-    """A dispatched task: its number, what it runs on, and the marker it carries."""
+    """A dispatched task: its number, what it runs on, and the marker it carries; ``unit``:
+    the feed's own number of a task whose input the worker persists (else None)."""
 
     seq: int
     batch: Batch
     ingest_time: float
     marker: object = None
     source_tuples: int | None = None
+    unit: int | None = None
 
 
 class Lane:
@@ -63,6 +65,7 @@ class Lane:
         self.boundaries: dict[int, dict | None] = {}  # boundary k -> result columns
         self.claimed: set[int] = set()
         self.prev_long = False
+        self.last_seq = -1  # the last task assembled in the lane (tasks with nothing skip)
         self.row_wise = False  # windows given in pieces as made (spilling state; Execution)
 
     def claim(self, r: TaskResult, results: dict) -> list[tuple[Lane, TaskResult, TaskResult]]:
@@ -75,7 +78,8 @@ class Lane:
             self.claimed.add(r.seq)
             jobs.append((self, prev, r))
         nxt = results.get(r.seq + 1)
-        if nxt is not None and nxt.parts[self.i].long and r.seq + 1 not in self.claimed:
+        if nxt is not None and not nxt.empty and nxt.parts[self.i].long \
+                and r.seq + 1 not in self.claimed:
             self.claimed.add(r.seq + 1)
             jobs.append((self, r, nxt))
         return jobs
@@ -105,6 +109,8 @@ class Execution:
         self.engine, self.feed, self.sink, self.metrics = engine, feed, sink, metrics
         self.listener, self.resume, self.emit_after = listener, resume, emit_after
         self.clocked = isinstance(sink, ClockedWriter)
+        self.writer = getattr(feed, "writer", None)  # persists what the workers' tasks read
+        self.carried = None  # a marker a task with nothing in it passed on to the next
         self.next_seq = 0  # the dispatcher's task numbering
         self.clock = {"input_end": 0, "window_end": INT64_MIN}  # of the last emitted result
         self.plan = engine.plan
@@ -126,9 +132,11 @@ class Execution:
             lane.row_wise = (isinstance(lane.assembler, SpillingAssembler)
                              and all(op.kind == "having" for op in self.plan.chains[lane.i]
                                      if op.id != lane.branch.emitted))
-        # a stored batch of a persisted channel becomes readable on the writer's thread: that
-        # thread hands the assembly a kick, and whoever assembles then moves it on
-        self._kicker = ThreadPoolExecutor(1, thread_name_prefix="graph") if stores else None
+        # a stored batch of a persisted channel (or a task's persisted input) becomes durable
+        # on the writer's thread: that thread hands the assembly a kick, and whoever
+        # assembles then moves it on
+        self._kicker = (ThreadPoolExecutor(1, thread_name_prefix="graph")
+                        if stores or self.writer is not None else None)
         # a join runs pieces of its input on the partitions' threads too (they are idle then)
         parallel = None if self._partitions is None else (
             lambda fn, args: at_once(self._partitions, fn, args), threads + 1)
@@ -173,16 +181,25 @@ class Execution:
             if item is None:
                 return
             try:
-                span = timers.start()
-                r = self.engine._fragment(item.seq, item.batch, item.ingest_time, self.skip)
-                timers.stop(span, "fragment", len(item.batch), r.long)
-                r.marker = item.marker
-                if item.source_tuples is not None:  # when push-up dropped some
+                batch, staged = item.batch, None
+                if item.unit is not None:  # push-up, codecs and its segment, here; stored
+                    staged = self.writer.write(item.unit, batch, self.engine.reduce)  # in order
+                    batch = staged.batch
+                if staged is not None and not len(batch):  # nothing survived push-up
+                    r = TaskResult(item.seq, 0, item.ingest_time, [], batch.offset, empty=True)
+                else:
+                    span = timers.start()
+                    r = self.engine._fragment(item.seq, batch, item.ingest_time, self.skip)
+                    timers.stop(span, "fragment", len(batch), r.long)
+                r.marker, r.staged = item.marker, staged
+                if staged is not None:
+                    r.tuples = len(item.batch)  # the source tuples it stands for
+                elif item.source_tuples is not None:  # when push-up dropped some
                     r.tuples = item.source_tuples
                 jobs = []
                 with self.lock:
                     self.results[r.seq] = r
-                    for lane in self.lanes:
+                    for lane in self.lanes if not r.empty else ():
                         if r.parts[lane.i].long:
                             lane.tails[r.seq] = r
                         jobs += lane.claim(r, self.results)
@@ -190,15 +207,29 @@ class Execution:
                     self._compute_boundary(lane, prev, cur)
                 self.drain()
             except BaseException as e:  # surface in run(); stop the source
-                self.error = e
+                if self.error is None:  # the first error is the run's (others follow it)
+                    self.error = e
                 self.feed.stop()
+                if self.writer is not None:
+                    self.writer.stop()
                 return
 
     # -- the operator graph's channels ----------------------------------------------------------
     def _kick(self) -> None:
         # shut down: the run is ending, and its end moves what is left
         with contextlib.suppress(RuntimeError):
-            self._kicker.submit(self.drain)
+            self._kicker.submit(self._kicked)
+
+    def _kicked(self) -> None:
+        """A kick's drain, on the kicker's thread: an error fails the run (as a worker's)."""
+        try:
+            self.drain()
+        except BaseException as e:  # noqa: BLE001 - surfaced by run()
+            if self.error is None:
+                self.error = e
+            self.feed.stop()
+            if self.writer is not None:
+                self.writer.stop()
 
     def _reached(self, where: str, marker, snapshot, pv: dict) -> None:
         """Operator ``where`` of the graph took the marker on every input (Alg. 1)."""
@@ -251,10 +282,16 @@ class Execution:
         return n
 
     def _ready(self) -> TaskResult | None:
-        """The next task if it can be assembled now (with the lock held)."""
+        """The next task if it can be assembled now (with the lock held): its input durable
+        when it was persisted (else the writer's acknowledgement kicks the assembly)."""
         r = self.results.get(self.next)
-        if r is None:
+        if r is None or not self._durable(r):
             return None
+        if r.staged is not None:
+            r.staged.done.result()  # a failed write fails the run here
+        if r.empty:
+            del self.results[self.next]
+            return r
         for lane in self.lanes:
             if r.parts[lane.i].long and lane.prev_long and r.seq not in lane.boundaries:
                 if r.seq in lane.claimed:
@@ -264,6 +301,18 @@ class Execution:
         del self.results[self.next]
         return r
 
+    def _durable(self, r: TaskResult) -> bool:
+        """Whether ``r``'s persisted input is stored (or it had none); if not, its writer's
+        acknowledgement will kick the assembly (with the lock held).  Every thread that
+        finds the next task not durable asks for the kick - a worker that left the
+        assembly to another thread may never look again."""
+        if r.staged is None or r.staged.done.done():
+            return True
+        if not r.waiting:
+            r.waiting = True
+            r.staged.done.add_done_callback(lambda _: self._kick())
+        return False
+
     def _lane_windows(self, lane: Lane, r: TaskResult):
         """Branch ``lane``'s complete windows of task ``r``, in window order: pieces of
         result columns, as they are made (a branch whose state spills gives a window of many
@@ -272,7 +321,7 @@ class Execution:
         if part.long and lane.prev_long:
             with self.lock:
                 cols = lane.boundaries.pop(r.seq)
-                prev = lane.tails.pop(r.seq - 1, None)
+                prev = lane.tails.pop(lane.last_seq, None)
                 lane.claimed.discard(r.seq)
             if cols is None:
                 cols = self.engine._boundary(prev, r, i, self.skip[i]) or {}
@@ -292,9 +341,10 @@ class Execution:
                 if cols:
                     yield cols
             with self.lock:
-                lane.tails.pop(r.seq - 1, None)
+                lane.tails.pop(lane.last_seq, None)
                 lane.claimed.discard(r.seq)
         lane.prev_long = part.long
+        lane.last_seq = r.seq
         internal, part.internal = part.internal, None  # the task stays a tail: not its windows
         if internal:
             yield internal
@@ -312,7 +362,21 @@ class Execution:
             last = empty_columns(self.plan.operators[top].node.schema)
         self.graph.push(top, last, watermark, meta)
 
+    def skip_empty(self, r: TaskResult) -> None:
+        """A task nothing of whose input survived push-up: no windows move; its marker goes
+        on with the next task that has tuples (the same cut: nothing changed between)."""
+        if r.marker is not None:
+            self.carried = r.marker
+            if self.barrier is not None:
+                self.barrier.set()
+        self.window.release()
+        self.metrics.record(r.tuples, time.perf_counter() - r.ingest_time, 0)
+
     def assemble(self, r: TaskResult) -> None:
+        if r.staged is not None:
+            self.writer.assembled(r.staged)
+        if self.carried is not None and r.marker is None:
+            r.marker, self.carried = self.carried, None
         for lane in self.lanes:
             pieces = self._lane_windows(lane, r)
             # every window ending at or before the task's last pane is complete
@@ -355,7 +419,10 @@ class Execution:
                     if r is None:
                         break
                     span = timers.start()
-                    self.assemble(r)
+                    if r.empty:
+                        self.skip_empty(r)
+                    else:
+                        self.assemble(r)
                     timers.stop(span, "assembly", r.tuples)
                     self.next += 1
                 if self.graph.ready():  # persisted batches stored since
@@ -364,9 +431,10 @@ class Execution:
                 self.assembly_lock.release()
             with self.lock:
                 r = self.results.get(self.next)
-                task = r is not None and not any(lane.busy(r) for lane in self.lanes)
-            if not task and not self.graph.ready():
-                return
+                task = (r is not None and self._durable(r)
+                        and (r.empty or not any(lane.busy(r) for lane in self.lanes)))
+            if not task and not self.graph.ready():  # (a task whose input is not durable
+                return  # yet is kicked once it is)
 
     # -- the run -------------------------------------------------------------------------------
     def submit(self, item: Job) -> bool:
@@ -379,13 +447,15 @@ class Execution:
         self.tasks.put(item)
         return True
 
-    def dispatch(self, batch: Batch, ingest: float, tuples: int | None = None) -> bool:
+    def dispatch(self, batch: Batch, ingest: float, tuples: int | None = None,
+                 unit: int | None = None) -> bool:
         """Number the task, attach the listener's marker if it has one, queue it.
-        ``tuples``: the source tuples it stands for (when push-up dropped some)."""
+        ``tuples``: the source tuples it stands for (when push-up dropped some); ``unit``:
+        the feed's number of a task whose input the worker persists."""
         marker = self.listener.marker() if self.listener is not None else None
         seq = self.next_seq
         self.next_seq += 1
-        job = Job(seq, batch, ingest, marker, tuples)
+        job = Job(seq, batch, ingest, marker, tuples, unit)
         if marker is None or not self.listener.align:
             return self.submit(job)
         t0 = time.perf_counter()
@@ -399,6 +469,27 @@ class Execution:
         self.metrics.event("alignment", id=getattr(marker, "checkpoint_id", None),
                            ms=round((time.perf_counter() - t0) * 1e3, 3))
         return True
+
+    def _may_wait(self) -> bool:
+        """Whether the dispatcher may wait for the checkpoint in flight before marking a task
+        (the listener's ``running``): not once the run failed, and not while that
+        checkpoint's marker is carried by a task with nothing in it - the task that takes it
+        on is yet to be dispatched (that task goes unmarked; the next one after the
+        checkpoint completes gets the marker due)."""
+        return self.error is None and self.carried is None
+
+    def _stop_worker(self, threads) -> None:
+        """Queue one worker's end; if the workers all stopped (they failed) with tasks still
+        queued, those are dropped so that the end fits."""
+        while True:
+            try:
+                self.tasks.put(None, timeout=0.1)
+                return
+            except queue.Full:
+                if not any(t.is_alive() for t in threads):
+                    with contextlib.suppress(queue.Empty):
+                        while True:
+                            self.tasks.get_nowait()
 
     def restore(self, at: Resume) -> None:
         """Start after task ``at.seq``, as if it had just been assembled (a long task whose
@@ -418,6 +509,7 @@ class Execution:
         prev = TaskResult(at.seq, 0, 0.0, parts, at.input_end, at.last_ts)
         for lane in self.lanes:
             lane.tails[at.seq] = prev
+            lane.last_seq = at.seq
         self.graph.restore(at.graph)
         self.next = self.next_seq = at.seq + 1
         self.clock = dict(at.clock) or self.clock
@@ -440,14 +532,15 @@ class Execution:
             self.restore(self.resume)
         try:
             if self.listener is not None:
-                self.listener.start(lambda: self.error is None)
+                self.listener.start(self._may_wait)
             tasks = iter(self.feed.tasks())
             try:
                 while True:  # everything this thread does per task is timed as ``dispatch``
                     span = timers.start()
                     task = next(tasks, None)
                     if task is None or self.error is not None or not self.dispatch(
-                            task.batch, task.ingest_time, task.source_tuples):
+                            task.batch, task.ingest_time, task.source_tuples,
+                            task.seq if task.persist else None):
                         break
                     timers.stop(span, "dispatch", len(task.batch) if task.source_tuples is None
                                 else task.source_tuples)
@@ -460,14 +553,21 @@ class Execution:
             self.feed.stop()
         finally:
             for _ in threads:
-                self.tasks.put(None)
+                self._stop_worker(threads)
             for t in threads:
                 t.join()
         if self.error is not None:
             self._fail()
-        self.drain(wait=True)
-        if self.results:
-            raise RuntimeError(f"tasks {sorted(self.results)} were never assembled")
+        try:
+            self._drain_all()
+        except BaseException as e:  # a persisted input failed to be stored: fail-stop
+            if self.error is None:
+                self.error = e
+            self._fail()
+        dropped = getattr(self.listener, "dropped", None)
+        if self.carried is not None and dropped is not None:  # no task came after it
+            dropped(self.carried)
+            self.carried = None
         # end of stream: the open windows are final.  A run stopped early (by duration) is not
         # at the end of its stream: a fault-tolerant one continues with --recover.
         with self.assembly_lock:  # the graph's kicks wait: the end moves what is left
@@ -507,8 +607,27 @@ class Execution:
                 out[lane.branch.id] = dict(lane.assembler.stats)
         return out
 
+    def _drain_all(self) -> None:
+        """The end of the run: assemble every task, waiting for the input of each to be
+        durable where it was persisted."""
+        while True:
+            self.drain(wait=True)
+            if self.error is not None:  # a kicked assembly failed meanwhile
+                raise self.error
+            with self.lock:
+                r = self.results.get(self.next)
+            if r is None:
+                break
+            if r.staged is None or r.staged.done.done():
+                raise RuntimeError(f"tasks {sorted(self.results)} were never assembled")
+            r.staged.done.exception()  # waits; an error is raised by the next drain
+        if self.results:
+            raise RuntimeError(f"tasks {sorted(self.results)} were never assembled")
+
     def _fail(self) -> None:
         """Stop everything and raise the run's error; the sink commits nothing more."""
+        if self.writer is not None:
+            self.writer.stop()
         if self._kicker is not None:
             self._kicker.shutdown(wait=False)
         if self._partitions is not None:

@@ -5,6 +5,8 @@ fault tolerance (:mod:`scabbard.ft`) plug in here:
 
 * a :class:`TaskFeed` is what the dispatcher reads - a source, or input persisted before it
   is processed, or stored input replayed after a crash;
+* a :class:`UnitWriter` (a feed's ``writer``) persists a task's input from the worker that
+  runs it, in task order, before its results may be assembled;
 * an :class:`AssemblyListener` hears of every task in task order once its windows were
   emitted, and may attach a marker to a task before it is dispatched (checkpoints, GC);
 * a sink that is a :class:`ClockedWriter` receives each result batch with its clock;
@@ -33,6 +35,9 @@ class Task:
     source_end: int | None = None  # the source offset one past it (None: ``batch.end``)
     seq: int = 0  # the feed's own numbering
     stored: tuple | None = None  # the batch's columns compressed, for a feed that persists
+    # the worker runs push-up on it and stores what is left through the feed's ``writer``
+    # (a UnitWriter) before the fragment; its results are assembled once that is durable
+    persist: bool = False
 
 
 class TaskFeed(Protocol):
@@ -47,6 +52,31 @@ class TaskFeed(Protocol):
     def tasks(self) -> Iterator[Task]: ...
 
     def stop(self) -> None: ...
+
+
+class Staged(Protocol):
+    """A task's input as a :class:`UnitWriter` stored it."""
+
+    batch: Batch  # what the fragment reads: after push-up, at its offsets in the stream
+    done: object  # a concurrent.futures.Future: resolved once it is durable (or failed)
+
+
+class UnitWriter(Protocol):
+    """Persists each task's input from the worker that runs it (a feed's ``writer``): its
+    push-up, codecs and segment made on the worker's thread, in parallel, and its place in
+    the stream taken in the feed's task order."""
+
+    def write(self, seq: int, batch: Batch, reduce) -> Staged:
+        """The feed's task ``seq`` (``batch`` as the source gave it; ``reduce``: push-up's
+        batch -> batch, or None): returns once it is staged - every earlier task's input
+        staged before it - with the batch the fragment reads.  Its results are assembled
+        only once ``done``."""
+
+    def assembled(self, staged: Staged) -> None:
+        """The task whose input ``staged`` holds was assembled (in task order)."""
+
+    def stop(self) -> None:
+        """The run is over: a write waiting for its turn gives up."""
 
 
 class AssemblyListener(Protocol):
@@ -72,6 +102,10 @@ class AssemblyListener(Protocol):
         operator's state at the first marker, with the channel state recorded after it; the
         output's clock for the sink) and ``pv`` (its progress in persisted channels:
         :func:`~scabbard.engine.graph.progress`) belong to the marker's checkpoint (Alg. 1)."""
+
+    def dropped(self, marker) -> None:
+        """``marker`` never reached the windows: its task had no tuples left after push-up
+        and no task came after it before the run ended (nothing of it was taken)."""
 
     def stop(self, failed: bool) -> None:
         """The run ends (``failed``: with an error); may raise its own error."""

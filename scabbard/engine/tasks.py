@@ -50,6 +50,9 @@ class TaskResult:
     last_ts: int = 0
     marker: object = None  # a checkpoint marker that followed this task's batch
     rows: dict | None = None  # a stateless query's: the batch's surviving rows, in order
+    staged: object = None  # its input as a UnitWriter stored it (assembled once durable)
+    empty: bool = False  # nothing of its input survived push-up: no windows, no parts
+    waiting: bool = False  # the assembly waits for its input to be durable (kicked then)
 
     @property
     def long(self) -> bool:

@@ -62,5 +62,8 @@ class CheckpointListener:
         if self.state.complete():
             self.controller.on_marker(marker)
 
+    def dropped(self, marker) -> None:
+        self.controller.abandon(marker.checkpoint_id)
+
     def stop(self, failed: bool) -> None:
         self.controller.stop(wait=not failed)

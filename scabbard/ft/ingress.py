@@ -16,11 +16,15 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 
+from scabbard.batch import Batch, SpanBatch
 from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
 from scabbard.engine import Engine, EngineConfig, NullSink, ReplaySource, RunReport, Sink
@@ -29,8 +33,10 @@ from scabbard.engine.metrics import Metrics
 from scabbard.engine.ports import Task
 from scabbard.faults import crashpoint
 from scabbard.pog import POG, PStream, PUnit
+from scabbard.pog.pstream import PStreamError
 from scabbard.query import Query
 from scabbard.storage import BlockManager, StorageConfig
+from scabbard.storage import segment as seg_fmt
 
 INGRESS, READER = "input", "query"
 
@@ -43,14 +49,159 @@ def ingress_stream(pog: POG, engine: Engine, compress=None) -> PStream:
                        max_bytes=8 * bm.config.bulk_bytes, compress=compress)
 
 
+# a task of a global aggregate (its fragment reads a batch piece by piece) is stored as p-units
+# of at most this many tuples, each made while its columns are in the cache: SG1's and SM's
+# tasks of 2^22 tuples, compressed whole, cost 2-4x per tuple what pieces of 2^19 do
+UNIT_ROWS = 1 << 21
+
+
+@dataclass(eq=False)
+class Staged:
+    """A task's input in the ingress p-stream (a :class:`~scabbard.engine.ports.Staged`):
+    its p-units, the batch the fragment reads, and ``done`` once all are durable."""
+
+    units: list
+    batch: Batch
+    done: Future
+
+
+class IngressWriter:
+    """The ingress p-stream written from the workers' tasks (a
+    :class:`~scabbard.engine.ports.UnitWriter`): each worker runs push-up on its task's batch,
+    compresses what is left and copies it into its segment with its checksum - on its own
+    thread, at once with the others - then waits for its turn (every earlier task of the
+    feed staged), appends its p-units behind their retain markers and passes the turn on.
+    The assembly takes each task once its p-units are acknowledged, and reads them from the
+    p-stream then (:meth:`assembled`): persisted input is never *assembled* - its results
+    never leave, its state never changes - before it is durable.  ``pieces``: p-units of at
+    most this many tuples per task (None: one per task)."""
+
+    def __init__(self, pog: POG, stream: str = INGRESS, reader: str = READER,
+                 pieces: int | None = None):
+        self.pog, self.stream, self.reader, self.pieces = pog, stream, reader, pieces
+        self.ingress = pog.streams[stream]
+        self.ingress.subscribe(None, reader, self.ingress.end)
+        self.bm = pog.storage
+        self.cond = threading.Condition()
+        self.turn = 0  # the next task of the feed to stage
+        self.halted = False
+
+    def write(self, seq: int, batch: Batch, reduce) -> Staged:
+        try:
+            made = [self._make(piece, reduce) for piece in self._pieces(batch)]
+        except BaseException:
+            self._take_turn(seq)
+            self._pass_turn(seq)
+            raise
+        self._take_turn(seq)
+        try:
+            units, acks = [], []
+            for piece, b, payload in made:
+                if len(b):
+                    u, ack = self.pog.stage(self.stream, seq, b, piece.end, encoded=payload)
+                    units.append(u)
+                    acks.append(ack)
+            end = self.ingress.end
+        finally:
+            self._pass_turn(seq)
+        return Staged(units, _task_batch(units, made, end), _all(acks))
+
+    def assembled(self, staged: Staged) -> None:
+        """The task was assembled: its p-units are read (they leave memory; GC may trim)."""
+        for unit in staged.units:
+            u = self.ingress.read(self.reader, timeout=0)
+            if u is None or u.offset != unit.offset:
+                raise RuntimeError(f"the ingress p-stream gave {u and u.offset} where the task "
+                                   f"assembled stored offset {unit.offset}")
+
+    def stop(self) -> None:
+        with self.cond:
+            self.halted = True
+            self.cond.notify_all()
+        self.ingress.halt_writes()
+
+    # -- on a worker's thread ------------------------------------------------------------------
+    def _pieces(self, batch: Batch) -> list[Batch]:
+        n = self.pieces
+        if n is None or len(batch) <= n:
+            return [batch]
+        return [seg.slice(lo, min(len(seg), lo + n)) for seg in batch.segments()
+                for lo in range(0, len(seg), n)]
+
+    def _make(self, piece: Batch, reduce) -> tuple[Batch, Batch, object]:
+        """``piece`` after push-up, compressed and copied into its segment (not sealed)."""
+        b = reduce(piece) if reduce is not None else piece
+        if not len(b):
+            return piece, b, None
+        compress = self.ingress.compress
+        stored = compress(b) if compress is not None else None
+        cfg = self.bm.config
+        n = seg_fmt.segment_length(b, 1, cfg.align, stored)  # one metadata word: the clock
+        payload = seg_fmt.encode_payload(b, meta_words=1, align=cfg.align,
+                                         out=self.bm.buffer(n), stored=stored)
+        return piece, b, payload
+
+    def _take_turn(self, seq: int) -> None:
+        with self.cond:
+            while self.turn != seq:
+                if self.halted:
+                    raise PStreamError(f"p-stream {self.stream!r}: the run stopped before "
+                                       f"task {seq} of its input was stored")
+                self.cond.wait(0.1)
+
+    def _pass_turn(self, seq: int) -> None:
+        with self.cond:
+            self.turn = seq + 1
+            self.cond.notify_all()
+
+
+def _task_batch(units: list, made: list, end: int) -> Batch:
+    """What the fragment reads of a task stored as ``units``: its one p-unit's batch, its
+    p-units' batches as one span batch, or no tuples at offset ``end``."""
+    if len(units) == 1:
+        return units[0].batch
+    if units:
+        return SpanBatch(units[0].batch.schema, [p for u in units for p in u.batch.segments()],
+                         units[0].offset)
+    schema = made[0][1].schema
+    return Batch(schema, schema.empty_columns(0), end)
+
+
+def _all(acks: list[Future]) -> Future:
+    """A future resolved once every one of ``acks`` is (with the first error, if any)."""
+    done: Future = Future()
+    left = [len(acks)]
+    lock = threading.Lock()
+
+    def one(f: Future) -> None:
+        err = f.exception()
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if err is not None and not done.done():
+            done.set_exception(err)
+        elif last and not done.done():
+            done.set_result(None)
+
+    if not acks:
+        done.set_result(None)
+    for f in acks:
+        f.add_done_callback(one)
+    return done
+
+
 class PersistedFeed:
-    """``source`` through the ingress p-stream: tasks once their p-units are stored."""
+    """``source`` through the ingress p-stream: the source's batches as tasks whose workers
+    persist them (:class:`IngressWriter`, the feed's ``writer``) before the fragment; their
+    results are assembled once stored."""
 
     def __init__(self, pog: POG, engine: Engine, source, stream: str = INGRESS,
                  reader: str = READER):
         self.pog, self.stream, self.reader = pog, stream, reader
         self.ingress = pog.streams[stream]
-        self.inner = engine.feed(source, self.ingress.compress)
+        self.inner = engine.feed(source, reduce=False)
+        self.writer = IngressWriter(pog, stream, reader,
+                                    UNIT_ROWS if engine.spans_copies else None)
         self.schema, self.batch_rows = self.inner.schema, self.inner.batch_rows
         self._stopped = False
 
@@ -70,22 +221,10 @@ class PersistedFeed:
         return self.inner.partitions
 
     def tasks(self) -> Iterator[Task]:
-        if self.inner.partitions > 1:  # the partitions append, in turn; this thread reads
-            for p, u in persisted_in_order(self.pog, self.stream, self.reader, self.inner):
-                yield Task(u.batch, p.ingest_time, p.source_tuples, seq=p.seq)
-            return
-        ingest: dict[int, Task] = {}
-
-        def batches():
-            for t in self.inner.tasks():
-                if self._stopped:
-                    return
-                ingest[t.seq] = t
-                yield t.seq, t.batch, t.source_end, t.stored
-
-        for u in self.pog.persisted(self.stream, self.reader, batches()):
-            t = ingest.pop(u.batch_id)
-            yield Task(u.batch, t.ingest_time, t.source_tuples, seq=t.seq)
+        for seq, t in enumerate(self.inner.tasks()):  # numbered as the writer stages them
+            if self._stopped:
+                return
+            yield Task(t.batch, t.ingest_time, seq=seq, persist=True)
 
 
 def persisted_in_order(pog: POG, stream: str, reader: str, feed: PartitionedFeed,
@@ -126,6 +265,10 @@ class ReplayFeed:
     @property
     def exhausted(self) -> bool:
         return self.then.exhausted
+
+    @property
+    def writer(self):
+        return self.then.writer
 
     def peek(self):
         return self.then.peek()
@@ -176,6 +319,9 @@ class InputRelease:
             self.pog.send_release(self.stream, self.reader, upto)
 
     def reached(self, where: str, marker, snapshot, pv: dict) -> None:
+        pass
+
+    def dropped(self, marker) -> None:
         pass
 
     def stop(self, failed: bool) -> None:

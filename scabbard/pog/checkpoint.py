@@ -359,6 +359,20 @@ class CheckpointController:
             self.next_id += 1
             return Marker(MarkerKind.CHECKPOINT, "input", checkpoint_id=self.current.id)
 
+    def abandon(self, cid: int) -> None:
+        """Checkpoint ``cid``'s marker was handed out but reached nothing: its task had no
+        tuples and none came after it before the run ended.  Nothing of it was taken (not
+        even the sink's cut), so it is simply no longer in flight; its id is not reused."""
+        with self._lock:
+            cur = self.current
+            if cur is None or cur.id != cid or cur.status is not Status.MARKED \
+                    or self._cut == cid:
+                raise ProtocolError(f"checkpoint {cid} cannot be abandoned: it is "
+                                    f"{'not in flight' if cur is None or cur.id != cid else cur.status.name}")
+            self.current = None
+            self.trace.append((cid, Status.FAILED))
+            self._idle.notify_all()
+
     def _step(self, cid: int, to: Status) -> None:
         """Checkpoint ``cid`` took step ``to`` (raises ProtocolError if out of order)."""
         with self._lock:

@@ -9,6 +9,7 @@ persistent-streams layer needs.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 
 from scabbard import timers
 from scabbard.batch import Batch
@@ -43,7 +44,7 @@ class POG:
         return self.streams[stream].trim_from(reader, offset, is_persistent=True)
 
     def append(self, stream: str, batch_id: int, b: Batch, source_end: int | None = None,
-               stored: tuple | None = None) -> PUnit:
+               stored: tuple | None = None, encoded=None) -> PUnit:
         """Write batch ``batch_id`` at the end of the ingress p-stream ``stream``, behind a
         retain marker (stored before it is readable); returns its p-unit.  Appends go in
         order: one at a time, each at the offset the last one ended (several ingress
@@ -51,16 +52,24 @@ class POG:
         reflects, its vector clock - differs from the p-stream's own offsets when operators
         moved below the p-stream (push-up) dropped tuples; None means "the p-unit's end".
         ``stored``: the batch's columns already compressed (see :meth:`PUnit.compress`), or
-        None.  Blocks while the stream has no room (:meth:`PStream.has_room`)."""
+        None; ``encoded``: its segment made already but for the header
+        (:class:`~scabbard.storage.segment.Payload`), or None.  Blocks while the stream has
+        no room (:meth:`PStream.has_room`)."""
+        return self.stage(stream, batch_id, b, source_end, stored, encoded)[0]
+
+    def stage(self, stream: str, batch_id: int, b: Batch, source_end: int | None = None,
+              stored: tuple | None = None, encoded=None) -> tuple[PUnit, Future]:
+        """:meth:`append`, with the future that resolves once the p-unit is stored."""
         span = timers.start()
         s = self.streams[stream]
         offset = s.end
         clock = (offset + len(b) if source_end is None else source_end,)
-        unit = PUnit(stream, batch_id, b.at(offset), clock, persistent=True, stored=stored)
+        unit = PUnit(stream, batch_id, b.at(offset), clock, persistent=True, stored=stored,
+                     encoded=encoded)
         self.insert_retain_marker(stream)
-        s.write(unit, batch_id, offset)
+        done = s.write(unit, batch_id, offset)
         timers.stop(span, "stage", len(b))
-        return unit
+        return unit, done
 
     def persisted(self, stream: str, reader: str, batches: Iterable[tuple],
                   operator=None) -> Iterator[PUnit]:

@@ -76,6 +76,7 @@ class PStream:
         self._retain = 0  # retain markers received, not yet applied
         self._cond = threading.Condition()
         self._error: BaseException | None = None
+        self._halted = False  # the run stopped: a write waiting for room gives up
         self.max_units, self.max_bytes = max_units, max_bytes
 
     # -- readers -------------------------------------------------------------------------------
@@ -116,6 +117,13 @@ class PStream:
         with self._cond:
             return self._room(nbytes)
 
+    def halt_writes(self) -> None:
+        """The run stopped: a write waiting for readers to make room raises instead (its
+        readers will read nothing more)."""
+        with self._cond:
+            self._halted = True
+            self._cond.notify_all()
+
     def wait_room(self, nbytes: int, timeout: float) -> bool:
         """:meth:`has_room`, waiting up to ``timeout`` seconds for readers to make room."""
         with self._cond:
@@ -147,6 +155,9 @@ class PStream:
                                f"{punit.offset}), the stream ends at {self._end}")
         with self._cond:
             while not self._room(punit.batch.column_bytes) and self._error is None:
+                if self._halted:
+                    raise PStreamError(f"p-stream {self.name!r}: the run stopped while a write "
+                                       f"waited for room")
                 self._cond.wait()
             persist = is_persistent or self._retain > 0
             if self._retain:
@@ -166,7 +177,8 @@ class PStream:
             raise PStreamError(f"p-stream {self.name!r} has no storage to persist to")
         ack = self.storage.append(self.stream_id, unit.batch, batch_id, unit.meta_words(),
                                   compress=self.compress if unit.stored is None else None,
-                                  stored=None if unit.stored is None else list(unit.stored))
+                                  stored=None if unit.stored is None else list(unit.stored),
+                                  payload=unit.encoded)
 
         def acknowledged(f: Future) -> None:
             err = f.exception()

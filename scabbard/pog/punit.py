@@ -43,6 +43,9 @@ class PUnit:
     persistent: bool = False
     kind: Kind = Kind.DATA
     stored: tuple | None = None  # the columns compressed for persistence, if compressed
+    # the segment made already but for its header (storage.segment.Payload), if it was:
+    # a worker made it, the p-stream's writer only seals and writes it
+    encoded: object = None
 
     @property
     def offset(self) -> int:

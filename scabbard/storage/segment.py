@@ -121,22 +121,42 @@ def segment_length(batch: Batch, meta_words: int = 0, align: int = PAGE,
     return round_up(header_length(len(sizes), meta_words) + payload, align)
 
 
-def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int, kind: int = KIND_DATA,
-           meta: np.ndarray | None = None, align: int = PAGE,
-           out: np.ndarray | None = None, stored: list | None = None) -> np.ndarray:
-    """Write ``batch`` as one segment into ``out`` (or a new aligned buffer); return the segment.
+@dataclass
+class Payload:
+    """A segment whose columns are written and hashed but whose header is not yet: what a
+    worker makes of a batch before its place in the stream is known (:func:`encode_payload`),
+    sealed with that place by :func:`seal`.  ``seg``: the segment's bytes (a view of
+    ``full``, the buffer it lives in), the header's ``hlen`` bytes still to be written."""
 
-    ``stored``: per column, ``(codec, payload)`` - the column already compressed (see
-    :mod:`scabbard.compression.policy`); by default every column is stored raw.
-    The returned view has the segment's full (aligned) length; padding is zero.
-    """
+    full: np.ndarray
+    seg: np.ndarray
+    hlen: int
+    payload_len: int
+    descs: bytes
+    dsum: int
+    count: int
+    ncols: int
+    min_ts: int
+    max_ts: int
+    fingerprint: bytes
+    meta_words: int
+
+    @property
+    def seglen(self) -> int:
+        return self.seg.nbytes
+
+
+def encode_payload(batch: Batch, *, meta_words: int = 0, align: int = PAGE,
+                   out: np.ndarray | None = None, stored: list | None = None) -> Payload:
+    """``batch``'s columns copied and hashed into ``out`` (or a new aligned buffer) behind
+    room for the header; see :func:`encode`.  Runs on any thread: nothing in it depends on
+    where the segment will lie."""
     span = timers.start()
-    meta = np.zeros(0, np.uint64) if meta is None else np.ascontiguousarray(meta, np.uint64)
     raw = batch.column_nbytes()
     if stored is not None and len(stored) != len(raw):
         raise ValueError(f"{len(stored)} stored columns for {len(raw)} in the batch")
     sizes = raw if stored is None else [p.nbytes for _, p in stored]
-    hlen = header_length(len(sizes), len(meta))
+    hlen = header_length(len(sizes), meta_words)
     payload = sum(_pad8(n) for n in sizes)
     seglen = round_up(hlen + payload, align)
     if out is None:
@@ -163,15 +183,40 @@ def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int, kind: int
         pos += _pad8(n)
     seg[pos:] = 0
     mn, mx = batch.event_edges() if batch.schema.stream and len(batch) else (0, 0)
-    fixed = _FIXED.pack(MAGIC, VERSION, kind, hlen, stream_id, len(sizes), epoch, batch.offset,
-                        len(batch), batch_id, mn, mx, payload, seglen,
-                        batch.schema.fingerprint.encode(), 0, 0, meta.nbytes, 0)
-    head = fixed + b"".join(descs) + meta.tobytes()
-    seg[:hlen] = np.frombuffer(head, np.uint8)
-    struct.pack_into("<Q", seg, _SUM_AT, dsum)
-    _seal_header(seg, hlen)
     timers.stop(span, "encode", len(batch))
+    return Payload(out, seg, hlen, payload, b"".join(descs), dsum, len(batch), len(sizes),
+                   mn, mx, batch.schema.fingerprint.encode(), meta_words)
+
+
+def seal(p: Payload, *, stream_id: int, epoch: int, first_offset: int, batch_id: int,
+         kind: int = KIND_DATA, meta: np.ndarray | None = None) -> np.ndarray:
+    """Write ``p``'s header - its place in the stream - and return the whole segment."""
+    meta = np.zeros(0, np.uint64) if meta is None else np.ascontiguousarray(meta, np.uint64)
+    if len(meta) != p.meta_words:
+        raise ValueError(f"{len(meta)} metadata words for a segment made with {p.meta_words}")
+    seg = p.seg
+    fixed = _FIXED.pack(MAGIC, VERSION, kind, p.hlen, stream_id, p.ncols, epoch, first_offset,
+                        p.count, batch_id, p.min_ts, p.max_ts, p.payload_len, p.seglen,
+                        p.fingerprint, 0, 0, meta.nbytes, 0)
+    seg[:p.hlen] = np.frombuffer(fixed + p.descs + meta.tobytes(), np.uint8)
+    struct.pack_into("<Q", seg, _SUM_AT, p.dsum)
+    _seal_header(seg, p.hlen)
     return seg
+
+
+def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int, kind: int = KIND_DATA,
+           meta: np.ndarray | None = None, align: int = PAGE,
+           out: np.ndarray | None = None, stored: list | None = None) -> np.ndarray:
+    """Write ``batch`` as one segment into ``out`` (or a new aligned buffer); return the segment.
+
+    ``stored``: per column, ``(codec, payload)`` - the column already compressed (see
+    :mod:`scabbard.compression.policy`); by default every column is stored raw.
+    The returned view has the segment's full (aligned) length; padding is zero.
+    """
+    words = 0 if meta is None else len(meta)
+    p = encode_payload(batch, meta_words=words, align=align, out=out, stored=stored)
+    return seal(p, stream_id=stream_id, epoch=epoch, first_offset=batch.offset,
+                batch_id=batch_id, kind=kind, meta=meta)
 
 
 def _seal_header(seg: np.ndarray, hlen: int) -> None:

@@ -66,6 +66,11 @@ class GroupCommitWriter:
                 self._free.append(f)
             self._spare = None
 
+    def buffer(self, n: int) -> np.ndarray:
+        """An aligned buffer of at least ``n`` bytes for a segment this manager will write
+        (:meth:`append` with ``payload``: it is reused once written)."""
+        return self._buffer(n)
+
     def _buffer(self, n: int) -> np.ndarray:
         """An aligned buffer of at least ``n`` bytes, reused (fresh pages cost page faults)."""
         with self._lock:
@@ -82,13 +87,17 @@ class GroupCommitWriter:
                 self._buffers.append(buf)
 
     def append(self, stream: int, batch: Batch, batch_id: int = 0,
-               meta: np.ndarray | None = None, compress=None, stored=None) -> Future:
+               meta: np.ndarray | None = None, compress=None, stored=None,
+               payload: seg_fmt.Payload | None = None) -> Future:
         """Persist ``batch`` (whose offset must continue the stream) asynchronously.
 
         ``compress``: a callable, batch -> ``[(codec, payload)]`` per column (e.g. a
         :class:`scabbard.compression.policy.Compression`), run here, before the segment's
         place in its file is reserved (its length is the compressed one); or ``stored``,
-        the columns already compressed.
+        the columns already compressed; or ``payload``, the segment made already but for
+        its header (:func:`~scabbard.storage.segment.encode_payload`, in a buffer from
+        :meth:`buffer`): it is sealed here, on the caller's thread, and nothing is left
+        for the encoder pool.
         Returns a future resolving to the batch's end offset once it is
         acknowledged.  Blocks while ``max_pending_bytes`` await writing.
         """
@@ -96,9 +105,10 @@ class GroupCommitWriter:
         cfg = self.config
         if s.error is not None:
             raise StorageError(f"stream {s.name!r} cannot be written: {s.error}") from s.error
-        if stored is None and compress is not None:
+        if payload is None and stored is None and compress is not None:
             stored = compress(batch)
-        n = seg_fmt.segment_length(batch, 0 if meta is None else len(meta), cfg.align, stored)
+        n = payload.seglen if payload is not None else seg_fmt.segment_length(
+            batch, 0 if meta is None else len(meta), cfg.align, stored)
         if n > cfg.file_bytes - cfg.data_start:
             raise UnitTooLarge(f"a segment of {n:,} bytes does not fit a {cfg.file_bytes:,}-byte "
                                f"pool file; use larger files or smaller batches",
@@ -108,7 +118,7 @@ class GroupCommitWriter:
                 s.cond.wait()
         if s.error is not None:  # the writer failed while this append waited
             raise StorageError(f"stream {s.name!r} cannot be written: {s.error}") from s.error
-        full = self._buffer(n)
+        full = self._buffer(n) if payload is None else payload.full
         fut: Future = Future()
         with self._lock:
             if batch.offset < s.next_offset:
@@ -125,9 +135,15 @@ class GroupCommitWriter:
             f.write_pos += n
             f.inflight += 1
             s.next_offset = batch.end
-            encoded = self._encoders.submit(seg_fmt.encode, batch, stream_id=stream, epoch=f.epoch,
-                                            batch_id=batch_id, meta=meta, align=cfg.align,
-                                            out=full, stored=stored)
+            if payload is not None:
+                encoded = Future()
+                encoded.set_result(seg_fmt.seal(payload, stream_id=stream, epoch=f.epoch,
+                                                first_offset=batch.offset, batch_id=batch_id,
+                                                meta=meta))
+            else:
+                encoded = self._encoders.submit(seg_fmt.encode, batch, stream_id=stream,
+                                                epoch=f.epoch, batch_id=batch_id, meta=meta,
+                                                align=cfg.align, out=full, stored=stored)
             with s.cond:
                 s.pending.append(_Pending(f, pos, n, encoded, full, batch.offset, len(batch), fut))
                 s.pending_bytes += n
