@@ -28,9 +28,22 @@ from scabbard.sim.config import (
     load,
     save,
 )
-from scabbard.sim.model import simulate
-from scabbard.sim.result import SimResult
 
 __all__ = ["PAPER_RDMA_INGEST", "PAPER_REMOTE_STORAGE", "PAPER_SSD", "Calibration", "Hardware",
            "PersistCosts", "QueryCosts", "SimConfig", "SimResult", "SystemCosts", "load", "save",
            "simulate"]
+
+
+def __getattr__(name: str):
+    """``simulate`` and ``SimResult`` load SimPy and pandas: on first use, so that the
+    commands which only name the simulator's settings (``scabbard run``, whose restart
+    after a crash is timed) do not pay for them."""
+    if name == "simulate":
+        from scabbard.sim.model import simulate
+
+        return simulate
+    if name == "SimResult":
+        from scabbard.sim.result import SimResult
+
+        return SimResult
+    raise AttributeError(f"module 'scabbard.sim' has no attribute {name!r}")
