@@ -410,8 +410,10 @@ def test_recovery_experiment_breaks_the_restart_into_phases(tiny, data_root, tmp
     for name in ("process start", "code loading", "state load", "replay"):
         lo, hi = ph[name]
         assert 0 <= lo <= hi < 5, (name, ph)
+    # a cold restart loads its code on a thread while the state loads; the replay waits for both
     assert ph["process start"][1] <= ph["code loading"][0] + 1e-6
-    assert ph["code loading"][1] <= ph["state load"][0] + 1e-6 <= ph["replay"][0] + 1e-6
+    assert ph["process start"][1] <= ph["state load"][0] + 1e-6
+    assert max(ph["code loading"][1], ph["state load"][1]) <= ph["replay"][0] + 1e-6
     table = exp.summary(out)
     assert "kill -> recovered (replay done)" in set(table["phase"])
 

@@ -213,7 +213,7 @@ def test_other_processes_take_their_cores_from_the_engine():
 
 
 @pytest.mark.parametrize("ingress", [1, 3])
-def test_recovery_time_is_restart_plus_state_load_plus_replay(ingress):
+def test_recovery_time_is_restart_then_code_and_state_loading_at_once_then_replay(ingress):
     # 1 core at 100 ns/tuple, input at half that (5 M/s), checkpoints every second, 20 MB of
     # state read at 200 MB/s (+ 50 ms to rebuild it), the stored input read back at 10 GB/s;
     # the source read by the dispatcher or by three ingress partitions
@@ -233,11 +233,18 @@ def test_recovery_time_is_restart_plus_state_load_plus_replay(ingress):
     assert rec["replayed_tuples"] == pytest.approx(2.5e6, abs=2 * 10_000)
     replay = rec["replayed_tuples"] * 100e-9
     assert rec["replay_s"] == pytest.approx(replay, rel=0.02)
-    assert rec["recovery_s"] == pytest.approx(rec["restart_init_s"] + rec["state_load_s"]
+    # the code loads on a thread while the state loads: the longer of the two counts
+    assert rec["recovery_s"] == pytest.approx(0.2 + max(0.3, rec["state_load_s"])
                                               + rec["replay_s"])
+    slow = simulate(dataclasses.replace(cal, queries={"CM1": dataclasses.replace(
+        cal.costs("CM1"), state_load_s=0.6)}), cfg, hw).recovery
+    assert slow["state_load_s"] == pytest.approx(20e6 / 10_000e6 + 0.6)
+    assert slow["recovery_s"] == pytest.approx(0.2 + slow["state_load_s"] + slow["replay_s"])
     # afterwards the backlog is worked off: every input tuple ends up processed
     assert r.summary.tuples >= 30e6
-    assert r.timeline["tuples_per_s"].iloc[-3:].max() > 5e6  # catching up, above the rate
+    # catching up after the failure, above the rate (the samples after it, not the last three:
+    # how soon the backlog is gone depends on the recovery's length)
+    assert r.timeline.loc[r.timeline["t"] > 3.5, "tuples_per_s"].max() > 5e6
 
 
 def test_a_recovered_process_pays_its_warm_up_once():

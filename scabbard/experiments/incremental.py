@@ -119,7 +119,8 @@ def measure(query: str, mode: str, ds, folder: Path, settings: Settings) -> dict
                                   metrics_log=log)
         phase = read_metrics(log).query("event == 'phase'").set_index("phase")["wall"]
         out.update(load_ms=back.loaded.get("load_ms", float("nan")),
-                   open_ms=(phase["state_loaded"] - phase["code_loaded"]) * 1e3,
+                   open_ms=(phase["state_loaded"] - phase.get("loading", phase["code_loaded"]))
+                   * 1e3,
                    loaded_mb=back.loaded.get("bytes", 0) / 1e6)
     shutil.rmtree(folder, ignore_errors=True)
     return out

@@ -8,8 +8,8 @@ after a failure.  :class:`scabbard.ft.controller.Controller` kills it with SIGKI
 warm standby; the output is then compared with a failure-free run.
 
 The recovery breakdown, from the kill: process start (spawn -> interpreter and imports
-done), code loading (compiled kernels from numba's on-disk cache), state load (storage
-and output opened, checkpoint state read), replay (the stored input after the
+done), code loading (compiled kernels from numba's on-disk cache) and - at the same time, on
+the other core - state load (storage and output opened, checkpoint state read), replay (the stored input after the
 checkpoint re-processed) and catch-up (until latency is back to its pre-failure level:
 the first sample whose median latency is within ``caught_up_factor`` of the median before
 the kill).  With a standby, process start and code loading happened before the failure.
@@ -216,11 +216,14 @@ def breakdown(samples: pd.DataFrame, events: pd.DataFrame, factor: float = 1.25,
     if not standby:
         phases["process start"] = (kill, at["started"])
         phases["code loading"] = (at["started"], at["code_loaded"])
-    load_from = at["activated"] if standby else at["code_loaded"]
+    # a cold restart loads the code on a thread while the state loads ("loading": when the
+    # storage was opened; a log before it had the two one after the other)
+    load_from = at.get("loading", at["activated"] if standby else at["code_loaded"])
     phases["state load"] = (max(kill, load_from), at["state_loaded"])
+    ready = at["state_loaded"] if standby else max(at["state_loaded"], at["code_loaded"])
     replaying = "replayed" not in at and now is not None
-    end = at.get("replayed", end_of if replaying else at["state_loaded"])
-    phases["replay"] = (at["state_loaded"], end)
+    end = at.get("replayed", end_of if replaying else ready)
+    phases["replay"] = (ready, end)
     after = samples[(samples["t"] > end) & (samples["tuples_per_s"] > 0)]
     if until is not None:
         after = after[after["t"] < until]

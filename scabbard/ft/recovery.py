@@ -32,6 +32,7 @@ import dataclasses
 import json
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,6 +181,38 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                                engine_config=engine, query=query)
 
 
+class _CodeLoader:
+    """The engine's compiled code loaded (:meth:`Engine.warm_up`), on a thread of its own or
+    on the caller's; :meth:`join` records when it was done as the ``code_loaded`` phase and
+    raises its error, if any."""
+
+    def __init__(self, engine: Engine, batch):
+        self.engine, self.batch = engine, batch
+        self.thread: threading.Thread | None = None
+        self.done_at: float | None = None
+        self.error: BaseException | None = None
+
+    def _load(self) -> None:
+        try:
+            self.engine.warm_up(self.batch)
+        except BaseException as e:  # noqa: BLE001 - raised by join()
+            self.error = e
+        self.done_at = time.time()
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._load, name="code-loading", daemon=True)
+        self.thread.start()
+
+    def join(self, phases: dict) -> None:
+        if self.thread is None and self.done_at is None:
+            self._load()
+        elif self.thread is not None:
+            self.thread.join()
+        if self.error is not None:
+            raise self.error
+        phases["code_loaded"] = self.done_at
+
+
 def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = False,
                         sink: ExactlyOnceSink | None = None, io: FileIO = OS, standby=None,
                         on_sample=None, wrap_source=None,
@@ -266,12 +299,18 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
             checkpoint_mode=ft.checkpoint_mode or "full",
             loop=duration is not None or max_tuples is not None)
     durable = Durability.of(want["durability"] or Durability.MACHINE)
-    # compiled code from numba's on-disk cache (a full batch: the long-task path too)
-    engine.warm_up(ReplaySource(dataset, want["batch_rows"] or MIN_BATCH).peek())
-    phases["code_loaded"] = time.time()
+    # compiled code from numba's on-disk cache (a full batch: the long-task path too).  A
+    # warm standby loads it before it waits; a cold restart loads it on a thread of its own
+    # while this one opens the storage and loads the state (LLVM's loading of the cached
+    # objects and the storage's reads leave the interpreter lock: both cores work)
+    code = _CodeLoader(engine, ReplaySource(dataset, want["batch_rows"] or MIN_BATCH).peek())
     if standby is not None:
+        code.join(phases)
         standby()
         phases["activated"] = time.time()
+    else:
+        code.start()
+    phases["loading"] = time.time()
     run = _run_file(storage, io, query, recover, want, durable)
     durable = Durability.of(run.get("durability", Durability.PROCESS.value))
     persist_input = run.get("persist_input", True)  # a recovered run keeps its mode
@@ -319,6 +358,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         committed = sink.committed()["window_end"]
         damage = list(bm.torn) + list(getattr(sink, "torn", []))
         phases["state_loaded"] = time.time()
+        code.join(phases)  # the run starts once both are in
         if not (recover and persist_input):
             bm.forget_tails()  # the state is in; nothing more is read back
         controller = CheckpointController(

@@ -421,9 +421,10 @@ def measure_recovery(query: str, data: Path, folder: Path, interval: float,
     replayed = int(resume["replay_to"] - resume["replay_from"])
     return {"process_start_s": at["started"] - at["spawned"],
             "code_load_s": at["code_loaded"] - at["started"],
-            "state_load_s": at["state_loaded"] - at["code_loaded"],
+            "state_load_s": at["state_loaded"] - at.get("loading", at["code_loaded"]),
             "replayed_tuples": replayed,
-            "replay_s": at["replayed"] - at["state_loaded"] if "replayed" in at else 0.0}
+            "replay_s": (at["replayed"] - max(at["state_loaded"], at["code_loaded"])
+                         if "replayed" in at else 0.0)}
 
 
 # -- per machine -------------------------------------------------------------------------------------

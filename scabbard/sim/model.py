@@ -161,9 +161,9 @@ class _Run:
     def recover(self):
         """Fail-stop recovery (paper §3.2, :func:`scabbard.ft.recovery.run_fault_tolerant`):
 
-        1. restart: a new process starts and loads the compiled code;
-        2. progress recovery and data recovery: the storage is opened, the newest complete
-           checkpoint found and its state p-units read back and rebuilt;
+        1. restart: a new process starts, then loads the compiled code on a thread while
+        2. progress recovery and data recovery run: the storage is opened, the newest complete
+           checkpoint found and its state p-units read back and rebuilt (both must be done);
         3. upstream replay: the input stored after the checkpoint runs again as tasks (read
            back from the disk and decoded), then the source continues after it; without
            persisted input the source itself is asked again from the checkpoint's offset.
@@ -177,8 +177,9 @@ class _Run:
         rec.update(checkpoint=ckpt["id"] if ckpt else None, replay_from=replay_from,
                    replay_to=replay_to, replayed_tuples=max(0, replay_to - replay_from))
         # Step 1: restart
-        yield env.timeout(sysc.process_start_s + self.costs.code_load_s)
-        rec["restart_init_s"] = env.now - rec["failed_at"]
+        yield env.timeout(sysc.process_start_s)
+        code = env.timeout(self.costs.code_load_s)  # on its own thread, meanwhile
+        rec["restart_init_s"] = env.now - rec["failed_at"] + self.costs.code_load_s
         t = env.now
         # Step 2: progress recovery, state load
         yield env.timeout(sysc.storage_open_s)
@@ -187,6 +188,7 @@ class _Run:
             yield from self.disk.request(state, write=False, slots=Semaphore(env, 1))
         yield env.timeout(self.costs.state_load_s if ckpt else 0.0)
         rec["state_load_s"] = env.now - t
+        yield code
         rec["state_loaded_at"] = env.now
         # Step 3: upstream replay, then the source
         self.engine = _Engine(self, offset=replay_to if cfg.persist else replay_from,

@@ -186,10 +186,14 @@ class FolderScan:
         f.header_written = True
         self._epoch = max(self._epoch, epoch)
         pos = self.config.data_start
-        buf, at = head[:0], pos  # the headers come from reads of SCAN_BYTES (many a read)
+        # the headers come from reads of SCAN_BYTES (many a header a read) while segments are
+        # small; past a segment longer than that, a read of the next header's page alone (an
+        # ingress p-unit of 8 MiB: 4 KiB read for it, not 256)
+        buf, at, last = head[:0], pos, 0
         while pos + PAGE <= size:
             if pos + PAGE > at + len(buf):
-                buf, at = self._pread(f, pos, min(SCAN_BYTES, size - pos)), pos
+                n = PAGE if last >= SCAN_BYTES else SCAN_BYTES
+                buf, at = self._pread(f, pos, min(n, size - pos)), pos
             head = buf[pos - at:pos - at + PAGE]
             try:
                 h = seg_fmt.parse_header(head, str(f.path), pos, file_len=size)
@@ -205,6 +209,7 @@ class FolderScan:
             f.segs.append(_Seg(h.first_offset, h.count, pos, h.segment_len))
             f.end = h.end_offset
             pos += h.segment_len
+            last = h.segment_len
         f.write_pos = pos
         f.sealed = True
         self._scanned.setdefault(stream, []).append(f)
