@@ -222,3 +222,42 @@ def test_bench_flags_reach_the_settings_and_bad_values_are_one_line(capsys):
     assert main(["bench", "kills", "--kills", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("scabbard: error: ") and err.count("\n") == 1
+
+
+def test_bench_kills_reduces_every_configuration_with_the_scheme_asked():
+    """``--reduce-every 1 --reduced-with adaptive``: every configuration with push-up and the
+    adaptive codecs; by default the adaptive and the default scheme take turns."""
+    from scabbard.cli import bench, build_parser
+    from scabbard.experiments import kills
+
+    args = build_parser("bench").parse_args(
+        ["bench", "kills", "--queries", "cm1", "cm2", "ysb", "--sinks", "clocked",
+         "--reduce-every", "1", "--reduced-with", "adaptive"])
+    plan = kills.plan(bench._settings(kills.Settings, args))
+    assert [(c.push_up, c.compression) for c in plan] == [(True, "adaptive")] * 3
+    turns = kills.plan(kills.Settings(queries=("CM1", "CM2"), sinks=("clocked",),
+                                      reduce_every=1))
+    assert [c.compression for c in turns] == ["adaptive", "default"]
+    with pytest.raises(ValueError, match="reduced_with"):
+        kills.Settings(reduced_with="zstd")
+
+
+def test_bench_restart_summarises_each_phase_over_the_rounds(capsys):
+    """``bench restart``: each phase's median and spread over the rounds, per kind of restart;
+    no round is a one-line error."""
+    import pandas as pd
+
+    from scabbard.experiments import recovery
+
+    runs = pd.DataFrame([{"round": k, "restart": r, "phase": "state load", "ms": ms,
+                          "exactly_once": True}
+                         for k, (r, ms) in enumerate([("cold restart", 200.0),
+                                                      ("cold restart", 100.0),
+                                                      ("cold restart", 400.0),
+                                                      ("warm standby", 50.0)])])
+    s = recovery.restart_summary(runs).set_index("restart")
+    assert tuple(s.loc["cold restart", ["median ms", "min ms", "max ms", "rounds"]]) == (
+        200.0, 100.0, 400.0, 3)
+    assert s.loc["warm standby", "median ms"] == 50.0
+    assert main(["bench", "restart", "--rounds", "0"]) == 2
+    assert capsys.readouterr().err.startswith("scabbard: error: --rounds")

@@ -55,6 +55,10 @@ _HELP = {
     "checkpoint_mode": "checkpoint mode of every run: full, incremental (closed panes written "
                        "once) or eventual (CEC: pane units saved in steps between records)",
     "worker_counts": "numbers of workers measured side by side",
+    "load": "input rate as a share of the sustainable rate (measured first)",
+    "kill_at": "seconds after the start of the kill",
+    "reduced_with": "the compression of the configurations with push-up: the adaptive and the "
+                    "default scheme in turn (alternate), or always one",
     "configs": "configurations measured side by side: no_ft (results dropped), no_ft_written "
                "(results to a Parquet file), checkpoints (state only), ft_raw (input persisted "
                "raw), scabbard (push-up + adaptive codecs)",
@@ -65,6 +69,7 @@ _FLAGS = {"with_query": "--no-query", "batch_kib": "--batch-kb", "min_life": "--
 _ALIASES = {"seconds": "--seconds", "data_dir": "--data-dir"}  # the old spellings, hidden
 _CHOICES = {"scale": ("tiny", "small", "full"), "sinks": ("clocked", "transactional"),
             "placements": ("alternate", "all", "none"),
+            "reduced_with": ("alternate", "adaptive", "default"),
             "checkpoint_mode": ("full", "incremental", "eventual"),
             "systems": ("engine", "engine-spill", "engine-ft", "engine-ft-spill", "spark-rocksdb",
                         "flink-rocksdb"),
@@ -154,6 +159,7 @@ def add(sub, full: bool = True) -> None:
         kills,
         partitioned,
         pipefabric,
+        recovery,
         scaleout,
         state,
     )
@@ -324,6 +330,19 @@ def add(sub, full: bool = True) -> None:
         _run_bench_adaptive)
     _options(ap, grizzly.Settings, "queries", "variants", "seconds", "rounds", "workers",
              "scale", "timeline_query", "change_at", "recovery_query", out="bench-adaptive")
+    rs = _bench(
+        bsub, "restart",
+        "notebook 04 (paper Fig. 10): kill -> recovered, cold restart and warm standby, "
+        "each phase",
+        "--rounds times, in turn: the query (default LRB1 small) runs as its own process at "
+        "--load of its sustainable rate, is killed with SIGKILL --kill-at seconds in and "
+        "recovered by a new process (cold restart: process start, then code loading while "
+        "the state loads) and by a warm standby started ahead of the failure; its output is "
+        "compared with a failure-free run.  Prints each phase's median and spread in ms; "
+        "writes restarts.csv to --output.", _run_bench_restart)
+    _options(rs, recovery.Settings, "query", "scale", "load", "interval", "kill_at",
+             out="bench-restart")
+    rs.add_argument("--rounds", type=int, default=3, help="kills of each kind (default 3)")
     rp = _bench(
         bsub, "state-recovery",
         "Darwin's Fig. 2: checkpoint and recovery time against the state's size, state in "
@@ -358,7 +377,8 @@ def add(sub, full: bool = True) -> None:
         "compared, lost, duplicated, different; writes runs.csv to --output.  The defaults "
         "(11 queries x 2 sinks x 23 kills = 506) take about an hour here.", _run_bench_kills,
         epilog="Exit status 1 if any configuration lost, duplicated or changed a result.")
-    _options(kp, kills.Settings, "queries", "sinks", "kills", "reduce_every", "scale", "rate",
+    _options(kp, kills.Settings, "queries", "sinks", "kills", "reduce_every", "reduced_with",
+             "scale", "rate",
              "interval", "min_life", "max_life", "work", "seed", "placements",
              "checkpoint_mode", "compression_interval", out="bench-kills")
     kp.add_argument("--state-memory", dest="state_memory", type=parse_bytes, metavar="BYTES",
@@ -601,6 +621,22 @@ def _run_bench_state(args) -> int:
     from scabbard.experiments import state as exp
 
     return _tabled(args, exp, exp.summary, "state.png")
+
+
+def _run_bench_restart(args) -> int:
+    from scabbard.experiments import recovery as exp
+
+    if args.rounds < 1:
+        raise CLIError("--rounds must be at least 1")
+    runs = exp.restarts(_settings(exp.Settings, args), args.rounds,
+                        log=lambda s: print(s, flush=True))
+    with pd_wide():
+        print("\n" + exp.restart_summary(runs).round(1).to_string(index=False))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs.to_csv(out / "restarts.csv", index=False)
+    print(f"\nresults: {out / 'restarts.csv'}")
+    return 0 if runs["exactly_once"].all() else 1
 
 
 def _run_bench_adaptive(args) -> int:

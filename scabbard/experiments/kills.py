@@ -52,6 +52,8 @@ class Settings:
     sinks: Sequence[str] = ("clocked", "transactional")
     kills: int = 23  # per configuration (11 queries x 2 sinks x 23 = 506)
     reduce_every: int = 3  # every that many configurations: push-up + a compression scheme
+    # that scheme: the adaptive and the default one in turn ("alternate"), or always one
+    reduced_with: str = "alternate"
     scale: str = "tiny"
     data_dir: str = field(default_factory=default_data_dir)
     rate: float = 300_000.0  # input tuples/s of every run
@@ -84,6 +86,9 @@ class Settings:
                              f"{self.checkpoint_mode!r}")
         if self.kills < 1 or self.reduce_every < 1:
             raise ValueError("kills and reduce_every must be >= 1")
+        if self.reduced_with not in ("alternate", "adaptive", "default"):
+            raise ValueError(f"reduced_with must be alternate, adaptive or default, got "
+                             f"{self.reduced_with!r}")
         if self.placements not in ("alternate", "all", "none"):
             raise ValueError(f"placements must be alternate, all or none, got "
                              f"{self.placements!r}")
@@ -103,9 +108,9 @@ class Settings:
 
 def plan(settings: Settings) -> list[Config]:
     """Every query with every sink; push-up and compression on every ``reduce_every``-th
-    configuration (the adaptive and the default scheme in turn); a p-stream on every edge
-    between operators of a query with several (LRB1, LRB3, SG3, NQ) on every other
-    configuration, or on all, as ``placements`` says."""
+    configuration (the adaptive and the default scheme in turn, or ``reduced_with``); a
+    p-stream on every edge between operators of a query with several (LRB1, LRB3, SG3, NQ)
+    on every other configuration, or on all, as ``placements`` says."""
     from scabbard.engine import physical
 
     out = []
@@ -114,8 +119,9 @@ def plan(settings: Settings) -> list[Config]:
         for i, sink in enumerate(settings.sinks):
             k = len(out)
             reduce = k % settings.reduce_every == settings.reduce_every - 1
-            scheme = ("adaptive", "default")[(k // settings.reduce_every) % 2] if reduce \
-                else "none"
+            turn = ("adaptive", "default")[(k // settings.reduce_every) % 2]
+            scheme = ("none" if not reduce else turn if settings.reduced_with == "alternate"
+                      else settings.reduced_with)
             placed = edges if len(edges) > 1 and (
                 settings.placements == "all"
                 or (settings.placements == "alternate" and i % 2 == 1)) else ()

@@ -375,3 +375,30 @@ def _with_downtime(t: np.ndarray, y: np.ndarray, fill: float = 0.0
         t = np.insert(t, i + 1, [t[i] + step, t[i + 1] - step])
         y = np.insert(y, i + 1, [fill, fill])
     return t, y
+
+
+def restarts(settings: Settings, rounds: int = 3, log=print) -> pd.DataFrame:
+    """``rounds`` kills of ``settings``' run recovered by a cold restart and by a warm
+    standby, in turn (``scabbard bench restart``): one row per recovery and phase, in ms."""
+    from dataclasses import replace
+
+    rows = []
+    for k in range(rounds):
+        for standby in (False, True):
+            out = run(replace(settings, standby=standby), log=lambda *_: None)
+            mode = "warm standby" if standby else "cold restart"
+            for r in summary(out).to_dict("records"):
+                rows.append({"round": k, "restart": mode, "phase": r["phase"], "ms": r["ms"],
+                             "exactly_once": out.exactly_once})
+            total = next((r["ms"] for r in rows[::-1] if r["round"] == k and r["restart"] == mode
+                          and r["phase"].startswith("kill -> recovered")), float("nan"))
+            log(f"round {k + 1}/{rounds}, {mode}: kill -> recovered {total:.0f} ms, "
+                f"exactly once: {out.exactly_once}")
+    return pd.DataFrame(rows)
+
+
+def restart_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per restart and phase: the median ms and the spread (min - max) over the rounds."""
+    g = runs.groupby(["restart", "phase"], sort=False)["ms"]
+    return pd.DataFrame({"median ms": g.median(), "min ms": g.min(), "max ms": g.max(),
+                         "rounds": g.count()}).reset_index()
