@@ -614,3 +614,37 @@ def test_a_stream_whose_every_file_was_released_carries_on_where_it_ended(tmp_pa
     with BlockManager(tmp_path, SMALL) as bm:
         sid = bm.stream("in", SCHEMA)
         assert bm.start(sid) == end and bm.durable_end(sid) == end + 300
+
+
+def test_flush_waits_for_the_appends_made_before_it_not_for_those_after(tmp_path):
+    """A stream appended to without a pause (an exactly-once sink under a query's output) is
+    never idle: a flush returns once what was appended before it is acknowledged, while a
+    later append is still being written (a checkpoint's flush had waited for the run's end)."""
+    import threading
+
+    from scabbard.storage.fileio import FileIO
+
+    started, tokens = threading.Event(), threading.Semaphore(0)
+
+    class Gate(FileIO):  # each segment write waits for a token; the file headers pass
+        def pwritev(self, fd, bufs, pos):
+            if pos > 0:
+                started.set()
+                tokens.acquire()
+            return super().pwritev(fd, bufs, pos)
+
+    cfg = StorageConfig(file_bytes=1 << 20, pool_files=1, io_threads=1, bulk_bytes=32 * 1024)
+    with BlockManager(tmp_path, cfg, Gate()) as bm:
+        sid = bm.stream("s", SCHEMA)
+        first = bm.append(sid, make_batch(0, 10))
+        assert started.wait(60)  # its write is under way (and waits): the next is a chunk apart
+        flushed = threading.Thread(target=bm.flush, args=(sid,))
+        flushed.start()
+        later = bm.append(sid, make_batch(10, 10))
+        tokens.release()  # the first append's write only
+        flushed.join(60)
+        alive = flushed.is_alive()
+        tokens.release()
+        flushed.join()
+        assert not alive, "the flush waited for an append made after it"
+        assert first.result() == 10 and later.result() == 20

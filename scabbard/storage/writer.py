@@ -242,11 +242,16 @@ class GroupCommitWriter:
                 self.io.reopen(f.fd, f.path, os.O_RDWR)
 
     def flush(self, stream: int | None = None) -> None:
-        """Wait until every append so far is acknowledged (or failed)."""
+        """Wait until every append so far is acknowledged (or failed).  Appends made while it
+        waits are not waited for: a stream appended to without a pause (an exactly-once
+        sink under a query's output) is never idle, and a checkpoint's flush of it had
+        waited for the end of the run."""
         streams = [self._by_id[stream]] if stream is not None else list(self._by_id.values())
         for s in streams:
+            with self._lock:
+                target = s.next_offset
             with s.cond:
-                while s.inflight:
+                while s.durable < target and s.inflight and s.error is None:
                     s.cond.wait()
             if s.error is not None:
                 raise s.error
