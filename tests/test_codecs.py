@@ -173,3 +173,38 @@ if __name__ == "__main__":
         print(f"wrote {write_golden()} golden files to {GOLDEN}")
     else:
         sys.exit("usage: python tests/test_codecs.py --write-golden")
+
+
+@pytest.mark.parametrize("run", [1, 2, 3000])
+def test_rle_takes_a_deferred_shift_as_if_it_were_added(run):
+    """RLE of ``values`` with ``shift`` is byte for byte RLE of ``values + shift`` (a replayed
+    copy's timestamps are encoded where they lie); runs of one, two and thousands (the two
+    run finders)."""
+    from scabbard.compression.rle import RunLength
+
+    rng = np.random.default_rng(run)
+    v = np.repeat(np.cumsum(rng.integers(0, 5, 4000)), run)[:50_000].astype(np.int64)
+    for codec in RunLength.examples():
+        assert codec.encode(v, shift=123_456_789).tobytes() == codec.encode(v + 123_456_789).tobytes()
+        assert np.array_equal(codec.decode(codec.encode(v, shift=-7), len(v), "int64"), v - 7)
+
+
+def test_a_replayed_copys_timestamps_are_stored_shifted_without_being_made():
+    """The compression of a replayed copy (its timestamp shift deferred): the RLE payload and,
+    where a codec stores no less than raw, the raw column both hold the shifted values."""
+    from scabbard.batch import ReplayBatch
+    from scabbard.compression.policy import Compression, RawColumn
+    from scabbard.compression.rle import RunLength
+    from scabbard.schema import Field, Schema
+
+    schema = Schema("s", (Field("timestamp", "int64"), Field("v", "int64")), row_bytes=16)
+    ts = np.repeat(np.arange(100, dtype=np.int64), 50)
+    b = ReplayBatch(schema, (ts, np.arange(len(ts), dtype=np.int64) * 7919 % 1000), 0, 10_000)
+    comp = Compression(schema, (RunLength(), RunLength()))
+    (c0, p0), _ = comp(b)
+    assert isinstance(c0, RunLength) and np.array_equal(c0.decode(p0, len(b), "int64"), ts + 10_000)
+    # runs of one over the whole int64 range: RLE would store more than raw
+    wide = np.random.default_rng(0).integers(-2**63, 2**63 - 1, 5000, dtype=np.int64)
+    (c2, p2), _ = comp(ReplayBatch(schema, (wide, ts), 0, 10_000))
+    assert isinstance(p2, RawColumn) and p2.parts[0][1] == 10_000  # shift added as it is copied
+    assert np.array_equal(p2.parts[0][0], wide)

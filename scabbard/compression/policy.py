@@ -163,11 +163,18 @@ class Compression:
                 payload = RawColumn(batch.column_parts(i))
                 raw_bytes = payload.nbytes
             else:
-                col = batch.column_array(i)
+                parts = batch.column_parts(i)
+                shifted = (len(parts) == 1 and parts[0][1] != 0
+                           and getattr(codec, "takes_shift", False))
+                # a codec that takes a deferred shift reads the column where it lies
+                col = parts[0][0] if shifted else batch.column_array(i)
                 raw_bytes = col.nbytes
                 try:
-                    payload = codec.encode(col)
+                    payload = codec.encode(col, shift=parts[0][1]) if shifted \
+                        else codec.encode(col)
                 except Unfit as e:  # deoptimisation: this batch with the generic codec
+                    if shifted:
+                        col = batch.column_array(i)
                     codec, payload = generic, generic.encode(col)
                     with self._stats_lock:
                         st.fallbacks += 1
@@ -175,7 +182,8 @@ class Compression:
                         self.on_event("fallback", column=f.name, codec=str(chosen),
                                       to=str(generic), why=str(e))
                 if payload.nbytes > raw_bytes:  # never more than the values: a p-unit fits
-                    codec, payload = RAW, RawColumn([(col, 0)])  # its file, whatever the data
+                    codec, payload = RAW, RawColumn(parts if shifted else [(col, 0)])  # its
+                    # file, whatever the data (a shifted column's shift added as it is copied)
             with self._stats_lock:  # batches may be compressed by several threads at once
                 st.seconds += time.perf_counter() - t0
                 st.raw_bytes += raw_bytes
