@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from scabbard.compression import Codec, Unfit, codec_from_config, codec_from_params, registered
-from scabbard.compression.base import column_shape, numpy_dtype
+from scabbard.compression.base import CodecError, column_shape, numpy_dtype
 
 GOLDEN = Path(__file__).parent / "golden" / "codecs"
 # the paper's Table 2 plus the decimal-precision lossy float, block-packed deltas and the
@@ -208,3 +208,16 @@ def test_a_replayed_copys_timestamps_are_stored_shifted_without_being_made():
     (c2, p2), _ = comp(ReplayBatch(schema, (wide, ts), 0, 10_000))
     assert isinstance(p2, RawColumn) and p2.parts[0][1] == 10_000  # shift added as it is copied
     assert np.array_equal(p2.parts[0][0], wide)
+
+
+
+def test_delta_takes_a_deferred_shift_as_if_it_were_added():
+    """Delta of ``values`` with ``shift`` is byte for byte delta of ``values + shift`` (only
+    the first value moves); a shift of a narrow column is refused."""
+    from scabbard.compression.ints import Delta
+
+    ts = np.cumsum(np.random.default_rng(3).integers(0, 9, 10_000)).astype(np.int64)
+    assert Delta().encode(ts, shift=-42).tobytes() == Delta().encode(ts - 42).tobytes()
+    assert np.array_equal(Delta().decode(Delta().encode(ts, shift=7), len(ts), "int64"), ts + 7)
+    with pytest.raises(CodecError, match="shift"):
+        Delta().encode(ts.astype(np.int32), shift=1)

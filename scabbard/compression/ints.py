@@ -334,13 +334,22 @@ class Delta(Codec):
     name: ClassVar[str] = "delta"
     accepts: ClassVar[frozenset[str]] = INTEGER
 
-    def encode(self, values: np.ndarray) -> np.ndarray:
+    takes_shift: ClassVar[bool] = True  # encode(values, shift): the steps do not move
+
+    def encode(self, values: np.ndarray, shift: int = 0) -> np.ndarray:
+        """``values + shift`` encoded (``shift``: a replayed copy's deferred timestamp shift,
+        which only the first value takes)."""
+        if shift and np.asarray(values).dtype != np.int64:
+            raise CodecError(f"{self.name}: a shift applies to int64 columns, not "
+                             f"{np.asarray(values).dtype}")
         v, _ = _column(self, values)
         if not len(v):
             return np.zeros(0, np.uint8)
         blocks = -(-(len(v) - 1) // DELTA_BLOCK)
         out = np.empty(1 + -(-blocks // 8) + packed_words(len(v) - 1, 64) + blocks, np.uint64)
         used = _delta_encode(v, out)
+        if shift:
+            out[0] = np.uint64((int(v[0]) + shift) & 0xFFFF_FFFF_FFFF_FFFF)
         return out[:used].copy().view(np.uint8)
 
     def decode(self, payload: np.ndarray, count: int, dtype: str) -> np.ndarray:
