@@ -315,3 +315,18 @@ def test_the_lookup_join_in_pieces_at_once_gives_the_same_rows_in_order(seed, mo
     assert all(a[-1] < b[0] for a, b in zip(ends, ends[1:], strict=False)), "a window cut in two"
     _assert_same_rows(physical.concat_pieces(pieces), physical.join_hashed(node, left, right),
                       node)
+
+
+def test_checkpoint_records_are_ordered_by_their_id_past_ten_to_the_eighth(tmp_path):
+    """Record files are named with 8 padded digits; from id 10^8 on the name is wider, and the
+    records are still ordered by id: the newest is kept by the keep-3 rotation and taken as
+    the decision, the oldest removed."""
+    from scabbard.pog.checkpoint import CheckpointRecord, CheckpointStore
+
+    store = CheckpointStore(tmp_path / "checkpoints")
+    ids = [99_999_998, 99_999_999, 100_000_000, 100_000_001]
+    for cid in ids:
+        store.record(CheckpointRecord(cid, cid, cid, {}, [], {}, 0, 0.0, 1.0))
+    assert [r.id for r in store.records()] == ids[:0:-1]
+    assert store.latest_id() == store.highest_id() == 100_000_001
+    assert not (tmp_path / "checkpoints" / "ckpt-99999998.json").exists()

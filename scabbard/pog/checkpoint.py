@@ -155,7 +155,10 @@ class CheckpointStore:
         return self.path / f"ckpt-{cid:08d}.json"
 
     def _files(self) -> list[Path]:
-        return sorted(p for p in self.path.glob("ckpt-*.json") if p.stem[5:].isdigit())
+        """The record files, oldest first - by the id they name, not by the name: from id
+        10^8 on the name is wider than its 8 padded digits and would sort first."""
+        return sorted((p for p in self.path.glob("ckpt-*.json") if p.stem[5:].isdigit()),
+                      key=lambda p: int(p.stem[5:]))
 
     def record(self, rec: CheckpointRecord) -> None:
         body = json.dumps(asdict(rec), sort_keys=True)
