@@ -122,9 +122,14 @@ def test_datagen_writes_a_dataset_and_data_check_validates_it(spark, tmp_path, c
         (["bench", "engine", "--ingress", "0"], "ingress_partitions must be a whole number"),
         (["bench", "engine", "--rounds", "0"], "rounds must be a whole number >= 1, got 0"),
         (["bench", "ingest", "--ingress", "1", "0"], "ingress partitions must be whole numbers"),
+        (["run", "--query", "CM1", "--checkpoint-interval", "0", "--storage", "s", "--output",
+          "o"], "--checkpoint-interval 0: a checkpoint interval is a positive number"),
+        (["run", "--query", "CM1", "--checkpoint-interval", "1", "--storage", "s", "--output",
+          "o", "--persist-at", ","], "--persist-at ',' names no edge"),
     ],
 )
-def test_run_rejects_bad_arguments(capsys, args, message):
+def test_run_rejects_bad_arguments(capsys, args, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a flag taken by mistake writes nothing into the checkout
     try:
         code = main(args)
     except SystemExit as e:  # argparse's own errors

@@ -332,6 +332,9 @@ def config_from_args(args):
 
     _check_modes(args)
     ft = args.checkpoint_interval is not None or args.recover
+    if args.checkpoint_interval is not None and not args.checkpoint_interval > 0:
+        raise CLIError(f"--checkpoint-interval {args.checkpoint_interval:g}: a checkpoint "
+                       f"interval is a positive number of seconds")
     if args.output and not ft and not args.output.endswith((".parquet", ".csv")):
         raise CLIError(f"--output {args.output}: use a .parquet or .csv file name (an "
                        "exactly-once folder needs --checkpoint-interval)")
@@ -359,7 +362,10 @@ def config_from_args(args):
     if args.placement and not ft:
         raise CLIError("--placement goes with --checkpoint-interval (or --recover)")
     placement = [e.strip() for e in args.persist_at.split(",") if e.strip()] \
-        if args.persist_at else None
+        if args.persist_at is not None else None
+    if placement is not None and not placement:
+        raise CLIError(f"--persist-at {args.persist_at!r} names no edge: give operator ids, "
+                       f"ingress or output, separated by commas")
     if placement is not None and not ft:
         raise CLIError("--persist-at goes with --checkpoint-interval (or --recover)")
     if placement is not None and args.checkpoint_only:
@@ -445,7 +451,11 @@ def _auto_placement(args, ds) -> None:
         print(f"placement (auto, at {rate:,.0f} tuples/s): {best.label} - "
               f"{best.bytes_per_s / 1e6:.1f} MB/s persisted, recovery ~"
               f"{best.recovery_s * 1e3:.0f} ms", flush=True)
-    args.persist_at, args.placement = ",".join(chosen), None
+    args.placement = None
+    if chosen:
+        args.persist_at = ",".join(chosen)
+    else:  # nothing persisted: checkpoints only, the source replays the input
+        args.persist_at, args.checkpoint_only = None, True
 
 
 def _run_query(args) -> int:
