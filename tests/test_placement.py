@@ -246,3 +246,24 @@ def test_every_query_with_every_placement_gives_the_failure_free_results(tiny, t
             persist_at=tuple(e for e in p if e != INGRESS), persist_input=INGRESS in p)
         v = compare(read_output(out), want, q.schema)
         assert v.ok, (p, v)
+
+
+def test_a_plain_recover_takes_the_placement_its_run_recorded(tiny, tmp_path):
+    """A run started with ``--persist-at`` is recovered by a plain ``--recover`` (the placement
+    comes from run.json, as every other setting); another placement is refused in one line."""
+    import subprocess
+    import sys
+
+    ds = tiny["lrb"]
+    base = [sys.executable, "-m", "scabbard", "run", "--query", "LRB3", "--data", str(ds.path),
+            "--storage", str(tmp_path / "s"), "--output", str(tmp_path / "o"),
+            "--checkpoint-interval", "0.5", "--quiet", "--max-tuples", str(2 * ds.rows)]
+    first = subprocess.run(base + ["--persist-at", "ingress,per_window0"], capture_output=True,
+                           text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    again = subprocess.run(base + ["--recover"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    other = subprocess.run(base + ["--recover", "--persist-at", "ingress"], capture_output=True,
+                           text=True, timeout=300)
+    assert other.returncode != 0 and other.stderr.count("\n") == 1, other.stderr
+    assert "persist_at ['per_window0'] recorded, [] given" in other.stderr

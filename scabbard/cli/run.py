@@ -458,6 +458,20 @@ def _auto_placement(args, ds) -> None:
         args.persist_at, args.checkpoint_only = None, True
 
 
+def _recorded_placement(args) -> None:
+    """A plain ``--recover`` continues with the p-streams its run placed (``run.json``), as
+    with every other setting; a ``--persist-at`` given then must be the same."""
+    from scabbard.ft.recovery import recorded_run
+
+    run = recorded_run(args.storage) if args.storage else None
+    if not run or not run.get("persist_at"):
+        return
+    ingress = run.get("persist_input", True)
+    args.persist_at = ",".join((("ingress",) if ingress else ()) + tuple(run["persist_at"]))
+    if not ingress:  # a placement without the ingress is checkpoints only already
+        args.checkpoint_only = False
+
+
 def _run_query(args) -> int:
     from scabbard import queries
 
@@ -465,6 +479,8 @@ def _run_query(args) -> int:
     if args.placement:
         config_from_args(args)  # the flags checked before anything is measured
         _auto_placement(args, query_dataset(args))
+    elif args.recover and args.persist_at is None:
+        _recorded_placement(args)
     config = config_from_args(args)
     if args.backend == "spark":
         return _run_spark(args, query)
