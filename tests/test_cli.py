@@ -266,3 +266,37 @@ def test_bench_restart_summarises_each_phase_over_the_rounds(capsys):
     assert s.loc["warm standby", "median ms"] == 50.0
     assert main(["bench", "restart", "--rounds", "0"]) == 2
     assert capsys.readouterr().err.startswith("scabbard: error: --rounds")
+
+
+def test_mistakes_are_one_line_with_one_prefix_and_exit_2(capsys, tmp_path, monkeypatch):
+    """argparse's errors of every subcommand, a missing dataset and a file given as a dataset
+    folder: one line, ``scabbard: error:``, exit 2 (no usage block, no traceback)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file").write_text("x")
+    for args in (["run", "--query", "FOO"], ["run", "--query", "CM1", "--duration", "abc"],
+                 ["datagen", "ysb", "--scale", "medium"], ["bench", "kills", "--kills", "abc"],
+                 ["check", "crash-states", "--query", "NOPE"], ["sim", "run", "--workers", "x"],
+                 ["nosuchcommand"], ["run", "--query", "CM1", "--data", str(tmp_path / "nope")],
+                 ["run", "--query", "CM1", "--data", str(tmp_path / "file")]):
+        try:
+            code = main(args)
+        except SystemExit as e:
+            code = e.code
+        err = capsys.readouterr().err
+        assert code == 2, (args, err)
+        assert err.startswith("scabbard: error: ") and err.count("\n") == 1, (args, err)
+        assert "Traceback" not in err and "usage:" not in err
+
+
+def test_a_closed_pipe_ends_the_command_quietly(data_root, capsys, monkeypatch):
+    """``scabbard data list | head -1``: the reader leaves, the command ends without a word."""
+    import io
+    import os
+
+    r, w = os.pipe()
+    os.close(r)
+    out = io.TextIOWrapper(os.fdopen(w, "wb", buffering=0), write_through=True)
+    monkeypatch.setattr("sys.stdout", out)
+    code = main(["data", "list", "--root", str(data_root)])
+    monkeypatch.undo()
+    assert code == 141 and capsys.readouterr().err == ""

@@ -16,21 +16,34 @@ and exit non-zero (2 for bad input, 1 for failures while running).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 
 from scabbard import __version__
 from scabbard.cli.errors import EXIT_FAILURE, EXIT_USAGE, CLIError, one_line
 from scabbard.errors import ScabbardError
 
-__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "CLIError", "build_parser", "main"]
+__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "CLIError", "Parser", "build_parser", "main"]
 
 
 # -- main --------------------------------------------------------------------------------------
+class Parser(argparse.ArgumentParser):
+    """Every command's parser (subcommands' parsers take its class): a mistaken command, flag
+    or value is one line, ``scabbard: error: ...``, exit 2 - argparse's own would print the
+    whole usage before it."""
+
+    def error(self, message: str):
+        print(f"scabbard: error: {' '.join(message.split())} (see: {self.prog} --help)",
+              file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """Every command's parser.  ``command``: the one that will run (its group's heavy
     modules - the benchmarks' experiments - are imported only when it is that group, so
     that the engine's restart after a crash does not load pandas)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="scabbard",
         description="Scabbard workbench: fault-tolerant single-node stream processing.",
     )
@@ -69,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("scabbard: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of the output left (``| head``): end quietly
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except OSError as e:  # a full disk, a failed write, a missing folder ...
         where = f" ({e.filename})" if e.filename else ""
         print(f"scabbard: error: {e.strerror or e}{where}", file=sys.stderr)

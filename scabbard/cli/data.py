@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from scabbard.cli.common import add_data_root, data_root, hidden_alias
@@ -43,14 +44,19 @@ def _run_data_list(args) -> int:
 
 def _run_data_check(args) -> int:
     from scabbard import workloads
-    from scabbard.data import open_dataset
+    from scabbard.cli.errors import EXIT_FAILURE
+    from scabbard.data import DatasetError, open_dataset
 
-    ds = open_dataset(args.path)
+    ds = open_dataset(args.path)  # not a dataset folder at all: a mistaken path (exit 2)
     try:
         expected = workloads.get(ds.workload).SCHEMA
     except workloads.UnknownWorkloadError:
         expected = None
-    ds = open_dataset(args.path, schema=expected, verify=args.verify)
+    try:
+        ds = open_dataset(args.path, schema=expected, verify=args.verify)
+    except DatasetError as e:  # the check's verdict: this dataset is damaged (exit 1)
+        print(f"scabbard: error: {e.one_line()}", file=sys.stderr)
+        return EXIT_FAILURE
     what = "checksums verified" if args.verify else "sizes and schema valid (--verify for checksums)"
     print(f"{ds.path}: {ds.workload} {ds.rows:,} rows, {len(ds.tables)} side tables; {what}")
     return 0

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scabbard.errors import Failure
+from scabbard.errors import UserError
 from scabbard.schema import Schema
 
 FORMAT = "scabbard-replay"
@@ -36,8 +36,9 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 
 
-class DatasetError(Failure):
-    """A dataset folder is missing, incomplete, corrupt or does not match what was asked for."""
+class DatasetError(UserError):
+    """A dataset folder is missing, incomplete, corrupt or does not match what was asked for
+    (bad input: regenerate it or name another; exit 2)."""
 
 
 def column_file(table_dir: Path, name: str) -> Path:
