@@ -29,6 +29,7 @@ from scabbard.data.format import (
     FORMAT,
     FORMAT_VERSION,
     MANIFEST,
+    DatasetDamaged,
     DatasetError,
     TableWriter,
     build_manifest,
@@ -39,7 +40,7 @@ from scabbard.data.format import (
 )
 from scabbard.schema import Schema, SchemaError
 
-__all__ = ["Dataset", "DatasetError", "Table", "dataset_path", "open_dataset", "write_dataset"]
+__all__ = ["Dataset", "DatasetDamaged", "DatasetError", "Table", "dataset_path", "open_dataset", "write_dataset"]
 
 _TABLE_KEYS = ("schema", "schema_fingerprint", "rows", "columns", "checksum")
 
@@ -98,13 +99,13 @@ class Table:
             path = self.path / c["file"]
             digest = hash_file(path)
             if digest != c["sha256"]:
-                raise DatasetError(
+                raise DatasetDamaged(
                     f"{path}: checksum mismatch (manifest {c['sha256'][:12]}..., "
                     f"file {digest[:12]}...): the file was modified or corrupted"
                 )
             hashes.append(c["sha256"])
         if combine_checksums(hashes) != self.entry["checksum"]:
-            raise DatasetError(f"{self.path}: table checksum does not match its columns")
+            raise DatasetDamaged(f"{self.path}: table checksum does not match its columns")
 
 
 class ManifestView:

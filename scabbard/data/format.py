@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scabbard.errors import UserError
+from scabbard.errors import EXIT_FAILURE, UserError
 from scabbard.schema import Schema
 
 FORMAT = "scabbard-replay"
@@ -39,6 +39,13 @@ MANIFEST = "manifest.json"
 class DatasetError(UserError):
     """A dataset folder is missing, incomplete, corrupt or does not match what was asked for
     (bad input: regenerate it or name another; exit 2)."""
+
+
+class DatasetDamaged(DatasetError):
+    """A dataset's files no longer match their checksums (``--verify``): what was found is a
+    failure of the data, not a mistaken command (exit 1)."""
+
+    exit_code = EXIT_FAILURE
 
 
 def column_file(table_dir: Path, name: str) -> Path:
