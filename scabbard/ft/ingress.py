@@ -51,7 +51,7 @@ def ingress_stream(pog: POG, engine: Engine, compress=None) -> PStream:
 
 # a task of a global aggregate (its fragment reads a batch piece by piece) is stored as p-units
 # of at most this many tuples, each made while its columns are in the cache: SG1's and SM's
-# tasks of 2^22 tuples, compressed whole, cost 2-4x per tuple what pieces of 2^19 do
+# tasks of 2^22 tuples, compressed whole, cost 2-4x per tuple what smaller pieces do
 UNIT_ROWS = 1 << 21
 
 
