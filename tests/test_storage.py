@@ -26,7 +26,7 @@ from scabbard.storage import (
     TrimmedError,
 )
 from scabbard.storage import segment as seg_fmt
-from scabbard.storage.checksum import checksum, copy_checksum
+from scabbard.storage.checksum import checksum, copy_checksum, copy_checksum_parts
 
 SCHEMA = Schema("s", (Field("timestamp", "int64"), Field("k", "int32"), Field("v", "float64"),
                       Field("id", "uuid")), row_bytes=48)
@@ -78,6 +78,21 @@ def test_copy_checksum_is_copy_then_checksum(data, shift, seed):
     got = copy_checksum(raw, dst, seed)
     want = np.zeros(padded, np.uint8)
     want[:len(data)] = raw
+    np.testing.assert_array_equal(dst, want)
+    assert got == checksum(want, seed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 70), st.integers(-3, 3)), min_size=1, max_size=5),
+       st.integers(0, 2**64 - 1))
+def test_copy_checksum_parts_is_shifted_copy_then_checksum(pieces, seed):
+    """A column in pieces (int64, each shifted by its own add) is copied and hashed in one
+    pass as if it were copied whole, then hashed - across stripes begun by the piece before."""
+    rng = np.random.default_rng(len(pieces))
+    parts = [(rng.integers(-2**40, 2**40, n, dtype=np.int64), add) for n, add in pieces]
+    want = np.concatenate([a + add for a, add in parts]).view(np.uint8)
+    dst = np.full(want.nbytes, 0xEE, np.uint8)
+    got = copy_checksum_parts(parts, dst, seed)
     np.testing.assert_array_equal(dst, want)
     assert got == checksum(want, seed)
 

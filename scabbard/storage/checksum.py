@@ -92,7 +92,8 @@ def _copy_checksum(src, words, seed):
     stripes = words.shape[0] - words.shape[0] % 4
     v1, v2, v3, v4 = s + P1 + P2, s + P2, s, s - P1
     full = min(n, stripes) - min(n, stripes) % 4
-    for i in range(0, full, 4):
+    for j in range(full // 4):  # not range(0, full, 4): numba's stepped range halves the speed
+        i = 4 * j
         a = src[i]
         b = src[i + 1]
         c = src[i + 2]
@@ -132,22 +133,25 @@ def _copy_add_stripes(src, add, words, at, lanes):
             v2 = _round(v2, words[j + 1])
             v3 = _round(v3, words[j + 2])
             v4 = _round(v4, words[j + 3])
-    full = i + (n - i) - (n - i) % 4
-    while i < full:
-        w1 = src[i] + a
-        w2 = src[i + 1] + a
-        w3 = src[i + 2] + a
-        w4 = src[i + 3] + a
-        k = at + i
-        words[k] = w1
-        words[k + 1] = w2
-        words[k + 2] = w3
-        words[k + 3] = w4
+    first = i
+    # a counted loop over views starting at 0 (indices the compiler knows are not negative):
+    # twice the speed of a stepped one from an offset
+    s4, d4 = src[first:], words[at + first:]
+    for j in range((n - first) // 4):
+        i = 4 * j
+        w1 = s4[i] + a
+        w2 = s4[i + 1] + a
+        w3 = s4[i + 2] + a
+        w4 = s4[i + 3] + a
+        d4[i] = w1
+        d4[i + 1] = w2
+        d4[i + 2] = w3
+        d4[i + 3] = w4
         v1 = _round(v1, w1)
         v2 = _round(v2, w2)
         v3 = _round(v3, w3)
         v4 = _round(v4, w4)
-        i += 4
+    i = first + (n - first) - (n - first) % 4
     while i < n:  # the start of a stripe the next part (or the end) finishes
         words[at + i] = src[i] + a
         i += 1
