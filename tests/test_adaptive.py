@@ -201,3 +201,20 @@ def test_a_stream_whose_codecs_change_reads_back_and_reopens(tmp_path):
 def test_unknown_selector_is_refused():
     with pytest.raises(ValueError, match="rules, cost"):
         Compression.scheme(SCHEMA, "adaptive", selector="magic")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3000), st.integers(-10**6, 10**6)), min_size=1,
+                max_size=4), st.sampled_from([None, 64, 1000]), st.integers(0, 10**6))
+def test_a_column_in_shifted_pieces_profiles_as_the_column_made(pieces, sample, at):
+    """The adaptive scheme profiles a replayed batch's timestamps in their pieces, their
+    shifts deferred (nothing made): the same statistics as the made column's, its range
+    always the whole batch's."""
+    rng = np.random.default_rng(len(pieces) + (sample or 0))
+    parts = [(np.cumsum(rng.integers(0, 4, n)).astype(np.int64), add) for n, add in pieces]
+    made = np.concatenate([a + add for a, add in parts])
+    by_parts, whole = ColumnProfile("int64"), ColumnProfile("int64")
+    by_parts.add_parts(parts, step_codecs=True, sample=sample, at=at)
+    whole.add(made, step_codecs=True, sample=sample, at=at)
+    assert by_parts == whole
+    assert (whole.min, whole.max) == (int(made.min()), int(made.max()))

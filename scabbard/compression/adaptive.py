@@ -196,9 +196,10 @@ class AdaptiveCompression(Compression):
         with self._lock:  # profiling and decisions one batch at a time; encoding in parallel
             if self._seen % self.profile_every == 0 and len(batch):
                 for i, p in enumerate(self.profiles):
-                    p.add(batch.column_array(i), step_codecs=False,  # those: once, at decide
-                          sample=self.profile_rows,  # from a place that moves on
-                          at=(self._seen // self.profile_every) * 40_503)
+                    p.add_parts(batch.column_parts(i),  # the column is not made
+                                step_codecs=False,  # those: once, at decide
+                                sample=self.profile_rows,  # from a place that moves on
+                                at=(self._seen // self.profile_every) * 40_503)
                 self._last = batch
             self._seen += 1
             due = time.monotonic() - self._decided_at >= self.interval or (
