@@ -4,6 +4,7 @@ against steps out of order, fail-stop, ids never reused - without an engine or S
 from __future__ import annotations
 
 import errno
+import os
 from concurrent.futures import Future
 
 import numpy as np
@@ -23,6 +24,7 @@ from scabbard.pog.checkpoint import (
     Status,
 )
 from scabbard.schema import Field, Schema
+from scabbard.storage import StorageError, StorageLocked
 
 RESULTS = Schema("r", (Field("window_start", "int64"), Field("window_end", "int64"),
                        Field("n", "int64")), stream=False)
@@ -191,6 +193,7 @@ def test_recovery_rolls_decided_epochs_forward_and_never_replaces_a_committed_on
         s.cut(e)
         s.prepare(e)
     s.commit(1)
+    s.close()  # the run died here: its process's lock on the folder went with it
     committed = (tmp_path / "out" / "committed" / f"{1:012d}.seg").read_bytes()
     (tmp_path / "out" / "pending" / f"{1:012d}.seg").write_bytes(b"stale")  # a leftover
     again = TransactionalSink(tmp_path / "out")
@@ -200,3 +203,35 @@ def test_recovery_rolls_decided_epochs_forward_and_never_replaces_a_committed_on
         f"{1:012d}.seg", f"{2:012d}.seg"]
     assert not list((tmp_path / "out" / "pending").iterdir())
     assert again.highest_epoch() == 2
+
+
+def test_a_second_sink_on_a_transactional_output_folder_is_refused(tmp_path):
+    """Another run (another storage folder) on the same output folder is refused, at recovery
+    and at the start: it had written its epochs among the first run's."""
+    s = _sink(tmp_path)
+    s.write_clocked(results(1, 4), {"input_end": 10, "window_end": 3})
+    other = TransactionalSink(tmp_path / "out")
+    with pytest.raises(StorageLocked, match=f"output folder .* in use .*pid {os.getpid()}"):
+        other.open(RESULTS)
+    with pytest.raises(StorageLocked, match="output folder"):
+        other.recover(decided=0)
+    s.cut(1)  # the owner is unaffected
+    s.prepare(1)
+    s.commit(1)
+    s.close()
+    other.open(RESULTS)  # free again once the owner closed it
+    other.close()
+    assert list(read_output(tmp_path / "out")["window_end"]) == [1, 2, 3]
+
+
+def test_committing_a_prepared_epoch_whose_file_is_gone_fails(tmp_path):
+    s = _sink(tmp_path)
+    s.cut(1)  # an epoch without results writes nothing and commits nothing, silently
+    s.prepare(1)
+    s.commit(1)
+    s.write_clocked(results(1, 4), {"input_end": 10, "window_end": 3})
+    s.cut(2)
+    s.prepare(2)
+    (tmp_path / "out" / "pending" / f"{2:012d}.seg").unlink()
+    with pytest.raises(StorageError, match="is gone: epoch 2's results were prepared"):
+        s.commit(2)

@@ -14,6 +14,7 @@ import sys
 import threading
 
 import numpy as np
+import pandas as pd
 import pytest
 from ftkit import (
     CFG,
@@ -44,6 +45,7 @@ from scabbard.storage import (
     RecordingIO,
     StorageConfig,
     StorageError,
+    StorageLocked,
 )
 from scabbard.storage import segment as seg_fmt
 
@@ -414,3 +416,51 @@ def test_recovering_with_other_settings_is_a_one_line_error(tiny, tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert "sink 'clocked' recorded, 'transactional' given" in r.stderr
+
+
+def _folder_bytes(folder) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def test_reading_an_output_changes_nothing_and_takes_no_lock(tiny, tmp_path):
+    """read_output is a reader: a torn last segment of the clocked log is left out of what
+    it returns, not repaired on disk (repair is recovery's), and a run holding the folder
+    does not stop it reading the committed prefix."""
+    q, ds = query("CM1", tiny)
+    store, out = tmp_path / "store", tmp_path / "out"
+    stopped(q, ds, store, ClockedSink(out), 9, every_tasks=4, max_tuples=20 * ds.rows)
+    whole = read_output(out)
+    with BlockManager(out / "log", ClockedSink.CONFIG) as bm:  # tear the last result piece
+        sid = bm.stream("results", q.schema)
+        f, seg = bm._locate(bm._by_id[sid], bm.durable_end(sid) - 1)
+        first = seg.first
+    with open(f.path, "r+b") as fh:  # a word of its first column
+        fh.seek(seg.pos)
+        h = seg_fmt.parse_header(np.frombuffer(fh.read(seg_fmt.PAGE), np.uint8))
+        fh.seek(seg.pos + h.header_len)
+        fh.write(b"\xff" * 8)
+    before = _folder_bytes(out)
+    torn = read_output(out)
+    assert _folder_bytes(out) == before  # nothing written, nothing moved
+    assert 0 < len(torn) <= first < len(whole)
+    pd.testing.assert_frame_equal(torn, whole.iloc[:len(torn)])
+    with BlockManager(out / "log", ClockedSink.CONFIG):  # a run holds the folder
+        assert len(read_output(out)) == len(torn)
+    finish(q, ds, store, ClockedSink(out))  # recovery repairs it: the output is whole
+    assert compare(read_output(out), failure_free(q, ds, 20 * ds.rows), q.schema).ok
+
+
+def test_a_run_takes_the_storage_lock_before_it_writes_run_json(tiny, tmp_path):
+    """Two fresh runs started together on one storage folder: the second is refused before
+    it writes anything, so the first's run.json is never replaced by another's settings."""
+    q, ds = query("CM1", tiny)
+    store = tmp_path / "store"
+    with BlockManager(store, SMALL):  # another engine holds the folder, before its run.json
+        with pytest.raises(StorageLocked, match="storage folder .* in use"):
+            run_fault_tolerant(q, ds, store, ClockedSink(tmp_path / "out"), CFG,
+                               interval=None, max_tuples=ds.rows, storage_config=SMALL)
+        assert not (store / "run.json").exists()
+    r = run_fault_tolerant(q, ds, store, ClockedSink(tmp_path / "out"), CFG, interval=None,
+                           max_tuples=ds.rows, storage_config=SMALL)  # free: it runs
+    assert r.run.summary.tuples == ds.rows

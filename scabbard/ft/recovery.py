@@ -56,7 +56,7 @@ from scabbard.ft.state import QueryState
 from scabbard.pog import POG
 from scabbard.pog.checkpoint import CheckpointController, CheckpointError, CheckpointStore
 from scabbard.query import Query
-from scabbard.storage import BlockManager, StorageConfig, StorageError
+from scabbard.storage import BlockManager, StorageConfig, StorageError, folderlock
 from scabbard.storage.fileio import OS, Durability, FileIO, write_atomic
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,8 @@ def _differences(have: dict, want: dict) -> list[str]:
 
 def _run_file(storage: Path, io: FileIO, query: Query, recover: bool, want: dict,
               durability: Durability) -> dict:
-    """Create ``run.json`` for a new run, or check a recovery against it (one line each)."""
+    """Create ``run.json`` for a new run, or check a recovery against it (one line each);
+    the caller holds the storage folder's lock."""
     path = storage / RUN_FILE
     if recover:
         if not path.is_file():
@@ -115,10 +116,6 @@ def _run_file(storage: Path, io: FileIO, query: Query, recover: bool, want: dict
         raise CheckpointError(f"{storage} already holds a run of {_read_run(path)['query']}: "
                               f"add --recover to continue it, or choose an empty --storage "
                               f"folder")
-    fresh = not storage.is_dir()
-    io.mkdir(storage)
-    if fresh and durability.flush:
-        io.fsync_dir(storage.parent)
     doc = {"query": query.name, "started_at": time.time(), **want}
     write_atomic(io, path, json.dumps(doc, indent=1).encode(), durability)
     return doc
@@ -311,25 +308,38 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
     else:
         code.start()
     phases["loading"] = time.time()
-    run = _run_file(storage, io, query, recover, want, durable)
-    durable = Durability.of(run.get("durability", Durability.PROCESS.value))
-    persist_input = run.get("persist_input", True)  # a recovered run keeps its mode
-    mode = run.get("checkpoint_mode") or "full"  # and its checkpoint mode
-    budget = run.get("state_memory")  # and its state memory budget
-    if budget is not None and engine.config.state_memory != budget:
-        engine.config = dataclasses.replace(engine.config, state_memory=budget, spill=spills)
-    if budget is not None and mode != "full":
-        raise ConfigError(f"state under a memory budget is checkpointed by its spilled units, "
-                          f"once each: checkpoint mode {mode!r} does not apply")
-    if recover and run.get("push_up", False) != push_up:
-        raise CheckpointError(f"{storage} holds a run {'with' if run.get('push_up') else 'without'}"
-                              f" persistence push-up: recover it the same way "
-                              f"({'add' if run.get('push_up') else 'drop'} --push-up)")
-    metrics = Metrics(dataset.schema.row_bytes, metrics_log, engine.config.metrics_interval,
-                      on_sample)
-    sink.bind(io, durable, persist_at)
-    storage_config = dataclasses.replace(storage_config, sync=durable.flush)
-    with BlockManager(storage, storage_config, io) as bm:
+    # the storage folder's lock before run.json: two fresh runs started together on one
+    # folder had both written it (the second's settings over the first's), then one failed
+    fresh = not storage.is_dir()
+    io.mkdir(storage)
+    if fresh and durable.flush:
+        io.fsync_dir(storage.parent)
+    held = folderlock.lock(storage / "LOCK", f"storage folder {storage}")
+    try:  # until the BlockManager holds it
+        run = _run_file(storage, io, query, recover, want, durable)
+        durable = Durability.of(run.get("durability", Durability.PROCESS.value))
+        persist_input = run.get("persist_input", True)  # a recovered run keeps its mode
+        mode = run.get("checkpoint_mode") or "full"  # and its checkpoint mode
+        budget = run.get("state_memory")  # and its state memory budget
+        if budget is not None and engine.config.state_memory != budget:
+            engine.config = dataclasses.replace(engine.config, state_memory=budget,
+                                                spill=spills)
+        if budget is not None and mode != "full":
+            raise ConfigError(f"state under a memory budget is checkpointed by its spilled "
+                              f"units, once each: checkpoint mode {mode!r} does not apply")
+        if recover and run.get("push_up", False) != push_up:
+            was = run.get("push_up")
+            raise CheckpointError(f"{storage} holds a run {'with' if was else 'without'} "
+                                  f"persistence push-up: recover it the same way "
+                                  f"({'add' if was else 'drop'} --push-up)")
+        metrics = Metrics(dataset.schema.row_bytes, metrics_log,
+                          engine.config.metrics_interval, on_sample)
+        sink.bind(io, durable, persist_at)
+        storage_config = dataclasses.replace(storage_config, sync=durable.flush)
+    except BaseException:
+        folderlock.unlock(held)
+        raise
+    with BlockManager(storage, storage_config, io, lock=held) as bm:
         pog = POG(bm)
         scheme = run.get("compression") or "none"
         compress = Compression.scheme(engine.input_schema, scheme, run.get("lossy_decimals"),

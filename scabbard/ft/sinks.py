@@ -48,7 +48,7 @@ from scabbard.batch import Batch
 from scabbard.engine.sinks import Sink
 from scabbard.pog.checkpoint import ProtocolError
 from scabbard.schema import Schema, SchemaError
-from scabbard.storage import BlockManager, StorageConfig, StorageError
+from scabbard.storage import BlockManager, StorageConfig, StorageError, folderlock
 from scabbard.storage import segment as seg_fmt
 from scabbard.storage.fileio import OS, Durability, FileIO, write_atomic, write_new
 
@@ -261,10 +261,25 @@ class TransactionalSink(ExactlyOnceSink):
     """
 
     kind = "transactional"
+    _lockfd: int | None = None
+
+    def _take_lock(self) -> None:
+        """The folder's lock, held from recovery or the run's start to :meth:`close`: a second
+        run on this output folder (with another storage folder) is refused - it had written
+        its epochs among this run's, and committed epoch ids this run hands out too."""
+        if self._lockfd is None:
+            self._mkdir(self.path)
+            self._lockfd = folderlock.lock(self.path / "LOCK", f"output folder {self.path}")
+
+    def close(self) -> None:
+        if self._lockfd is not None:
+            folderlock.unlock(self._lockfd)
+            self._lockfd = None
 
     def open(self, schema: Schema) -> None:
         if self.schema is not None:
             return
+        self._take_lock()
         self.schema = schema
         for d in ("pending", "committed"):
             self._mkdir(self.path / d)
@@ -277,11 +292,13 @@ class TransactionalSink(ExactlyOnceSink):
         self._open_at: list[float] = []
         self._cut_at: dict[int, list[float]] = {}
         self.held_s: list[float] = []
+        self._pending: set[int] = set()  # epochs prepare() wrote to pending/ (not empty)
 
     def recover(self, decided: int) -> None:
         """Epochs up to checkpoint ``decided`` were decided: commit them; drop the rest.
         A pending epoch that is committed already (a crash between the two renames of an
         older build) is dropped, never written over the committed one."""
+        self._take_lock()
         for d in ("pending", "committed"):
             self._mkdir(self.path / d)
         for p in _epochs(self.path / "pending"):
@@ -361,6 +378,7 @@ class TransactionalSink(ExactlyOnceSink):
         self.io.replace(tmp, self.path / "pending" / f"{checkpoint_id:012d}.seg")
         if self.durability.flush:
             self.io.fsync_dir(self.path / "pending")
+        self._pending.add(checkpoint_id)
         self.epochs[checkpoint_id] = Epoch.PREPARED
 
     def commit(self, checkpoint_id: int) -> None:
@@ -368,10 +386,15 @@ class TransactionalSink(ExactlyOnceSink):
         dropped."""
         self._advance(checkpoint_id, Epoch.COMMITTED, (Epoch.PREPARED,))
         p = self.path / "pending" / f"{checkpoint_id:012d}.seg"
-        if p.exists():
+        if checkpoint_id in self._pending:  # an empty epoch wrote nothing to commit
+            if not p.exists():
+                raise StorageError(f"{p} is gone: epoch {checkpoint_id}'s results were "
+                                   f"prepared but cannot be committed (was {self.path} "
+                                   f"changed by hand?)")
             self.io.replace(p, self.path / "committed" / p.name)
             if self.durability.flush:
                 self.io.fsync_dir(self.path / "committed")
+            self._pending.discard(checkpoint_id)
         for cid in [c for c in self._cut if c <= checkpoint_id]:
             del self._cut[cid]
             self.epochs[cid] = Epoch.COMMITTED
@@ -435,9 +458,11 @@ def read_output(path: str | Path):
     doc = _read_mark(path)
     schema = Schema.from_dict(doc["schema_doc"])
     frames = []
-    if doc["kind"] == "clocked":
-        with BlockManager(path / "log", ClockedSink.CONFIG) as bm:
-            frames = _clocked_frames(bm, bm.stream("results", schema), schema)
+    if doc["kind"] == "clocked" and (path / "log" / "pool").is_dir():  # else: nothing stored
+        with BlockManager(path / "log", ClockedSink.CONFIG, read_only=True) as bm:  # a
+            # reader changes nothing (a torn tail is left out, not repaired) and takes no lock
+            if bm.has_stream("results"):  # else: a crash before the sink's first write
+                frames = _clocked_frames(bm, bm.stream("results", schema), schema)
     else:
         for p in _epochs(path / "committed"):
             frames.append(seg_fmt.decode(np.fromfile(p, np.uint8), schema, str(p))[1].to_pandas())

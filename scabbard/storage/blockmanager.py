@@ -82,8 +82,15 @@ class BlockManager(FolderScan, GroupCommitWriter):
     """Owns one storage folder: ``with BlockManager(path) as bm: ...``."""
 
     def __init__(self, path: str | Path, config: StorageConfig | None = None,
-                 io: FileIO = OS):
+                 io: FileIO = OS, read_only: bool = False, lock: int | None = None):
+        """``lock``: the folder's lock (:func:`scabbard.storage.folderlock.lock`), taken by
+        the caller before it read the folder's run description; this manager holds it from
+        here on and releases it at :meth:`close` (or when opening fails).
+        ``read_only``: a reader's view of the folder (another engine may be writing it):
+        no lock taken, nothing created, repaired or moved - a torn tail or an unreadable
+        file is left out of the view and listed in :attr:`torn`; appends are refused."""
         self.path = Path(path)
+        self.read_only = read_only
         self.config = config or StorageConfig()
         cfg = self.config
         self.io = EmulatedDevice(io, cfg.write_bytes_per_s, cfg.discard) \
@@ -98,8 +105,14 @@ class BlockManager(FolderScan, GroupCommitWriter):
         self._epoch = 0
         self._buffers: list[np.ndarray] = []
         self.torn: list[str] = []
-        self.io_mode = "O_DIRECT" if self.config.direct else "buffered"
-        self._open_folder()
+        self.io_mode = "read-only" if read_only else \
+            "O_DIRECT" if self.config.direct else "buffered"
+        self._lockfd = lock
+        try:
+            self._open_folder()
+        except BaseException:
+            self._unlock()
+            raise
         self._pool = ThreadPoolExecutor(self.config.io_threads, thread_name_prefix="scabbard-io")
         self._encoders = ThreadPoolExecutor(self.config.encode_threads,
                                             thread_name_prefix="scabbard-encode")
@@ -110,6 +123,11 @@ class BlockManager(FolderScan, GroupCommitWriter):
 
 
     # -- streams ---------------------------------------------------------------------------------
+    def has_stream(self, name: str) -> bool:
+        """Whether the folder's registry names the p-stream ``name``."""
+        with self._lock:
+            return name in self._registry
+
     def stream(self, name: str, schema: Schema) -> int:
         """Register (or reopen) the p-stream ``name``; return its id."""
         with self._lock:
@@ -120,6 +138,8 @@ class BlockManager(FolderScan, GroupCommitWriter):
                 raise StorageError(f"stream {name!r} in {self.path} was written with schema "
                                    f"{entry['fingerprint']}, not {schema.name} "
                                    f"({schema.fingerprint})")
+            if entry is None and self.read_only:
+                raise StorageError(f"{self.path} holds no stream {name!r}")
             if entry is None:
                 sid = max((e["id"] for e in self._registry.values()), default=0) + 1
                 entry = {"id": sid, "fingerprint": schema.fingerprint, "schema": schema.name}
@@ -304,7 +324,8 @@ class BlockManager(FolderScan, GroupCommitWriter):
         zeros = seg_fmt.aligned_empty(PAGE)
         zeros[:] = 0
         for f in files:
-            self._pwritev(f, [zeros], 0)  # the file no longer claims any data
+            if not self.read_only:
+                self._pwritev(f, [zeros], 0)  # the file no longer claims any data
             with self._lock:
                 f.stream, f.segs, f.header_written, f.tail = -1, [], False, None
                 self._free.append(f)

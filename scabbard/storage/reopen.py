@@ -6,7 +6,6 @@ files cut off by a hole quarantined, other format versions refused.  A part of
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scabbard.storage import folderlock
 from scabbard.storage import segment as seg_fmt
 from scabbard.storage.checksum import checksum
 from scabbard.storage.errors import (
@@ -21,7 +21,6 @@ from scabbard.storage.errors import (
     FormatVersionError,
     StorageError,
     StorageFull,
-    StorageLocked,
 )
 from scabbard.storage.layout import (
     _FILE_HEADER,
@@ -43,6 +42,9 @@ class FolderScan:
     """The folder side of the BlockManager (a mixin: it shares the manager's attributes)."""
 
     def _open_folder(self) -> None:
+        if self.read_only:
+            self._open_to_read()
+            return
         io = self.io
         fresh = not (self.path / "pool").is_dir()
         try:
@@ -56,16 +58,18 @@ class FolderScan:
         except OSError as e:
             raise StorageError(f"storage folder {self.path} is not writable: {e.strerror}. "
                                f"Choose another with --storage DIR") from e
-        self._lockfd = os.open(self.path / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lockfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self._lockfd, 64, 0).decode(errors="replace").strip() or "?"
-            os.close(self._lockfd)
-            raise StorageLocked(f"storage folder {self.path} is in use by another engine "
-                                f"(pid {holder}); stop it or choose another folder") from None
-        os.ftruncate(self._lockfd, 0)
-        os.pwrite(self._lockfd, f"{os.getpid()}\n".encode(), 0)
+        if self._lockfd is None:  # else: the caller took it
+            self._lockfd = folderlock.lock(self.path / "LOCK", f"storage folder {self.path}")
+        self._read_registry_and_pool()
+
+    def _open_to_read(self) -> None:
+        """A reader's open: no lock, no probe, no pool file made."""
+        if not (self.path / "pool").is_dir():
+            raise StorageError(f"{self.path} is not a storage folder (no pool/)")
+        self._read_registry_and_pool()
+
+    def _read_registry_and_pool(self) -> None:
+        io = self.io
         reg = self.path / "streams.json"
         if reg.exists():
             try:
@@ -81,7 +85,7 @@ class FolderScan:
         try:
             for p in existing:
                 self._scan_file(self._open_file(int(p.stem[1:]), p))
-            if not existing:
+            if not existing and not self.read_only:
                 for _ in range(self.config.pool_files):
                     self._free.append(self._create_file())
         except BaseException:
@@ -91,12 +95,15 @@ class FolderScan:
             raise
 
     def _unlock(self) -> None:
-        fcntl.flock(self._lockfd, fcntl.LOCK_UN)
-        os.close(self._lockfd)
+        if self._lockfd is not None:  # read-only: nothing was locked
+            folderlock.unlock(self._lockfd)
+            self._lockfd = None
 
     def _open_file(self, fid: int, path: Path) -> _File:
         flags = os.O_RDWR | os.O_CREAT
-        if self.io_mode == "O_DIRECT":
+        if self.read_only:
+            fd = self.io.open(path, os.O_RDONLY)
+        elif self.io_mode == "O_DIRECT":
             try:
                 fd = self.io.open(path, flags | os.O_DIRECT)
             except OSError as e:
@@ -215,7 +222,13 @@ class FolderScan:
         self._scanned.setdefault(stream, []).append(f)
 
     def _quarantine(self, f: _File, why: str) -> None:
-        """Move an unreadable pool file to ``quarantine/``: out of the pool, never reused."""
+        """Move an unreadable pool file to ``quarantine/``: out of the pool, never reused
+        (read-only: out of the view only)."""
+        if self.read_only:
+            self.io.close(f.fd)
+            del self._files[f.id]
+            self.torn.append(f"{f.path}: {why}; not read")
+            return
         qdir = self.path / "quarantine"
         self.io.mkdir(qdir)
         n = 0
@@ -248,7 +261,8 @@ class FolderScan:
                 self.torn.append(str(e))
                 keep = j
                 break
-        if keep < len(f.segs):  # erase the torn segment's header: later scans stop before it
+        if keep < len(f.segs) and not self.read_only:  # erase the torn segment's header:
+            # later scans stop before it
             zeros = seg_fmt.aligned_empty(PAGE)
             zeros[:] = 0
             self._pwritev(f, [zeros], f.segs[keep].pos)

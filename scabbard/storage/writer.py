@@ -103,6 +103,8 @@ class GroupCommitWriter:
         """
         s = self._by_id[stream]
         cfg = self.config
+        if self.read_only:
+            raise StorageError(f"{self.path} is open to read only: nothing may be appended")
         if s.error is not None:
             raise StorageError(f"stream {s.name!r} cannot be written: {s.error}") from s.error
         if payload is None and stored is None and compress is not None:
