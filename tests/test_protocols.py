@@ -235,3 +235,4 @@ def test_committing_a_prepared_epoch_whose_file_is_gone_fails(tmp_path):
     (tmp_path / "out" / "pending" / f"{2:012d}.seg").unlink()
     with pytest.raises(StorageError, match="is gone: epoch 2's results were prepared"):
         s.commit(2)
+

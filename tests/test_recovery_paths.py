@@ -464,3 +464,21 @@ def test_a_run_takes_the_storage_lock_before_it_writes_run_json(tiny, tmp_path):
     r = run_fault_tolerant(q, ds, store, ClockedSink(tmp_path / "out"), CFG, interval=None,
                            max_tuples=ds.rows, storage_config=SMALL)  # free: it runs
     assert r.run.summary.tuples == ds.rows
+
+
+class _SinkFailingToOpen(TransactionalSink):
+    def open(self, schema) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_recovery_failing_after_the_sink_recovered_releases_the_output_folder(tiny, tmp_path):
+    """The transactional sink locks its folder when it recovers it; a recovery that fails
+    after that (the sink cannot open) releases it, as a failed run does: the next attempt in
+    this process recovers, and the output is the failure-free one."""
+    q, ds = query("CM1", tiny)
+    store, out = tmp_path / "store", tmp_path / "out"
+    stopped(q, ds, store, TransactionalSink(out), 9, every_tasks=4, max_tuples=20 * ds.rows)
+    with pytest.raises(OSError, match="No space left"):
+        finish(q, ds, store, _SinkFailingToOpen(out))
+    finish(q, ds, store, TransactionalSink(out))
+    assert compare(read_output(out), failure_free(q, ds, 20 * ds.rows), q.schema).ok

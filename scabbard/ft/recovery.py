@@ -34,6 +34,7 @@ import logging
 import os
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,6 +94,18 @@ def _differences(have: dict, want: dict) -> list[str]:
         if want.get(key) is not None and have.get(key) != want[key]:
             out.append(f"{key} {have.get(key)!r} recorded, {want[key]!r} given")
     return out
+
+
+@contextmanager
+def _closed_on_error(sink: ExactlyOnceSink):
+    """The sink closed (its folder's lock released) when the run fails before the engine
+    runs it - recovery refused after the sink recovered its folder - as the engine closes it
+    when a run fails: another run in this process may take the folder then."""
+    try:
+        yield
+    except BaseException:
+        sink.close()
+        raise
 
 
 def _run_file(storage: Path, io: FileIO, query: Query, recover: bool, want: dict,
@@ -339,7 +352,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
     except BaseException:
         folderlock.unlock(held)
         raise
-    with BlockManager(storage, storage_config, io, lock=held) as bm:
+    with BlockManager(storage, storage_config, io, lock=held) as bm, _closed_on_error(sink):
         pog = POG(bm)
         scheme = run.get("compression") or "none"
         compress = Compression.scheme(engine.input_schema, scheme, run.get("lossy_decimals"),

@@ -216,7 +216,8 @@ class ClockedSink(ExactlyOnceSink):
         self.bm.flush(self.sid)
 
     def close(self) -> None:
-        self.bm.close()
+        if getattr(self, "bm", None) is not None:  # opened
+            self.bm.close()
 
 
 class DiscardSink(ExactlyOnceSink):
