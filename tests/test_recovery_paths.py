@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -34,7 +35,7 @@ from scabbard.batch import Batch
 from scabbard.data import write_dataset
 from scabbard.engine.metrics import read_metrics
 from scabbard.ft.recovery import run_fault_tolerant
-from scabbard.ft.sinks import ClockedSink, TransactionalSink, read_output
+from scabbard.ft.sinks import ClockedSink, TransactionalSink, owner_of, read_output
 from scabbard.ft.verify import compare
 from scabbard.pog.checkpoint import CheckpointController, CheckpointError, CheckpointStore
 from scabbard.schema import Field, Schema
@@ -482,3 +483,43 @@ def test_a_recovery_failing_after_the_sink_recovered_releases_the_output_folder(
         finish(q, ds, store, _SinkFailingToOpen(out))
     finish(q, ds, store, TransactionalSink(out))
     assert compare(read_output(out), failure_free(q, ds, 20 * ds.rows), q.schema).ok
+
+
+@pytest.mark.parametrize("kind", [ClockedSink, TransactionalSink])
+def test_recovering_into_another_output_folder_is_refused_naming_the_runs_own(tiny, tmp_path,
+                                                                            kind):
+    """The run's results are in the folder it claimed: a recovery into another one had split
+    them (clocked) or left an epoch in neither (transactional) and exited 0."""
+    q, ds = query("CM1", tiny)
+    store, out, other = tmp_path / "store", tmp_path / "out", tmp_path / "other"
+    stopped(q, ds, store, kind(out), 9, every_tasks=4, max_tuples=20 * ds.rows)
+    with pytest.raises(CheckpointError, match=f"results are in {out}, not in {other} .*: "
+                                              f"recover with --output {out}"):
+        finish(q, ds, store, kind(other))
+    finish(q, ds, store, kind(out))
+    assert compare(read_output(out), failure_free(q, ds, 20 * ds.rows), q.schema).ok
+
+
+def test_recovering_into_an_emptied_output_folder_is_refused(tiny, tmp_path):
+    q, ds = query("CM1", tiny)
+    store, out = tmp_path / "store", tmp_path / "out"
+    stopped(q, ds, store, ClockedSink(out), 9, every_tasks=4, max_tuples=20 * ds.rows)
+    assert len(read_output(out))
+    shutil.rmtree(out)
+    with pytest.raises(CheckpointError, match="lost results .* recorded them up to .* as "
+                                              "committed.*: emptied or replaced"):
+        finish(q, ds, store, ClockedSink(out))
+
+
+def test_a_moved_output_folder_recovers_and_a_new_run_claims_its_own(tiny, tmp_path):
+    q, ds = query("CM1", tiny)
+    store, out, moved = tmp_path / "store", tmp_path / "out", tmp_path / "moved"
+    stopped(q, ds, store, TransactionalSink(out), 9, every_tasks=4, max_tuples=20 * ds.rows)
+    token = json.loads((store / "run.json").read_text())["run_id"]
+    assert owner_of(out) == token
+    out.rename(moved)  # the folder is known by the run it holds, not by its path
+    finish(q, ds, store, TransactionalSink(moved))
+    assert compare(read_output(moved), failure_free(q, ds, 20 * ds.rows), q.schema).ok
+    stopped(q, ds, tmp_path / "s2", TransactionalSink(tmp_path / "o2"), 2)  # another run's
+    with pytest.raises(CheckpointError, match="holds another run's results"):
+        finish(q, ds, store, TransactionalSink(tmp_path / "o2"))

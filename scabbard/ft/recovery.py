@@ -34,6 +34,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +52,7 @@ from scabbard.ft.checkpointing import CheckpointListener
 from scabbard.ft.config import ConfigError, FTConfig, PersistConfig, RunConfig
 from scabbard.ft.eventual import EventualPolicy, EventualSteps
 from scabbard.ft.ingress import INGRESS, READER, PersistedFeed, ReplayFeed, ingress_stream
-from scabbard.ft.sinks import ExactlyOnceSink, open_output
+from scabbard.ft.sinks import NO_WINDOW, ExactlyOnceSink, open_output
 from scabbard.ft.spillstore import DurableSpills
 from scabbard.ft.state import QueryState
 from scabbard.pog import POG
@@ -96,6 +97,35 @@ def _differences(have: dict, want: dict) -> list[str]:
     return out
 
 
+def _own_output(sink: ExactlyOnceSink, run: dict, rec, recover: bool) -> None:
+    """A new run claims its (empty) output folder.  A recovery checks that the folder is the
+    run's output: not another run's, and holding every result its checkpoint ``rec``
+    recorded as committed (not another, new folder; not emptied or replaced) - else the
+    output would be split or lose results; one line naming the folder that holds them.  Runs of older builds (no run id) are not checked."""
+    token = run.get("run_id")
+    if token is None:
+        return
+    if not recover:
+        sink.claim(token)
+        return
+    where, owner = run.get("output", "?"), sink.owner()
+    if owner is not None and owner != token:
+        raise CheckpointError(f"output folder {sink.path} holds another run's results; this "
+                              f"run's are in {where}: recover with --output {where}")
+    have = sink.committed()["window_end"]
+    want = rec.output.get("window_end", NO_WINDOW) if rec is not None else NO_WINDOW
+    if have < want:  # (an unclaimed folder holding them all is a claim lost in a crash)
+        held = f"it holds results up to window end {have}, checkpoint {rec.id} recorded them " \
+               f"up to {want} as committed"
+        if where != str(sink.path.resolve()):
+            raise CheckpointError(f"this run's results are in {where}, not in {sink.path} "
+                                  f"({held}): recover with --output {where}")
+        raise CheckpointError(f"output folder {sink.path} lost results ({held}): emptied or "
+                              f"replaced, this run's output cannot be completed exactly once")
+    if owner is None:
+        sink.claim(token)
+
+
 @contextmanager
 def _closed_on_error(sink: ExactlyOnceSink):
     """The sink closed (its folder's lock released) when the run fails before the engine
@@ -129,7 +159,7 @@ def _run_file(storage: Path, io: FileIO, query: Query, recover: bool, want: dict
         raise CheckpointError(f"{storage} already holds a run of {_read_run(path)['query']}: "
                               f"add --recover to continue it, or choose an empty --storage "
                               f"folder")
-    doc = {"query": query.name, "started_at": time.time(), **want}
+    doc = {"query": query.name, "started_at": time.time(), "run_id": uuid.uuid4().hex, **want}
     write_atomic(io, path, json.dumps(doc, indent=1).encode(), durability)
     return doc
 
@@ -295,7 +325,9 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
             "persist_input": persist_input, "push_up": push_up, "compression": compression,
             "lossy_decimals": lossy_decimals,
             "durability": None if durability is None else Durability.of(durability).value,
-            "sink": sink.kind, "persist_at": list(persist_at),
+            "sink": sink.kind, "output": str(sink.path.resolve()),  # for messages only: the
+            # output is known by the run id it was claimed with (a moved folder recovers)
+            "persist_at": list(persist_at),
             "checkpoint_mode": ft.checkpoint_mode,
             "state_memory": budget}
     if not recover:  # a new run: the defaults
@@ -378,6 +410,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                 raise CheckpointError(f"{sink.path} already holds results of another run: "
                                       f"choose an empty --output folder")
         sink.open(engine.schema)
+        if sink.visible:
+            _own_output(sink, run, resume[0] if resume else None, recover)
         committed = sink.committed()["window_end"]
         damage = list(bm.torn) + list(getattr(sink, "torn", []))
         phases["state_loaded"] = time.time()

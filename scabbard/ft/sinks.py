@@ -54,6 +54,7 @@ from scabbard.storage.fileio import OS, Durability, FileIO, write_atomic, write_
 
 NO_WINDOW = np.iinfo(np.int64).min
 _KIND = ".sink.json"
+_OWNER = ".run"  # the id of the run whose output the folder is (run.json holds it too)
 
 
 def _clock(meta: np.ndarray, layout: tuple[str, ...] = (), head: int = 2) -> dict:
@@ -69,6 +70,14 @@ def _clock(meta: np.ndarray, layout: tuple[str, ...] = (), head: int = 2) -> dic
 def _meta(clock: dict, layout: tuple[str, ...] = (), *own: int) -> np.ndarray:
     words = [clock["input_end"], clock["window_end"], *own, *(clock.get(n, 0) for n in layout)]
     return np.array(words, np.int64).view(np.uint64)
+
+
+def owner_of(path: str | Path) -> str | None:
+    """The run id an output folder was claimed by (None: unclaimed, or no folder)."""
+    try:
+        return (Path(path) / _OWNER).read_text().strip() or None
+    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+        return None
 
 
 def _read_mark(path: Path) -> dict:
@@ -101,6 +110,7 @@ def _mark(path: Path, kind: str, schema: Schema, io: FileIO, durability: Durabil
 
 class ExactlyOnceSink(Sink):
     kind = ""
+    visible = True  # its results are read (a discarding sink's are not: nothing to own)
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -119,6 +129,15 @@ class ExactlyOnceSink(Sink):
         self.io.mkdir(path)
         if fresh and self.durability.flush:
             self.io.fsync_dir(path.parent)
+
+    def claim(self, run_id: str) -> None:
+        """Mark the folder as run ``run_id``'s output (after :meth:`open`, which locks it):
+        a recovery finds its results by this, not by the folder's path."""
+        write_atomic(self.io, self.path / _OWNER, run_id.encode(), self.durability)
+
+    def owner(self) -> str | None:
+        """The id of the run whose output the folder is (None: unclaimed)."""
+        return owner_of(self.path)
 
     def holds_results(self) -> bool:
         """Whether the folder already holds committed results (a new run must not add to them)."""
@@ -226,6 +245,7 @@ class DiscardSink(ExactlyOnceSink):
     results too).  Trivially exactly-once - nothing is ever visible."""
 
     kind = "discard"
+    visible = False
 
     def open(self, schema: Schema) -> None:
         self.schema = schema
