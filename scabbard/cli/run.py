@@ -486,7 +486,7 @@ def _run_query(args) -> int:
         return _run_spark(args, query)
     reject_spark_flags(args)
     ds = query_dataset(args)
-    print(f"{query.name} on {ds.path} ({ds.rows:,} tuples, {ds.schema.row_bytes} B each), "
+    print(f"{query.name} on {ds.path} ({ds.rows:,} tuples, {ds.schema.size_label}), "
           f"backend {args.backend}", flush=True)
     return _run_engine(args, config, ds)
 

@@ -73,7 +73,7 @@ def run_spark_backend(args, query) -> int:
     if args.spark_ui:
         print(f"Spark UI: {spark.sparkContext.uiWebUrl} (bound to {args.spark_ui})", flush=True)
     ds = _dataset(args, spark)
-    print(f"{query.name} on {ds.path} ({ds.rows:,} tuples, {ds.schema.row_bytes} B each), "
+    print(f"{query.name} on {ds.path} ({ds.rows:,} tuples, {ds.schema.size_label}), "
           f"backend spark", flush=True)
     with tempfile.TemporaryDirectory(prefix="scabbard-spark-") as tmp:
         workdir = args.workdir or tmp

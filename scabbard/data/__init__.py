@@ -81,8 +81,8 @@ class Table:
 
     @property
     def nbytes(self) -> int:
-        """Size in the paper's row layout."""
-        return self.rows * self.schema.row_bytes
+        """Size of the tuples as the engine holds them (the fields, no struct padding)."""
+        return self.rows * self.schema.payload_bytes
 
     @property
     def stored_bytes(self) -> int:

@@ -48,7 +48,7 @@ class SharedTable:
 
     @property
     def nbytes(self) -> int:
-        return self.rows * self.schema.row_bytes
+        return self.rows * self.schema.payload_bytes
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ def footprint(query: Query, dataset: Dataset | None = None, rows: int = 1 << 20,
     pushup = optimize.push_up(query.node)
     src = pushup.source
     if dataset is None:
-        return Footprint(query.name, src.row_bytes, pushup.bytes_per_kept_tuple, None, {})
+        return Footprint(query.name, src.payload_bytes, pushup.bytes_per_kept_tuple, None, {})
     reduce = Reducer(pushup)
     schemes = {"default": Compression.scheme(pushup.schema, "default")}
     if lossy_decimals is not None and any(f.dtype in FLOAT for f in pushup.schema.fields):
@@ -111,7 +111,7 @@ def footprint(query: Query, dataset: Dataset | None = None, rows: int = 1 << 20,
         if len(b):
             for name, c in schemes.items():
                 stored[name] += sum(p.nbytes for _, p in c(b))
-    return Footprint(query.name, src.row_bytes, pushup.bytes_per_kept_tuple,
+    return Footprint(query.name, src.payload_bytes, pushup.bytes_per_kept_tuple,
                      kept / seen if seen else None,
                      {k: v / seen for k, v in stored.items()} if seen else {}, seen)
 
@@ -130,13 +130,13 @@ def explain(query: Query, fp: Footprint | None = None) -> str:
                 for k, text in enumerate(below):
                     out.append(pad + "  " * k + text)
                 out.append(pad + "  " * len(below) + f"Source[{query.node.source().name}: "
-                           f"{len(src)} attributes, {src.row_bytes} B/tuple]")
+                           f"{len(src)} attributes, {src.size_label}]")
             else:
                 out.append(line)
         return "\n".join(out)
 
     before = with_pstream(query.node.explain(),
-                          [f"P-Stream[{len(src)} attributes, {src.row_bytes} B/tuple, raw]"])
+                          [f"P-Stream[{len(src)} attributes, {src.payload_bytes} B/tuple, raw]"])
     moved = [m for m in pushup.moved if not m.startswith("π")]
     after_ops = [f"P-Stream[{len(pushup.columns)} attributes, {pushup.bytes_per_kept_tuple} "
                  f"B/tuple]", "Compress[per column, chosen at run time]",

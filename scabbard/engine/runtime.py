@@ -574,7 +574,7 @@ class Engine:
         """
         if not hasattr(feed, "tasks"):
             feed = self.feed(feed)
-        metrics = metrics or Metrics(feed.schema.row_bytes, metrics_log,
+        metrics = metrics or Metrics(feed.schema.payload_bytes, metrics_log,
                                      self.config.metrics_interval, on_sample)
         return Execution(self, feed, sink, metrics, listener, resume, emit_after, stores).run()
 

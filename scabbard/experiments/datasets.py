@@ -51,7 +51,8 @@ def summarize(ds: Dataset) -> dict:
         "workload": ds.workload,
         "paper": workloads.PAPER_NAMES[ds.workload],
         "attributes": len(schema),
-        "row_bytes": schema.row_bytes,
+        "row_bytes": schema.payload_bytes,  # stored; the paper's struct beside it
+        "paper_row_bytes": schema.row_bytes,
         "rows": ds.rows,
         "event_time_s": round(span_s, 3),
         "tuples_per_s": round(ds.rows / span_s, 1) if span_s else 0.0,

@@ -140,7 +140,7 @@ def ingest(query: str, ds: Dataset, storage: str | Path, seconds: float | None =
             for _, u in persisted_in_order(pog, "input", "ingest", feed, staged):
                 deliver(u)
         secs = time.perf_counter() - t0
-        return IngestResult(query, tuples, secs, ds.schema.row_bytes,
+        return IngestResult(query, tuples, secs, ds.schema.payload_bytes,
                             bm.bytes_written - start_bytes, bm.pool_bytes, bm.io_mode,
                             percentiles_ms(waits), stored)
 

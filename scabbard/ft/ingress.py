@@ -353,7 +353,7 @@ def run_persisted(query: Query, dataset: Dataset, storage: str | Path | None,
                               duration=duration, max_tuples=max_tuples,
                               loop=duration is not None or max_tuples is not None,
                               span=engine.spans_copies)
-    metrics = Metrics(dataset.schema.row_bytes, metrics_log, engine.config.metrics_interval,
+    metrics = Metrics(dataset.schema.payload_bytes, metrics_log, engine.config.metrics_interval,
                       on_sample)
     if storage is None:
         return engine.run(source, sink or NullSink(), metrics=metrics)

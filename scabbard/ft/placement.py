@@ -129,12 +129,12 @@ def measure(query_name: str, dataset: Dataset, tuples: int = 1 << 20, workers: i
                                    storage_config=layout)
         n = r.run.summary.tuples
         ops = physical.operators(q.node)
-        rows, nbytes = {INGRESS: float(n)}, {INGRESS: float(n * dataset.schema.row_bytes)}
+        rows, nbytes = {INGRESS: float(n)}, {INGRESS: float(n * dataset.schema.payload_bytes)}
         with BlockManager(folder / "storage", layout) as bm:
             for e in every:
                 schema = ops[e].node.schema
                 got = bm.durable_end(bm.stream(stream_name(e), schema))
-                rows[e], nbytes[e] = float(got), float(got * schema.row_bytes)
+                rows[e], nbytes[e] = float(got), float(got * schema.payload_bytes)
         states = [c.bytes for c in r.checkpoints] or [0]
         plan = physical.plan(q.node)
         chains = {b.id: tuple(o.id for o in c) for b, c in zip(plan.branches, plan.chains,

@@ -377,7 +377,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
             raise CheckpointError(f"{storage} holds a run {'with' if was else 'without'} "
                                   f"persistence push-up: recover it the same way "
                                   f"({'add' if was else 'drop'} --push-up)")
-        metrics = Metrics(dataset.schema.row_bytes, metrics_log,
+        metrics = Metrics(dataset.schema.payload_bytes, metrics_log,
                           engine.config.metrics_interval, on_sample)
         sink.bind(io, durable, persist_at)
         storage_config = dataclasses.replace(storage_config, sync=durable.flush)

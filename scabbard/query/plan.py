@@ -219,7 +219,7 @@ class Source(Node):
             raise QueryError(f"{self.schema.name!r} is not a stream schema")
 
     def label(self) -> str:
-        return f"Source[{self.name}: {len(self.schema)} attributes, {self.schema.row_bytes} B/tuple]"
+        return f"Source[{self.name}: {len(self.schema)} attributes, {self.schema.size_label}]"
 
 
 @dataclass(frozen=True, eq=False)
