@@ -109,6 +109,7 @@ def test_datagen_writes_a_dataset_and_data_check_validates_it(spark, tmp_path, c
     [
         (["run", "--query", "Q7"], "invalid choice"),
         (["run", "--query", "CM1", "--workers", "0"], "--workers must be >= 1"),
+        (["run", "--query", "CM1", "--workers", "100000"], "--workers must be at most 1024"),
         (["run", "--query", "CM1", "--rate", "-1"], "--rate must be positive"),
         (["run", "--query", "CM1", "--out", "x.json"], "use a .parquet or .csv"),
         (["run", "--query", "CM1", "--assembly", "keyed"],

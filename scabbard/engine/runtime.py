@@ -82,6 +82,10 @@ def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "scabbard" / "codegen"
 
 
+# threads of one process: beyond this a run fails to start its threads (100,000 did, with a
+# traceback) long before the cores could use them
+MAX_WORKERS = 1024
+
 @dataclass(frozen=True)
 class EngineConfig:
     """How the engine runs a query.  ``batch_rows=None`` sizes batches from the data."""
@@ -112,8 +116,10 @@ class EngineConfig:
     allocator: str = "reuse"
 
     def __post_init__(self) -> None:
-        if self.workers < 1:
-            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ValueError(f"workers must be between 1 and {MAX_WORKERS} (threads of one "
+                             f"process; this machine has {os.cpu_count()} cores), got "
+                             f"{self.workers}")
         p = self.ingress_partitions
         if p is not None and (not isinstance(p, int) or isinstance(p, bool) or p < 1):
             raise ValueError(f"ingress_partitions must be a whole number >= 1, got {p!r}")

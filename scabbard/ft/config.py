@@ -163,7 +163,11 @@ class RunConfig:
             _positive(name, getattr(self, name))
         for name in ("max_tuples", "workers", "batch_rows", "ingress_partitions"):
             _positive(name, getattr(self, name), integer=True)
-        from scabbard.engine.runtime import parse_assembly
+        from scabbard.engine.runtime import MAX_WORKERS, parse_assembly
+
+        if self.workers is not None and self.workers > MAX_WORKERS:
+            raise ConfigError("workers", f"must be at most {MAX_WORKERS} (threads of one "
+                                         f"process), got {self.workers}")
 
         try:
             parse_assembly(self.assembly)
