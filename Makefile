@@ -11,7 +11,7 @@ help:
 	@echo "make test-long the long end-to-end tests: every notebook at the tiny scale, the Spark cluster, JupyterLab in a browser (~10 min)"
 	@echo "make campaign  the test suite with every cell of the kill and crash matrices and the Spark cluster's whole plan (~1 h)"
 	@echo "make bench     set up and print the benchmark figures (datagen, engine vs Spark, ingest, checkpoints, codecs, Kafka++, peers side by side, aligned checkpoints, Spark local vs cluster)"
-	@echo "make sim       set up, calibrate the simulator on this machine (scabbard/resources/calibration.json) and validate it against the engine"
+	@echo "make sim       set up, calibrate the simulator on this machine (experiments/calibration.json) and validate it against the engine"
 	@echo "make setup     only create .venv and install (checks Python 3.11+ and Java 17+)"
 	@echo "make peers     install the peers: RabbitMQ (apt-get, needs root) and PyFlink in .venv-flink"
 	@echo "make browser   install Chromium and chromedriver for the browser tests (apt-get, needs root)"

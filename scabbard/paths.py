@@ -83,6 +83,18 @@ def resource(name: str) -> Path:
 
 
 def calibration() -> Path:
-    """The simulator's calibration: the one shipped with the package, which ``make sim``
-    measures again on this machine (``scabbard sim calibrate``)."""
+    """The simulator's calibration: this machine's (:func:`local_calibration`, written by
+    ``scabbard sim calibrate`` / ``make sim``) when there is one, else the one shipped with
+    the package (measured on another machine, maybe: the simulator says so)."""
+    local = local_calibration()
+    return local if local.is_file() else shipped_calibration()
+
+
+def shipped_calibration() -> Path:
+    """The calibration shipped in the package (``sim calibrate --replace-shipped`` writes it)."""
     return resource("calibration.json")
+
+
+def local_calibration() -> Path:
+    """Where ``scabbard sim calibrate`` writes this machine's calibration."""
+    return home() / "experiments" / "calibration.json"

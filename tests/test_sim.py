@@ -563,3 +563,30 @@ def test_notebook_15s_simulated_cores_read_the_source_as_the_engine_would():
     assert INGRESS_WORKERS < 16
     assert got["tuples_per_s"].iloc[0] == pytest.approx(predicted(16 // INGRESS_WORKERS))
     assert got["tuples_per_s"].iloc[0] != pytest.approx(predicted(1))
+
+
+def test_calibrate_writes_this_machines_file_and_a_calibration_from_elsewhere_warns(
+        tmp_path, monkeypatch):
+    """`sim calibrate` writes experiments/calibration.json, not the package's file (unless
+    --replace-shipped), and the simulator then uses it; a calibration measured on another
+    machine is used with a warning naming the difference."""
+    import json
+    import warnings
+
+    from scabbard import paths
+    from scabbard.sim.machine import describe, warn_if_elsewhere
+
+    monkeypatch.setenv("SCABBARD_HOME", str(tmp_path))
+    assert paths.calibration() == paths.shipped_calibration()  # none made here yet
+    mine = paths.local_calibration()
+    mine.parent.mkdir(parents=True)
+    doc = json.loads(paths.shipped_calibration().read_text())
+    mine.write_text(json.dumps(dict(doc, machine=describe())))
+    assert paths.calibration() == mine
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert warn_if_elsewhere(mine) == ""  # this machine: no word
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(dict(doc, machine=dict(describe(), cpu="Some Other CPU"))))
+    with pytest.warns(UserWarning, match="measured on another machine .*cpu Some Other CPU"):
+        warn_if_elsewhere(other)

@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import json
 import math
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,8 +24,8 @@ from scabbard.cli.common import add_data_root, data_root, hidden_alias
 from scabbard.sim import report
 from scabbard.sim.config import SCHEMES
 
-DEFAULT_CALIBRATION = str(paths.calibration())
-CALIBRATION_HELP = "calibration file (default: the package's, scabbard/resources/calibration.json)"
+CALIBRATION_HELP = ("calibration file (default: this machine's, experiments/calibration.json, "
+                    "once `scabbard sim calibrate` made it; else the package's)")
 PRESETS = ("this", "paper-ssd", "paper-remote", "paper-rdma")
 
 
@@ -49,15 +50,25 @@ def _queries(names: list[str] | None) -> list[str] | None:
     return out
 
 
-def _load(path: str):
+def _load(path: str | None):
+    """The calibration at ``path`` (None: :func:`scabbard.paths.calibration`), with a warning
+    on stderr when it was measured on another machine."""
     from scabbard.sim.config import load
+    from scabbard.sim.machine import elsewhere
 
+    path = path or str(paths.calibration())
     try:
-        return load(path)
+        cal = load(path)
     except FileNotFoundError as e:
         raise _error(str(e)) from None
     except (ValueError, KeyError, TypeError) as e:
         raise _error(f"{path} is not a usable calibration file ({e}): calibrate again") from None
+    other = elsewhere(cal.machine)
+    if other:
+        print(f"scabbard: warning: {path} was measured on another machine ({other}); its "
+              f"figures are that machine's - `scabbard sim calibrate` measures this one "
+              f"(~5 min)", file=sys.stderr)
+    return cal
 
 
 def add_parser(subparsers) -> None:
@@ -93,10 +104,13 @@ def add_parser(subparsers) -> None:
                     help="dataset scale to measure on (default: small)")
     add_data_root(cp)
     hidden_alias(cp, "--data", dest="data_root")
-    cp.add_argument("--output", default=DEFAULT_CALIBRATION, metavar="FILE",
-                    help="calibration file to write (default: the package's, "
-                         "scabbard/resources/calibration.json); queries already in it and not "
-                         "measured now are kept")
+    cp.add_argument("--output", default=None, metavar="FILE",
+                    help="calibration file to write (default: this machine's, "
+                         "experiments/calibration.json in the project folder); queries already "
+                         "in it and not measured now are kept")
+    cp.add_argument("--replace-shipped", action="store_true",
+                    help="write the package's own calibration (scabbard/resources/"
+                         "calibration.json) instead: what every machine without its own uses")
     hidden_alias(cp, "--out", dest="output")
     cp.add_argument("--duration", type=float, default=2.0, metavar="SECONDS",
                     help="wall seconds of each timed engine run (default 2)")
@@ -119,7 +133,7 @@ def add_parser(subparsers) -> None:
     )
     vp.add_argument("--queries", nargs="+", metavar="Q", default=None,
                     help="queries to validate (default: CM1 LRB1 YSB)")
-    vp.add_argument("--calibration", default=DEFAULT_CALIBRATION, metavar="FILE",
+    vp.add_argument("--calibration", default=None, metavar="FILE",
                     help=CALIBRATION_HELP)
     vp.add_argument("--scale", default="small", choices=("tiny", "small", "full"))
     add_data_root(vp)
@@ -150,7 +164,7 @@ def add_parser(subparsers) -> None:
             "costs, and print the simulated tasks, the wall time it took and the target."))
     sp.add_argument("--queries", nargs="+", metavar="Q", default=None,
                     help="subset of the calibrated queries (default: all of them)")
-    sp.add_argument("--calibration", default=DEFAULT_CALIBRATION, metavar="FILE",
+    sp.add_argument("--calibration", default=None, metavar="FILE",
                     help=CALIBRATION_HELP)
     sp.add_argument("--sim-seconds", type=float, default=60.0, metavar="SECONDS",
                     help="simulated seconds (default 60)")
@@ -171,7 +185,7 @@ def add_parser(subparsers) -> None:
                 "256 KiB, 1 ms), paper-rdma (paper-ssd with 100 Gb/s ingest)."),
     )
     rp.add_argument("--query", required=True, help=f"one of {', '.join(NAMES)}")
-    rp.add_argument("--calibration", default=DEFAULT_CALIBRATION, metavar="FILE",
+    rp.add_argument("--calibration", default=None, metavar="FILE",
                     help=CALIBRATION_HELP)
     rp.add_argument("--preset", default="this", choices=PRESETS,
                     help="hardware to start from (default: this)")
@@ -234,7 +248,9 @@ def run_calibrate(args) -> int:
     names = _queries(args.queries)
     cal = calibrate(names, scale=args.scale, data_dir=str(data_root(args)), seconds=args.duration,
                     out=None, quiet_timeout=args.quiet_timeout)
-    out = Path(args.output)
+    out = Path(args.output) if args.output else paths.shipped_calibration() \
+        if args.replace_shipped else paths.local_calibration()
+    out.parent.mkdir(parents=True, exist_ok=True)
     if out.is_file():
         with contextlib.suppress(ValueError, KeyError, TypeError):  # an old format: replaced
             cal = merge(load(out), cal)

@@ -182,11 +182,11 @@ def what_if(s: Settings) -> pd.DataFrame:
     """The query on the paper's 16-core SSD machine, simulated for each of ``sim_cores``:
     without fault tolerance and with it (input persisted as Scabbard persists it -
     push-up and compression - and checkpoints every ``interval``)."""
-    from scabbard import paths
+    from scabbard.experiments.simulated import default_calibration
     from scabbard.sim import PAPER_SSD, SimConfig, simulate
     from scabbard.sim import load as load_calibration
 
-    cal = load_calibration(s.calibration or paths.calibration())
+    cal = load_calibration(s.calibration or default_calibration())
     scheme = cal.costs(s.query).best_scheme
     rows = []
     for n in s.sim_cores:

@@ -71,15 +71,19 @@ def _progress(items, desc: str):
 
 
 def default_calibration() -> Path:
-    """The calibration shipped with the package (``scabbard sim calibrate`` writes it)."""
+    """This machine's calibration (``scabbard sim calibrate`` writes it), else the package's -
+    with a warning when that was measured on another machine."""
     from scabbard import paths
+    from scabbard.sim.machine import warn_if_elsewhere
 
-    return paths.calibration()
+    path = paths.calibration()
+    warn_if_elsewhere(path)
+    return path
 
 
 @dataclass(frozen=True)
 class Settings:
-    calibration: str | None = None  # None: the shipped one (scabbard.paths.calibration)
+    calibration: str | None = None  # None: this machine's, else the package's (default_calibration)
     queries: Sequence[str] = field(default=queries.NAMES)
     seconds: float = 10.0  # simulated seconds of input per run
     interval: float = 1.0  # checkpoint interval, seconds

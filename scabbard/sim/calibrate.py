@@ -45,7 +45,6 @@ from pathlib import Path
 
 import numpy as np
 
-from scabbard import paths
 from scabbard.sim.config import (
     SCHEMES,
     Calibration,
@@ -63,7 +62,6 @@ MiB = 1 << 20
 # experiment and `scabbard sim validate` run theirs, so a recovery's replay is measured as
 # it is then predicted
 FT_BATCH = 262_144
-DEFAULT_OUT = str(paths.calibration())  # shipped in the package; `make sim` measures it again
 
 
 # -- per query: kernels ---------------------------------------------------------------------------
@@ -672,7 +670,7 @@ def _calibrate_query_in_child(kwargs: dict, log) -> tuple[QueryCosts, dict]:
 
 def calibrate(queries: Sequence[str] | None = None, scale: str = "small",
               data_dir: str | Path = "data", seconds: float = 2.0, tasks: int = 8,
-              out: str | Path | None = DEFAULT_OUT, quiet_cores: float = 0.25,
+              out: str | Path | None = None, quiet_cores: float = 0.25,
               quiet_timeout: float = 120.0, log=print) -> Calibration:
     """Measure this machine and each query (default: all eleven); save to ``out``
     (None: not saved).  ``seconds``: each timed engine run (the fault-tolerant one at least

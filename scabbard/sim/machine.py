@@ -14,6 +14,7 @@ import os
 import platform
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 
 def describe() -> dict:
@@ -33,6 +34,33 @@ def describe() -> dict:
     return {"cpu": model or platform.processor(), "cores": os.cpu_count() or 1,
             "kernel": platform.release(), "python": platform.python_version(),
             "numpy": numpy.__version__, "numba": numba.__version__}
+
+
+def elsewhere(measured: dict) -> str:
+    """How the machine a calibration was ``measured`` on differs from this one (CPU model,
+    cores, kernel); "" when it is this kind of machine (or the calibration does not say)."""
+    here = describe()
+    diff = [f"{k} {measured[k]} here {here[k]}" for k in ("cpu", "cores", "kernel")
+            if k in measured and measured[k] != here[k]]
+    return "; ".join(diff).replace(" here ", ", here ")
+
+
+def warn_if_elsewhere(path) -> str:
+    """Warn (a ``UserWarning``: a notebook shows it under the cell) when the calibration at
+    ``path`` was measured on another machine; returns how it differs ("" if it does not)."""
+    import json
+    import warnings
+
+    try:
+        measured = json.loads(Path(path).read_text()).get("machine", {})
+    except (OSError, ValueError, AttributeError):
+        return ""
+    other = elsewhere(measured)
+    if other:
+        warnings.warn(f"the simulator's calibration {path} was measured on another machine "
+                      f"({other}): its figures are that machine's; `scabbard sim calibrate` "
+                      f"measures this one (~5 min)", UserWarning, stacklevel=2)
+    return other
 
 
 def _jiffies() -> tuple[float, float] | None:

@@ -27,7 +27,6 @@ import numpy as np
 import pandas as pd
 
 from scabbard import paths
-from scabbard.sim.calibrate import DEFAULT_OUT
 from scabbard.sim.config import Calibration, SimConfig, load
 from scabbard.sim.machine import LoadMeter, speed_probe, wait_quiet
 from scabbard.sim.model import simulate
@@ -264,7 +263,8 @@ def validate_recovery(cal: Calibration, query: str, settings: Settings, root: Pa
     return rows
 
 
-def validate(queries: Sequence[str] | None = None, calibration: str | Path | Calibration = DEFAULT_OUT,
+def validate(queries: Sequence[str] | None = None,
+             calibration: str | Path | Calibration | None = None,
              settings: Settings | None = None, log=print) -> pd.DataFrame:
     """Predicted vs measured on this machine, one row per (query, configuration, metric)."""
     from scabbard.experiments import scratch
@@ -272,6 +272,10 @@ def validate(queries: Sequence[str] | None = None, calibration: str | Path | Cal
     settings = settings or Settings()
     if queries is not None:
         settings = replace(settings, queries=tuple(q.upper() for q in queries))
+    if calibration is None:  # this machine's, else the package's
+        from scabbard import paths
+
+        calibration = paths.calibration()
     cal = calibration if isinstance(calibration, Calibration) else load(calibration)
     for q in settings.queries:
         cal.costs(q)  # fail before running anything when a query was not calibrated
