@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from scabbard import paths
+from scabbard.cli.errors import CLIError
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -61,6 +62,15 @@ def storage_dir(args, query: str) -> Path:
     return paths.storage_root() / f"{query}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def verify_mode(args) -> bool | str:
+    """The dataset check a command's flags ask for: ``--verify`` every time, ``--no-verify``
+    never, else once per change of the dataset's files (:func:`scabbard.data.open_dataset`)."""
+    always, never = getattr(args, "verify", False), getattr(args, "no_verify", False)
+    if always and never:
+        raise CLIError("--verify and --no-verify contradict each other: give one")
+    return True if always else False if never else "once"
+
+
 def query_dataset(args):
     """The dataset ``--data`` names, or the query's small default under the data root
     (generated on first use)."""
@@ -69,7 +79,7 @@ def query_dataset(args):
 
     workload = queries.workload_of(args.query)
     schema = workloads.get(workload).SCHEMA
-    verify = getattr(args, "verify", False)
+    verify = verify_mode(args)
     if args.data:
         ds = open_dataset(args.data, schema=schema, verify=verify)
     else:

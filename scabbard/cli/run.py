@@ -12,6 +12,7 @@ from scabbard.cli.common import (
     parse_bytes,
     query_dataset,
     storage_dir,
+    verify_mode,
 )
 from scabbard.cli.errors import CLIError
 from scabbard.cli.spark_backend import reject_spark_flags
@@ -50,7 +51,11 @@ def add_run(sub) -> None:
                    help="dataset folder (default: <data root>/<workload>/small)")
     add_data_root(p, "where the default dataset is looked for (and generated)")
     p.add_argument("--verify", action="store_true",
-                   help="recompute the dataset's checksums before running (reads every byte)")
+                   help="recompute the dataset's checksums before running, even if they were "
+                        "verified since its files last changed (by default they are verified "
+                        "once per change: the first run reads every byte)")
+    p.add_argument("--no-verify", action="store_true",
+                   help="do not verify the dataset's checksums (sizes and schema are checked)")
     p.add_argument("--output", metavar="PATH",
                    help="where the results go: a .parquet or .csv file; with "
                         "--checkpoint-interval or --recover the exactly-once output folder")
@@ -391,7 +396,7 @@ def config_from_args(args):
         return RunConfig(
             args.query, Path(args.data) if args.data else None, args.rate, args.duration,
             args.max_tuples, args.workers, args.batch, args.metrics_interval,
-            Path(args.metrics_log) if args.metrics_log else None, args.verify, persist,
+            Path(args.metrics_log) if args.metrics_log else None, verify_mode(args), persist,
             FTConfig(Path(args.output), args.sink, args.checkpoint_interval or 1.0,
                      durability=args.durability,
                      persist_input=False if args.checkpoint_only else None,

@@ -17,6 +17,7 @@ malformed or hostile manifest is a :class:`DatasetError` naming the field.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ def dataset_path(root: str | Path, workload: str, name: str) -> Path:
     """Where ``scabbard datagen`` puts a dataset: ``<root>/<workload>/<name>``."""
     return Path(root) / workload / name
 
+
+STAMP = "verified.json"  # beside the manifest: the files as they were when last verified
 
 @dataclass(frozen=True)
 class Table:
@@ -183,6 +186,36 @@ class Dataset(ManifestView):
         )
         if expected != self.manifest["checksum"]:
             raise DatasetError(f"{self.path}: dataset checksum does not match its tables")
+
+    def files_stamp(self) -> dict:
+        """Each column file's size and modification time, and the manifest's checksum: what
+        changes when a file does (cheap: one stat a file, nothing read)."""
+        files = {}
+        for t in (self.stream, *self.tables.values()):
+            for c in t.entry["columns"]:
+                st = (t.path / c["file"]).stat()
+                files[str((t.path / c["file"]).relative_to(self.path))] = [st.st_size,
+                                                                          st.st_mtime_ns]
+        return {"checksum": self.manifest["checksum"], "files": files}
+
+    def verify_once(self) -> bool:
+        """:meth:`verify` unless it passed since the files last changed (a stamp of their
+        sizes and times, :data:`STAMP`, beside the manifest); True if it verified.  A folder
+        that cannot be written is verified at every open."""
+        stamp, at = self.files_stamp(), self.path / STAMP
+        try:
+            if json.loads(at.read_text()) == stamp:
+                return False
+        except (OSError, ValueError):
+            pass
+        self.verify()
+        tmp = at.with_name(f".{STAMP}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(stamp))
+            os.replace(tmp, at)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+        return True
 
 
 def _read_manifest(path: Path) -> dict:
@@ -321,13 +354,16 @@ def _open_table(name: str, table_dir: Path, entry: dict, where: Path) -> Table:
 
 
 def open_dataset(
-    path: str | Path, schema: Schema | None = None, verify: bool = False
+    path: str | Path, schema: Schema | None = None, verify: bool | str = "once"
 ) -> Dataset:
     """Open and validate a dataset folder written by ``scabbard datagen``.
 
     ``schema``: the stream schema the caller expects (e.g. ``scabbard.workloads.cm.SCHEMA``);
     a mismatch raises :class:`DatasetError` listing the differences.
-    ``verify``: also recompute all checksums (reads every byte).
+    ``verify``: recompute every checksum (reads every byte) - ``"once"`` (the default) the
+    first time and again whenever a file changed (:meth:`Dataset.verify_once`), ``True`` at
+    every open, ``False`` never (``--no-verify``).  A damaged file is
+    :class:`DatasetDamaged`, naming it.
     """
     path = Path(path)
     manifest = _read_manifest(path)
@@ -340,8 +376,12 @@ def open_dataset(
         for name, entry in manifest["tables"].items()
     }
     ds = Dataset(path, manifest, stream, tables)
-    if verify:
+    if verify == "once":
+        ds.verify_once()
+    elif verify is True:
         ds.verify()
+    elif verify is not False:
+        raise ValueError(f"verify must be 'once', True or False, got {verify!r}")
     return ds
 
 

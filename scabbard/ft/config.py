@@ -143,7 +143,7 @@ class RunConfig:
     batch_rows: int | None = None  # tuples per task (None: from the data)
     metrics_interval: float = 0.5
     metrics_log: Path | None = None
-    verify: bool = False  # recompute the dataset's checksums first
+    verify: bool | str = "once"  # the dataset's checksums: once per change, True always, False
     persist: PersistConfig | None = None
     ft: FTConfig | None = None
     assembly: str = "auto"  # serial | partitioned[:P] | auto (EngineConfig.assembly)
