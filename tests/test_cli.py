@@ -270,15 +270,38 @@ def test_bench_restart_summarises_each_phase_over_the_rounds(capsys):
 
 
 def test_mistakes_are_one_line_with_one_prefix_and_exit_2(capsys, tmp_path, monkeypatch):
-    """argparse's errors of every subcommand, a missing dataset and a file given as a dataset
-    folder: one line, ``scabbard: error:``, exit 2 (no usage block, no traceback)."""
+    """34 mistakes a user makes - argparse's errors of every subcommand, wrong names, values
+    out of range, a missing dataset, a file given for a folder (dataset, storage, output),
+    contradicting flags: one line, ``scabbard: error:``, exit 2 (no usage, no traceback)."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "file").write_text("x")
     for args in (["run", "--query", "FOO"], ["run", "--query", "CM1", "--duration", "abc"],
                  ["datagen", "ysb", "--scale", "medium"], ["bench", "kills", "--kills", "abc"],
                  ["check", "crash-states", "--query", "NOPE"], ["sim", "run", "--workers", "x"],
                  ["nosuchcommand"], ["run", "--query", "CM1", "--data", str(tmp_path / "nope")],
-                 ["run", "--query", "CM1", "--data", str(tmp_path / "file")]):
+                 ["run", "--query", "CM1", "--data", str(tmp_path / "file")],
+                 ["data", "check", str(tmp_path / "file")],
+                 ["run", "--query", "CM1", "--rate", "abc"],
+                 ["run", "--query", "CM1", "--max-tuples", "-5"],
+                 ["run", "--query", "CM1", "--batch", "0"],
+                 ["run", "--query", "CM1", "--checkpoint-interval", "1", "--storage", "s",
+                  "--output", "file"],
+                 ["run", "--query", "CM1", "--persist-input", "--storage", "file"],
+                 ["run", "--query", "CM1", "--recover", "--output", "o"],
+                 ["run", "--query", "CM1", "--sink", "nope", "--storage", "s", "--output", "o"],
+                 ["run", "--query", "CM1", "--durability", "sometimes"],
+                 ["run", "--query", "CM1", "--compression", "zip"],
+                 ["run", "--query", "CM1", "--state-memory", "abc"],
+                 ["run", "--query", "CM1", "--metrics-interval", "0"],
+                 ["run", "--query", "CM1", "--verify", "--no-verify"],
+                 ["run", "--query", "CM1", "--output", "r.parquet", "--duration", "-1"],
+                 ["datagen", "nosuch"], ["datagen", "cm", "--scale", "tiny", "--partitions", "0"],
+                 ["explain", "--query", "NOPE"], ["explain", "--query", "CM1", "--sample", "0"],
+                 ["ingest", "--query", "NOPE"], ["bench", "checkpoints", "--configs", "nope"],
+                 ["bench", "checkpoints", "--workers", "0"], ["sim", "run", "--query", "NOPE"],
+                 ["sim", "run", "--query", "CM1", "--cores", "0"],
+                 ["sim", "validate", "--calibration", "nonexist.json"],
+                 ["spark", "nosuch"]):
         try:
             code = main(args)
         except SystemExit as e:

@@ -354,6 +354,10 @@ def config_from_args(args):
         raise CLIError("fault tolerance needs an --output folder for exactly-once results")
     if ft and not args.storage:
         raise CLIError("fault tolerance needs a --storage folder (to recover from it later)")
+    for flag, folder in (("--storage", args.storage), ("--output", args.output if ft else None)):
+        if folder and Path(folder).exists() and not Path(folder).is_dir():
+            raise CLIError(f"{flag} {folder}: is a file; {flag} names a folder (it is made "
+                           f"if missing)")
     if args.standby and not args.recover:
         raise CLIError("--standby goes with --recover")
     if (args.crash_at or args.spawned_at is not None) and not ft:

@@ -220,6 +220,8 @@ class Dataset(ManifestView):
 
 def _read_manifest(path: Path) -> dict:
     mpath = path / MANIFEST
+    if path.exists() and not path.is_dir():
+        raise DatasetError(f"{path}: is a file, not a dataset folder")
     if not path.is_dir():
         raise DatasetError(f"{path}: no such dataset folder")
     if not mpath.is_file():
