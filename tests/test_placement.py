@@ -267,3 +267,23 @@ def test_a_plain_recover_takes_the_placement_its_run_recorded(tiny, tmp_path):
                            text=True, timeout=300)
     assert other.returncode != 0 and other.stderr.count("\n") == 1, other.stderr
     assert "persist_at ['per_window0'] recorded, [] given" in other.stderr
+
+
+def test_the_ingress_is_priced_at_what_push_up_and_the_codecs_store(tiny):
+    """With push-up (and compression) the ingress p-stream stores a few bytes of YSB's 68 a
+    tuple: the placement model prices that, not the raw rows."""
+    from scabbard.engine.pushup import footprint
+    from scabbard.ft import placement as pl
+
+    q, ds = query("YSB", tiny)
+    raw = pl.measure("YSB", ds, tuples=ds.rows)
+    pushed = pl.measure("YSB", ds, tuples=ds.rows, push_up=True, compression="none")
+    packed = pl.measure("YSB", ds, tuples=ds.rows, push_up=True, compression="adaptive")
+    fp = footprint(q, ds, rows=ds.rows, lossy_decimals=None)
+    assert raw.bytes_per_tuple["ingress"] == ds.schema.payload_bytes == 68
+    assert pushed.bytes_per_tuple["ingress"] == pytest.approx(fp.pushed_bytes)
+    assert packed.bytes_per_tuple["ingress"] == pytest.approx(fp.compressed["default"])
+    assert packed.bytes_per_tuple["ingress"] < pushed.bytes_per_tuple["ingress"] < 68
+    rate, interval = 1e6, 1.0
+    assert pl.estimate(packed, ("ingress",), rate, interval).bytes_per_s < \
+        pl.estimate(raw, ("ingress",), rate, interval).bytes_per_s / 8

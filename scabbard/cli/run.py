@@ -453,7 +453,8 @@ def _auto_placement(args, ds) -> None:
         print(f"placement: the run's own ({', '.join(chosen)})", flush=True)
     else:
         m = pl.measure(args.query, ds, tuples=min(ds.rows, 1 << 18), workdir=args.storage and
-                       str(Path(args.storage).parent))
+                       str(Path(args.storage).parent), push_up=args.push_up,
+                       compression=args.compression)
         rate = args.rate or 1e6
         best = pl.choose(m, rate, args.checkpoint_interval or 1.0)
         chosen = best.placement

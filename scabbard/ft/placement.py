@@ -110,10 +110,14 @@ class Measured:
 
 
 def measure(query_name: str, dataset: Dataset, tuples: int = 1 << 20, workers: int = 2,
-            workdir: str | Path | None = None) -> Measured:
+            workdir: str | Path | None = None, push_up: bool = False,
+            compression: str | None = None) -> Measured:
     """Run the query on the first ``tuples`` of ``dataset`` (replayed if shorter) with a
     p-stream on every edge and checkpoints every few tasks; measure what each edge carries,
-    the state per checkpoint and the CPU split."""
+    the state per checkpoint and the CPU split.  With ``push_up``, the ingress carries what
+    push-up keeps, compressed by the default codecs unless ``compression`` is none (the
+    adaptive scheme is priced as the default one, its starting point): measured on the same
+    tuples (:func:`scabbard.engine.pushup.footprint`)."""
     q = queries.get(query_name)
     every = [e for e in edges(q) if e != INGRESS]
     folder = Path(tempfile.mkdtemp(prefix="scabbard-placement-", dir=workdir))
@@ -129,7 +133,8 @@ def measure(query_name: str, dataset: Dataset, tuples: int = 1 << 20, workers: i
                                    storage_config=layout)
         n = r.run.summary.tuples
         ops = physical.operators(q.node)
-        rows, nbytes = {INGRESS: float(n)}, {INGRESS: float(n * dataset.schema.payload_bytes)}
+        rows, nbytes = {INGRESS: float(n)}, {INGRESS: n * ingress_bytes(q, dataset, tuples,
+                                                                         push_up, compression)}
         with BlockManager(folder / "storage", layout) as bm:
             for e in every:
                 schema = ops[e].node.schema
@@ -144,6 +149,20 @@ def measure(query_name: str, dataset: Dataset, tuples: int = 1 << 20, workers: i
                         count.cpu["build"] / n, count.cpu["emit"] / n, chains)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def ingress_bytes(query, dataset: Dataset, tuples: int, push_up: bool,
+                  compression: str | None) -> float:
+    """Bytes the ingress p-stream stores per input tuple: every field of every tuple, or
+    with ``push_up`` what push-up keeps, compressed unless ``compression`` is none."""
+    if not push_up:
+        return float(dataset.schema.payload_bytes)
+    from scabbard.engine.pushup import footprint
+
+    fp = footprint(query, dataset, rows=tuples, lossy_decimals=None)
+    if compression in (None, "none") or "default" not in fp.compressed:
+        return float(fp.pushed_bytes or 0.0)
+    return float(fp.compressed["default"])
 
 
 @dataclass(frozen=True)
