@@ -7,8 +7,9 @@ what the disk holds if the machine stops after the first ``at`` operations:
 * **file data** - a write, extension or truncation of a file is durable once that
   file is flushed (``fsync``/``fdatasync``) later in the prefix; a write not yet
   flushed may have reached the disk whole, not at all, or **torn** - any subset of
-  its 4 KiB pages (the device's atomic unit).  Unflushed writes persist
-  independently of each other (the disk may reorder them).
+  its 4 KiB pages, and of a page its first 512-byte sectors only (a device whose atomic
+  unit is the sector: a page torn inside).  Unflushed writes persist independently of
+  each other (the disk may reorder them).
 * **names** - creations, renames, removals and ``mkdir`` are journaled in order
   (ext4, XFS): a crash keeps a *prefix* of them, at least up to the last one its
   directory was flushed (``fsync`` of the directory) after.  A rename is atomic.
@@ -29,6 +30,7 @@ from pathlib import Path
 from scabbard.storage.fileio import Op
 
 PAGE = 4096
+SECTOR = 512  # a page may be torn after any of its sectors
 _DATA = ("write", "extend", "truncate")
 
 
@@ -46,7 +48,8 @@ class CrashState:
     at: int  # operations issued before the crash
     meta_kept: int  # how many of the name operations before ``at`` persisted (a prefix)
     # per unflushed data operation (by index): None = kept whole, () = dropped,
-    # a tuple of page numbers = torn, only those pages written
+    # a tuple of page numbers = torn, only those pages written; an entry (page, n) writes
+    # only the page's first n bytes (whole sectors: torn inside the page)
     writes: tuple[tuple[int, tuple | None], ...] = ()
     how: str = ""  # "all kept", "all dropped", "random"
 
@@ -149,9 +152,14 @@ class FileSystemModel:
             if r < 0.8 or self.ops[i].kind != "write":
                 writes.append((i, ()))
             else:
-                pages = _pages(self.ops[i])
-                keep = tuple(pg for pg in pages if rng.random() < 0.5)
-                writes.append((i, keep))
+                keep = []
+                for pg in _pages(self.ops[i]):
+                    r = rng.random()
+                    if r < 0.4:
+                        keep.append(pg)
+                    elif r < 0.6:  # torn inside the page, after a sector
+                        keep.append((pg, SECTOR * rng.randint(1, PAGE // SECTOR - 1)))
+                writes.append((i, tuple(keep)))
         meta_kept = rng.randint(p.forced, len(p.meta))
         return CrashState(p.at, meta_kept, tuple(writes), how)
 
@@ -231,6 +239,8 @@ def _write(buf: bytearray, op: Op, pages: tuple | None) -> None:
     if pages is None:
         buf[op.pos:end] = op.data
         return
-    for pg in pages:
-        lo, hi = max(op.pos, pg * PAGE), min(end, (pg + 1) * PAGE)
-        buf[lo:hi] = op.data[lo - op.pos:hi - op.pos]
+    for entry in pages:
+        pg, upto = entry if isinstance(entry, tuple) else (entry, PAGE)
+        lo, hi = max(op.pos, pg * PAGE), min(end, pg * PAGE + upto)
+        if lo < hi:
+            buf[lo:hi] = op.data[lo - op.pos:hi - op.pos]
