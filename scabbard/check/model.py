@@ -10,9 +10,12 @@ what the disk holds if the machine stops after the first ``at`` operations:
   its 4 KiB pages, and of a page its first 512-byte sectors only (a device whose atomic
   unit is the sector: a page torn inside).  Unflushed writes persist independently of
   each other (the disk may reorder them).
-* **names** - creations, renames, removals and ``mkdir`` are journaled in order
-  (ext4, XFS): a crash keeps a *prefix* of them, at least up to the last one its
-  directory was flushed (``fsync`` of the directory) after.  A rename is atomic.
+* **names** - creations, renames, removals and ``mkdir``: a crash keeps a *prefix* of
+  them, at least up to the last one its directory was flushed (``fsync`` of the
+  directory) after - all of them in order (a journal: ext4, XFS), or, as ALICE's
+  abstract model allows, a prefix *per directory*, the directories' operations reordered
+  against each other unless a directory flush orders them.  A rename is atomic and
+  belongs to its destination's directory.
 
 :class:`CrashState` names one such state (the crash point, the persisted prefix
 of name operations, and per unflushed write: kept, dropped or the pages kept);
@@ -51,10 +54,14 @@ class CrashState:
     # a tuple of page numbers = torn, only those pages written; an entry (page, n) writes
     # only the page's first n bytes (whole sectors: torn inside the page)
     writes: tuple[tuple[int, tuple | None], ...] = ()
-    how: str = ""  # "all kept", "all dropped", "random"
+    how: str = ""  # "all kept", "all dropped", "random", "reordered"
+    # reordered across directories: per directory, how many of its name operations
+    # persisted (a prefix of each; then ``meta_kept`` is not used)
+    dirs_kept: tuple[tuple[str, int], ...] = ()
 
     def digest(self) -> str:
-        return hashlib.sha1(repr((self.at, self.meta_kept, self.writes)).encode()).hexdigest()
+        return hashlib.sha1(repr((self.at, self.meta_kept, self.writes, self.dirs_kept))
+                            .encode()).hexdigest()
 
 
 @dataclass
@@ -66,6 +73,8 @@ class _Point:
     forced: int  # how many of them must persist
     pending: list[int]  # indices of data operations not yet flushed
     durable: set[int] = field(default_factory=set)  # data operations flushed
+    by_dir: dict[str, list[int]] = field(default_factory=dict)  # name operations per directory
+    forced_by_dir: dict[str, int] = field(default_factory=dict)  # ... forced by its flush
 
 
 class FileSystemModel:
@@ -92,8 +101,8 @@ class FileSystemModel:
         forced_upto = -1
         flushed_dirs: dict[str, int] = {}
         for i, op in enumerate(ops):
-            if op.kind == "syncdir":
-                flushed_dirs[op.path] = i
+            if op.kind == "syncdir":  # the recording's root is logged as "."
+                flushed_dirs["" if op.path == "." else op.path] = i
         for j in reversed(meta):
             d = _meta_dir(ops[j])
             if flushed_dirs.get(d, -1) > j:
@@ -108,7 +117,19 @@ class FileSystemModel:
         for i, op in enumerate(ops):
             if op.kind in _DATA:
                 (durable.add(i) if last_sync.get(op.ino, -1) > i else pending.append(i))
-        return _Point(at, meta, forced, pending, durable)
+        by_dir: dict[str, list[int]] = {}
+        for j in meta:
+            by_dir.setdefault(_meta_dir(ops[j]), []).append(j)
+        forced_by_dir = {d: sum(1 for j in js if flushed_dirs.get(d, -1) > j)
+                         for d, js in by_dir.items()}
+        return _Point(at, meta, forced, pending, durable, by_dir, forced_by_dir)
+
+    def kept_names(self, state: CrashState, p: _Point) -> set[int]:
+        """The name operations (indices) the crash state persisted."""
+        if not state.dirs_kept:
+            return set(p.meta[:state.meta_kept])
+        kept = dict(state.dirs_kept)
+        return {j for d, js in p.by_dir.items() for j in js[:kept.get(d, len(js))]}
 
     # -- sampling ------------------------------------------------------------------------------
     def sample(self, n: int, rng: random.Random):
@@ -122,19 +143,25 @@ class FileSystemModel:
         rng.shuffle(points)
         seen: set[str] = set()
         cache: dict[int, _Point] = {}
-        modes = ("all dropped", "one dropped", "random", "all kept")
+        modes = ("all dropped", "one dropped", "random", "all kept", "reordered")
         for rnd in range(20 * max(1, -(-n // max(1, len(points))))):
             for k, at in enumerate(points):
                 if len(seen) >= n:
                     return
                 p = cache[at] if at in cache else cache.setdefault(at, self.point(at))
-                how = modes[(rnd + k) % 4] if rnd < 4 else ("one dropped", "random")[rnd % 2]
+                how = modes[(rnd + k) % 5] if rnd < 5 else \
+                    ("one dropped", "random", "reordered")[rnd % 3]
                 s = self._state(p, how, rng)
                 if s.digest() not in seen:
                     seen.add(s.digest())
                     yield s
 
     def _state(self, p: _Point, how: str, rng: random.Random) -> CrashState:
+        if how == "reordered":  # each directory its own prefix (ALICE), open writes random
+            dirs = tuple((d, rng.randint(p.forced_by_dir[d], len(js)))
+                         for d, js in sorted(p.by_dir.items()))
+            s = self._state(p, "random", rng)
+            return CrashState(p.at, len(p.meta), s.writes, how, dirs)
         if how == "all kept":
             return CrashState(p.at, len(p.meta), (), how)
         if how == "all dropped":
@@ -184,7 +211,10 @@ class FileSystemModel:
                 _write(buf, op, keep)
         names: dict[str, int] = {}
         dirs = {""}
-        for j in p.meta[:state.meta_kept]:
+        kept = self.kept_names(state, p)
+        for j in p.meta:
+            if j not in kept:
+                continue
             op = ops[j]
             if op.kind == "mkdir" and _parent(op.path) in dirs:
                 dirs.add(op.path)
@@ -204,10 +234,11 @@ class FileSystemModel:
         """The operation log up to the crash, the last ``around`` operations, marked."""
         p = self.point(state.at)
         choice = dict(state.writes)
-        kept_meta = set(p.meta[:state.meta_kept])
+        kept_meta = self.kept_names(state, p)
         lines = [f"crash after operation {state.at} of {len(self.ops)} ({state.how}); "
-                 f"{state.meta_kept} of {len(p.meta)} name operations persisted "
-                 f"({p.forced} forced by directory flushes)"]
+                 f"{len(kept_meta)} of {len(p.meta)} name operations persisted "
+                 f"({p.forced} forced by directory flushes"
+                 f"{', each directory its own prefix' if state.dirs_kept else ''})"]
         for i in range(max(0, state.at - around), state.at):
             op = self.ops[i]
             if op.is_meta:
