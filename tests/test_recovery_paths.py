@@ -483,6 +483,13 @@ def test_reading_an_output_changes_nothing_and_takes_no_lock(tiny, tmp_path):
     assert compare(read_output(out), failure_free(q, ds, 20 * ds.rows), q.schema).ok
 
 
+def test_recovering_a_folder_that_does_not_exist_makes_nothing(tiny, tmp_path):
+    q, ds = query("CM1", tiny)
+    with pytest.raises(CheckpointError, match="holds no run to recover"):
+        finish(q, ds, tmp_path / "typo", ClockedSink(tmp_path / "out"))
+    assert not (tmp_path / "typo").exists()
+
+
 def test_a_run_takes_the_storage_lock_before_it_writes_run_json(tiny, tmp_path):
     """Two fresh runs started together on one storage folder: the second is refused before
     it writes anything, so the first's run.json is never replaced by another's settings."""

@@ -101,7 +101,8 @@ def _own_output(sink: ExactlyOnceSink, run: dict, rec, recover: bool) -> None:
     """A new run claims its (empty) output folder.  A recovery checks that the folder is the
     run's output: not another run's, and holding every result its checkpoint ``rec``
     recorded as committed (not another, new folder; not emptied or replaced) - else the
-    output would be split or lose results; one line naming the folder that holds them.  Runs of older builds (no run id) are not checked."""
+    output would be split or lose results; one line naming the folder that holds them.
+    Runs of older builds (no run id) are not checked."""
     token = run.get("run_id")
     if token is None:
         return
@@ -355,6 +356,9 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
     phases["loading"] = time.time()
     # the storage folder's lock before run.json: two fresh runs started together on one
     # folder had both written it (the second's settings over the first's), then one failed
+    if recover and not storage.is_dir():  # a mistaken path: nothing made
+        raise CheckpointError(f"{storage} holds no run to recover (no such folder); start one "
+                              f"without --recover")
     fresh = not storage.is_dir()
     io.mkdir(storage)
     if fresh and durable.flush:
