@@ -54,7 +54,7 @@ def _load(path: str | None):
     """The calibration at ``path`` (None: :func:`scabbard.paths.calibration`), with a warning
     on stderr when it was measured on another machine."""
     from scabbard.sim.config import load
-    from scabbard.sim.machine import elsewhere
+    from scabbard.sim.machine import elsewhere_warning
 
     path = path or str(paths.calibration())
     try:
@@ -63,11 +63,9 @@ def _load(path: str | None):
         raise _error(str(e)) from None
     except (ValueError, KeyError, TypeError) as e:
         raise _error(f"{path} is not a usable calibration file ({e}): calibrate again") from None
-    other = elsewhere(cal.machine)
-    if other:
-        print(f"scabbard: warning: {path} was measured on another machine ({other}); its "
-              f"figures are that machine's - `scabbard sim calibrate` measures this one "
-              f"(~5 min)", file=sys.stderr)
+    warning = elsewhere_warning(path, cal.machine)
+    if warning:
+        print(f"scabbard: warning: {warning}", file=sys.stderr)
     return cal
 
 

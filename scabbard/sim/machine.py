@@ -9,10 +9,12 @@ a moment when others leave the cores alone.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,27 +42,30 @@ def elsewhere(measured: dict) -> str:
     """How the machine a calibration was ``measured`` on differs from this one (CPU model,
     cores, kernel); "" when it is this kind of machine (or the calibration does not say)."""
     here = describe()
-    diff = [f"{k} {measured[k]} here {here[k]}" for k in ("cpu", "cores", "kernel")
-            if k in measured and measured[k] != here[k]]
-    return "; ".join(diff).replace(" here ", ", here ")
+    return "; ".join(f"{k} {measured[k]}, here {here[k]}" for k in ("cpu", "cores", "kernel")
+                     if k in measured and measured[k] != here[k])
+
+
+def elsewhere_warning(path, measured: dict | None = None) -> str:
+    """The warning that the calibration at ``path`` (its ``machine`` entry: ``measured``, read
+    from the file if not given) was measured on another machine; "" when it was not."""
+    if measured is None:
+        try:
+            measured = json.loads(Path(path).read_text()).get("machine", {})
+        except (OSError, ValueError, AttributeError):
+            return ""
+    other = elsewhere(measured)
+    return (f"the simulator's calibration {path} was measured on another machine ({other}): "
+            f"its figures are that machine's; `scabbard sim calibrate` measures this one "
+            f"(~5 min)") if other else ""
 
 
 def warn_if_elsewhere(path) -> str:
-    """Warn (a ``UserWarning``: a notebook shows it under the cell) when the calibration at
-    ``path`` was measured on another machine; returns how it differs ("" if it does not)."""
-    import json
-    import warnings
-
-    try:
-        measured = json.loads(Path(path).read_text()).get("machine", {})
-    except (OSError, ValueError, AttributeError):
-        return ""
-    other = elsewhere(measured)
-    if other:
-        warnings.warn(f"the simulator's calibration {path} was measured on another machine "
-                      f"({other}): its figures are that machine's; `scabbard sim calibrate` "
-                      f"measures this one (~5 min)", UserWarning, stacklevel=2)
-    return other
+    """:func:`elsewhere_warning` as a ``UserWarning`` (a notebook shows it under the cell)."""
+    text = elsewhere_warning(path)
+    if text:
+        warnings.warn(text, UserWarning, stacklevel=2)
+    return text
 
 
 def _jiffies() -> tuple[float, float] | None:
