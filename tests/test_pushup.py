@@ -169,12 +169,20 @@ def test_bytes_per_tuple_are_the_bytes_stored_not_the_papers_padded_struct(tiny)
     assert r.summary.mb_per_s == pytest.approx(r.summary.tuples_per_s * 68 / 1e6)
 
 
-def test_recovering_without_the_push_up_the_run_had_is_refused(tiny, tmp_path):
+def test_a_plain_recover_takes_push_up_as_its_run_had_it(tiny, tmp_path):
+    """Push-up comes from run.json like every other setting: a plain ``--recover`` of a run
+    started with it continues with it; asking for it on a run without it is refused."""
     ds = tiny["cm"]
     base = [sys.executable, "-m", "scabbard", "run", "--query", "CM2", "--data", str(ds.path),
-            "--storage", str(tmp_path / "s"), "--output", str(tmp_path / "o"),
             "--checkpoint-interval", "0.5", "--max-tuples", str(2 * ds.rows), "--quiet"]
-    first = subprocess.run(base + ["--push-up"], capture_output=True, text=True, timeout=300)
+    with_it = base + ["--storage", str(tmp_path / "s"), "--output", str(tmp_path / "o")]
+    first = subprocess.run(with_it + ["--push-up"], capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
-    again = subprocess.run(base + ["--recover"], capture_output=True, text=True, timeout=300)
-    assert again.returncode != 0 and "--push-up" in again.stderr
+    again = subprocess.run(with_it + ["--recover"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    without = base + ["--storage", str(tmp_path / "s2"), "--output", str(tmp_path / "o2")]
+    plain = subprocess.run(without, capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0, plain.stderr
+    wrong = subprocess.run(without + ["--recover", "--push-up"], capture_output=True, text=True,
+                           timeout=300)
+    assert wrong.returncode == 2 and "drop --push-up" in wrong.stderr, wrong.stderr

@@ -442,11 +442,11 @@ def test_recovering_with_other_settings_is_a_one_line_error(tiny, tmp_path):
     r = subprocess.run(base + ["--max-tuples", str(2 * ds.rows)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     r = subprocess.run(base + ["--recover", "--rate", "1000"], capture_output=True, text=True)
-    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "rate None recorded, 1000.0 given" in r.stderr
     r = subprocess.run(base + ["--recover", "--exactly-once", "transactional"],
                        capture_output=True, text=True)
-    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "sink 'clocked' recorded, 'transactional' given" in r.stderr
 
 

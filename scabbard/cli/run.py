@@ -468,13 +468,16 @@ def _auto_placement(args, ds) -> None:
         args.persist_at, args.checkpoint_only = None, True
 
 
-def _recorded_placement(args) -> None:
-    """A plain ``--recover`` continues with the p-streams its run placed (``run.json``), as
-    with every other setting; a ``--persist-at`` given then must be the same."""
+def _recorded_settings(args) -> None:
+    """A plain ``--recover`` continues with the p-streams its run placed and with push-up as
+    the run had it (``run.json``), as with every other setting; a ``--persist-at`` given then
+    must be the same."""
     from scabbard.ft.recovery import recorded_run
 
     run = recorded_run(args.storage) if args.storage else None
-    if not run or not run.get("persist_at"):
+    if run and run.get("push_up") and not args.push_up:
+        args.push_up = True  # the engine's plan is built with it before the run is opened
+    if not run or not run.get("persist_at") or args.persist_at is not None:
         return
     ingress = run.get("persist_input", True)
     args.persist_at = ",".join((("ingress",) if ingress else ()) + tuple(run["persist_at"]))
@@ -489,8 +492,8 @@ def _run_query(args) -> int:
     if args.placement:
         config_from_args(args)  # the flags checked before anything is measured
         _auto_placement(args, query_dataset(args))
-    elif args.recover and args.persist_at is None:
-        _recorded_placement(args)
+    elif args.recover:
+        _recorded_settings(args)
     config = config_from_args(args)
     if args.backend == "spark":
         return _run_spark(args, query)

@@ -47,6 +47,7 @@ from scabbard.engine.metrics import Metrics
 from scabbard.engine.ports import Resume
 from scabbard.engine.runtime import MIN_BATCH, Engine, EngineConfig, RunReport
 from scabbard.engine.sources import ReplaySource
+from scabbard.errors import EXIT_USAGE, UserError
 from scabbard.ft import channels
 from scabbard.ft.checkpointing import CheckpointListener
 from scabbard.ft.config import ConfigError, FTConfig, PersistConfig, RunConfig
@@ -78,6 +79,14 @@ def dataset_identity(dataset: Dataset) -> dict:
 
 # settings a recovery must repeat (or leave out: None takes the recorded one); push-up is
 # checked on its own (it is a flag: leaving it out means "without")
+class RunMismatch(CheckpointError, UserError):
+    """The flags and folders given do not match the run stored there (another query,
+    dataset or setting; ``--recover`` missing or of nothing; another run's output): a person
+    fixes it by giving the run's own, so it is a user error (exit 2)."""
+
+    exit_code = EXIT_USAGE
+
+
 _SETTINGS = ("batch_rows", "rate", "max_tuples", "persist_input", "compression",
              "lossy_decimals", "durability", "sink", "persist_at", "checkpoint_mode",
              "state_memory")
@@ -111,7 +120,7 @@ def _own_output(sink: ExactlyOnceSink, run: dict, rec, recover: bool) -> None:
         return
     where, owner = run.get("output", "?"), sink.owner()
     if owner is not None and owner != token:
-        raise CheckpointError(f"output folder {sink.path} holds another run's results; this "
+        raise RunMismatch(f"output folder {sink.path} holds another run's results; this "
                               f"run's are in {where}: recover with --output {where}")
     have = sink.committed()["window_end"]
     want = rec.output.get("window_end", NO_WINDOW) if rec is not None else NO_WINDOW
@@ -119,7 +128,7 @@ def _own_output(sink: ExactlyOnceSink, run: dict, rec, recover: bool) -> None:
         held = f"it holds results up to window end {have}, checkpoint {rec.id} recorded them " \
                f"up to {want} as committed"
         if where != str(sink.path.resolve()):
-            raise CheckpointError(f"this run's results are in {where}, not in {sink.path} "
+            raise RunMismatch(f"this run's results are in {where}, not in {sink.path} "
                                   f"({held}): recover with --output {where}")
         raise CheckpointError(f"output folder {sink.path} lost results ({held}): emptied or "
                               f"replaced, this run's output cannot be completed exactly once")
@@ -146,18 +155,18 @@ def _run_file(storage: Path, io: FileIO, query: Query, recover: bool, want: dict
     path = storage / RUN_FILE
     if recover:
         if not path.is_file():
-            raise CheckpointError(f"{storage} holds no run to recover ({RUN_FILE} is missing); "
+            raise RunMismatch(f"{storage} holds no run to recover ({RUN_FILE} is missing); "
                                   f"start one without --recover")
         have = _read_run(path)
         if have["query"] != query.name:
-            raise CheckpointError(f"{storage} holds a run of {have['query']}, not {query.name}")
+            raise RunMismatch(f"{storage} holds a run of {have['query']}, not {query.name}")
         diff = _differences(have, want)
         if diff:
-            raise CheckpointError(f"{storage} holds a run with other input or settings: "
+            raise RunMismatch(f"{storage} holds a run with other input or settings: "
                                   + "; ".join(diff) + ". Recover it with what it was started with")
         return have
     if path.is_file():
-        raise CheckpointError(f"{storage} already holds a run of {_read_run(path)['query']}: "
+        raise RunMismatch(f"{storage} already holds a run of {_read_run(path)['query']}: "
                               f"add --recover to continue it, or choose an empty --storage "
                               f"folder")
     doc = {"query": query.name, "started_at": time.time(), "run_id": uuid.uuid4().hex, **want}
@@ -357,7 +366,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
     # the storage folder's lock before run.json: two fresh runs started together on one
     # folder had both written it (the second's settings over the first's), then one failed
     if recover and not storage.is_dir():  # a mistaken path: nothing made
-        raise CheckpointError(f"{storage} holds no run to recover (no such folder); start one "
+        raise RunMismatch(f"{storage} holds no run to recover (no such folder); start one "
                               f"without --recover")
     fresh = not storage.is_dir()
     io.mkdir(storage)
@@ -378,7 +387,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                               f"units, once each: checkpoint mode {mode!r} does not apply")
         if recover and run.get("push_up", False) != push_up:
             was = run.get("push_up")
-            raise CheckpointError(f"{storage} holds a run {'with' if was else 'without'} "
+            raise RunMismatch(f"{storage} holds a run {'with' if was else 'without'} "
                                   f"persistence push-up: recover it the same way "
                                   f"({'add' if was else 'drop'} --push-up)")
         metrics = Metrics(dataset.schema.payload_bytes, metrics_log,
@@ -411,7 +420,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         else:
             resume, replay_from, skipped, loaded = None, None, [], {}
             if sink.holds_results():
-                raise CheckpointError(f"{sink.path} already holds results of another run: "
+                raise RunMismatch(f"{sink.path} already holds results of another run: "
                                       f"choose an empty --output folder")
         sink.open(engine.schema)
         if sink.visible:
