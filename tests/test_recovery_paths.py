@@ -561,3 +561,32 @@ def test_a_moved_output_folder_recovers_and_a_new_run_claims_its_own(tiny, tmp_p
     stopped(q, ds, tmp_path / "s2", TransactionalSink(tmp_path / "o2"), 2)  # another run's
     with pytest.raises(CheckpointError, match="holds another run's results"):
         finish(q, ds, store, TransactionalSink(tmp_path / "o2"))
+
+
+def test_check_output_tells_a_killed_recovered_run_from_a_damaged_output(tiny, tmp_path):
+    """``scabbard check output``: a run killed inside a checkpoint's commit has committed a
+    prefix; recovered, exactly the failure-free output; an epoch file copied (every row
+    twice) is a mismatch, exit 1.  A folder holding no run is one line, exit 2."""
+    ds = tiny["cm"]
+    store, out = tmp_path / "s", tmp_path / "o"
+    base = [sys.executable, "-m", "scabbard", "run", "--query", "CM1", "--data", str(ds.path),
+            "--storage", str(store), "--output", str(out), "--checkpoint-interval", "0.1",
+            "--batch", "4000", "--max-tuples", str(6 * ds.rows), "--sink", "transactional",
+            "--rate", str(6 * ds.rows), "--quiet"]  # paced: ~10 checkpoints in its 1 s
+    check = [sys.executable, "-m", "scabbard", "check", "output", "--storage", str(store)]
+    killed = subprocess.run(base + ["--crash-at", "checkpoint_commit:3"], capture_output=True,
+                            text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr  # SIGKILLed itself inside the commit
+    r = subprocess.run(check, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "has not consumed its input" in r.stdout, r.stdout + r.stderr
+    assert "are a prefix of the failure-free output" in r.stdout
+    again = subprocess.run(base + ["--recover"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    r = subprocess.run(check, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "exactly once" in r.stdout and " 0 lost" in r.stdout, r.stdout
+    epochs = sorted((out / "committed").glob("*.seg"))
+    shutil.copy(epochs[-1], epochs[-1].with_name(f"{len(epochs) + 1000:012d}.seg"))
+    r = subprocess.run(check, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "MISMATCH" in r.stdout and "0 duplicated" not in r.stdout
+    r = subprocess.run(check[:-1] + [str(tmp_path / "nothing")], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no run.json" in r.stderr

@@ -39,7 +39,7 @@ from scabbard.data import Dataset
 from scabbard.engine import CollectSink, EngineConfig, run_query
 from scabbard.ft.recovery import recorded_run, run_fault_tolerant
 from scabbard.ft.sinks import open_output, read_output
-from scabbard.ft.verify import compare
+from scabbard.ft.verify import compare, prefix_problem
 from scabbard.storage import RecordingIO, StorageConfig, UnitTooLarge
 
 STORAGE = StorageConfig(file_bytes=1 << 20, pool_files=2, bulk_bytes=1 << 18)
@@ -190,7 +190,7 @@ class Explorer:
                 before = read_output(root / "output")
             except Exception as e:  # noqa: BLE001 - any failure to read it is the finding
                 return f"committed output unreadable: {_line(e)}"
-            problem = _prefix_problem(before, want, schema)
+            problem = prefix_problem(before, want, schema)
             if problem:
                 return f"committed output is not a prefix of the failure-free output: {problem}"
         try:
@@ -244,19 +244,3 @@ def _kind(problem: str) -> str:
 
 def _line(e: BaseException) -> str:
     return f"{type(e).__name__}: " + " ".join(str(e).split())[:300]
-
-
-def _prefix_problem(got: pd.DataFrame, want: pd.DataFrame, schema) -> str | None:
-    """Whether ``got`` is exactly the failure-free output's windows up to its last one (a
-    stateless query's: its first rows, in order)."""
-    if not len(got):
-        return None
-    if schema.stream:
-        head = want.iloc[:len(got)]
-        v = compare(got, head, schema)
-        if v.ok and not got.reset_index(drop=True).equals(head.reset_index(drop=True)):
-            return "the rows are the failure-free output's first ones, in another order"
-        return None if v.ok else str(v)
-    last = got["window_end"].max()
-    v = compare(got, want[want["window_end"] <= last], schema)
-    return None if v.ok else str(v)

@@ -1,5 +1,7 @@
-"""``scabbard check crash-states``: explore the crash states of a fault-tolerant run.
+"""``scabbard check``: a run's committed output against a failure-free run (``output``),
+and the crash states of a fault-tolerant run (``crash-states``).
 
+    scabbard check output --storage DIR [--output DIR]
     scabbard check crash-states --query Q [--sink clocked|transactional] [--states N]
                                 [--seed S] [--durability machine|process] [--push-up]
                                 [--compression none|default|adaptive] [--persist-at EDGES]
@@ -67,6 +69,32 @@ def add_parser(subparsers) -> None:
                         "own batches in turn (default 1)")
     c.add_argument("--data", metavar="DIR", help="dataset folder (default: data/<workload>/small)")
     c.set_defaults(func=_run_crash_states)
+    o = sub.add_parser(
+        "output",
+        help="compare a fault-tolerant run's committed output with a failure-free run",
+        description=(
+            "Read the committed output of the fault-tolerant run stored in --storage (its "
+            "run.json names the query, the dataset, the tuples and the output folder), run the "
+            "same query on the same input in this process without failures, and compare them "
+            "row for row: results lost, duplicated, different.  A run that has not consumed "
+            "its input yet (killed, not recovered) must have committed a prefix of the "
+            "failure-free output: whole windows, none lost or duplicated.  The run must be "
+            "bounded (--max-tuples)."),
+        epilog="Exit status 0: exactly once (or a correct prefix); 1: a mismatch.",
+    )
+    o.add_argument("--storage", required=True, metavar="DIR",
+                   help="the run's storage folder (as given to 'scabbard run')")
+    o.add_argument("--output", metavar="DIR",
+                   help="the output folder (default: the one the run recorded)")
+    o.set_defaults(func=_run_output_check)
+
+
+def _run_output_check(args) -> int:
+    from scabbard.ft.verify import verify_run
+
+    check = verify_run(args.storage, args.output)
+    print(check)
+    return 0 if check.ok else 1
 
 
 def _run_crash_states(args) -> int:

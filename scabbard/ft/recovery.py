@@ -77,8 +77,6 @@ def dataset_identity(dataset: Dataset) -> dict:
             "params": dataset.params, "path": str(dataset.path)}
 
 
-# settings a recovery must repeat (or leave out: None takes the recorded one); push-up is
-# checked on its own (it is a flag: leaving it out means "without")
 class RunMismatch(CheckpointError, UserError):
     """The flags and folders given do not match the run stored there (another query,
     dataset or setting; ``--recover`` missing or of nothing; another run's output): a person
@@ -87,6 +85,8 @@ class RunMismatch(CheckpointError, UserError):
     exit_code = EXIT_USAGE
 
 
+# settings a recovery must repeat (or leave out: None takes the recorded one); push-up is
+# checked on its own (it is a flag: leaving it out means "without")
 _SETTINGS = ("batch_rows", "rate", "max_tuples", "persist_input", "compression",
              "lossy_decimals", "durability", "sink", "persist_at", "checkpoint_mode",
              "state_memory")

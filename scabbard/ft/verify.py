@@ -49,3 +49,86 @@ def compare(got: pd.DataFrame, want: pd.DataFrame, schema: Schema, rtol: float =
         a, b = both[f"{f}_got"].to_numpy(float), both[f"{f}_want"].to_numpy(float)
         bad |= ~np.isclose(a, b, rtol=rtol, atol=0.0, equal_nan=True)
     return Verdict(len(w), len(only_want) - 0, len(dup), len(only_got) - len(dup) + int(bad.sum()))
+
+
+def prefix_problem(got: pd.DataFrame, want: pd.DataFrame, schema) -> str | None:
+    """Whether ``got`` is exactly the failure-free output's windows up to its last one (a
+    stateless query's: its first rows, in order)."""
+    if not len(got):
+        return None
+    if schema.stream:
+        head = want.iloc[:len(got)]
+        v = compare(got, head, schema)
+        if v.ok and not got.reset_index(drop=True).equals(head.reset_index(drop=True)):
+            return "the rows are the failure-free output's first ones, in another order"
+        return None if v.ok else str(v)
+    last = got["window_end"].max()
+    v = compare(got, want[want["window_end"] <= last], schema)
+    return None if v.ok else str(v)
+
+
+@dataclass(frozen=True)
+class RunCheck:
+    """A fault-tolerant run's committed output against the same query run failure-free in
+    this process on the same input (``scabbard check output``)."""
+
+    query: str
+    output: str
+    complete: bool  # the run consumed its input: the output must be all of the failure-free
+    rows: int  # committed rows read
+    verdict: Verdict | None  # complete: the whole comparison
+    problem: str | None  # incomplete: why the output is not a prefix (None: it is)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok if self.complete else self.problem is None
+
+    def __str__(self) -> str:
+        if self.complete:
+            return f"{self.query}, {self.output}: {self.verdict}"
+        what = "a prefix of the failure-free output (windows whole, none lost or duplicated)" \
+            if self.problem is None else f"NOT a prefix of the failure-free output: {self.problem}"
+        return (f"{self.query}, {self.output}: the run has not consumed its input (recover it to "
+                f"finish); its {self.rows:,} committed rows are {what}")
+
+
+def verify_run(storage, output=None) -> RunCheck:
+    """Check the output of the fault-tolerant run stored in ``storage`` (its ``run.json``
+    names the query, the dataset, the tuples and the output folder; ``output`` overrides the
+    folder): the dataset must be the one recorded, and the run bounded by a tuple count."""
+    from pathlib import Path
+
+    from scabbard import queries
+    from scabbard.data import DatasetError, open_dataset
+    from scabbard.engine import CollectSink, EngineConfig, run_query
+    from scabbard.ft.recovery import RunMismatch, dataset_identity, recorded_run
+    from scabbard.ft.sinks import read_output
+
+    run = recorded_run(storage)
+    if run is None:
+        raise RunMismatch(f"{storage} holds no fault-tolerant run (no run.json): give the "
+                          f"--storage folder of a run started with --checkpoint-interval")
+    out = Path(output or run.get("output") or "")
+    if not str(out) or not out.is_dir():
+        raise RunMismatch(f"no output folder {str(out) or '(none recorded)'}: give the run's "
+                          f"--output")
+    if run.get("max_tuples") is None:
+        raise RunMismatch(f"{storage} holds an endless run (no --max-tuples): its output has no "
+                          f"failure-free twin to compare with")
+    where = run["dataset"]["path"]
+    try:
+        ds = open_dataset(where, verify=False)
+    except DatasetError as e:
+        raise RunMismatch(f"the run's dataset: {e.one_line()}") from None
+    if dataset_identity(ds)["checksum"] != run["dataset"]["checksum"]:
+        raise RunMismatch(f"the dataset in {where} is no longer the run's input (its checksum "
+                          f"changed)")
+    q = queries.get(run["query"])
+    got = read_output(out)
+    sink = CollectSink()
+    run_query(q, ds, sink=sink, max_tuples=run["max_tuples"],
+              config=EngineConfig(batch_rows=run.get("batch_rows")))
+    want = sink.to_pandas()
+    if "completed" in run:
+        return RunCheck(q.name, str(out), True, len(got), compare(got, want, q.schema), None)
+    return RunCheck(q.name, str(out), False, len(got), None, prefix_problem(got, want, q.schema))
