@@ -1,6 +1,6 @@
 """Columnar batches: one contiguous numpy array per field plus the stream offset.
 
-A :class:`Batch` is the unit that flows through the engine (DESIGN.md §3): the
+A :class:`Batch` is the unit that flows through the engine (docs/design.md): the
 source cuts a stream into batches, kernels take their arrays, p-streams persist
 them.  ``offset`` is the logical position of the batch's first tuple in its
 stream; offsets only increase along a stream.

@@ -1,4 +1,4 @@
-"""Schemas: ordered, typed fields with the paper's row sizes (Table 3, DESIGN.md §3).
+"""Schemas: ordered, typed fields with the paper's row sizes (Table 3, docs/design.md).
 
 A :class:`Schema` is what every other part of the workbench agrees on: the Spark
 generators write it, the replay format stores one file per field, the engine's

@@ -1,4 +1,4 @@
-"""Adaptive query compilation (issue 20, the Grizzly seed): generic, instrumented and optimised
+"""Adaptive query compilation (the Grizzly seed): generic, instrumented and optimised
 kernels, swapped while the query runs, with deoptimisation."""
 
 from __future__ import annotations

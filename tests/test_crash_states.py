@@ -139,7 +139,7 @@ def test_crash_states_between_the_pieces_of_windows_over_several_clocked_log_fil
 
 @pytest.mark.parametrize("query, sink", [("CM1", "transactional"), ("YSB", "clocked")])
 def test_machine_durability_survives_crash_states_with_parallel_ingress(tiny, query, sink):
-    """The input appended by three ingress partitions in turn (issue 21), compressed after
+    """The input appended by three ingress partitions in turn, compressed after
     push-up: every explored machine crash recovers exactly (the recoveries read the source
     with three partitions again)."""
     from scabbard.queries import workload_of

@@ -53,9 +53,9 @@ def expected_once(query, ds):
 @pytest.mark.parametrize("name", [n for n in queries.NAMES if n != "SG1"])
 @pytest.mark.parametrize("batch_rows, workers, assembly, ingress", [
     (None, 2, "serial", 1), (4096, 2, "serial", 1), (997, 1, "serial", 1),
-    # the sequential windows' groups split by key between partitions (issue 21)
+    # the sequential windows' groups split by key between partitions
     (4096, 2, "partitioned:3", 1), (997, 1, "partitioned", 1), (4096, 4, "auto", 1),
-    # the source read by several ingress partitions (issue 21)
+    # the source read by several ingress partitions
     (997, 2, "serial", 3), (4096, 2, "partitioned:3", 2), (None, 8, "auto", None)])
 def test_paper_queries_match_the_reference(tiny, name, batch_rows, workers, assembly, ingress):
     q = queries.get(name)

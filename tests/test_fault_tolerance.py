@@ -131,7 +131,7 @@ def test_kill_campaign(tiny, tmp_path, name):
 @pytest.mark.crash
 @pytest.mark.campaign  # the default run kills the partitioned assembly in crash_points_with_pane_units
 def test_kill_campaign_with_key_partitioned_assembly(tiny, tmp_path):
-    """The same with the sequential windows' groups split between three partitions (issue 21):
+    """The same with the sequential windows' groups split between three partitions:
     each incarnation splits the checkpointed window state between its partitions again, and
     LRB3's fused per-window count is partitioned by its own keys."""
     ds = tiny["lrb"]
@@ -156,7 +156,7 @@ def test_kill_campaign_with_parallel_ingress(tiny, tmp_path, name, sink, assembl
     """SIGKILLs at random moments with the source read by several ingress partitions, each
     incarnation with another number than the one it recovers (3, 1, 2, ...: the stored input
     is one p-stream whatever wrote it), with both sinks, push-up and the adaptive codecs, and
-    with the key-partitioned assembly (issue 21)."""
+    with the key-partitioned assembly."""
     ds = tiny[queries.workload_of(name)]
     n = 120 * ds.rows  # paced to last ~6 s on any machine, so that a kill at 1.2-3 s lands
     c = Controller(name, ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6, interval=0.2,
@@ -177,7 +177,7 @@ def test_kill_campaign_with_parallel_ingress(tiny, tmp_path, name, sink, assembl
     for cell in itertools.product(["SG1", "LRB1", "LRB3", "YSB"], ["clocked", "transactional"],
                                   ["incremental", "eventual"])])
 def test_kill_campaign_with_incremental_checkpoints(tiny, tmp_path, name, sink, mode):
-    """Random kills with pane units written once (issue 18): incremental checkpoints, and
+    """Random kills with pane units written once: incremental checkpoints, and
     eventual ones whose steps save panes every 5 ms between records."""
     ds = tiny[queries.workload_of(name)]
     rng = random.Random(f"{name}-{sink}-{mode}")

@@ -35,7 +35,7 @@ def cm_categories_per_window() -> Query:
 # per-window aggregate
 COMPARED = {"CM1": "cm", "CM2": "cm", "YSB": "ysb", "NQ": "nexmark", "SG3": "sg",
             "CM1-per-window": "cm"}
-# issue 21: a stateless selection and a count-based window; issue 19: Darwin's micro-benchmark.
+# a stateless selection and a count-based window; Darwin's micro-benchmark.
 # Their own JVM, after the others, with the RocksDB state backend (state on the local disk)
 STATELESS_AND_ROWS = {"PF-MOD2": "sg", "LRB-ROWS": "lrb", "DARWIN": "darwin"}
 
@@ -172,7 +172,7 @@ def test_every_paper_query_compiles():
 
 
 def test_a_stateless_plan_is_its_views_and_a_count_window_hops_over_the_offset():
-    """Issue 21: a plan without a window aggregation is no longer refused - it is σ / π views
+    """A plan without a window aggregation is no longer refused - it is σ / π views
     and the insert of its rows; a count-based window is a HOP over each tuple's offset (the
     exported stream's last column) read as event-time milliseconds."""
     q = Query.stream(cm.SCHEMA, "cm").where(col("cpu") > 0.5).select("cpu", j=col("job_id") * 2)

@@ -1,4 +1,4 @@
-"""Incremental and eventual checkpoints (issue 18): closed panes written once as pane units,
+"""Incremental and eventual checkpoints: closed panes written once as pane units,
 records that list them, their GC, recovery from them - and that recovery loads exactly what a
 full checkpoint at the same task holds."""
 

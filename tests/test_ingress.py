@@ -1,4 +1,4 @@
-"""Parallel ingress (issue 21): the source split by offset ranges between partitions, each read
+"""Parallel ingress: the source split by offset ranges between partitions, each read
 and appended by its own thread - the same stream as one dispatcher reading it, a prefix without
 a hole whenever it stops, the ingress p-stream in order, recovery with another number."""
 

@@ -1,4 +1,4 @@
-"""P-streams on any edge (paper §3.1, DESIGN.md §14): every placement gives the failure-free
+"""P-streams on any edge (paper §3.1, docs/design.md): every placement gives the failure-free
 results, through a stop and a recovery; the stored channels are replayed, not recomputed
 twice; GC trims them; a kill during a checkpoint and during recovery stays exactly once."""
 

@@ -36,7 +36,7 @@ def test_spark_and_engine_agree(spark, tiny, tmp_path, name):
 
 
 def test_spark_on_rocksdb_and_engine_agree_on_darwin(spark, tiny, tmp_path):
-    """Issue 19's peer: Spark's RocksDB state store provider (state on the local disk) gives
+    """Darwin's peer: Spark's RocksDB state store provider (state on the local disk) gives
     the engine's windows on Darwin's micro-benchmark, and its checkpoint holds RocksDB's
     files, not the default store's deltas."""
     q = queries.get("DARWIN")
@@ -85,7 +85,7 @@ def test_spark_rejects_a_dataset_of_another_workload(spark, tiny):
         run_spark(queries.get("CM1"), tiny["lrb"], spark=spark)
 
 
-# -- stateless queries and count-based windows (issue 21) -------------------------------------------
+# -- stateless queries and count-based windows -------------------------------------------
 @pytest.fixture(scope="module")
 def lrb_parts(spark, tmp_path_factory):
     """An LRB stream in three Parquet files: offsets cross file boundaries."""

@@ -1,4 +1,4 @@
-"""Datasets and queries on a real Spark standalone cluster of real JVMs (issue 23, DESIGN.md §16).
+"""Datasets and queries on a real Spark standalone cluster of real JVMs (docs/design.md).
 
 One cluster for the module - a master and two workers on 127.0.0.1, launched from the
 pyspark package's jars - stopped afterwards even when a test fails, and checked to be gone.

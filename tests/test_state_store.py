@@ -1,4 +1,4 @@
-"""Larger-than-memory state (issue 19, the Darwin seed): its workload, on the engine."""
+"""Larger-than-memory state (the Darwin seed): its workload, on the engine."""
 
 import numpy as np
 import pytest

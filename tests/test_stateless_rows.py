@@ -1,5 +1,5 @@
 """Stateless queries (σ, π, ⋈ relation: PipeFabric's Table 1) and count-based windows (ROWS)
-through the engine, push-up and fault tolerance (issue 21, item 4).
+through the engine, push-up and fault tolerance (item 4).
 
 * results equal the reference's - a stateless query's in input order - on random streams cut
   into any batches (hypothesis), and on the tiny datasets for the named queries;
@@ -236,7 +236,7 @@ def sg_positions(ds, out: pd.DataFrame) -> np.ndarray:
 @pytest.mark.parametrize("name", [*queries.TABLE1, "LRB-ROWS"])
 @pytest.mark.parametrize("batch_rows, workers, push, ingress", [
     (None, 2, False, 1), (997, 1, True, 1), (4096, 2, True, 1),
-    # the source read by several ingress partitions (issue 21)
+    # the source read by several ingress partitions
     (997, 2, True, 3), (4096, 2, False, 2)])
 def test_named_queries_match_the_reference(tiny, name, batch_rows, workers, push, ingress):
     q, ds = queries.get(name), tiny[queries.workload_of(name)]

@@ -1,4 +1,4 @@
-"""The layering of DESIGN.md §2 and §13, read off the source with ``ast``: the engine core
+"""The layering of docs/design.md, read off the source with ``ast``: the engine core
 imports nothing of persistence or storage, and no ``scabbard`` modules import each other in
 a circle."""
 

@@ -1,4 +1,4 @@
-"""The crash-state explorer: recover from every state a machine crash may leave (DESIGN.md §13).
+"""The crash-state explorer: recover from every state a machine crash may leave (docs/design.md).
 
 1. **record** - a short fault-tolerant run of the query, in this process, with every file
    operation of its storage, checkpoints and sink logged

@@ -218,7 +218,7 @@ def add(sub, full: bool = True) -> None:
              rounds=2)
     ic = _bench(
         bsub, "incremental",
-        "Table 4 with full and incremental checkpoints side by side (issue 18)",
+        "Table 4 with full and incremental checkpoints side by side",
         "Per query on its dataset: the query without fault tolerance, then with full and with "
         "incremental checkpoints every --interval seconds (Scabbard-Chk: input not persisted), "
         "flat out - throughput overhead, checkpoint time, state MB written per second, panes "

@@ -1,4 +1,4 @@
-"""``scabbard sim ...``: calibrate the simulator, validate it, run it (DESIGN.md §12).
+"""``scabbard sim ...``: calibrate the simulator, validate it, run it (docs/design.md).
 
     scabbard sim calibrate [--queries Q ...] [--scale small] [--output FILE]
     scabbard sim validate  [--queries Q ...] [--calibration FILE] [--output results.csv]

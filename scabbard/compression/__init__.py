@@ -1,4 +1,4 @@
-"""Lightweight per-column compression (paper §5, Table 2; DESIGN.md §8).
+"""Lightweight per-column compression (paper §5, Table 2; docs/design.md).
 
 ``base`` holds the codec contract and the registry of codec ids that segment
 headers store; ``ints``, ``varlen``, ``rle``, ``floats`` and ``generic`` hold the codecs (numba kernels

@@ -1,4 +1,4 @@
-"""The codec contract and the registry of codec ids (paper §5, Table 2; DESIGN.md §8).
+"""The codec contract and the registry of codec ids (paper §5, Table 2; docs/design.md).
 
 A codec compresses **one column of one batch**.  What a segment header stores per
 column is the codec's id (``uint16``) and up to 24 bytes of *parameters*; from those

@@ -1,6 +1,6 @@
 """The engine core: task runtime (sources, dispatcher, workers, assembly, sinks, metrics).
 
-DESIGN.md §5, §13.  It knows nothing of files: persistence and fault tolerance
+docs/design.md.  It knows nothing of files: persistence and fault tolerance
 (:mod:`scabbard.ft`) plug in through its ports (:mod:`scabbard.engine.ports`).
 
     from scabbard import queries

@@ -1,4 +1,4 @@
-"""Adaptive query compilation (issue 20; Grizzly, SIGMOD 2020, §4-5): kernels specialised to
+"""Adaptive query compilation (Grizzly, SIGMOD 2020, §4-5): kernels specialised to
 the data while the query runs, and taken back when the data stops fitting them.
 
 A branch's fragment - the generated front kernel (σ, π, ⋈ probes; :mod:`scabbard.kernels.codegen`)

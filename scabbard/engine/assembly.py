@@ -128,7 +128,7 @@ def split_edges(e: Edges, cols: np.ndarray, parts: int) -> list[Edges]:
 
 class PartitionedAssembler:
     """A branch's sequential window state split into partitions by a hash of the group keys
-    (PipeFabric's partitioned parallelism, issue 21).
+    (PipeFabric's partitioned parallelism).
 
     Each partition is a :class:`BranchAssembler` over its own groups; a task's pane partials
     are split between them and the partitions run at once, one on the calling thread and the

@@ -1,5 +1,5 @@
 """One run of the engine: the dispatcher, the workers, parallel boundary windows, ordered
-assembly (DESIGN.md §5, paper §2.3 and §4.1)."""
+assembly (docs/design.md, paper §2.3 and §4.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The operators above the branches, fed through channels, in window order (DESIGN.md §14).
+"""The operators above the branches, fed through channels, in window order (docs/design.md).
 
 Each branch (a window aggregation over the source) leaves its complete windows, through the
 stateless operators fused above it, at one operator's output.  Every output edge that leads

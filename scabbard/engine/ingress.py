@@ -1,4 +1,4 @@
-"""Parallel ingress (issue 21, PipeFabric's partitioned sources): the source read by several
+"""Parallel ingress (PipeFabric's partitioned sources): the source read by several
 threads, so that no single thread touches every tuple.
 
 With one ingress partition the dispatcher reads the source itself (:class:`SourceFeed`): it

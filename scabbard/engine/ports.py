@@ -1,4 +1,4 @@
-"""Where the engine core meets what wraps it (DESIGN.md §13): typed records and small ports.
+"""Where the engine core meets what wraps it (docs/design.md): typed records and small ports.
 
 The core (dispatcher, workers, ordered assembly) knows nothing of files.  Persistence and
 fault tolerance (:mod:`scabbard.ft`) plug in here:

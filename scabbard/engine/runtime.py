@@ -1,4 +1,4 @@
-"""The task-parallel runtime (LightSaber-style, DESIGN.md §5, paper §2.3 and §4.1).
+"""The task-parallel runtime (LightSaber-style, docs/design.md, paper §2.3 and §4.1).
 
 * A **source** cuts the stream into batches; the dispatcher (the thread calling
   :meth:`Engine.run`) turns each into a task on a bounded queue (back-pressure).
@@ -103,12 +103,12 @@ class EngineConfig:
     # per INGRESS_WORKERS workers (Engine.ingress_partitions)
     ingress_partitions: int | None = None
     # bytes the window state may hold in memory, shared by the window branches; beyond it key
-    # partitions go to disk (engine/spill.py, issue 19).  None: no limit
+    # partitions go to disk (engine/spill.py).  None: no limit
     state_memory: int | None = None
     # where the spilled state goes: a factory of a SpillStore per window operator (engine/ports;
     # scabbard.ft.spillstore.disk_spill(folder) keeps it on disk)
     spill: object = field(default=None, compare=False, repr=False)
-    # adaptive query compilation (issue 20, engine/adaptive.py): each branch's kernels
+    # adaptive query compilation (engine/adaptive.py): each branch's kernels
     # profiled, specialised and swapped while the query runs.  None: the generic kernels
     adaptive: object = None
     # the process's allocator (engine/memory.py): "reuse" keeps freed task memory for the next

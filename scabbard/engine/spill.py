@@ -1,10 +1,10 @@
-"""Window state under a memory budget: key partitions spilled as state p-units (issue 19).
+"""Window state under a memory budget: key partitions spilled as state p-units.
 
 Darwin (CIDR 2022, §3-4) keeps a stream engine going when its state outgrows memory, by
 moving state between memory and the local disk in *groups* - whole panes, whole key
 partitions - rather than key by key, because a window touches its state in a known order.
 Here a branch's sequential window state (:mod:`scabbard.engine.assembly`) is split by a hash
-of the group keys into :data:`PARTS` partitions (the key-partitioned assembly of issue 21),
+of the group keys into :data:`PARTS` partitions (as the key-partitioned assembly splits them),
 and ``EngineConfig.state_memory`` bounds the bytes their arrays hold:
 
 * **spill**: when the partitions in memory hold more than the budget, the largest ones are

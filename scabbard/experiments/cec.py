@@ -1,6 +1,6 @@
 """Notebook 12 (b): CEC's trade-off - the checkpoint period against response and recovery time.
 
-The seed of issue 18 (continuous eventual checkpointing, CEC) sweeps its checkpoint period
+The seed (continuous eventual checkpointing, CEC) sweeps its checkpoint period
 CP from 25 to 250 ms with a step every CI = 10 ms on an aggregate over long windows, and
 reports the operator's response time (native, without checkpoints: 16.5; CP 100 ms: 18.5;
 50 ms: 21.5; 25 ms: 32.5 - in the excerpt's units; CP 250 ms close to native) and that a

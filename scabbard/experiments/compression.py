@@ -8,7 +8,7 @@ of raw column bytes on one core (best of ``repeat`` runs, compiled code warm).
 
 The columns are synthetic, seeded, and follow the distributions the paper describes
 (§5.1); what each codec does to the real workloads is shown by ``scabbard explain``
-and notebook 06.  Targets (issue 6): Var-Byte, NS, RLE and the delta codecs encode at
+and notebook 06.  Targets: Var-Byte, NS, RLE and the delta codecs encode at
 >= 1 GB/s per core; Simple-8b and XOR at >= 300 MB/s.
 """
 

@@ -1,5 +1,5 @@
 """Notebook 12 (a) / ``scabbard bench incremental``: Table 4 with full and incremental
-checkpoints side by side (issue 18).
+checkpoints side by side.
 
 Per query, on the same data, one after the other:
 

@@ -1,4 +1,4 @@
-"""Notebook 15, parallel ingress (issue 21): the memory-bound queries on 1 to 16 simulated cores
+"""Notebook 15, parallel ingress: the memory-bound queries on 1 to 16 simulated cores
 with fault tolerance, the source read by the dispatcher vs by several ingress partitions.
 
 With one ingress partition one thread - the dispatcher - reads the source (the replay's

@@ -1,4 +1,4 @@
-"""Notebook 15 / ``scabbard bench partitioned``: serial vs key-partitioned assembly (issue 21).
+"""Notebook 15 / ``scabbard bench partitioned``: serial vs key-partitioned assembly.
 
 PipeFabric scales a stateful operator by partitioning its stream by key and merging the
 partitions' outputs in order.  Here the windows no task computes alone - every window of a

@@ -62,7 +62,7 @@ class Settings:
     standby: bool = False
     metrics_interval: float = 0.1
     caught_up_factor: float = 1.25
-    adaptive_kernels: bool = False  # every incarnation's --adaptive-kernels (issue 20)
+    adaptive_kernels: bool = False  # every incarnation's --adaptive-kernels
     work_dir: str | None = None  # default: a scratch folder next to the data
 
 

@@ -1,4 +1,4 @@
-"""``scabbard bench cluster``: local mode vs a standalone cluster on this machine (DESIGN.md §16).
+"""``scabbard bench cluster``: local mode vs a standalone cluster on this machine (docs/design.md).
 
 The same two jobs, in one run, on Spark in local mode (``local[<workers>]``: one JVM, one
 task thread per core) and on a standalone cluster started for the run (a master and

@@ -1,4 +1,4 @@
-"""Notebook 08: the paper's hardware, simulated from costs measured here (DESIGN.md §12).
+"""Notebook 08: the paper's hardware, simulated from costs measured here (docs/design.md).
 
 This machine has 2 cores and one local disk.  The calibrated model
 (:mod:`scabbard.sim`) redraws the figures that need the paper's machines:

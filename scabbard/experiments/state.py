@@ -1,4 +1,4 @@
-"""Notebook 13 (b) / ``scabbard bench state``: Darwin's Fig. 5 on this machine (issue 19).
+"""Notebook 13 (b) / ``scabbard bench state``: Darwin's Fig. 5 on this machine.
 
 Darwin (CIDR 2022, §4, Fig. 5) runs its micro-benchmark - a 60 s tumbling sum per key over
 32-byte records, the number of keys setting the state's size - on engines whose state lives

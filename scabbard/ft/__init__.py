@@ -1,4 +1,4 @@
-"""The fault-tolerance wing (DESIGN.md §6, §13): what makes the engine core survive a crash.
+"""The fault-tolerance wing (docs/design.md): what makes the engine core survive a crash.
 
 The engine core (:mod:`scabbard.engine`) runs a query and knows nothing of files; this
 package plugs into it through its ports and composes the persistent operator graph

@@ -1,4 +1,4 @@
-"""P-streams on the edges between operators (paper §3.1, Table 1; DESIGN.md §14).
+"""P-streams on the edges between operators (paper §3.1, Table 1; docs/design.md).
 
 A persisted edge is the output channel of one operator (named by its id: ``window0`` is
 LRB2's window aggregation's output, which LRB3's per-window count reads; the root's output

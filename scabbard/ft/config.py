@@ -1,4 +1,4 @@
-"""One frozen configuration per run (DESIGN.md §13, STYLE.md rule 7).
+"""One frozen configuration per run (docs/design.md, STYLE.md rule 7).
 
 :class:`RunConfig` says what to run (query, data, rate, limits, workers, batch size);
 :class:`PersistConfig` whether and how its input is persisted (storage folder, push-up,

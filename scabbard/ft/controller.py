@@ -1,4 +1,4 @@
-"""Failure injection: the engine as its own process, killed and recovered (DESIGN.md §6).
+"""Failure injection: the engine as its own process, killed and recovered (docs/design.md).
 
 ``Controller`` starts ``python -m scabbard run ... --checkpoint-interval S``,
 sends it ``SIGKILL`` at a chosen or random moment, restarts it with

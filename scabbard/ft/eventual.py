@@ -1,6 +1,6 @@
 """Eventual checkpoints (``--checkpoint-mode eventual``): CEC's continuous checkpointing.
 
-Continuous eventual checkpointing (CEC, the seed of issue 18) checkpoints each window's
+Continuous eventual checkpointing (CEC, the seed) checkpoints each window's
 state on its own, a little at a time: a *step* every CI milliseconds, so that over a
 *period* CP every window is checkpointed, and two bounds that force work when exceeded -
 Q, the windows not yet checkpointed, and U, the tuples recovery would have to replay.  Here,

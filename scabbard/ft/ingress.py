@@ -1,4 +1,4 @@
-"""The persisted ingress as the engine's task feed (paper §3.1, §3.4; DESIGN.md §6, §13).
+"""The persisted ingress as the engine's task feed (paper §3.1, §3.4; docs/design.md).
 
 * :class:`PersistedFeed` - each source batch (after the operators persistence push-up moved
   before the p-stream, and compressed) is written to the ingress p-stream behind a retain

@@ -1,4 +1,4 @@
-"""Pane state p-units: incremental, window-granular checkpoints (issue 18, the CEC seed).
+"""Pane state p-units: incremental, window-granular checkpoints (the CEC seed).
 
 With in-order input a pane that has closed - a tuple of a later pane was assembled - never
 changes again.  In ``incremental`` (and ``eventual``) checkpoint mode a window operator's

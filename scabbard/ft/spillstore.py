@@ -1,4 +1,4 @@
-"""The spill store on disk: a window operator's spilled state as state p-units (issue 19).
+"""The spill store on disk: a window operator's spilled state as state p-units.
 
 The engine core holds its window state within ``EngineConfig.state_memory`` and writes what
 does not fit to a :class:`~scabbard.engine.ports.SpillStore` (:mod:`scabbard.engine.spill`);

@@ -306,7 +306,7 @@ def key_ids(keys: np.ndarray):
     return _key_ids(keys)
 
 
-# -- Grizzly's specialisations (issue 20): aggregation into a dense array ------------------------
+# -- Grizzly's specialisations: aggregation into a dense array ------------------------
 DENSE_MAX = 1 << 16  # the most (pane-local) groups a dense-array aggregation addresses
 
 

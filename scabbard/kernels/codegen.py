@@ -48,12 +48,12 @@ class FrontSpec:
     ints: tuple[str, ...]
     floats: tuple[str, ...]
     index: bool = False
-    # the instrumented variant (issue 20, Grizzly): counts into ``prof`` how many rows reach
+    # the instrumented variant (Grizzly): counts into ``prof`` how many rows reach
     # each run of consecutive filters (``prof[2 * f]``, at its first filter ``f``) and pass
     # each filter on its own (``prof[2 * f + 1]``: every filter of a run is evaluated, so
     # each one's selectivity is measured whatever the order)
     profile: bool = False
-    # constants folded (issue 20, Grizzly's optimised variant): ``(column, dtype, value)`` of
+    # constants folded (Grizzly's optimised variant): ``(column, dtype, value)`` of
     # integer columns the profile saw constant - every use reads the literal, and a guard at
     # the top of the loop returns -1 (deoptimisation) on a row where the column differs
     consts: tuple[tuple[str, str, int], ...] = ()
@@ -171,7 +171,7 @@ SUM, MIN, MAX = 0, 1, 2  # as scabbard.kernels.aggregate's
 
 @dataclass(frozen=True)
 class DenseSpec:
-    """The optimised variant of a branch's fragment (issue 20, Grizzly): its front kernel fused
+    """The optimised variant of a branch's fragment (Grizzly): its front kernel fused
     with the per-pane aggregation into a dense array - no rows written out and read back, no
     hash, the aggregate operations and the key range compiled in as constants.
 

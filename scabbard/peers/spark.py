@@ -1,9 +1,9 @@
-"""The Spark backend: a logical plan compiled to Spark Structured Streaming (DESIGN.md §4).
+"""The Spark backend: a logical plan compiled to Spark Structured Streaming (docs/design.md).
 
 Used three ways: as the correctness reference of the engine (equal window
 results), as the fault-tolerant peer in the benchmarks (it keeps a checkpoint
 location), and as the way out for users who outgrow one machine (``master``,
-DESIGN.md §16: everything it reads and writes is at URIs the executors reach, and
+docs/design.md: everything it reads and writes is at URIs the executors reach, and
 the executors do the reading and writing).
 
 How a plan runs:
@@ -80,7 +80,7 @@ INTERPRETED = {"spark.sql.codegen.factoryMode": "NO_CODEGEN",
                "spark.sql.codegen.wholeStage": "false"}
 # The streaming aggregations' state store: Spark's default keeps every key in a hash map on
 # the heap (and writes deltas and snapshots to the checkpoint); RocksDB keeps it on the
-# local disk, bounded by its block cache (larger-than-memory state, issue 19)
+# local disk, bounded by its block cache (larger-than-memory state)
 _STATE_STORE = "spark.sql.streaming.stateStore.providerClass"
 STATE_STORES = {
     "memory": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",

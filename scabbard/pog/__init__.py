@@ -1,4 +1,4 @@
-"""Persistent operator graph: PStream, PUnit, markers, GC (DESIGN.md §6).
+"""Persistent operator graph: PStream, PUnit, markers, GC (docs/design.md).
 
 FTOperator, checkpoint markers (Alg. 1) and recovery build on this in the
 checkpoint issue.

@@ -1,6 +1,6 @@
 """Asynchronous checkpoints: ft-operators, the checkpoint controller and its records.
 
-Paper §3.2, Alg. 1 and Table 1; DESIGN.md §6-7.
+Paper §3.2, Alg. 1 and Table 1; docs/design.md.
 
 * :class:`FTOperator` - an operator whose state can be cut into immutable
   p-units (``prepare_checkpoint`` snapshots references at a marker, cheaply, on

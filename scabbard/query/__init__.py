@@ -1,4 +1,4 @@
-"""Fluent query API -> logical plan (DESIGN.md §4).
+"""Fluent query API -> logical plan (docs/design.md).
 
     from scabbard.query import Query, col, count, avg
     q = Query.stream(schema).where(col("x") > 3).window(60, 1).group_by("k").aggregate(count())

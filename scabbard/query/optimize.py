@@ -1,4 +1,4 @@
-"""Persistence push-up (paper §3.4, Fig. 3; DESIGN.md §9).
+"""Persistence push-up (paper §3.4, Fig. 3; docs/design.md).
 
 The ingress p-stream sits, before optimisation, right after the source: every
 attribute of every tuple is persisted.  Push-up moves the operators that reduce

@@ -1,4 +1,4 @@
-"""The POG simulator: a calibrated discrete-event model of the engine (DESIGN.md §12).
+"""The POG simulator: a calibrated discrete-event model of the engine (docs/design.md).
 
     from scabbard.sim import PAPER_SSD, SimConfig, load, simulate
 

@@ -1,7 +1,7 @@
 """``scabbard sim calibrate``: the simulator's costs, measured on this machine with the real code.
 
 Nothing here is a guess: each cost of :class:`~scabbard.sim.config.Calibration` is timed
-on the engine's own functions, on the query's own data (DESIGN.md §12).
+on the engine's own functions, on the query's own data (docs/design.md).
 
 Per query (:func:`calibrate_query`):
 
@@ -173,7 +173,7 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
                                         "default", ingress=2)}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    # adaptive kernels (issue 20): a first run compiles the optimised variants, the second
+    # adaptive kernels: a first run compiles the optimised variants, the second
     # profiles, swaps and tries them - its variants' times per row; at least 32 tasks, the
     # phases before the optimised variant stays (warm, profile, trial) are 14
     timed_run(query, ds, 1, rows, min(1.0, seconds), adaptive=True)

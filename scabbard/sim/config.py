@@ -1,6 +1,6 @@
 """What the simulator is told: the hardware, the measured costs, and the run.
 
-Three frozen objects (DESIGN.md §12):
+Three frozen objects (docs/design.md):
 
 * :class:`Hardware` - the machine: cores, the disk (write and read bandwidth, IOPS and
   the size one I/O counts for, per-request latency, queue depth) and the network the

@@ -1,4 +1,4 @@
-"""The POG simulator: the engine as a discrete-event model, one event per task (DESIGN.md §12).
+"""The POG simulator: the engine as a discrete-event model, one event per task (docs/design.md).
 
 What runs, as in :mod:`scabbard.engine.runtime` (paper §2.3, §4.1) and
 :mod:`scabbard.ft.recovery` (§3.2):

@@ -1,4 +1,4 @@
-"""What a simulated run produced, in the engine's terms (DESIGN.md §12).
+"""What a simulated run produced, in the engine's terms (docs/design.md).
 
 :class:`SimResult` carries the engine's :class:`~scabbard.engine.metrics.Summary` and a
 timeline with the columns of the engine's metrics log samples

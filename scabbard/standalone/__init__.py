@@ -1,4 +1,4 @@
-"""A local Spark standalone cluster the workbench starts and stops (DESIGN.md §16).
+"""A local Spark standalone cluster the workbench starts and stops (docs/design.md).
 
 One master and N workers on 127.0.0.1, launched from the ``pyspark`` package's own jars
 (no download), each with its own folder, every process tagged so that stopping the cluster

@@ -1,4 +1,4 @@
-"""BlockManager, segment format, async O_DIRECT I/O, the one I/O interface (DESIGN.md §7, §13)."""
+"""BlockManager, segment format, async O_DIRECT I/O, the one I/O interface (docs/design.md)."""
 
 from scabbard.storage.blockmanager import (
     BlockManager,

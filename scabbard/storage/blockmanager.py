@@ -1,6 +1,6 @@
 """The BlockManager: a pool of pre-allocated files holding the segments of p-streams.
 
-DESIGN.md §7, paper §4.2.  One storage folder per query run::
+docs/design.md, paper §4.2.  One storage folder per query run::
 
     <dir>/LOCK            flock'ed by the engine that owns the folder (holds its pid)
     <dir>/streams.json    stream name -> id and schema fingerprint

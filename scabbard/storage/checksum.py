@@ -1,4 +1,4 @@
-"""A 64-bit checksum over 8-byte words, in numba (segments and file headers, DESIGN.md §7).
+"""A 64-bit checksum over 8-byte words, in numba (segments and file headers, docs/design.md).
 
 The mixing follows the public xxHash64 design (four lanes over 32-byte stripes,
 multiply-rotate rounds, an avalanche at the end).  Each round is a bijection of

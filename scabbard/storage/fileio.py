@@ -1,4 +1,4 @@
-"""The one I/O interface of storage, checkpoints and sinks (DESIGN.md §13).
+"""The one I/O interface of storage, checkpoints and sinks (docs/design.md).
 
 Every file operation that a fault-tolerant run's recovery depends on - the
 BlockManager's pool files, the checkpoint records, the sinks' output, the run's

@@ -1,5 +1,5 @@
 """The BlockManager's layout: its configuration, the pool-file header, and the bookkeeping of
-streams, files, segments and pending writes (DESIGN.md §7)."""
+streams, files, segments and pending writes (docs/design.md)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from types import ModuleType
 from scabbard.errors import UserError
 
 NAMES = ("cm", "sg", "lrb", "ysb", "nexmark", "sm")
-# Beyond Table 3: Darwin's micro-benchmark (larger-than-memory state, issue 19)
+# Beyond Table 3: Darwin's micro-benchmark (larger-than-memory state)
 OTHERS = ("darwin",)
 ALL = NAMES + OTHERS
 # The paper's abbreviation of each dataset (Table 3); NEXMark's queries are called NQ.

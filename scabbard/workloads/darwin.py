@@ -1,4 +1,4 @@
-"""Darwin's micro-benchmark: 32-byte records, a 60 s tumbling sum per key (issue 19).
+"""Darwin's micro-benchmark: 32-byte records, a 60 s tumbling sum per key.
 
 Darwin (CIDR 2022, §4, Fig. 5) measures how a stream engine copes when its window state
 outgrows memory with the simplest stateful query there is: records of a key and a value,

@@ -1,5 +1,5 @@
 """Generation onto a URI a cluster shares: :func:`generate` when the output is a URI or the
-master is a cluster (DESIGN.md §16).
+master is a cluster (docs/design.md).
 
 The dataset is the one a local run writes - the same Parquet rows, the same column files,
 the same manifest and checksum - but the executors write it and the driver never touches a
