@@ -59,9 +59,23 @@ def save_tables(output_dir: str | Path, **tables) -> Path:
     return out / f"{next(iter(tables))}.csv"
 
 
+def caption(fig, what: str) -> None:
+    """A figure's caption, under it: what was measured (``what``: scale, runs, rounds) and
+    where and when - this machine's CPU and cores, the date."""
+    import datetime
+
+    from scabbard.sim.machine import describe
+
+    m = describe()
+    fig.text(0.01, 0.005, f"{what} | measured on {m['cpu']}, {m['cores']} cores, "
+             f"{datetime.date.today().isoformat()}", fontsize=7, color="0.35", ha="left",
+             va="bottom")
+    fig.subplots_adjust(bottom=0.16)
+
+
 def finish(fig, output_dir: str | Path | None, name: str, dpi: int = 120):
     """Lay ``fig`` out and, with an ``output_dir``, save it there as ``name``."""
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04, 1, 1) if fig.texts else None)
     if output_dir:
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         fig.savefig(Path(output_dir) / name, dpi=dpi)

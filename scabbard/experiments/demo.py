@@ -40,7 +40,8 @@ class Settings:
     batch: int = 262_144  # tuples per task of the killed run
     breakdown_queries: Sequence[str] = ("YSB",)
     breakdown_configs: Sequence[str] = ("no-opt", "p-pu", "only-cmp", "both-lossless")
-    breakdown_seconds: float = 1.0
+    breakdown_seconds: float = 3.0  # per run
+    breakdown_rounds: int = 3  # each configuration this many times, interleaved: the spread
     sim_cores: Sequence[int] = (1, 2, 4, 8, 16)
     sim_seconds: float = 2.0  # simulated seconds per run
     calibration: str | None = None  # None: the package's (scabbard.paths.calibration)
@@ -168,13 +169,14 @@ def explain_pushup(s: Settings, rows: int = 1 << 20) -> tuple[str, pd.DataFrame]
 
 # -- 3. push-up and compression, measured --------------------------------------------------------
 def breakdown(s: Settings, log=print) -> pd.DataFrame:
-    """Notebook 06's runs (paper Fig. 11), short: the tidy table of
-    :func:`scabbard.experiments.optimization.run`."""
+    """Notebook 06's runs (after the paper's Fig. 11): each configuration ``breakdown_rounds``
+    times for ``breakdown_seconds``, interleaved - the tidy table of
+    :func:`scabbard.experiments.optimization.run`, one row per run."""
     from scabbard.experiments import optimization
 
     return optimization.run(optimization.Settings(
         queries=tuple(s.breakdown_queries), configs=tuple(s.breakdown_configs), scale=s.scale,
-        data_dir=s.data_dir, seconds=s.breakdown_seconds), log=log)
+        data_dir=s.data_dir, seconds=s.breakdown_seconds, rounds=s.breakdown_rounds), log=log)
 
 
 # -- 4. 16 cores, simulated ----------------------------------------------------------------------

@@ -57,6 +57,11 @@ class Settings:
     disk_mb_s: float | None = None  # emulate a device this fast (None: the real disk)
     adaptive_interval: float = 0.5  # re-selection interval of the adaptive runs (paper: 4 s)
     storage_dir: str | None = None
+    rounds: int = 1  # every configuration this many times, interleaved (the spread is drawn)
+
+    def __post_init__(self):
+        if not (isinstance(self.rounds, int) and self.rounds >= 1):
+            raise ValueError(f"rounds must be an integer >= 1, got {self.rounds!r}")
 
 
 def measure(query: str, config: str, ds, folder: Path, s: Settings) -> dict:
@@ -79,23 +84,44 @@ def measure(query: str, config: str, ds, folder: Path, s: Settings) -> dict:
 
 
 def run(settings: Settings, log=print) -> pd.DataFrame:
+    """Every configuration on every query, ``rounds`` times: round after round, each round
+    running each configuration once (so that the machine's drift spreads over all of them);
+    one row per run, its ``round`` beside it."""
     rows = []
     with scratch(settings.storage_dir, settings.data_dir, "scabbard-fig11-") as root:
         for q in settings.queries:
             ds = prepared_dataset(q, settings.scale, settings.data_dir, settings.workers,
                                   settings.seconds)
-            for config in settings.configs:
-                m = measure(q, config, ds, root / f"{q}-{config}", settings)
-                rows.append({"query": q, "config": config, **m})
-                log(f"{q:4} {config:14} {m['tuples_per_s'] / 1e6:8.2f} M tuples/s "
-                    f"{m['input_mb_s']:8,.0f} MB/s in  {m['bytes_per_tuple']:6.2f} B/tuple "
-                    f"persisted  {m['written_mb_s']:7,.0f} MB/s written")
-    return pd.DataFrame(rows)
+            for r in range(settings.rounds):
+                for config in settings.configs:
+                    m = measure(q, config, ds, root / f"{q}-{config}", settings)
+                    rows.append({"query": q, "config": config, "round": r, **m})
+                    log(f"{q:4} {config:14} " + (f"round {r + 1}/{settings.rounds} "
+                                                 if settings.rounds > 1 else "")
+                        + f"{m['tuples_per_s'] / 1e6:8.2f} M tuples/s "
+                        f"{m['input_mb_s']:8,.0f} MB/s in  {m['bytes_per_tuple']:6.2f} B/tuple "
+                        f"persisted  {m['written_mb_s']:7,.0f} MB/s written")
+    out = pd.DataFrame(rows)
+    out.attrs["seconds"] = settings.seconds
+    return out
+
+
+def medians(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per query and configuration: the median over its rounds, and the lowest and
+    highest throughput (``lo``, ``hi``)."""
+    g = runs.groupby(["query", "config"], sort=False)
+    out = g[["tuples_per_s", "input_mb_s", "bytes_per_tuple", "written_mb_s"]].median()
+    out["lo"] = g["tuples_per_s"].min()
+    out["hi"] = g["tuples_per_s"].max()
+    out["rounds"] = g.size()
+    return out.reset_index()
 
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per query: throughput per configuration and each one's gain over no-opt."""
-    t = runs.pivot_table(index="query", columns="config", values="tuples_per_s", sort=False)
+    """One row per query: throughput per configuration (the median of its rounds) and each
+    one's gain over no-opt."""
+    t = runs.pivot_table(index="query", columns="config", values="tuples_per_s", sort=False,
+                         aggfunc="median")
     out = pd.DataFrame(index=t.index)
     for c in t.columns:
         out[f"{c} M tuples/s"] = t[c] / 1e6
@@ -103,7 +129,8 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
         for c in t.columns:
             if c != "no-opt":
                 out[f"{c} x"] = t[c] / t["no-opt"]
-    b = runs.pivot_table(index="query", columns="config", values="bytes_per_tuple", sort=False)
+    b = runs.pivot_table(index="query", columns="config", values="bytes_per_tuple", sort=False,
+                         aggfunc="median")
     for c in b.columns:
         out[f"{c} B/tuple"] = b[c]
     return out.reset_index()
@@ -143,25 +170,43 @@ def save(runs: pd.DataFrame, output_dir: str | Path | None, part: str = "") -> P
     return out / "results.csv"
 
 
-def plot(runs: pd.DataFrame, output_dir: str | None = None, title: str = "", part: str = ""):
-    """Fig. 11: throughput per query and configuration (log scale), and bytes persisted."""
+def plot(runs: pd.DataFrame, output_dir: str | None = None, title: str = "", part: str = "",
+         scale: str = ""):
+    """After the paper's Fig. 11: throughput per query and configuration (log scale; the
+    median of the rounds, a line from the lowest to the highest run), and bytes persisted."""
     import matplotlib.pyplot as plt
 
-    qs = list(dict.fromkeys(runs["query"]))
-    cs = list(dict.fromkeys(runs["config"]))
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 4.5))
+    from scabbard.experiments import caption
+
+    m = medians(runs)
+    qs = list(dict.fromkeys(m["query"]))
+    cs = list(dict.fromkeys(m["config"]))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 4.8))
     x = np.arange(len(qs))
     w = 0.8 / len(cs)
     for i, c in enumerate(cs):
-        r = runs[runs["config"] == c].set_index("query").reindex(qs)
-        ax.bar(x + (i - (len(cs) - 1) / 2) * w, r["tuples_per_s"] / 1e6, w, label=c)
-        bx.bar(x + (i - (len(cs) - 1) / 2) * w, r["bytes_per_tuple"], w, label=c)
+        r = m[m["config"] == c].set_index("query").reindex(qs)
+        at = x + (i - (len(cs) - 1) / 2) * w
+        ax.bar(at, r["tuples_per_s"] / 1e6, w, label=c)
+        if (r["rounds"] > 1).any():
+            mid = (r["tuples_per_s"] / 1e6).to_numpy()
+            spread = [mid - r["lo"].to_numpy() / 1e6, r["hi"].to_numpy() / 1e6 - mid]
+            ax.errorbar(at, mid, yerr=spread, fmt="none", ecolor="black", elinewidth=1,
+                        capsize=2)
+        bx.bar(at, r["bytes_per_tuple"], w, label=c)
     for a, ylabel in ((ax, "M tuples/s"), (bx, "bytes persisted per input tuple")):
         a.set_xticks(x, qs)
         a.set_yscale("log")
         a.set_ylabel(ylabel)
-    ax.set_title("Throughput per optimisation (paper Fig. 11)" + (f" - {title}" if title else ""))
+    n = int(m["rounds"].max())
+    ax.set_title("Throughput per optimisation (after the paper's Fig. 11)"
+                 + (f" - {title}" if title else ""))
     bx.set_title("What reaches the p-stream")
     ax.legend(fontsize=7, ncol=2)
+    secs = runs.attrs.get("seconds")
+    caption(fig, (f"{scale} scale, " if scale else "")
+            + (f"{n} rounds of {secs:g} s per bar, median and range" if secs and n > 1
+               else f"{n} round{'s' if n > 1 else ''} per bar, median"
+               + (" and range" if n > 1 else "")))
     return finish(fig, f"{output_dir}/{part}" if output_dir and part else output_dir,
                   "optimization_breakdown.png")
