@@ -59,3 +59,27 @@ def test_optimization_rounds_must_be_a_positive_integer():
 
     with pytest.raises(ValueError, match="rounds"):
         optimization.Settings(rounds=0)
+
+
+def test_the_interactive_recovery_chart_breaks_at_the_outage():
+    """No line across the time no process ran: throughput drops to zero at the kill and
+    rises with the restart; latency is one line per process (its segment), none between."""
+    import numpy as np
+
+    from scabbard.experiments import charts
+    from scabbard.experiments import recovery as exp
+    from scabbard.ft.controller import Campaign
+
+    t = np.concatenate([np.arange(-2, 0, 0.1), np.arange(1.5, 3, 0.1)])  # killed at 0
+    s = pd.DataFrame({"t": t, "tuples_per_s": 1e6, "latency_p25_ms": 10.0,
+                      "latency_p50_ms": 20.0, "latency_p75_ms": 30.0})
+    assert list(exp.outage_segments(t)) == [0] * 20 + [1] * 15
+    out = exp.Outcome(exp.Settings(), 1e6, 2e6, Campaign(kills=1, kill_walls=[0.0]), s,
+                      pd.DataFrame(), origin=0.0, recoveries=[])
+    spec = charts.recovery_timeline(out).to_dict()
+    datasets = spec["datasets"].values()
+    flow = next(d for d in datasets if len(d) == len(t) + 2)  # two zeros inserted
+    inside = [r["M tuples/s"] for r in flow if 0 < r["seconds"] < 1.5]
+    assert inside == [0.0, 0.0]
+    text = str(spec)
+    assert "'detail': {'field': 'segment', 'type': 'nominal'}" in text

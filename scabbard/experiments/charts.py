@@ -31,15 +31,20 @@ def _alt():
 def recovery_timeline(out, title: str | None = None):
     """Notebook 04 (Fig. 10): throughput and median latency around the kill, the kill and
     the recovery phases shaded; ``out`` a :class:`scabbard.experiments.recovery.Outcome`."""
-    from scabbard.experiments.recovery import COLORS, PHASES
+    from scabbard.experiments.recovery import COLORS, PHASES, _with_downtime, outage_segments
 
     alt = _alt()
     s = out.samples
-    data = pd.DataFrame({"seconds": s["t"], "M tuples/s": s["tuples_per_s"] / 1e6,
+    t = s["t"].to_numpy(dtype=float)
+    data = pd.DataFrame({"seconds": t, "M tuples/s": s["tuples_per_s"] / 1e6,
                          "p50 ms": s["latency_p50_ms"], "p25 ms": s["latency_p25_ms"],
-                         "p75 ms": s["latency_p75_ms"]})
+                         "p75 ms": s["latency_p75_ms"], "segment": outage_segments(t)})
     data = data.replace([np.inf, -np.inf], np.nan)
     data.loc[data["p50 ms"] <= 0, ["p50 ms", "p25 ms", "p75 ms"]] = np.nan  # no result yet
+    # throughput is zero while no process runs (it drops at the kill, not a line across the
+    # outage); latency is drawn per process (segment): no line where nothing was measured
+    flow_t, flow = _with_downtime(t, data["M tuples/s"].to_numpy(dtype=float))
+    flow = pd.DataFrame({"seconds": flow_t, "M tuples/s": flow})
     phases = pd.DataFrame([{"phase": n, "from": out.phases[n][0], "to": out.phases[n][1],
                             "ms": 1e3 * (out.phases[n][1] - out.phases[n][0])}
                            for n in PHASES if n in out.phases])
@@ -64,12 +69,15 @@ def recovery_timeline(out, title: str | None = None):
                 x="kill:Q", tooltip=[alt.Tooltip("kill:Q", format=".2f")]))
         return alt.layer(*extra, layer)
 
-    throughput = marks(alt.Chart(data).mark_line(point=alt.OverlayMarkDef(size=12)).encode(
-        x=x, y=alt.Y("M tuples/s:Q"), tooltip=tips).add_params(zoom))
-    latency = marks(alt.Chart(data).mark_area(opacity=0.25).encode(
+    throughput = marks(alt.Chart(flow).mark_line().encode(x=x, y=alt.Y("M tuples/s:Q"))
+                       + alt.Chart(data).mark_point(size=12, filled=True).encode(
+                           x=x, y="M tuples/s:Q", tooltip=tips).add_params(zoom))
+    measured = data.dropna(subset=["p50 ms"])
+    latency = marks(alt.Chart(measured).mark_area(opacity=0.25).encode(
         x=x, y=alt.Y("p25 ms:Q", scale=alt.Scale(type="log"), title="latency ms (p25-p50-p75)"),
-        y2="p75 ms:Q") + alt.Chart(data).mark_line(point=alt.OverlayMarkDef(size=12)).encode(
-        x=x, y="p50 ms:Q", tooltip=tips))
+        y2="p75 ms:Q", detail="segment:N") + alt.Chart(measured).mark_line(
+        point=alt.OverlayMarkDef(size=12)).encode(x=x, y="p50 ms:Q", detail="segment:N",
+                                                  tooltip=tips))
     v = out.campaign.verdict
     head = title or (f"{out.settings.query} at {out.rate / 1e6:.2f} M tuples/s, "
                      f"{'warm standby' if out.settings.standby else 'cold restart'}"

@@ -275,6 +275,9 @@ def plot(out: Outcome, output_dir: str | None = None, fig=None):
 
         fig = plt.figure(figsize=(11, 5.5))
     Timeline(fig).update(out)
+    from scabbard.experiments import caption
+
+    caption(fig, f"{out.settings.scale} scale, one kill (SIGKILL), after the paper's Fig. 10")
     return finish(fig, output_dir, "recovery.png", dpi=120)
 
 
@@ -362,14 +365,31 @@ class Timeline:
                      + (f" - {v}" if v else ""), fontsize=9)
 
 
+def _gaps(t: np.ndarray) -> tuple[np.ndarray, float]:
+    """Where no process was sampling: the indices after which the next sample is more than
+    three sampling steps later (a kill, then the restart's first sample), and the step."""
+    if len(t) < 3:
+        return np.zeros(0, np.int64), 0.0
+    step = float(np.median(np.diff(t)))
+    return np.flatnonzero(np.diff(t) > 3 * step), step
+
+
+def outage_segments(t: np.ndarray) -> np.ndarray:
+    """Each sample's segment: 0 until the first outage, then 1, ... - a line drawn per
+    segment breaks where no process was running."""
+    seg = np.zeros(len(t), np.int64)
+    for i in _gaps(np.asarray(t, dtype=float))[0]:
+        seg[i + 1:] += 1
+    return seg
+
+
 def _with_downtime(t: np.ndarray, y: np.ndarray, fill: float = 0.0
                    ) -> tuple[np.ndarray, np.ndarray]:
     """``fill`` (zero throughput, no latency: NaN) where no process was sampling (between a
     kill and the restart's first sample), instead of a line drawn across the gap."""
-    if len(t) < 3:
+    gaps, step = _gaps(t)
+    if not len(gaps):
         return t, y
-    step = float(np.median(np.diff(t)))
-    gaps = np.flatnonzero(np.diff(t) > 3 * step)
     y = y.astype(float)
     for i in gaps[::-1]:
         t = np.insert(t, i + 1, [t[i] + step, t[i + 1] - step])
