@@ -361,11 +361,11 @@ def spark_progress(spark, desc: str, enabled: bool = True):
     if not enabled:
         yield
         return
-    from tqdm.auto import tqdm
+    from scabbard.progress import bar as progress_bar
 
     tracker = spark.sparkContext.statusTracker()
     stop = threading.Event()
-    bar = tqdm(total=0, desc=desc, unit="task", leave=False)
+    bar = progress_bar(total=0, desc=desc, unit="task", leave=False)
     seen: dict[int, tuple[int, int]] = {}
 
     def poll() -> None:

@@ -1,5 +1,7 @@
 """What a person sees in JupyterLab: notebook 04's kill panel and notebook 08's what-if panel,
 driven in headless Chromium (tests/browserkit.py) with the notebooks' tiny parameters.
+The report of a tiny `reproduce` (the demo and notebook 04), opened from its files: every
+image loads, every interactive chart draws, no widget is an empty box.
 
 Notebook 04: every cell runs; the panel's Start, then Kill; its chart must change at least
 twice after Start (distinct frames, compared as the page draws them), the exactly-once verdict
@@ -258,3 +260,51 @@ def test_a_what_if_slider_redraws_its_chart(lab, page, shots):
     shots(page, "08-2-fewer-cores")
     assert not published_errors(page)
     lab.shut_down_kernels()
+
+
+# what the report's page shows, read from the page itself once it has loaded
+REPORT_STATE = """
+    const imgs = [...document.images];
+    const charts = [...document.querySelectorAll('.vega-embed')];
+    const drawn = c => [...c.querySelectorAll('svg, canvas')].some(
+        e => e.getBoundingClientRect().width > 50 && e.getBoundingClientRect().height > 50);
+    const widgets = [...document.querySelectorAll('.jupyter-widgets, .widget-area')];
+    return {ready: document.readyState === 'complete',
+            images: imgs.length, broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0))
+                                          .map(i => i.src.slice(-80)),
+            charts: charts.length, blank: charts.filter(c => !drawn(c)).length,
+            empty: widgets.filter(w => !w.innerText.trim() && !w.querySelector('img, svg, canvas'))
+                          .length,
+            text: document.body.innerText};"""
+
+
+def test_the_report_shows_every_figure_and_chart_and_no_empty_widget(data_root, lab, page,
+                                                                        shots):
+    """A tiny ``reproduce`` of the demo and notebook 04 (its kill panel is a widget), its
+    report opened in Chromium from its files, as a person opens it: every image loads, every
+    interactive chart draws, and the panel that only runs live says so instead of an empty
+    box."""
+    from scabbard.experiments.reproduce import reproduce
+
+    report = reproduce(root=ROOT, only=["demo", "04_recovery"], scale="tiny",
+                       runs_dir=lab.root / "report", data_dir=data_root)
+    assert all(r.ok for r in report.results), [r.error for r in report.results]
+    pages = [report.run_dir / "index.html", *(r.output.with_suffix(".html")
+                                              for r in report.results)]
+    seen = {}
+    for path in pages:
+        page.get(path.as_uri())  # as a person opens it: the files, offline
+        state = {}
+
+        def loaded(d, state=state):
+            state.update(d.execute_script(REPORT_STATE))
+            return state["ready"] and (not state["charts"] or not state["blank"])
+
+        wait(page, 120).until(loaded, f"{path.name}: charts not drawn ({state})")
+        shots(page, f"report-{path.parent.name}-{path.stem}")
+        assert not state["broken"], (path.name, state["broken"])
+        assert not state["empty"], (path.name, "an empty widget")
+        seen[path.name] = state
+    assert seen["index.html"]["images"] >= 3  # the demo's three figures at least
+    assert seen["demo.html"]["images"] >= 3 and seen["demo.html"]["charts"] >= 2
+    assert "runs live when the notebook is opened in JupyterLab" in seen["04_recovery.html"]["text"]

@@ -29,11 +29,30 @@ def render_notebook(notebook: Path) -> Path:
     import nbformat
     from nbconvert import HTMLExporter
 
-    nb = nbformat.read(notebook, as_version=4)
+    nb = _without_widgets(nbformat.read(notebook, as_version=4))
     body, _ = HTMLExporter(template_name="lab", embed_images=True).from_notebook_node(nb)
     out = notebook.with_suffix(".html")
     out.write_text(body, encoding="utf-8")
     return out
+
+
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def _without_widgets(nb):
+    """The notebook with each widget output (a live panel: it needs a kernel) replaced by a
+    line saying what it is and where it runs, so the static page shows no empty box."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if WIDGET in data:
+                data.pop(WIDGET)
+                data["text/html"] = ("<p class='scabbard-widget'><em>An interactive panel (a "
+                                     "widget): it runs live when the notebook is opened in "
+                                     "JupyterLab, not in this page.</em></p>")
+                data.pop("text/plain", None)
+    nb.metadata.pop("widgets", None)
+    return nb
 
 
 def machine() -> dict:

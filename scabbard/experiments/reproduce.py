@@ -24,6 +24,7 @@ this scale, else ``expected_s``), and the lines the notebook prints follow it.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 import traceback
 from collections.abc import Callable
@@ -37,6 +38,7 @@ import yaml
 from scabbard import paths
 from scabbard.errors import UserError
 from scabbard.experiments.progress import Progress, Step, clock, guesses_from
+from scabbard.progress import BATCH
 
 SCALES = ("tiny", "small", "full")
 DEFAULT_GUESS_S = {"tiny": 60.0, "small": 300.0, "full": 1200.0}
@@ -139,6 +141,8 @@ def run_experiment(exp: Experiment, scale: str, out_dir: Path, data_dir: Path,
     params.update(output_dir=str(out_dir.resolve()), data_dir=str(Path(data_dir).resolve()))
     start = time.perf_counter()
     error = ""
+    was = os.environ.get(BATCH)
+    os.environ[BATCH] = "1"  # the kernel inherits it: no progress widgets in the report
     try:
         pm.execute_notebook(
             str(exp.notebook), str(output), parameters=params, kernel_name="python3",
@@ -148,6 +152,9 @@ def run_experiment(exp: Experiment, scale: str, out_dir: Path, data_dir: Path,
     except Exception as e:  # papermill wraps the cell's error; keep its first line
         msg = str(e).strip().splitlines()
         error = next((m for m in msg if "Error" in m), msg[0] if msg else repr(e))
+    finally:
+        if was is None:
+            os.environ.pop(BATCH, None)
     seconds = time.perf_counter() - start
     if output.is_file():
         try:

@@ -65,9 +65,9 @@ PAPER = {
 
 def _progress(items, desc: str):
     """``items`` with a progress bar (simulating a full figure takes minutes)."""
-    from tqdm.auto import tqdm
+    from scabbard.progress import bar
 
-    return tqdm(list(items), desc=desc, unit="query", leave=False)
+    return bar(list(items), desc=desc, unit="query", leave=False)
 
 
 def default_calibration() -> Path:

@@ -255,8 +255,7 @@ def _existing(final: Path, spec: WorkloadSpec, params: GenParams) -> tuple[str, 
 def _write_table(spark, df, schema: Schema, table_dir: Path, codec: str, progress: bool,
                  desc: str) -> dict:
     """Write one table: Spark writes Parquet, then the part files become replay columns."""
-    from tqdm.auto import tqdm
-
+    from scabbard.progress import bar as progress_bar
     from scabbard.sparksession import spark_progress
 
     if df.columns != list(schema.names):
@@ -279,7 +278,7 @@ def _write_table(spark, df, schema: Schema, table_dir: Path, codec: str, progres
     for k, f in enumerate(files):
         os.utime(f, ns=(start + k * 10**9, start + k * 10**9))
 
-    with tqdm(total=parquet_rows(files), desc=f"{desc} replay", unit="row", unit_scale=True,
+    with progress_bar(total=parquet_rows(files), desc=f"{desc} replay", unit="row", unit_scale=True,
               leave=False, disable=not progress) as bar:
         entry = parquet_to_replay(files, schema, table_dir, progress=bar.update)
     entry["parquet"] = [str(f.relative_to(table_dir)) for f in files]
