@@ -98,3 +98,9 @@ def shipped_calibration() -> Path:
 def local_calibration() -> Path:
     """Where ``scabbard sim calibrate`` writes this machine's calibration."""
     return home() / "experiments" / "calibration.json"
+
+
+def spark_cluster() -> Path:
+    """The local Spark standalone cluster's folder (``scabbard spark up|down|status``),
+    ``<home>/spark-cluster``: the same cluster whatever folder a command runs in."""
+    return home() / "spark-cluster"

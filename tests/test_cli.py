@@ -324,3 +324,22 @@ def test_a_closed_pipe_ends_the_command_quietly(data_root, capsys, monkeypatch):
     code = main(["data", "list", "--root", str(data_root)])
     monkeypatch.undo()
     assert code == 141 and capsys.readouterr().err == ""
+
+
+def test_the_spark_cluster_is_found_from_any_folder(tmp_path, monkeypatch, capsys):
+    """``scabbard spark status|down`` look for the cluster in the project folder
+    (``$SCABBARD_HOME/spark-cluster``), not in the current folder."""
+    from scabbard import paths
+    from scabbard.standalone import ClusterSettings
+
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.setenv("SCABBARD_HOME", str(home))
+    monkeypatch.chdir(elsewhere)
+    assert paths.spark_cluster() == home.resolve() / "spark-cluster"
+    assert ClusterSettings().folder == home.resolve() / "spark-cluster"
+    code = main(["spark", "status"])
+    out = capsys.readouterr().out
+    assert code == 3 and str(home.resolve() / "spark-cluster") in out
+    assert str(elsewhere) not in out

@@ -37,9 +37,10 @@ def add(sub) -> None:
                              description="Show what runs: the master's URL and web UI, each "
                                          "worker's process and state, running applications.")
     for q in (up, down, status):
-        q.add_argument("--folder", default="spark-cluster", metavar="DIR",
-                       help="the cluster's folder: state, logs, workers' scratch "
-                            "(default: spark-cluster)")
+        q.add_argument("--folder", metavar="DIR",
+                       help="the cluster's folder: state, logs, workers' scratch (default: "
+                            "spark-cluster in the project folder, $SCABBARD_HOME or the "
+                            "checkout - the same whatever the current folder)")
     up.add_argument("--workers", type=int, default=2, help="workers (default 2)")
     up.add_argument("--cores", type=int, default=1, help="cores per worker (default 1)")
     up.add_argument("--memory", default="2g", help="memory per worker for its executors "
@@ -57,7 +58,7 @@ def add(sub) -> None:
 def _settings(args):
     from scabbard.standalone import ClusterSettings
 
-    fields = {"folder": Path(args.folder)}
+    fields = {"folder": Path(args.folder)} if args.folder else {}
     if args.spark_cmd == "up":
         fields.update(workers=args.workers, cores=args.cores, memory=args.memory,
                       port=args.port, ui_port=args.ui_port, timeout=args.timeout)

@@ -34,6 +34,7 @@ import uuid
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from scabbard import paths
 from scabbard.standalone.daemons import (
     MASTER_CLASS,
     WORKER_CLASS,
@@ -53,7 +54,7 @@ _MEMORY = re.compile(r"^\d+[kmgtKMGT]?$")
 class ClusterSettings:
     """What cluster to start.  Ports 0 take any free port (the ports bound are read back)."""
 
-    folder: Path = Path("spark-cluster")
+    folder: Path = field(default_factory=lambda: paths.spark_cluster())  # <home>/spark-cluster
     workers: int = 2
     cores: int = 1  # per worker
     memory: str = "2g"  # per worker, for its executors
@@ -132,7 +133,8 @@ class StandaloneCluster:
     (``with StandaloneCluster(s) as c: ... c.master_url``) that stops it on exit, and it
     stops at interpreter exit too when this process started it."""
 
-    def __init__(self, settings: ClusterSettings = ClusterSettings()):
+    def __init__(self, settings: ClusterSettings | None = None):
+        settings = settings if settings is not None else ClusterSettings()
         self.settings = settings
         self.folder = settings.folder.absolute()
         self._procs = {}  # pid -> Popen of the daemons this process launched (to reap them)
