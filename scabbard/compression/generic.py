@@ -18,10 +18,11 @@ specialised one whose ``encode`` raises :class:`~scabbard.compression.base.Unfit
 a batch has more distinct values (the adaptive selector's "few distinct values").
 
 **snappy** (codec 11; Table 2's "Snappy") and **lz4** (codec 12): the column's
-little-endian bytes through python-snappy (the raw Snappy format, which starts with
-the uncompressed length) and the LZ4 block format of the ``lz4`` package (no stored
-size: the segment gives the count, hence the length).  The payload is the library's
-output as it is.  LightSaber applies Snappy to whole batches; LZ4 it installs but
+little-endian bytes in the raw Snappy format (which starts with the uncompressed
+length) and the LZ4 block format (no stored size: the segment gives the count, hence
+the length), both through ``cramjam`` (one library for the two; byte for byte what
+python-snappy and python-lz4 write).  The payload is the library's output as it is;
+decoding writes straight into the column's array.  LightSaber applies Snappy to whole batches; LZ4 it installs but
 never uses - here both are per-column fallbacks that take any dtype.
 """
 
@@ -30,9 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import lz4.block
+import cramjam
 import numpy as np
-import snappy
 
 from scabbard.compression._bits import _pack, unpack
 from scabbard.compression.base import (
@@ -276,13 +276,20 @@ def _column_bytes(values: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(values).reshape(-1).view(np.uint8)
 
 
-def _column_from(raw: bytes | bytearray, count: int, dtype: str, codec: str) -> np.ndarray:
-    dt = numpy_dtype(dtype)
-    want = count * dt.itemsize * (2 if dtype == "uuid" else 1)
-    if len(raw) != want:
-        raise CodecError(f"{codec}: {len(raw)} bytes decompressed for {count} {dtype} values, "
-                         f"expected {want}")
-    return np.frombuffer(raw, dt).reshape(column_shape(dtype, count))
+def _decompressed_into(decompress_into, payload: np.ndarray, count: int, dtype: str,
+                       codec: str) -> np.ndarray:
+    """The ``count`` values a library payload holds, decompressed straight into a new column
+    array; a damaged payload, or one of another length, is a :class:`CodecError`."""
+    out = np.empty(column_shape(dtype, count), numpy_dtype(dtype))
+    flat = out.reshape(-1).view(np.uint8)
+    try:
+        got = decompress_into(np.ascontiguousarray(payload, np.uint8), flat)
+    except (cramjam.DecompressionError, ValueError) as e:
+        raise CodecError(f"{codec}: a damaged payload ({e})") from e
+    if got != len(flat):
+        raise CodecError(f"{codec}: {got} bytes decompressed for {count} {dtype} values, "
+                         f"expected {len(flat)}")
+    return out
 
 
 # -- codecs ----------------------------------------------------------------------------------
@@ -333,21 +340,18 @@ class Snappy(Codec):
 
     def encode(self, values: np.ndarray) -> np.ndarray:
         self.check_dtype(_schema_dtype(values))
-        return np.frombuffer(bytearray(snappy.compress(_column_bytes(values))), np.uint8)
+        return np.frombuffer(cramjam.snappy.compress_raw(_column_bytes(values)), np.uint8)
 
     def decode(self, payload: np.ndarray, count: int, dtype: str) -> np.ndarray:
         self.check_dtype(dtype)
-        try:
-            raw = snappy.decompress(np.ascontiguousarray(payload, np.uint8))
-        except snappy.UncompressError as e:
-            raise CodecError(f"snappy: a damaged payload ({e})") from e
-        return _column_from(bytearray(raw), count, dtype, self.name)
+        return _decompressed_into(cramjam.snappy.decompress_raw_into, payload, count, dtype,
+                                  self.name)
 
 
 @register
 @dataclass(frozen=True)
 class Lz4(Codec):
-    """The column's bytes as one LZ4 block (the ``lz4`` package's block API)."""
+    """The column's bytes as one LZ4 block (no stored size)."""
 
     codec_id: ClassVar[int] = 12
     name: ClassVar[str] = "lz4"
@@ -356,19 +360,16 @@ class Lz4(Codec):
 
     def encode(self, values: np.ndarray) -> np.ndarray:
         self.check_dtype(_schema_dtype(values))
-        return np.frombuffer(lz4.block.compress(_column_bytes(values), store_size=False,
-                                                return_bytearray=True), np.uint8)
+        return np.frombuffer(cramjam.lz4.compress_block(_column_bytes(values), store_size=False),
+                             np.uint8)
 
     def decode(self, payload: np.ndarray, count: int, dtype: str) -> np.ndarray:
         self.check_dtype(dtype)
-        dt = numpy_dtype(dtype)
-        want = count * dt.itemsize * (2 if dtype == "uuid" else 1)
-        try:
-            raw = lz4.block.decompress(np.ascontiguousarray(payload, np.uint8),
-                                       uncompressed_size=want, return_bytearray=True)
-        except lz4.block.LZ4BlockError as e:
-            raise CodecError(f"lz4: a damaged payload ({e})") from e
-        return _column_from(raw, count, dtype, self.name)
+
+        def into(data, out):
+            return cramjam.lz4.decompress_block_into(data, out, output_len=len(out))
+
+        return _decompressed_into(into, payload, count, dtype, self.name)
 
 
 def _schema_dtype(values: np.ndarray) -> str:

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import lz4.block
+import cramjam
 import numpy as np
 
 from scabbard.batch import Batch
@@ -114,7 +114,8 @@ class Partition:
     def append(self, rows: np.ndarray, tuples: int) -> int:
         """Compress, write and flush one batch of ``tuples`` serialized rows; its end offset."""
         raw = rows.tobytes()
-        payload = lz4.block.compress(raw, store_size=False) if self.codec == LZ4 else raw
+        payload = bytes(cramjam.lz4.compress_block(raw, store_size=False)) \
+            if self.codec == LZ4 else raw
         body = np.frombuffer(payload, np.uint8)
         pad = (-len(payload)) % 8
         padded = np.concatenate([body, np.zeros(pad, np.uint8)]) if pad else body
@@ -158,7 +159,7 @@ def _frames(data: np.ndarray, with_data: bool):
         rows = None
         if with_data:
             payload = padded[:stored].tobytes()
-            raw = lz4.block.decompress(payload, uncompressed_size=raw_len) \
+            raw = bytes(cramjam.lz4.decompress_block(payload, output_len=raw_len)) \
                 if codec == LZ4 else payload
             rows = np.frombuffer(raw, np.uint8)
         yield end, first, n, rows
