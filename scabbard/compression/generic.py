@@ -331,7 +331,7 @@ class Dictionary(Codec):
 @register
 @dataclass(frozen=True)
 class Snappy(Codec):
-    """The column's bytes through Snappy (python-snappy; §5, Table 2)."""
+    """The column's bytes in the raw Snappy format (§5, Table 2)."""
 
     codec_id: ClassVar[int] = 11
     name: ClassVar[str] = "snappy"
