@@ -343,3 +343,34 @@ def test_the_spark_cluster_is_found_from_any_folder(tmp_path, monkeypatch, capsy
     out = capsys.readouterr().out
     assert code == 3 and str(home.resolve() / "spark-cluster") in out
     assert str(elsewhere) not in out
+
+
+def _options(parser, path=("scabbard",)):
+    """(command, option strings, action) of every option of every subcommand."""
+    import argparse
+
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sub in a.choices.items():
+                yield from _options(sub, (*path, name))
+        elif a.option_strings:
+            yield " ".join(path), a.option_strings, a
+
+
+def test_every_shown_flag_has_help_and_run_help_is_grouped():
+    import argparse
+
+    from scabbard.cli import build_parser
+
+    bare = [(cmd, flags) for cmd, flags, a in _options(build_parser())
+            if a.help is None and a.help != argparse.SUPPRESS]
+    assert not bare, bare
+    run = next(a for a in build_parser()._actions
+               if isinstance(a, argparse._SubParsersAction)).choices["run"]
+    help_text = run.format_help()
+    heads = [f"\n{h}:\n" for h in ("input", "engine", "persistence", "fault tolerance",
+                                    "output", "the Spark backend (--backend spark)")]
+    heads = [h for h in heads if h in help_text]
+    assert len(heads) == 6 and [help_text.index(h) for h in heads] == \
+        sorted(help_text.index(h) for h in heads)
+    assert "--spawned-at" not in help_text and "--crash-at" in help_text

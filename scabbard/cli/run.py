@@ -3,6 +3,7 @@ without fault tolerance; pure persisted ingest; the plan before and after push-u
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -44,40 +45,49 @@ def add_run(sub) -> None:
             "its settings in <storage>/run.json; --recover refuses other data or settings."
         ),
     )
-    p.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
+    inp = p.add_argument_group("input", "which query, on what data, how much of it")
+    eng = p.add_argument_group("engine", "how the engine runs it")
+    per = p.add_argument_group("persistence", "what is stored, where, and how small")
+    ft = p.add_argument_group("fault tolerance", "checkpoints, exactly-once output, recovery, "
+                              "failure injection")
+    out = p.add_argument_group("output", "results, metrics, progress")
+    spk = p.add_argument_group("the Spark backend (--backend spark)")
+    inp.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
                    help=f"one of {', '.join(NAMES)}")
-    p.add_argument("--backend", choices=("scabbard", "spark"), default="scabbard")
-    p.add_argument("--data", metavar="DIR",
+    inp.add_argument("--backend", choices=("scabbard", "spark"), default="scabbard",
+                     help="scabbard: this engine (default); spark: the same plan on Spark "
+                          "Structured Streaming")
+    inp.add_argument("--data", metavar="DIR",
                    help="dataset folder (default: <data root>/<workload>/small)")
-    add_data_root(p, "where the default dataset is looked for (and generated)")
-    p.add_argument("--verify", action="store_true",
+    add_data_root(inp, "where the default dataset is looked for (and generated)")
+    inp.add_argument("--verify", action="store_true",
                    help="recompute the dataset's checksums before running, even if they were "
                         "verified since its files last changed (by default they are verified "
                         "once per change: the first run reads every byte)")
-    p.add_argument("--no-verify", action="store_true",
+    inp.add_argument("--no-verify", action="store_true",
                    help="do not verify the dataset's checksums (sizes and schema are checked)")
-    p.add_argument("--output", metavar="PATH",
+    out.add_argument("--output", metavar="PATH",
                    help="where the results go: a .parquet or .csv file; with "
                         "--checkpoint-interval or --recover the exactly-once output folder")
-    hidden_alias(p, "--out", dest="output")
-    p.add_argument("--workers", type=int, help="worker threads (default: one per core)")
-    p.add_argument("--rate", type=float, help="input rate limit, tuples per second")
-    p.add_argument("--duration", type=float, metavar="SECONDS",
+    hidden_alias(out, "--out", dest="output")
+    eng.add_argument("--workers", type=int, help="worker threads (default: one per core)")
+    inp.add_argument("--rate", type=float, help="input rate limit, tuples per second")
+    inp.add_argument("--duration", type=float, metavar="SECONDS",
                    help="replay the dataset endlessly for this long (wall time)")
-    p.add_argument("--max-tuples", type=int, help="stop after this many input tuples")
-    p.add_argument("--batch", type=int, metavar="ROWS", help="tuples per task (default: per query)")
-    p.add_argument("--assembly", default="auto", metavar="MODE",
+    inp.add_argument("--max-tuples", type=int, help="stop after this many input tuples")
+    eng.add_argument("--batch", type=int, metavar="ROWS", help="tuples per task (default: per query)")
+    eng.add_argument("--assembly", default="auto", metavar="MODE",
                    help="the windows no task computes alone: serial (one state per window "
                         "operator), partitioned[:P] (its groups split by key hash between P "
                         "partitions assembled at once, merged in window order; P: --workers) "
                         "or auto (default: partitioned with 4+ workers where tasks are too short "
                         "for windows of their own, else serial)")
-    p.add_argument("--ingress-partitions", type=int, metavar="N",
+    eng.add_argument("--ingress-partitions", type=int, metavar="N",
                    help="read the source with N threads, each its share of the batches (split "
                         "by offset ranges), each appending its own to the ingress p-stream in "
                         "turn, so that no one thread touches every tuple (default: one per 4 "
                         "workers; 1: the dispatcher reads it).  A recovery may use another N")
-    p.add_argument("--state-memory", type=parse_bytes, metavar="BYTES",
+    eng.add_argument("--state-memory", type=parse_bytes, metavar="BYTES",
                    help="hold at most this much window state in memory (e.g. 256M, 2G): key "
                         "partitions beyond it are spilled to disk as state p-units and read "
                         "back when their windows close (default: no limit; at least "
@@ -85,7 +95,7 @@ def add_run(sub) -> None:
                         "go to --storage and are the checkpoint's state: a checkpoint lists "
                         "them and writes only the partitions in memory, and recovery reads "
                         "them back as the windows close")
-    p.add_argument("--adaptive-kernels", action="store_true",
+    eng.add_argument("--adaptive-kernels", action="store_true",
                    help="adaptive query compilation (Grizzly): each window operator's kernels "
                         "run generic, then instrumented (filter selectivities, key ranges), "
                         "then optimised for what was seen (filters by selectivity, a dense "
@@ -93,104 +103,104 @@ def add_run(sub) -> None:
                         "swapped while the query runs; a task that breaks an assumption is "
                         "run again generically and the operator profiles anew (results never "
                         "change).  Kernel events go to --metrics-log")
-    p.add_argument("--spill-dir", metavar="DIR",
+    eng.add_argument("--spill-dir", metavar="DIR",
                    help="where --state-memory spills without fault tolerance (default: the "
                         "system's temporary folder)")
-    p.add_argument("--metrics-log", metavar="PATH", help="JSON-lines metrics log (live samples)")
-    p.add_argument("--metrics-interval", type=float, default=0.5, metavar="SECONDS",
+    out.add_argument("--metrics-log", metavar="PATH", help="JSON-lines metrics log (live samples)")
+    out.add_argument("--metrics-interval", type=float, default=0.5, metavar="SECONDS",
                    help="seconds between metrics samples (default 0.5)")
-    p.add_argument("--master", default="local[*]", help="Spark master for --backend spark")
-    p.add_argument("--workdir", metavar="URI", help="spark backend: work folder (checkpoints, "
+    spk.add_argument("--master", default="local[*]", help="Spark master for --backend spark")
+    spk.add_argument("--workdir", metavar="URI", help="spark backend: work folder (checkpoints, "
                    "windows, results) every executor reaches; needed on a cluster; resumes")
-    p.add_argument("--conf", action="append", metavar="KEY=VALUE",
+    spk.add_argument("--conf", action="append", metavar="KEY=VALUE",
                    help="spark backend: a Spark setting (repeatable)")
-    p.add_argument("--spark-ui", nargs="?", const="127.0.0.1", metavar="ADDRESS",
+    spk.add_argument("--spark-ui", nargs="?", const="127.0.0.1", metavar="ADDRESS",
                    help="spark backend: the Spark web UI, on 127.0.0.1 (or ADDRESS)")
-    p.add_argument("--persist-input", action="store_true",
+    per.add_argument("--persist-input", action="store_true",
                    help="persist the ingress p-stream while the query runs (stored before "
                         "processed; released input is garbage-collected)")
-    p.add_argument("--storage", metavar="DIR",
+    per.add_argument("--storage", metavar="DIR",
                    help="storage folder for --persist-input / checkpoints (default: "
                         "storage/<QUERY>-<time> in the project folder)")
-    p.add_argument("--checkpoint-interval", type=float, metavar="SECONDS",
+    ft.add_argument("--checkpoint-interval", type=float, metavar="SECONDS",
                    help="fault tolerance: persist the input, checkpoint the operator every "
                         "SECONDS, write exactly-once output to the --output folder (implies "
                         "--persist-input)")
-    p.add_argument("--checkpoint-mode", choices=("full", "incremental", "eventual"),
+    ft.add_argument("--checkpoint-mode", choices=("full", "incremental", "eventual"),
                    help="with --checkpoint-interval: full (the default) writes every pane the open "
                         "windows need at every checkpoint; incremental writes a closed pane once, "
                         "as an immutable pane unit, and a checkpoint only the panes closed since "
                         "and the open one; eventual (CEC) also saves closed panes in steps every "
                         "--checkpoint-step ms between the records, one every --checkpoint-period "
                         "(a recovery takes the run's own)")
-    p.add_argument("--checkpoint-period", type=float, metavar="MS",
+    ft.add_argument("--checkpoint-period", type=float, metavar="MS",
                    help="--checkpoint-mode eventual: a checkpoint record (the cut recovery "
                         "resumes from) every MS milliseconds, CEC's CP (instead of "
                         "--checkpoint-interval)")
-    p.add_argument("--checkpoint-step", type=float, metavar="MS",
+    ft.add_argument("--checkpoint-step", type=float, metavar="MS",
                    help="--checkpoint-mode eventual: save the panes closed since the last save "
                         "every MS milliseconds, CEC's CI (default 10)")
-    p.add_argument("--max-unsaved-panes", type=int, metavar="Q",
+    ft.add_argument("--max-unsaved-panes", type=int, metavar="Q",
                    help="--checkpoint-mode eventual: a step at once when more than Q closed "
                         "panes are not saved yet")
-    p.add_argument("--max-replay-tuples", type=int, metavar="U",
+    ft.add_argument("--max-replay-tuples", type=int, metavar="U",
                    help="--checkpoint-mode eventual: a record at the next task when more than U "
                         "input tuples came since the last record's cut (bounds what recovery "
                         "replays)")
-    p.add_argument("--durability", choices=("process", "machine"),
+    ft.add_argument("--durability", choices=("process", "machine"),
                    help="with --checkpoint-interval: machine (the default) flushes everything a "
                         "checkpoint record or an acknowledgement depends on to the device first "
                         "(fdatasync after the O_DIRECT writes, directories fsynced): the run "
                         "survives power loss; process only survives the engine being killed")
-    p.add_argument("--sink", choices=("clocked", "transactional"), default="clocked",
+    ft.add_argument("--sink", choices=("clocked", "transactional"), default="clocked",
                    help="the exactly-once sink: clocked (default: results stored at once with "
                         "their vector clock, duplicates dropped on replay) or transactional "
                         "(two-phase commit with each checkpoint)")
-    hidden_alias(p, "--exactly-once", dest="sink", choices=("clocked", "transactional"))
-    p.add_argument("--checkpoint-only", action="store_true",
+    hidden_alias(ft, "--exactly-once", dest="sink", choices=("clocked", "transactional"))
+    ft.add_argument("--checkpoint-only", action="store_true",
                    help="with --checkpoint-interval: checkpoint the operator state but do not "
                         "persist the input; recovery requests the input again from the source "
                         "(the paper's Scabbard-Chk)")
-    p.add_argument("--persist-at", metavar="EDGE[,EDGE]",
+    per.add_argument("--persist-at", metavar="EDGE[,EDGE]",
                    help="with --checkpoint-interval: where p-streams sit (paper §3.1, 'scabbard "
                         "explain' lists the edges): ingress (the input), an operator id (its "
                         "output: window0, join0, ...) or output (before the sink); without "
                         "ingress the source replays the input (as --checkpoint-only).  Default: "
                         "ingress")
-    p.add_argument("--placement", choices=("auto",),
+    per.add_argument("--placement", choices=("auto",),
                    help="with --checkpoint-interval: choose the p-streams with the cost model "
                         "(measured on a sample of the dataset: bytes per edge, state, the CPU of "
                         "state building and emission; see 'scabbard explain'); a recovery keeps "
                         "the run's own")
-    p.add_argument("--recover", action="store_true",
+    ft.add_argument("--recover", action="store_true",
                    help="continue the killed run in --storage (same query, data and --output)")
-    p.add_argument("--standby", action="store_true",
+    ft.add_argument("--standby", action="store_true",
                    help="with --recover: a warm standby - load the code, print 'standby: ready', "
                         "wait for a line on stdin, then recover (exit quietly if stdin closes)")
-    p.add_argument("--push-up", action="store_true",
+    per.add_argument("--push-up", action="store_true",
                    help="persistence push-up (paper §3.4): selections and projections run "
                         "before the ingress p-stream, which then stores only the tuples and "
                         "attributes the query needs (see 'scabbard explain')")
-    p.add_argument("--compression", choices=("none", "default", "adaptive"),
+    per.add_argument("--compression", choices=("none", "default", "adaptive"),
                    help="compress the persisted p-stream per column (§5): default = the "
                         "paper's starting scheme (delta-of-delta timestamps, Simple-8b ints, "
                         "XOR floats); adaptive = profile and switch codecs while running "
                         "(default none; a recovery takes the run's own)")
-    p.add_argument("--compression-interval", type=float, default=4.0, metavar="SECONDS",
+    per.add_argument("--compression-interval", type=float, default=4.0, metavar="SECONDS",
                    help="with --compression adaptive: seconds between re-selections (default 4, "
                         "the paper's)")
-    p.add_argument("--lossy-decimals", type=int, metavar="N",
+    per.add_argument("--lossy-decimals", type=int, metavar="N",
                    help="with --compression: store float columns with N decimals (error "
                         "<= 0.5e-N), as integers; batches that cannot be (NaN, inf) fall back "
                         "to lossless XOR")
-    p.add_argument("--crash-at", metavar="POINT[:K]",
+    ft.add_argument("--crash-at", metavar="POINT[:K]",
                    help="failure injection (the test harness and scabbard.ft.controller use it): "
                         "SIGKILL this process the K-th time it reaches POINT - checkpoint_state, "
                         "checkpoint_record, checkpoint_commit, recovery_replay or "
                         "checkpoint_step (pane units handed to storage, not yet recorded)")
-    p.add_argument("--spawned-at", type=float, metavar="UNIX_TIME",
-                   help="when the controller spawned this process (recovery phases count from it)")
-    p.add_argument("--quiet", action="store_true", help="no live progress lines")
+    ft.add_argument("--spawned-at", type=float, metavar="UNIX_TIME",
+                   help=argparse.SUPPRESS)  # the controller's: recovery phases count from it
+    out.add_argument("--quiet", action="store_true", help="no live progress lines")
     p.set_defaults(func=_run_query)
 
 

@@ -133,7 +133,8 @@ def add_parser(subparsers) -> None:
                     help="queries to validate (default: CM1 LRB1 YSB)")
     vp.add_argument("--calibration", default=None, metavar="FILE",
                     help=CALIBRATION_HELP)
-    vp.add_argument("--scale", default="small", choices=("tiny", "small", "full"))
+    vp.add_argument("--scale", default="small", choices=("tiny", "small", "full"),
+                    help="the datasets the real runs read (default small)")
     add_data_root(vp)
     hidden_alias(vp, "--data", dest="data_root")
     vp.add_argument("--duration", type=float, default=3.0, metavar="SECONDS",
