@@ -10,7 +10,8 @@ if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&
 fi
 source "$(dirname "$0")/apt-root.sh"
 apt_root setup-browser Chromium "chromium chromium-driver" \
-  "install Chromium and its chromedriver so that 'chromium' and 'chromedriver' are on PATH"
+  "install Chromium and its chromedriver so that 'chromium' and 'chromedriver' are on PATH" \
+  || exit 0
 echo "setup-browser: installing chromium and chromium-driver with apt-get (about a minute)"
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up the peers the benchmarks run side by side with the engine (issue 7, paper §6.2-6.4):
+# Set up the peers the benchmarks run side by side with the engine (paper §6.2-6.4):
 #   - RabbitMQ with its stream plugin (the persistent broker standing in for Kafka), from the
 #     Debian package rabbitmq-server.  It is only installed here, never started as a service:
 #     scabbard.peers.broker starts a private node on 127.0.0.1 for each run and stops it.
@@ -10,10 +10,8 @@ cd "$(dirname "$0")/.."
 
 if [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] && command -v epmd >/dev/null 2>&1; then
   echo "setup-peers: RabbitMQ $(dpkg-query -W -f='${Version}' rabbitmq-server 2>/dev/null || echo '(version unknown)') is installed"
-else
-  source scripts/apt-root.sh
-  apt_root setup-peers RabbitMQ rabbitmq-server \
-    "install RabbitMQ 3.10+ (with its stream plugin) so that /usr/lib/rabbitmq/bin/rabbitmq-server exists"
+elif source scripts/apt-root.sh && apt_root setup-peers RabbitMQ rabbitmq-server \
+    "install RabbitMQ 3.10+ (with its stream plugin) so that /usr/lib/rabbitmq/bin/rabbitmq-server exists"; then
   echo "setup-peers: installing rabbitmq-server with apt-get (about 30 s)"
   # Debian starts a package's service on install; ours runs privately, so forbid that start
   # for the length of the install (the policy-rc.d convention; an existing policy is kept).
