@@ -313,7 +313,7 @@ def test_stopped_and_recovered_runs_give_the_failure_free_output(tiny, tmp_path,
 
 
 def test_a_stateless_outputs_prefix_is_its_first_rows_in_order():
-    from scabbard.check.crashstates import _prefix_problem
+    from scabbard.ft.verify import prefix_problem as _prefix_problem
 
     schema = queries.get("PF-TRUE").schema
     want = pd.DataFrame({f.name: np.arange(6).astype(f.numpy_dtype) for f in schema.fields})
