@@ -1,6 +1,6 @@
 """The layering of docs/design.md, read off the source with ``ast``: the engine core
-imports nothing of persistence or storage, and no ``scabbard`` modules import each other in
-a circle."""
+imports nothing of persistence or storage, and no ``scabbard`` modules - nor packages -
+import each other in a circle."""
 
 from __future__ import annotations
 
@@ -53,9 +53,26 @@ def test_the_engine_core_imports_nothing_of_persistence_or_storage():
     assert not {m: d for m, d in bad.items() if d}, bad
 
 
-def _cycles() -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan)."""
-    graph = {m: imports(m) for m in MODULES}
+def package(module: str) -> str:
+    """The package a module belongs to: ``scabbard.engine`` for ``scabbard.engine.graph``;
+    a top-level module (``scabbard.paths``) is its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_imports() -> dict[str, set[str]]:
+    """Which packages each package's modules import (lazily too), itself left out."""
+    out: dict[str, set[str]] = {}
+    for m in MODULES:
+        out.setdefault(package(m), set()).update(package(d) for d in imports(m))
+    for p, deps in out.items():
+        deps.discard(p)
+    return out
+
+
+def _cycles(graph: dict[str, set[str]] | None = None) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan): modules, or the
+    packages of ``graph``."""
+    graph = graph if graph is not None else {m: imports(m) for m in MODULES}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -64,7 +81,7 @@ def _cycles() -> list[list[str]]:
     def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
-        for w in graph[v]:
+        for w in graph.get(v, ()):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -88,6 +105,20 @@ def _cycles() -> list[list[str]]:
 
 def test_no_scabbard_modules_import_each_other_in_a_circle():
     assert _cycles() == []
+
+
+def test_no_scabbard_packages_import_each_other_in_a_circle():
+    """Packages too: ``sim`` imports nothing of ``experiments`` (its validation against the
+    engine runs experiments, so it lives there), and so on for every pair."""
+    graph = package_imports()
+    assert len(graph) >= 15
+    assert _cycles(graph) == []
+
+
+def test_the_package_check_finds_a_circle_where_there_is_one():
+    graph = package_imports()
+    graph["scabbard.sim"] = graph["scabbard.sim"] | {"scabbard.experiments"}
+    assert ["scabbard.experiments", "scabbard.sim"] in _cycles(graph)
 
 
 def test_the_check_finds_a_circle_where_there_is_one(monkeypatch):

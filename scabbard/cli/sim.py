@@ -259,7 +259,7 @@ def run_calibrate(args) -> int:
 
 
 def run_validate(args) -> int:
-    from scabbard.sim.validate import Settings, format_table, summary, validate
+    from scabbard.experiments.validation import Settings, format_table, summary, validate
 
     if not args.duration > 0:
         raise _error(f"--duration must be positive, got {args.duration}")

@@ -10,7 +10,8 @@
 * :mod:`scabbard.sim.config` - :class:`Hardware`, :class:`Calibration`, :class:`SimConfig`;
 * :mod:`scabbard.sim.model` - :func:`simulate` (SimPy, one event per task);
 * :mod:`scabbard.sim.calibrate` - the costs, measured on this machine with the real code;
-* :mod:`scabbard.sim.validate` - the real engine and the model side by side;
+* :mod:`scabbard.experiments.validation` - the real engine and the model side by side (it
+  runs experiments, so it lives with them: the simulator imports nothing of them);
 * :mod:`scabbard.cli.sim` - ``scabbard sim calibrate|validate|run``; :mod:`~scabbard.sim.report`
   the predictions as text.
 """

@@ -8,7 +8,7 @@ run is killed (SIGKILL) and recovered as notebook 04 does
 checkpoints every second), and the same run, killed at the same moment, is simulated.
 
 The table has one row per (query, configuration, metric): predicted, measured, the
-error in % of the measured value, and whether it is within the issue's targets -
+error in % of the measured value, and whether it is within the targets -
 throughput within 15 %, recovery time within 25 %.  Every real run also records how
 many cores other processes kept busy meanwhile (``background_cores``) and how many the
 hypervisor took (``stolen_cores``, steal time): on a shared machine the engine had less
@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from scabbard import paths
+from scabbard.experiments import prepared_dataset, recovery, scratch
 from scabbard.sim.config import Calibration, SimConfig, load
 from scabbard.sim.machine import LoadMeter, speed_probe, wait_quiet
 from scabbard.sim.model import simulate
@@ -147,7 +148,6 @@ def validate_throughput(cal: Calibration, query: str, settings: Settings, root: 
                         log=print) -> list[dict]:
     """Each configuration of ``settings.configs``, for real and simulated: on the machine as
     the run found it (other processes' load measured meanwhile) and on an idle one."""
-    from scabbard.experiments import prepared_dataset
 
     ds = prepared_dataset(query, settings.scale, settings.data_dir, 2, 1.0)
     rows = []
@@ -210,7 +210,6 @@ def _same_moment(out, free, fail_at: float) -> float:
 def validate_recovery(cal: Calibration, query: str, settings: Settings, root: Path,
                       log=print) -> list[dict]:
     """One kill and recovery, for real (notebook 04's experiment) and simulated."""
-    from scabbard.experiments import recovery
 
     wait_quiet(settings.quiet_cores, settings.quiet_timeout, log)
     speed = core_speed(cal, query, log) if settings.probe else 1.0
@@ -267,7 +266,6 @@ def validate(queries: Sequence[str] | None = None,
              calibration: str | Path | Calibration | None = None,
              settings: Settings | None = None, log=print) -> pd.DataFrame:
     """Predicted vs measured on this machine, one row per (query, configuration, metric)."""
-    from scabbard.experiments import scratch
 
     settings = settings or Settings()
     if queries is not None:
