@@ -65,6 +65,11 @@ class Settings:
     persist_at: tuple[str, ...] = ()  # p-streams between operators (--persist-at)
     ingress_partitions: int = 1  # the source read by this many threads (parallel ingress)
     checkpoint_mode: str = "full"  # or incremental, eventual (--checkpoint-mode)
+    # crashes during recovery: each recovery of a crash state is recorded too, and this many
+    # of its own crash states are recovered in turn - whose recoveries are crashed the same
+    # way, down to ``nested_depth`` levels (0: recoveries run through)
+    nested: int = 0
+    nested_depth: int = 2
 
     def __post_init__(self) -> None:
         from scabbard.ft.panes import MODES
@@ -76,6 +81,9 @@ class Settings:
             raise ValueError(f"sink must be clocked or transactional, got {self.sink!r}")
         if self.durability not in ("process", "machine"):
             raise ValueError(f"durability must be process or machine, got {self.durability!r}")
+        if self.nested < 0 or self.nested_depth < 1:
+            raise ValueError(f"nested must be >= 0 and nested_depth >= 1, got {self.nested} "
+                             f"and {self.nested_depth}")
         for name in ("states", "tuples", "batch_rows", "every_tasks", "workers",
                      "ingress_partitions"):
             if getattr(self, name) < 1:
@@ -98,6 +106,8 @@ class Report:
     violations: list[Violation] = field(default_factory=list)
     kinds: Counter = field(default_factory=Counter)  # "all kept" / "all dropped" / "random"
     seconds: float = 0.0
+    nested: Counter = field(default_factory=Counter)  # level -> crash states inside recoveries
+    per_point: Counter = field(default_factory=Counter)  # crash point -> states explored
 
     @property
     def ok(self) -> bool:
@@ -112,8 +122,12 @@ class Report:
         lines = [f"{s.query} {s.sink} sink{placed}, {s.durability} durability: "
                  f"{self.explored:,} crash "
                  f"states explored ({', '.join(f'{v} {k}' for k, v in sorted(self.kinds.items()))})"
-                 f" from {self.operations:,} file operations, {self.crash_points:,} crash points; "
-                 f"{len(self.violations)} violations ({self.seconds:.0f} s)"]
+                 f" from {self.operations:,} file operations, {self.crash_points:,} crash points "
+                 f"({len(self.per_point):,} of them explored, "
+                 f"{max(self.per_point.values(), default=0)} states at most at one)"
+                 + "".join(f"; {n:,} crash states inside recoveries at level {lv}"
+                           for lv, n in sorted(self.nested.items()))
+                 + f"; {len(self.violations)} violations ({self.seconds:.0f} s)"]
         kinds = Counter(_kind(v.problem) for v in self.violations)
         example = {}
         for v in self.violations:
@@ -184,31 +198,68 @@ class Explorer:
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
         model.materialize(state, root)
-        schema = self.query.schema
-        if (root / "output" / ".sink.json").exists():
-            try:
-                before = read_output(root / "output")
-            except Exception as e:  # noqa: BLE001 - any failure to read it is the finding
-                return f"committed output unreadable: {_line(e)}"
-            problem = prefix_problem(before, want, schema)
-            if problem:
-                return f"committed output is not a prefix of the failure-free output: {problem}"
+        problem = self._prefix(root, want)
+        if problem:
+            return problem
+        return self._recovered(root, want, 1)
+
+    def _recovered(self, root: Path, want: pd.DataFrame, level: int) -> str | None:
+        """Recover the run in ``root`` and compare its output with ``want``; with
+        ``nested``, the recovery is recorded and crashed too (see :class:`Settings`)."""
         try:
             run = recorded_run(root / "storage")
             if run is None or "completed" not in run:
-                self._run(root, recover=run is not None)
+                if run is not None and self.s.nested and level <= self.s.nested_depth:
+                    problem = self._crashed_recovery(root, want, level)
+                    if problem:
+                        return problem
+                else:
+                    self._run(root, recover=run is not None)
         except Exception as e:  # noqa: BLE001
             return f"recovery failed: {_line(e)}"
         try:
             after = read_output(root / "output")
         except Exception as e:  # noqa: BLE001
             return f"output unreadable after recovery: {_line(e)}"
-        v = compare(after, want, schema)
+        v = compare(after, want, self.query.schema)
         return None if v.ok else f"recovered output differs: {v}"
+
+    def _crashed_recovery(self, root: Path, want: pd.DataFrame, level: int) -> str | None:
+        """Run the recovery of ``root`` recorded (it completes there), then build ``nested``
+        crash states of it - a machine crash during the recovery - and check each as a crash
+        state of the run: its committed output a prefix, and its own recovery exact."""
+        io = RecordingIO(root)
+        base = io.record_existing()
+        self._run(root, recover=True, io=io)
+        model = FileSystemModel(io.ops, start=base)
+        for state in model.sample(self.s.nested, self._rng):
+            self.report.nested[level] += 1
+            sub = self.dir / f"nested-{level}"
+            shutil.rmtree(sub, ignore_errors=True)
+            sub.mkdir(parents=True)
+            model.materialize(state, sub)
+            problem = self._prefix(sub, want)
+            if problem is None:
+                problem = self._recovered(sub, want, level + 1)
+            if problem is not None:
+                return (f"crash during recovery (level {level}, {state.how}, at operation "
+                        f"{state.at - base} of {len(model.ops) - base}): {problem}")
+        return None
+
+    def _prefix(self, root: Path, want: pd.DataFrame) -> str | None:
+        if not (root / "output" / ".sink.json").exists():
+            return None
+        try:
+            before = read_output(root / "output")
+        except Exception as e:  # noqa: BLE001 - any failure to read it is the finding
+            return f"committed output unreadable: {_line(e)}"
+        problem = prefix_problem(before, want, self.query.schema)
+        return problem and f"committed output is not a prefix of the failure-free output: {problem}"
 
     def explore(self, progress=None) -> Report:
         t0 = time.perf_counter()
-        rep = Report(self.s)
+        rep = self.report = Report(self.s)
+        self._rng = random.Random(self.s.seed + 1)  # the crash states inside recoveries
         quiet = logging.getLogger("scabbard")
         level = quiet.level
         quiet.setLevel(logging.CRITICAL)  # every state's failures are in the report, once
@@ -221,6 +272,7 @@ class Explorer:
                 problem = self.check(model, state, want)
                 rep.explored += 1
                 rep.kinds[state.how] += 1
+                rep.per_point[state.at] += 1
                 if problem is not None:
                     rep.violations.append(Violation(state, problem,
                                                     model.describe(state) if not rep.violations

@@ -78,8 +78,11 @@ class _Point:
 
 
 class FileSystemModel:
-    def __init__(self, ops: list[Op]):
-        self.ops = ops
+    """``ops``: the recorded operations; ``start``: how many of them are a base laid down
+    before the recorded work (:meth:`RecordingIO.record_existing`) - no crash inside it."""
+
+    def __init__(self, ops: list[Op], start: int = 0):
+        self.ops, self.start = ops, start
 
     # -- crash points --------------------------------------------------------------------------
     def crash_points(self) -> list[int]:
@@ -92,7 +95,7 @@ class FileSystemModel:
                 pts.add(i)
             elif op.is_meta:
                 pts.add(i + 1)
-        return sorted(p for p in pts if p > 0)
+        return sorted(p for p in pts if p > self.start)
 
     def point(self, at: int) -> _Point:
         ops = self.ops[:at]

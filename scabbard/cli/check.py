@@ -67,6 +67,11 @@ def add_parser(subparsers) -> None:
     c.add_argument("--ingress-partitions", type=int, default=1, metavar="N",
                    help="the recorded run's source read by N threads, each appending its "
                         "own batches in turn (default 1)")
+    c.add_argument("--nested", type=int, default=0, metavar="N",
+                   help="crash recoveries too: each crash state's recovery is recorded and N "
+                        "of its own crash states (a machine crash during the recovery) are "
+                        "checked and recovered in turn, whose recoveries are crashed the same "
+                        "way - two levels deep (default 0: recoveries run through)")
     c.add_argument("--data", metavar="DIR", help="dataset folder (default: data/<workload>/small)")
     c.set_defaults(func=_run_crash_states)
     o = sub.add_parser(
@@ -110,7 +115,7 @@ def _run_crash_states(args) -> int:
                             ingress_partitions=args.ingress_partitions,
                             persist_at=tuple(e.strip() for e in (args.persist_at or "").split(",")
                                              if e.strip() and e.strip() != "ingress"),
-                            checkpoint_mode=args.checkpoint_mode)
+                            checkpoint_mode=args.checkpoint_mode, nested=args.nested)
     except ValueError as e:
         raise CLIError(str(e)) from None
     ds = query_dataset(args)

@@ -310,3 +310,23 @@ class RecordingIO(FileIO):
             rel = self._rel(path)
             if rel is not None:
                 self._log(Op("syncdir", rel))
+
+    def record_existing(self) -> int:
+        """Log what ``root`` holds now as a durable base - every folder made, every file
+        created and written whole and flushed, every folder flushed - so that a recording of
+        work on an existing folder (a recovery) can be replayed from nothing; returns the
+        number of base operations (crash points start after them)."""
+        with self._lock:
+            for d in sorted((p for p in self.root.rglob("*") if p.is_dir()),
+                            key=lambda p: (len(p.parts), str(p))):
+                self._log(Op("mkdir", self._rel(d)))
+            for f in sorted(p for p in self.root.rglob("*") if p.is_file()):
+                rel = self._rel(f)
+                self._next += 1
+                self._ino[rel] = self._next
+                self._log(Op("create", rel, self._next))
+                self._log(Op("write", rel, self._next, 0, f.read_bytes()))
+                self._log(Op("sync", rel, self._next))
+            for d in [self.root, *sorted(p for p in self.root.rglob("*") if p.is_dir())]:
+                self._log(Op("syncdir", self._rel(d)))
+            return len(self.ops)
