@@ -37,6 +37,7 @@ from scabbard import queries
 from scabbard.check.model import CrashState, FileSystemModel
 from scabbard.data import Dataset
 from scabbard.engine import CollectSink, EngineConfig, run_query
+from scabbard.ft.ingress import INGRESS
 from scabbard.ft.recovery import recorded_run, run_fault_tolerant
 from scabbard.ft.sinks import open_output, read_output
 from scabbard.ft.verify import compare, prefix_problem
@@ -154,9 +155,9 @@ class Explorer:
                                    ingress_partitions=settings.ingress_partitions)
         self.storage = STORAGE  # small files: each crash state copies them
 
-    def _run(self, root: Path, recover: bool, io=None) -> None:
+    def _run(self, root: Path, recover: bool, io=None):
         kw = {"io": io} if io is not None else {}
-        run_fault_tolerant(self.query, self.ds, root / "storage",
+        return run_fault_tolerant(self.query, self.ds, root / "storage",
                            open_output(root / "output", self.s.sink), self.config,
                            interval=None, every_tasks=self.s.every_tasks, recover=recover,
                            max_tuples=None if recover else self.s.tuples,
@@ -201,20 +202,27 @@ class Explorer:
         problem = self._prefix(root, want)
         if problem:
             return problem
-        return self._recovered(root, want, 1)
+        return self._recovered(root, want, 1, acknowledged(model.ops[:state.at]))
 
-    def _recovered(self, root: Path, want: pd.DataFrame, level: int) -> str | None:
+    def _recovered(self, root: Path, want: pd.DataFrame, level: int,
+                   acked: int = 0) -> str | None:
         """Recover the run in ``root`` and compare its output with ``want``; with
-        ``nested``, the recovery is recorded and crashed too (see :class:`Settings`)."""
+        ``nested``, the recovery is recorded and crashed too (see :class:`Settings`).
+        ``acked``: how far into the source the input acknowledged before the crash reached -
+        the recovery must not read the source before it (that input is the p-stream's)."""
         try:
             run = recorded_run(root / "storage")
             if run is None or "completed" not in run:
                 if run is not None and self.s.nested and level <= self.s.nested_depth:
-                    problem = self._crashed_recovery(root, want, level)
+                    problem = self._crashed_recovery(root, want, level, acked)
                     if problem:
                         return problem
                 else:
-                    self._run(root, recover=run is not None)
+                    rep = self._run(root, recover=run is not None)
+                    if rep.source_start < acked:
+                        return (f"acknowledged input read from the source again: the input was "
+                                f"acknowledged up to source offset {acked}, the recovery read "
+                                f"the source from {rep.source_start}")
         except Exception as e:  # noqa: BLE001
             return f"recovery failed: {_line(e)}"
         try:
@@ -224,13 +232,18 @@ class Explorer:
         v = compare(after, want, self.query.schema)
         return None if v.ok else f"recovered output differs: {v}"
 
-    def _crashed_recovery(self, root: Path, want: pd.DataFrame, level: int) -> str | None:
+    def _crashed_recovery(self, root: Path, want: pd.DataFrame, level: int,
+                          acked: int) -> str | None:
         """Run the recovery of ``root`` recorded (it completes there), then build ``nested``
         crash states of it - a machine crash during the recovery - and check each as a crash
         state of the run: its committed output a prefix, and its own recovery exact."""
         io = RecordingIO(root)
         base = io.record_existing()
-        self._run(root, recover=True, io=io)
+        rep = self._run(root, recover=True, io=io)
+        if rep.source_start < acked:
+            return (f"acknowledged input read from the source again: the input was "
+                    f"acknowledged up to source offset {acked}, the recovery read the source "
+                    f"from {rep.source_start}")
         model = FileSystemModel(io.ops, start=base)
         for state in model.sample(self.s.nested, self._rng):
             self.report.nested[level] += 1
@@ -240,7 +253,8 @@ class Explorer:
             model.materialize(state, sub)
             problem = self._prefix(sub, want)
             if problem is None:
-                problem = self._recovered(sub, want, level + 1)
+                problem = self._recovered(sub, want, level + 1,
+                                          max(acked, acknowledged(model.ops[:state.at])))
             if problem is not None:
                 return (f"crash during recovery (level {level}, {state.how}, at operation "
                         f"{state.at - base} of {len(model.ops) - base}): {problem}")
@@ -285,6 +299,13 @@ class Explorer:
                 shutil.rmtree(self.dir, ignore_errors=True)
         rep.seconds = time.perf_counter() - t0
         return rep
+
+
+def acknowledged(ops) -> int:
+    """How far into the source the input acknowledged in ``ops`` reaches (the ingress
+    p-stream's notes: a p-unit is acknowledged once durable)."""
+    mark = f"acknowledged {INGRESS}"
+    return max((op.pos for op in ops if op.kind == "note" and op.path == mark), default=0)
 
 
 def _kind(problem: str) -> str:

@@ -490,7 +490,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                          json.dumps(dict(run, completed=time.time()), indent=1).encode(), durable)
         return FTReport(report, list(controller.stats.completed),
                         resume[0].id if resume else None, replay_from, damage, loaded, mode,
-                        bm.bytes_written)
+                        bm.bytes_written, source_start)
 
 
 def _resume(storage: Path, store: CheckpointStore, state: QueryState, bm: BlockManager,
@@ -546,6 +546,7 @@ class FTReport:
     loaded: dict = field(default_factory=dict)
     checkpoint_mode: str = "full"
     written_bytes: int = 0  # segment bytes the run's storage acknowledged (input, state, edges)
+    source_start: int = 0  # where the source was read from (a recovery: after the stored input)
 
     @property
     def state_bytes_written(self) -> int:

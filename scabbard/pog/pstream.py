@@ -191,6 +191,8 @@ class PStream:
             if err is not None:
                 done.set_exception(err)
             else:
+                if unit.vector_clock:  # how far the acknowledged input reaches (a recording)
+                    self.storage.note(f"acknowledged {self.name}", int(unit.vector_clock[0]))
                 done.set_result(unit)
 
         ack.add_done_callback(acknowledged)

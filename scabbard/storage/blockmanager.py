@@ -188,6 +188,10 @@ class BlockManager(FolderScan, GroupCommitWriter):
                 raise StorageError(f"stream {s.name!r}: offset {offset} was not persisted")
             return f, f.segs[j]
 
+    def note(self, what: str, value: int) -> None:
+        """Tell the file layer a fact about the run (see :meth:`FileIO.note`)."""
+        self.io.note(what, value)
+
     def read(self, stream: int, offset: int) -> Batch:
         """The stored batch containing ``offset``, verified (raises :class:`CorruptSegment`)."""
         return self.read_with_meta(stream, offset)[0]

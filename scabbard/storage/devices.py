@@ -23,6 +23,9 @@ class EmulatedDevice(FileIO):
         self._lock = threading.Lock()
         self._free_at = 0.0  # when the emulated device finishes what it was given
 
+    def note(self, what: str, value: int) -> None:
+        self.inner.note(what, value)
+
     def pwritev(self, fd, bufs, pos):
         n = sum(memoryview(b).nbytes for b in bufs)
         if not self.discard:

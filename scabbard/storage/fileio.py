@@ -57,6 +57,11 @@ class Durability(enum.Enum):
 class FileIO:
     """The file operations of the fault-tolerance layers, performed on the real file system."""
 
+    def note(self, what: str, value: int) -> None:
+        """A fact about the run at this point of its operations (no file operation): a
+        recording keeps it (:class:`RecordingIO`), e.g. how far the acknowledged input of
+        a p-stream reaches, for the crash-state explorer to check against."""
+
     def open(self, path: str | Path, flags: int, mode: int = 0o644) -> int:
         return os.open(path, flags, mode)
 
@@ -310,6 +315,10 @@ class RecordingIO(FileIO):
             rel = self._rel(path)
             if rel is not None:
                 self._log(Op("syncdir", rel))
+
+    def note(self, what: str, value: int) -> None:
+        with self._lock:
+            self._log(Op("note", what, pos=value))
 
     def record_existing(self) -> int:
         """Log what ``root`` holds now as a durable base - every folder made, every file
