@@ -270,7 +270,7 @@ def test_bench_restart_summarises_each_phase_over_the_rounds(capsys):
 
 
 def test_mistakes_are_one_line_with_one_prefix_and_exit_2(capsys, tmp_path, monkeypatch):
-    """34 mistakes a user makes - argparse's errors of every subcommand, wrong names, values
+    """35 mistakes a user makes - argparse's errors of every subcommand, wrong names, values
     out of range, a missing dataset, a file given for a folder (dataset, storage, output),
     contradicting flags: one line, ``scabbard: error:``, exit 2 (no usage, no traceback)."""
     monkeypatch.chdir(tmp_path)
@@ -301,7 +301,7 @@ def test_mistakes_are_one_line_with_one_prefix_and_exit_2(capsys, tmp_path, monk
                  ["bench", "checkpoints", "--workers", "0"], ["sim", "run", "--query", "NOPE"],
                  ["sim", "run", "--query", "CM1", "--cores", "0"],
                  ["sim", "validate", "--calibration", "nonexist.json"],
-                 ["spark", "nosuch"]):
+                 ["spark", "nosuch"], ["check", "output", "--storage", str(tmp_path / "nope")]):
         try:
             code = main(args)
         except SystemExit as e:
