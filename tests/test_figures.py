@@ -83,3 +83,16 @@ def test_the_interactive_recovery_chart_breaks_at_the_outage():
     assert inside == [0.0, 0.0]
     text = str(spec)
     assert "'detail': {'field': 'segment', 'type': 'nominal'}" in text
+
+
+def test_every_saved_figure_gets_a_caption_with_the_machine_and_the_date(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from scabbard.experiments import finish
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    finish(fig, tmp_path, "f.png")
+    text = " ".join(t.get_text() for t in fig.texts)
+    assert text.startswith("measured on") and "cores" in text
+    assert datetime.date.today().isoformat() in text and (tmp_path / "f.png").is_file()

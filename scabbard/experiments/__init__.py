@@ -67,14 +67,17 @@ def caption(fig, what: str) -> None:
     from scabbard.sim.machine import describe
 
     m = describe()
-    fig.text(0.01, 0.005, f"{what} | measured on {m['cpu']}, {m['cores']} cores, "
-             f"{datetime.date.today().isoformat()}", fontsize=7, color="0.35", ha="left",
-             va="bottom")
+    where = f"measured on {m['cpu']}, {m['cores']} cores, {datetime.date.today().isoformat()}"
+    fig.text(0.01, 0.005, f"{what} | {where}" if what else where, fontsize=7, color="0.35",
+             ha="left", va="bottom")
     fig.subplots_adjust(bottom=0.16)
 
 
 def finish(fig, output_dir: str | Path | None, name: str, dpi: int = 120):
-    """Lay ``fig`` out and, with an ``output_dir``, save it there as ``name``."""
+    """Lay ``fig`` out and, with an ``output_dir``, save it there as ``name`` - with a
+    caption naming the machine and the date (:func:`caption`) when it has none yet."""
+    if output_dir and not fig.texts:
+        caption(fig, "")
     fig.tight_layout(rect=(0, 0.04, 1, 1) if fig.texts else None)
     if output_dir:
         Path(output_dir).mkdir(parents=True, exist_ok=True)

@@ -139,7 +139,7 @@ def latency_candlesticks(runs: pd.DataFrame, systems=("no_ft", "ft")):
         base.mark_tick(color="black", size=14).encode(y="p50_ms:Q"),
     ).properties(width=60, height=260)
     return chart.facet(column=alt.Column("query:N", title=None)).properties(
-        title="Engine latency at 80% of its rate, no FT vs FT (Fig. 7b)").interactive()
+        title="Engine latency at 80% of its rate, no FT vs FT (after the paper's Fig. 7b)").interactive()
 
 
 def throughput_cores(table: pd.DataFrame, x: str = "cores", y: str = "tuples_per_s",

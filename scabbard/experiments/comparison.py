@@ -331,7 +331,7 @@ def plot(runs: pd.DataFrame, output_dir: str | None = None):
     ax.set_yscale("log")
     ax.set_xticks(x, qs, rotation=45)
     ax.set_ylabel("M tuples/s")
-    ax.set_title("Throughput (Fig. 7a)")
+    ax.set_title("Throughput (after the paper's Fig. 7a)")
     ax.legend(fontsize=8)
     for i, key in enumerate(("no_ft", "ft")):
         r = runs[runs["system"] == key].set_index("query").reindex(qs)
@@ -347,6 +347,6 @@ def plot(runs: pd.DataFrame, output_dir: str | None = None):
     bx.set_yscale("log")
     bx.set_xticks(x, qs, rotation=45)
     bx.set_ylabel("ms")
-    bx.set_title("Engine latency at 80% of its rate (Fig. 7b)")
+    bx.set_title("Engine latency at 80% of its rate (after the paper's Fig. 7b)")
     bx.legend(fontsize=8)
     return finish(fig, output_dir, "system_comparison.png")

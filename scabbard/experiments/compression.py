@@ -164,7 +164,7 @@ def plot(table: pd.DataFrame, output_dir: str | None = None):
     ax.set_yscale("log")
     ax.set_xlabel("encode throughput, MB/s of raw column bytes (one core)")
     ax.set_ylabel("compression ratio (raw / stored)")
-    ax.set_title("Compression ratio vs throughput per data type and codec (paper Fig. 6)")
+    ax.set_title("Compression ratio vs throughput per data type and codec (after the paper's Fig. 6)")
     ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.grid(True, which="both", alpha=0.3)
     return finish(fig, output_dir, "compression_tradeoffs.png")

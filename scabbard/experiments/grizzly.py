@@ -260,7 +260,7 @@ def plot_timeline(samples: pd.DataFrame, events: pd.DataFrame, info: dict,
         ax.axvline(info["changed_at"], color="black", ls="--", lw=1, label="keys move")
     ax.set_xlabel("seconds")
     ax.set_ylabel("M tuples/s")
-    ax.set_title("adaptive kernels across a change of the key range (Grizzly Fig. 12)")
+    ax.set_title("adaptive kernels across a change of the key range (after Grizzly's Fig. 12)")
     ax.legend(fontsize=8, ncol=3)
     return finish(fig, output_dir, "timeline.png")
 
@@ -313,7 +313,7 @@ def plot_keys(table: pd.DataFrame, output_dir: str | None = None):
     ax.set_xscale("log")
     ax.set_xlabel("distinct keys")
     ax.set_ylabel("M tuples/s (one core)")
-    ax.set_title("per-pane aggregation: dense array vs hash table (Grizzly Fig. 11)")
+    ax.set_title("per-pane aggregation: dense array vs hash table (after Grizzly's Fig. 11)")
     ax.legend(fontsize=8)
     return finish(fig, output_dir, "keys.png")
 
@@ -379,6 +379,6 @@ def plot_predicates(table: pd.DataFrame, output_dir: str | None = None):
         ax.plot(table["selectivity_a"], table[c] / 1e6, style, label=c)
     ax.set_xlabel("selectivity of filter a (b passes the rest)")
     ax.set_ylabel("M tuples/s (one core)")
-    ax.set_title("the order of two filters (Grizzly Fig. 13)")
+    ax.set_title("the order of two filters (after Grizzly's Fig. 13)")
     ax.legend(fontsize=8)
     return finish(fig, output_dir, "predicates.png")

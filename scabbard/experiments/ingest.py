@@ -432,7 +432,7 @@ def plot(disk: dict, table: pd.DataFrame, output_dir: str | None = None):
     ax.set_yscale("log")
     ax.set_xticks(x, table["query"])
     ax.set_ylabel("M tuples/s (source tuples)")
-    ax.set_title("Persisted ingest per query (Fig. 8a)")
+    ax.set_title("Persisted ingest per query (after the paper's Fig. 8a)")
     ax.legend(loc="lower right", fontsize=7)
     ax = axes.pop(0)
     for i, (key, name) in enumerate(systems):
@@ -446,7 +446,7 @@ def plot(disk: dict, table: pd.DataFrame, output_dir: str | None = None):
     ax.set_yscale("log")
     ax.set_xticks(x, table["query"])
     ax.set_ylabel("MB/s written to disk")
-    ax.set_title("Persisted ingest against the disk (Fig. 1, 8a)")
+    ax.set_title("Persisted ingest against the disk (after the paper's Fig. 1, 8a)")
     ax.legend(loc="lower right", fontsize=7)
     if len(systems) > 1:
         ax = axes.pop(0)
@@ -457,7 +457,7 @@ def plot(disk: dict, table: pd.DataFrame, output_dir: str | None = None):
         ax.set_yscale("log")
         ax.set_xticks(x, table["query"])
         ax.set_ylabel("ms, p50 (whisker: p95)")
-        ax.set_title("Latency: batch produced -> persisted and acknowledged (Fig. 8b)")
+        ax.set_title("Latency: batch produced -> persisted and acknowledged (after the paper's Fig. 8b)")
         ax.legend(fontsize=7)
     if with_query:
         ax = axes.pop(0)

@@ -264,14 +264,14 @@ def plot(tables: dict[str, pd.DataFrame], output_dir: str | None = None):
     link = PAPER_SERVER_C.network_mb_s / 1e3
     c.axhline(link, color="k", lw=1)
     c.text(1, link * 1.02, "100 Gb/s", fontsize=8)
-    c.set(xlabel="cores", ylabel="GB/s ingested", title="Fig. 13: ingest over 100 Gb/s")
+    c.set(xlabel="cores", ylabel="GB/s ingested", title="after the paper's Fig. 13, simulated: ingest over 100 Gb/s")
     c.legend(fontsize=6, ncol=3)
     t14 = tables["fig14"]
     for (q, st), g in t14.groupby(["query", "storage"], sort=False):
         d.plot(g["batch_kib"], g["latency_p75_ms"], marker="o", ms=3,
                ls="-" if st == "remote" else ":", label=f"{q} {st}")
     d.set(xscale="log", yscale="log", xlabel="batch KiB", ylabel="p75 latency ms",
-          title="Fig. 14: remote block storage (700 MB/s, 16k IOPS)")
+          title="after the paper's Fig. 14, simulated: remote block storage (700 MB/s, 16k IOPS)")
     d.legend(fontsize=6, ncol=3)
     return finish(fig, output_dir, "simulated_hardware.png")
 
