@@ -36,11 +36,11 @@ import pandas as pd
 from scabbard import queries
 from scabbard.check.model import CrashState, FileSystemModel
 from scabbard.data import Dataset
-from scabbard.engine import CollectSink, EngineConfig, run_query
+from scabbard.engine import EngineConfig
 from scabbard.ft.ingress import INGRESS
 from scabbard.ft.recovery import recorded_run, run_fault_tolerant
 from scabbard.ft.sinks import open_output, read_output
-from scabbard.ft.verify import compare, prefix_problem
+from scabbard.ft.verify import compare, failure_free, prefix_problem
 from scabbard.storage import RecordingIO, StorageConfig, UnitTooLarge
 
 STORAGE = StorageConfig(file_bytes=1 << 20, pool_files=2, bulk_bytes=1 << 18)
@@ -169,9 +169,7 @@ class Explorer:
                            checkpoint_mode=None if recover else self.s.checkpoint_mode, **kw)
 
     def expected(self) -> pd.DataFrame:
-        sink = CollectSink()
-        run_query(self.query, self.ds, sink=sink, config=self.config, max_tuples=self.s.tuples)
-        return sink.to_pandas()
+        return failure_free(self.query, self.ds, self.s.tuples, self.config)
 
     def record(self) -> FileSystemModel:
         """The recorded run's file operations.  Pool files stay small (each crash state
@@ -218,11 +216,9 @@ class Explorer:
                     if problem:
                         return problem
                 else:
-                    rep = self._run(root, recover=run is not None)
-                    if rep.source_start < acked:
-                        return (f"acknowledged input read from the source again: the input was "
-                                f"acknowledged up to source offset {acked}, the recovery read "
-                                f"the source from {rep.source_start}")
+                    problem = _reread(self._run(root, recover=run is not None), acked)
+                    if problem:
+                        return problem
         except Exception as e:  # noqa: BLE001
             return f"recovery failed: {_line(e)}"
         try:
@@ -239,11 +235,9 @@ class Explorer:
         state of the run: its committed output a prefix, and its own recovery exact."""
         io = RecordingIO(root)
         base = io.record_existing()
-        rep = self._run(root, recover=True, io=io)
-        if rep.source_start < acked:
-            return (f"acknowledged input read from the source again: the input was "
-                    f"acknowledged up to source offset {acked}, the recovery read the source "
-                    f"from {rep.source_start}")
+        problem = _reread(self._run(root, recover=True, io=io), acked)
+        if problem:
+            return problem
         model = FileSystemModel(io.ops, start=base)
         for state in model.sample(self.s.nested, self._rng):
             self.report.nested[level] += 1
@@ -299,6 +293,15 @@ class Explorer:
                 shutil.rmtree(self.dir, ignore_errors=True)
         rep.seconds = time.perf_counter() - t0
         return rep
+
+
+def _reread(rep, acked: int) -> str | None:
+    """What is wrong if the run ``rep`` read the source before ``acked`` (input that was
+    acknowledged as persisted before the crash: it is the p-stream's, not the source's)."""
+    if rep.source_start >= acked:
+        return None
+    return (f"acknowledged input read from the source again: the input was acknowledged up "
+            f"to source offset {acked}, the recovery read the source from {rep.source_start}")
 
 
 def acknowledged(ops) -> int:

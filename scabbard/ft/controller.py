@@ -275,13 +275,11 @@ class Controller:
 
     def expected(self):
         """The failure-free output: the same query on the same input, in this process."""
-        from scabbard.engine import CollectSink, EngineConfig, run_query
+        from scabbard.engine import EngineConfig
+        from scabbard.ft.verify import failure_free
 
-        ds = open_dataset(self.data)
-        sink = CollectSink()
-        run_query(queries.get(self.query), ds, sink=sink, max_tuples=self.max_tuples,
-                  config=EngineConfig(workers=self.workers, batch_rows=self.batch))
-        return sink.to_pandas()
+        return failure_free(queries.get(self.query), open_dataset(self.data), self.max_tuples,
+                            EngineConfig(workers=self.workers, batch_rows=self.batch))
 
     def verify(self) -> Verdict:
         from scabbard.ft.sinks import read_output

@@ -51,6 +51,16 @@ def compare(got: pd.DataFrame, want: pd.DataFrame, schema: Schema, rtol: float =
     return Verdict(len(w), len(only_want) - 0, len(dup), len(only_got) - len(dup) + int(bad.sum()))
 
 
+def failure_free(query, dataset, max_tuples: int | None, config=None) -> pd.DataFrame:
+    """The output of ``query`` on ``dataset`` up to ``max_tuples`` input tuples, run in this
+    process without failures: what a fault-tolerant run's output is compared with."""
+    from scabbard.engine import CollectSink, run_query
+
+    sink = CollectSink()
+    run_query(query, dataset, sink=sink, max_tuples=max_tuples, config=config)
+    return sink.to_pandas()
+
+
 def prefix_problem(got: pd.DataFrame, want: pd.DataFrame, schema) -> str | None:
     """Whether ``got`` is exactly the failure-free output's windows up to its last one (a
     stateless query's: its first rows, in order)."""
@@ -100,18 +110,18 @@ def verify_run(storage, output=None) -> RunCheck:
 
     from scabbard import queries
     from scabbard.data import DatasetError, open_dataset
-    from scabbard.engine import CollectSink, EngineConfig, run_query
-    from scabbard.ft.recovery import RunMismatch, dataset_identity, recorded_run
+    from scabbard.engine import EngineConfig
+    from scabbard.ft.recovery import RunMismatch, recorded_run
     from scabbard.ft.sinks import read_output
 
     run = recorded_run(storage)
     if run is None:
         raise RunMismatch(f"{storage} holds no fault-tolerant run (no run.json): give the "
                           f"--storage folder of a run started with --checkpoint-interval")
-    out = Path(output or run.get("output") or "")
-    if not str(out) or not out.is_dir():
-        raise RunMismatch(f"no output folder {str(out) or '(none recorded)'}: give the run's "
-                          f"--output")
+    out = output or run.get("output")
+    if out is None or not Path(out).is_dir():
+        raise RunMismatch(f"no output folder {out or '(none recorded)'}: give the run's --output")
+    out = Path(out)
     if run.get("max_tuples") is None:
         raise RunMismatch(f"{storage} holds an endless run (no --max-tuples): its output has no "
                           f"failure-free twin to compare with")
@@ -120,15 +130,12 @@ def verify_run(storage, output=None) -> RunCheck:
         ds = open_dataset(where, verify=False)
     except DatasetError as e:
         raise RunMismatch(f"the run's dataset: {e.one_line()}") from None
-    if dataset_identity(ds)["checksum"] != run["dataset"]["checksum"]:
+    if ds.checksum != run["dataset"]["checksum"]:
         raise RunMismatch(f"the dataset in {where} is no longer the run's input (its checksum "
                           f"changed)")
     q = queries.get(run["query"])
     got = read_output(out)
-    sink = CollectSink()
-    run_query(q, ds, sink=sink, max_tuples=run["max_tuples"],
-              config=EngineConfig(batch_rows=run.get("batch_rows")))
-    want = sink.to_pandas()
+    want = failure_free(q, ds, run["max_tuples"], EngineConfig(batch_rows=run.get("batch_rows")))
     if "completed" in run:
         return RunCheck(q.name, str(out), True, len(got), compare(got, want, q.schema), None)
     return RunCheck(q.name, str(out), False, len(got), None, prefix_problem(got, want, q.schema))
