@@ -53,12 +53,20 @@ class Settings:
     batch: int = 65_536
     placements: Sequence[tuple] | None = None  # None: every one that persists the input
     work_dir: str | None = None
+    kills: int = 3  # per placement: the first at kill_at, the others spread over the rest
 
     def __post_init__(self) -> None:
         if not 0 < self.kill_at < self.run_seconds:
             raise ValueError(f"kill_at must lie within the run ({self.run_seconds} s)")
+        if self.kills < 1:
+            raise ValueError("kills must be at least 1")
         for name in self.queries:
             queries.workload_of(name)
+
+    def kill_delays(self) -> list[float]:
+        """Seconds from each incarnation's start to its kill."""
+        rest = (self.run_seconds - self.kill_at) / self.kills
+        return [self.kill_at] + [rest] * (self.kills - 1)
 
 
 def _stored_bytes(storage: Path, query, placement: tuple[str, ...], row_bytes: int) -> float:
@@ -77,6 +85,9 @@ def _stored_bytes(storage: Path, query, placement: tuple[str, ...], row_bytes: i
 
 def measure_placement(name: str, ds, placement: tuple[str, ...], s: Settings,
                       root: Path) -> dict:
+    """One placement's throughput, bytes and checkpoints, and its recoveries from ``s.kills``
+    kills: ``crashes`` holds each one's recovery as measured (the state and channels loaded,
+    the input replayed) and where the kill left the run (for the cost model)."""
     q = queries.get(name)
     inner = tuple(e for e in placement if e != pl.INGRESS)
     ingress = pl.INGRESS in placement
@@ -93,16 +104,11 @@ def measure_placement(name: str, ds, placement: tuple[str, ...], s: Settings,
     c = Controller(name, ds.path, folder / "killed", max_tuples=n, workers=s.workers,
                    batch=s.batch, rate=s.rate, interval=s.interval, persist_input=ingress,
                    persist_at=inner, metrics_interval=0.1)
-    camp = c.run([s.kill_at])
+    camp = c.run(s.kill_delays())
     stored = _stored_bytes(c.storage, q, placement, ds.schema.row_bytes)
     from scabbard.engine import read_metrics
 
-    m = read_metrics(c.metrics_log)
-    origin = camp.kill_walls[0] if camp.kill_walls else float(m["wall"].min())
-    events = m[m["event"] != "sample"].assign(t=lambda d: d["wall"] - origin)
-    samples = m[m["event"] == "sample"].assign(t=lambda d: d["wall"] - origin)
-    phases = breakdown(samples.reset_index(drop=True), events.reset_index(drop=True))
-    recovery = (phases["replay"][1] - phases["state load"][0]) if "replay" in phases else np.nan
+    crashes = _crashes(read_metrics(c.metrics_log), camp.kill_walls)
     shutil.rmtree(folder, ignore_errors=True)
     return {"query": name, "placement": "+".join(placement) or "(none)",
             "tuples_per_s": r.run.summary.tuples_per_s,
@@ -110,8 +116,62 @@ def measure_placement(name: str, ds, placement: tuple[str, ...], s: Settings,
             "bytes_per_tuple": stored / max(1, n),
             "checkpoint_mb": float(np.median([x.bytes for x in ck])) / 1e6 if ck else np.nan,
             "checkpoint_ms": float(np.median([x.duration_s for x in ck])) * 1e3 if ck else np.nan,
-            "recovery_ms": recovery * 1e3, "kills": camp.kills,
-            "exactly_once": bool(camp.verdict and camp.verdict.ok)}
+            "kills": camp.kills, "exactly_once": bool(camp.verdict and camp.verdict.ok),
+            "crashes": crashes}
+
+
+def _crashes(m: pd.DataFrame, kill_walls: list[float]) -> list[dict]:
+    """Per kill: the recovery's state load (state and channels, from its ``resume`` event)
+    plus its replay (until the input stored before the kill was processed), the restart
+    before it (process start, code loading, the storage's opening: the same for every
+    placement), and where the kill left the run: the checkpoint's state, the input stored
+    after it, the rows of each channel past its consumer."""
+    events = m[m["event"] != "sample"]
+    samples = m[m["event"] == "sample"].reset_index(drop=True)
+    out = []
+    for k, wall in enumerate(kill_walls):
+        until = kill_walls[k + 1] if k + 1 < len(kill_walls) else None
+        ev = events.assign(t=lambda d, w=wall: d["wall"] - w).reset_index(drop=True)
+        phases = breakdown(samples.assign(t=samples["wall"] - wall), ev,
+                           until=None if until is None else until - wall)
+        after = ev[(ev.get("phase") == "resume") & (ev["t"] > 0)]
+        if until is not None:
+            after = after[after["t"] < until - wall]
+        if not len(after) or "replay" not in phases:
+            continue
+        at = after.iloc[0]
+        replay_s = phases["replay"][1] - phases["replay"][0]
+        rows = at.get("state_channel_rows")
+        out.append({"recovery_ms": float(at["state_load_ms"]) + replay_s * 1e3,
+                    "state_load_ms": float(at["state_load_ms"]), "replay_ms": replay_s * 1e3,
+                    "restart_ms": phases["replay"][0] * 1e3,
+                    "replay_tuples": float(at["replay_to"] - at["replay_from"]),
+                    "channel_rows": rows if isinstance(rows, dict) else {},
+                    "state_bytes": float(at["state_bytes"])})
+    return out
+
+
+def _with_model(row: dict, model: pl.Measured, p: tuple[str, ...], s: Settings) -> dict:
+    """The row with the cost model beside the measurement: bytes per second at the rate, and
+    each crash's recovery priced where that kill left the run - medians over the kills."""
+    crashes = row.pop("crashes")
+    est = pl.estimate(model, p, s.rate, s.interval)
+    for c in crashes:
+        c["predicted_ms"] = 1e3 * pl.estimate(
+            model, p, s.rate, s.interval, replay_tuples=c["replay_tuples"],
+            channel_rows=c["channel_rows"], state_bytes=c["state_bytes"]).recovery_s
+
+    def median(key: str) -> float:
+        return float(np.median([c[key] for c in crashes])) if crashes else np.nan
+
+    return row | {"recoveries": len(crashes), "recovery_ms": median("recovery_ms"),
+                  "recovery_min_ms": min((c["recovery_ms"] for c in crashes), default=np.nan),
+                  "recovery_max_ms": max((c["recovery_ms"] for c in crashes), default=np.nan),
+                  "predicted_recovery_ms": median("predicted_ms"),
+                  "state_load_ms": median("state_load_ms"), "replay_ms": median("replay_ms"),
+                  "restart_ms": median("restart_ms"), "replay_tuples": median("replay_tuples"),
+                  "predicted_mb_per_s": est.bytes_per_s / 1e6,
+                  "predicted_recovery_interval_ms": est.recovery_s * 1e3}
 
 
 def run(settings: Settings, log=print) -> pd.DataFrame:
@@ -129,17 +189,47 @@ def run(settings: Settings, log=print) -> pd.DataFrame:
                 p = tuple(p)
                 if any(e not in pl.edges(q) for e in p):
                     continue
-                row = measure_placement(name, ds, p, settings, root)
-                est = pl.estimate(model, p, settings.rate, settings.interval)
-                row.update(predicted_mb_per_s=est.bytes_per_s / 1e6,
-                           predicted_recovery_ms=est.recovery_s * 1e3, auto=p == auto)
+                row = _with_model(measure_placement(name, ds, p, settings, root), model, p,
+                                  settings) | {"auto": p == auto}
                 rows.append(row)
                 log(f"{name:5} {row['placement']:<32} {row['tuples_per_s'] / 1e6:6.2f} M t/s  "
                     f"{row['mb_per_s_persisted']:8.1f} MB/s persisted  checkpoint "
                     f"{row['checkpoint_mb']:6.2f} MB {row['checkpoint_ms']:6.1f} ms  recovery "
-                    f"{row['recovery_ms']:6.0f} ms{'  (auto)' if row['auto'] else ''}  "
+                    f"{row['recovery_ms']:6.0f} ms (predicted {row['predicted_recovery_ms']:6.0f},"
+                    f" restart {row['restart_ms']:4.0f}){'  (auto)' if row['auto'] else ''}  "
                     f"{'exactly once' if row['exactly_once'] else 'MISMATCH'}")
     return pd.DataFrame(rows)
+
+
+def predicted_vs_measured(table: pd.DataFrame) -> pd.DataFrame:
+    """Per query and placement: the recovery the cost model predicts (priced at where each
+    kill left the run) beside the one measured (medians over the kills, with their range),
+    their ratio, and the bytes per second both ways."""
+    t = table
+    return pd.DataFrame({
+        "query": t["query"], "placement": t["placement"], "auto": t["auto"],
+        "kills": t["recoveries"],
+        "recovery ms": t["recovery_ms"],
+        "range ms": [f"{lo:.0f}-{hi:.0f}" for lo, hi in zip(t["recovery_min_ms"],
+                                                             t["recovery_max_ms"], strict=True)],
+        "predicted ms": t["predicted_recovery_ms"],
+        "predicted / measured": t["predicted_recovery_ms"] / t["recovery_ms"],
+        "MB/s persisted": t["mb_per_s_persisted"], "predicted MB/s": t["predicted_mb_per_s"],
+        "restart ms (all placements)": t["restart_ms"]})
+
+
+def auto_against_best(table: pd.DataFrame) -> pd.DataFrame:
+    """Per query: the auto placement's measured recovery against the fastest measured among
+    those that leave half the disk free (auto's own rule), as a ratio."""
+    out = []
+    for name, g in table.groupby("query", sort=False):
+        fits = g[g["mb_per_s_persisted"] <= 0.5 * pl.WRITE_MB_S]
+        best_row = fits.loc[fits["recovery_ms"].idxmin()]
+        a = g[g["auto"]].iloc[0]
+        out.append({"query": name, "auto": a["placement"], "auto ms": a["recovery_ms"],
+                    "measured best": best_row["placement"], "best ms": best_row["recovery_ms"],
+                    "auto / best": a["recovery_ms"] / best_row["recovery_ms"]})
+    return pd.DataFrame(out)
 
 
 def best(table: pd.DataFrame) -> pd.DataFrame:

@@ -7,21 +7,28 @@ operator is an ft-operator and is checkpointed; the placement decides what is *s
 flows, and so what a recovery reads back instead of recomputing.
 
 :func:`measure` runs the query fault-tolerantly on a sample of its dataset with a p-stream
-on every edge and measures, per input tuple: the bytes each edge carries (the operators'
-selectivities, as push-up measures the ingress's), the state a checkpoint writes, and the
-CPU of the windows' state building (fragments) apart from their emission (boundaries,
-assembly, the graph) - with the engine's own timers.
+on every edge, stops it part-way (as a crash would) and recovers it, and measures, per input
+tuple: the bytes each edge carries in steady state (between the first and the last
+checkpoint: neither the windows filling at the start nor the open windows a sample's end
+flushes count), the state a checkpoint writes, the CPU of the windows' state building
+(fragments) apart from their emission (boundaries, assembly, the graph) - with the engine's
+own timers - and, from the recovery, what loading a byte of state and reading back a byte of
+a persisted channel cost.
 
 :func:`estimate` prices a placement at an input rate and checkpoint interval:
 
 * **bytes persisted per second** - the rate times the placed edges' bytes per tuple;
 * **state checkpointed** - the same for every placement (every ft-operator is checkpointed);
-* **recovery** - the state read back, then the input since the checkpoint (one interval)
+* **recovery** - the state loaded, then the input since the checkpoint (one interval)
   processed again: its state building always; its emission only where the windows' output
   is not stored downstream already (a p-stream on a branch's way to the sink holds what
   the branch emitted before the crash: it is replayed from disk, not recomputed - each
   branch weighted by the rows it emits); read from the ingress p-stream if placed, else
-  asked again from the source, which must then buffer an interval of input.
+  asked again from the source, which must then buffer an interval of input.  Every
+  persisted channel is read back from its consumer's position at the checkpoint: the rows
+  it carried since (LRB3's ``window0``, 30 rows an input tuple, costs more to read back than
+  the input it came from).  The process start and the code loading are the same for every
+  placement and left out.
 
 :func:`choose` (``--placement auto``): among the placements that persist the input (the
 source is not assumed replayable) and leave the disk's write bandwidth at least half free
@@ -32,7 +39,10 @@ bytes.
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
+import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +52,7 @@ import numpy as np
 from scabbard import queries, timers
 from scabbard.data import Dataset
 from scabbard.engine import EngineConfig, physical
+from scabbard.engine.sources import StopAfter
 from scabbard.ft.channels import OUTPUT, stream_name
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import DiscardSink
@@ -96,6 +107,14 @@ class Measured:
     build_s_tuple: float  # CPU of the windows' state building per tuple
     emit_s_tuple: float  # CPU of the emission (assembly, boundaries, graph) per tuple
     chains: dict[str, tuple[str, ...]] = field(default_factory=dict)  # branch -> its path up
+    # from the sample's recovery: seconds to load a byte of checkpointed state, and to read
+    # back a byte of a persisted channel (its stored units decoded for the consumer)
+    load_s_byte: float = 1 / (READ_MB_S * 1e6)
+    channel_s_byte: float = 1 / (READ_MB_S * 1e6)
+    # and the wall seconds of replaying an input tuple stored after the checkpoint with the
+    # input alone persisted (read back, state built, every window emitted again); None: the
+    # CPU of building and emitting
+    replay_s_tuple: float | None = None
 
     def describe(self, query) -> list[str]:
         """The graph as text: each edge with its bytes per input tuple."""
@@ -113,9 +132,10 @@ def measure(query_name: str, dataset: Dataset, tuples: int = 1 << 20, workers: i
             workdir: str | Path | None = None, push_up: bool = False,
             compression: str | None = None) -> Measured:
     """Run the query on the first ``tuples`` of ``dataset`` (replayed if shorter) with a
-    p-stream on every edge and checkpoints every few tasks; measure what each edge carries,
-    the state per checkpoint and the CPU split.  With ``push_up``, the ingress carries what
-    push-up keeps, compressed by the default codecs unless ``compression`` is none (the
+    p-stream on every edge and a checkpoint every four of its sixteen tasks, stopped after
+    fourteen and recovered; measure what each edge carries (in steady state), the state per
+    checkpoint, the CPU split and the recovery's costs.  With ``push_up``, the ingress carries
+    what push-up keeps, compressed by the default codecs unless ``compression`` is none (the
     adaptive scheme is priced as the default one, its starting point): measured on the same
     tuples (:func:`scabbard.engine.pushup.footprint`)."""
     q = queries.get(query_name)
@@ -123,32 +143,116 @@ def measure(query_name: str, dataset: Dataset, tuples: int = 1 << 20, workers: i
     folder = Path(tempfile.mkdtemp(prefix="scabbard-placement-", dir=workdir))
     layout = StorageConfig(file_bytes=64 << 20, pool_files=4)
     count = _Count()
+
+    args = {"query": q.name, "data": str(dataset.path), "storage": str(folder / "storage"),
+            "out": str(folder / "out"), "workers": workers, "tuples": tuples,
+            "persist_at": every, "pool_file_bytes": layout.file_bytes}
     try:
         with timers.recording(count):
-            r = run_fault_tolerant(q, dataset, folder / "storage", DiscardSink(folder / "out"),
-                                   EngineConfig(workers=workers,
-                                                batch_rows=max(1024, tuples // 16)),
-                                   interval=None, every_tasks=4, max_tuples=tuples,
-                                   persist_at=tuple(every), durability="process",
-                                   storage_config=layout)
+            r = _sample_run(dataset, args, wrap_source=lambda s: StopAfter(s, _TASKS - 1))
         n = r.run.summary.tuples
         ops = physical.operators(q.node)
-        rows, nbytes = {INGRESS: float(n)}, {INGRESS: n * ingress_bytes(q, dataset, tuples,
-                                                                         push_up, compression)}
-        with BlockManager(folder / "storage", layout) as bm:
-            for e in every:
-                schema = ops[e].node.schema
-                got = bm.durable_end(bm.stream(stream_name(e), schema))
-                rows[e], nbytes[e] = float(got), float(got * schema.payload_bytes)
+        rows = _steady_rows(r.checkpoints, every)
+        if rows is None:  # too few checkpoints: the whole stopped run
+            with BlockManager(folder / "storage", layout) as bm:
+                rows = {e: bm.durable_end(bm.stream(stream_name(e), ops[e].node.schema)) / n
+                        for e in every}
+        rows[INGRESS] = 1.0
+        per_tuple = {e: rows[e] * ops[e].node.schema.payload_bytes for e in every}
+        per_tuple[INGRESS] = ingress_bytes(q, dataset, tuples, push_up, compression)
+        back = _cold_recovery(args)
+        # the same with the input alone persisted: its replay emits every window again
+        alone = dict(args, storage=str(folder / "alone" / "storage"),
+                     out=str(folder / "alone" / "out"), persist_at=[])
+        _sample_run(dataset, alone, wrap_source=lambda s: StopAfter(s, _TASKS - 1))
+        emitting = _cold_recovery(alone)
         states = [c.bytes for c in r.checkpoints] or [0]
         plan = physical.plan(q.node)
         chains = {b.id: tuple(o.id for o in c) for b, c in zip(plan.branches, plan.chains,
                                                                 strict=True)}
-        return Measured(q.name, n, {e: v / n for e, v in nbytes.items()},
-                        {e: v / n for e, v in rows.items()}, float(np.median(states)),
-                        count.cpu["build"] / n, count.cpu["emit"] / n, chains)
+        return Measured(q.name, n, per_tuple, rows, float(np.median(states)),
+                        count.cpu["build"] / n, count.cpu["emit"] / n, chains,
+                        **_recovery_costs(back, emitting, ops))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+_TASKS = 16  # of the sample run
+
+
+def _sample_run(dataset: Dataset, args: dict, **kw):
+    """The sample's fault-tolerant run (or, with ``recover=True``, its recovery)."""
+    return run_fault_tolerant(queries.get(args["query"]), dataset, args["storage"],
+                              DiscardSink(args["out"]),
+                              EngineConfig(workers=args["workers"],
+                                           batch_rows=max(1024, args["tuples"] // _TASKS)),
+                              interval=None, every_tasks=4, max_tuples=args["tuples"],
+                              persist_at=tuple(args["persist_at"]), durability="machine",
+                              storage_config=StorageConfig(file_bytes=args["pool_file_bytes"],
+                                                           pool_files=4), **kw)
+
+
+def _cold_recovery(args: dict) -> dict:
+    """The stopped sample recovered by a process of its own, as after a crash: its state is
+    read while the code loads on another thread, as in every cold restart (in this process,
+    with the code loaded and the files just read, it costs a third of that).  Returns the
+    recovery's report of what it loaded."""
+    code = ("import json, sys\n"
+            "from scabbard.data import open_dataset\n"
+            "from scabbard.ft.placement import _sample_run\n"
+            "a = json.loads(sys.argv[1])\n"
+            "r = _sample_run(open_dataset(a['data'], verify=False), a, recover=True,\n"
+            "                metrics_log=a['metrics'])\n"
+            "print(json.dumps(r.loaded))")
+    args = dict(args, metrics=str(Path(args["storage"]).parent / "recovery.jsonl"))
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True,
+                          text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"the placement sample's recovery failed: "
+                           f"{done.stderr.strip().splitlines()[-1:]}")
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    walls = {}
+    with open(args["metrics"]) as f:
+        for line in f:
+            e = json.loads(line)
+            if e.get("phase") in ("state_loaded", "code_loaded", "replayed"):
+                walls[e["phase"]] = e.get("wall")
+    if {"state_loaded", "code_loaded", "replayed"} <= walls.keys():
+        loaded["replay_s"] = walls["replayed"] - max(walls["state_loaded"], walls["code_loaded"])
+    return loaded
+
+
+def _steady_rows(records: list, every: list[str]) -> dict[str, float] | None:
+    """Rows each operator emitted per input tuple between the first and the last checkpoint
+    (their records hold where each operator's output stood): None with fewer than two."""
+    if len(records) < 2 or records[-1].input_end <= records[0].input_end:
+        return None
+    a, b = records[0], records[-1]
+    span = b.input_end - a.input_end
+
+    def out(rec, e: str) -> int:
+        return int(rec.operator["pv"][e]["out"][e])
+
+    return {e: (out(b, e) - out(a, e)) / span for e in every}
+
+
+def _recovery_costs(loaded: dict, emitting: dict, ops) -> dict[str, float]:
+    """Seconds per byte of state loaded and of channel units read back, from the report of a
+    recovery with every edge persisted (a part that read nothing keeps the default); and per
+    input tuple replayed, from one with the input alone persisted (``emitting``: every
+    window's output computed again)."""
+    out = {}
+    channel_s = loaded.get("channel_ms", 0.0) / 1e3
+    state_s = loaded.get("load_ms", 0.0) / 1e3 - channel_s
+    if loaded.get("bytes"):
+        out["load_s_byte"] = state_s / loaded["bytes"]
+    channel_bytes = sum(rows * ops[e].node.schema.payload_bytes
+                        for e, rows in loaded.get("channel_rows", {}).items())
+    if channel_bytes:
+        out["channel_s_byte"] = channel_s / channel_bytes
+    if emitting.get("replay_tuples") and "replay_s" in emitting:
+        out["replay_s_tuple"] = emitting["replay_s"] / emitting["replay_tuples"]
+    return out
 
 
 def ingress_bytes(query, dataset: Dataset, tuples: int, push_up: bool,
@@ -196,20 +300,37 @@ def _stored_downstream(m: Measured, placement: tuple[str, ...], query) -> float:
 
 
 def estimate(m: Measured, placement: tuple[str, ...], rate: float, interval: float,
-             read_mb_s: float = READ_MB_S, row_bytes: int | None = None) -> Estimate:
+             read_mb_s: float = READ_MB_S, replay_tuples: float | None = None,
+             channel_rows: dict[str, float] | None = None,
+             state_bytes: float | None = None) -> Estimate:
     """The cost of ``placement`` at ``rate`` input tuples/s and one checkpoint every
-    ``interval`` seconds (see the module)."""
+    ``interval`` seconds (see the module): a crash an interval after a checkpoint of the
+    sample's size, unless ``replay_tuples`` (input since the checkpoint), ``channel_rows``
+    (rows each persisted channel holds past its consumer's position) and ``state_bytes``
+    (the checkpoint's) say where a crash left the run."""
     q = queries.get(m.query)
     placement = tuple(q_ if q_ != OUTPUT else _root(q) for q_ in placement)
     per_tuple = sum(m.bytes_per_tuple[e] for e in placement)
-    replay = rate * interval
+    replay = rate * interval if replay_tuples is None else replay_tuples
     stored = _stored_downstream(m, placement, q)
-    cpu = replay * (m.build_s_tuple + (1 - stored) * m.emit_s_tuple)
-    read = m.state_bytes / (read_mb_s * 1e6)
-    if INGRESS in placement:
-        read += replay * m.bytes_per_tuple[INGRESS] / (read_mb_s * 1e6)
+    if m.replay_s_tuple is not None and INGRESS in placement:
+        # what is stored downstream is not emitted again: its share of the CPU saved
+        share = m.emit_s_tuple / (m.build_s_tuple + m.emit_s_tuple or 1.0)
+        cpu = replay * m.replay_s_tuple * (1 - stored * share)
+    else:
+        cpu = replay * (m.build_s_tuple + (1 - stored) * m.emit_s_tuple)
+        if INGRESS in placement:
+            cpu += replay * m.bytes_per_tuple[INGRESS] / (read_mb_s * 1e6)
+    state = m.state_bytes if state_bytes is None else state_bytes
+    read = state * m.load_s_byte
+    ops = physical.operators(q.node)
+    for e in placement:
+        if e != INGRESS:
+            rows = replay * m.rows_per_tuple[e] if channel_rows is None else \
+                channel_rows.get(e, 0.0)
+            read += rows * ops[e].node.schema.payload_bytes * m.channel_s_byte
     buffer = 0.0 if INGRESS in placement else replay * m.bytes_per_tuple[INGRESS]
-    return Estimate(placement, rate * per_tuple, m.state_bytes, read + cpu, buffer)
+    return Estimate(placement, rate * per_tuple, state, read + cpu, buffer)
 
 
 def _root(query) -> str:

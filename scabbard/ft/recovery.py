@@ -414,9 +414,14 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         if recover:
             t_load = time.perf_counter()
             resume, replay_from, skipped = _resume(storage, store, state, bm, ingress, sink)
+            t_channels = time.perf_counter()
             channels.resume_channels(stores, resume[0] if resume else None)
-            loaded = dict(state.loaded, load_ms=round((time.perf_counter() - t_load) * 1e3, 2),
-                          replay_tuples=ingress.end - replay_from if persist_input else None)
+            done = time.perf_counter()
+            loaded = dict(state.loaded, load_ms=round((done - t_load) * 1e3, 2),
+                          replay_tuples=ingress.end - replay_from if persist_input else None,
+                          channel_rows={n: s.start["end"] - s.start["consumed"]
+                                        for n, s in stores.items()},
+                          channel_ms=round((done - t_channels) * 1e3, 2))
         else:
             resume, replay_from, skipped, loaded = None, None, [], {}
             if sink.holds_results():
@@ -542,7 +547,9 @@ class FTReport:
     resumed_from: int | None  # checkpoint id, when recovering
     replayed_from: int | None  # input offset, when recovering
     damage: list = field(default_factory=list)  # torn or quarantined storage found on opening
-    # recovering: state bytes, panes and pane-unit runs loaded, load ms, input tuples replayed
+    # recovering: state bytes, panes and pane-unit runs loaded, load ms (state and channels),
+    # input tuples replayed, rows each persisted channel replays to its consumer and the ms
+    # its stored units took to read back (within load ms)
     loaded: dict = field(default_factory=dict)
     checkpoint_mode: str = "full"
     written_bytes: int = 0  # segment bytes the run's storage acknowledged (input, state, edges)
