@@ -7,13 +7,14 @@ operator is an ft-operator and is checkpointed; the placement decides what is *s
 flows, and so what a recovery reads back instead of recomputing.
 
 :func:`measure` runs the query fault-tolerantly on a sample of its dataset with a p-stream
-on every edge, stops it part-way (as a crash would) and recovers it, and measures, per input
+on every edge, stops it part-way (as a crash would) and recovers it in a process of its own,
+then the same with the input alone persisted, and measures, per input
 tuple: the bytes each edge carries in steady state (between the first and the last
 checkpoint: neither the windows filling at the start nor the open windows a sample's end
 flushes count), the state a checkpoint writes, the CPU of the windows' state building
 (fragments) apart from their emission (boundaries, assembly, the graph) - with the engine's
-own timers - and, from the recovery, what loading a byte of state and reading back a byte of
-a persisted channel cost.
+own timers - and, from the recoveries, what loading a byte of state, reading back a byte of
+a persisted channel and replaying an input tuple cost.
 
 :func:`estimate` prices a placement at an input rate and checkpoint interval:
 
@@ -133,8 +134,9 @@ def measure(query_name: str, dataset: Dataset, tuples: int = 1 << 20, workers: i
             compression: str | None = None) -> Measured:
     """Run the query on the first ``tuples`` of ``dataset`` (replayed if shorter) with a
     p-stream on every edge and a checkpoint every four of its sixteen tasks, stopped after
-    fourteen and recovered; measure what each edge carries (in steady state), the state per
-    checkpoint, the CPU split and the recovery's costs.  With ``push_up``, the ingress carries
+    fifteen and recovered, then with the input alone persisted, stopped and recovered; measure
+    what each edge carries (in steady state), the state per checkpoint, the CPU split and the
+    recovery's costs.  With ``push_up``, the ingress carries
     what push-up keeps, compressed by the default codecs unless ``compression`` is none (the
     adaptive scheme is priced as the default one, its starting point): measured on the same
     tuples (:func:`scabbard.engine.pushup.footprint`)."""
@@ -195,8 +197,8 @@ def _sample_run(dataset: Dataset, args: dict, **kw):
 def _cold_recovery(args: dict) -> dict:
     """The stopped sample recovered by a process of its own, as after a crash: its state is
     read while the code loads on another thread, as in every cold restart (in this process,
-    with the code loaded and the files just read, it costs a third of that).  Returns the
-    recovery's report of what it loaded."""
+    with the code loaded, it measured a half to a third of a cold restart's).  Returns the
+    recovery's report of what it loaded, with its replay's wall seconds."""
     code = ("import json, sys\n"
             "from scabbard.data import open_dataset\n"
             "from scabbard.ft.placement import _sample_run\n"
