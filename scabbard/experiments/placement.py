@@ -47,13 +47,13 @@ class Settings:
     rate: float = 300_000.0  # input tuples/s of the killed runs
     interval: float = 1.0
     seconds: float = 3.0  # of the unpaced run per placement
-    run_seconds: float = 8.0  # of the paced, killed run
+    run_seconds: float = 12.0  # of the paced, killed run
     kill_at: float = 4.0
     workers: int = 2
     batch: int = 65_536
     placements: Sequence[tuple] | None = None  # None: every one that persists the input
     work_dir: str | None = None
-    kills: int = 3  # per placement: the first at kill_at, the others spread over the rest
+    kills: int = 5  # per placement: the first at kill_at, the others spread over the rest
 
     def __post_init__(self) -> None:
         if not 0 < self.kill_at < self.run_seconds:
