@@ -149,6 +149,26 @@ def test_distribution_change_falls_back_then_respecialises_without_a_wrong_value
             assert np.array_equal(x.view(np.uint8), y.view(np.uint8))
 
 
+def test_after_the_first_decision_profiling_is_spread_over_the_interval():
+    """Until the first decision every ``profile_every``-th batch is profiled; then at most
+    PROFILES_PER_INTERVAL batches an interval (here none: the interval is long), and the batch
+    after a deoptimisation (its data changed) - profiling runs under the scheme's lock, a
+    serial stage that every 4th batch had made of it."""
+    from scabbard.compression.adaptive import FIRST_DECISION
+
+    c = Compression.scheme(SCHEMA, "adaptive", interval=1e9, profile_every=1)
+    for i in range(FIRST_DECISION):
+        c(_batch(i * 1000, 1000))
+    assert c.decisions == 1 and c.codecs[1].name == "ns_bit"
+    for i in range(FIRST_DECISION, 40):
+        c(_batch(i * 1000, 1000))
+    assert c.profiles[1].batches == 0  # 36 batches, none profiled
+    c(_batch(40_000, 1000, k_hi=1 << 20))  # k no longer fits its codec: deoptimised
+    c(_batch(41_000, 1000, k_hi=1 << 20))  # profiled
+    assert c.stats["k"].fallbacks >= 1 and c.profiles[1].batches == 1
+    assert c.profiles[1].value_bits > 16
+
+
 _CODECS = [c for cls in registered() for c in cls.examples()]
 
 

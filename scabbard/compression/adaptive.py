@@ -54,6 +54,11 @@ STEP_ROWS = 1 << 16  # the step codecs and XOR are measured on this many of the 
 # every column is in its default codec (SG1's readings spent the first 0.5 s of a 5 s run -
 # 10% of it - in XOR, which stores nothing less for them)
 FIRST_DECISION = 4
+# after the first decision, profiled batches are spread over the decision interval, this many
+# at most (and a batch after a deoptimisation: its data changed): SG1's 150 batches a second,
+# every 4th profiled under the scheme's lock, made profiling a serial stage for a decision
+# every 4 s
+PROFILES_PER_INTERVAL = 16
 
 
 def _c(name: str, **kw) -> Codec:
@@ -185,6 +190,8 @@ class AdaptiveCompression(Compression):
             raise ValueError("interval must be positive and profile_every >= 1")
         self._reset()
         self._seen = 0
+        self._profiled_at = float("-inf")  # time.monotonic() of the last profiled batch
+        self._fallbacks = 0  # deoptimisations seen so far
         self._last = None  # the last profiled batch (the cost model's sample)
         self._decided_at = time.monotonic()
 
@@ -194,7 +201,8 @@ class AdaptiveCompression(Compression):
     def __call__(self, batch):
         span = timers.start()
         with self._lock:  # profiling and decisions one batch at a time; encoding in parallel
-            if self._seen % self.profile_every == 0 and len(batch):
+            if self._profile_due() and len(batch):
+                self._profiled_at = time.monotonic()
                 for i, p in enumerate(self.profiles):
                     p.add_parts(batch.column_parts(i),  # the column is not made
                                 step_codecs=False,  # those: once, at decide
@@ -208,6 +216,17 @@ class AdaptiveCompression(Compression):
                 self.decide()
         timers.stop(span, "profile", len(batch))
         return super().__call__(batch)
+
+    def _profile_due(self) -> bool:
+        """Until the first decision every ``profile_every``-th batch; then one each
+        ``interval / PROFILES_PER_INTERVAL`` seconds, and the batch after a deoptimisation."""
+        if self.decisions == 0:
+            return self._seen % self.profile_every == 0
+        with self._stats_lock:
+            fallbacks = sum(st.fallbacks for st in self.stats.values())
+        changed, self._fallbacks = fallbacks > self._fallbacks, fallbacks
+        return changed or \
+            time.monotonic() - self._profiled_at >= self.interval / PROFILES_PER_INTERVAL
 
     def decide(self) -> dict[str, str]:
         """Select (and swap in) a codec per column from the profiles; start new ones."""
