@@ -7,12 +7,14 @@ runs of the engine:
 * **throughput** - the query with the placement, checkpoints every ``interval`` s, no rate
   limit, for ``seconds``; its checkpoints' size and time;
 * **bytes persisted per second** and **recovery** - the query as its own process with its
-  input at ``rate`` tuples/s, killed with SIGKILL ``kill_at`` s in and recovered: the bytes
-  each p-stream stored over the run, and the recovery's state load and replay (from the
-  metrics log; process start and code loading are the same for every placement);
+  input at ``rate`` tuples/s, killed with SIGKILL ``kills`` times (the first ``kill_at`` s
+  in) and recovered each time: the bytes each p-stream stored over the run, and each
+  recovery's state load and replay (from the metrics log; process start, code loading and
+  the storage's opening are the same for every placement), their median;
 
-beside the cost model's estimate (:mod:`scabbard.ft.placement`) and its choice (``auto``).
-Every run's output is checked exactly once against a failure-free run.
+beside the cost model's estimate (:mod:`scabbard.ft.placement`), priced at where each kill
+left the run, and its choice (``auto``) against the measured best.  Every run's output is
+checked exactly once against a failure-free run.
 """
 
 from __future__ import annotations
