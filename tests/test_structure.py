@@ -180,3 +180,22 @@ def test_the_patch_check_finds_a_patch(tmp_path, monkeypatch):
                    "        self.x = 1\n")
     monkeypatch.setitem(MODULES, "scabbard.patching", src)
     assert _patches("scabbard.patching") == ["scabbard.patching:3", "scabbard.patching:4"]
+
+
+def test_experiment_settings_share_their_common_fields():
+    """Every experiment's ``Settings`` with a scale and a dataset root takes them from
+    :class:`scabbard.experiments.Common` (they were declared again in 18 modules)."""
+    import dataclasses
+    import importlib
+
+    from scabbard.experiments import Common
+
+    apart = []
+    for module in sorted(m for m in MODULES if m.startswith("scabbard.experiments.")):
+        settings = getattr(importlib.import_module(module), "Settings", None)
+        if settings is None or not dataclasses.is_dataclass(settings):
+            continue
+        names = {f.name for f in dataclasses.fields(settings)}
+        if {"scale", "data_dir"} <= names and not issubclass(settings, Common):
+            apart.append(module)
+    assert apart == []

@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -19,6 +20,15 @@ def default_data_dir() -> str:
     from scabbard import paths
 
     return str(paths.data_root())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Common:
+    """The fields every experiment's ``Settings`` shares: the datasets' scale and where they
+    live (keyword-only: each experiment's own fields keep their order before them)."""
+
+    scale: str = "small"
+    data_dir: str = field(default_factory=default_data_dir)
 
 
 @contextmanager

@@ -34,7 +34,7 @@ from scabbard.engine import EngineConfig, NullSink
 from scabbard.engine.metrics import read_metrics
 from scabbard.engine.runtime import Engine
 from scabbard.engine.sources import ReplaySource
-from scabbard.experiments import default_data_dir, finish, save_tables, scratch
+from scabbard.experiments import Common, finish, save_tables, scratch
 from scabbard.ft.ingress import run_persisted
 from scabbard.storage import StorageConfig
 
@@ -73,10 +73,8 @@ class RegimeChange(ReplaySource):
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     schemes: Sequence[str] = field(default=SCHEMES)
-    scale: str = "small"
-    data_dir: str = field(default_factory=default_data_dir)
     seconds: float = 20.0
     change_at: float = 10.0  # wall seconds into each run
     interval: float = 4.0  # adaptive re-selection (the paper's 4 s)

@@ -31,7 +31,13 @@ import pandas as pd
 from scabbard import queries
 from scabbard.engine import EngineConfig
 from scabbard.engine.metrics import read_metrics
-from scabbard.experiments import default_data_dir, finish, prepared_dataset, save_tables, scratch
+from scabbard.experiments import (
+    Common,
+    finish,
+    prepared_dataset,
+    save_tables,
+    scratch,
+)
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, TransactionalSink
 from scabbard.peers.synclog import LoggedSource
@@ -47,12 +53,10 @@ PAPER = ("Flink++ with checkpoints only: 5x lower throughput than Scabbard, two 
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     query: str = "YSB"
     batch_kib: Sequence[int] = field(default=(256, 1024, 4096))
     configs: Sequence[str] = field(default=CONFIGS)
-    scale: str = "small"
-    data_dir: str = field(default_factory=default_data_dir)
     seconds: float = 4.0
     interval: float = 1.0
     workers: int = 2

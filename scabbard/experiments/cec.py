@@ -33,7 +33,13 @@ import pandas as pd
 from scabbard import queries
 from scabbard.engine import EngineConfig, NullSink, read_metrics, run_query
 from scabbard.engine.sources import ReplaySource
-from scabbard.experiments import default_data_dir, finish, prepared_dataset, save_tables, scratch
+from scabbard.experiments import (
+    Common,
+    finish,
+    prepared_dataset,
+    save_tables,
+    scratch,
+)
 from scabbard.experiments.incremental import event_rate, window_s
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink
@@ -46,10 +52,8 @@ PAPER_LOAD_S = {25: 2.0, 250: 5.0}
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     query: str = "LRB1"
-    scale: str = "small"
-    data_dir: str = field(default_factory=default_data_dir)
     periods_ms: Sequence[float] = field(default=(25, 50, 100, 250, 1000))  # CP
     step_ms: float = 10.0  # CI
     replay_bounds: Sequence[int] = field(default=(10_000, 50_000, 200_000))  # U, at max CP

@@ -39,7 +39,13 @@ import pandas as pd
 
 from scabbard import queries, timers
 from scabbard.engine import EngineConfig, NullSink, run_query, sink_for
-from scabbard.experiments import default_data_dir, finish, prepared_dataset, save_tables, scratch
+from scabbard.experiments import (
+    Common,
+    finish,
+    prepared_dataset,
+    save_tables,
+    scratch,
+)
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, DiscardSink
 
@@ -62,10 +68,8 @@ PAPER = pd.DataFrame(
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     queries: Sequence[str] = field(default=queries.NAMES)
-    scale: str = "small"
-    data_dir: str = field(default_factory=default_data_dir)
     seconds: float = 5.0  # wall seconds per run
     interval: float = 1.0  # checkpoint interval
     worker_counts: Sequence[int] = (1, 2)

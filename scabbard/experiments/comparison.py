@@ -43,7 +43,13 @@ import pandas as pd
 
 from scabbard import queries
 from scabbard.engine import EngineConfig, NullSink, run_query
-from scabbard.experiments import default_data_dir, finish, prepared_dataset, save_tables, scratch
+from scabbard.experiments import (
+    Common,
+    finish,
+    prepared_dataset,
+    save_tables,
+    scratch,
+)
 from scabbard.experiments.engine_throughput import peer_dataset
 from scabbard.experiments.progress import Progress, Step
 from scabbard.ft.recovery import run_fault_tolerant
@@ -59,10 +65,8 @@ PAPER = ("16 cores: Scabbard within 11% of LightSaber (no FT) on SG3, LRB1-3; 12
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     queries: Sequence[str] = field(default=queries.NAMES)
-    scale: str = "small"
-    data_dir: str = field(default_factory=default_data_dir)
     seconds: float = 5.0  # per engine run
     interval: float = 1.0  # checkpoints, engine and peers
     workers: int = 2

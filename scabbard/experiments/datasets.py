@@ -16,16 +16,14 @@ import pandas as pd
 
 from scabbard import workloads
 from scabbard.data import Dataset
-from scabbard.experiments import default_data_dir
+from scabbard.experiments import Common
 
 PLOT_ROWS = 2_000_000  # the plots look at (at most) the first rows of each dataset
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     workloads: Sequence[str] = field(default=workloads.NAMES)
-    scale: str = "small"
-    data_dir: str = field(default_factory=default_data_dir)
     generate: bool = True
     seed: int = 0
     output_dir: str = "."

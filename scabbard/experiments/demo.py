@@ -19,20 +19,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
 from scabbard import queries, workloads
-from scabbard.experiments import default_data_dir, finish, scratch
+from scabbard.experiments import Common, finish, scratch
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     query: str = "YSB"  # the killed run: one dataset for the whole demo (Fig. 10 used LRB1)
     explain_query: str = "YSB"  # push-up's largest saving: one event type of three, 2 of 7 fields
-    scale: str = "small"
-    data_dir: str = field(default_factory=default_data_dir)
     load: float = 0.5  # the killed run's input rate, share of its sustainable rate
     interval: float = 1.0  # checkpoint interval, s
     seconds: float = 8.0  # length of the killed run's input at that rate

@@ -31,7 +31,7 @@ import pandas as pd
 from scabbard import queries, workloads
 from scabbard.data import Dataset, write_dataset
 from scabbard.engine import EngineConfig, NullSink, run_query
-from scabbard.experiments import default_data_dir
+from scabbard.experiments import Common
 
 # What the paper states about Fig. 7 (its bars carry no printed values): Scabbard's
 # throughput drop against LightSaber (no FT), and the median latency bound (§6.2).
@@ -52,10 +52,8 @@ WARM_UP_S = 1.5  # the unmeasured run before a query's measured ones
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     queries: Sequence[str] = field(default=queries.NAMES)
-    scale: str = "small"
-    data_dir: str = field(default_factory=default_data_dir)
     seconds: float = 5.0
     workers: Sequence[int] = (1, 2)
     # runs per configuration, the worker counts alternating round by round (each round starting

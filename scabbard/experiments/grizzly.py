@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +34,7 @@ from scabbard import queries, workloads
 from scabbard.engine import EngineConfig, NullSink, run_query
 from scabbard.engine.adaptive import AdaptivePolicy
 from scabbard.engine.sources import ReplaySource
-from scabbard.experiments import default_data_dir, finish, save_tables
+from scabbard.experiments import Common, finish, save_tables
 
 VARIANTS = ("generic", "instrumented", "adaptive")
 POLICIES = {"generic": None, "instrumented": AdaptivePolicy(force="instrumented"),
@@ -42,17 +42,15 @@ POLICIES = {"generic": None, "instrumented": AdaptivePolicy(force="instrumented"
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     queries: Sequence[str] = ("YSB", "CM1", "CM2", "LRB1")
     variants: Sequence[str] = VARIANTS
     seconds: float = 4.0
     rounds: int = 3
     workers: int = 2
-    scale: str = "small"
     timeline_query: str = "CM1"
     change_at: float = 4.0  # timeline: wall seconds into the run when the keys move
     recovery_query: str = "LRB1"  # recovery: a kill with generic and with adaptive kernels
-    data_dir: str = field(default_factory=default_data_dir)
     output_dir: str = "."
 
     def __post_init__(self) -> None:

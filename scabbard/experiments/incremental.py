@@ -37,7 +37,7 @@ from scabbard import queries
 from scabbard.engine import EngineConfig, NullSink, read_metrics, run_query
 from scabbard.engine.runtime import Engine
 from scabbard.engine.sources import ReplaySource
-from scabbard.experiments import default_data_dir, finish, interleaved_runs, save_tables
+from scabbard.experiments import Common, finish, interleaved_runs, save_tables
 from scabbard.experiments.checkpointing import PAPER
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import DiscardSink
@@ -46,10 +46,8 @@ MODES = ("full", "incremental")
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     queries: Sequence[str] = field(default=queries.NAMES)
-    scale: str = "small"
-    data_dir: str = field(default_factory=default_data_dir)
     seconds: float = 4.0  # wall seconds per run (paced: after the backlog)
     interval: float = 1.0  # checkpoint interval, seconds
     workers: int = 2

@@ -35,7 +35,7 @@ from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
 from scabbard.engine import Engine, EngineConfig, NullSink, ReplaySource
 from scabbard.engine.metrics import percentiles_ms
-from scabbard.experiments import default_data_dir, finish
+from scabbard.experiments import Common, finish
 from scabbard.experiments import scratch as scratch_dir
 from scabbard.experiments.progress import Progress, Step
 from scabbard.ft.ingress import persisted_in_order, run_persisted
@@ -146,10 +146,8 @@ def ingest(query: str, ds: Dataset, storage: str | Path, seconds: float | None =
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     queries: Sequence[str] = field(default=queries.NAMES)
-    scale: str = "small"
-    data_dir: str = field(default_factory=default_data_dir)
     seconds: float = 5.0
     storage_dir: str | None = None  # default: a scratch folder next to the data
     disk_bytes: int = 1 << 30

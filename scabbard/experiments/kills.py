@@ -21,7 +21,7 @@ import pandas as pd
 
 from scabbard import paths, queries, workloads
 from scabbard.engine import CollectSink, run_query
-from scabbard.experiments import default_data_dir
+from scabbard.experiments import Common
 from scabbard.ft.controller import Controller
 
 RESTART_S = 3.0  # about what an incarnation takes to start and recover on this machine
@@ -47,7 +47,7 @@ class Config:
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     queries: Sequence[str] = field(default=queries.NAMES)
     sinks: Sequence[str] = ("clocked", "transactional")
     kills: int = 23  # per configuration (11 queries x 2 sinks x 23 = 506)
@@ -55,7 +55,6 @@ class Settings:
     # that scheme: the adaptive and the default one in turn ("alternate"), or always one
     reduced_with: str = "alternate"
     scale: str = "tiny"
-    data_dir: str = field(default_factory=default_data_dir)
     rate: float = 300_000.0  # input tuples/s of every run
     interval: float = 0.2
     min_life: float = 1.0

@@ -30,7 +30,7 @@ import pandas as pd
 
 from scabbard import queries
 from scabbard.engine import EngineConfig, NullSink
-from scabbard.experiments import default_data_dir, finish, prepared_dataset, scratch
+from scabbard.experiments import Common, finish, prepared_dataset, scratch
 from scabbard.ft.ingress import run_persisted
 from scabbard.storage import StorageConfig
 
@@ -47,11 +47,9 @@ PAPER_RATIO_MB_S = 780 * 2 / 16  # the paper's SSD per core, times this machine'
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     queries: Sequence[str] = field(default=QUERIES)
     configs: Sequence[str] = field(default=tuple(CONFIGS))
-    scale: str = "small"
-    data_dir: str = field(default_factory=default_data_dir)
     seconds: float = 4.0
     workers: int = 2
     disk_mb_s: float | None = None  # emulate a device this fast (None: the real disk)

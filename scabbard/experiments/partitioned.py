@@ -20,7 +20,7 @@ Two measurements, each in one run, side by side:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +29,12 @@ import pandas as pd
 from scabbard import queries, workloads
 from scabbard.data import Dataset, write_dataset
 from scabbard.engine import EngineConfig, NullSink, run_query
-from scabbard.experiments import default_data_dir, finish, save_tables, simulated_cores_figure
+from scabbard.experiments import (
+    Common,
+    finish,
+    save_tables,
+    simulated_cores_figure,
+)
 from scabbard.query import Query, count, sum_
 from scabbard.schema import Field, Schema
 
@@ -42,7 +47,7 @@ DISTRIBUTIONS = ("one", "zipf", "uniform")
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     distributions: Sequence[str] = DISTRIBUTIONS
     keys: int = 100_000  # distinct keys of zipf and uniform
     zipf_s: float = 1.2
@@ -51,8 +56,6 @@ class Settings:
     range_s: int = 16
     slide_s: int = 1
     queries: Sequence[str] = ("SG2", "SG3", "NQ", "LRB2", "LRB3")
-    scale: str = "small"
-    data_dir: str = field(default_factory=default_data_dir)
     assembly: Sequence[str] = ("serial", "partitioned")
     workers: Sequence[int] = (1, 2)
     seconds: float = 4.0

@@ -20,14 +20,14 @@ the paper's figures and ratios; ``plot`` draws both ratios.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from scabbard import queries, workloads
 from scabbard.engine import EngineConfig, NullSink, run_query
-from scabbard.experiments import default_data_dir, finish, save_tables
+from scabbard.experiments import Common, finish, save_tables
 
 # PipeFabric's Table 1: predicate, selectivity, tuples/s on 256 threads (Xeon Phi KNL 7210)
 PAPER = {"PF-TRUE": ("true", 1.0, 720e6), "PF-MOD2": ("key mod(2)", 0.5, 937e6),
@@ -35,13 +35,11 @@ PAPER = {"PF-TRUE": ("true", 1.0, 720e6), "PF-MOD2": ("key mod(2)", 0.5, 937e6),
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     queries: Sequence[str] = queries.TABLE1
     workers: Sequence[int] = (1, 2)
     seconds: float = 2.0
     rounds: int = 3
-    scale: str = "small"
-    data_dir: str = field(default_factory=default_data_dir)
     output_dir: str = "."
 
     def __post_init__(self) -> None:

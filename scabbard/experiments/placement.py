@@ -29,7 +29,7 @@ import pandas as pd
 
 from scabbard import queries, workloads
 from scabbard.engine import EngineConfig, physical
-from scabbard.experiments import default_data_dir, finish, scratch
+from scabbard.experiments import Common, finish, scratch
 from scabbard.experiments.recovery import breakdown
 from scabbard.ft import placement as pl
 from scabbard.ft.channels import stream_name
@@ -42,10 +42,8 @@ QUERIES = ("LRB3", "SG3", "NQ", "YSB")
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     queries: Sequence[str] = field(default=QUERIES)
-    scale: str = "small"
-    data_dir: str = field(default_factory=default_data_dir)
     rate: float = 300_000.0  # input tuples/s of the killed runs
     interval: float = 1.0
     seconds: float = 3.0  # of the unpaced run per placement

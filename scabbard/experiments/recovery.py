@@ -31,7 +31,7 @@ import pandas as pd
 
 from scabbard import queries, workloads
 from scabbard.engine import EngineConfig, read_metrics
-from scabbard.experiments import default_data_dir, finish, scratch
+from scabbard.experiments import Common, finish, scratch
 from scabbard.ft.controller import Campaign, Controller
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink
@@ -48,10 +48,8 @@ PAPER = {"init_ms": 360.0, "recovery_ms": 100.0, "caught_up_ms": 2000.0}
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     query: str = "LRB1"
-    scale: str = "small"
-    data_dir: str = field(default_factory=default_data_dir)
     load: float = 0.5  # input rate as a share of the sustainable rate
     rate: float | None = None  # tuples/s; None: load x the measured sustainable rate
     interval: float = 1.0  # checkpoint interval, s

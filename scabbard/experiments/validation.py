@@ -26,8 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scabbard import paths
-from scabbard.experiments import prepared_dataset, recovery, scratch
+from scabbard.experiments import Common, prepared_dataset, recovery, scratch
 from scabbard.sim.config import Calibration, SimConfig, load
 from scabbard.sim.machine import LoadMeter, speed_probe, wait_quiet
 from scabbard.sim.model import simulate
@@ -54,10 +53,8 @@ CONFIGS = (RunConfig("1 worker", 1), RunConfig("2 workers", 2),
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Common):
     queries: Sequence[str] = ("CM1", "LRB1", "YSB")
-    scale: str = "small"
-    data_dir: str = field(default_factory=lambda: str(paths.data_root()))
     seconds: float = 3.0  # per real run
     configs: Sequence[RunConfig] = field(default=CONFIGS)
     kill: bool = True
