@@ -17,7 +17,6 @@ from scabbard.engine import (
     CollectSink,
     Engine,
     EngineConfig,
-    ParquetSink,
     ReplaySource,
     read_metrics,
     run_query,
@@ -353,6 +352,8 @@ def test_metrics_log_and_parquet_sink(tiny, tmp_path):
     q = queries.get("LRB1")
     out = tmp_path / "lrb1.parquet"
     log = tmp_path / "metrics.jsonl"
+    from scabbard.outputs import ParquetSink
+
     report = run_query(q, ds, sink=ParquetSink(out), metrics_log=log, max_tuples=20 * ds.rows,
                        config=EngineConfig(batch_rows=8192, metrics_interval=0.05))
     import pyarrow.parquet as pq

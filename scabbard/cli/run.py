@@ -515,8 +515,8 @@ def _run_query(args) -> int:
 
 
 def _run_engine(args, config, ds) -> int:
-    from scabbard.engine import sink_for
     from scabbard.ft.run import engine_config, open_run
+    from scabbard.outputs import sink_for
 
     def progress(s: dict) -> None:
         if not args.quiet:

@@ -19,13 +19,13 @@ from pathlib import Path
 from scabbard.data import Dataset
 from scabbard.engine.metrics import Metrics, Summary, read_metrics
 from scabbard.engine.runtime import Engine, EngineConfig, RunReport
-from scabbard.engine.sinks import CollectSink, CSVSink, NullSink, ParquetSink, Sink, sink_for
+from scabbard.engine.sinks import CollectSink, NullSink, Sink
 from scabbard.engine.sources import ArraySource, ReplaySource
 from scabbard.query import Query
 
-__all__ = ["ArraySource", "CSVSink", "CollectSink", "Engine", "EngineConfig", "Metrics",
-           "NullSink", "ParquetSink", "ReplaySource", "RunReport", "Sink", "Summary",
-           "read_metrics", "run_query", "sink_for"]
+__all__ = ["ArraySource", "CollectSink", "Engine", "EngineConfig", "Metrics",
+           "NullSink", "ReplaySource", "RunReport", "Sink", "Summary",
+           "read_metrics", "run_query"]
 
 
 def run_query(query: Query, dataset: Dataset, sink: Sink | None = None,

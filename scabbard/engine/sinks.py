@@ -1,12 +1,12 @@
-"""Sinks: where complete window results go, in window order.
+"""Sinks: where complete window results go, in window order (the port, and the sinks that
+keep them in memory or drop them; the engine writes no file - the file sinks are
+:mod:`scabbard.outputs`).
 
 Result rows have the query's result schema: ``window_start``, ``window_end``
 (ms of event time), the group keys and the aggregates, named as in the query.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 
@@ -57,64 +57,3 @@ class CollectSink(Sink):
         cols = self.columns()
         return Batch(self.schema, tuple(cols[n] for n in self.schema.names)).to_pandas() \
             .reset_index(drop=True)
-
-
-class ParquetSink(Sink):
-    """Appends result batches to one Parquet file (uuids as canonical strings, as the CSV
-    sink and the exactly-once output reader give them)."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-
-    def open(self, schema: Schema) -> None:
-        import pyarrow.parquet as pq
-
-        from scabbard.data.parquet import arrow_schema
-
-        super().open(schema)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = pq.ParquetWriter(self.path, arrow_schema(schema, uuid_strings=True))
-
-    def write(self, batch: Batch) -> None:
-        from scabbard.data.parquet import columns_to_arrow
-
-        super().write(batch)
-        if len(batch):
-            self._writer.write_table(columns_to_arrow(self.schema, batch.columns,
-                                                      uuid_strings=True))
-
-    def close(self) -> None:
-        self._writer.close()
-
-
-class CSVSink(Sink):
-    """Appends result rows to a CSV file (uuids as canonical strings)."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-
-    def open(self, schema: Schema) -> None:
-        super().open(schema)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "w", newline="")  # noqa: SIM115 - closed in close()
-        self._file.write(",".join(schema.names) + "\n")
-
-    def write(self, batch: Batch) -> None:
-        super().write(batch)
-        if len(batch):
-            batch.to_pandas().to_csv(self._file, header=False, index=False)
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def sink_for(path: str | Path | None) -> Sink:
-    """A sink for an output path by its extension (.parquet, .csv); None keeps nothing."""
-    if path is None:
-        return NullSink()
-    suffix = Path(path).suffix.lower()
-    if suffix == ".parquet":
-        return ParquetSink(path)
-    if suffix == ".csv":
-        return CSVSink(path)
-    raise ValueError(f"output {path}: use a .parquet or .csv file name")

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from scabbard import queries, timers
-from scabbard.engine import EngineConfig, NullSink, run_query, sink_for
+from scabbard.engine import EngineConfig, NullSink, run_query
 from scabbard.experiments import (
     Common,
     finish,
@@ -48,6 +48,7 @@ from scabbard.experiments import (
 )
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, DiscardSink
+from scabbard.outputs import sink_for
 
 CONFIGS = ("no_ft", "no_ft_written", "checkpoints", "ft_raw", "scabbard")
 LABELS = {"no_ft": "no FT", "no_ft_written": "no FT, results written",
