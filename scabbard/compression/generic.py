@@ -49,7 +49,7 @@ from scabbard.kernels._jit import inline, kernel
 U64 = np.uint64
 _GOLDEN = U64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio (Fibonacci hashing)
 _MIX = U64(0xC2B2AE3D27D4EB4F)
-_FIRST_SLOTS = 64
+_FIRST_SLOTS = 256  # 64 let CM's 8 cpu levels collide: 2.01 -> 1.63 ns a value, none slower
 
 
 # -- hash table kernels ----------------------------------------------------------------------
