@@ -318,3 +318,59 @@ def test_the_ingress_is_priced_at_what_push_up_and_the_codecs_store(tiny):
     rate, interval = 1e6, 1.0
     assert pl.estimate(packed, ("ingress",), rate, interval).bytes_per_s < \
         pl.estimate(raw, ("ingress",), rate, interval).bytes_per_s / 8
+
+
+def _metrics_of_one_kill(state_bytes=None):
+    """A metrics log's rows around a kill at wall 100.0 and the recovery after it (as the
+    engine writes them: its start, then its phases, then the recovery's)."""
+    import pandas as pd
+
+    resume = {"event": "recovery", "wall": 100.61, "phase": "resume", "replay_from": 1000,
+              "replay_to": 6000, "state_load_ms": 3.0, "state_channel_rows": {"window0": 40}}
+    if state_bytes is not None:
+        resume["state_bytes"] = state_bytes
+    rows = [{"event": "sample", "wall": 99.5 + 0.1 * k, "tuples_per_s": 1e5,
+             "latency_p50_ms": 10.0} for k in range(5)]
+    rows += [{"event": "start", "wall": 100.62}]
+    rows += [{"event": "phase", "wall": w, "phase": p} for p, w in (
+        ("spawned", 100.05), ("started", 100.4), ("loading", 100.41), ("state_loaded", 100.45),
+        ("code_loaded", 100.6))]
+    rows += [resume, {"event": "recovery", "wall": 100.7, "phase": "replayed"}]
+    rows += [{"event": "sample", "wall": 100.8 + 0.1 * k, "tuples_per_s": 1e5,
+              "latency_p50_ms": 10.0} for k in range(5)]
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("state", [2e6, None])
+def test_notebook_11_reads_each_kills_recovery_from_the_metrics_log(state):
+    """What a kill's recovery cost (its state and channels loaded, then its replay) and where
+    the kill left the run, from the metrics log; a kill before the first checkpoint has no
+    state (it was a KeyError in the tiny notebook run)."""
+    from scabbard.experiments.placement import _crashes
+
+    (c,) = _crashes(_metrics_of_one_kill(state), [100.0])
+    assert c["replay_ms"] == pytest.approx(100.0) and c["state_load_ms"] == 3.0
+    assert c["recovery_ms"] == pytest.approx(103.0)
+    assert c["restart_ms"] == pytest.approx(600.0)  # kill -> code loaded: every placement's
+    assert c["replay_tuples"] == 5000 and c["channel_rows"] == {"window0": 40}
+    assert c["state_bytes"] == (state or 0.0)
+
+
+def test_notebook_11_tables_leave_out_a_placement_no_kill_landed_on():
+    """A kill that lands after a short run ended leaves its placement without a recovery: the
+    tables rank the others (they raised a KeyError)."""
+    import numpy as np
+    import pandas as pd
+
+    from scabbard.experiments.placement import auto_against_best, best, predicted_vs_measured
+
+    t = pd.DataFrame({"query": ["LRB3"] * 2, "placement": ["ingress", "ingress+per_window0"],
+                      "auto": [False, True], "recoveries": [1, 0],
+                      "recovery_ms": [40.0, np.nan], "recovery_min_ms": [40.0, np.nan],
+                      "recovery_max_ms": [40.0, np.nan], "predicted_recovery_ms": [50.0, np.nan],
+                      "mb_per_s_persisted": [9.6, 12.0], "predicted_mb_per_s": [9.6, 12.0],
+                      "restart_ms": [700.0, np.nan], "tuples_per_s": [4e6, 4e6],
+                      "checkpoint_mb": [1.4, 1.4]})
+    assert list(best(t)["placement"]) == ["ingress", "ingress", "ingress+per_window0"]
+    assert auto_against_best(t)["auto / best"].isna().all()
+    assert predicted_vs_measured(t)["predicted / measured"].iloc[0] == pytest.approx(1.25)

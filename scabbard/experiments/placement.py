@@ -142,6 +142,8 @@ def _crashes(m: pd.DataFrame, kill_walls: list[float]) -> list[dict]:
         if not len(after) or "replay" not in phases:
             continue
         at = after.iloc[0]
+        state = at.get("state_bytes")  # none before the first checkpoint
+        state = 0.0 if state is None or pd.isna(state) else float(state)
         replay_s = phases["replay"][1] - phases["replay"][0]
         rows = at.get("state_channel_rows")
         out.append({"recovery_ms": float(at["state_load_ms"]) + replay_s * 1e3,
@@ -149,7 +151,7 @@ def _crashes(m: pd.DataFrame, kill_walls: list[float]) -> list[dict]:
                     "restart_ms": phases["replay"][0] * 1e3,
                     "replay_tuples": float(at["replay_to"] - at["replay_from"]),
                     "channel_rows": rows if isinstance(rows, dict) else {},
-                    "state_bytes": float(at["state_bytes"])})
+                    "state_bytes": state})
     return out
 
 
@@ -225,7 +227,9 @@ def auto_against_best(table: pd.DataFrame) -> pd.DataFrame:
     those that leave half the disk free (auto's own rule), as a ratio."""
     out = []
     for name, g in table.groupby("query", sort=False):
-        fits = g[g["mb_per_s_persisted"] <= 0.5 * pl.WRITE_MB_S]
+        fits = g[(g["mb_per_s_persisted"] <= 0.5 * pl.WRITE_MB_S) & g["recovery_ms"].notna()]
+        if fits.empty or not g["auto"].any():  # no kill landed (a run shorter than its kills)
+            continue
         best_row = fits.loc[fits["recovery_ms"].idxmin()]
         a = g[g["auto"]].iloc[0]
         out.append({"query": name, "auto": a["placement"], "auto ms": a["recovery_ms"],
@@ -239,8 +243,10 @@ def best(table: pd.DataFrame) -> pd.DataFrame:
     recovers fastest, with their figures, and the auto choice."""
     out = []
     for name, g in table.groupby("query", sort=False):
+        recovered = g[g["recovery_ms"].notna()]  # a placement no kill landed on has none
         for what, row in (("fewest bytes/s", g.loc[g["mb_per_s_persisted"].idxmin()]),
-                          ("fastest recovery", g.loc[g["recovery_ms"].idxmin()]),
+                          ("fastest recovery", recovered.loc[recovered["recovery_ms"].idxmin()]
+                           if len(recovered) else None),
                           ("auto", g[g["auto"]].iloc[0] if g["auto"].any() else None)):
             if row is not None:
                 out.append({"query": name, "which": what, "placement": row["placement"],
