@@ -220,6 +220,7 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
            "push_up_work": pushed["work_s"] / persisted["none"]["work_s"]
            if persisted["none"]["work_s"] and pushed["tuples"] else 1.0,
            "engine": {"tuples_per_s_1_worker": base["tuples_per_s"],
+                      "tuples_per_cpu_s_1_worker": base["tuples_per_cpu_s"],
                       "tuples_per_s_2_workers": two["tuples_per_s"],
                       "fragment_ns_tuple_1_worker": base["parallel_s"] * 1e9,
                       "fragment_ns_tuple_2_workers": two["parallel_s"] * 1e9,

@@ -104,6 +104,9 @@ def timed_run(query: str, ds, workers: int, rows: int, seconds: float,
         "rows": rows, "workers": workers, "tuples": rep.summary.tuples,
         "work_s": (frag + per["boundary"] + per["assembly"]) / max(1, rep.summary.tuples),
         "tuples_per_s": rep.summary.tuples_per_s,
+        # the same run's tuples per second of the process's CPU: what the wall figure would
+        # be with every thread on a core of its own and nothing else on the machine
+        "tuples_per_cpu_s": rep.summary.tuples / cpu_total if cpu_total > 0 else 0.0,
         "source_s": per["source"] / n, "parallel_s": (frag + per["boundary"]) / n,
         "assembly_s": per["assembly"] / asm_n, "partition_s": per["partition"] / asm_n,
         "compress_s": per["compress"] / n,
