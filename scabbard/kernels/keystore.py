@@ -1,0 +1,154 @@
+"""The kernels of the per-key state store (Darwin, :mod:`scabbard.storage.keystore`).
+
+A store is a log of fixed-width records and an index in memory.  A record is
+``1 + width + 1`` int64 words: the key, the value's ``width`` words (float64 values are
+stored by their bits) and a check word, a hash of the record's number, its key and its
+value - so a record read from the wrong place, torn or zero-filled is caught per key,
+without reading the group it was written with.
+
+The index is open addressing with linear probing over two power-of-two arrays: ``slot_keys``
+(the key, or :data:`EMPTY`) and ``slot_records`` (the number of the key's newest record).
+It is kept at most half full; :func:`index_grow` doubles it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scabbard.kernels._jit import inline, kernel
+
+EMPTY = np.iinfo(np.int64).min  # a free slot's key: the one key a store refuses
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX = np.uint64(0xBF58476D1CE4E5B9)
+_SEED = np.uint64(0x5CAB0A2D00000001)
+
+
+@inline
+def _slot(key, mask):
+    h = np.uint64(key) * _GOLDEN
+    return np.int64(h >> np.uint64(32)) & mask
+
+
+@inline
+def _mix(h, word):
+    h = (h ^ np.uint64(word)) * _MIX
+    return h ^ (h >> np.uint64(31))
+
+
+@inline
+def _check(words, at, width, record):
+    """The check word of the record at ``words[at:]`` (key and value), numbered ``record``."""
+    h = _mix(_SEED, record)
+    for j in range(width + 1):
+        h = _mix(h, words[at + j])
+    return np.int64(h)
+
+
+@kernel
+def index_find(slot_keys, slot_records, keys, out):
+    """``out[i]``: the newest record of ``keys[i]``, or -1 for a key the index does not hold."""
+    mask = slot_keys.size - 1
+    for i in range(keys.size):
+        k = keys[i]
+        s = _slot(k, mask)
+        out[i] = -1
+        while slot_keys[s] != EMPTY:
+            if slot_keys[s] == k:
+                out[i] = slot_records[s]
+                break
+            s = (s + 1) & mask
+    return out
+
+
+@kernel
+def index_put(slot_keys, slot_records, keys, first_record):
+    """Point ``keys[i]`` at record ``first_record + i`` (a later duplicate wins); the number of
+    keys new to the index.  The caller keeps the index at most half full."""
+    mask = slot_keys.size - 1
+    added = 0
+    for i in range(keys.size):
+        k = keys[i]
+        s = _slot(k, mask)
+        while slot_keys[s] != EMPTY and slot_keys[s] != k:
+            s = (s + 1) & mask
+        if slot_keys[s] == EMPTY:
+            slot_keys[s] = k
+            added += 1
+        slot_records[s] = first_record + i
+    return added
+
+
+@kernel
+def index_grow(slot_keys, slot_records, capacity):
+    """The index's entries in new arrays of ``capacity`` slots (a power of two)."""
+    keys = np.full(capacity, EMPTY, np.int64)
+    records = np.zeros(capacity, np.int64)
+    mask = capacity - 1
+    for i in range(slot_keys.size):
+        k = slot_keys[i]
+        if k == EMPTY:
+            continue
+        s = _slot(k, mask)
+        while keys[s] != EMPTY:
+            s = (s + 1) & mask
+        keys[s] = k
+        records[s] = slot_records[i]
+    return keys, records
+
+
+@kernel
+def encode_records(keys, values, first_record, out):
+    """Records ``first_record ...`` for ``keys`` and ``values`` (int64[n, width], the values'
+    bits) into ``out`` (int64[n * (width + 2)])."""
+    width = values.shape[1]
+    rw = width + 2
+    for i in range(keys.size):
+        at = i * rw
+        out[at] = keys[i]
+        for j in range(width):
+            out[at + 1 + j] = values[i, j]
+        out[at + rw - 1] = _check(out, at, width, first_record + i)
+    return out
+
+
+@kernel
+def gather_records(log, tail, tail_first, records, width, out):
+    """Each ``records[i]``'s value into ``out[i]`` (int64[n, width]), from the written ``log``
+    (records ``0 ..``) or, from record ``tail_first`` on, from the ``tail`` not written yet;
+    -1 for a record that is missing (its row of ``out`` left alone).  Every record read from
+    the log is verified against its check word: the index of the first that fails, else -2."""
+    rw = width + 2
+    for i in range(records.size):
+        r = records[i]
+        if r < 0:
+            continue
+        if r >= tail_first:
+            at = (r - tail_first) * rw
+            for j in range(width):
+                out[i, j] = tail[at + 1 + j]
+            continue
+        at = r * rw
+        if _check(log, at, width, r) != log[at + rw - 1]:
+            return i
+        for j in range(width):
+            out[i, j] = log[at + 1 + j]
+    return -2
+
+
+@kernel
+def scan_records(log, first, end, width, slot_keys, slot_records):
+    """Records ``first .. end`` of ``log`` into the index (recovery: the log past the index's
+    last snapshot); the first record whose check fails, else ``end``."""
+    rw = width + 2
+    mask = slot_keys.size - 1
+    for r in range(first, end):
+        at = r * rw
+        if _check(log, at, width, r) != log[at + rw - 1]:
+            return r
+        k = log[at]
+        s = _slot(k, mask)
+        while slot_keys[s] != EMPTY and slot_keys[s] != k:
+            s = (s + 1) & mask
+        slot_keys[s] = k
+        slot_records[s] = r
+    return end

@@ -1,0 +1,151 @@
+"""Darwin's per-key state store: grouped writes, per-key reads verified, checkpoints and
+recovery - over every crash state a machine crash may leave."""
+
+from __future__ import annotations
+
+import random
+import shutil
+
+import numpy as np
+import pytest
+
+from scabbard.check.model import FileSystemModel
+from scabbard.storage import RecordingIO
+from scabbard.storage.keystore import LOG, CorruptStore, KeyStore
+
+
+def _values(keys, width, salt=0.0):
+    return keys[:, None] * 1.5 + np.arange(width)[None, :] + salt
+
+
+def _check(store, want: dict):
+    keys = np.fromiter(want, np.int64, len(want))
+    got, found = store.get(keys)
+    assert found.all()
+    assert np.array_equal(got, np.array([want[k] for k in keys.tolist()]).reshape(len(keys), -1))
+
+
+def test_values_come_back_by_key_from_the_tail_the_log_and_large_groups(tmp_path):
+    rng = np.random.default_rng(1)
+    # a small group and a small first file: records in the tail, in the log, written whole
+    # as a group larger than the tail, the file grown and remapped, the index grown
+    s = KeyStore(tmp_path / "s", 3, group_bytes=40 * 8 * 5, initial_bytes=4096)
+    want = {}
+    for n in (7, 1, 300, 33, 2000, 5):
+        keys = rng.integers(-10**12, 10**12, n)
+        keys[: n // 3] = rng.integers(0, 50, n // 3)  # updates of a few keys, some twice
+        vals = rng.standard_normal((n, 3))
+        s.put(keys, vals)
+        for key, v in zip(keys.tolist(), vals):
+            want[key] = v
+        _check(s, want)
+    assert len(s) == len(want) and s.stats()["writes"] >= 3
+    got, found = s.get(np.array([10**13, 12, -5], np.int64))
+    assert found.tolist() == [False, 12 in want, False]
+    assert not got[0].any() and not got[2].any()
+    with pytest.raises(ValueError, match="reserved"):
+        s.put(np.array([np.iinfo(np.int64).min]), np.zeros((1, 3)))
+
+
+def test_a_recovery_finds_the_last_checkpoint_and_nothing_after_it(tmp_path):
+    s = KeyStore(tmp_path / "s", 2, group_bytes=1024)
+    keys = np.arange(1000, dtype=np.int64)
+    s.put(keys, _values(keys, 2))
+    s.checkpoint()
+    s.put(keys[:10], _values(keys[:10], 2, salt=100))  # after the checkpoint: not kept
+    s.put(np.array([5000]), np.ones((1, 2)))
+    s.close()
+    r = KeyStore(tmp_path / "s")
+    assert r.width == 2 and len(r) == 1000
+    _check(r, dict(zip(keys.tolist(), _values(keys, 2))))
+    assert not r.get(np.array([5000]))[1][0]
+    r.put(keys[:3], _values(keys[:3], 2, salt=7))  # written over the records not kept
+    r.checkpoint()
+    r.close()
+    want = dict(zip(keys.tolist(), _values(keys, 2)))
+    want.update(zip(keys[:3].tolist(), _values(keys[:3], 2, salt=7)))
+    _check(KeyStore(tmp_path / "s"), want)
+    with pytest.raises(Exception, match="values of 2 words, not 3"):
+        KeyStore(tmp_path / "s", 3)
+
+
+def test_recovery_reads_the_index_snapshot_and_scans_only_the_log_since(tmp_path):
+    s = KeyStore(tmp_path / "s", 1, group_bytes=4096)
+    keys = np.arange(200, dtype=np.int64)
+    for round_ in range(400):  # 80,000 records of 200 keys: the index is written
+        s.put(keys, _values(keys, 1, salt=round_))
+        if round_ % 50 == 49:
+            s.checkpoint()
+    s.put(keys[:5], _values(keys[:5], 1, salt=-1))
+    s.checkpoint()
+    assert 0 < s.records - s.index_records < s.records // 4  # a snapshot, then a scan
+    s.close()
+    want = dict(zip(keys.tolist(), _values(keys, 1, salt=399)))
+    want.update(zip(keys[:5].tolist(), _values(keys[:5], 1, salt=-1)))
+    _check(KeyStore(tmp_path / "s"), want)
+    # a damaged snapshot is not trusted: the whole log rebuilds the same index
+    index = tmp_path / "s" / s.index_name
+    raw = bytearray(index.read_bytes())
+    raw[100] ^= 1
+    index.write_bytes(bytes(raw))
+    r = KeyStore(tmp_path / "s")
+    assert r.index_records == 0
+    _check(r, want)
+
+
+def test_a_damaged_record_is_found_when_its_key_is_read_and_at_recovery(tmp_path):
+    s = KeyStore(tmp_path / "s", 4, group_bytes=1024)
+    keys = np.arange(100, dtype=np.int64)
+    s.put(keys, _values(keys, 4))
+    s.checkpoint()
+    with open(tmp_path / "s" / LOG, "r+b") as f:  # record 37's third value word
+        f.seek(37 * 6 * 8 + 3 * 8)
+        f.write(b"\xff")
+    got, _ = s.get(keys[:37])  # the others are read as they were
+    with pytest.raises(CorruptStore, match="key 37 .* fails its check"):
+        s.get(np.array([1, 37]))
+    s.close()
+    with pytest.raises(CorruptStore, match="record 37 .* fails its check"):
+        KeyStore(tmp_path / "s")
+
+
+def test_every_crash_state_recovers_to_a_checkpoint_no_older_than_the_last_acknowledged(tmp_path):
+    """Puts and checkpoints recorded; every state a machine crash may leave (unflushed writes
+    dropped, kept or torn, names lost) opens to the state of one checkpoint, the last one
+    acknowledged before the crash or a later one."""
+    io = RecordingIO(tmp_path / "run")
+    s = KeyStore(tmp_path / "run" / "s", 2, io=io, group_bytes=2048, initial_bytes=4096)
+    rng = np.random.default_rng(3)
+    states = [{}]  # the store's content at each checkpoint (0: the empty store)
+    acked = [len(io.ops)]  # operations issued when each checkpoint returned
+    current = {}
+    for i in range(12):
+        keys = rng.integers(0, 400 if i % 3 else 40, 150)
+        vals = rng.standard_normal((150, 2))
+        s.put(keys, vals)
+        current.update(zip(keys.tolist(), map(tuple, vals)))
+        if i % 2:
+            s.checkpoint()
+            states.append(dict(current))
+            acked.append(len(io.ops))
+    s.close()
+    model = FileSystemModel(io.ops)
+    seen = set()
+    for state in model.sample(120, random.Random(0)):
+        root = tmp_path / "state"
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir()
+        model.materialize(state, root)
+        if not (root / "s" / "store.json").exists():
+            assert state.at <= acked[0]
+            continue
+        r = KeyStore(root / "s")
+        last = max((i for i, a in enumerate(acked) if a <= state.at), default=0)
+        keys = np.fromiter(set().union(*states), np.int64)
+        got, found = r.get(keys)
+        content = {k: tuple(v) for k, v, f in zip(keys.tolist(), got, found) if f}
+        match = [i for i, st in enumerate(states) if st == content]
+        assert match and max(match) >= last, (state.how, state.at, last, match)
+        seen.add(max(match))
+        r.close()
+    assert len(seen) >= 4  # the states reach several checkpoints
