@@ -36,7 +36,7 @@ def test_values_come_back_by_key_from_the_tail_the_log_and_large_groups(tmp_path
         keys[: n // 3] = rng.integers(0, 50, n // 3)  # updates of a few keys, some twice
         vals = rng.standard_normal((n, 3))
         s.put(keys, vals)
-        for key, v in zip(keys.tolist(), vals):
+        for key, v in zip(keys.tolist(), vals, strict=False):
             want[key] = v
         _check(s, want)
     assert len(s) == len(want) and s.stats()["writes"] >= 3
@@ -57,13 +57,13 @@ def test_a_recovery_finds_the_last_checkpoint_and_nothing_after_it(tmp_path):
     s.close()
     r = KeyStore(tmp_path / "s")
     assert r.width == 2 and len(r) == 1000
-    _check(r, dict(zip(keys.tolist(), _values(keys, 2))))
+    _check(r, dict(zip(keys.tolist(), _values(keys, 2), strict=False)))
     assert not r.get(np.array([5000]))[1][0]
     r.put(keys[:3], _values(keys[:3], 2, salt=7))  # written over the records not kept
     r.checkpoint()
     r.close()
-    want = dict(zip(keys.tolist(), _values(keys, 2)))
-    want.update(zip(keys[:3].tolist(), _values(keys[:3], 2, salt=7)))
+    want = dict(zip(keys.tolist(), _values(keys, 2), strict=False))
+    want.update(zip(keys[:3].tolist(), _values(keys[:3], 2, salt=7), strict=False))
     _check(KeyStore(tmp_path / "s"), want)
     with pytest.raises(Exception, match="values of 2 words, not 3"):
         KeyStore(tmp_path / "s", 3)
@@ -80,8 +80,8 @@ def test_recovery_reads_the_index_snapshot_and_scans_only_the_log_since(tmp_path
     s.checkpoint()
     assert 0 < s.records - s.index_records < s.records // 4  # a snapshot, then a scan
     s.close()
-    want = dict(zip(keys.tolist(), _values(keys, 1, salt=399)))
-    want.update(zip(keys[:5].tolist(), _values(keys[:5], 1, salt=-1)))
+    want = dict(zip(keys.tolist(), _values(keys, 1, salt=399), strict=False))
+    want.update(zip(keys[:5].tolist(), _values(keys[:5], 1, salt=-1), strict=False))
     _check(KeyStore(tmp_path / "s"), want)
     # a damaged snapshot is not trusted: the whole log rebuilds the same index
     index = tmp_path / "s" / s.index_name
@@ -123,7 +123,7 @@ def test_every_crash_state_recovers_to_a_checkpoint_no_older_than_the_last_ackno
         keys = rng.integers(0, 400 if i % 3 else 40, 150)
         vals = rng.standard_normal((150, 2))
         s.put(keys, vals)
-        current.update(zip(keys.tolist(), map(tuple, vals)))
+        current.update(zip(keys.tolist(), map(tuple, vals), strict=False))
         if i % 2:
             s.checkpoint()
             states.append(dict(current))
@@ -143,9 +143,28 @@ def test_every_crash_state_recovers_to_a_checkpoint_no_older_than_the_last_ackno
         last = max((i for i, a in enumerate(acked) if a <= state.at), default=0)
         keys = np.fromiter(set().union(*states), np.int64)
         got, found = r.get(keys)
-        content = {k: tuple(v) for k, v, f in zip(keys.tolist(), got, found) if f}
+        content = {k: tuple(v) for k, v, f in zip(keys.tolist(), got, found, strict=False) if f}
         match = [i for i, st in enumerate(states) if st == content]
         assert match and max(match) >= last, (state.how, state.at, last, match)
         seen.add(max(match))
         r.close()
     assert len(seen) >= 4  # the states reach several checkpoints
+
+
+def test_darwins_figures_1_and_3_measure_both_stores_side_by_side(tmp_path):
+    from scabbard.experiments import keyvalue as kv
+
+    s = kv.Settings(record_counts=(3000, 20000), ops=4000, batch=500, individual_ops=300,
+                    group=50, rounds=2, data_dir=str(tmp_path), output_dir=str(tmp_path / "o"))
+    runs = kv.run(s, log=lambda line: None)
+    assert len(runs) == 2 * 2 * 2 * len(kv.OPS)
+    assert set(runs["store"]) == {"keystore", "rocksdb"} and (runs["ops_per_s"] > 0).all()
+    assert (runs["disk_mb"] > 0).all()
+    table = kv.summary(runs)
+    assert list(table["op"].astype(str)[:4]) == list(kv.OPS)
+    assert (table["keystore / rocksdb"] > 0).all()
+    kv.plot(runs, str(tmp_path / "o"))
+    assert (tmp_path / "o" / "keyvalue.png").stat().st_size > 0
+    assert (tmp_path / "o" / "keyvalue.csv").exists()
+    with pytest.raises(ValueError, match="unknown store 'tbb'"):
+        kv.Settings(stores=("tbb",))

@@ -38,6 +38,14 @@ _HELP = {
                "(state within --state-memory), engine-ft (checkpoints), engine-ft-spill "
                "(checkpoints of state within --state-memory), spark-rocksdb, flink-rocksdb",
     "event_seconds": "event seconds of each dataset",
+    "record_counts": "records each store is prefilled with, a size each",
+    "stores": "key-value stores measured side by side: keystore (the engine's per-key store), "
+              "rocksdb (RocksDB in-process, through rocksdict)",
+    "ops": "inserts and gets measured after the prefill",
+    "batch": "records a call (a write batch, a multi-get)",
+    "individual_ops": "inserts measured one record a call, and as many in groups",
+    "group": "records a call in the grouped inserts",
+    "width": "float64 words a value (5: 48-byte records with the key)",
     "state_memory": "the state memory budget of engine-spill and engine-ft-spill (e.g. 16M)",
     "spark_memory": "the Spark driver's heap, e.g. 8g ('auto': half the memory available)",
     "spark_partitions": "Spark's shuffle partitions (0: two per core)",
@@ -74,6 +82,7 @@ _CHOICES = {"scale": ("tiny", "small", "full"), "sinks": ("clocked", "transactio
             "systems": ("engine", "engine-spill", "engine-ft", "engine-ft-spill", "spark-rocksdb",
                         "flink-rocksdb"),
             "variants": ("generic", "instrumented", "adaptive"),
+            "stores": ("keystore", "rocksdb"),
             "configs": ("no_ft", "no_ft_written", "checkpoints", "ft_raw", "scabbard")}
 
 
@@ -156,6 +165,7 @@ def add(sub, full: bool = True) -> None:
         grizzly,
         incremental,
         ingest,
+        keyvalue,
         kills,
         partitioned,
         pipefabric,
@@ -356,6 +366,19 @@ def add(sub, full: bool = True) -> None:
         "--output.", _run_bench_state_recovery)
     _options(rp, state.Settings, "key_counts", "event_seconds", "rate", "rounds",
              "state_memory", out="bench-state-recovery")
+    kv = _bench(
+        bsub, "keyvalue",
+        "Darwin's Figs. 1 and 3: the engine's per-key store against RocksDB, insert and get",
+        "In one process and one thread, per store size: the engine's per-key store (a log of "
+        "records written in groups, an index in memory) and RocksDB through rocksdict, each "
+        "prefilled with --record-counts records (an 8-byte key and --width float64 words), "
+        "then --ops new records inserted and --ops existing keys read, --batch a call; then "
+        "--individual-ops records inserted one a call and in calls of --group (Fig. 3).  "
+        "--rounds rounds, the stores alternating.  Prints the medians and the keystore's "
+        "ratio over RocksDB; writes keyvalue.csv, keyvalue_runs.csv and keyvalue.png to "
+        "--output.", _run_bench_keyvalue)
+    _options(kv, keyvalue.Settings, "record_counts", "stores", "ops", "batch", "individual_ops",
+             "group", "width", "rounds", out="bench-keyvalue")
     gp = _bench(
         bsub, "cluster",
         "generation rate and one query's throughput: local mode vs a standalone cluster here",
@@ -621,6 +644,12 @@ def _run_bench_state(args) -> int:
     from scabbard.experiments import state as exp
 
     return _tabled(args, exp, exp.summary, "state.png")
+
+
+def _run_bench_keyvalue(args) -> int:
+    from scabbard.experiments import keyvalue as exp
+
+    return _tabled(args, exp, exp.summary, "keyvalue.png", "keyvalue.csv")
 
 
 def _run_bench_restart(args) -> int:

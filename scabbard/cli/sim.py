@@ -51,10 +51,10 @@ def _queries(names: list[str] | None) -> list[str] | None:
 
 
 def _load(path: str | None):
-    """The calibration at ``path`` (None: :func:`scabbard.paths.calibration`), with a warning
-    on stderr when it was measured on another machine."""
+    """The calibration at ``path`` (None: :func:`scabbard.paths.calibration`); :func:`_warn`
+    says, once the command's arguments are checked, when it was measured on another
+    machine (an error stays the one line it is)."""
     from scabbard.sim.config import load
-    from scabbard.sim.machine import elsewhere_warning
 
     path = path or str(paths.calibration())
     try:
@@ -63,10 +63,16 @@ def _load(path: str | None):
         raise _error(str(e)) from None
     except (ValueError, KeyError, TypeError) as e:
         raise _error(f"{path} is not a usable calibration file ({e}): calibrate again") from None
-    warning = elsewhere_warning(path, cal.machine)
+    return cal
+
+
+def _warn(path: str | None, cal) -> None:
+    """A warning on stderr when the calibration was measured on another machine."""
+    from scabbard.sim.machine import elsewhere_warning
+
+    warning = elsewhere_warning(path or str(paths.calibration()), cal.machine)
     if warning:
         print(f"scabbard: warning: {warning}", file=sys.stderr)
-    return cal
 
 
 def add_parser(subparsers) -> None:
@@ -269,6 +275,7 @@ def run_validate(args) -> int:
         raise _error(f"--retries must be >= 0, got {args.retries}")
     cal = _load(args.calibration)
     names = _queries(args.queries)
+    _warn(args.calibration, cal)
     try:
         table = validate(names, cal, Settings(scale=args.scale, data_dir=str(data_root(args)),
                                               seconds=args.duration, kill=not args.no_kill,
@@ -297,6 +304,7 @@ def run_speed(args) -> int:
         raise _error(f"--sim-seconds must be positive, got {args.sim_seconds}")
     cal = _load(args.calibration)
     names = _queries(args.queries) or list(cal.queries)
+    _warn(args.calibration, cal)
     hw = replace(PAPER_SSD, cores=args.cores)
     print(f"{args.sim_seconds:g} s of a fault-tolerant run on {args.cores} cores, 950 MB/s SSD "
           f"(target: under 10 s of wall time for 60 s on 16 cores)")
@@ -373,6 +381,7 @@ def run_sim(args) -> int:
                         ingress_partitions=args.ingress_partitions,
                         adaptive_kernels=args.adaptive_kernels)
         cal.costs(query)
+        _warn(args.calibration, cal)
         result = simulate(cal, cfg, hw)
     except ValueError as e:
         raise _error(_flag_message(str(e))) from None

@@ -79,6 +79,26 @@ def index_put(slot_keys, slot_records, keys, first_record):
 
 
 @kernel
+def append_records(slot_keys, slot_records, keys, values, first_record, out, at):
+    """Records ``first_record ...`` for ``keys`` and ``values`` (int64[n, width], the values'
+    bits) into ``out`` from word ``at`` on, and the index pointed at them (a later duplicate
+    wins): the number of keys new to the index, or -1 (nothing done) if a key is
+    :data:`EMPTY`.  The caller keeps the index at most half full."""
+    for i in range(keys.size):
+        if keys[i] == EMPTY:
+            return -1
+    width = values.shape[1]
+    rw = width + 2
+    for i in range(keys.size):
+        w = at + i * rw
+        out[w] = keys[i]
+        for j in range(width):
+            out[w + 1 + j] = values[i, j]
+        out[w + rw - 1] = _check(out, w, width, first_record + i)
+    return index_put(slot_keys, slot_records, keys, first_record)
+
+
+@kernel
 def index_grow(slot_keys, slot_records, capacity):
     """The index's entries in new arrays of ``capacity`` slots (a power of two)."""
     keys = np.full(capacity, EMPTY, np.int64)
@@ -97,26 +117,14 @@ def index_grow(slot_keys, slot_records, capacity):
 
 
 @kernel
-def encode_records(keys, values, first_record, out):
-    """Records ``first_record ...`` for ``keys`` and ``values`` (int64[n, width], the values'
-    bits) into ``out`` (int64[n * (width + 2)])."""
-    width = values.shape[1]
-    rw = width + 2
-    for i in range(keys.size):
-        at = i * rw
-        out[at] = keys[i]
-        for j in range(width):
-            out[at + 1 + j] = values[i, j]
-        out[at + rw - 1] = _check(out, at, width, first_record + i)
-    return out
-
-
-@kernel
-def gather_records(log, tail, tail_first, records, width, out):
-    """Each ``records[i]``'s value into ``out[i]`` (int64[n, width]), from the written ``log``
-    (records ``0 ..``) or, from record ``tail_first`` on, from the ``tail`` not written yet;
-    -1 for a record that is missing (its row of ``out`` left alone).  Every record read from
-    the log is verified against its check word: the index of the first that fails, else -2."""
+def read_values(slot_keys, slot_records, keys, log, tail, tail_first, records, out):
+    """Each key's newest record into ``records`` (-1: the index does not hold the key) and
+    its value into ``out[i]`` (int64[n, width]; a missing key's row left alone), from the
+    written ``log`` (records ``0 ..``) or, from record ``tail_first`` on, from the ``tail``
+    not written yet.  Every record read from the log is verified against its check word:
+    the index of the first that fails, else -2."""
+    index_find(slot_keys, slot_records, keys, records)
+    width = out.shape[1]
     rw = width + 2
     for i in range(records.size):
         r = records[i]

@@ -91,28 +91,34 @@ class KeyStore:
     def put(self, keys: np.ndarray, values: np.ndarray) -> None:
         """Store ``values[i]`` (``width`` float64 words) as ``keys[i]``'s value (a later
         duplicate in the same call wins)."""
-        keys = np.ascontiguousarray(keys, np.int64)
-        values = np.ascontiguousarray(values, np.float64).reshape(len(keys), self.width)
-        if keys.ndim != 1:
-            raise ValueError("keys: a one-dimensional array of int64")
+        keys = np.asarray(keys, np.int64)
+        values = np.asarray(values, np.float64)
         n = keys.size
+        if keys.ndim != 1 or values.shape != (n, self.width):
+            raise ValueError(f"keys: int64[n]; values: float64[n, {self.width}] (got "
+                             f"{keys.shape} and {values.shape})")
         if n == 0:
             return
-        if k.EMPTY in keys:
-            raise ValueError(f"key {k.EMPTY} is reserved (the index's free slot)")
-        self._reserve(n)
-        bits = values.view(np.int64)
+        if 2 * (self.count + n) > self.slot_keys.size:
+            self._reserve(n)
         rw = self.record_words
         first = self.records
         if n > self.group_records - self.tail_n:
             self._write_tail()
         if n > self.group_records:  # larger than a group: written as it is
-            self._write(k.encode_records(keys, bits, first, np.empty(n * rw, np.int64)), first)
-            self.tail_first = first + n
+            out, at = np.empty(n * rw, np.int64), 0
         else:
-            k.encode_records(keys, bits, first, self.tail[self.tail_n * rw:(self.tail_n + n) * rw])
+            out, at = self.tail, self.tail_n * rw
+        added = k.append_records(self.slot_keys, self.slot_records, keys,
+                                 np.ascontiguousarray(values).view(np.int64), first, out, at)
+        if added < 0:
+            raise ValueError(f"key {k.EMPTY} is reserved (the index's free slot)")
+        if out is self.tail:
             self.tail_n += n
-        self.count += k.index_put(self.slot_keys, self.slot_records, keys, first)
+        else:
+            self._write(out, first)
+            self.tail_first = first + n
+        self.count += added
         self.records = first + n
 
     def _reserve(self, n: int) -> None:
@@ -156,13 +162,12 @@ class KeyStore:
                                                                             np.ndarray]:
         """``(values, found)``: each key's value (float64[n, width]; a missing key's row is
         left as ``out`` had it, zeros by default) and whether the store holds it."""
-        keys = np.ascontiguousarray(keys, np.int64)
+        keys = np.asarray(keys, np.int64)
         if out is None:
             out = np.zeros((keys.size, self.width), np.float64)
-        records = k.index_find(self.slot_keys, self.slot_records, keys,
-                               np.empty(keys.size, np.int64))
-        bad = k.gather_records(self.log, self.tail, self.tail_first, records, self.width,
-                               out.view(np.int64))
+        records = np.empty(keys.size, np.int64)
+        bad = k.read_values(self.slot_keys, self.slot_records, keys, self.log, self.tail,
+                            self.tail_first, records, out.view(np.int64))
         if bad >= 0:
             raise CorruptStore(f"the record of key {keys[bad]} in {self.folder / LOG} (record "
                                f"{records[bad]}) fails its check: the store is damaged")
