@@ -23,6 +23,7 @@ side with the keystore's ratio over RocksDB; ``plot`` both figures.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -66,11 +67,12 @@ class Settings(Common):
 
 
 class _Keystore:
-    def __init__(self, folder: Path, width: int):
+    def __init__(self, folder: Path, width: int | None, durability: str = "process"):
         from scabbard.storage.keystore import KeyStore
 
-        # process durability while measuring, like RocksDB's unsynced write-ahead log
-        self.store = KeyStore(folder, width, durability="process")
+        # process durability while inserting and reading, like RocksDB's unsynced write-ahead
+        # log; Fig. 2's checkpoints flush what they cover (machine durability)
+        self.store = KeyStore(folder, width, durability=durability)
 
     def put(self, keys: np.ndarray, values: np.ndarray) -> None:
         self.store.put(keys, values)
@@ -239,3 +241,165 @@ def plot(runs: pd.DataFrame, output_dir: str | None = None):
     ax.legend(fontsize=7)
     caption(fig, f"one process, one thread; medians of {runs['round'].nunique()} rounds")
     return finish(fig, output_dir, "keyvalue.png")
+
+
+# -- Darwin's Fig. 2: checkpoint and recovery against the state's size --------------------------
+RECOVERY_STORES = ("memory", "keystore", "rocksdb")
+RECOVERY_LABELS = {"memory": "in memory, written whole (TBB's role)",
+                   "keystore": "keystore (log + index)", "rocksdb": "RocksDB (rocksdict)"}
+
+
+def _evict(folder: Path) -> None:
+    """Drop the folder's files from the page cache (they are flushed): a recovery reads them
+    from the disk, as after a machine's restart."""
+    for p in folder.rglob("*"):
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+class _Memory:
+    """The state in memory (keys, values and a hash index): a checkpoint writes it whole to
+    one file, a recovery reads it back and builds the index again."""
+
+    def __init__(self, folder: Path, width: int):
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path, self.width = folder / "state", width
+        self.keys, self.values = np.empty(0, np.int64), np.empty((0, width))
+
+    def fill(self, keys: np.ndarray, values: np.ndarray) -> None:
+        self.keys, self.values = keys, values
+        self._index()
+
+    def _index(self) -> None:
+        from scabbard.kernels import keystore as k
+
+        cap = 1024
+        while 2 * self.keys.size > cap:
+            cap *= 2
+        self.slot_keys = np.full(cap, k.EMPTY, np.int64)
+        self.slot_records = np.zeros(cap, np.int64)
+        k.index_put(self.slot_keys, self.slot_records, self.keys, 0)
+
+    def checkpoint(self) -> None:
+        with open(self.path, "wb") as f:
+            f.write(np.int64(self.keys.size).tobytes())
+            f.write(self.keys.tobytes())
+            f.write(self.values.tobytes())
+            f.flush()
+            os.fdatasync(f.fileno())
+
+    def recover(self) -> None:
+        raw = np.fromfile(self.path, np.int64)
+        n = int(raw[0])
+        self.keys = raw[1:1 + n]
+        self.values = raw[1 + n:].view(np.float64).reshape(n, self.width)
+        self._index()
+
+    def get(self, keys: np.ndarray) -> np.ndarray:
+        from scabbard.kernels import keystore as k
+
+        at = k.index_find(self.slot_keys, self.slot_records, keys, np.empty(keys.size, np.int64))
+        return self.values[at]
+
+    def close(self) -> None:
+        pass
+
+
+def _recovery_one(store: str, records: int, s: Settings, folder: Path, seed: int) -> dict:
+    """One store of ``records`` records: filled, checkpointed (timed), its files evicted from
+    the page cache, closed, recovered (timed), and its first 1,000 random reads (timed)."""
+    rng = np.random.default_rng(seed)
+    keys = rng.permutation(records).astype(np.int64)
+    values = rng.standard_normal((records, s.width))
+    probe = rng.integers(0, records, 1000)
+    if store == "memory":
+        db = _Memory(folder, s.width)
+        db.fill(keys, values)
+        checkpoint_s = _timed(db.checkpoint)
+    else:
+        db = (_Keystore(folder, s.width, "machine") if store == "keystore"
+              else OPENERS[store](folder, s.width))
+        for i in range(0, records, s.batch):
+            db.put(keys[i:i + s.batch], values[i:i + s.batch])
+        checkpoint_s = _timed(db.store.checkpoint if store == "keystore"
+                              else lambda: db.db.flush(True))
+        db.close()
+    _evict(folder)
+    t = time.perf_counter()
+    if store == "memory":
+        db.recover()
+    else:
+        db = (OPENERS[store](folder, s.width) if store == "rocksdb"
+              else _Keystore(folder, None, "machine"))
+    recovery_s = time.perf_counter() - t
+    first_s = _timed(lambda: db.get(keys[probe]))
+    got = db.get(keys[probe[:100]])
+    db.close()
+    if not np.array_equal(got, values[probe[:100]]):
+        raise RuntimeError(f"{store}: the recovered state is not the state checkpointed")
+    return {"records": records, "state_mb": records * (8 + 8 * s.width) / 2**20,
+            "store": store, "checkpoint_s": checkpoint_s, "recovery_s": recovery_s,
+            "first_reads_ms": first_s * 1e3, "disk_mb": _folder_mb(folder)}
+
+
+def recovery(s: Settings, log: Callable[[str], None] = print) -> pd.DataFrame:
+    """After Darwin's Fig. 2: per state size (``s.record_counts``) and store, the checkpoint's
+    time and the recovery's (to the first read), ``rounds`` times, interleaved."""
+    out = []
+    with scratch(s.storage_dir, s.data_dir, "scabbard-kv-recovery-") as root:
+        for records in s.record_counts:
+            for rnd in range(s.rounds):
+                k = rnd % len(RECOVERY_STORES)
+                for store in (*RECOVERY_STORES[k:], *RECOVERY_STORES[:k]):
+                    folder = root / f"{store}-{records}"
+                    shutil.rmtree(folder, ignore_errors=True)
+                    row = _recovery_one(store, records, s, folder, seed=rnd)
+                    shutil.rmtree(folder, ignore_errors=True)
+                    out.append({**row, "round": rnd})
+                    log(f"{records:>11,} records ({row['state_mb']:,.0f} MB)  {store:<9} round "
+                        f"{rnd + 1}: checkpoint {row['checkpoint_s']:.3f} s, recovery "
+                        f"{row['recovery_s']:.3f} s, first 1,000 reads "
+                        f"{row['first_reads_ms']:.1f} ms")
+    runs = pd.DataFrame(out)
+    save_tables(s.output_dir, keyvalue_recovery=recovery_summary(runs),
+                keyvalue_recovery_runs=runs)
+    return runs
+
+
+def recovery_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per state size and store: the medians (and the rounds' range) of the checkpoint and
+    the recovery, seconds."""
+    g = runs.groupby(["records", "state_mb", "store"])
+    t = g.agg(checkpoint_s=("checkpoint_s", "median"), recovery_s=("recovery_s", "median"),
+              recovery_min_s=("recovery_s", "min"), recovery_max_s=("recovery_s", "max"),
+              first_reads_ms=("first_reads_ms", "median"), disk_mb=("disk_mb", "median"))
+    return t.reset_index()
+
+
+def plot_recovery(runs: pd.DataFrame, output_dir: str | None = None):
+    """After Darwin's Fig. 2: checkpoint (left) and recovery (right) time against the state's
+    size, per store; medians, each round's lowest to highest as a bar."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, col, title in ((axes[0], "checkpoint_s", "checkpoint"),
+                           (axes[1], "recovery_s", "recovery (to the first read)")):
+        for store in [x for x in RECOVERY_STORES if x in set(runs["store"])]:
+            g = runs[runs["store"] == store].groupby("state_mb")[col]
+            med, lo, hi = (x.to_numpy() for x in (g.median(), g.min(), g.max()))
+            ax.errorbar(g.median().index.to_numpy(), med, yerr=[med - lo, hi - med],
+                        marker="o", capsize=3, label=RECOVERY_LABELS[store])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("state, MB (48-byte records)")
+        ax.set_ylabel("seconds")
+        ax.set_title(f"{title} (after Darwin's Fig. 2)")
+    axes[0].legend(fontsize=7)
+    caption(fig, f"one process, one thread; files evicted from the page cache before each "
+                 f"recovery; medians of {runs['round'].nunique()} rounds")
+    return finish(fig, output_dir, "keyvalue_recovery.png")
