@@ -69,28 +69,57 @@ def test_a_recovery_finds_the_last_checkpoint_and_nothing_after_it(tmp_path):
         KeyStore(tmp_path / "s", 3)
 
 
-def test_recovery_reads_the_index_snapshot_and_scans_only_the_log_since(tmp_path):
-    s = KeyStore(tmp_path / "s", 1, group_bytes=4096)
-    keys = np.arange(200, dtype=np.int64)
-    for round_ in range(400):  # 80,000 records of 200 keys: the index is written
+def test_recovery_maps_the_index_file_and_scans_only_the_log_since(tmp_path):
+    s = KeyStore(tmp_path / "s", 1, group_bytes=4096, index_every=20_000)
+    keys = np.arange(3000, dtype=np.int64)
+    for round_ in range(40):  # 120,000 records of 3,000 keys: the index file catches up
         s.put(keys, _values(keys, 1, salt=round_))
-        if round_ % 50 == 49:
+        if round_ % 3 == 2:
             s.checkpoint()
     s.put(keys[:5], _values(keys[:5], 1, salt=-1))
     s.checkpoint()
-    assert 0 < s.records - s.index_records < s.records // 4  # a snapshot, then a scan
+    # the index file catches up every 20,000 records, not at each of the 14 checkpoints
+    pages = s.slot_keys.size // 512
+    assert 0 < s.stats()["index_pages_written"] <= (120_005 // 20_000 + 1) * pages
+    assert s.stats()["index_pages_written"] < s.checkpoints * pages
     s.close()
-    want = dict(zip(keys.tolist(), _values(keys, 1, salt=399), strict=False))
-    want.update(zip(keys[:5].tolist(), _values(keys[:5], 1, salt=-1), strict=False))
-    _check(KeyStore(tmp_path / "s"), want)
-    # a damaged snapshot is not trusted: the whole log rebuilds the same index
-    index = tmp_path / "s" / s.index_name
+    want = dict(zip(keys.tolist(), _values(keys, 1, salt=39), strict=True))
+    want.update(zip(keys[:5].tolist(), _values(keys[:5], 1, salt=-1), strict=True))
+    r = KeyStore(tmp_path / "s")
+    assert 0 < r.scanned < 20_000  # the log since the index file caught up, not all of it
+    _check(r, want)
+    r.close()
+    # an index file that is not one is not trusted: the whole log rebuilds the same index
+    index = tmp_path / "s" / r.index_name
     raw = bytearray(index.read_bytes())
-    raw[100] ^= 1
+    raw[0] ^= 1
     index.write_bytes(bytes(raw))
     r = KeyStore(tmp_path / "s")
-    assert r.index_records == 0
+    assert r.scanned == r.records
     _check(r, want)
+    r.checkpoint()  # a new index file
+    r.close()
+    r = KeyStore(tmp_path / "s")
+    assert r.scanned == 0
+    _check(r, want)
+
+
+def test_a_damaged_index_entry_is_found_when_its_key_is_read(tmp_path):
+    s = KeyStore(tmp_path / "s", 2, index_every=1)
+    keys = np.arange(100, dtype=np.int64)
+    s.put(keys, _values(keys, 2))
+    s.checkpoint()
+    s.close()
+    index = tmp_path / "s" / s.index_name
+    words = np.fromfile(index, np.int64)
+    cap = (words.size - 512) // 2
+    slot = int(np.flatnonzero(words[512:512 + cap] == 42)[0])
+    words[512 + cap + slot] = 7  # key 42's entry points at key 7's record
+    words.tofile(index)
+    r = KeyStore(tmp_path / "s")
+    _check(r, {i: _values(np.array([i]), 2)[0] for i in range(40)})
+    with pytest.raises(CorruptStore, match="key 42"):
+        r.get(np.array([42]))
 
 
 def test_a_damaged_record_is_found_when_its_key_is_read_and_at_recovery(tmp_path):
@@ -114,7 +143,8 @@ def test_every_crash_state_recovers_to_a_checkpoint_no_older_than_the_last_ackno
     dropped, kept or torn, names lost) opens to the state of one checkpoint, the last one
     acknowledged before the crash or a later one."""
     io = RecordingIO(tmp_path / "run")
-    s = KeyStore(tmp_path / "run" / "s", 2, io=io, group_bytes=2048, initial_bytes=4096)
+    s = KeyStore(tmp_path / "run" / "s", 2, io=io, group_bytes=2048, initial_bytes=4096,
+                 index_every=300)  # the index file catches up at most checkpoints
     rng = np.random.default_rng(3)
     states = [{}]  # the store's content at each checkpoint (0: the empty store)
     acked = [len(io.ops)]  # operations issued when each checkpoint returned

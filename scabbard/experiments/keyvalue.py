@@ -283,7 +283,8 @@ class _Memory:
             cap *= 2
         self.slot_keys = np.full(cap, k.EMPTY, np.int64)
         self.slot_records = np.zeros(cap, np.int64)
-        k.index_put(self.slot_keys, self.slot_records, self.keys, 0)
+        k.index_put(self.slot_keys, self.slot_records, np.zeros(cap // k.PAGE_SLOTS, np.uint8),
+                    self.keys, 0)
 
     def checkpoint(self) -> None:
         with open(self.path, "wb") as f:

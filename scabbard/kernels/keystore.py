@@ -8,7 +8,9 @@ without reading the group it was written with.
 
 The index is open addressing with linear probing over two power-of-two arrays: ``slot_keys``
 (the key, or :data:`EMPTY`) and ``slot_records`` (the number of the key's newest record).
-It is kept at most half full; :func:`index_grow` doubles it.
+It is kept at most half full; :func:`index_grow` doubles it.  Every change marks its page of
+:data:`PAGE_SLOTS` slots in ``dirty`` (one byte a page): what a checkpoint writes of the
+index.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import numpy as np
 from scabbard.kernels._jit import inline, kernel
 
 EMPTY = np.iinfo(np.int64).min  # a free slot's key: the one key a store refuses
+PAGE_SHIFT = 9
+PAGE_SLOTS = 1 << PAGE_SHIFT  # slots a page of the index (4 KiB of keys, 4 KiB of records)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX = np.uint64(0xBF58476D1CE4E5B9)
 _SEED = np.uint64(0x5CAB0A2D00000001)
@@ -60,26 +64,34 @@ def index_find(slot_keys, slot_records, keys, out):
     return out
 
 
+@inline
+def _point(slot_keys, slot_records, dirty, k, record, mask):
+    """Point key ``k`` at ``record``, its page marked dirty: 1 if the key is new, else 0."""
+    s = _slot(k, mask)
+    while slot_keys[s] != EMPTY and slot_keys[s] != k:
+        s = (s + 1) & mask
+    new = 0
+    if slot_keys[s] == EMPTY:
+        slot_keys[s] = k
+        new = 1
+    slot_records[s] = record
+    dirty[s >> PAGE_SHIFT] = 1
+    return new
+
+
 @kernel
-def index_put(slot_keys, slot_records, keys, first_record):
+def index_put(slot_keys, slot_records, dirty, keys, first_record):
     """Point ``keys[i]`` at record ``first_record + i`` (a later duplicate wins); the number of
     keys new to the index.  The caller keeps the index at most half full."""
     mask = slot_keys.size - 1
     added = 0
     for i in range(keys.size):
-        k = keys[i]
-        s = _slot(k, mask)
-        while slot_keys[s] != EMPTY and slot_keys[s] != k:
-            s = (s + 1) & mask
-        if slot_keys[s] == EMPTY:
-            slot_keys[s] = k
-            added += 1
-        slot_records[s] = first_record + i
+        added += _point(slot_keys, slot_records, dirty, keys[i], first_record + i, mask)
     return added
 
 
 @kernel
-def append_records(slot_keys, slot_records, keys, values, first_record, out, at):
+def append_records(slot_keys, slot_records, dirty, keys, values, first_record, out, at):
     """Records ``first_record ...`` for ``keys`` and ``values`` (int64[n, width], the values'
     bits) into ``out`` from word ``at`` on, and the index pointed at them (a later duplicate
     wins): the number of keys new to the index, or -1 (nothing done) if a key is
@@ -95,7 +107,7 @@ def append_records(slot_keys, slot_records, keys, values, first_record, out, at)
         for j in range(width):
             out[w + 1 + j] = values[i, j]
         out[w + rw - 1] = _check(out, w, width, first_record + i)
-    return index_put(slot_keys, slot_records, keys, first_record)
+    return index_put(slot_keys, slot_records, dirty, keys, first_record)
 
 
 @kernel
@@ -117,12 +129,13 @@ def index_grow(slot_keys, slot_records, capacity):
 
 
 @kernel
-def read_values(slot_keys, slot_records, keys, log, tail, tail_first, records, out):
+def read_values(slot_keys, slot_records, keys, log, tail, tail_first, end, records, out):
     """Each key's newest record into ``records`` (-1: the index does not hold the key) and
     its value into ``out[i]`` (int64[n, width]; a missing key's row left alone), from the
-    written ``log`` (records ``0 ..``) or, from record ``tail_first`` on, from the ``tail``
-    not written yet.  Every record read from the log is verified against its check word:
-    the index of the first that fails, else -2."""
+    written ``log`` (records ``0 ..``) or, from record ``tail_first`` to ``end``, from the
+    ``tail`` not written yet.  Every record read from the log is verified against its check
+    word and its key (a damaged index entry points elsewhere): the index of the first that
+    fails, else -2."""
     index_find(slot_keys, slot_records, keys, records)
     width = out.shape[1]
     rw = width + 2
@@ -130,13 +143,15 @@ def read_values(slot_keys, slot_records, keys, log, tail, tail_first, records, o
         r = records[i]
         if r < 0:
             continue
+        if r >= end:
+            return i
         if r >= tail_first:
             at = (r - tail_first) * rw
             for j in range(width):
                 out[i, j] = tail[at + 1 + j]
             continue
         at = r * rw
-        if _check(log, at, width, r) != log[at + rw - 1]:
+        if log[at] != keys[i] or _check(log, at, width, r) != log[at + rw - 1]:
             return i
         for j in range(width):
             out[i, j] = log[at + 1 + j]
@@ -144,19 +159,15 @@ def read_values(slot_keys, slot_records, keys, log, tail, tail_first, records, o
 
 
 @kernel
-def scan_records(log, first, end, width, slot_keys, slot_records):
-    """Records ``first .. end`` of ``log`` into the index (recovery: the log past the index's
-    last snapshot); the first record whose check fails, else ``end``."""
+def scan_records(log, first, end, width, slot_keys, slot_records, dirty, added):
+    """Records ``first .. end`` of ``log`` into the index (recovery: the log past what the
+    index's file holds), ``added[0]`` counting the keys new to it; the first record whose
+    check fails, else ``end``.  The caller sizes the index for every record being new."""
     rw = width + 2
     mask = slot_keys.size - 1
     for r in range(first, end):
         at = r * rw
         if _check(log, at, width, r) != log[at + rw - 1]:
             return r
-        k = log[at]
-        s = _slot(k, mask)
-        while slot_keys[s] != EMPTY and slot_keys[s] != k:
-            s = (s + 1) & mask
-        slot_keys[s] = k
-        slot_records[s] = r
+        added[0] += _point(slot_keys, slot_records, dirty, log[at], r, mask)
     return end

@@ -1,4 +1,4 @@
-"""Darwin's per-key persistent state store: values in an append-only log, an index in memory.
+"""Darwin's per-key persistent state store: values in an append-only log, the index in a file.
 
 Darwin (CIDR 2022, §3) keeps a stream operator's state in a storage-aware key-value store
 (Viper's design: the records in a log on persistent storage, the index in DRAM) instead of
@@ -10,41 +10,59 @@ fixed-width values (``width`` float64 words - a window's aggregates):
   is written to the log file in one ``pwritev`` when it holds ``group_bytes``;
 * **per-key reads** - :meth:`~KeyStore.get` looks the keys up and reads each record where it
   is (the tail, or the log file through a read-only memory map), verifying it against its
-  own check word: a damaged record is found when a key needs it, not by reading its group;
-* **checkpoints** (:meth:`~KeyStore.checkpoint`) write the tail, flush the log and replace
-  ``store.json`` (the records the checkpoint covers) atomically; now and then (when the log
-  since the last snapshot outgrows the index) also the index itself, so that a recovery
-  reads the snapshot and scans only the log written since - the index's changes;
-* **recovery** is opening the folder: the index is the snapshot plus that scan; records
-  written after the last checkpoint are not part of the state and are written over.
+  own check word and its key: a damaged record, or an index entry pointing elsewhere, is
+  found when a key needs it, not by reading its group;
+* **the index is a file** (``index-<slots>-<records>``), mapped copy-on-write: the slots a put changes
+  are private pages of this process until a checkpoint writes them back (the index's
+  changes - pages, not the whole index), so a recovery maps the file and needs not read it;
+* **checkpoints** (:meth:`~KeyStore.checkpoint`) in two steps: (1) the tail written, the log
+  flushed, ``store.json`` replaced with the records the checkpoint covers - the commit;
+  (2) when ``index_every`` records have been appended since the index file last caught up
+  (or the index has grown: a new file), the index's dirty pages written back and flushed,
+  ``store.json`` replaced again saying the file now holds the index as of step (1);
+* **recovery** is opening the folder: the index file mapped, and the log between what it
+  holds and what the last checkpoint covers scanned into it (at most ``index_every``
+  records) - its time does not grow with the state.  Records written after the last
+  checkpoint are not part of the state and are written over.
 
-An update appends a new record (the log is not compacted yet: an updated key's old
-records stay until the store is rewritten).  Every file operation goes through a
-:class:`~scabbard.storage.fileio.FileIO` (the crash-state explorer can record it);
-reads go through the memory map and are not recorded.
+A crash in step (2) leaves index pages of two checkpoints; all their entries point at
+records the first step committed, and the scan points every key updated since the older
+one at its newest record again.  An update appends a new record (the log is not compacted
+yet: an updated key's old records stay until the store is rewritten).  Every file
+operation goes through a :class:`~scabbard.storage.fileio.FileIO` (the crash-state explorer
+records them); reads go through memory maps and are not recorded.
 """
 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from pathlib import Path
 
 import numpy as np
 
 from scabbard.kernels import keystore as k
-from scabbard.storage.checksum import checksum
 from scabbard.storage.errors import FormatVersionError, StorageError
 from scabbard.storage.fileio import OS, Durability, FileIO, write_atomic, write_new
 
-FORMAT = 1
+FORMAT = 2
 META = "store.json"
 LOG = "log"
-_INDEX_MAGIC = 0x5844_4E49_5344_4B01  # "KSDINDX", version 1
+_INDEX_MAGIC = 0x5844_4E49_5344_4B02  # "KSDINDX", version 2
+_HEAD = 512  # words of the index file's header page
+_FIRST_SLOTS = 1024
+
+
+def _random_access(mapped: np.memmap) -> np.ndarray:
+    """A mapped file read a record or a slot at a time: no read-around (a page fault would
+    read 128 KiB of the file for 64 bytes)."""
+    mapped._mmap.madvise(mmap.MADV_RANDOM)
+    return mapped.view(np.ndarray)
 
 
 class CorruptStore(StorageError):
-    """A record, the index snapshot or the store's description that fails its check."""
+    """A record, an index entry or the store's description that fails its check."""
 
 
 class KeyStore:
@@ -53,16 +71,19 @@ class KeyStore:
 
     def __init__(self, folder: str | Path, width: int | None = None, *, io: FileIO = OS,
                  durability: str | Durability = Durability.MACHINE,
-                 group_bytes: int = 1 << 20, initial_bytes: int = 16 << 20):
+                 group_bytes: int = 1 << 20, initial_bytes: int = 16 << 20,
+                 index_every: int = 1 << 20):
         self.folder = Path(folder)
         self.io = io
         self.durability = Durability.of(durability)
+        self.index_every = max(1, int(index_every))
         meta = self._read_meta()
-        if meta is None:
+        new = meta is None
+        if new:
             if width is None or width < 1:
                 raise ValueError(f"a new store needs a value width >= 1 (got {width})")
             meta = {"format": FORMAT, "width": int(width), "records": 0, "index": None,
-                    "index_records": 0}
+                    "index_records": 0, "index_keys": 0}
         elif width is not None and width != meta["width"]:
             raise StorageError(f"{self.folder} holds values of {meta['width']} words, not "
                                f"{width}: open it without a width, or use another folder")
@@ -73,16 +94,18 @@ class KeyStore:
         self.tail_n = 0
         self.records = int(meta["records"])  # records in the log, the tail's included
         self.tail_first = self.records
-        self.index_name = meta["index"]
-        self.index_records = int(meta["index_records"])
-        self.writes = self.bytes_written = self.checkpoints = 0
+        self.index_name = meta["index"]  # the index file, holding the index as of ...
+        self.index_records = int(meta["index_records"])  # ... this record, with ...
+        self.index_keys = int(meta["index_keys"])  # ... this many keys
+        self.writes = self.bytes_written = self.checkpoints = self.index_pages_written = 0
+        self.scanned = 0  # records the last recovery scanned into the index
         io.mkdir(self.folder)
         self.fd = io.open(self.folder / LOG, os.O_RDWR | os.O_CREAT)
         self.capacity = 0  # the log file's size in bytes (grown by doubling, mapped whole)
         self.log = np.empty(0, np.int64)
         self._map(max(io.size(self.fd), initial_bytes, self.records * 8 * self.record_words))
         self._recover()
-        if not (self.folder / META).exists():  # a new store: its description, empty
+        if new:
             if self.durability.flush:  # the folder's own name, in its parent
                 io.fsync_dir(self.folder.parent)
             self.checkpoint()
@@ -100,7 +123,7 @@ class KeyStore:
         if n == 0:
             return
         if 2 * (self.count + n) > self.slot_keys.size:
-            self._reserve(n)
+            self._grow(self.count + n)
         rw = self.record_words
         first = self.records
         if n > self.group_records - self.tail_n:
@@ -109,7 +132,7 @@ class KeyStore:
             out, at = np.empty(n * rw, np.int64), 0
         else:
             out, at = self.tail, self.tail_n * rw
-        added = k.append_records(self.slot_keys, self.slot_records, keys,
+        added = k.append_records(self.slot_keys, self.slot_records, self.dirty, keys,
                                  np.ascontiguousarray(values).view(np.int64), first, out, at)
         if added < 0:
             raise ValueError(f"key {k.EMPTY} is reserved (the index's free slot)")
@@ -121,14 +144,15 @@ class KeyStore:
         self.count += added
         self.records = first + n
 
-    def _reserve(self, n: int) -> None:
-        need = self.count + n
-        if 2 * need > self.slot_keys.size:
-            cap = self.slot_keys.size
-            while 2 * need > cap:
-                cap *= 2
-            self.slot_keys, self.slot_records = k.index_grow(self.slot_keys, self.slot_records,
-                                                             cap)
+    def _grow(self, keys: int) -> None:
+        """An index of twice (or more) the slots, in memory until a checkpoint writes it as a
+        new file (the old one stays what a recovery maps until then)."""
+        cap = self.slot_keys.size
+        while 2 * keys > cap:
+            cap *= 2
+        self.slot_keys, self.slot_records = k.index_grow(self.slot_keys, self.slot_records, cap)
+        self.dirty = np.ones(-(-cap // k.PAGE_SLOTS), np.uint8)
+        self.index_file_stale = True
 
     def _write_tail(self) -> None:
         if self.tail_n:
@@ -154,8 +178,7 @@ class KeyStore:
         if size > self.io.size(self.fd):
             self.io.ftruncate(self.fd, size)
         self.capacity = size
-        self.log = np.memmap(self.folder / LOG, np.int64, "r", shape=(size // 8,)).view(
-            np.ndarray)
+        self.log = _random_access(np.memmap(self.folder / LOG, np.int64, "r", shape=(size // 8,)))
 
     # -- reading ------------------------------------------------------------------------------
     def get(self, keys: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray,
@@ -167,7 +190,7 @@ class KeyStore:
             out = np.zeros((keys.size, self.width), np.float64)
         records = np.empty(keys.size, np.int64)
         bad = k.read_values(self.slot_keys, self.slot_records, keys, self.log, self.tail,
-                            self.tail_first, records, out.view(np.int64))
+                            self.tail_first, self.records, records, out.view(np.int64))
         if bad >= 0:
             raise CorruptStore(f"the record of key {keys[bad]} in {self.folder / LOG} (record "
                                f"{records[bad]}) fails its check: the store is damaged")
@@ -178,32 +201,74 @@ class KeyStore:
 
     # -- checkpoints and recovery -------------------------------------------------------------
     def checkpoint(self) -> dict:
-        """Make the state as it is now the one a recovery finds: the tail written, the log
-        flushed (``machine`` durability), the index written when the log since its last
-        snapshot holds more records than it has keys, ``store.json`` replaced."""
+        """Make the state as it is now the one a recovery finds (the commit: the tail
+        written, the log flushed with ``machine`` durability, ``store.json`` replaced); then,
+        every ``index_every`` records or when the index has grown, the index's changes."""
         self._write_tail()
         if self.durability.flush:
             self.io.fdatasync(self.fd)
-        snapshot = self.records - self.index_records > max(self.count, 1 << 16)
-        old = self.index_name
-        if snapshot:
-            self._write_index()
+        self._write_meta()
+        catch_up = self.index_file_stale or self.records - self.index_records >= \
+            self.index_every
+        pages = self._write_index() if catch_up else 0
+        self.checkpoints += 1
+        return {"records": self.records, "keys": self.count, "index_pages": pages}
+
+    def _write_meta(self) -> None:
         write_atomic(self.io, self.folder / META, json.dumps(
             {"format": FORMAT, "width": self.width, "records": self.records,
              "index": self.index_name, "index_records": self.index_records,
-             "keys": self.count}).encode(), self.durability)
-        if snapshot and old:
-            self.io.unlink(self.folder / old, missing_ok=True)
-        self.checkpoints += 1
-        return {"records": self.records, "keys": self.count, "index_written": snapshot}
+             "index_keys": self.index_keys}).encode(), self.durability)
 
-    def _write_index(self) -> None:
-        head = np.array([_INDEX_MAGIC, self.records, self.slot_keys.size, self.count], np.int64)
-        body = np.concatenate([head, self.slot_keys, self.slot_records])
-        data = body.tobytes() + np.int64(checksum(body)).tobytes()
-        name = f"index-{self.records}"
-        write_new(self.io, self.folder / name, data, self.durability)
-        self.index_name, self.index_records = name, self.records
+    def _write_index(self) -> int:
+        """The index's dirty pages into its file (a new file when it grew), flushed; then
+        ``store.json`` says the file holds the index as of the committed records."""
+        old = self.index_name
+        cap = self.slot_keys.size
+        if self.index_file_stale:
+            name = f"index-{cap}-{self.records}"  # never the name of the file in use
+            head = np.zeros(_HEAD, np.int64)
+            head[:2] = (_INDEX_MAGIC, cap)
+            write_new(self.io, self.folder / name, b"".join(
+                (head.tobytes(), self.slot_keys.tobytes(), self.slot_records.tobytes())),
+                self.durability)
+            pages = self.dirty.size
+        else:
+            name = old
+            fd = self.io.open(self.folder / name, os.O_RDWR)
+            try:
+                pages = 0
+                dirty = np.flatnonzero(self.dirty)
+                # runs of consecutive dirty pages: one write for their keys, one for records
+                cut = np.flatnonzero(np.diff(dirty) != 1) + 1
+                for run in np.split(dirty, cut) if dirty.size else []:
+                    a, b = int(run[0]) * k.PAGE_SLOTS, min(cap, (int(run[-1]) + 1) * k.PAGE_SLOTS)
+                    self.io.pwritev(fd, [self.slot_keys[a:b]], (_HEAD + a) * 8)
+                    self.io.pwritev(fd, [self.slot_records[a:b]], (_HEAD + cap + a) * 8)
+                    pages += run.size
+                if self.durability.flush:
+                    self.io.fdatasync(fd)
+            finally:
+                self.io.close(fd)
+        self.index_name, self.index_records, self.index_keys = name, self.records, self.count
+        self._write_meta()
+        if old and old != name:
+            self.io.unlink(self.folder / old, missing_ok=True)
+        self.index_pages_written += pages
+        self._map_index()  # this process's changed pages are the file's now
+        return pages
+
+    def _map_index(self) -> None:
+        """The index file mapped copy-on-write (a put changes a private copy of the page)."""
+        words = _random_access(np.memmap(self.folder / self.index_name, np.int64, "c"))
+        cap = (words.size - _HEAD) // 2
+        if words.size < _HEAD + 2 * _FIRST_SLOTS or words[0] != _INDEX_MAGIC or \
+                words[1] != cap or cap & (cap - 1):
+            raise CorruptStore(f"{self.folder / self.index_name} is not the store's index")
+        self.slot_keys = words[_HEAD:_HEAD + cap]
+        self.slot_records = words[_HEAD + cap:]
+        self.dirty = np.zeros(-(-cap // k.PAGE_SLOTS), np.uint8)
+        self.index_file_stale = False
 
     def _read_meta(self) -> dict | None:
         path = self.folder / META
@@ -215,53 +280,50 @@ class KeyStore:
                 raise FormatVersionError(f"{path}: a store of format {meta.get('format')!r}; "
                                          f"this version reads format {FORMAT}")
             int(meta["records"]), int(meta["width"]), int(meta["index_records"])
+            int(meta["index_keys"])
             return meta
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptStore(f"{path} is not a store's description ({e})") from None
 
     def _recover(self) -> None:
-        """The index as of the last checkpoint: its snapshot, then the log written since."""
-        loaded = self._load_index() if self.index_name else None
-        if loaded is None:  # none yet, or damaged: the whole log rebuilds it
-            self.index_records, self.count = 0, 0
-            self.slot_keys = np.full(1024, k.EMPTY, np.int64)
-            self.slot_records = np.zeros(1024, np.int64)
-        self._reserve(self.records - self.index_records)
-        end = k.scan_records(self.log, self.index_records, self.records, self.width,
-                             self.slot_keys, self.slot_records)
+        """The index as of the last checkpoint: its file mapped, then the log past what the
+        file holds scanned into it."""
+        try:
+            if self.index_name is None:
+                raise FileNotFoundError
+            self._map_index()
+            self.count = self.index_keys
+            first = self.index_records
+        except (FileNotFoundError, ValueError, CorruptStore):  # none yet, or unusable
+            self.slot_keys = np.full(_FIRST_SLOTS, k.EMPTY, np.int64)
+            self.slot_records = np.zeros(_FIRST_SLOTS, np.int64)
+            self.dirty = np.ones(_FIRST_SLOTS // k.PAGE_SLOTS, np.uint8)
+            self.index_file_stale = True
+            self.count, first = 0, 0
+        if 2 * (self.count + self.records - first) > self.slot_keys.size:
+            self._grow(self.count + self.records - first)
+        added = np.zeros(1, np.int64)
+        end = k.scan_records(self.log, first, self.records, self.width, self.slot_keys,
+                             self.slot_records, self.dirty, added)
         if end != self.records:
             raise CorruptStore(f"record {end} of {self.folder / LOG}, covered by the last "
                                f"checkpoint, fails its check: the store is damaged")
-        self.count = int((self.slot_keys != k.EMPTY).sum())
-
-    def _load_index(self) -> bool | None:
-        path = self.folder / self.index_name
-        try:
-            words = np.fromfile(path, np.int64)
-        except OSError:
-            return None
-        if words.size < 5 or words[0] != _INDEX_MAGIC or words[-1] != np.int64(
-                checksum(words[:-1])) or words[1] != self.index_records:
-            return None
-        cap = int(words[2])
-        if words.size != 4 + 2 * cap + 1:
-            return None
-        self.slot_keys = words[4:4 + cap].copy()
-        self.slot_records = words[4 + cap:4 + 2 * cap].copy()
-        self.count = int(words[3])
-        return True
+        self.count += int(added[0])
+        self.scanned = self.records - first
 
     # -- the end ------------------------------------------------------------------------------
     def stats(self) -> dict:
         return {"keys": self.count, "records": self.records, "writes": self.writes,
                 "bytes_written": self.bytes_written, "log_bytes": self.records * 8 *
                 self.record_words, "index_bytes": self.slot_keys.nbytes +
-                self.slot_records.nbytes, "checkpoints": self.checkpoints}
+                self.slot_records.nbytes, "index_pages_written": self.index_pages_written,
+                "checkpoints": self.checkpoints, "scanned_at_recovery": self.scanned}
 
     def close(self) -> None:
         """Close the files (what is not checkpointed is not kept)."""
         if self.fd >= 0:
             self.log = np.empty(0, np.int64)
+            self.slot_keys = self.slot_records = np.empty(0, np.int64)
             self.io.close(self.fd)
             self.fd = -1
 
