@@ -114,8 +114,11 @@ class KeyStore:
     def put(self, keys: np.ndarray, values: np.ndarray) -> None:
         """Store ``values[i]`` (``width`` float64 words) as ``keys[i]``'s value (a later
         duplicate in the same call wins)."""
-        keys = np.asarray(keys, np.int64)
-        values = np.asarray(values, np.float64)
+        if type(keys) is not np.ndarray or keys.dtype != np.int64:
+            keys = np.asarray(keys, np.int64)
+        if type(values) is not np.ndarray or values.dtype != np.float64 or \
+                not values.flags.c_contiguous:
+            values = np.ascontiguousarray(values, np.float64)
         n = keys.size
         if keys.ndim != 1 or values.shape != (n, self.width):
             raise ValueError(f"keys: int64[n]; values: float64[n, {self.width}] (got "
@@ -133,7 +136,7 @@ class KeyStore:
         else:
             out, at = self.tail, self.tail_n * rw
         added = k.append_records(self.slot_keys, self.slot_records, self.dirty, keys,
-                                 np.ascontiguousarray(values).view(np.int64), first, out, at)
+                                 values.view(np.int64), first, out, at)
         if added < 0:
             raise ValueError(f"key {k.EMPTY} is reserved (the index's free slot)")
         if out is self.tail:
