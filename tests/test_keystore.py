@@ -212,3 +212,33 @@ def test_darwins_figure_2_checkpoints_and_recovers_every_store(tmp_path):
     assert set(table["store"]) == set(kv.RECOVERY_STORES) and len(table) == 6
     kv.plot_recovery(runs, str(tmp_path / "o"))
     assert (tmp_path / "o" / "keyvalue_recovery.png").exists()
+
+
+def test_the_log_a_recovery_reads_is_a_delta_counted_once_and_merged_at_the_next_catch_up(
+        tmp_path):
+    s = KeyStore(tmp_path / "s", 1, index_every=1000)
+    keys = np.arange(1000, dtype=np.int64)
+    s.put(keys, _values(keys, 1))
+    s.checkpoint()  # the index file catches up: 1,000 keys
+    s.put(keys[:300], _values(keys[:300], 1, salt=1))  # updated ...
+    s.put(np.arange(1000, 1010), _values(np.arange(1000, 1010), 1))  # ... and new keys
+    # (1,010 keys: the index of 2,048 slots does not grow)
+    s.checkpoint()  # committed, the index file as it was
+    s.close()
+    r = KeyStore(tmp_path / "s", index_every=1000)
+    assert r.scanned == 310 and len(r) == 1010
+    want = dict(zip(range(1010), _values(np.arange(1010), 1), strict=True))
+    want.update(zip(range(300), _values(keys[:300], 1, salt=1), strict=True))
+    _check(r, want)
+    # keys in the delta are not new; a key in neither is
+    r.put(np.array([5, 1005, 5000]), np.zeros((3, 1)))
+    assert len(r) == 1011
+    want.update({5: np.zeros(1), 1005: np.zeros(1), 5000: np.zeros(1)})
+    _check(r, want)
+    r.put(np.arange(2000, 2700), _values(np.arange(2000, 2700), 1))
+    want.update(zip(range(2000, 2700), _values(np.arange(2000, 2700), 1), strict=True))
+    assert r.checkpoint()["index_pages"] > 0  # the catch-up merged the delta
+    r.close()
+    again = KeyStore(tmp_path / "s")
+    assert again.scanned == 0 and len(again) == 1711
+    _check(again, want)

@@ -48,20 +48,27 @@ def _check(words, at, width, record):
     return np.int64(h)
 
 
-@kernel
-def index_find(slot_keys, slot_records, keys, out):
-    """``out[i]``: the newest record of ``keys[i]``, or -1 for a key the index does not hold."""
+@inline
+def _find(slot_keys, slot_records, k):
+    """The record ``k`` points at in one index, or -1."""
     mask = slot_keys.size - 1
-    for i in range(keys.size):
-        k = keys[i]
-        s = _slot(k, mask)
-        out[i] = -1
-        while slot_keys[s] != EMPTY:
-            if slot_keys[s] == k:
-                out[i] = slot_records[s]
-                break
-            s = (s + 1) & mask
-    return out
+    s = _slot(k, mask)
+    while slot_keys[s] != EMPTY:
+        if slot_keys[s] == k:
+            return slot_records[s]
+        s = (s + 1) & mask
+    return -1
+
+
+@inline
+def _has(slot_keys, k):
+    mask = slot_keys.size - 1
+    s = _slot(k, mask)
+    while slot_keys[s] != EMPTY:
+        if slot_keys[s] == k:
+            return True
+        s = (s + 1) & mask
+    return False
 
 
 @inline
@@ -80,18 +87,52 @@ def _point(slot_keys, slot_records, dirty, k, record, mask):
 
 
 @kernel
-def index_put(slot_keys, slot_records, dirty, keys, first_record):
+def index_find(slot_keys, slot_records, delta_keys, delta_records, keys, out):
+    """``out[i]``: the newest record of ``keys[i]`` in the index or its delta (the log a
+    recovery scanned: records are numbered in order, the larger is the newer), or -1 for a
+    key neither holds."""
+    for i in range(keys.size):
+        out[i] = max(_find(slot_keys, slot_records, keys[i]),
+                     _find(delta_keys, delta_records, keys[i]))
+    return out
+
+
+@kernel
+def index_put(slot_keys, slot_records, dirty, delta_keys, keys, first_record):
     """Point ``keys[i]`` at record ``first_record + i`` (a later duplicate wins); the number of
-    keys new to the index.  The caller keeps the index at most half full."""
+    keys new to the store (in neither the index nor the keys of its delta).  The caller
+    keeps the index at most half full."""
     mask = slot_keys.size - 1
     added = 0
     for i in range(keys.size):
-        added += _point(slot_keys, slot_records, dirty, keys[i], first_record + i, mask)
+        if _point(slot_keys, slot_records, dirty, keys[i], first_record + i, mask):
+            added += not _has(delta_keys, keys[i])
     return added
 
 
 @kernel
-def append_records(slot_keys, slot_records, dirty, keys, values, first_record, out, at):
+def count_new(slot_keys, delta_keys, keys):
+    """How many of ``keys`` neither the index nor its delta holds (a key twice in ``keys``
+    counts twice: an upper bound, for sizing)."""
+    n = 0
+    for i in range(keys.size):
+        n += not _has(slot_keys, keys[i]) and not _has(delta_keys, keys[i])
+    return n
+
+
+@kernel
+def merge_delta(slot_keys, slot_records, dirty, delta_keys, delta_records):
+    """The delta's entries into the index where they are newer (its keys are counted)."""
+    mask = slot_keys.size - 1
+    for i in range(delta_keys.size):
+        k = delta_keys[i]
+        if k != EMPTY and delta_records[i] > _find(slot_keys, slot_records, k):
+            _point(slot_keys, slot_records, dirty, k, delta_records[i], mask)
+
+
+@kernel
+def append_records(slot_keys, slot_records, dirty, delta_keys, keys, values, first_record, out,
+                   at):
     """Records ``first_record ...`` for ``keys`` and ``values`` (int64[n, width], the values'
     bits) into ``out`` from word ``at`` on, and the index pointed at them (a later duplicate
     wins): the number of keys new to the index, or -1 (nothing done) if a key is
@@ -107,7 +148,7 @@ def append_records(slot_keys, slot_records, dirty, keys, values, first_record, o
         for j in range(width):
             out[w + 1 + j] = values[i, j]
         out[w + rw - 1] = _check(out, w, width, first_record + i)
-    return index_put(slot_keys, slot_records, dirty, keys, first_record)
+    return index_put(slot_keys, slot_records, dirty, delta_keys, keys, first_record)
 
 
 @kernel
@@ -129,14 +170,15 @@ def index_grow(slot_keys, slot_records, capacity):
 
 
 @kernel
-def read_values(slot_keys, slot_records, keys, log, tail, tail_first, end, records, out):
+def read_values(slot_keys, slot_records, delta_keys, delta_records, keys, log, tail, tail_first,
+                end, records, out):
     """Each key's newest record into ``records`` (-1: the index does not hold the key) and
     its value into ``out[i]`` (int64[n, width]; a missing key's row left alone), from the
     written ``log`` (records ``0 ..``) or, from record ``tail_first`` to ``end``, from the
     ``tail`` not written yet.  Every record read from the log is verified against its check
     word and its key (a damaged index entry points elsewhere): the index of the first that
     fails, else -2."""
-    index_find(slot_keys, slot_records, keys, records)
+    index_find(slot_keys, slot_records, delta_keys, delta_records, keys, records)
     width = out.shape[1]
     rw = width + 2
     for i in range(records.size):
@@ -159,15 +201,18 @@ def read_values(slot_keys, slot_records, keys, log, tail, tail_first, end, recor
 
 
 @kernel
-def scan_records(log, first, end, width, slot_keys, slot_records, dirty, added):
+def scan_records(log, first, end, width, slot_keys, slot_records, dirty, added, room):
     """Records ``first .. end`` of ``log`` into the index (recovery: the log past what the
-    index's file holds), ``added[0]`` counting the keys new to it; the first record whose
-    check fails, else ``end``.  The caller sizes the index for every record being new."""
+    index's file holds), ``added[0]`` counting the keys new to it, until ``room`` keys are
+    new (the caller sizes the index for them); the first record whose check fails is
+    returned as ``-1 - record``; else the record it stopped before."""
     rw = width + 2
     mask = slot_keys.size - 1
     for r in range(first, end):
+        if added[0] >= room:
+            return r
         at = r * rw
         if _check(log, at, width, r) != log[at + rw - 1]:
-            return r
+            return -1 - r
         added[0] += _point(slot_keys, slot_records, dirty, log[at], r, mask)
     return end

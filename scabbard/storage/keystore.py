@@ -82,8 +82,8 @@ class KeyStore:
         if new:
             if width is None or width < 1:
                 raise ValueError(f"a new store needs a value width >= 1 (got {width})")
-            meta = {"format": FORMAT, "width": int(width), "records": 0, "index": None,
-                    "index_records": 0, "index_keys": 0}
+            meta = {"format": FORMAT, "width": int(width), "records": 0, "keys": 0,
+                    "index": None, "index_records": 0, "index_keys": 0}
         elif width is not None and width != meta["width"]:
             raise StorageError(f"{self.folder} holds values of {meta['width']} words, not "
                                f"{width}: open it without a width, or use another folder")
@@ -97,6 +97,7 @@ class KeyStore:
         self.index_name = meta["index"]  # the index file, holding the index as of ...
         self.index_records = int(meta["index_records"])  # ... this record, with ...
         self.index_keys = int(meta["index_keys"])  # ... this many keys
+        self.committed_keys = int(meta["keys"])  # keys in the state the checkpoint covers
         self.writes = self.bytes_written = self.checkpoints = self.index_pages_written = 0
         self.scanned = 0  # records the last recovery scanned into the index
         io.mkdir(self.folder)
@@ -125,8 +126,10 @@ class KeyStore:
                              f"{keys.shape} and {values.shape})")
         if n == 0:
             return
-        if 2 * (self.count + n) > self.slot_keys.size:
-            self._grow(self.count + n)
+        if 2 * (self.count + n) > self.slot_keys.size:  # near full: count what is new
+            new = k.count_new(self.slot_keys, self.delta_keys, keys)
+            if 2 * (self.count + new) > self.slot_keys.size:
+                self._grow(self.count + new)
         rw = self.record_words
         first = self.records
         if n > self.group_records - self.tail_n:
@@ -135,8 +138,8 @@ class KeyStore:
             out, at = np.empty(n * rw, np.int64), 0
         else:
             out, at = self.tail, self.tail_n * rw
-        added = k.append_records(self.slot_keys, self.slot_records, self.dirty, keys,
-                                 values.view(np.int64), first, out, at)
+        added = k.append_records(self.slot_keys, self.slot_records, self.dirty,
+                                 self.delta_keys, keys, values.view(np.int64), first, out, at)
         if added < 0:
             raise ValueError(f"key {k.EMPTY} is reserved (the index's free slot)")
         if out is self.tail:
@@ -153,6 +156,8 @@ class KeyStore:
         cap = self.slot_keys.size
         while 2 * keys > cap:
             cap *= 2
+        if self._index_map is not None and not self.index_file_stale:  # read in order
+            self._index_map._mmap.madvise(mmap.MADV_SEQUENTIAL)
         self.slot_keys, self.slot_records = k.index_grow(self.slot_keys, self.slot_records, cap)
         self.dirty = np.ones(-(-cap // k.PAGE_SLOTS), np.uint8)
         self.index_file_stale = True
@@ -181,7 +186,8 @@ class KeyStore:
         if size > self.io.size(self.fd):
             self.io.ftruncate(self.fd, size)
         self.capacity = size
-        self.log = _random_access(np.memmap(self.folder / LOG, np.int64, "r", shape=(size // 8,)))
+        self._log_map = np.memmap(self.folder / LOG, np.int64, "r", shape=(size // 8,))
+        self.log = _random_access(self._log_map)
 
     # -- reading ------------------------------------------------------------------------------
     def get(self, keys: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray,
@@ -192,8 +198,9 @@ class KeyStore:
         if out is None:
             out = np.zeros((keys.size, self.width), np.float64)
         records = np.empty(keys.size, np.int64)
-        bad = k.read_values(self.slot_keys, self.slot_records, keys, self.log, self.tail,
-                            self.tail_first, self.records, records, out.view(np.int64))
+        bad = k.read_values(self.slot_keys, self.slot_records, self.delta_keys,
+                            self.delta_records, keys, self.log, self.tail, self.tail_first,
+                            self.records, records, out.view(np.int64))
         if bad >= 0:
             raise CorruptStore(f"the record of key {keys[bad]} in {self.folder / LOG} (record "
                                f"{records[bad]}) fails its check: the store is damaged")
@@ -220,12 +227,19 @@ class KeyStore:
     def _write_meta(self) -> None:
         write_atomic(self.io, self.folder / META, json.dumps(
             {"format": FORMAT, "width": self.width, "records": self.records,
-             "index": self.index_name, "index_records": self.index_records,
-             "index_keys": self.index_keys}).encode(), self.durability)
+             "keys": self.count, "index": self.index_name,
+             "index_records": self.index_records, "index_keys": self.index_keys}).encode(),
+            self.durability)
 
     def _write_index(self) -> int:
         """The index's dirty pages into its file (a new file when it grew), flushed; then
         ``store.json`` says the file holds the index as of the committed records."""
+        if self.delta_keys.size > 1:  # what the last recovery scanned joins the index
+            if 2 * self.count > self.slot_keys.size:
+                self._grow(self.count)
+            k.merge_delta(self.slot_keys, self.slot_records, self.dirty, self.delta_keys,
+                          self.delta_records)
+            self._no_delta()
         old = self.index_name
         cap = self.slot_keys.size
         if self.index_file_stale:
@@ -263,7 +277,8 @@ class KeyStore:
 
     def _map_index(self) -> None:
         """The index file mapped copy-on-write (a put changes a private copy of the page)."""
-        words = _random_access(np.memmap(self.folder / self.index_name, np.int64, "c"))
+        self._index_map = np.memmap(self.folder / self.index_name, np.int64, "c")
+        words = _random_access(self._index_map)
         cap = (words.size - _HEAD) // 2
         if words.size < _HEAD + 2 * _FIRST_SLOTS or words[0] != _INDEX_MAGIC or \
                 words[1] != cap or cap & (cap - 1):
@@ -283,36 +298,71 @@ class KeyStore:
                 raise FormatVersionError(f"{path}: a store of format {meta.get('format')!r}; "
                                          f"this version reads format {FORMAT}")
             int(meta["records"]), int(meta["width"]), int(meta["index_records"])
-            int(meta["index_keys"])
+            int(meta["index_keys"]), int(meta["keys"])
             return meta
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptStore(f"{path} is not a store's description ({e})") from None
 
+    def _no_delta(self) -> None:
+        self.delta_keys = np.full(1, k.EMPTY, np.int64)
+        self.delta_records = np.full(1, -1, np.int64)
+
     def _recover(self) -> None:
-        """The index as of the last checkpoint: its file mapped, then the log past what the
-        file holds scanned into it."""
+        """The index as of the last checkpoint: its file mapped (nothing of it read), and the
+        log past what the file holds read in order into a delta index beside it - a lookup
+        takes the newer record of the two; the next catch-up merges them."""
+        self._no_delta()
         try:
             if self.index_name is None:
                 raise FileNotFoundError
             self._map_index()
-            self.count = self.index_keys
             first = self.index_records
         except (FileNotFoundError, ValueError, CorruptStore):  # none yet, or unusable
             self.slot_keys = np.full(_FIRST_SLOTS, k.EMPTY, np.int64)
             self.slot_records = np.zeros(_FIRST_SLOTS, np.int64)
             self.dirty = np.ones(_FIRST_SLOTS // k.PAGE_SLOTS, np.uint8)
             self.index_file_stale = True
-            self.count, first = 0, 0
-        if 2 * (self.count + self.records - first) > self.slot_keys.size:
-            self._grow(self.count + self.records - first)
-        added = np.zeros(1, np.int64)
-        end = k.scan_records(self.log, first, self.records, self.width, self.slot_keys,
-                             self.slot_records, self.dirty, added)
-        if end != self.records:
-            raise CorruptStore(f"record {end} of {self.folder / LOG}, covered by the last "
-                               f"checkpoint, fails its check: the store is damaged")
-        self.count += int(added[0])
+            self._index_map = None
+            first = 0
+        self.count = self.committed_keys if first else 0
+        if self.records > first:
+            start, end = first * self.record_words * 8, self.records * self.record_words * 8
+            self._advise(self._log_map, start, end, mmap.MADV_SEQUENTIAL)
+            self._advise(self._log_map, start, end, mmap.MADV_WILLNEED)
+            n = self.records - first
+            cap = _FIRST_SLOTS
+            while cap < 2 * n:
+                cap *= 2
+            # without an index file the scan builds the index itself, with one a delta
+            into = (self.slot_keys, self.slot_records) if not first and \
+                self.index_file_stale else (np.full(cap, k.EMPTY, np.int64),
+                                            np.zeros(cap, np.int64))
+            if into[0].size < cap:
+                into = (np.full(cap, k.EMPTY, np.int64), np.zeros(cap, np.int64))
+            added = np.zeros(1, np.int64)
+            at = k.scan_records(self.log, first, self.records, self.width, into[0], into[1],
+                                np.zeros(cap // k.PAGE_SLOTS + 1, np.uint8), added, n)
+            if at < 0:
+                raise CorruptStore(f"record {-1 - at} of {self.folder / LOG}, covered by the "
+                                   f"last checkpoint, fails its check: the store is damaged")
+            self._advise(self._log_map, start, end, mmap.MADV_RANDOM)
+            if first or not self.index_file_stale:
+                self.delta_keys, self.delta_records = into
+                self.count = self.committed_keys
+            else:
+                self.slot_keys, self.slot_records = into
+                self.dirty = np.ones(-(-into[0].size // k.PAGE_SLOTS), np.uint8)
+                self.count = int(added[0])
+        if 2 * self.count > self.slot_keys.size:
+            self._grow(self.count)
         self.scanned = self.records - first
+
+    @staticmethod
+    def _advise(mapped: np.memmap, start: int, end: int, advice: int) -> None:
+        """``madvise`` of bytes ``start .. end`` of a mapped file (whole pages)."""
+        start = start // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > start:
+            mapped._mmap.madvise(advice, start, end - start)
 
     # -- the end ------------------------------------------------------------------------------
     def stats(self) -> dict:
@@ -325,7 +375,8 @@ class KeyStore:
     def close(self) -> None:
         """Close the files (what is not checkpointed is not kept)."""
         if self.fd >= 0:
-            self.log = np.empty(0, np.int64)
+            self.log = self._log_map = np.empty(0, np.int64)
+            self._index_map = None
             self.slot_keys = self.slot_records = np.empty(0, np.int64)
             self.io.close(self.fd)
             self.fd = -1
