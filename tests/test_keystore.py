@@ -242,3 +242,20 @@ def test_the_log_a_recovery_reads_is_a_delta_counted_once_and_merged_at_the_next
     again = KeyStore(tmp_path / "s")
     assert again.scanned == 0 and len(again) == 1711
     _check(again, want)
+
+
+def test_growing_an_index_that_holds_a_key_twice_keeps_its_newer_record():
+    from scabbard.kernels import keystore as k
+
+    keys = np.full(1024, k.EMPTY, np.int64)
+    records = np.zeros(1024, np.int64)
+    dirty = np.zeros(2, np.uint8)
+    none = np.full(1, k.EMPTY, np.int64)
+    k.index_put(keys, records, dirty, none, np.array([7, 8]), 10)  # 7 -> 10, 8 -> 11
+    at = np.flatnonzero(keys == 7)[0]
+    stale = (at + 1 + np.flatnonzero(keys[at + 1:] == k.EMPTY)[0]) % 1024
+    keys[stale], records[stale] = 7, 3  # a torn page's stale copy, behind the key's slot
+    for grown in k.index_grow(keys, records, 2048), k.index_grow(keys[::-1].copy(),
+                                                                 records[::-1].copy(), 2048):
+        got = k.index_find(*grown, none, none, np.array([7, 8]), np.empty(2, np.int64))
+        assert got.tolist() == [10, 11] and (grown[0] == 7).sum() == 1

@@ -162,10 +162,13 @@ def index_grow(slot_keys, slot_records, capacity):
         if k == EMPTY:
             continue
         s = _slot(k, mask)
-        while keys[s] != EMPTY:
+        while keys[s] != EMPTY and keys[s] != k:
             s = (s + 1) & mask
+        # a key twice (a page of the index file torn by a crash, then merged again): the
+        # newer record is the key's
+        if keys[s] != k or slot_records[i] > records[s]:
+            records[s] = slot_records[i]
         keys[s] = k
-        records[s] = slot_records[i]
     return keys, records
 
 

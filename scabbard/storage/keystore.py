@@ -20,14 +20,17 @@ fixed-width values (``width`` float64 words - a window's aggregates):
   (2) when ``index_every`` records have been appended since the index file last caught up
   (or the index has grown: a new file), the index's dirty pages written back and flushed,
   ``store.json`` replaced again saying the file now holds the index as of step (1);
-* **recovery** is opening the folder: the index file mapped, and the log between what it
-  holds and what the last checkpoint covers scanned into it (at most ``index_every``
-  records) - its time does not grow with the state.  Records written after the last
-  checkpoint are not part of the state and are written over.
+* **recovery** is opening the folder: the index file mapped (none of it read), and the log
+  between what it holds and what the last checkpoint covers (at most ``index_every``
+  records) read in order into a *delta* index beside it - a lookup takes the newer record
+  of the two, the next catch-up merges them - so its time does not grow with the state.
+  Records written after the last checkpoint are not part of the state and are written over.
 
-A crash in step (2) leaves index pages of two checkpoints; all their entries point at
-records the first step committed, and the scan points every key updated since the older
-one at its newest record again.  An update appends a new record (the log is not compacted
+A crash in step (2) leaves index pages of two catch-ups (torn ones too); every entry points
+at a record step (1) committed, and the delta holds each key updated since the older one at
+its newest record, so the newer of the two is right.  A key a torn page left twice keeps
+its newer record first in its probe order, and growing the index keeps the newer.
+An update appends a new record (the log is not compacted
 yet: an updated key's old records stay until the store is rewritten).  Every file
 operation goes through a :class:`~scabbard.storage.fileio.FileIO` (the crash-state explorer
 records them); reads go through memory maps and are not recorded.
