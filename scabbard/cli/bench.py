@@ -670,13 +670,7 @@ def _run_bench_keyvalue(args) -> int:
 def _run_bench_keyvalue_recovery(args) -> int:
     from scabbard.experiments import keyvalue as exp
 
-    runs = exp.recovery(_settings(exp.Settings, args, output_dir=args.out),
-                        log=lambda s: print(s, flush=True))
-    print("\n" + exp.recovery_summary(runs).round(3).to_string(index=False))
-    exp.plot_recovery(runs, args.out)
-    print(f"\nresults: {Path(args.out) / 'keyvalue_recovery.csv'}, "
-          f"figure: {Path(args.out) / 'keyvalue_recovery.png'}")
-    return 0
+    return _recovery_bench(args, exp, "keyvalue_recovery.csv", "keyvalue_recovery.png", 3)
 
 
 def _run_bench_restart(args) -> int:
@@ -716,12 +710,17 @@ def _run_bench_adaptive(args) -> int:
 def _run_bench_state_recovery(args) -> int:
     from scabbard.experiments import state as exp
 
+    return _recovery_bench(args, exp, "recovery.csv", "state_recovery.png", 2)
+
+
+def _recovery_bench(args, exp, results: str, figure: str, digits: int) -> int:
+    """A Darwin Fig. 2 bench: the module's ``recovery`` runs (a line each), its summary
+    printed, its figure, and where both went."""
     runs = exp.recovery(_settings(exp.Settings, args, output_dir=args.out),
                         log=lambda s: print(s, flush=True))
-    print("\n" + exp.recovery_summary(runs).round(2).to_string(index=False))
+    print("\n" + exp.recovery_summary(runs).round(digits).to_string(index=False))
     exp.plot_recovery(runs, args.out)
-    print(f"\nresults: {Path(args.out) / 'recovery.csv'}, "
-          f"figure: {Path(args.out) / 'state_recovery.png'}")
+    print(f"\nresults: {Path(args.out) / results}, figure: {Path(args.out) / figure}")
     return 0
 
 

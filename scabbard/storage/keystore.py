@@ -213,16 +213,17 @@ class KeyStore:
         return self.count
 
     # -- checkpoints and recovery -------------------------------------------------------------
-    def checkpoint(self) -> dict:
+    def checkpoint(self, index: bool | None = None) -> dict:
         """Make the state as it is now the one a recovery finds (the commit: the tail
-        written, the log flushed with ``machine`` durability, ``store.json`` replaced); then,
-        every ``index_every`` records or when the index has grown, the index's changes."""
+        written, the log flushed with ``machine`` durability, ``store.json`` replaced); then
+        the index's changes - every ``index_every`` records or when the index has grown
+        (``index`` None), now (True) or not this time (False, unless it grew)."""
         self._write_tail()
         if self.durability.flush:
             self.io.fdatasync(self.fd)
         self._write_meta()
-        catch_up = self.index_file_stale or self.records - self.index_records >= \
-            self.index_every
+        due = self.records - self.index_records >= self.index_every
+        catch_up = self.index_file_stale or (due if index is None else index)
         pages = self._write_index() if catch_up else 0
         self.checkpoints += 1
         return {"records": self.records, "keys": self.count, "index_pages": pages}
