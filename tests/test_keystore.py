@@ -257,5 +257,6 @@ def test_growing_an_index_that_holds_a_key_twice_keeps_its_newer_record():
     keys[stale], records[stale] = 7, 3  # a torn page's stale copy, behind the key's slot
     for grown in k.index_grow(keys, records, 2048), k.index_grow(keys[::-1].copy(),
                                                                  records[::-1].copy(), 2048):
-        got = k.index_find(*grown, none, none, np.array([7, 8]), np.empty(2, np.int64))
+        got = np.empty(2, np.int64)
+        k.index_find(*grown, none, none, np.array([7, 8]), got)
         assert got.tolist() == [10, 11] and (grown[0] == 7).sum() == 1

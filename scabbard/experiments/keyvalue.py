@@ -311,8 +311,8 @@ class _Memory:
     def get(self, keys: np.ndarray) -> np.ndarray:
         from scabbard.kernels import keystore as k
 
-        at = k.index_find(self.slot_keys, self.slot_records, self.none, self.none, keys,
-                          np.empty(keys.size, np.int64))
+        at = np.empty(keys.size, np.int64)
+        k.index_find(self.slot_keys, self.slot_records, self.none, self.none, keys, at)
         return self.values[at]
 
     def close(self) -> None:

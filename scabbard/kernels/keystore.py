@@ -6,6 +6,10 @@ stored by their bits) and a check word, a hash of the record's number, its key a
 value - so a record read from the wrong place, torn or zero-filled is caught per key,
 without reading the group it was written with.
 
+The kernels that allocate nothing are :func:`~scabbard.kernels._jit.scan` loops: their
+inlined helpers take arrays and branch, which costs reference counting per row otherwise
+(measured: gets 1.9x slower).
+
 The index is open addressing with linear probing over two power-of-two arrays: ``slot_keys``
 (the key, or :data:`EMPTY`) and ``slot_records`` (the number of the key's newest record).
 It is kept at most half full; :func:`index_grow` doubles it.  Every change marks its page of
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scabbard.kernels._jit import inline, kernel
+from scabbard.kernels._jit import inline, kernel, scan
 
 EMPTY = np.iinfo(np.int64).min  # a free slot's key: the one key a store refuses
 PAGE_SHIFT = 9
@@ -86,18 +90,19 @@ def _point(slot_keys, slot_records, dirty, k, record, mask):
     return new
 
 
-@kernel
+@scan
 def index_find(slot_keys, slot_records, delta_keys, delta_records, keys, out):
     """``out[i]``: the newest record of ``keys[i]`` in the index or its delta (the log a
     recovery scanned: records are numbered in order, the larger is the newer), or -1 for a
     key neither holds."""
     for i in range(keys.size):
-        out[i] = max(_find(slot_keys, slot_records, keys[i]),
-                     _find(delta_keys, delta_records, keys[i]))
-    return out
+        out[i] = _find(slot_keys, slot_records, keys[i])
+    if delta_keys.size > 1:  # a delta (one slot: none)
+        for i in range(keys.size):
+            out[i] = max(out[i], _find(delta_keys, delta_records, keys[i]))
 
 
-@kernel
+@scan
 def index_put(slot_keys, slot_records, dirty, delta_keys, keys, first_record):
     """Point ``keys[i]`` at record ``first_record + i`` (a later duplicate wins); the number of
     keys new to the store (in neither the index nor the keys of its delta).  The caller
@@ -110,7 +115,7 @@ def index_put(slot_keys, slot_records, dirty, delta_keys, keys, first_record):
     return added
 
 
-@kernel
+@scan
 def count_new(slot_keys, delta_keys, keys):
     """How many of ``keys`` neither the index nor its delta holds (a key twice in ``keys``
     counts twice: an upper bound, for sizing)."""
@@ -120,7 +125,7 @@ def count_new(slot_keys, delta_keys, keys):
     return n
 
 
-@kernel
+@scan
 def merge_delta(slot_keys, slot_records, dirty, delta_keys, delta_records):
     """The delta's entries into the index where they are newer (its keys are counted)."""
     mask = slot_keys.size - 1
@@ -130,7 +135,7 @@ def merge_delta(slot_keys, slot_records, dirty, delta_keys, delta_records):
             _point(slot_keys, slot_records, dirty, k, delta_records[i], mask)
 
 
-@kernel
+@scan
 def append_records(slot_keys, slot_records, dirty, delta_keys, keys, values, first_record, out,
                    at):
     """Records ``first_record ...`` for ``keys`` and ``values`` (int64[n, width], the values'
@@ -172,7 +177,7 @@ def index_grow(slot_keys, slot_records, capacity):
     return keys, records
 
 
-@kernel
+@scan
 def read_values(slot_keys, slot_records, delta_keys, delta_records, keys, log, tail, tail_first,
                 end, records, out):
     """Each key's newest record into ``records`` (-1: the index does not hold the key) and
@@ -203,7 +208,7 @@ def read_values(slot_keys, slot_records, delta_keys, delta_records, keys, log, t
     return -2
 
 
-@kernel
+@scan
 def scan_records(log, first, end, width, slot_keys, slot_records, dirty, added, room):
     """Records ``first .. end`` of ``log`` into the index (recovery: the log past what the
     index's file holds), ``added[0]`` counting the keys new to it, until ``room`` keys are
