@@ -104,7 +104,7 @@ class KeyStore:
             if width is None or width < 1:
                 raise ValueError(f"a new store needs a value width >= 1 (got {width})")
             meta = {"format": FORMAT, "width": int(width), "records": 0, "keys": 0,
-                    "index": None, "index_records": 0, "index_keys": 0}
+                    "index": None, "index_records": 0}
         elif width is not None and width != meta["width"]:
             raise StorageError(f"{self.folder} holds values of {meta['width']} words, not "
                                f"{width}: open it without a width, or use another folder")
@@ -116,8 +116,7 @@ class KeyStore:
         self.records = int(meta["records"])  # records in the log, the tail's included
         self.tail_first = self.records
         self.index_name = meta["index"]  # the index file, holding the index as of ...
-        self.index_records = int(meta["index_records"])  # ... this record, with ...
-        self.index_keys = int(meta["index_keys"])  # ... this many keys
+        self.index_records = int(meta["index_records"])  # ... this record
         self.committed_keys = int(meta["keys"])  # keys in the state the checkpoint covers
         self.writes = self.bytes_written = self.checkpoints = self.index_pages_written = 0
         self.scanned = 0  # records the last recovery scanned into the index
@@ -250,7 +249,7 @@ class KeyStore:
         write_atomic(self.io, self.folder / META, json.dumps(
             {"format": FORMAT, "width": self.width, "records": self.records,
              "keys": self.count, "index": self.index_name,
-             "index_records": self.index_records, "index_keys": self.index_keys}).encode(),
+             "index_records": self.index_records}).encode(),
             self.durability)
 
     def _write_index(self) -> int:
@@ -294,7 +293,7 @@ class KeyStore:
                     self.io.fdatasync(fd)
             finally:
                 self.io.close(fd)
-        self.index_name, self.index_records, self.index_keys = name, self.records, self.count
+        self.index_name, self.index_records = name, self.records
         self._write_meta()
         if old and old != name:
             self.io.unlink(self.folder / old, missing_ok=True)
@@ -325,7 +324,7 @@ class KeyStore:
                 raise FormatVersionError(f"{path}: a store of format {meta.get('format')!r}; "
                                          f"this version reads format {FORMAT}")
             int(meta["records"]), int(meta["width"]), int(meta["index_records"])
-            int(meta["index_keys"]), int(meta["keys"])
+            int(meta["keys"])
             return meta
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptStore(f"{path} is not a store's description ({e})") from None
