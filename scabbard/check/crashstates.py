@@ -38,6 +38,7 @@ from scabbard.check.model import CrashState, FileSystemModel
 from scabbard.data import Dataset
 from scabbard.engine import EngineConfig
 from scabbard.ft.ingress import INGRESS
+from scabbard.ft.modes import EXACTLY_ONCE_SINKS
 from scabbard.ft.recovery import recorded_run, run_fault_tolerant
 from scabbard.ft.sinks import open_output, read_output
 from scabbard.ft.verify import compare, failure_free, prefix_problem
@@ -78,7 +79,7 @@ class Settings:
         if self.checkpoint_mode not in MODES:
             raise ValueError(f"checkpoint_mode must be one of {', '.join(MODES)}, got "
                              f"{self.checkpoint_mode!r}")
-        if self.sink not in ("clocked", "transactional"):
+        if self.sink not in EXACTLY_ONCE_SINKS:
             raise ValueError(f"sink must be clocked or transactional, got {self.sink!r}")
         if self.durability not in ("process", "machine"):
             raise ValueError(f"durability must be process or machine, got {self.durability!r}")

@@ -8,6 +8,7 @@ from pathlib import Path
 from scabbard import paths
 from scabbard.cli.common import hidden_alias, parse_bytes
 from scabbard.cli.errors import CLIError
+from scabbard.ft.modes import CHECKPOINT_MODES, EXACTLY_ONCE_SINKS
 
 # -- options shared by the benchmarks, declared once -----------------------------------------
 # help per Settings field; a flag's default is the experiment's own (its Settings), unless the
@@ -75,10 +76,10 @@ _FLAGS = {"with_query": "--no-query", "batch_kib": "--batch-kb", "min_life": "--
           "max_life": "--max", "seconds": "--duration", "data_dir": "--data-root",
           "worker_counts": "--workers"}
 _ALIASES = {"seconds": "--seconds", "data_dir": "--data-dir"}  # the old spellings, hidden
-_CHOICES = {"scale": ("tiny", "small", "full"), "sinks": ("clocked", "transactional"),
+_CHOICES = {"scale": ("tiny", "small", "full"), "sinks": EXACTLY_ONCE_SINKS,
             "placements": ("alternate", "all", "none"),
             "reduced_with": ("alternate", "adaptive", "default"),
-            "checkpoint_mode": ("full", "incremental", "eventual"),
+            "checkpoint_mode": CHECKPOINT_MODES,
             "systems": ("engine", "engine-spill", "engine-ft", "engine-ft-spill", "spark-rocksdb",
                         "flink-rocksdb"),
             "variants": ("generic", "instrumented", "adaptive"),

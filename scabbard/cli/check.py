@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import time
 
+from scabbard.ft.modes import CHECKPOINT_MODES, EXACTLY_ONCE_SINKS
+
 
 def add_parser(subparsers) -> None:
     from scabbard.queries import ALL as NAMES
@@ -40,7 +42,7 @@ def add_parser(subparsers) -> None:
     )
     c.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
                    help=f"one of {', '.join(NAMES)}")
-    c.add_argument("--sink", choices=("clocked", "transactional"), default="clocked",
+    c.add_argument("--sink", choices=EXACTLY_ONCE_SINKS, default="clocked",
                    help="the exactly-once sink (default clocked)")
     c.add_argument("--states", type=int, default=1000, help="crash states to explore "
                    "(sampled when there are more; default 1000)")
@@ -54,7 +56,7 @@ def add_parser(subparsers) -> None:
     c.add_argument("--persist-at", metavar="EDGE[,EDGE]",
                    help="p-streams between operators besides the ingress (operator ids, or "
                         "output: before the sink), as 'scabbard run --persist-at'")
-    c.add_argument("--checkpoint-mode", choices=("full", "incremental", "eventual"),
+    c.add_argument("--checkpoint-mode", choices=CHECKPOINT_MODES,
                    default="full", help="the recorded run's checkpoints: full (default), "
                    "incremental (closed panes written once, as pane units) or eventual (pane "
                    "units also saved in steps between records), as 'scabbard run'")

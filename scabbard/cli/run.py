@@ -17,6 +17,7 @@ from scabbard.cli.common import (
 )
 from scabbard.cli.errors import CLIError
 from scabbard.cli.spark_backend import reject_spark_flags
+from scabbard.ft.modes import CHECKPOINT_MODES, EXACTLY_ONCE_SINKS
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -126,7 +127,7 @@ def add_run(sub) -> None:
                    help="fault tolerance: persist the input, checkpoint the operator every "
                         "SECONDS, write exactly-once output to the --output folder (implies "
                         "--persist-input)")
-    ft.add_argument("--checkpoint-mode", choices=("full", "incremental", "eventual"),
+    ft.add_argument("--checkpoint-mode", choices=CHECKPOINT_MODES,
                    help="with --checkpoint-interval: full (the default) writes every pane the open "
                         "windows need at every checkpoint; incremental writes a closed pane once, "
                         "as an immutable pane unit, and a checkpoint only the panes closed since "
@@ -152,11 +153,11 @@ def add_run(sub) -> None:
                         "checkpoint record or an acknowledgement depends on to the device first "
                         "(fdatasync after the O_DIRECT writes, directories fsynced): the run "
                         "survives power loss; process only survives the engine being killed")
-    ft.add_argument("--sink", choices=("clocked", "transactional"), default="clocked",
+    ft.add_argument("--sink", choices=EXACTLY_ONCE_SINKS, default="clocked",
                    help="the exactly-once sink: clocked (default: results stored at once with "
                         "their vector clock, duplicates dropped on replay) or transactional "
                         "(two-phase commit with each checkpoint)")
-    hidden_alias(ft, "--exactly-once", dest="sink", choices=("clocked", "transactional"))
+    hidden_alias(ft, "--exactly-once", dest="sink", choices=EXACTLY_ONCE_SINKS)
     ft.add_argument("--checkpoint-only", action="store_true",
                    help="with --checkpoint-interval: checkpoint the operator state but do not "
                         "persist the input; recovery requests the input again from the source "

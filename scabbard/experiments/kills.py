@@ -23,6 +23,7 @@ from scabbard import paths, queries, workloads
 from scabbard.engine import CollectSink, run_query
 from scabbard.experiments import Common
 from scabbard.ft.controller import Controller
+from scabbard.ft.modes import EXACTLY_ONCE_SINKS
 
 RESTART_S = 3.0  # about what an incarnation takes to start and recover on this machine
 MAX_RESULTS = 3_000_000  # the failure-free output is held and compared in memory
@@ -49,7 +50,7 @@ class Config:
 @dataclass(frozen=True)
 class Settings(Common):
     queries: Sequence[str] = field(default=queries.NAMES)
-    sinks: Sequence[str] = ("clocked", "transactional")
+    sinks: Sequence[str] = EXACTLY_ONCE_SINKS
     kills: int = 23  # per configuration (11 queries x 2 sinks x 23 = 506)
     reduce_every: int = 3  # every that many configurations: push-up + a compression scheme
     # that scheme: the adaptive and the default one in turn ("alternate"), or always one

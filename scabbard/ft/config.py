@@ -19,11 +19,9 @@ from pathlib import Path
 from scabbard.compression.policy import SCHEMES
 from scabbard.errors import UserError
 from scabbard.faults import POINTS
+from scabbard.ft.modes import CHECKPOINT_MODES, DURABILITIES, SINKS
 from scabbard.storage import StorageConfig
 
-CHECKPOINT_MODES = ("full", "incremental", "eventual")  # scabbard.ft.panes.MODES
-SINKS = ("clocked", "transactional", "discard")  # discard: the benchmarks' (nothing kept)
-DURABILITIES = ("process", "machine")
 MAX_INTERVAL = 86_400.0  # a checkpoint at least once a day
 
 

@@ -47,11 +47,12 @@ import numpy as np
 
 from scabbard import faults
 from scabbard.batch import Batch
+from scabbard.ft.modes import CHECKPOINT_MODES
 from scabbard.pog.punit import Kind, PUnit
 from scabbard.schema import Schema
 from scabbard.storage import BlockManager
 
-MODES = ("full", "incremental", "eventual")
+MODES = CHECKPOINT_MODES
 FANOUT = 8  # this many units of one level in a window are merged into one of the next
 RESTORED = 1 << 30  # the level of the units a recovery found (never merged)
 

@@ -46,6 +46,7 @@ import numpy as np
 
 from scabbard.batch import Batch
 from scabbard.engine.sinks import Sink
+from scabbard.ft.modes import EXACTLY_ONCE_SINKS
 from scabbard.pog.checkpoint import ProtocolError
 from scabbard.schema import Schema, SchemaError
 from scabbard.storage import BlockManager, StorageConfig, StorageError, folderlock
@@ -85,7 +86,7 @@ def _read_mark(path: Path) -> dict:
     f = path / _KIND
     try:
         doc = json.loads(f.read_text())
-        if not isinstance(doc, dict) or doc.get("kind") not in ("clocked", "transactional") \
+        if not isinstance(doc, dict) or doc.get("kind") not in EXACTLY_ONCE_SINKS \
                 or not isinstance(doc.get("schema"), str):
             raise ValueError("not an exactly-once output description")
         Schema.from_dict(doc["schema_doc"])
