@@ -17,7 +17,7 @@ from scabbard.cli.common import (
 )
 from scabbard.cli.errors import CLIError
 from scabbard.cli.spark_backend import reject_spark_flags
-from scabbard.ft.modes import CHECKPOINT_MODES, EXACTLY_ONCE_SINKS
+from scabbard.ft.modes import CHECKPOINT_MODES, EXACTLY_ONCE_SINKS, INTERVAL
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -264,7 +264,7 @@ def add_explain(sub) -> None:
                    help="also show floats stored with N decimals (default 2; -1: do not)")
     p.add_argument("--rate", type=float, default=1e6,
                    help="input tuples/s the placement is priced at (default 1,000,000)")
-    p.add_argument("--checkpoint-interval", type=float, default=1.0, metavar="SECONDS",
+    p.add_argument("--checkpoint-interval", type=float, default=INTERVAL, metavar="SECONDS",
                    help="checkpoint interval the placement is priced at (default 1)")
     p.set_defaults(func=_run_explain)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from scabbard import paths
 from scabbard.cli.common import add_data_root, data_root, hidden_alias
+from scabbard.ft.modes import INTERVAL
 from scabbard.sim import report
 from scabbard.sim.config import SCHEMES
 
@@ -223,7 +224,7 @@ def add_parser(subparsers) -> None:
     run.add_argument("--compression", default="none", choices=SCHEMES,
                      help="how the input is persisted: raw (none), the default codecs, or "
                           "after persistence push-up (raw, codecs, lossy floats); default: none")
-    run.add_argument("--checkpoint-interval", type=float, default=1.0, metavar="SECONDS",
+    run.add_argument("--checkpoint-interval", type=float, default=INTERVAL, metavar="SECONDS",
                      help="checkpoint every SECONDS (default 1; 0: no checkpoints)")
     run.add_argument("--fail-at", type=float, metavar="SECONDS",
                      help="kill the engine at this simulated second and recover")

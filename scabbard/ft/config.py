@@ -19,7 +19,7 @@ from pathlib import Path
 from scabbard.compression.policy import SCHEMES
 from scabbard.errors import UserError
 from scabbard.faults import POINTS
-from scabbard.ft.modes import CHECKPOINT_MODES, DURABILITIES, SINKS
+from scabbard.ft.modes import CHECKPOINT_MODES, DURABILITIES, INTERVAL, SINKS
 from scabbard.storage import StorageConfig
 
 MAX_INTERVAL = 86_400.0  # a checkpoint at least once a day
@@ -83,7 +83,7 @@ class FTConfig:
 
     output: Path  # --output
     sink: str = "clocked"  # --exactly-once
-    interval: float | None = 1.0  # --checkpoint-interval (None: none on a timer)
+    interval: float | None = INTERVAL  # --checkpoint-interval (None: none on a timer)
     every_tasks: int | None = None  # a checkpoint every that many tasks (deterministic)
     durability: str | None = None  # --durability; None: machine, or as recorded (recovery)
     persist_input: bool | None = None  # False: --checkpoint-only; None: as recorded / True

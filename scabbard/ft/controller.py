@@ -19,6 +19,7 @@ from pathlib import Path
 
 from scabbard import queries
 from scabbard.data import open_dataset
+from scabbard.ft.modes import INTERVAL
 from scabbard.ft.verify import Verdict, compare
 
 
@@ -47,7 +48,7 @@ class Controller:
 
     def __init__(self, query: str, data: str | Path, workdir: str | Path, *, max_tuples: int,
                  workers: int = 2, batch: int | None = None, rate: float | None = None,
-                 interval: float = 1.0, sink: str = "clocked", persist_input: bool = True,
+                 interval: float = INTERVAL, sink: str = "clocked", persist_input: bool = True,
                  standby: bool = False, standby_after: float = 2.0,
                  metrics_interval: float = 0.5, push_up: bool = False,
                  compression: str = "none", lossy_decimals: int | None = None,

@@ -53,6 +53,7 @@ from scabbard.ft.checkpointing import CheckpointListener
 from scabbard.ft.config import ConfigError, FTConfig, PersistConfig, RunConfig
 from scabbard.ft.eventual import EventualPolicy, EventualSteps
 from scabbard.ft.ingress import INGRESS, READER, PersistedFeed, ReplayFeed, ingress_stream
+from scabbard.ft.modes import INTERVAL
 from scabbard.ft.sinks import NO_WINDOW, ExactlyOnceSink, open_output
 from scabbard.ft.spillstore import DurableSpills
 from scabbard.ft.state import QueryState
@@ -193,7 +194,7 @@ def _read_run(path: Path) -> dict:
 
 def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                        sink: ExactlyOnceSink, config: EngineConfig | None = None,
-                       interval: float | None = 1.0, recover: bool = False,
+                       interval: float | None = INTERVAL, recover: bool = False,
                        rate: float | None = None, duration: float | None = None,
                        max_tuples: int | None = None, metrics_log: str | Path | None = None,
                        on_sample=None, storage_config: StorageConfig | None = None,
