@@ -386,11 +386,14 @@ def add(sub, full: bool = True) -> None:
         "In one process, per state size (--record-counts records of an 8-byte key and --width "
         "float64 words): the state in memory with a hash index, written whole to a file at a "
         "checkpoint and read back at a recovery (the paper's TBB); the engine's per-key store "
-        "(a checkpoint writes its log's tail and, now and then, its index; a recovery reads "
-        "the index and the log since); RocksDB (a checkpoint flushes its memtable, a recovery "
-        "opens it).  Each store is filled, checkpointed (timed, flushed to the disk), its "
-        "files dropped from the page cache, recovered (timed) and read 1,000 times (timed).  "
-        "--rounds rounds, the stores alternating.  Writes keyvalue_recovery.csv, "
+        "(a checkpoint writes its log's tail and, every 1 M records, its index's changed "
+        "pages; a recovery maps the index and reads the log since); RocksDB (a checkpoint "
+        "flushes its memtable, a recovery opens it).  Each store is filled (the per-key "
+        "store checkpointing every 1 M records), 1 M of its keys are updated, a "
+        "checkpoint is taken (timed, flushed to the disk), its files are dropped from the "
+        "page cache, it is recovered (timed) and read 1,000 times (timed); the per-key "
+        "store's index catch-up is timed last.  --rounds rounds, the stores alternating.  "
+        "Writes keyvalue_recovery.csv, "
         "keyvalue_recovery_runs.csv and keyvalue_recovery.png to --output.",
         _run_bench_keyvalue_recovery)
     _options(kr, keyvalue.Settings, "record_counts", "width", "rounds",
