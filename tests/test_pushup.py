@@ -6,12 +6,15 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from ftkit import campaign
 
 from scabbard import queries
+from scabbard.batch import Batch
 from scabbard.engine import CollectSink, run_query
 from scabbard.engine.metrics import read_metrics
+from scabbard.engine.pushup import Reducer
 from scabbard.ft.controller import Controller
 from scabbard.ft.ingress import run_persisted
 from scabbard.ft.verify import compare
@@ -69,6 +72,29 @@ def test_two_branches_keep_what_either_needs_and_each_still_filters():
     p = push_up(left.join_windows(right).node)
     assert repr(p.predicate).startswith("(") and " or " in repr(p.predicate)
     assert p.plan.explain().count("σ[") == 2
+
+
+def test_the_generated_filter_keeps_what_numpy_keeps(tmp_path):
+    """Push-up's predicate as a branch-free generated kernel (the engine's path) keeps the
+    rows numpy's mask keeps - on every query's predicate at selectivities from none to all,
+    and on conjunctions and disjunctions."""
+    rng = np.random.default_rng(7)
+    n = 10_000
+    cols = (np.arange(n, dtype=np.int64), rng.integers(-5, 20, n), rng.normal(size=n),
+            rng.integers(0, 4, n).astype(np.int32), rng.integers(0, 2, n))
+    batch = Batch(S, cols, 0)
+    for where in (Col("a") > 5, (Col("a") > 5) & (Col("c") < 3), (Col("b") < 0) | (Col("d") == 1),
+                  Col("a") > 100, Col("a") > -100):
+        p = push_up(Query.stream(S).where(where).window(1).aggregate(count()).node)
+        fast, slow = Reducer(p, tmp_path)(batch), Reducer(p)(batch)
+        assert Reducer(p, tmp_path)._kernel is not None
+        assert fast.schema == slow.schema and len(fast) == len(slow)
+        for a, b in zip(fast.columns, slow.columns, strict=True):
+            assert np.array_equal(a, b)
+    for name in queries.NAMES:  # each paper query's own predicate compiles
+        p = push_up(queries.get(name).node)
+        if p.predicate is not None:
+            assert Reducer(p, tmp_path)._kernel is not None, name
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ kept attributes are compacted in one pass each.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -18,15 +19,21 @@ from scabbard.batch import Batch
 from scabbard.compression.base import FLOAT
 from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
+from scabbard.engine import frontcode
 from scabbard.engine.physical import eval_numpy
+from scabbard.kernels.codegen import FrontSpec, compile_front
 from scabbard.query import Query, optimize
+from scabbard.query.expr import QueryError, resolve
 from scabbard.query.optimize import PushUp
+from scabbard.schema import Schema
 
 
 class Reducer:
     """Source batch -> the p-stream's batch: surviving tuples, kept attributes."""
 
-    def __init__(self, pushup: PushUp):
+    def __init__(self, pushup: PushUp, cache_dir: Path | None = None):
+        """``cache_dir``: where the predicate's generated kernel is cached (the engine's
+        :attr:`~scabbard.engine.runtime.EngineConfig.cache_dir`); None: numpy evaluates it."""
         self.pushup = pushup
         self.schema = pushup.schema
         src = pushup.source
@@ -35,6 +42,9 @@ class Reducer:
         # what it keeps of every tuple is a zero-copy view (the timestamp stays first, so a
         # replayed copy's deferred shift stays deferred)
         self._view = not src.stream or (bool(self._keep) and self._keep[0] == 0)
+        self._kernel, self._inputs = None, ()
+        if pushup.predicate is not None and cache_dir is not None:
+            self._kernel, self._inputs = _filter_kernel(pushup.predicate, src, cache_dir)
 
     def __call__(self, batch: Batch) -> Batch:
         """The kept attributes of the surviving tuples: the predicate evaluated on the columns
@@ -46,11 +56,20 @@ class Reducer:
         span = timers.start()
         rows = None
         if self.pushup.predicate is not None and len(batch):
-            src = batch.schema
-            env = {c: batch.column_array(src.index(c)) for c in self._reads}
-            mask = np.broadcast_to(eval_numpy(self.pushup.predicate, env, src), (len(batch),))
-            if not mask.all():
-                rows = np.flatnonzero(mask)
+            src, n = batch.schema, len(batch)
+            if self._kernel is not None:  # one pass: each survivor's row number
+                idx = np.empty(n, np.int64)
+                none = np.empty((n, 0), np.int64)
+                m = self._kernel(n, idx, *(batch.column_array(src.index(c))
+                                           for c in self._inputs),
+                                 idx, none, none, np.empty((n, 0), np.float64))
+                if m < n:
+                    rows = idx[:m]
+            else:
+                env = {c: batch.column_array(src.index(c)) for c in self._reads}
+                mask = np.broadcast_to(eval_numpy(self.pushup.predicate, env, src), (n,))
+                if not mask.all():
+                    rows = np.flatnonzero(mask)
         if rows is None and self._view:  # a projection: the kept columns as they are
             out = batch.select(self.schema, self._keep)
         else:
@@ -59,6 +78,23 @@ class Reducer:
             out = Batch(self.schema, tuple(np.ascontiguousarray(c) for c in cols), batch.offset)
         timers.stop(span, "pushup", len(batch))
         return out
+
+
+def _filter_kernel(predicate, source: Schema, cache_dir: Path):
+    """The predicate as a generated kernel (:mod:`scabbard.kernels.codegen`, index mode: the
+    row numbers of the tuples it keeps - numpy's mask, then its nonzero rows, cost 2.5-3x
+    as much on YSB's) and the columns it reads; ``(None, ())`` where it cannot be generated
+    (numpy evaluates it then)."""
+    try:
+        code = frontcode.gen(resolve(predicate, source),
+                             {f.name: frontcode.column_code(f.name, f.dtype)
+                              for f in source.fields})
+    except QueryError:
+        return None, ()
+    columns = tuple(n for n in source.names if n in code.deps)
+    spec = FrontSpec(columns=columns, relations=(), steps=(("filter", code.text),), keys=(),
+                     ints=(), floats=(), index=True)  # index mode reads no timestamps
+    return compile_front(spec, cache_dir), columns
 
 
 def _gather(batch: Batch, i: int, rows: np.ndarray) -> np.ndarray:

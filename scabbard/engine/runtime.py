@@ -193,7 +193,7 @@ class Engine:
         self.config = config or EngineConfig()
         memory.tune(self.config.allocator)
         self.pushup = optimize.push_up(query.node) if push_up else None
-        self.reduce = Reducer(self.pushup) if push_up else None
+        self.reduce = Reducer(self.pushup, self.config.cache_dir) if push_up else None
         self.input_schema = self.pushup.schema if push_up else query.node.source().schema
         self.plan = physical.plan(self.pushup.plan if push_up else query.node,
                                   frozenset(cut_after))

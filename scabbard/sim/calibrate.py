@@ -282,7 +282,7 @@ def _persist_pass(ds, engine, full, rows: int, tasks: int, scheme: str) -> dict:
     from scabbard.query import optimize
     from scabbard.storage import segment as seg_fmt
 
-    reduce = Reducer(optimize.push_up(engine.query.node)) \
+    reduce = Reducer(optimize.push_up(engine.query.node), engine.config.cache_dir) \
         if scheme.startswith("push-up") else None
     schema = reduce.schema if reduce is not None else full
     codecs = scheme.removeprefix("push-up").removeprefix("+") or "none"
