@@ -63,12 +63,17 @@ _SIZED: dict[tuple, int] = {}  # Engine.task_rows: each query's probed size, onc
 UNIT_SLACK = 2 * 4096  # a p-unit's header and alignment in its pool file (Engine.unit_rows)
 MAX_BATCH = 1 << 22
 # A run raises its batches towards THROUGHPUT_BATCH where its fragment is cheap: a task's
-# fixed cost (~100-200 us of Python: cut, handed out, assembled) is then a few % of its
-# TASK_WORK_S of work.  Measured (M tuples/s, 1 / 2 workers, two rounds): CM2 (~2.5 ns a tuple)
-# 381/412 and 405/655 with 2^18, 430/824 and 461/814 with 2^20.  An expensive fragment keeps
-# the windows' own size (LRB2, ~250 ns a tuple: a 2^20-row task is a quarter second).
+# fixed cost is then a few % of its TASK_WORK_S of work - ~100-200 us of Python in memory
+# (cut, handed out, assembled), and with the input persisted its segment, codecs, write and
+# sink besides (with 4 ms of work, Python was 15% of CM1's CPU and its thread hand-offs
+# another 15%: perf, steady state).  Measured (M tuples/s, 1 / 2 workers, two rounds): CM2
+# (~2.5 ns a tuple) 381/412 and 405/655 with 2^18, 430/824 and 461/814 with 2^20; at 2
+# workers, results written, fault tolerance with push-up and adaptive codecs beside: CM1
+# 115-124 and 69 with 2^18 (4 ms), 119-141 and 86 with 2^20; YSB 126 and 82 with its
+# windows' 400,000, 138 and 103 with 2^20 (12 ms).  An expensive fragment keeps the windows'
+# own size (LRB2, ~250 ns a tuple: a 2^20-row task is a quarter second).
 THROUGHPUT_BATCH = 1 << 20
-TASK_WORK_S = 0.004
+TASK_WORK_S = 0.012
 # a global aggregate's tasks (its batches run on across a small dataset's copies): each
 # task's Python (~130 us holding the GIL for SM, a fifth of it per 1 M-row task at 2
 # workers) against more work, up to MAX_BATCH rows; its output is one row per pane
