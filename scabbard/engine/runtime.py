@@ -61,6 +61,12 @@ __all__ = ["INT64_MIN", "MAX_BATCH", "MIN_BATCH", "Edges", "Engine", "EngineConf
 MIN_BATCH = 1 << 18
 _SIZED: dict[tuple, int] = {}  # Engine.task_rows: each query's probed size, once a process
 UNIT_SLACK = 2 * 4096  # a p-unit's header and alignment in its pool file (Engine.unit_rows)
+# a persisted task's input (one p-unit) is at most a quarter of a pool file: a unit of half a
+# file left the rest of it unused, so every task took a fresh file - allocated and flushed
+# on the writer's path until checkpoints released old ones (CM1, raw input, 2^20-row tasks
+# of 64 MiB in 128 MiB files: 6-12 M tuples/s over 5 s, stalls of half a second at the
+# start; 2^18 rows: 28-36)
+UNITS_PER_FILE = 4
 MAX_BATCH = 1 << 22
 # A run raises its batches towards THROUGHPUT_BATCH where its fragment is cheap: a task's
 # fixed cost is then a few % of its TASK_WORK_S of work - ~100-200 us of Python in memory
@@ -308,11 +314,13 @@ class Engine:
         return rows
 
     def unit_rows(self, file_bytes: int, data_start: int) -> int:
-        """The most tuples a p-unit of this engine's input holds in a pool file of
-        ``file_bytes`` (its data from ``data_start``): the columns as stored raw (push-up's
-        schema when it runs; compressed p-units are smaller, and a codec never stores more
-        than raw), less room for the segment's header and its alignment."""
-        return max(1024, (file_bytes - data_start - UNIT_SLACK) // self.input_schema.payload_bytes)
+        """The most tuples a p-unit of this engine's input holds so that
+        :data:`UNITS_PER_FILE` of them fit a pool file of ``file_bytes`` (its data from
+        ``data_start``): the columns as stored raw (push-up's schema when it runs;
+        compressed p-units are smaller, and a codec never stores more than raw), less room
+        for each segment's header and its alignment."""
+        room = (file_bytes - data_start) // UNITS_PER_FILE - UNIT_SLACK
+        return max(1024, room // self.input_schema.payload_bytes)
 
     @property
     def spans_copies(self) -> bool:
