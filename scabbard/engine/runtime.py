@@ -61,11 +61,11 @@ __all__ = ["INT64_MIN", "MAX_BATCH", "MIN_BATCH", "Edges", "Engine", "EngineConf
 MIN_BATCH = 1 << 18
 _SIZED: dict[tuple, int] = {}  # Engine.task_rows: each query's probed size, once a process
 UNIT_SLACK = 2 * 4096  # a p-unit's header and alignment in its pool file (Engine.unit_rows)
-# a persisted task's input (one p-unit) is at most a quarter of a pool file: a unit of half a
-# file left the rest of it unused, so every task took a fresh file - allocated and flushed
-# on the writer's path until checkpoints released old ones (CM1, raw input, 2^20-row tasks
-# of 64 MiB in 128 MiB files: 6-12 M tuples/s over 5 s, stalls of half a second at the
-# start; 2^18 rows: 28-36)
+# a persisted task's input (one p-unit) of the engine's sizing is at most a quarter of a pool
+# file (a set size only has to fit one): a unit of half a file left the rest of it unused, so
+# every task took a fresh file - allocated and flushed on the writer's path until checkpoints
+# released old ones (CM1, raw input, 2^20-row tasks of 64 MiB in 128 MiB files: 6-12 M
+# tuples/s over 5 s, stalls of half a second at the start; 2^18 rows: 28-36)
 UNITS_PER_FILE = 4
 MAX_BATCH = 1 << 22
 # A run raises its batches towards THROUGHPUT_BATCH where its fragment is cheap: a task's
@@ -295,7 +295,8 @@ class Engine:
         :meth:`run_batch_rows` on the stream's first :data:`PROBE_ROWS` rows (the windows'
         panes, raised to :data:`TASK_WORK_S` of fragment work where the fragment is cheap),
         at most ``most`` (a persisted task's input is one p-unit: it must fit a pool
-        file), as a power of two when it was cut to that."""
+        file; a size of the engine's choosing fits :data:`UNITS_PER_FILE` times), as a power
+        of two when it was cut to that."""
         from scabbard.engine.sources import ReplaySource  # sources import this module
 
         if self.config.batch_rows:
@@ -309,18 +310,18 @@ class Engine:
             self.tuples_per_ms = probe.tuples_per_ms()
             if rows is None:
                 rows = _SIZED[key] = self.run_batch_rows(self.tuples_per_ms, rate, probe.peek())
-        if most is not None and rows > most:
-            rows = 1 << max(0, int(most).bit_length() - 1)
+        if most is not None:  # a size of the engine's own choosing: UNITS_PER_FILE a file
+            cap = most if self.config.batch_rows else max(1024, most // UNITS_PER_FILE)
+            if rows > cap:
+                rows = 1 << max(0, int(cap).bit_length() - 1)
         return rows
 
     def unit_rows(self, file_bytes: int, data_start: int) -> int:
-        """The most tuples a p-unit of this engine's input holds so that
-        :data:`UNITS_PER_FILE` of them fit a pool file of ``file_bytes`` (its data from
-        ``data_start``): the columns as stored raw (push-up's schema when it runs;
-        compressed p-units are smaller, and a codec never stores more than raw), less room
-        for each segment's header and its alignment."""
-        room = (file_bytes - data_start) // UNITS_PER_FILE - UNIT_SLACK
-        return max(1024, room // self.input_schema.payload_bytes)
+        """The most tuples a p-unit of this engine's input holds in a pool file of
+        ``file_bytes`` (its data from ``data_start``): the columns as stored raw (push-up's
+        schema when it runs; compressed p-units are smaller, and a codec never stores more
+        than raw), less room for the segment's header and its alignment."""
+        return max(1024, (file_bytes - data_start - UNIT_SLACK) // self.input_schema.payload_bytes)
 
     @property
     def spans_copies(self) -> bool:
