@@ -31,6 +31,7 @@ from scabbard.engine import Engine, EngineConfig, NullSink, ReplaySource, RunRep
 from scabbard.engine.ingress import PartitionedFeed, Prepared
 from scabbard.engine.metrics import Metrics
 from scabbard.engine.ports import Task
+from scabbard.engine.runtime import UNITS_PER_FILE
 from scabbard.faults import crashpoint
 from scabbard.pog import POG, PStream, PUnit
 from scabbard.pog.pstream import PStreamError
@@ -200,8 +201,11 @@ class PersistedFeed:
         self.pog, self.stream, self.reader = pog, stream, reader
         self.ingress = pog.streams[stream]
         self.inner = engine.feed(source, reduce=False)
+        cfg = pog.storage.config  # a piece of a global aggregate's task: a quarter of a file
+        quarter = engine.unit_rows(cfg.file_bytes, cfg.data_start) // UNITS_PER_FILE
         self.writer = IngressWriter(pog, stream, reader,
-                                    UNIT_ROWS if engine.spans_copies else None)
+                                    min(UNIT_ROWS, max(1024, quarter))
+                                    if engine.spans_copies else None)
         self.schema, self.batch_rows = self.inner.schema, self.inner.batch_rows
         self._stopped = False
 
