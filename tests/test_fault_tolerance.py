@@ -587,3 +587,19 @@ def test_a_global_aggregates_task_is_stored_in_pieces_and_recovers(tiny, tmp_pat
         run_fault_tolerant(q, ds, store, ClockedSink(out), cfg, recover=True, **kw)
     v = compare(read_output(out), failure_free(q, ds, n), q.schema)
     assert v.ok, v
+
+
+def test_engine_processes_start_from_the_package_compiled_to_bytecode(monkeypatch):
+    """The Controller compiles the package before it starts an engine: with
+    PYTHONDONTWRITEBYTECODE set an editable install writes no bytecode, and each restarted
+    engine would compile every module from source first."""
+    import importlib.util
+    from pathlib import Path
+
+    from scabbard.ft import controller, recovery
+
+    pyc = Path(importlib.util.cache_from_source(recovery.__file__))
+    pyc.unlink(missing_ok=True)
+    monkeypatch.setattr(controller, "_bytecode_checked", False)
+    controller.compiled_bytecode()
+    assert pyc.is_file() and pyc.stat().st_mtime >= Path(recovery.__file__).stat().st_mtime

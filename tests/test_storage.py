@@ -161,6 +161,44 @@ def test_append_read_and_reopen(tmp_path):
         assert bm.durable_end(sid) == end + 1500
 
 
+def test_a_read_buffer_is_read_into_again_only_once_nothing_refers_to_it():
+    pool = seg_fmt.ReadBuffers(cap=64 * 1024)
+    a = pool.take(10_000)
+    first = a.ctypes.data
+    assert first % seg_fmt.PAGE == 0 and a.nbytes == 10_000
+    column = a[800:1600].view(np.int64)  # what a batch decoded without a copy holds
+    del a
+    b = pool.take(10_000)
+    assert b.ctypes.data != first  # the column still refers to the first buffer
+    del column
+    c = pool.take(9_000)  # nothing refers to it now
+    assert c.ctypes.data == first
+    del b, c
+    big = pool.take(100_000)  # beyond the cap: a buffer of its own, not kept
+    assert big.ctypes.data % seg_fmt.PAGE == 0
+    assert pool.kept_bytes <= 64 * 1024
+
+
+def test_batches_held_while_more_are_read_stay_intact_and_buffers_are_reused(tmp_path):
+    """Recovery's reads go into buffers handed out again once nothing refers to them: the
+    batches a caller keeps are never overwritten, the ones it dropped make room."""
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        end = fill(bm, sid, 0, 40)
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        bm.forget_tails()  # every read from the device
+        kept, seen = [], 0
+        for i, b in enumerate(bm.load(sid)):
+            seen += len(b)
+            if i % 4 == 0:
+                kept.append(b)
+        assert seen == end
+        for b in kept:
+            check_batch(b)
+        assert len(bm._read_buffers._owners) < 40 - len(kept)
+
+
 def test_offsets_map_to_files_across_wraparound(tmp_path):
     with BlockManager(tmp_path, SMALL) as bm:
         sid = bm.stream("in", SCHEMA)

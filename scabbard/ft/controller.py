@@ -22,6 +22,26 @@ from scabbard.data import open_dataset
 from scabbard.ft.modes import INTERVAL
 from scabbard.ft.verify import Verdict, compare
 
+_bytecode = threading.Lock()
+_bytecode_checked = False
+
+
+def compiled_bytecode() -> None:
+    """The package's modules compiled to bytecode before the first engine process starts
+    (once a process; a few ms when up to date).  An editable install writes none while
+    ``PYTHONDONTWRITEBYTECODE`` is set, as on this machine, and every engine process then
+    compiled the package from source: 230 ms of a cold restart's 650 ms process start.
+    A package folder that cannot be written is left as it is."""
+    global _bytecode_checked
+    with _bytecode:
+        if not _bytecode_checked:
+            import compileall
+
+            import scabbard
+
+            compileall.compile_dir(Path(scabbard.__file__).parent, quiet=2)
+            _bytecode_checked = True
+
 
 @dataclass
 class Campaign:
@@ -132,6 +152,7 @@ class Controller:
     def _spawn(self, cmd: list[str], log: Path, stdin=None,
                crash_at: str | None = None) -> subprocess.Popen:
         self.dir.mkdir(parents=True, exist_ok=True)
+        compiled_bytecode()
         cmd = cmd + ["--spawned-at", repr(time.time())]
         if crash_at:
             cmd += ["--crash-at", crash_at]

@@ -104,6 +104,7 @@ class BlockManager(FolderScan, GroupCommitWriter):
         self._registry: dict[str, dict] = {}
         self._epoch = 0
         self._buffers: list[np.ndarray] = []
+        self._read_buffers = seg_fmt.ReadBuffers(self.config.max_pending_bytes)
         self.torn: list[str] = []
         self.io_mode = "read-only" if read_only else \
             "O_DIRECT" if self.config.direct else "buffered"

@@ -155,7 +155,7 @@ class FolderScan:
 
     # -- reading files back (open) ---------------------------------------------------------------
     def _pread(self, f: _File, pos: int, n: int) -> np.ndarray:
-        buf = seg_fmt.aligned_empty(n)
+        buf = self._read_buffers.take(n)
         tail = f.tail
         if tail is not None and tail[0] <= pos and pos + n <= tail[0] + len(tail[1]):
             buf[:] = tail[1][pos - tail[0]:pos - tail[0] + n]  # read at open, still in memory
