@@ -69,8 +69,9 @@ _HELP = {
     "reduced_with": "the compression of the configurations with push-up: the adaptive and the "
                     "default scheme in turn (alternate), or always one",
     "configs": "configurations measured side by side: no_ft (results dropped), no_ft_written "
-               "(results to a Parquet file), checkpoints (state only), ft_raw (input persisted "
-               "raw), scabbard (push-up + adaptive codecs)",
+               "(results to a Parquet file), checkpoints (state only), ingest (the input "
+               "persisted raw, no query), ft_raw (input persisted raw), scabbard (push-up + "
+               "adaptive codecs)",
 }
 _FLAGS = {"with_query": "--no-query", "batch_kib": "--batch-kb", "min_life": "--min",
           "max_life": "--max", "seconds": "--duration", "data_dir": "--data-root",
@@ -84,7 +85,8 @@ _CHOICES = {"scale": ("tiny", "small", "full"), "sinks": EXACTLY_ONCE_SINKS,
                         "flink-rocksdb"),
             "variants": ("generic", "instrumented", "adaptive"),
             "stores": ("keystore", "rocksdb"),
-            "configs": ("no_ft", "no_ft_written", "checkpoints", "ft_raw", "scabbard")}
+            "configs": ("no_ft", "no_ft_written", "checkpoints", "ingest", "ft_raw",
+                        "scabbard")}
 
 
 def _options(p, settings, *names: str, out: str | None = None, **defaults) -> None:
