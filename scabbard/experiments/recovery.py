@@ -405,18 +405,35 @@ def restarts(settings: Settings, rounds: int = 3, log=print) -> pd.DataFrame:
         for standby in (False, True):
             out = run(replace(settings, standby=standby), log=lambda *_: None)
             mode = "warm standby" if standby else "cold restart"
+            replayed = replay_tuples(out)
             for r in summary(out).to_dict("records"):
                 rows.append({"round": k, "restart": mode, "phase": r["phase"], "ms": r["ms"],
-                             "exactly_once": out.exactly_once})
-            total = next((r["ms"] for r in rows[::-1] if r["round"] == k and r["restart"] == mode
-                          and r["phase"].startswith("kill -> recovered")), float("nan"))
-            log(f"round {k + 1}/{rounds}, {mode}: kill -> recovered {total:.0f} ms, "
+                             "replay_tuples": replayed, "exactly_once": out.exactly_once})
+            ms = {r["phase"]: r["ms"] for r in rows if r["round"] == k and r["restart"] == mode}
+            total = next((v for p, v in ms.items() if p.startswith("kill -> recovered")),
+                         float("nan"))
+            log(f"round {k + 1}/{rounds}, {mode}: kill -> recovered {total:.0f} ms (replay of "
+                f"{replayed / 1e6:.2f} M tuples in {ms.get('replay', float('nan')):.0f} ms), "
                 f"exactly once: {out.exactly_once}")
     return pd.DataFrame(rows)
+
+
+def replay_tuples(out: Outcome) -> float:
+    """The input tuples the first kill's recovery replayed (stored after its checkpoint)."""
+    ev = out.events
+    if not out.campaign.kill_walls or "state_replay_tuples" not in ev:
+        return float("nan")
+    kill = out.campaign.kill_walls[0] - out.origin
+    rec = ev[(ev["event"] == "recovery") & (ev["phase"] == "resume") & (ev["t"] > kill)]
+    return float(rec["state_replay_tuples"].iloc[0]) if len(rec) else float("nan")
 
 
 def restart_summary(runs: pd.DataFrame) -> pd.DataFrame:
     """Per restart and phase: the median ms and the spread (min - max) over the rounds."""
     g = runs.groupby(["restart", "phase"], sort=False)["ms"]
-    return pd.DataFrame({"median ms": g.median(), "min ms": g.min(), "max ms": g.max(),
-                         "rounds": g.count()}).reset_index()
+    out = pd.DataFrame({"median ms": g.median(), "min ms": g.min(), "max ms": g.max(),
+                        "rounds": g.count()})
+    if "replay_tuples" in runs:  # what the replays had to do: the input after the checkpoint
+        replayed = runs.groupby(["restart", "phase"], sort=False)["replay_tuples"].median()
+        out["replay M tuples (median)"] = replayed / 1e6
+    return out.reset_index()
