@@ -603,3 +603,52 @@ def test_engine_processes_start_from_the_package_compiled_to_bytecode(monkeypatc
     monkeypatch.setattr(controller, "_bytecode_checked", False)
     controller.compiled_bytecode()
     assert pyc.is_file() and pyc.stat().st_mtime >= Path(recovery.__file__).stat().st_mtime
+
+
+REPLAY_KERNELS = """
+import gc, sys
+import numpy as np
+from numba.core.dispatcher import Dispatcher
+from scabbard import queries
+from scabbard.batch import Batch
+from scabbard.data import open_dataset
+from scabbard.engine.runtime import Engine
+from scabbard.engine.sources import ReplaySource
+from scabbard.storage import segment as seg_fmt
+ds = open_dataset(sys.argv[1])
+engine = Engine(queries.get("LRB1"), ds.tables)
+batch = ReplaySource(ds, 4096).peek()
+assert not batch.columns[0].flags.writeable
+engine.warm_up(batch, writable=sys.argv[2] == "1")
+seg_fmt.warm_up(batch)
+replayed = Batch(batch.schema, tuple(np.array(c) for c in batch.columns), batch.offset)
+
+
+def compiled():  # the kernels' signatures loaded or compiled so far, in every dispatcher
+    return sum(len(d.overloads) for d in gc.get_objects() if isinstance(d, Dispatcher))
+
+
+before = compiled()
+engine._fragment(0, replayed, 0.0)
+seg_fmt.encode_payload(replayed)
+seg_fmt.encode_payload(batch)
+print(compiled() - before)
+"""
+
+
+def test_a_recovery_loads_every_kernel_its_replay_runs_before_the_clock_starts(tiny):
+    """A dataset's columns are read-only and the replay's (read back from storage) writable;
+    numba compiles a kernel once for each.  A recovery's warm-up loads both, and the
+    copy-and-hash kernels a persisting task runs: its first replayed task loads nothing (a
+    process of its own: this one has loaded them all already)."""
+    import subprocess
+    import sys
+
+    def loads(writable: bool) -> int:
+        out = subprocess.run([sys.executable, "-c", REPLAY_KERNELS, str(tiny["lrb"].path),
+                              "1" if writable else "0"], capture_output=True, text=True,
+                             check=True)
+        return int(out.stdout.split()[-1])
+
+    assert loads(writable=True) == 0
+    assert loads(writable=False) > 0  # without it the replay's first task loads its kernels

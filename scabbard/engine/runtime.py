@@ -460,11 +460,15 @@ class Engine:
 
         return global_aggregate(first, last, n, pieces(), ni, nf, b.iops, b.fops, b.slide_ms)
 
-    def warm_up(self, batch: Batch) -> None:
+    def warm_up(self, batch: Batch, writable: bool = False) -> None:
         """Run the fragment, assembly and graph code once on a few rows, results discarded.
 
         Loads the compiled kernels (from numba's on-disk cache) before the clock
         starts, so the first tasks of a run are not charged for it.  Once per engine.
+        ``writable``: the fragment also on a writable copy of the rows - a recovery's replay
+        reads the stored input into writable buffers, while a dataset's columns are
+        read-only, and numba compiles a kernel once for each (the replay's first task loaded
+        the other from the cache on the clock).
         """
         if getattr(self, "_warm", False):
             return
@@ -478,6 +482,9 @@ class Engine:
         adaptive, self.adaptive = self.adaptive, None  # not a task of the adaptive phases
         try:
             r = self._fragment(0, head, 0.0)
+            if writable and not all(c.flags.writeable for c in head.columns):
+                self._fragment(0, Batch(head.schema, tuple(np.array(c) for c in head.columns),
+                                        head.offset), 0.0)
         finally:
             self.adaptive = adaptive
         if self.plan.selection is not None:  # nothing else runs

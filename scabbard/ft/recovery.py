@@ -61,6 +61,7 @@ from scabbard.pog import POG
 from scabbard.pog.checkpoint import CheckpointController, CheckpointError, CheckpointStore
 from scabbard.query import Query
 from scabbard.storage import BlockManager, StorageConfig, StorageError, folderlock
+from scabbard.storage import segment as seg_fmt
 from scabbard.storage.fileio import OS, Durability, FileIO, write_atomic
 
 log = logging.getLogger(__name__)
@@ -237,15 +238,17 @@ class _CodeLoader:
     on the caller's; :meth:`join` records when it was done as the ``code_loaded`` phase and
     raises its error, if any."""
 
-    def __init__(self, engine: Engine, batch):
-        self.engine, self.batch = engine, batch
+    def __init__(self, engine: Engine, batch, writable: bool = False):
+        self.engine, self.batch, self.writable = engine, batch, writable
         self.thread: threading.Thread | None = None
         self.done_at: float | None = None
         self.error: BaseException | None = None
 
     def _load(self) -> None:
         try:
-            self.engine.warm_up(self.batch)
+            self.engine.warm_up(self.batch, self.writable)
+            if self.writable:  # a recovery persists and hashes from its first task on
+                seg_fmt.warm_up(self.batch)
         except BaseException as e:  # noqa: BLE001 - raised by join()
             self.error = e
         self.done_at = time.time()
@@ -356,7 +359,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
     # warm standby loads it before it waits; a cold restart loads it on a thread of its own
     # while this one opens the storage and loads the state (LLVM's loading of the cached
     # objects and the storage's reads leave the interpreter lock: both cores work)
-    code = _CodeLoader(engine, ReplaySource(dataset, want["batch_rows"] or MIN_BATCH).peek())
+    code = _CodeLoader(engine, ReplaySource(dataset, want["batch_rows"] or MIN_BATCH).peek(),
+                       writable=recover or standby is not None)  # the replay's kind of batch
     if standby is not None:
         code.join(phases)
         standby()

@@ -238,6 +238,22 @@ def encode_payload(batch: Batch, *, meta_words: int = 0, align: int = PAGE,
                    mn, mx, batch.schema.fingerprint.encode(), meta_words)
 
 
+def warm_up(batch: Batch) -> None:
+    """Load the copy-and-hash kernels from numba's cache: a few of ``batch``'s rows encoded
+    as they are, as a writable copy (a replayed batch), as a codec's output (bytes) and as
+    a column in pieces."""
+    head = batch.segments()[0].slice(0, min(len(batch.segments()[0]), 64))
+    copied = Batch(head.schema, tuple(np.array(c) for c in head.columns), head.offset)
+    for b in (head, copied):
+        encode_payload(b)
+    codec_out = np.ascontiguousarray(copied.columns[0]).reshape(-1).view(np.uint8)
+    copy_checksum(codec_out, aligned_empty(_pad8(codec_out.nbytes)), 0)
+    for writable in (False, True):  # a column in pieces (a span's copies, shifted)
+        piece = np.arange(8, dtype=np.int64)
+        piece.flags.writeable = writable
+        copy_checksum_parts([(piece, 5), (piece, 0)], aligned_empty(128), 0)
+
+
 def seal(p: Payload, *, stream_id: int, epoch: int, first_offset: int, batch_id: int,
          kind: int = KIND_DATA, meta: np.ndarray | None = None) -> np.ndarray:
     """Write ``p``'s header - its place in the stream - and return the whole segment."""
