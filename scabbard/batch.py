@@ -130,6 +130,11 @@ class Batch:
         ts, shift = parts[-1].event_time()
         return first, int(ts[-1]) + shift
 
+    def writable_copy(self) -> Batch:
+        """The batch with every column copied into writable memory of its own (what a batch
+        read back from storage is made of; a dataset's columns are read-only)."""
+        return Batch(self.schema, tuple(np.array(c) for c in self.columns), self.offset)
+
     def slice(self, start: int, stop: int) -> Batch:
         """Zero-copy view of rows [start, stop) of this batch."""
         n = len(self)

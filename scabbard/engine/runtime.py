@@ -483,8 +483,7 @@ class Engine:
         try:
             r = self._fragment(0, head, 0.0)
             if writable and not all(c.flags.writeable for c in head.columns):
-                self._fragment(0, Batch(head.schema, tuple(np.array(c) for c in head.columns),
-                                        head.offset), 0.0)
+                self._fragment(0, head.writable_copy(), 0.0)
         finally:
             self.adaptive = adaptive
         if self.plan.selection is not None:  # nothing else runs

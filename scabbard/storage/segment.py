@@ -243,7 +243,7 @@ def warm_up(batch: Batch) -> None:
     as they are, as a writable copy (a replayed batch), as a codec's output (bytes) and as
     a column in pieces."""
     head = batch.segments()[0].slice(0, min(len(batch.segments()[0]), 64))
-    copied = Batch(head.schema, tuple(np.array(c) for c in head.columns), head.offset)
+    copied = head.writable_copy()
     for b in (head, copied):
         encode_payload(b)
     codec_out = np.ascontiguousarray(copied.columns[0]).reshape(-1).view(np.uint8)
