@@ -429,3 +429,46 @@ def test_split_words_equals_a_column_at_a_time(rows):
         assert got[c].dtype == d and got[c].flags.c_contiguous
         assert np.array_equal(got[c], keys[:, w].astype(d)), (w, d)
     assert kw.split_words(keys, [], []) == []
+
+
+_CACHED_KERNEL = '''
+from scabbard.kernels._jit import kernel
+
+@kernel
+def twice_the_sum(a):
+    return 2 * a.sum()
+'''
+
+_LOAD_IT = '''
+import sys
+import numpy as np
+import cached_kernel
+from numba.core.registry import cpu_target
+print(cached_kernel.twice_the_sum(np.arange(10)), sum(cached_kernel.twice_the_sum.stats.cache_hits.values()),
+      "numba.np.polynomial.polynomial_core" in sys.modules)
+if sys.argv[1:] == ["and-compile"]:
+    print(cached_kernel.twice_the_sum(np.arange(4.0)))
+'''
+
+
+def test_a_kernel_loads_from_the_cache_without_numba_refreshing_its_registries(tmp_path):
+    """A cold restart loads ~20 cached kernels; numba would first import and install every
+    implementation it has (some 150 ms).  Loaded without, the kernel runs, and a signature
+    the cache does not hold still compiles (numba's compiler refreshes for itself)."""
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "cached_kernel.py").write_text(_CACHED_KERNEL)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+
+    def run(*args):
+        out = subprocess.run([sys.executable, "-c", _LOAD_IT, *args], env=env, capture_output=True,
+                             text=True, timeout=300, check=True)
+        return out.stdout.split("\n")
+
+    first = run()  # compiles, writes the cache
+    assert first[0].split()[:2] == ["90", "0"], first
+    loaded = run("and-compile")
+    assert loaded[0].split() == ["90", "1", "False"], loaded  # from the cache, registries untouched
+    assert loaded[1] == "12.0", loaded
