@@ -199,6 +199,31 @@ def test_batches_held_while_more_are_read_stay_intact_and_buffers_are_reused(tmp
         assert len(bm._read_buffers._owners) < 40 - len(kept)
 
 
+def test_a_pool_of_small_write_buffers_makes_room_for_a_large_one(tmp_path, monkeypatch):
+    """Segment buffers are reused (fresh pages cost page faults); a pool filled with small
+    ones gives them up for a larger one, so that large segments stop allocating anew (an
+    exactly-once sink under CM2's output allocated half of its segments)."""
+    cfg = StorageConfig(file_bytes=1 << 20, pool_files=2, io_threads=1, bulk_bytes=1 << 18,
+                        max_pending_bytes=64 << 10)
+    fresh = []
+    real = seg_fmt.aligned_empty
+    monkeypatch.setattr(seg_fmt, "aligned_empty", lambda n, *a: fresh.append(n) or real(n, *a))
+    with BlockManager(tmp_path, cfg) as bm:
+        sid = bm.stream("in", SCHEMA)
+        off = fill(bm, sid, 0, 16, rows=20)  # 16 small segments at once: the pool full of them
+        small = seg_fmt.segment_length(make_batch(0, 20), 0, cfg.align)
+        assert bm._buffers and all(b.nbytes == small for b in bm._buffers)
+        fresh.clear()
+        for _ in range(6):  # then large ones, one at a time
+            off = fill(bm, sid, off, 1, rows=500)
+        large = seg_fmt.segment_length(make_batch(0, 500), 0, cfg.align)
+        assert large > small and fresh.count(large) == 1, fresh
+        check = list(bm.load(sid))
+    assert sum(len(b) for b in check) == off
+    for b in check:
+        check_batch(b)
+
+
 def test_offsets_map_to_files_across_wraparound(tmp_path):
     with BlockManager(tmp_path, SMALL) as bm:
         sid = bm.stream("in", SCHEMA)
