@@ -726,3 +726,83 @@ def test_flush_waits_for_the_appends_made_before_it_not_for_those_after(tmp_path
         flushed.join()
         assert not alive, "the flush waited for an append made after it"
         assert first.result() == 10 and later.result() == 20
+
+
+def _two_writers_gate(first_write):
+    """A FileIO whose write of a file's first segment waits for ``first_write`` (an Event) to
+    be set, then runs ``first_write.action`` (None: writes), and which reports any later
+    segment written."""
+    from scabbard.storage.fileio import FileIO
+
+    second_written = threading.Event()
+
+    class Gate(FileIO):
+        def pwritev(self, fd, bufs, pos):
+            if pos == 0:  # a file's header
+                return super().pwritev(fd, bufs, pos)
+            if pos == TWO_WRITERS.data_start:
+                assert first_write.wait(60)
+                if first_write.action is not None:
+                    raise first_write.action
+                return super().pwritev(fd, bufs, pos)
+            n = super().pwritev(fd, bufs, pos)
+            second_written.set()
+            return n
+
+    return Gate(), second_written
+
+
+TWO_WRITERS = StorageConfig(file_bytes=1 << 20, pool_files=1, io_threads=2, stream_writers=2,
+                            bulk_bytes=16 * 1024)
+
+
+def test_two_writers_of_a_stream_write_at_once_and_acknowledge_in_order(tmp_path):
+    """With ``stream_writers=2`` the next chunk is written while the one before it still is
+    (one writer left the disk idle while it flushed); the later chunk is acknowledged only
+    after the earlier one, and the stream's end never passes a chunk not yet written."""
+    first_write = threading.Event()
+    first_write.action = None
+    gate, second_written = _two_writers_gate(first_write)
+    with BlockManager(tmp_path, TWO_WRITERS, gate) as bm:
+        sid = bm.stream("s", SCHEMA)
+        first = bm.append(sid, make_batch(0, 100))
+        later = bm.append(sid, make_batch(100, 100))
+        assert second_written.wait(60), "the later chunk was not written while the first was"
+        assert not first.done() and not later.done()
+        assert bm.durable_end(sid) == 0
+        first_write.set()
+        assert first.result(60) == 100 and later.result(60) == 200
+        assert bm.durable_end(sid) == 200
+        got = list(bm.load(sid))
+    assert sum(len(b) for b in got) == 200
+    for b in got:
+        check_batch(b)
+
+
+def test_a_failed_write_fails_the_later_chunk_written_out_of_turn(tmp_path):
+    """The earlier chunk's write fails after the later one was written: neither append is
+    acknowledged, the stream takes no more, and the folder reopened ends before both (the
+    stored later chunk lies beyond a segment that does not verify)."""
+    import errno as errno_
+
+    first_write = threading.Event()
+    first_write.action = OSError(errno_.EIO, "injected")
+    gate, second_written = _two_writers_gate(first_write)
+    bm = BlockManager(tmp_path, TWO_WRITERS, gate)
+    sid = bm.stream("s", SCHEMA)
+    first = bm.append(sid, make_batch(0, 100))
+    later = bm.append(sid, make_batch(100, 100))
+    assert second_written.wait(60)
+    first_write.set()
+    for fut in (first, later):
+        with pytest.raises(StorageError, match="injected"):
+            fut.result(60)
+    assert bm.durable_end(sid) == 0
+    with pytest.raises(StorageError, match="cannot be written"):
+        bm.append(sid, make_batch(200, 10))
+    with pytest.raises(StorageError, match="injected"):  # closing flushes: the error again
+        bm.close()
+    with BlockManager(tmp_path, TWO_WRITERS) as bm:
+        sid = bm.stream("s", SCHEMA)
+        assert bm.durable_end(sid) == 0
+        assert list(bm.load(sid)) == []
