@@ -806,3 +806,40 @@ def test_a_failed_write_fails_the_later_chunk_written_out_of_turn(tmp_path):
         sid = bm.stream("s", SCHEMA)
         assert bm.durable_end(sid) == 0
         assert list(bm.load(sid)) == []
+
+
+def test_two_writers_write_the_next_file_only_once_the_chunks_before_it_are_acknowledged(
+        tmp_path):
+    """Writers share a file, never the boundary between two: the reader follows a stream from
+    file to file, and a crash that kept the later file's chunk and dropped the earlier's had
+    lost what lay between (the crash-state campaign found it).  The first file's write waits
+    up to 2 s for a write of the next file to begin; none may (with the boundary shared, one
+    began at once)."""
+    from scabbard.storage.fileio import FileIO
+
+    cfg = StorageConfig(file_bytes=16 * 1024, pool_files=2, io_threads=2, stream_writers=2,
+                        bulk_bytes=16 * 1024)
+    rows = 200  # one segment fills a file
+    assert 2 * seg_fmt.segment_length(make_batch(0, rows), 0, cfg.align) > \
+        cfg.file_bytes - cfg.data_start
+    files, other_began, began_meanwhile = [], threading.Event(), []
+
+    class Gate(FileIO):
+        def pwritev(self, fd, bufs, pos):
+            if pos == 0:  # a file's header
+                return super().pwritev(fd, bufs, pos)
+            files.append(fd)
+            if len(files) == 1:
+                began_meanwhile.append(other_began.wait(2))
+            else:
+                other_began.set()
+            return super().pwritev(fd, bufs, pos)
+
+    with BlockManager(tmp_path, cfg, Gate()) as bm:
+        sid = bm.stream("s", SCHEMA)
+        futs = [bm.append(sid, make_batch(i * rows, rows)) for i in range(2)]
+        assert [f.result(60) for f in futs] == [rows, 2 * rows]
+        got = list(bm.load(sid))
+    assert len(set(files)) == 2, "the segments did not lie in two files"
+    assert began_meanwhile == [False], "the next file was written before the first was done"
+    assert sum(len(b) for b in got) == 2 * rows
