@@ -123,7 +123,6 @@ class _Stream:
     writers: int = 0  # writing its chunks now
     taken: int = 0  # chunks handed to a writer
     acked: int = 0  # chunks acknowledged (in the order they were taken)
-    writing: object = None  # the file of the last chunk taken
     written: dict = field(default_factory=dict)  # chunk number -> written, awaiting its turn
     acks: deque = field(default_factory=deque)  # acknowledged, their futures still to resolve
     resolving: bool = False  # a writer resolves them, in order

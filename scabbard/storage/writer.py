@@ -178,22 +178,14 @@ class GroupCommitWriter:
         exactly-once sink under CM2's ~1 GB/s of results kept its writer busy the whole run.
         A crash may leave a later chunk stored and an earlier one not - as a torn chunk
         leaves some of its pages and not others: neither was acknowledged, and a stream is
-        read back up to its first segment that does not verify.  Writers share a file only:
-        the first chunk of a stream's next file is taken once every chunk before it is
-        acknowledged (a crash that kept a later file's chunk and dropped an earlier file's
-        lost the acknowledged windows between them: the reader follows a stream from file to
-        file by their headers; the crash-state campaign found it)."""
+        read back up to its first segment that does not verify."""
         cfg = self.config
         while True:
             with s.cond:
-                while (s.pending and s.error is None and s.pending[0].file is not s.writing
-                       and s.acked < s.taken):
-                    s.cond.wait()  # the next file: once the chunks before it are acknowledged
                 if not s.pending or s.error is not None:
                     s.writers -= 1
                     s.cond.notify_all()
                     return
-                s.writing = s.pending[0].file
                 chunk = [s.pending.popleft()]
                 size = chunk[0].length
                 while (s.pending and s.pending[0].file is chunk[0].file
