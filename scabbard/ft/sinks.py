@@ -179,8 +179,8 @@ class ExactlyOnceSink(Sink):
 
 class ClockedSink(ExactlyOnceSink):
     kind = "clocked"
-    CONFIG = StorageConfig(file_bytes=64 << 20, pool_files=1, io_threads=2, stream_writers=2,
-                           encode_threads=2, bulk_bytes=16 << 20, max_pending_bytes=64 << 20)
+    CONFIG = StorageConfig(file_bytes=64 << 20, pool_files=1, io_threads=1, encode_threads=2,
+                           bulk_bytes=16 << 20, max_pending_bytes=64 << 20)
 
     def open(self, schema: Schema) -> None:
         if self.schema is not None:
