@@ -33,9 +33,6 @@ class StorageConfig:
     max_bytes: int | None = None  # cap on the pool; None: until the disk is full
     align: int = PAGE
     io_threads: int = 2
-    # chunks of one stream written at once, acknowledged in order (a single writer's flush
-    # after each chunk left the disk idle between writes: see BlockManager._writer)
-    stream_writers: int = 1
     encode_threads: int = 2  # segments are copied and checksummed off the caller's thread
     bulk_bytes: int = 32 * MiB
     max_pending_bytes: int = 256 * MiB  # appends block beyond this (back-pressure)
@@ -55,9 +52,6 @@ class StorageConfig:
                              f"at least one segment, got {self.file_bytes}")
         if self.io_threads < 1 or self.pool_files < 1 or self.encode_threads < 1:
             raise ValueError("io_threads, encode_threads and pool_files must be >= 1")
-        if not 1 <= self.stream_writers <= self.io_threads:
-            raise ValueError(f"stream_writers must be between 1 and io_threads "
-                             f"({self.io_threads}), got {self.stream_writers}")
         if self.write_bytes_per_s is not None and not self.write_bytes_per_s > 0:
             raise ValueError(f"write_bytes_per_s must be positive, got {self.write_bytes_per_s}")
 
@@ -120,11 +114,6 @@ class _Stream:
     start: int = 0  # first offset still stored
     pending: deque = field(default_factory=deque)
     pending_bytes: int = 0
-    writers: int = 0  # writing its chunks now
-    taken: int = 0  # chunks handed to a writer
-    acked: int = 0  # chunks acknowledged (in the order they were taken)
-    written: dict = field(default_factory=dict)  # chunk number -> written, awaiting its turn
-    acks: deque = field(default_factory=deque)  # acknowledged, their futures still to resolve
-    resolving: bool = False  # a writer resolves them, in order
+    inflight: bool = False
     error: BaseException | None = None
     cond: threading.Condition = field(default_factory=threading.Condition)

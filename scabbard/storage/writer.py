@@ -85,7 +85,7 @@ class GroupCommitWriter:
         held small - a spill stream under a memory budget - keeps few), the smallest ones
         given up to make room for a larger one.  A larger segment's fresh pages cost more,
         and a pool full of small buffers served none of the large segments: an exactly-once
-        sink under CM2's output, whose pieces ended at its 16 MiB log files then (4 and 8 MiB,
+        sink under CM2's output, whose pieces end at its 16 MiB log files (4 and 8 MiB, and
         a few KiB), allocated half its segments anew - 1.7 GB in a 4 s run, its encoding
         thread's copy at 2 GB/s instead of 10, on the query's critical path."""
         budget = self.config.max_pending_bytes
@@ -162,28 +162,19 @@ class GroupCommitWriter:
             with s.cond:
                 s.pending.append(_Pending(f, pos, n, encoded, full, batch.offset, len(batch), fut))
                 s.pending_bytes += n
-                start = s.writers < cfg.stream_writers
-                if start:
-                    s.writers += 1
+                start = not s.inflight
+                s.inflight = True
         if start:
             self._pool.submit(self._writer, s)
         return fut
 
     def _writer(self, s: _Stream) -> None:
-        """Write the stream's pending segments in bulk chunks, in order; with
-        ``stream_writers`` > 1 that many writers take the next chunks at once, and a chunk is
-        acknowledged once it and every chunk before it are written (and flushed).
-
-        One writer left the disk idle while it flushed and took the next chunk: an
-        exactly-once sink under CM2's ~1 GB/s of results kept its writer busy the whole run.
-        A crash may leave a later chunk stored and an earlier one not - as a torn chunk
-        leaves some of its pages and not others: neither was acknowledged, and a stream is
-        read back up to its first segment that does not verify."""
+        """Write the stream's pending segments, in order, in bulk chunks (one writer per stream)."""
         cfg = self.config
         while True:
             with s.cond:
                 if not s.pending or s.error is not None:
-                    s.writers -= 1
+                    s.inflight = False
                     s.cond.notify_all()
                     return
                 chunk = [s.pending.popleft()]
@@ -193,77 +184,40 @@ class GroupCommitWriter:
                        and size + s.pending[0].length <= cfg.bulk_bytes):
                     chunk.append(s.pending.popleft())
                     size += chunk[-1].length
-                number = s.taken
-                s.taken += 1
             f = chunk[0].file
             try:
                 bufs = [p.encoded.result() for p in chunk]
-                if not f.header_written:  # (two writers may both write it: the same bytes)
+                if not f.header_written:
                     self._write_file_header(f)
                 self._pwritev(f, bufs, chunk[0].pos)
                 if cfg.sync:
                     self.io.fdatasync(f.fd)
             except BaseException as e:  # fail every waiting append; nothing unacknowledged lies
-                self._fail(s, self._io_error(e, s), chunk)
-                return
-            with self._lock, s.cond:  # (the order append takes them in)
-                if s.error is not None:  # a chunk before it failed: it is never acknowledged
-                    failed = s.error
-                else:
-                    failed = None
-                    s.written[number] = (chunk, size)
-                    while s.acked in s.written:  # in order: the stream's end moves forward
-                        done, done_size = s.written.pop(s.acked)
-                        s.acked += 1
-                        self.bytes_written += done_size
-                        g = done[0].file
-                        for p in done:
-                            g.segs.append(_Seg(p.first, p.count, p.pos, p.length))
-                            g.end = p.first + p.count
-                            g.inflight -= 1
-                        s.durable = g.end
-                        s.pending_bytes -= done_size
-                        s.acks.append(done)
+                err = self._io_error(e, s)
+                with s.cond:
+                    s.error = err
+                    rest = list(s.pending)
+                    s.pending.clear()
+                    s.pending_bytes = 0
+                for p in chunk + rest:
+                    p.future.set_exception(err)
+                with s.cond:
+                    s.inflight = False
                     s.cond.notify_all()
-            if failed is not None:
-                for p in chunk:
-                    p.future.set_exception(failed)
-                continue
-            self._resolve(s)
-
-    def _resolve(self, s: _Stream) -> None:
-        """Resolve the futures of the acknowledged chunks, in order, one writer at a time."""
-        with s.cond:
-            if s.resolving:
                 return
-            s.resolving = True
-        while True:
+            with self._lock:
+                self.bytes_written += size
+                for p in chunk:
+                    f.segs.append(_Seg(p.first, p.count, p.pos, p.length))
+                    f.end = p.first + p.count
+                    f.inflight -= 1
+                s.durable = f.end
             with s.cond:
-                if not s.acks:
-                    s.resolving = False
-                    return
-                done = s.acks.popleft()
-            for p in done:
+                s.pending_bytes -= size
+                s.cond.notify_all()
+            for p in chunk:
                 self._recycle(p.full)
                 p.future.set_result(p.first + p.count)
-
-    def _fail(self, s: _Stream, err: BaseException, chunk: list) -> None:
-        """A write failed: the stream takes no more appends, and every append not yet
-        acknowledged - waiting, being written, written out of turn - fails with ``err``."""
-        with s.cond:
-            if s.error is None:
-                s.error = err
-            err = s.error
-            rest = list(s.pending)
-            s.pending.clear()
-            out_of_turn = [p for c, _ in s.written.values() for p in c]
-            s.written.clear()
-            s.pending_bytes = 0
-        for p in chunk + rest + out_of_turn:
-            p.future.set_exception(err)
-        with s.cond:
-            s.writers -= 1
-            s.cond.notify_all()
 
     def _io_error(self, e: BaseException, s: _Stream) -> BaseException:
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -312,7 +266,7 @@ class GroupCommitWriter:
             with self._lock:
                 target = s.next_offset
             with s.cond:
-                while s.durable < target and s.writers and s.error is None:
+                while s.durable < target and s.inflight and s.error is None:
                     s.cond.wait()
             if s.error is not None:
                 raise s.error
