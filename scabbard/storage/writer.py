@@ -85,8 +85,8 @@ class GroupCommitWriter:
         held small - a spill stream under a memory budget - keeps few), the smallest ones
         given up to make room for a larger one.  A larger segment's fresh pages cost more,
         and a pool full of small buffers served none of the large segments: an exactly-once
-        sink under CM2's output, whose pieces end at its 16 MiB log files (4 and 8 MiB, and
-        a few KiB), allocated half its segments anew - 1.7 GB in a 4 s run, its encoding
+        sink under CM2's output, whose pieces ended at its log files' ends (then 16 MiB: 4 and
+        8 MiB, and a few KiB), allocated half its segments anew - 1.7 GB in a 4 s run, its encoding
         thread's copy at 2 GB/s instead of 10, on the query's critical path."""
         budget = self.config.max_pending_bytes
         with self._lock:
