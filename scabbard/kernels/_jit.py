@@ -75,4 +75,4 @@ def _load_cached_kernels_without_registries() -> bool:
     return True
 
 
-LEAN_CACHE_LOADS = _load_cached_kernels_without_registries()
+_load_cached_kernels_without_registries()
