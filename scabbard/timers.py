@@ -28,6 +28,11 @@ encode         a batch encoded as a segment (copied and        tuple
                checksummed into its aligned buffer)
 write          one write of the group-commit writer            byte
 fragment       a worker runs a task's fragment function        tuple
+select         a stateless query's kernel: each surviving      tuple (and the
+               tuple's row number (inside ``fragment``)        warm-up's rows)
+gather         a stateless query's survivors: their columns    tuple
+               gathered, their positions written (inside
+               ``fragment``)
 boundary       a worker computes the windows between two       tuple of the later
                long tasks                                      task
 assembly       the ordered assembly of one task (serial;       tuple
@@ -57,10 +62,11 @@ from contextlib import contextmanager
 from typing import Protocol
 
 PARTS = ("source", "dispatch", "stage", "ingress", "append", "pushup", "profile", "compress",
-         "encode", "write", "fragment", "boundary", "assembly", "partition", "sink",
-         "checkpoint")
-# timed inside another part (``dispatch``, ``ingress`` or ``assembly``): not added up
-NESTED = ("source", "stage", "sink")
+         "encode", "write", "fragment", "select", "gather", "boundary", "assembly", "partition",
+         "sink", "checkpoint")
+# timed inside another part (``dispatch``, ``ingress``, ``fragment`` or ``assembly``): not
+# added up
+NESTED = ("source", "stage", "select", "gather", "sink")
 
 
 class Recorder(Protocol):

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 import reference as ref
 from scabbard import queries
 from scabbard.batch import Batch
-from scabbard.engine import ArraySource, CollectSink, Engine, EngineConfig, run_query
+from scabbard.engine import ArraySource, CollectSink, Engine, EngineConfig, NullSink, run_query
 from scabbard.engine.physical import plan
 from scabbard.ft.controller import Controller
 from scabbard.ft.recovery import run_fault_tolerant
@@ -202,6 +202,40 @@ def test_table1_puts_the_medians_beside_the_papers_ratios():
     np.testing.assert_allclose(t["1w_ratio"], [1, 2, 3, 4])
     with pytest.raises(ValueError, match="not in PipeFabric's Table 1"):
         pf.Settings(queries=["CM1"])
+
+
+def test_the_parts_of_table1_add_up_to_the_cpu_of_a_run():
+    from scabbard.experiments import pipefabric as pf
+
+    # the engine's figures: ``fragment`` includes the selection's kernel and gather
+    parts = {f"ns_{p}": v for p, v in zip(pf.PARTS, (0.5, 3.0, 4.5, 0.2, 0.1, 0.2),
+                                          strict=True)}
+    runs = pd.DataFrame([{"query": "PF-MOD2", "workers": 1, "round": k,
+                          "tuples_per_s": 2e8 * (1 + k), "cpu_ns": 5.0, **parts}
+                         for k in range(3)])
+    t = pf.parts(runs).iloc[0]
+    assert t["fragment"] == pytest.approx(1.0) and t["M tuples/s"] == 400
+    assert sum(t[p] for p in pf.PARTS) == pytest.approx(t["CPU ns"])
+
+
+@pytest.mark.spark
+def test_a_selections_kernel_and_gather_are_timed_inside_its_tasks(tiny):
+    """``select`` and ``gather`` are parts of every task of a stateless query (Table 1's
+    per-part costs), counted per input tuple and inside ``fragment``."""
+    from scabbard import timers
+
+    ds = tiny["sg"]
+    cfg = EngineConfig(workers=2, batch_rows=997)
+    run_query(queries.get("PF-MOD2"), ds, NullSink(), cfg)  # its kernel loaded, unmeasured
+    with timers.recording(timers.Totals()) as t:
+        r = run_query(queries.get("PF-MOD2"), ds, CollectSink(), cfg, max_tuples=3 * ds.rows)
+    n = r.summary.tuples
+    assert n == 3 * ds.rows and r.summary.result_rows == n // 2
+    assert t.counts["fragment"] == n  # tasks of at most 997 rows, cut at every copy
+    # and the warm-up's rows (a task's, once before the run: not inside a timed fragment)
+    assert t.counts["select"] == t.counts["gather"] == n + 997
+    assert t.calls["select"] == t.calls["gather"] == t.calls["fragment"] + 1
+    assert 0 < t.cpu_s["select"] + t.cpu_s["gather"] <= t.cpu_s["fragment"]
 
 
 # -- the named queries on the tiny datasets ----------------------------------------------------------

@@ -309,7 +309,9 @@ def add(sub, full: bool = True) -> None:
         "PF-TRUE, PF-MOD2, PF-MOD10, PF-FALSE: SG readings whose measurement id satisfies "
         "true, mod 2, mod 10, false; results dropped) on the SG dataset replayed for "
         "--seconds, the four alternating for --rounds rounds (the median kept).  Prints the "
-        "throughput and its ratio to 'true' beside the paper's (1 : 1.30 : 1.61 : 1.93).  "
+        "throughput and its ratio to 'true' beside the paper's (1 : 1.30 : 1.61 : 1.93), then "
+        "the CPU per input tuple of each part (the selection's kernel, the survivors gathered, "
+        "the rest of the task, the assembly, the dispatcher, the rest).  "
         "Writes table1.csv, table1_runs.csv and table1.png to --output.", _run_bench_selection)
     _options(fp, pipefabric.Settings, "queries", "seconds", "rounds", "scale",
              out="bench-selection")
@@ -644,12 +646,15 @@ def _run_bench_partitioned(args) -> int:
     return _tabled(args, exp, exp.comparison, "partitioned.png")
 
 
-def _tabled(args, exp, table, figure: str, results: str = "results.csv") -> int:
+def _tabled(args, exp, table, figure: str, results: str = "results.csv", more=()) -> int:
     """A bench of one experiment module: its settings from the flags, its runs (a line each
-    as they come), ``table`` of them printed, its figure, and where both went."""
+    as they come), ``table`` of them printed (then each of ``more``: (title, table)), its
+    figure, and where both went."""
     runs = exp.run(_settings(exp.Settings, args, output_dir=args.out),
                    log=lambda s: print(s, flush=True))
     print("\n" + table(runs).round(2).to_string(index=False))
+    for title, extra in more:
+        print(f"\n{title}:\n" + extra(runs).round(2).to_string(index=False))
     exp.plot(runs, args.out)
     print(f"\nresults: {Path(args.out) / results}, figure: {Path(args.out) / figure}")
     return 0
@@ -658,7 +663,9 @@ def _tabled(args, exp, table, figure: str, results: str = "results.csv") -> int:
 def _run_bench_selection(args) -> int:
     from scabbard.experiments import pipefabric as exp
 
-    return _tabled(args, exp, exp.table1, "table1.png", "table1.csv")
+    return _tabled(args, exp, exp.table1, "table1.png", "table1.csv",
+                   more=(("CPU per input tuple, ns (medians; the parts add up to CPU ns)",
+                          exp.parts),))
 
 
 def _run_bench_state(args) -> int:

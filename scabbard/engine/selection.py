@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scabbard import timers
 from scabbard.batch import Batch
 from scabbard.engine import frontcode
 from scabbard.kernels.codegen import FrontSpec, compile_front
@@ -76,6 +77,7 @@ class Selection:
         n = len(batch)
         cols = {f.name: c for f, c in zip(batch.schema.fields, batch.columns, strict=True)}
         m, idx = n, None
+        span = timers.start()
         if self.needs_kernel:
             idx = np.empty(n, dtype=np.int64)
             o_keys = np.empty((n, len(self.spec.keys)), dtype=np.int64)
@@ -83,6 +85,8 @@ class Selection:
             m = self.kernel(cache_dir)(n, batch.timestamps, *(cols[c] for c in self.input_columns),
                                        *relation_args, idx, o_keys, np.empty((n, 0), np.int64),
                                        o_f)
+        timers.stop(span, "select", n)
+        span = timers.start()
         every = m == n  # every tuple survived: the plain columns pass as they are
         rows = None if every else idx[:m]
         out = {}
@@ -100,6 +104,7 @@ class Selection:
             out[POSITION] = np.arange(batch.offset + 1, batch.end + 1, dtype=np.int64)
         else:  # the row numbers become the positions in place (a fresh page costs here)
             out[POSITION] = np.add(idx[:m], batch.offset + 1, out=idx[:m])
+        timers.stop(span, "gather", n)
         return out
 
 

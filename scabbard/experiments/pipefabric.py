@@ -13,8 +13,12 @@ with its results dropped (a :class:`~scabbard.engine.NullSink`: the empty UDF), 
 workers.  The four queries alternate round by round, and the median of the rounds is kept,
 so a neighbour's load on this shared machine falls on all of them alike.
 
-``run`` returns one tidy row per (query, workers, round); ``table1`` puts the medians beside
-the paper's figures and ratios; ``plot`` draws both ratios.
+``run`` returns one tidy row per (query, workers, round), with the CPU each part of the engine
+spent per input tuple (:mod:`scabbard.timers`); ``table1`` puts the medians beside the paper's
+figures and ratios; ``parts`` shows where the time goes per selectivity - the selection's
+kernel (``select``), the survivors' columns gathered and their positions written
+(``gather``), the rest of the task (``fragment``), the ordered hand-over to the sink
+(``assembly``), the dispatcher and everything else; ``plot`` draws both ratios.
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from scabbard import queries, workloads
+from scabbard import queries, timers, workloads
 from scabbard.engine import EngineConfig, NullSink, run_query
 from scabbard.experiments import Common, finish, save_tables
 
 # PipeFabric's Table 1: predicate, selectivity, tuples/s on 256 threads (Xeon Phi KNL 7210)
+# the engine's parts a selection goes through (:mod:`scabbard.timers`), and the rest
+PARTS = ("select", "gather", "fragment", "assembly", "dispatch", "other")
 PAPER = {"PF-TRUE": ("true", 1.0, 720e6), "PF-MOD2": ("key mod(2)", 0.5, 937e6),
          "PF-MOD10": ("key mod(10)", 0.1, 1.16e9), "PF-FALSE": ("false", 0.0, 1.39e9)}
 
@@ -67,12 +73,16 @@ def run(settings: Settings, log=print) -> pd.DataFrame:
     for k in range(s.rounds):
         for w in s.workers:
             for name in s.queries:
-                r = run_query(queries.get(name), ds, NullSink(), EngineConfig(workers=w),
-                              duration=s.seconds)
+                with timers.recording(timers.Totals()) as totals:
+                    r = run_query(queries.get(name), ds, NullSink(), EngineConfig(workers=w),
+                                  duration=s.seconds)
                 m = r.summary
+                per = totals.per_tuple(m.tuples)
                 rows.append({"query": name, "predicate": PAPER[name][0], "workers": w,
                              "round": k, "tuples": m.tuples, "result_rows": m.result_rows,
-                             "tuples_per_s": m.tuples_per_s, "batch_rows": r.batch_rows})
+                             "tuples_per_s": m.tuples_per_s, "batch_rows": r.batch_rows,
+                             "cpu_ns": totals.process_s / max(1, m.tuples) * 1e9,
+                             **{f"ns_{p}": per[p] for p in PARTS}})
                 log(f"round {k + 1}/{s.rounds}  {name:9s} {w} worker(s) "
                     f"{m.tuples_per_s / 1e6:9.1f} M tuples/s")
     runs = pd.DataFrame(rows)
@@ -100,6 +110,18 @@ def table1(runs: pd.DataFrame) -> pd.DataFrame:
         out[f"{w}w_Mtps"] = mtps
         out[f"{w}w_ratio"] = mtps / mtps[0]
     return out
+
+
+def parts(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per query and worker count, the medians of CPU ns per input tuple: the whole process
+    (``CPU ns``) and its parts (see the module); ``fragment`` here is what the task does
+    besides ``select`` and ``gather``, so the parts add up to ``CPU ns``."""
+    g = runs.groupby(["query", "workers"], sort=False)
+    out = g[["tuples_per_s", "cpu_ns", *[f"ns_{p}" for p in PARTS]]].median()
+    out["ns_fragment"] -= out["ns_select"] + out["ns_gather"]
+    out["tuples_per_s"] /= 1e6
+    names = {"tuples_per_s": "M tuples/s", "cpu_ns": "CPU ns"} | {f"ns_{p}": p for p in PARTS}
+    return out.rename(columns=names).reset_index()
 
 
 def plot(runs: pd.DataFrame, output_dir: str | None = None):
