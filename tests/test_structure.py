@@ -199,3 +199,36 @@ def test_experiment_settings_share_their_common_fields():
         if {"scale", "data_dir"} <= names and not issubclass(settings, Common):
             apart.append(module)
     assert apart == []
+
+
+# the kernels' state the engine holds: named tuples whose fields it reads by name
+KERNEL_STATE = ("fifo", "table", "ws", "dqi", "dqf", "dq")
+
+
+def _kernel_state_indexed(module: str) -> list[str]:
+    """Where ``module`` reads a kernel's state by position (``a.fifo[5]``, ``table[1]``)."""
+    out = []
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+                and isinstance(node.slice.value, int)):
+            continue
+        v = node.value
+        name = v.attr if isinstance(v, ast.Attribute) else getattr(v, "id", None)
+        if name in KERNEL_STATE:
+            out.append(f"{module}:{node.lineno}")
+    return out
+
+
+def test_nothing_outside_the_kernels_indexes_a_kernels_state():
+    """The pane FIFO and the key table are named tuples (``PaneFifo``, ``KeyTable``): the
+    engine reads their fields by name, so their layout is the kernels' own."""
+    assert [p for m in MODULES if not m.startswith("scabbard.kernels")
+            for p in _kernel_state_indexed(m)] == []
+
+
+def test_the_index_check_finds_an_index(tmp_path, monkeypatch):
+    src = tmp_path / "indexing.py"
+    src.write_text("def f(a, table):\n"
+                   "    return a.fifo[5], table[1][0], a.fifo.pane[0], a.rows[2]\n")
+    monkeypatch.setitem(MODULES, "scabbard.indexing", src)
+    assert _kernel_state_indexed("scabbard.indexing") == ["scabbard.indexing:2"] * 2

@@ -61,6 +61,7 @@ from scabbard.engine.tasks import (
     Edges,
     concat_edges,
 )
+from scabbard.kernels import window as kw
 
 PARTS = 64  # key partitions of a branch's state under a budget
 WAITING = 64 << 10  # a spilled partition's shares kept in memory up to this many bytes
@@ -88,10 +89,7 @@ def export(a: BranchAssembler) -> Edges:
     """A partition's window state as pane partials: one row per (pane, group) of its windows,
     in pane order (what feeding them to a fresh state rebuilds)."""
     a._load_pending()
-    h0, h1 = (int(x) for x in a.fifo[5])
-    gid = a.fifo[1][h0:h1]
-    return Edges(a.fifo[0][h0:h1].copy(), a.table[1][gid], a.fifo[2][h0:h1].copy(),
-                 a.fifo[3][h0:h1].copy(), a.fifo[4][h0:h1].copy())
+    return Edges(*kw.fifo_entries(a.fifo, a.table))
 
 
 @dataclass

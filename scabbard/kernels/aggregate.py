@@ -110,7 +110,7 @@ def _pane_aggregate(ts, shift, keys, ivals, fvals, iops, fops, slide):
     n = ts.shape[0]
     ni, nf = ivals.shape[1], fvals.shape[1]
     table = ht.new_table(keys.shape[1], 64)
-    cap = table[1].shape[0]
+    cap = table.keys.shape[0]
     acc_c = np.zeros(cap, dtype=np.int64)
     acc_i = np.empty((cap, ni), dtype=np.int64)
     acc_f = np.empty((cap, nf), dtype=np.float64)
@@ -130,8 +130,8 @@ def _pane_aggregate(ts, shift, keys, ivals, fvals, iops, fops, slide):
             break
         if status == NEED_ROOM:
             table = ht.grow(table)
-            if table[1].shape[0] > acc_c.shape[0]:  # the table grew: so do the accumulators
-                cap = table[1].shape[0]
+            if table.keys.shape[0] > acc_c.shape[0]:  # the table grew: so do the accumulators
+                cap = table.keys.shape[0]
                 acc2 = np.zeros(cap, dtype=np.int64)
                 acc2[: acc_c.shape[0]] = acc_c
                 acc_c = acc2
@@ -143,8 +143,8 @@ def _pane_aggregate(ts, shift, keys, ivals, fvals, iops, fops, slide):
             o_pane, o_gid, o_cnt = _grow_rows(o_pane, size), _grow_rows(o_gid, size), _grow_rows(o_cnt, size)
             o_i, o_f = _grow_rows(o_i, size), _grow_rows(o_f, size)
     m = st[1]
-    groups = table[4][1]  # gids handed out
-    return (o_pane[:m], o_gid[:m], o_cnt[:m], o_i[:m], o_f[:m], table[1][:groups].copy())
+    groups = table.meta[1]  # gids handed out
+    return (o_pane[:m], o_gid[:m], o_cnt[:m], o_i[:m], o_f[:m], table.keys[:groups].copy())
 
 
 @scan

@@ -8,7 +8,7 @@ arrays.  Removal uses backward-shift deletion (no tombstones), and freed gids
 are recycled - the sliding-window assembly removes keys that leave the window,
 so an endless run keeps a bounded table.
 
-The table is a tuple of arrays, ``(slots, keys, hashes, free, meta)``:
+The table is a :class:`KeyTable`, a named tuple of arrays (numba takes it whole):
 
 * ``slots``  int64[cap]       gid or -1
 * ``keys``   int64[ids, K]    key of each gid
@@ -22,6 +22,8 @@ Functions that may grow the table return it; callers rebind.  ``K`` may be 0
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from scabbard.kernels._jit import inline, kernel
@@ -31,6 +33,16 @@ _LIVE, _NEXT, _FREE = 0, 1, 2
 
 
 SEED = 0x9E3779B97F4A7C15
+
+
+class KeyTable(NamedTuple):
+    """The table's arrays (see the module)."""
+
+    slots: np.ndarray   # int64[cap]: gid or -1
+    keys: np.ndarray    # int64[ids, K]: key of each gid
+    hashes: np.ndarray  # uint64[ids]: hash of each gid's key
+    free: np.ndarray    # int64[ids]: stack of recycled gids
+    meta: np.ndarray    # int64[3]: live gids, next fresh gid, free-stack height
 
 
 @inline
@@ -65,7 +77,7 @@ def new_table(k: int, capacity: int):
     hashes = np.empty(ids, dtype=np.uint64)
     free = np.empty(ids, dtype=np.int64)
     meta = np.zeros(3, dtype=np.int64)
-    return slots, keys, hashes, free, meta
+    return KeyTable(slots, keys, hashes, free, meta)
 
 
 @inline
@@ -94,7 +106,7 @@ def find_in(slots, keys, hashes, probe: np.ndarray, row: int, h: np.uint64) -> i
 @inline
 def find(table, probe: np.ndarray, row: int, h: np.uint64) -> int:
     """The gid of key ``probe[row]`` (hash ``h``), or -1."""
-    return find_in(table[0], table[1], table[2], probe, row, h)
+    return find_in(table.slots, table.keys, table.hashes, probe, row, h)
 
 
 @kernel
@@ -156,15 +168,15 @@ def grow(table):
     slots, keys, hashes, free, meta = table
     slots = _rehash(slots, hashes, slots.shape[0] * 2)
     keys, hashes, free = _grow_ids(keys, hashes, free)
-    return slots, keys, hashes, free, meta
+    return KeyTable(slots, keys, hashes, free, meta)
 
 
 @inline
 def insert(table, probe: np.ndarray, row: int, h: np.uint64):
     """Insert key ``probe[row]`` (known absent); return (gid, table)."""
-    if not has_room(table[0], table[1], table[4]):
+    if not has_room(table.slots, table.keys, table.meta):
         table = grow(table)
-    g = insert_in(table[0], table[1], table[2], table[3], table[4], probe, row, h)
+    g = insert_in(table.slots, table.keys, table.hashes, table.free, table.meta, probe, row, h)
     return g, table
 
 
@@ -205,13 +217,13 @@ def remove_in(slots, hashes, free, meta, gid: int) -> None:
 @kernel
 def remove(table, gid: int) -> None:
     """Delete ``gid``'s key (backward-shift deletion) and recycle the gid."""
-    remove_in(table[0], table[2], table[3], table[4], gid)
+    remove_in(table.slots, table.hashes, table.free, table.meta, gid)
 
 
 def live(table) -> int:
-    return int(table[4][_LIVE])
+    return int(table.meta[_LIVE])
 
 
 def id_bound(table) -> int:
     """One past the largest gid ever handed out (gid-indexed arrays need this many rows)."""
-    return int(table[4][_NEXT])
+    return int(table.meta[_NEXT])

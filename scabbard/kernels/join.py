@@ -36,7 +36,7 @@ def build_index(keys: np.ndarray):
 
 @inline
 def _scan(table, h: np.uint64, k0: np.int64, k1: np.int64, width: int) -> int:
-    slots, keys, hashes = table[0], table[1], table[2]
+    slots, keys, hashes = table.slots, table.keys, table.hashes
     mask = slots.shape[0] - 1
     s = np.int64(h & np.uint64(mask))
     while True:

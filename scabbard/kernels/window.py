@@ -24,6 +24,8 @@ driver that grows the arrays and calls it again ("scan until blocked").
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import literal_unroll, types
 from numba.extending import overload
@@ -560,7 +562,7 @@ def windows_from_partials(partials, iops, fops, panes: int, slide_ms: int, p_lo:
 
 
 # -- the assembler's state machine (sequential, across tasks) -------------------------------------
-# fifo = (pane[n], gid[n], cnt[n], ints[n, ni], floats[n, nf], head_tail[2], last[G])
+# fifo: a PaneFifo (below).
 # The window's pane partials, oldest first, each (pane, group) ONCE: a partial of a group
 # whose newest entry is of the same pane is folded into that entry (``last[g]``: the index
 # of group g's newest entry, checked before use - a stale one points below the head, past
@@ -568,23 +570,47 @@ def windows_from_partials(partials, iops, fops, panes: int, slide_ms: int, p_lo:
 # of the window - the size of the key space, not of the tuples the window saw.
 
 
+class PaneFifo(NamedTuple):
+    """The assembler's window of pane partials: entries ``[head_tail[0], head_tail[1])`` of
+    the first five arrays, oldest first (numba takes it whole; its fields by name)."""
+
+    pane: np.ndarray       # int64[n]: the entry's pane
+    gid: np.ndarray        # int64[n]: its group (the key table's id)
+    cnt: np.ndarray        # int64[n]: tuples it folded
+    ints: np.ndarray       # int64[n, ni]: integer aggregate partials
+    floats: np.ndarray     # float64[n, nf]: float aggregate partials
+    head_tail: np.ndarray  # int64[2]: the live entries' first and end index
+    last: np.ndarray       # int64[G]: group g's newest entry (checked before use), -1 none
+
+
 @kernel
 def fifo_new(ni: int, nf: int):
     n = 1024
-    return (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
-            np.empty((n, ni), dtype=np.int64), np.empty((n, nf), dtype=np.float64),
-            np.zeros(2, dtype=np.int64), np.full(64, -1, dtype=np.int64))
+    return PaneFifo(np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
+                    np.empty(n, dtype=np.int64), np.empty((n, ni), dtype=np.int64),
+                    np.empty((n, nf), dtype=np.float64), np.zeros(2, dtype=np.int64),
+                    np.full(64, -1, dtype=np.int64))
 
 
 @kernel
 def fifo_groups(fifo, groups: int):
     """``fifo`` whose ``last`` has room for group ids < ``groups``."""
-    last = fifo[6]
+    last = fifo.last
     if groups <= last.shape[0]:
         return fifo
     grown = np.full(max(groups, 2 * last.shape[0]), -1, dtype=np.int64)
     grown[:last.shape[0]] = last
-    return fifo[0], fifo[1], fifo[2], fifo[3], fifo[4], fifo[5], grown
+    return PaneFifo(fifo.pane, fifo.gid, fifo.cnt, fifo.ints, fifo.floats, fifo.head_tail,
+                    grown)
+
+
+def fifo_entries(fifo: PaneFifo, table) -> tuple[np.ndarray, ...]:
+    """The live entries of ``fifo``, oldest first, copied: pane, the group's keys (rows of
+    ``table``'s keys), count, integer and float partials (a window state as pane partials,
+    what feeding them to a fresh state rebuilds)."""
+    h0, h1 = (int(x) for x in fifo.head_tail)
+    return (fifo.pane[h0:h1].copy(), table.keys[fifo.gid[h0:h1]], fifo.cnt[h0:h1].copy(),
+            fifo.ints[h0:h1].copy(), fifo.floats[h0:h1].copy())
 
 
 @kernel
@@ -603,14 +629,14 @@ def fifo_reserve(fifo, extra: int):
         ht_[0], ht_[1] = 0, live
         return fifo
     n = max(2 * f_p.shape[0], 2 * (live + extra))
-    new = (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
-           np.empty((n, f_i.shape[1]), dtype=np.int64), np.empty((n, f_f.shape[1]), dtype=np.float64),
-           ht_, last)
-    new[0][:live] = f_p[ht_[0]:ht_[1]]
-    new[1][:live] = f_g[ht_[0]:ht_[1]]
-    new[2][:live] = f_c[ht_[0]:ht_[1]]
-    new[3][:live] = f_i[ht_[0]:ht_[1]]
-    new[4][:live] = f_f[ht_[0]:ht_[1]]
+    new = PaneFifo(np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
+                   np.empty(n, dtype=np.int64), np.empty((n, f_i.shape[1]), dtype=np.int64),
+                   np.empty((n, f_f.shape[1]), dtype=np.float64), ht_, last)
+    new.pane[:live] = f_p[ht_[0]:ht_[1]]
+    new.gid[:live] = f_g[ht_[0]:ht_[1]]
+    new.cnt[:live] = f_c[ht_[0]:ht_[1]]
+    new.ints[:live] = f_i[ht_[0]:ht_[1]]
+    new.floats[:live] = f_f[ht_[0]:ht_[1]]
     ht_[0], ht_[1] = 0, live
     return new
 
@@ -703,7 +729,7 @@ def asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes: 
                    slide: int, sel, rtab) -> int:
     """End of stream: close panes until the window is empty (NEED_OUT when full)."""
     slots, tkeys, hashes, free, meta = table
-    ht_ = fifo[5]
+    ht_ = fifo.head_tail
     m = pos[1]
     cap = out[0].shape[0]
     while ws[6][0] > 0 or ht_[0] < ht_[1]:
@@ -721,8 +747,8 @@ def asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes: 
 def asm_reset(ws, dqi, dqf, fifo) -> None:
     """Forget the window (before loading a long task's tail)."""
     ws_clear(ws, dqi, dqf)
-    fifo[5][0] = 0
-    fifo[5][1] = 0
+    fifo.head_tail[0] = 0
+    fifo.head_tail[1] = 0
 
 
 @kernel
@@ -735,7 +761,7 @@ def asm_feed(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_
     windows the task emitted itself).
     """
     n = e_pane.shape[0]
-    ws, dqi, dqf = ws_reserve(ws, dqi, dqf, table[4][1] + n, n)
+    ws, dqi, dqf = ws_reserve(ws, dqi, dqf, table.meta[1] + n, n)
     fifo = fifo_groups(fifo_reserve(fifo, n), ws[0].shape[0])
     rtab = rollup_table(sel, ws[0].shape[0])
     pos = np.array([0, m0], dtype=np.int64)
