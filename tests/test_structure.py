@@ -220,8 +220,9 @@ def _kernel_state_indexed(module: str) -> list[str]:
 
 
 def test_nothing_outside_the_kernels_indexes_a_kernels_state():
-    """The pane FIFO and the key table are named tuples (``PaneFifo``, ``KeyTable``): the
-    engine reads their fields by name, so their layout is the kernels' own."""
+    """The window state, its deques, the pane FIFO and the key table are named tuples
+    (``WindowState``, ``Deques``, ``PaneFifo``, ``KeyTable``): the engine reads their fields
+    by name, so their layout is the kernels' own."""
     assert [p for m in MODULES if not m.startswith("scabbard.kernels")
             for p in _kernel_state_indexed(m)] == []
 

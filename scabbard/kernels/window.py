@@ -16,7 +16,9 @@ pane that left:
 A group with no tuples left in the window leaves the active set (and, in the
 assembler, the key table), so an endless run keeps bounded state.
 
-State is kept in tuples of arrays.  Hot loops never rebind an array variable
+State is kept in named tuples of arrays (:class:`Deques`, :class:`WindowState`,
+:class:`PaneFifo`; the key table is :class:`~scabbard.kernels.hashtable.KeyTable`), which
+numba takes whole and reads by field.  Hot loops never rebind an array variable
 (numba would reference-count every array on every iteration): capacity is
 reserved before a loop, and where it cannot be known, the loop returns to a
 driver that grows the arrays and calls it again ("scan until blocked").
@@ -37,17 +39,27 @@ from scabbard.kernels.aggregate import MAX, SUM, _grow_rows, combine
 INT64_MIN = np.iinfo(np.int64).min
 
 # -- monotone deques for min / max -----------------------------------------------------------
-# dq = (head[G, S], tail[G, S], val[N], pane[N], nxt[N], prv[N], free[N], meta[2])
-# meta = (next fresh node, free-stack height)
+class Deques(NamedTuple):
+    """A monotone deque per (group, slot) of (pane, value) nodes, in one pool of nodes."""
+
+    head: np.ndarray  # int64[G, S]: the front node (the window's extreme), -1 empty
+    tail: np.ndarray  # int64[G, S]: the back node, -1 empty
+    val: np.ndarray   # [N] (int64 or float64): a node's value
+    pane: np.ndarray  # int64[N]: a node's pane
+    nxt: np.ndarray   # int64[N]: the next node towards the back, -1 none
+    prv: np.ndarray   # int64[N]: the next node towards the front, -1 none
+    free: np.ndarray  # int64[N]: stack of released nodes
+    meta: np.ndarray  # int64[2]: next fresh node, free-stack height
 
 
 @kernel
 def dq_new(groups: int, slots: int, values_like: np.ndarray):
     n = 64
-    return (np.full((groups, slots), -1, dtype=np.int64), np.full((groups, slots), -1, dtype=np.int64),
-            np.empty(n, dtype=values_like.dtype), np.empty(n, dtype=np.int64),
-            np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
-            np.zeros(2, dtype=np.int64))
+    return Deques(np.full((groups, slots), -1, dtype=np.int64),
+                  np.full((groups, slots), -1, dtype=np.int64),
+                  np.empty(n, dtype=values_like.dtype), np.empty(n, dtype=np.int64),
+                  np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
+                  np.empty(n, dtype=np.int64), np.zeros(2, dtype=np.int64))
 
 
 @kernel
@@ -66,12 +78,12 @@ def dq_reserve(dq, groups: int, extra_nodes: int):
         n = max(need, 2 * val.shape[0])
         val, pane = _grow_rows(val, n), _grow_rows(pane, n)
         nxt, prv, free = _grow_rows(nxt, n), _grow_rows(prv, n), _grow_rows(free, n)
-    return head, tail, val, pane, nxt, prv, free, meta
+    return Deques(head, tail, val, pane, nxt, prv, free, meta)
 
 
 @inline
 def _dq_release(dq, node: int) -> None:
-    free, meta = dq[6], dq[7]
+    free, meta = dq.free, dq.meta
     free[meta[1]] = node
     meta[1] += 1
 
@@ -119,16 +131,27 @@ def dq_evict(dq, g: int, s: int, upto_pane: int) -> None:
 
 
 # -- window state --------------------------------------------------------------------------------
-# ws = (wcnt[G], wi[G, ni], wf[G, nf], wc[G, nf], act[G], apos[G], nact[1])
+class WindowState(NamedTuple):
+    """Per group (its key table id), the aggregate of the panes inside the window; the groups
+    with tuples in the window are the active set ``act[:nact[0]]``.  Min and max live in
+    the :class:`Deques` beside it (one for integer slots, one for float slots)."""
+
+    cnt: np.ndarray   # int64[G]: tuples in the window
+    ints: np.ndarray  # int64[G, ni]: integer sums
+    sums: np.ndarray  # float64[G, nf]: float sums
+    comp: np.ndarray  # float64[G, nf]: their Neumaier compensation
+    act: np.ndarray   # int64[G]: the active groups (the first nact[0])
+    apos: np.ndarray  # int64[G]: a group's place in act, -1 inactive
+    nact: np.ndarray  # int64[1]: active groups
 
 
 @kernel
 def ws_new(groups: int, ni: int, nf: int):
     groups = max(groups, 16)
-    ws = (np.zeros(groups, dtype=np.int64), np.zeros((groups, ni), dtype=np.int64),
-          np.zeros((groups, nf), dtype=np.float64), np.zeros((groups, nf), dtype=np.float64),
-          np.empty(groups, dtype=np.int64), np.full(groups, -1, dtype=np.int64),
-          np.zeros(1, dtype=np.int64))
+    ws = WindowState(np.zeros(groups, dtype=np.int64), np.zeros((groups, ni), dtype=np.int64),
+                     np.zeros((groups, nf), dtype=np.float64),
+                     np.zeros((groups, nf), dtype=np.float64), np.empty(groups, dtype=np.int64),
+                     np.full(groups, -1, dtype=np.int64), np.zeros(1, dtype=np.int64))
     return ws, dq_new(groups, ni, np.zeros(1, dtype=np.int64)), dq_new(groups, nf, np.zeros(1))
 
 
@@ -150,9 +173,9 @@ def ws_reserve(ws, dqi, dqf, groups: int, extra_nodes: int):
         a2[: act.shape[0]] = act
         p2 = np.full(n, -1, dtype=np.int64)
         p2[: apos.shape[0]] = apos
-        ws = (w2, wi2, wf2, wc2, a2, p2, nact)
-    return (ws, dq_reserve(dqi, ws[0].shape[0], extra_nodes),
-            dq_reserve(dqf, ws[0].shape[0], extra_nodes))
+        ws = WindowState(w2, wi2, wf2, wc2, a2, p2, nact)
+    return (ws, dq_reserve(dqi, ws.cnt.shape[0], extra_nodes),
+            dq_reserve(dqf, ws.cnt.shape[0], extra_nodes))
 
 
 @inline
@@ -229,7 +252,7 @@ def ws_sub(ws, dqi, dqf, g: int, p: int, cnt: int, src_i, src_f, row: int, iops,
 @kernel
 def ws_clear(ws, dqi, dqf) -> None:
     """Empty the window (every group leaves)."""
-    act, nact = ws[4], ws[6]
+    act, nact = ws.act, ws.nact
     while nact[0] > 0:
         _deactivate(ws, dqi, dqf, act[nact[0] - 1])
 
@@ -393,7 +416,7 @@ def rollup_table(sel, groups: int):
 def _emit_rollup(ws, keys, sel, rtab, start: int, end: int, out, m: int) -> int:
     """One row per distinct value of the keys' columns sel[2:] among the active groups, with
     how many groups hold it (the table holds twice the groups: probing always ends)."""
-    act, nact = ws[4], ws[6]
+    act, nact = ws.act, ws.nact
     o_s, o_e, o_k, o_c = out[0], out[1], out[2], out[3]
     rows, seen, window = rtab
     window[0] += 1
@@ -433,13 +456,13 @@ def _emit_rollup(ws, keys, sel, rtab, start: int, end: int, out, m: int) -> int:
 @inline
 def _int_value(ws, dqi, iops, g: int, kind: int, slot: int):
     if kind == MAX_COUNT:
-        return ws[0][g]
-    return ws[1][g, slot] if iops[slot] == SUM else dqi[2][dqi[0][g, slot]]
+        return ws.cnt[g]
+    return ws.ints[g, slot] if iops[slot] == SUM else dqi.val[dqi.head[g, slot]]
 
 
 @inline
 def _float_value(ws, dqf, fops, g: int, slot: int):
-    return ws[2][g, slot] + ws[3][g, slot] if fops[slot] == SUM else dqf[2][dqf[0][g, slot]]
+    return ws.sums[g, slot] + ws.comp[g, slot] if fops[slot] == SUM else dqf.val[dqf.head[g, slot]]
 
 
 @inline
@@ -452,8 +475,8 @@ def ws_emit(ws, dqi, dqf, keys, iops, fops, start: int, end: int, out, m: int, s
         return _emit_rollup(ws, keys, sel, rtab, start, end, out, m)
     wcnt, wi, wf, wc, act, apos, nact = ws
     o_s, o_e, o_k, o_c, o_i, o_f = out
-    ih, iv = dqi[0], dqi[2]
-    fh, fv = dqf[0], dqf[2]
+    ih, iv = dqi.head, dqi.val
+    fh, fv = dqf.head, dqf.val
     top_i = np.iinfo(np.int64).min
     top_f = -np.inf
     if sel_kind == MAX_FLOAT:
@@ -491,7 +514,7 @@ def _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes: in
     p, add, ev, m = pos[0], pos[1], pos[2], pos[3]
     rng = panes * slide
     cap = out[0].shape[0]
-    nact = ws[6]
+    nact = ws.nact
     while p <= p_hi:
         while add < n and pp_pane[add] == p:
             ws_add(ws, dqi, dqf, pp_gid[add], p, pp_cnt[add], pp_i, pp_f, add, iops, fops)
@@ -529,7 +552,7 @@ def _windows_from_partials(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fop
     pos = np.array([first, start, start, 0], dtype=np.int64)
     while not _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes, slide,
                          p_lo, p_hi, ws, dqi, dqf, out, pos, sel, rtab):
-        out = out_reserve(out, 2 * out[0].shape[0] + ws[6][0])
+        out = out_reserve(out, 2 * out[0].shape[0] + ws.nact[0])
         # resume at the blocked pane: its partials are already in; only emission remains
         p, m = pos[0], pos[3]
         end = (p + 1) * slide
@@ -652,7 +675,7 @@ def _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m: int, io
         if ws_sub(ws, dqi, dqf, g, f_p[h], f_c[h], f_i, f_f, h, iops, fops):
             ht.remove_in(slots, hashes, free, meta, g)
         ht_[0] += 1
-    if emit and ws[6][0] > 0:
+    if emit and ws.nact[0] > 0:
         end = (p + 1) * slide
         m = ws_emit(ws, dqi, dqf, tkeys, iops, fops, end - panes * slide, end, out, m, sel, rtab)
     return m
@@ -675,7 +698,7 @@ def asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_
     f_p, f_g, f_c, f_i, f_f, ht_, last = fifo
     r, m = pos[0], pos[1]
     cap = out[0].shape[0]
-    nact = ws[6]
+    nact = ws.nact
     k = e_keys.shape[1]
     while True:
         target = e_pane[r] if r < hi else upto
@@ -732,8 +755,8 @@ def asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes: 
     ht_ = fifo.head_tail
     m = pos[1]
     cap = out[0].shape[0]
-    while ws[6][0] > 0 or ht_[0] < ht_[1]:
-        if m + ws[6][0] > cap:
+    while ws.nact[0] > 0 or ht_[0] < ht_[1]:
+        if m + ws.nact[0] > cap:
             pos[1] = m
             return NEED_OUT
         m = _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m, iops, fops,
@@ -762,8 +785,8 @@ def asm_feed(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_
     """
     n = e_pane.shape[0]
     ws, dqi, dqf = ws_reserve(ws, dqi, dqf, table.meta[1] + n, n)
-    fifo = fifo_groups(fifo_reserve(fifo, n), ws[0].shape[0])
-    rtab = rollup_table(sel, ws[0].shape[0])
+    fifo = fifo_groups(fifo_reserve(fifo, n), ws.cnt.shape[0])
+    rtab = rollup_table(sel, ws.cnt.shape[0])
     pos = np.array([0, m0], dtype=np.int64)
     while True:
         status = asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_i,
@@ -773,7 +796,7 @@ def asm_feed(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_
         if status == NEED_ROOM:
             table = ht.grow(table)
         else:
-            out = out_reserve(out, 2 * out[0].shape[0] + ws[6][0])
+            out = out_reserve(out, 2 * out[0].shape[0] + ws.nact[0])
     return ws, dqi, dqf, table, fifo, out, pos[1]
 
 
@@ -781,10 +804,10 @@ def asm_feed(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_
 def asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes: int, slide: int, sel):
     """End of stream: emit every window that still holds tuples; return (out, rows)."""
     pos = np.zeros(2, dtype=np.int64)
-    rtab = rollup_table(sel, ws[0].shape[0])
+    rtab = rollup_table(sel, ws.cnt.shape[0])
     while asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes,
                          slide, sel, rtab) != DONE:
-        out = out_reserve(out, 2 * out[0].shape[0] + ws[6][0])
+        out = out_reserve(out, 2 * out[0].shape[0] + ws.nact[0])
     return out, pos[1]
 
 
