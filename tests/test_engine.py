@@ -544,10 +544,12 @@ from scabbard import queries
 from scabbard.data import open_dataset
 from scabbard.engine import EngineConfig, NullSink, ReplaySource
 from scabbard.engine.runtime import Engine
-from scabbard.kernels import aggregate, hashtable, join, window
+from scabbard.kernels import aggregate, assembler, hashtable, join, window
+from scabbard.kernels import rows as result_rows
 
 def compiled():
-    return {f"{m.__name__}.{k}": len(d.signatures) for m in (aggregate, hashtable, join, window)
+    return {f"{m.__name__}.{k}": len(d.signatures)
+            for m in (aggregate, assembler, hashtable, join, result_rows, window)
             for k, d in vars(m).items() if isinstance(d, numba.core.registry.CPUDispatcher)}
 
 name, path, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])

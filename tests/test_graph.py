@@ -33,25 +33,25 @@ def test_stateless_operators_fuse_above_their_branch_unless_an_edge_must_stay():
 
 
 def test_a_keep_max_right_above_a_window_is_fused_into_its_emission_unless_persisted():
-    from scabbard.kernels import window as kw
+    from scabbard.kernels import rows as kr
     from scabbard.query import Query, count
     from scabbard.query import sum as sum_
     from scabbard.workloads.nexmark import SCHEMA
 
-    assert physical.plan(queries.get("NQ").node).branches[0].select == (kw.MAX_COUNT, 0)
+    assert physical.plan(queries.get("NQ").node).branches[0].select == (kr.MAX_COUNT, 0)
     cut = physical.plan(queries.get("NQ").node, unfused=frozenset({"window0"}))
-    assert cut.branches[0].select == (kw.ALL_GROUPS, 0)  # the p-stream holds every group
-    assert physical.plan(queries.get("LRB3").node).branches[0].select[0] != kw.MAX_COUNT
+    assert cut.branches[0].select == (kr.ALL_GROUPS, 0)  # the p-stream holds every group
+    assert physical.plan(queries.get("LRB3").node).branches[0].select[0] != kr.MAX_COUNT
     base = Query.stream(SCHEMA, "nexmark").window(60, 1).group_by("auction")
     total = physical.plan(base.aggregate(count().alias("n"), sum_("price").alias("total"))
                           .keep_max("total").node)
-    assert total.branches[0].select == (kw.MAX_INT, 0)
+    assert total.branches[0].select == (kr.MAX_INT, 0)
 
 
 def test_a_per_window_count_by_some_keys_is_fused_into_the_emission_unless_persisted():
     """LRB3 counts LRB2's groups per (highway, direction, segment): the emission writes those
     counts, the per-window operator does not run again, and the results stay the operator's."""
-    from scabbard.kernels import window as kw
+    from scabbard.kernels import rows as kr
     from scabbard.query import col, count
     from scabbard.query import sum as sum_
     from scabbard.workloads import lrb
@@ -59,22 +59,22 @@ def test_a_per_window_count_by_some_keys_is_fused_into_the_emission_unless_persi
     p = physical.plan(queries.get("LRB3").node)
     b = p.branches[0]
     # LRB2's keys are vehicle, highway, direction, segment: words 1, 2, 3
-    assert (b.select, b.emitted) == ((kw.ROLLUP_COUNT, 0, 1, 2, 3), "per_window0")
+    assert (b.select, b.emitted) == ((kr.ROLLUP_COUNT, 0, 1, 2, 3), "per_window0")
     assert p.top(0) == "per_window0"  # the edge it feeds is still the operator's
     # a p-stream on LRB2's rows keeps every row
     c = physical.plan(queries.get("LRB3").node, unfused=frozenset({"window0"})).branches[0]
-    assert (c.select, c.emitted) == ((kw.ALL_GROUPS, 0), None)
+    assert (c.select, c.emitted) == ((kr.ALL_GROUPS, 0), None)
     # not a count of groups by plain keys: the operator runs on the rows as before
     lrb2 = lrb.lrb2().per_window()
     for q in (lrb2.group_by("segment").aggregate(sum_("reports").alias("r")),
               lrb2.group_by(seg2=col("segment") // 2).aggregate(count().alias("n"))):
         b = physical.plan(q.node).branches[0]
-        assert (b.select, b.emitted) == ((kw.ALL_GROUPS, 0), None)
+        assert (b.select, b.emitted) == ((kr.ALL_GROUPS, 0), None)
     # by the keys in another order, and by none: fused
     b = physical.plan(lrb2.group_by("segment", "vehicle").aggregate(count().alias("n")).node)
-    assert b.branches[0].select == (kw.ROLLUP_COUNT, 0, 3, 0)
+    assert b.branches[0].select == (kr.ROLLUP_COUNT, 0, 3, 0)
     b = physical.plan(lrb2.group_by().aggregate(count().alias("n")).node)
-    assert b.branches[0].select == (kw.ROLLUP_COUNT, 0)
+    assert b.branches[0].select == (kr.ROLLUP_COUNT, 0)
 
 def _rows(schema, ends, **values):
     cols = empty_columns(schema)

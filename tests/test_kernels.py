@@ -10,7 +10,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import reference as ref
+from scabbard.kernels import assembler as ka
 from scabbard.kernels import hashtable as ht
+from scabbard.kernels import rows as kr
 from scabbard.kernels import window as kw
 from scabbard.kernels.aggregate import MAX, MIN, SUM, _pane_aggregate, pane_aggregate
 from scabbard.kernels.window import windows_from_partials
@@ -135,33 +137,33 @@ def test_typed_keys_are_the_key_matrix_as_columns(seed):
 
 
 def assemble_in_chunks(partials, cuts, iops, fops, panes, slide, last_pane,
-                       select=(kw.ALL_GROUPS, 0)):
+                       select=(kr.ALL_GROUPS, 0)):
     """Feed keyed partials to the sequential assembler in chunks, then flush."""
     pane, gid, cnt, iv, fv, gkeys = partials
     keys = gkeys[gid] if len(gid) else np.zeros((0, gkeys.shape[1]), np.int64)
     k, ni, nf = keys.shape[1], iv.shape[1], fv.shape[1]
     ws, dqi, dqf = kw.ws_new(16, ni, nf)
     table = ht.new_table(k, 16)
-    fifo = kw.fifo_new(ni, nf)
-    out = kw.out_new(k, ni, nf, 16)
+    fifo = ka.fifo_new(ni, nf)
+    out = kr.out_new(k, ni, nf, 16)
     cur = np.array([np.iinfo(np.int64).min])
     rows = []
     bounds = [0, *cuts, len(pane)]
     for a, b in zip(bounds, bounds[1:], strict=False):
         upto = int(pane[b]) if b < len(pane) else last_pane
-        ws, dqi, dqf, table, fifo, out, m = kw.asm_feed(
+        ws, dqi, dqf, table, fifo, out, m = ka.asm_feed(
             ws, dqi, dqf, table, fifo, out, cur, pane[a:b], keys[a:b], cnt[a:b], iv[a:b], fv[a:b],
-            iops, fops, panes, slide, True, upto, 0, kw.selection(*select))
+            iops, fops, panes, slide, True, upto, 0, kr.selection(*select))
         rows.append(tuple(x[:m].copy() for x in out))
     if cur[0] != np.iinfo(np.int64).min:
-        out, m = kw.asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide,
-                              kw.selection(*select))
+        out, m = ka.asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide,
+                              kr.selection(*select))
         rows.append(tuple(x[:m].copy() for x in out))
     return tuple(np.concatenate([r[i] for r in rows]) for i in range(6))
 
 
 def assemble_partitioned(partials, cuts, iops, fops, panes, slide, last_pane, parts, columns,
-                         select=(kw.ALL_GROUPS, 0)):
+                         select=(kr.ALL_GROUPS, 0)):
     """:func:`assemble_in_chunks` with the groups split into ``parts`` partitions by the key
     ``columns`` (each partition its own state, fed its rows of every chunk and closing the same
     panes), the partitions' windows merged per chunk as the engine does."""
@@ -170,21 +172,21 @@ def assemble_partitioned(partials, cuts, iops, fops, panes, slide, last_pane, pa
     pane, gid, cnt, iv, fv, gkeys = partials
     keys = gkeys[gid] if len(gid) else np.zeros((0, gkeys.shape[1]), np.int64)
     k, ni, nf = keys.shape[1], iv.shape[1], fv.shape[1]
-    states = [[*kw.ws_new(16, ni, nf), ht.new_table(k, 16), kw.fifo_new(ni, nf),
-               kw.out_new(k, ni, nf, 16), np.array([np.iinfo(np.int64).min])]
+    states = [[*kw.ws_new(16, ni, nf), ht.new_table(k, 16), ka.fifo_new(ni, nf),
+               kr.out_new(k, ni, nf, 16), np.array([np.iinfo(np.int64).min])]
               for _ in range(parts)]
     cols = np.asarray(columns, dtype=np.int64)
-    sel = kw.selection(*select)
+    sel = kr.selection(*select)
     merged = []
     bounds = [0, *cuts, len(pane)]
     for a, b in zip(bounds, bounds[1:], strict=False):
         upto = int(pane[b]) if b < len(pane) else last_pane
-        order, starts = kw.partition_rows(keys[a:b], cols, parts)
+        order, starts = ka.partition_rows(keys[a:b], cols, parts)
         raws = []
         for p, st_ in enumerate(states):
             r = a + order[starts[p]:starts[p + 1]]
             ws, dqi, dqf, table, fifo, out, cur = st_
-            ws, dqi, dqf, table, fifo, out, m = kw.asm_feed(
+            ws, dqi, dqf, table, fifo, out, m = ka.asm_feed(
                 ws, dqi, dqf, table, fifo, out, cur, pane[r], keys[r], cnt[r], iv[r], fv[r],
                 iops, fops, panes, slide, True, upto, 0, sel)
             st_[:6] = ws, dqi, dqf, table, fifo, out
@@ -193,7 +195,7 @@ def assemble_partitioned(partials, cuts, iops, fops, panes, slide, last_pane, pa
     raws = []
     for ws, dqi, dqf, table, fifo, out, cur in states:
         if cur[0] != np.iinfo(np.int64).min:
-            out, m = kw.asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide, sel)
+            out, m = ka.asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide, sel)
             raws.append(tuple(x[:m].copy() for x in out))
     if raws:
         merged.append(merge_windows(raws))
@@ -214,7 +216,7 @@ def test_key_partitioned_assembly_emits_the_windows_of_one_state(s, raw_cuts, pa
     window exactly the rows of one sequential state, in window order - also when all keys fall
     in one partition and the others stay idle (one key), and for a fused per-window count
     partitioned by its own keys."""
-    from scabbard.kernels.window import partition_rows
+    from scabbard.kernels.assembler import partition_rows
 
     ts, keys, ints, floats, iops, fops, slide, panes = s
     k = keys.shape[1]
@@ -228,7 +230,7 @@ def test_key_partitioned_assembly_emits_the_windows_of_one_state(s, raw_cuts, pa
     assert row_set(split) == row_set(one)
     assert np.all(np.diff(split[1]) >= 0), "windows are emitted in order"
     columns = data.draw(st.lists(st.integers(0, k - 1), unique=True, min_size=1, max_size=k))
-    select = (kw.ROLLUP_COUNT, 0, *columns)
+    select = (kr.ROLLUP_COUNT, 0, *columns)
     one = assemble_in_chunks(partials, cuts, iops, fops, panes, slide, last, select)
     split = assemble_partitioned(partials, cuts, iops, fops, panes, slide, last, parts, columns,
                                  select)
@@ -258,12 +260,12 @@ def test_the_assembler_keeps_one_partial_per_group_and_pane(s, raw_cuts):
              for a, b in zip([0, *cuts], [*cuts, n], strict=True)]
     k, ni, nf = keys.shape[1], len(iops), len(fops)
     ws, dqi, dqf = kw.ws_new(16, ni, nf)
-    table, fifo = ht.new_table(k, 16), kw.fifo_new(ni, nf)
-    out, cur = kw.out_new(k, ni, nf, 16), np.array([np.iinfo(np.int64).min])
-    sel, rows = kw.selection(kw.ALL_GROUPS, 0), []
+    table, fifo = ht.new_table(k, 16), ka.fifo_new(ni, nf)
+    out, cur = kr.out_new(k, ni, nf, 16), np.array([np.iinfo(np.int64).min])
+    sel, rows = kr.selection(kr.ALL_GROUPS, 0), []
     for i, (pane, gid, cnt, iv, fv, gkeys) in enumerate(tasks):
         upto = int(tasks[i + 1][0][0]) if i + 1 < len(tasks) else int(pane[-1])
-        ws, dqi, dqf, table, fifo, out, m = kw.asm_feed(
+        ws, dqi, dqf, table, fifo, out, m = ka.asm_feed(
             ws, dqi, dqf, table, fifo, out, cur, pane, gkeys[gid], cnt, iv, fv, iops, fops,
             panes, slide, True, upto, 0, sel)
         rows.append(tuple(x[:m].copy() for x in out))
@@ -271,7 +273,7 @@ def test_the_assembler_keeps_one_partial_per_group_and_pane(s, raw_cuts):
         live = {(int(p), tuple(table[1][g].tolist())) for p, g in
                 zip(fifo[0][head:tail], fifo[1][head:tail], strict=True)}
         assert tail - head == len(live), "a (pane, group) twice in the window state"
-    out, m = kw.asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide, sel)
+    out, m = ka.asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide, sel)
     rows.append(tuple(x[:m].copy() for x in out))
     got = tuple(np.concatenate([r[i] for r in rows]) for i in range(6))
     first, last = int(ts[0]) // slide, int(ts[-1]) // slide
@@ -315,12 +317,12 @@ def test_the_largest_groups_per_window_are_those_of_all_groups(s, span, raw_cuts
     rows the unfused emission has at each window's largest value - in a task's windows and in
     the sequential assembler alike."""
     ts, keys, ints, floats, iops, fops, slide, panes = s
-    slots = [(kw.MAX_COUNT, 0)] + [(kw.MAX_INT, j) for j in range(len(iops))] + [
-        (kw.MAX_FLOAT, j) for j in range(len(fops))]
+    slots = [(kr.MAX_COUNT, 0)] + [(kr.MAX_INT, j) for j in range(len(iops))] + [
+        (kr.MAX_FLOAT, j) for j in range(len(fops))]
     kind, slot = slots[pick % len(slots)]
 
     def values(res):
-        return res[3] if kind == kw.MAX_COUNT else (res[4] if kind == kw.MAX_INT else res[5])[:, slot]
+        return res[3] if kind == kr.MAX_COUNT else (res[4] if kind == kr.MAX_INT else res[5])[:, slot]
 
     partials = pane_aggregate(ts, keys, ints, floats, iops, fops, slide)
     p_lo = int(ts[0]) // slide if len(ts) else 0
@@ -400,7 +402,7 @@ def test_the_groups_counted_per_key_value_are_those_of_all_groups(s, span, raw_c
     ts, keys, ints, floats, iops, fops, slide, panes = s
     k = keys.shape[1]
     columns = data.draw(st.lists(st.integers(0, max(k - 1, 0)), unique=True, max_size=k))
-    select = (kw.ROLLUP_COUNT, 0, *columns)
+    select = (kr.ROLLUP_COUNT, 0, *columns)
     partials = pane_aggregate(ts, keys, ints, floats, iops, fops, slide)
     p_lo = int(ts[0]) // slide if len(ts) else 0
     every = windows_from_partials(partials, iops, fops, panes, slide, p_lo, p_lo + span)
@@ -424,11 +426,11 @@ def test_split_words_equals_a_column_at_a_time(rows):
     keys[:, 1] %= 120  # an int8 key's values
     keys[:, 2] %= 2
     words, dtypes = [3, 1, 2, 0, 4], [np.int64, np.int8, np.bool_, np.float64, np.int32]
-    got = kw.split_words(keys, words, dtypes)
+    got = kr.split_words(keys, words, dtypes)
     for c, (w, d) in enumerate(zip(words, dtypes, strict=True)):
         assert got[c].dtype == d and got[c].flags.c_contiguous
         assert np.array_equal(got[c], keys[:, w].astype(d)), (w, d)
-    assert kw.split_words(keys, [], []) == []
+    assert kr.split_words(keys, [], []) == []
 
 
 _CACHED_KERNEL = '''

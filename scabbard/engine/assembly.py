@@ -7,7 +7,9 @@ import numpy as np
 from scabbard import timers
 from scabbard.engine import physical
 from scabbard.engine.tasks import INT64_MIN, BranchPart, Edges
+from scabbard.kernels import assembler as ka
 from scabbard.kernels import hashtable as ht
+from scabbard.kernels import rows as kr
 from scabbard.kernels import window as kw
 
 
@@ -40,16 +42,16 @@ class BranchAssembler:
         ni, nf = len(branch.iops), len(branch.fops)
         self.ws, self.dqi, self.dqf = kw.ws_new(64, ni, nf)
         self.table = ht.new_table(k, 64)
-        self.fifo = kw.fifo_new(ni, nf)
-        self.out = kw.out_new(k, ni, nf, 1024)
+        self.fifo = ka.fifo_new(ni, nf)
+        self.out = kr.out_new(k, ni, nf, 1024)
         self.cur = np.array([INT64_MIN], dtype=np.int64)
-        self.sel = kw.selection(*branch.select)
+        self.sel = kr.selection(*branch.select)
         self.pending: tuple[Edges, int] | None = None  # a long task's tail, not yet loaded
         self.copy = True  # rows returned in arrays of their own (else views of `out`)
 
     def _feed(self, e: Edges, emit: bool, upto: int, m: int) -> int:
         b = self.b
-        (self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out, m) = kw.asm_feed(
+        (self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out, m) = ka.asm_feed(
             self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out, self.cur, e.pane,
             e.keys, e.cnt, e.ints, e.floats, b.iops, b.fops, b.panes, b.slide_ms, emit, upto, m,
             self.sel)
@@ -66,7 +68,7 @@ class BranchAssembler:
             return
         tail, last_pane = self.pending
         self.pending = None
-        kw.asm_reset(self.ws, self.dqi, self.dqf, self.fifo)
+        ka.asm_reset(self.ws, self.dqi, self.dqf, self.fifo)
         self.table = ht.new_table(self.b.key_width, 64)
         self._feed(tail, False, last_pane, 0)
 
@@ -90,7 +92,7 @@ class BranchAssembler:
         b = self.b
         if self.cur[0] == INT64_MIN:
             return self._raw(0)
-        self.out, m = kw.asm_flush(self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out,
+        self.out, m = ka.asm_flush(self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out,
                                    self.cur, b.iops, b.fops, b.panes, b.slide_ms, self.sel)
         return self._raw(m)
 
@@ -101,26 +103,26 @@ def partition_columns(branch: physical.Branch) -> np.ndarray | None:
     whose count is then complete); nothing for a global aggregate (one group)."""
     if branch.key_width == 0:
         return None
-    if branch.select[0] == kw.ROLLUP_COUNT:
+    if branch.select[0] == kr.ROLLUP_COUNT:
         return np.array(branch.select[2:], dtype=np.int64)
     return np.arange(branch.key_width, dtype=np.int64)
 
 
 def merge_windows(raws: list[tuple]) -> tuple:
     """The partitions' window rows as one, in window order (each partition's are): window by
-    window, each partition's rows of it (:func:`kw.merge_rows`, one pass).  Always arrays of
+    window, each partition's rows of it (:func:`ka.merge_rows`, one pass).  Always arrays of
     their own (the partitions' may be views of buffers they use again)."""
     raws = [r for r in raws if len(r[1])] or raws[:1]
     if len(raws) == 1:
         return tuple(c.copy() for c in raws[0])
-    return kw.merge_rows(*(tuple(np.ascontiguousarray(r[c]) for r in raws) for c in range(6)))
+    return ka.merge_rows(*(tuple(np.ascontiguousarray(r[c]) for r in raws) for c in range(6)))
 
 
 def split_edges(e: Edges, cols: np.ndarray, parts: int) -> list[Edges]:
-    """``e``'s pane partials by partition (:func:`kw.partition_rows`), each in pane order:
+    """``e``'s pane partials by partition (:func:`ka.partition_rows`), each in pane order:
     each column gathered once in partition order, the partitions views of its slices (who
     keeps one past the task copies it: it holds the whole gathered column)."""
-    order, starts = kw.partition_rows(e.keys, cols, parts)
+    order, starts = ka.partition_rows(e.keys, cols, parts)
     pane, keys, cnt, ints, floats = (x[order] for x in (e.pane, e.keys, e.cnt, e.ints, e.floats))
     return [Edges(pane[lo:hi], keys[lo:hi], cnt[lo:hi], ints[lo:hi], floats[lo:hi])
             for lo, hi in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True)]

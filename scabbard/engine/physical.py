@@ -24,7 +24,7 @@ import numpy as np
 from scabbard.engine import frontcode
 from scabbard.engine.frontcode import gen
 from scabbard.engine.selection import Selection, make_selection
-from scabbard.kernels import window as kw
+from scabbard.kernels import rows as kr
 from scabbard.kernels.aggregate import MAX, MIN, SUM
 from scabbard.kernels.codegen import FrontSpec, compile_front
 from scabbard.query.expr import BinOp, BoolOp, Cmp, Col, Expr, Lit, Not, QueryError, resolve
@@ -73,10 +73,10 @@ class Branch:
     outputs: tuple[Output, ...]
     _kernel: object = None
     id: str = "window0"  # the operator's stable id (:func:`operators`)
-    # what each window emits (:func:`scabbard.kernels.window.ws_emit`): all groups, the
+    # what each window emits (:func:`scabbard.kernels.rows.ws_emit`): all groups, the
     # largest by one aggregate when a keep-max is fused right above (:func:`fuse_keep_max`),
     # or the count of groups per value of some keys (:func:`fuse_rollup_count`)
-    select: tuple[int, ...] = (kw.ALL_GROUPS, 0)
+    select: tuple[int, ...] = (kr.ALL_GROUPS, 0)
     # the per-window count fused into the emission: the branch's rows are its result
     rollup: PerWindowAggregate | None = None
     emitted: str | None = None  # that operator's id (it does not run again)
@@ -159,7 +159,7 @@ def _key_columns(keys, fields) -> dict[str, np.ndarray]:
             words.append(k)
             plain.append(f)
             k += 1
-    split = kw.split_words(keys, words, [f.numpy_dtype for f in plain])
+    split = kr.split_words(keys, words, [f.numpy_dtype for f in plain])
     cols.update({f.name: c for f, c in zip(plain, split, strict=True)})
     return {f.name: cols[f.name] for f in fields}
 
@@ -525,10 +525,10 @@ def fuse_keep_max(b: Branch, column: str) -> tuple[int, int]:
         if o.name != column:
             continue
         if o.fn == "count":
-            return kw.MAX_COUNT, 0
+            return kr.MAX_COUNT, 0
         if o.fn != "avg" and o.dtype == ("float64" if o.is_float else "int64"):
-            return (kw.MAX_FLOAT if o.is_float else kw.MAX_INT), o.slot
-    return kw.ALL_GROUPS, 0
+            return (kr.MAX_FLOAT if o.is_float else kr.MAX_INT), o.slot
+    return kr.ALL_GROUPS, 0
 
 
 def fuse_rollup_count(b: Branch, node: PerWindowAggregate) -> tuple[int, ...] | None:
@@ -550,7 +550,7 @@ def fuse_rollup_count(b: Branch, node: PerWindowAggregate) -> tuple[int, ...] | 
                 node.schema.field(name).dtype != b.node.schema.field(e.name).dtype:
             return None
         columns += words[e.name]
-    return (kw.ROLLUP_COUNT, 0, *columns)
+    return (kr.ROLLUP_COUNT, 0, *columns)
 
 
 def plan(root: Node, unfused: frozenset[str] = frozenset()) -> PhysicalPlan:

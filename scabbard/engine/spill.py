@@ -61,7 +61,7 @@ from scabbard.engine.tasks import (
     Edges,
     concat_edges,
 )
-from scabbard.kernels import window as kw
+from scabbard.kernels import assembler as ka
 
 PARTS = 64  # key partitions of a branch's state under a budget
 WAITING = 64 << 10  # a spilled partition's shares kept in memory up to this many bytes
@@ -89,7 +89,7 @@ def export(a: BranchAssembler) -> Edges:
     """A partition's window state as pane partials: one row per (pane, group) of its windows,
     in pane order (what feeding them to a fresh state rebuilds)."""
     a._load_pending()
-    return Edges(*kw.fifo_entries(a.fifo, a.table))
+    return Edges(*ka.fifo_entries(a.fifo, a.table))
 
 
 @dataclass

@@ -1,0 +1,312 @@
+"""The sequential window assembler's state machine across tasks (§2.3): the window's pane
+partials in a FIFO (:class:`PaneFifo`), the groups in a key table, the window state of
+:mod:`scabbard.kernels.window`; and the rows of a key-partitioned assembly split and merged
+(PipeFabric's partitions).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from scabbard.kernels import hashtable as ht
+from scabbard.kernels._jit import inline, kernel, scan
+from scabbard.kernels.aggregate import combine
+from scabbard.kernels.rows import out_new, out_reserve, rollup_table, ws_emit
+from scabbard.kernels.window import INT64_MIN, ws_add, ws_clear, ws_reserve, ws_sub
+
+# -- the assembler's state machine (sequential, across tasks) -------------------------------------
+# fifo: a PaneFifo (below).
+# The window's pane partials, oldest first, each (pane, group) ONCE: a partial of a group
+# whose newest entry is of the same pane is folded into that entry (``last[g]``: the index
+# of group g's newest entry, checked before use - a stale one points below the head, past
+# the tail, or at another (group, pane)).  So the state is one partial per group per pane
+# of the window - the size of the key space, not of the tuples the window saw.
+
+
+class PaneFifo(NamedTuple):
+    """The assembler's window of pane partials: entries ``[head_tail[0], head_tail[1])`` of
+    the first five arrays, oldest first (numba takes it whole; its fields by name)."""
+
+    pane: np.ndarray       # int64[n]: the entry's pane
+    gid: np.ndarray        # int64[n]: its group (the key table's id)
+    cnt: np.ndarray        # int64[n]: tuples it folded
+    ints: np.ndarray       # int64[n, ni]: integer aggregate partials
+    floats: np.ndarray     # float64[n, nf]: float aggregate partials
+    head_tail: np.ndarray  # int64[2]: the live entries' first and end index
+    last: np.ndarray       # int64[G]: group g's newest entry (checked before use), -1 none
+
+
+@kernel
+def fifo_new(ni: int, nf: int):
+    n = 1024
+    return PaneFifo(np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
+                    np.empty(n, dtype=np.int64), np.empty((n, ni), dtype=np.int64),
+                    np.empty((n, nf), dtype=np.float64), np.zeros(2, dtype=np.int64),
+                    np.full(64, -1, dtype=np.int64))
+
+
+@kernel
+def fifo_groups(fifo, groups: int):
+    """``fifo`` whose ``last`` has room for group ids < ``groups``."""
+    last = fifo.last
+    if groups <= last.shape[0]:
+        return fifo
+    grown = np.full(max(groups, 2 * last.shape[0]), -1, dtype=np.int64)
+    grown[:last.shape[0]] = last
+    return PaneFifo(fifo.pane, fifo.gid, fifo.cnt, fifo.ints, fifo.floats, fifo.head_tail,
+                    grown)
+
+
+def fifo_entries(fifo: PaneFifo, table) -> tuple[np.ndarray, ...]:
+    """The live entries of ``fifo``, oldest first, copied: pane, the group's keys (rows of
+    ``table``'s keys), count, integer and float partials (a window state as pane partials,
+    what feeding them to a fresh state rebuilds)."""
+    h0, h1 = (int(x) for x in fifo.head_tail)
+    return (fifo.pane[h0:h1].copy(), table.keys[fifo.gid[h0:h1]], fifo.cnt[h0:h1].copy(),
+            fifo.ints[h0:h1].copy(), fifo.floats[h0:h1].copy())
+
+
+@kernel
+def fifo_reserve(fifo, extra: int):
+    """``fifo`` with room for ``extra`` more entries (compacting or growing)."""
+    f_p, f_g, f_c, f_i, f_f, ht_, last = fifo
+    live = ht_[1] - ht_[0]
+    if ht_[1] + extra <= f_p.shape[0]:
+        return fifo
+    if live + extra <= f_p.shape[0] // 2 + 1:  # enough room once the evicted head is dropped
+        f_p[:live] = f_p[ht_[0]:ht_[1]]
+        f_g[:live] = f_g[ht_[0]:ht_[1]]
+        f_c[:live] = f_c[ht_[0]:ht_[1]]
+        f_i[:live] = f_i[ht_[0]:ht_[1]]
+        f_f[:live] = f_f[ht_[0]:ht_[1]]
+        ht_[0], ht_[1] = 0, live
+        return fifo
+    n = max(2 * f_p.shape[0], 2 * (live + extra))
+    new = PaneFifo(np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
+                   np.empty(n, dtype=np.int64), np.empty((n, f_i.shape[1]), dtype=np.int64),
+                   np.empty((n, f_f.shape[1]), dtype=np.float64), ht_, last)
+    new.pane[:live] = f_p[ht_[0]:ht_[1]]
+    new.gid[:live] = f_g[ht_[0]:ht_[1]]
+    new.cnt[:live] = f_c[ht_[0]:ht_[1]]
+    new.ints[:live] = f_i[ht_[0]:ht_[1]]
+    new.floats[:live] = f_f[ht_[0]:ht_[1]]
+    ht_[0], ht_[1] = 0, live
+    return new
+
+
+@inline
+def _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m: int, iops, fops,
+           p: int, panes: int, slide: int, emit: bool, sel, rtab) -> int:
+    """Close pane ``p``: evict panes <= p - panes, then emit the window ending at p."""
+    f_p, f_g, f_c, f_i, f_f, ht_, _ = fifo
+    while ht_[0] < ht_[1] and f_p[ht_[0]] <= p - panes:
+        h = ht_[0]
+        g = f_g[h]
+        if ws_sub(ws, dqi, dqf, g, f_p[h], f_c[h], f_i, f_f, h, iops, fops):
+            ht.remove_in(slots, hashes, free, meta, g)
+        ht_[0] += 1
+    if emit and ws.nact[0] > 0:
+        end = (p + 1) * slide
+        m = ws_emit(ws, dqi, dqf, tkeys, iops, fops, end - panes * slide, end, out, m, sel, rtab)
+    return m
+
+
+# blocked-scan outcomes
+DONE, NEED_ROOM, NEED_OUT = 0, 1, 2
+
+
+@scan
+def asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_i, e_f, hi: int,
+             iops, fops, panes: int, slide: int, emit: bool, upto: int, sel, rtab) -> int:
+    """Feed entries pos[0]..hi (pane order), then close panes < ``upto``.
+
+    ``cur[0]`` is the open pane (the smallest not yet closed; INT64_MIN before any).
+    pos = (next entry, rows written).  Returns DONE, or NEED_ROOM (the key table is full) /
+    NEED_OUT (the output may not hold the next window) for the driver.
+    """
+    slots, tkeys, hashes, free, meta = table
+    f_p, f_g, f_c, f_i, f_f, ht_, last = fifo
+    r, m = pos[0], pos[1]
+    cap = out[0].shape[0]
+    nact = ws.nact
+    k = e_keys.shape[1]
+    while True:
+        target = e_pane[r] if r < hi else upto
+        if r >= hi and target == INT64_MIN:
+            break
+        if cur[0] == INT64_MIN:
+            cur[0] = target
+        while cur[0] < target:
+            if nact[0] == 0 and ht_[0] == ht_[1]:
+                cur[0] = target  # nothing in the window: skip the empty panes at once
+                break
+            if m + nact[0] > cap:
+                pos[0], pos[1] = r, m
+                return NEED_OUT
+            m = _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m, iops, fops,
+                       cur[0], panes, slide, emit, sel, rtab)
+            cur[0] += 1
+        if r >= hi:
+            break
+        h = ht.hash_key(e_keys, r, k)
+        g = ht.find_in(slots, tkeys, hashes, e_keys, r, h)
+        if g < 0:
+            if not ht.has_room(slots, tkeys, meta):
+                pos[0], pos[1] = r, m
+                return NEED_ROOM
+            g = ht.insert_in(slots, tkeys, hashes, free, meta, e_keys, r, h)
+        ws_add(ws, dqi, dqf, g, e_pane[r], e_cnt[r], e_i, e_f, r, iops, fops)
+        t = last[g]
+        if ht_[0] <= t < ht_[1] and f_g[t] == g and f_p[t] == e_pane[r]:
+            f_c[t] += e_cnt[r]  # the group's partial of this pane: fold it in
+            for j in range(e_i.shape[1]):
+                f_i[t, j] = combine(iops[j], f_i[t, j], e_i[r, j])
+            for j in range(e_f.shape[1]):
+                f_f[t, j] = combine(fops[j], f_f[t, j], e_f[r, j])
+        else:
+            t = ht_[1]
+            f_p[t], f_g[t], f_c[t] = e_pane[r], g, e_cnt[r]
+            for j in range(e_i.shape[1]):
+                f_i[t, j] = e_i[r, j]
+            for j in range(e_f.shape[1]):
+                f_f[t, j] = e_f[r, j]
+            ht_[1] += 1
+            last[g] = t
+        r += 1
+    pos[0], pos[1] = r, m
+    return DONE
+
+
+@scan
+def asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes: int,
+                   slide: int, sel, rtab) -> int:
+    """End of stream: close panes until the window is empty (NEED_OUT when full)."""
+    slots, tkeys, hashes, free, meta = table
+    ht_ = fifo.head_tail
+    m = pos[1]
+    cap = out[0].shape[0]
+    while ws.nact[0] > 0 or ht_[0] < ht_[1]:
+        if m + ws.nact[0] > cap:
+            pos[1] = m
+            return NEED_OUT
+        m = _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m, iops, fops,
+                   cur[0], panes, slide, True, sel, rtab)
+        cur[0] += 1
+    pos[1] = m
+    return DONE
+
+
+@kernel
+def asm_reset(ws, dqi, dqf, fifo) -> None:
+    """Forget the window (before loading a long task's tail)."""
+    ws_clear(ws, dqi, dqf)
+    fifo.head_tail[0] = 0
+    fifo.head_tail[1] = 0
+
+
+@kernel
+def asm_feed(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_f, iops, fops,
+             panes: int, slide: int, emit: bool, upto: int, m0: int, sel):
+    """Feed a batch of pane partials, then close panes < ``upto``; return the state and rows.
+
+    Drives :func:`asm_scan`, inserting new keys and growing the output when it blocks.
+    With ``emit`` False panes close without emitting (loading a task's tail, whose
+    windows the task emitted itself).
+    """
+    n = e_pane.shape[0]
+    ws, dqi, dqf = ws_reserve(ws, dqi, dqf, table.meta[1] + n, n)
+    fifo = fifo_groups(fifo_reserve(fifo, n), ws.cnt.shape[0])
+    rtab = rollup_table(sel, ws.cnt.shape[0])
+    pos = np.array([0, m0], dtype=np.int64)
+    while True:
+        status = asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_i,
+                          e_f, n, iops, fops, panes, slide, emit, upto, sel, rtab)
+        if status == DONE:
+            break
+        if status == NEED_ROOM:
+            table = ht.grow(table)
+        else:
+            out = out_reserve(out, 2 * out[0].shape[0] + ws.nact[0])
+    return ws, dqi, dqf, table, fifo, out, pos[1]
+
+
+@kernel
+def asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes: int, slide: int, sel):
+    """End of stream: emit every window that still holds tuples; return (out, rows)."""
+    pos = np.zeros(2, dtype=np.int64)
+    rtab = rollup_table(sel, ws.cnt.shape[0])
+    while asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes,
+                         slide, sel, rtab) != DONE:
+        out = out_reserve(out, 2 * out[0].shape[0] + ws.nact[0])
+    return out, pos[1]
+
+
+# -- key-partitioned assembly ---------------------------------------------------------------------
+@kernel
+def partition_rows(keys, cols, parts: int):
+    """Rows of ``keys`` by partition: the hash of their columns ``cols``, from its high bits (a
+    partition's own hash table uses the low ones), mod ``parts``.  Returns (order, starts):
+    partition p's rows are ``order[starts[p]:starts[p + 1]]``, in their original order."""
+    n = keys.shape[0]
+    pid = np.empty(n, dtype=np.int64)
+    starts = np.zeros(parts + 1, dtype=np.int64)
+    for r in range(n):
+        h = np.uint64(ht.SEED)
+        for j in range(cols.shape[0]):
+            h = ht.mix(h, keys[r, cols[j]])
+        p = np.int64((h >> np.uint64(32)) % np.uint64(parts))
+        pid[r] = p
+        starts[p + 1] += 1
+    for p in range(parts):
+        starts[p + 1] += starts[p]
+    at = starts[:parts].copy()
+    order = np.empty(n, dtype=np.int64)
+    for r in range(n):
+        order[at[pid[r]]] = r
+        at[pid[r]] += 1
+    return order, starts
+
+
+@kernel
+def merge_rows(s_t, e_t, k_t, c_t, i_t, f_t):
+    """P partitions' window rows (tuples of each partition's column arrays: starts, ends, keys,
+    counts, ints, floats - each partition's rows in window-end order) as one set of arrays in
+    window-end order: window by window, each partition's rows of it in partition order.  One
+    pass, no sort; the output is allocated once."""
+    parts = len(e_t)
+    n = 0
+    for p in range(parts):
+        n += e_t[p].shape[0]
+    k, ni, nf = k_t[0].shape[1], i_t[0].shape[1], f_t[0].shape[1]
+    out = out_new(k, ni, nf, n)
+    o_s, o_e, o_k, o_c, o_i, o_f = out
+    pos = np.zeros(parts, dtype=np.int64)
+    m = 0
+    while True:
+        found = False
+        w = 0
+        for p in range(parts):
+            if pos[p] < e_t[p].shape[0] and (not found or e_t[p][pos[p]] < w):
+                w = e_t[p][pos[p]]
+                found = True
+        if not found:
+            break
+        for p in range(parts):
+            ends = e_t[p]
+            r = pos[p]
+            while r < ends.shape[0] and ends[r] == w:
+                o_s[m] = s_t[p][r]
+                o_e[m] = w
+                for j in range(k):
+                    o_k[m, j] = k_t[p][r, j]
+                o_c[m] = c_t[p][r]
+                for j in range(ni):
+                    o_i[m, j] = i_t[p][r, j]
+                for j in range(nf):
+                    o_f[m, j] = f_t[p][r, j]
+                m += 1
+                r += 1
+            pos[p] = r
+    return o_s[:m], o_e[:m], o_k[:m], o_c[:m], o_i[:m], o_f[:m]
