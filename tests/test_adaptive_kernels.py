@@ -440,3 +440,31 @@ def test_a_kill_is_recovered_with_adaptive_kernels_beside_the_generic_ones(tiny,
         assert (runs[phase] > 0).all(), (phase, runs)
     assert (tmp_path / "recovery.csv").is_file()
     assert not list(data_root.parent.glob("scabbard-grizzly-recovery-*"))
+
+
+def test_a_generated_kernel_is_another_file_once_the_kernels_change(tmp_path, monkeypatch):
+    """Numba's cache checks only a generated kernel's own file, not the kernels it calls nor
+    the types it takes: an older package's cache index (a relation's key table a plain tuple)
+    failed to load in a newer one and the reverse.  The source names the kernels it was
+    generated against, so a change to any of them makes it another file."""
+    import shutil
+
+    from scabbard.engine.selection import make_selection
+    from scabbard.kernels import codegen
+
+    spec = make_selection(queries.get("PF-MOD2").node).spec
+    before = spec.digest
+    assert f"scabbard.kernels {codegen.kernels_digest()}" in spec.source()
+    copy = tmp_path / "kernels"
+    shutil.copytree(codegen._KERNELS, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(codegen, "_KERNELS", copy)
+    codegen.kernels_digest.cache_clear()
+    try:
+        assert spec.digest == before  # the same files: the same kernel
+        (copy / "hashtable.py").write_text((copy / "hashtable.py").read_text() + "# changed\n")
+        codegen.kernels_digest.cache_clear()
+        assert spec.digest != before
+    finally:
+        monkeypatch.undo()
+        codegen.kernels_digest.cache_clear()
+    assert spec.digest == before
