@@ -129,7 +129,7 @@ def asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_
     slots, tkeys, hashes, free, meta = table
     f_p, f_g, f_c, f_i, f_f, ht_, last = fifo
     r, m = pos[0], pos[1]
-    cap = out[0].shape[0]
+    cap = out.start.shape[0]
     nact = ws.nact
     k = e_keys.shape[1]
     while True:
@@ -186,7 +186,7 @@ def asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes: 
     slots, tkeys, hashes, free, meta = table
     ht_ = fifo.head_tail
     m = pos[1]
-    cap = out[0].shape[0]
+    cap = out.start.shape[0]
     while ws.nact[0] > 0 or ht_[0] < ht_[1]:
         if m + ws.nact[0] > cap:
             pos[1] = m
@@ -228,7 +228,7 @@ def asm_feed(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_
         if status == NEED_ROOM:
             table = ht.grow(table)
         else:
-            out = out_reserve(out, 2 * out[0].shape[0] + ws.nact[0])
+            out = out_reserve(out, 2 * out.start.shape[0] + ws.nact[0])
     return ws, dqi, dqf, table, fifo, out, pos[1]
 
 
@@ -239,7 +239,7 @@ def asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes: int, slide
     rtab = rollup_table(sel, ws.cnt.shape[0])
     while asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes,
                          slide, sel, rtab) != DONE:
-        out = out_reserve(out, 2 * out[0].shape[0] + ws.nact[0])
+        out = out_reserve(out, 2 * out.start.shape[0] + ws.nact[0])
     return out, pos[1]
 
 

@@ -8,6 +8,8 @@ Split from :mod:`scabbard.kernels.window` (the window state) and
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import literal_unroll, types
 from numba.extending import overload
@@ -17,8 +19,8 @@ from scabbard.kernels._jit import inline, kernel
 from scabbard.kernels.aggregate import SUM, _grow_rows
 
 # -- result rows ----------------------------------------------------------------------------------
-# out = (window_start[n], window_end[n], keys, count[n], ints[n, ni], floats[n, nf]); keys is
-# either one int64 matrix [n, K] (a key word per column) or a tuple of K columns, each of its
+# out: a ResultRows (below) - window_start[n], window_end[n], keys, count[n], ints[n, ni],
+# floats[n, nf]; keys is either one int64 matrix [n, K] (a key word per column) or a tuple of K columns, each of its
 # result column's type ("typed": the rows are the result's key columns as written, with no pass
 # to split the words and half the bytes for int32 keys - emission-bound queries such as LRB2,
 # 30 result rows per input tuple, are bound by the bytes they write).  The helpers below
@@ -120,30 +122,42 @@ def split_words(keys: np.ndarray, words: list[int], dtypes: list) -> list[np.nda
     return list(outs)
 
 
+class ResultRows(NamedTuple):
+    """Windows' result rows, ``n`` of room (the rows written are counted by the caller)."""
+
+    start: np.ndarray   # int64[n]: window start
+    end: np.ndarray     # int64[n]: window end
+    keys: object        # int64[n, K] key words, or a tuple of K typed key columns
+    count: np.ndarray   # int64[n]: tuples in the window's group
+    ints: np.ndarray    # int64[n, ni]: integer aggregates
+    floats: np.ndarray  # float64[n, nf]: float aggregates
+
+
 @kernel
 def out_new(k: int, ni: int, nf: int, n: int):
     n = max(n, 16)
-    return (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
-            np.empty((n, k), dtype=np.int64), np.empty(n, dtype=np.int64),
-            np.empty((n, ni), dtype=np.int64), np.empty((n, nf), dtype=np.float64))
+    return ResultRows(np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
+                      np.empty((n, k), dtype=np.int64), np.empty(n, dtype=np.int64),
+                      np.empty((n, ni), dtype=np.int64), np.empty((n, nf), dtype=np.float64))
 
 
 @kernel
 def out_like(proto, ni: int, nf: int, n: int):
     """:func:`out_new` with keys of the kind of ``proto`` (:func:`keys_like`)."""
     n = max(n, 16)
-    return (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), keys_like(proto, n),
-            np.empty(n, dtype=np.int64), np.empty((n, ni), dtype=np.int64),
-            np.empty((n, nf), dtype=np.float64))
+    return ResultRows(np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
+                      keys_like(proto, n), np.empty(n, dtype=np.int64),
+                      np.empty((n, ni), dtype=np.int64), np.empty((n, nf), dtype=np.float64))
 
 
 @kernel
 def out_reserve(out, need: int):
-    if need <= out[0].shape[0]:
+    if need <= out.start.shape[0]:
         return out
-    n = max(2 * out[0].shape[0], need)
-    return (_grow_rows(out[0], n), _grow_rows(out[1], n), grow_keys(out[2], n),
-            _grow_rows(out[3], n), _grow_rows(out[4], n), _grow_rows(out[5], n))
+    n = max(2 * out.start.shape[0], need)
+    return ResultRows(_grow_rows(out.start, n), _grow_rows(out.end, n), grow_keys(out.keys, n),
+                      _grow_rows(out.count, n), _grow_rows(out.ints, n),
+                      _grow_rows(out.floats, n))
 
 
 # What a window emits, an int64 array ``sel`` = (kind, slot, key columns...):
@@ -176,7 +190,7 @@ def _emit_rollup(ws, keys, sel, rtab, start: int, end: int, out, m: int) -> int:
     """One row per distinct value of the keys' columns sel[2:] among the active groups, with
     how many groups hold it (the table holds twice the groups: probing always ends)."""
     act, nact = ws.act, ws.nact
-    o_s, o_e, o_k, o_c = out[0], out[1], out[2], out[3]
+    o_s, o_e, o_k, o_c = out.start, out.end, out.keys, out.count
     rows, seen, window = rtab
     window[0] += 1
     w = window[0]

@@ -274,7 +274,7 @@ def _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes: in
     n = pp_pane.shape[0]
     p, add, ev, m = pos[0], pos[1], pos[2], pos[3]
     rng = panes * slide
-    cap = out[0].shape[0]
+    cap = out.start.shape[0]
     nact = ws.nact
     while p <= p_hi:
         while add < n and pp_pane[add] == p:
@@ -313,7 +313,7 @@ def _windows_from_partials(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fop
     pos = np.array([first, start, start, 0], dtype=np.int64)
     while not _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes, slide,
                          p_lo, p_hi, ws, dqi, dqf, out, pos, sel, rtab):
-        out = out_reserve(out, 2 * out[0].shape[0] + ws.nact[0])
+        out = out_reserve(out, 2 * out.start.shape[0] + ws.nact[0])
         # resume at the blocked pane: its partials are already in; only emission remains
         p, m = pos[0], pos[3]
         end = (p + 1) * slide
@@ -341,7 +341,7 @@ def windows_from_partials(partials, iops, fops, panes: int, slide_ms: int, p_lo:
              else tuple(np.zeros(0, d) for d in key_dtypes))
     out, m = _windows_from_partials(pane, gid, cnt, iv, fv, gkeys, iops, fops, panes, slide_ms,
                                     p_lo, p_hi, selection(*select), proto)
-    keys = out[2][:m] if key_dtypes is None else tuple(c[:m] for c in out[2])
-    return out[0][:m], out[1][:m], keys, out[3][:m], out[4][:m], out[5][:m]
+    keys = out.keys[:m] if key_dtypes is None else tuple(c[:m] for c in out.keys)
+    return out.start[:m], out.end[:m], keys, out.count[:m], out.ints[:m], out.floats[:m]
 
 
