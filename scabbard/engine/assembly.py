@@ -110,8 +110,9 @@ def partition_columns(branch: physical.Branch) -> np.ndarray | None:
 
 def merge_windows(raws: list[tuple]) -> tuple:
     """The partitions' window rows as one, in window order (each partition's are): window by
-    window, each partition's rows of it (:func:`ka.merge_rows`, one pass).  Always arrays of
-    their own (the partitions' may be views of buffers they use again)."""
+    window, each partition's rows of it (:func:`scabbard.kernels.assembler.merge_rows`, one
+    pass).  Always arrays of their own (the partitions' may be views of buffers they use
+    again)."""
     raws = [r for r in raws if len(r[1])] or raws[:1]
     if len(raws) == 1:
         return tuple(c.copy() for c in raws[0])
@@ -119,9 +120,9 @@ def merge_windows(raws: list[tuple]) -> tuple:
 
 
 def split_edges(e: Edges, cols: np.ndarray, parts: int) -> list[Edges]:
-    """``e``'s pane partials by partition (:func:`ka.partition_rows`), each in pane order:
-    each column gathered once in partition order, the partitions views of its slices (who
-    keeps one past the task copies it: it holds the whole gathered column)."""
+    """``e``'s pane partials by partition (:func:`scabbard.kernels.assembler.partition_rows`),
+    each in pane order: each column gathered once in partition order, the partitions views of
+    its slices (who keeps one past the task copies it: it holds the whole gathered column)."""
     order, starts = ka.partition_rows(e.keys, cols, parts)
     pane, keys, cnt, ints, floats = (x[order] for x in (e.pane, e.keys, e.cnt, e.ints, e.floats))
     return [Edges(pane[lo:hi], keys[lo:hi], cnt[lo:hi], ints[lo:hi], floats[lo:hi])
