@@ -33,9 +33,9 @@ from scabbard import queries, timers, workloads
 from scabbard.engine import EngineConfig, NullSink, run_query
 from scabbard.experiments import Common, finish, save_tables
 
-# PipeFabric's Table 1: predicate, selectivity, tuples/s on 256 threads (Xeon Phi KNL 7210)
 # the engine's parts a selection goes through (:mod:`scabbard.timers`), and the rest
 PARTS = ("select", "gather", "fragment", "assembly", "dispatch", "other")
+# PipeFabric's Table 1: predicate, selectivity, tuples/s on 256 threads (Xeon Phi KNL 7210)
 PAPER = {"PF-TRUE": ("true", 1.0, 720e6), "PF-MOD2": ("key mod(2)", 0.5, 937e6),
          "PF-MOD10": ("key mod(10)", 0.1, 1.16e9), "PF-FALSE": ("false", 0.0, 1.39e9)}
 

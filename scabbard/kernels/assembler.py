@@ -17,7 +17,6 @@ from scabbard.kernels.rows import out_new, out_reserve, rollup_table, ws_emit
 from scabbard.kernels.window import INT64_MIN, ws_add, ws_clear, ws_reserve, ws_sub
 
 # -- the assembler's state machine (sequential, across tasks) -------------------------------------
-# fifo: a PaneFifo (below).
 # The window's pane partials, oldest first, each (pane, group) ONCE: a partial of a group
 # whose newest entry is of the same pane is folded into that entry (``last[g]``: the index
 # of group g's newest entry, checked before use - a stale one points below the head, past

@@ -8,14 +8,7 @@ arrays.  Removal uses backward-shift deletion (no tombstones), and freed gids
 are recycled - the sliding-window assembly removes keys that leave the window,
 so an endless run keeps a bounded table.
 
-The table is a :class:`KeyTable`, a named tuple of arrays (numba takes it whole):
-
-* ``slots``  int64[cap]       gid or -1
-* ``keys``   int64[ids, K]    key of each gid
-* ``hashes`` uint64[ids]      hash of each gid's key
-* ``free``   int64[ids]       stack of recycled gids
-* ``meta``   int64[3]         live gids, next fresh gid, free-stack height
-
+The table is a :class:`KeyTable`, a named tuple of arrays (numba takes it whole).
 Functions that may grow the table return it; callers rebind.  ``K`` may be 0
 (a global aggregate: every row has the same, empty key).
 """
@@ -36,7 +29,7 @@ SEED = 0x9E3779B97F4A7C15
 
 
 class KeyTable(NamedTuple):
-    """The table's arrays (see the module)."""
+    """The table's arrays: a slot per power of two, a row per gid."""
 
     slots: np.ndarray   # int64[cap]: gid or -1
     keys: np.ndarray    # int64[ids, K]: key of each gid

@@ -19,14 +19,14 @@ from scabbard.kernels._jit import inline, kernel
 from scabbard.kernels.aggregate import SUM, _grow_rows
 
 # -- result rows ----------------------------------------------------------------------------------
-# out: a ResultRows (below) - window_start[n], window_end[n], keys, count[n], ints[n, ni],
-# floats[n, nf]; keys is either one int64 matrix [n, K] (a key word per column) or a tuple of K columns, each of its
-# result column's type ("typed": the rows are the result's key columns as written, with no pass
-# to split the words and half the bytes for int32 keys - emission-bound queries such as LRB2,
-# 30 result rows per input tuple, are bound by the bytes they write).  The helpers below
-# read and write either kind inside the kernels (numba picks the code by the type).  They are
-# not inlined at numba IR level (``inline="always"``): so inlined into ws_emit, they made
-# the min/max deque reads return garbage (a random-query test found it); LLVM inlines them.
+# out: a ResultRows (below).  Its keys are either one int64 matrix [n, K] (a key word per
+# column) or a tuple of K columns, each of its result column's type ("typed": the rows are the
+# result's key columns as written, with no pass to split the words and half the bytes for
+# int32 keys - emission-bound queries such as LRB2, 30 result rows per input tuple, are bound
+# by the bytes they write).  The helpers below read and write either kind inside the kernels
+# (numba picks the code by the type).  They are not inlined at numba IR level
+# (``inline="always"``): so inlined into ws_emit, they made the min/max deque reads return
+# garbage (a random-query test found it); LLVM inlines them.
 
 
 def _generated(src: str, name: str, **env):
