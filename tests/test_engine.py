@@ -474,6 +474,36 @@ def test_persisted_ingress_gives_the_same_results_and_bounded_disk(tiny, tmp_pat
             np.testing.assert_array_equal(got, np.asarray(ds.column(name_))[rows])
 
 
+@pytest.mark.parametrize("name", ["CM1", "LRB1", "YSB"])
+def test_a_raw_task_over_several_p_units_is_read_whole_with_the_same_results(tiny, tmp_path,
+                                                                             name):
+    """Raw persisted input: a task larger than a quarter of a pool file is stored as several
+    p-units (its slices, each behind its retain marker) and its fragment reads the task's own
+    batch whole - the results those of the same tasks in memory."""
+    from scabbard.ft.ingress import run_persisted
+    from scabbard.storage import BlockManager, StorageConfig
+
+    q = queries.get(name)
+    ds = tiny[queries.workload_of(name)]
+    cfg = StorageConfig(file_bytes=1 << 20, pool_files=2, bulk_bytes=1 << 18)
+    piece = Engine(q, ds.tables).piece_rows(cfg.file_bytes, cfg.data_start)
+    config = EngineConfig(batch_rows=3 * piece + 17)
+    engine = Engine(q, ds.tables, config)
+    rows = engine.task_rows(ds, None, engine.unit_rows(cfg.file_bytes, cfg.data_start))
+    assert engine.raw_tasks_in_pieces and 2 * piece < rows  # each task: 3 p-units or more
+    n = 7 * rows + 123
+    sink, plain = CollectSink(), CollectSink()
+    run_persisted(q, ds, tmp_path, sink=sink, max_tuples=n, config=config, storage_config=cfg)
+    run_query(q, ds, sink=plain, max_tuples=n, config=config)
+    ref.assert_same_results(engine_frame(q, sink), engine_frame(q, plain), q.schema)
+    with BlockManager(tmp_path, cfg) as bm:
+        sid = bm.stream("input", ds.schema)
+        assert bm.durable_end(sid) == n
+        stored = list(bm.load(sid))
+    assert stored and max(len(u) for u in stored) <= piece
+    assert all(a.end == b.offset for a, b in zip(stored, stored[1:], strict=False))
+
+
 def test_replay_resumes_at_any_offset_with_the_same_stream(tiny):
     ds = tiny["cm"]
     n = 3 * ds.rows + 17

@@ -311,12 +311,16 @@ class Engine:
             if rows is None:
                 rows = _SIZED[key] = self.run_batch_rows(self.tuples_per_ms, rate, probe.peek())
         if most is not None:  # a size of the engine's own choosing: UNITS_PER_FILE a file
-            # - but a global aggregate's task after push-up, stored in pieces of that size
-            # (PersistedFeed), keeps its size (SG1 with push-up and adaptive codecs: 320 M
-            # tuples/s with 2^22-row tasks, 228 with 2^21); raw, its tasks are cut as any
+            # - but a task stored in pieces of that size (PersistedFeed) keeps its size up to
+            # a file: a global aggregate's after push-up (SG1 with push-up and adaptive
+            # codecs: 320 M tuples/s with 2^22-row tasks, 228 with 2^21), and any other
+            # query's raw input (the fragment reads the source's batch whole: NQ's 2^19-row
+            # tasks were too short for their windows, which the assembly then made alone on
+            # one thread, 11.7 ns a tuple); a global aggregate's raw tasks are cut as any
             # others (SM: 30-35 M tuples/s with 2^18-row tasks, 18-26 with 2^20 in pieces of
             # 2^19)
-            whole = self.config.batch_rows or (self.spans_copies and self.pushup is not None)
+            whole = self.config.batch_rows or (self.spans_copies and self.pushup is not None) \
+                or self.raw_tasks_in_pieces
             cap = most if whole else max(1024, most // UNITS_PER_FILE)
             if rows > cap:
                 rows = 1 << max(0, int(cap).bit_length() - 1)
@@ -328,6 +332,18 @@ class Engine:
         schema when it runs; compressed p-units are smaller, and a codec never stores more
         than raw), less room for the segment's header and its alignment."""
         return max(1024, (file_bytes - data_start - UNIT_SLACK) // self.input_schema.payload_bytes)
+
+    def piece_rows(self, file_bytes: int, data_start: int) -> int:
+        """The most tuples of a p-unit a task stored in pieces is cut into: a quarter of
+        :meth:`unit_rows` (:data:`UNITS_PER_FILE` fill a pool file)."""
+        return max(1024, self.unit_rows(file_bytes, data_start) // UNITS_PER_FILE)
+
+    @property
+    def raw_tasks_in_pieces(self) -> bool:
+        """A persisted task's raw input is stored as several p-units and its fragment reads the
+        source's batch whole (:class:`~scabbard.ft.ingress.IngressWriter`): no push-up, and a
+        fragment that needs its batch in one piece (not :attr:`spans_copies`)."""
+        return self.reduce is None and not self.spans_copies
 
     @property
     def spans_copies(self) -> bool:

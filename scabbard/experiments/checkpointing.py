@@ -114,6 +114,8 @@ def measure(query: str, config: str, workers: int, ds, folder: Path,
             engine = Engine(q, ds.tables, cfg)
             rows = engine.task_rows(ds, None, engine.unit_rows(layout.file_bytes,
                                                                layout.data_start))
+            if engine.raw_tasks_in_pieces:  # the FT run's p-units: its tasks' pieces
+                rows = min(rows, engine.piece_rows(layout.file_bytes, layout.data_start))
             r = ingest(query, ds, folder / "storage", settings.seconds, batch_rows=rows,
                        config=layout, workers=workers)
             summary = SimpleNamespace(tuples=r.tuples, tuples_per_s=r.tuples_per_s,

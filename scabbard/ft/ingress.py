@@ -31,7 +31,6 @@ from scabbard.engine import Engine, EngineConfig, NullSink, ReplaySource, RunRep
 from scabbard.engine.ingress import PartitionedFeed, Prepared
 from scabbard.engine.metrics import Metrics
 from scabbard.engine.ports import Task
-from scabbard.engine.runtime import UNITS_PER_FILE
 from scabbard.faults import crashpoint
 from scabbard.pog import POG, PStream, PUnit
 from scabbard.pog.pstream import PStreamError
@@ -44,10 +43,12 @@ INGRESS, READER = "input", "query"
 
 def ingress_stream(pog: POG, engine: Engine, compress=None) -> PStream:
     """The ingress p-stream of ``engine``'s input: in memory ahead of the workers, enough to
-    overlap disk and CPU and for the writer to bulk several p-units into one large write."""
-    bm = pog.storage
+    overlap disk and CPU and for the writer to bulk several p-units into one large write -
+    and at least two pool files' worth: a task stored in pieces (up to a file) is staged
+    whole before the assembly reads any of it."""
+    cfg = pog.storage.config
     return pog.pstream(INGRESS, engine.input_schema, max_units=64,
-                       max_bytes=8 * bm.config.bulk_bytes, compress=compress)
+                       max_bytes=max(8 * cfg.bulk_bytes, 2 * cfg.file_bytes), compress=compress)
 
 
 # a task of a global aggregate (its fragment reads a batch piece by piece) is stored as p-units
@@ -75,11 +76,14 @@ class IngressWriter:
     The assembly takes each task once its p-units are acknowledged, and reads them from the
     p-stream then (:meth:`assembled`): persisted input is never *assembled* - its results
     never leave, its state never changes - before it is durable.  ``pieces``: p-units of at
-    most this many tuples per task (None: one per task)."""
+    most this many tuples per task (None: one per task).  ``whole``: the fragment reads a
+    task stored in several p-units as the task's own batch (raw input: the p-units are its
+    slices), not as a span of the p-units' batches."""
 
     def __init__(self, pog: POG, stream: str = INGRESS, reader: str = READER,
-                 pieces: int | None = None):
+                 pieces: int | None = None, whole: bool = False):
         self.pog, self.stream, self.reader, self.pieces = pog, stream, reader, pieces
+        self.whole = whole
         self.ingress = pog.streams[stream]
         self.ingress.subscribe(None, reader, self.ingress.end)
         self.bm = pog.storage
@@ -105,6 +109,10 @@ class IngressWriter:
             end = self.ingress.end
         finally:
             self._pass_turn(seq)
+        if self.whole and len(units) > 1:  # raw: the p-units are the task's slices, in order
+            if reduce is not None or sum(len(u) for u in units) != len(batch):
+                raise RuntimeError(f"task {seq}: its p-units do not hold its batch whole")
+            return Staged(units, batch.at(units[0].offset), _all(acks))
         return Staged(units, _task_batch(units, made, end), _all(acks))
 
     def assembled(self, staged: Staged) -> None:
@@ -201,11 +209,12 @@ class PersistedFeed:
         self.pog, self.stream, self.reader = pog, stream, reader
         self.ingress = pog.streams[stream]
         self.inner = engine.feed(source, reduce=False)
-        cfg = pog.storage.config  # a piece of a global aggregate's task: a quarter of a file
-        quarter = engine.unit_rows(cfg.file_bytes, cfg.data_start) // UNITS_PER_FILE
-        self.writer = IngressWriter(pog, stream, reader,
-                                    min(UNIT_ROWS, max(1024, quarter))
-                                    if engine.spans_copies else None)
+        cfg = pog.storage.config  # a piece of a task (Engine.task_rows): a quarter of a file
+        quarter = engine.piece_rows(cfg.file_bytes, cfg.data_start)
+        pieces = (min(UNIT_ROWS, quarter) if engine.spans_copies
+                  else quarter if engine.raw_tasks_in_pieces else None)
+        self.writer = IngressWriter(pog, stream, reader, pieces,
+                                    whole=engine.raw_tasks_in_pieces)
         self.schema, self.batch_rows = self.inner.schema, self.inner.batch_rows
         self._stopped = False
 
