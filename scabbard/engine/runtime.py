@@ -61,8 +61,8 @@ __all__ = ["INT64_MIN", "MAX_BATCH", "MIN_BATCH", "Edges", "Engine", "EngineConf
 MIN_BATCH = 1 << 18
 _SIZED: dict[tuple, int] = {}  # Engine.task_rows: each query's probed size, once a process
 UNIT_SLACK = 2 * 4096  # a p-unit's header and alignment in its pool file (Engine.unit_rows)
-# a persisted task's input (one p-unit) of the engine's sizing is at most a quarter of a pool
-# file (a set size only has to fit one): a unit of half a file left the rest of it unused, so
+# a persisted p-unit of the engine's sizing is at most a quarter of a pool file (a task larger
+# is stored in pieces of that size): a unit of half a file left the rest of it unused, so
 # every task took a fresh file - allocated and flushed on the writer's path until checkpoints
 # released old ones (CM1, raw input, 2^20-row tasks of 64 MiB in 128 MiB files: 6-12 M
 # tuples/s over 5 s, stalls of half a second at the start; 2^18 rows: 28-36)
@@ -294,9 +294,9 @@ class Engine:
         input persisted, fault-tolerant - so that the modes of a query run the same tasks.
         :meth:`run_batch_rows` on the stream's first :data:`PROBE_ROWS` rows (the windows'
         panes, raised to :data:`TASK_WORK_S` of fragment work where the fragment is cheap),
-        at most ``most`` (a persisted task's input is one p-unit: it must fit a pool
-        file; a size of the engine's choosing fits :data:`UNITS_PER_FILE` times), as a power
-        of two when it was cut to that."""
+        at most ``most`` (a persisted task's input fits a pool file; one stored whole, a
+        size of the engine's choosing, fits :data:`UNITS_PER_FILE` times - a task in pieces,
+        :meth:`piece_rows`, is not cut), as a power of two when it was cut to that."""
         from scabbard.engine.sources import ReplaySource  # sources import this module
 
         if self.config.batch_rows:

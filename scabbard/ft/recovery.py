@@ -345,8 +345,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
             "checkpoint_mode": ft.checkpoint_mode,
             "state_memory": budget}
     if not recover:  # a new run: the defaults
-        # the tasks of the query in memory (one sizing rule), each task's input one p-unit
-        # of the ingress p-stream: it fits a pool file
+        # the tasks of the query in memory (one sizing rule), each task's input at most a
+        # pool file of the ingress p-stream (one p-unit, or pieces: Engine.task_rows)
         want.update(
             batch_rows=engine.task_rows(dataset, rate, engine.unit_rows(
                 storage_config.file_bytes, storage_config.data_start)),

@@ -26,7 +26,7 @@ FILE_VERSION = 1
 class StorageConfig:
     """How the BlockManager lays out and writes its files."""
 
-    # a task's input is one p-unit, which one file holds: a global aggregate's tasks of 2^22
+    # a task's input is at most one file: a global aggregate's tasks of 2^22
     # tuples (SM after push-up, 20 B a tuple: 80 MiB) fit
     file_bytes: int = 128 * MiB
     pool_files: int = 2  # pre-allocated when the folder is created
