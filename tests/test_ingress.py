@@ -242,3 +242,22 @@ def test_pure_ingest_with_partitions_stores_what_one_dispatcher_stores(tiny, tmp
     assert one.tuples == three.tuples == 200_000
     assert one.stored_tuples == three.stored_tuples and one.disk_bytes == three.disk_bytes
     assert len(three.latency_ms) and three.latency_ms["p50"] >= 0
+
+
+def test_the_checkpoints_bench_shows_the_cores_used_and_every_byte_stored(tiny, data_root):
+    """``bench checkpoints``'s per-part table: each run's busy cores (CPU seconds a second) and
+    the bytes it stored a second - a fault-tolerant run's results counted with its input (CM2
+    writes a result row every few tuples), the baseline's Parquet file, ingest's input."""
+    from scabbard import queries
+    from scabbard.experiments import checkpointing as exp
+
+    s = exp.Settings(queries=("CM2",), seconds=0.6, worker_counts=(1,),
+                     configs=("no_ft_written", "ingest", "ft_raw"), scale="tiny",
+                     data_dir=str(data_root))
+    runs = exp.run(s, log=lambda *_: None)
+    parts = exp.parts(runs).set_index("config")
+    assert (parts["cores"] > 0.2).all() and (parts["disk MB/s"] > 0).all(), parts
+    ft = runs.set_index("config").loc["ft_raw"]
+    stored = ft["disk_mb_per_s"] * 1e6 / ft["tuples_per_s"]  # bytes a tuple, results included
+    results = ft["result_rows_per_s"] / ft["tuples_per_s"] * queries.get("CM2").schema.row_bytes
+    assert results > 0 and stored >= ft["persisted_bytes_per_tuple"] + 0.9 * results, (stored, ft)

@@ -104,6 +104,7 @@ def measure(query: str, config: str, workers: int, ds, folder: Path,
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     out: dict = {"checkpoints": 0, "persisted_bytes_per_tuple": 0.0}
+    written = 0  # every byte the run stored: its input, state and results
     with timers.recording(timers.Totals()) as totals:
         if config == "ingest":
             from scabbard.engine.runtime import Engine
@@ -121,11 +122,13 @@ def measure(query: str, config: str, workers: int, ds, folder: Path,
             summary = SimpleNamespace(tuples=r.tuples, tuples_per_s=r.tuples_per_s,
                                       seconds=r.seconds, result_rows=0)
             out.update(persisted_bytes_per_tuple=r.disk_bytes / max(1, r.tuples))
+            written = r.disk_bytes
         elif config in ("no_ft", "no_ft_written"):
             sink = sink_for(folder / "results.parquet") if config == "no_ft_written" \
                 else NullSink()
             rep = run_query(q, ds, sink, cfg, duration=settings.seconds)
             summary, rows = rep.summary, rep.batch_rows
+            written = _folder_bytes(folder)
         else:
             full = config != "checkpoints"
             sink = ClockedSink(folder / "output") if full else DiscardSink(folder / "output")
@@ -143,13 +146,20 @@ def measure(query: str, config: str, workers: int, ds, folder: Path,
                        checkpoint_ms=float(np.mean([c.duration_s for c in ck])) * 1e3 if ck
                        else float("nan"),
                        persisted_bytes_per_tuple=r.written_bytes / max(1, summary.tuples))
+            written = r.written_bytes + getattr(getattr(sink, "bm", None), "bytes_written", 0)
     shutil.rmtree(folder, ignore_errors=True)
     per = totals.per_tuple(summary.tuples)
     out.update(tuples_per_s=summary.tuples_per_s, result_rows_per_s=summary.result_rows
                / max(summary.seconds, 1e-9), batch_rows=rows,
                cpu_ns_per_tuple=totals.process_s / max(1, summary.tuples) * 1e9,
+               cores=totals.process_s / max(summary.seconds, 1e-9),
+               disk_mb_per_s=written / max(summary.seconds, 1e-9) / 1e6,
                **{f"ns_{p}": per[p] for p in PARTS})
     return out
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
 
 def run(settings: Settings, log=print) -> pd.DataFrame:
@@ -223,12 +233,17 @@ def summary(runs: pd.DataFrame, workers: int | None = None) -> pd.DataFrame:
 
 def parts(runs: pd.DataFrame) -> pd.DataFrame:
     """The CPU of each part in ns per input tuple (medians of the rounds), one row per query,
-    configuration and worker count, with the throughput beside."""
+    configuration and worker count, with the throughput beside, the cores the process kept
+    busy (its CPU seconds per second: a run on 1 worker uses the other core too, for the
+    storage's and the sink's threads) and the bytes it stored per second (input, state and
+    results: where they reach raw ingest's rate, the run is bound by the disk)."""
     med = _medians(runs)
-    cols = ["tuples_per_s", "batch_rows", "cpu_ns_per_tuple", *[f"ns_{p}" for p in PARTS]]
+    cols = ["tuples_per_s", "batch_rows", "cpu_ns_per_tuple", *[f"ns_{p}" for p in PARTS],
+            "cores", "disk_mb_per_s"]
     out = med[[c for c in cols if c in med]].reset_index()
     out["M tuples/s"] = out.pop("tuples_per_s") / 1e6
-    return out.rename(columns={f"ns_{p}": p for p in PARTS} | {"cpu_ns_per_tuple": "CPU ns"})
+    return out.rename(columns={f"ns_{p}": p for p in PARTS} | {"cpu_ns_per_tuple": "CPU ns",
+                                                                "disk_mb_per_s": "disk MB/s"})
 
 
 def headline(table: pd.DataFrame) -> str:
