@@ -14,7 +14,8 @@ half replayed), ``checkpoint_step`` (incremental and eventual checkpoint modes: 
 handed to storage - by a checkpoint, or by an eventual step between records - the record
 that lists them not yet written), ``spill_write`` (state under a memory budget: a key
 partition's units handed to storage as it is evicted, or its waiting shares), ``spill_read``
-(a spilled partition's units read back, before it is rebuilt: a prefetch).
+(a spilled partition's units read back, before it is rebuilt: a prefetch), ``ingress_piece``
+(a task stored in pieces: one piece of its input handed to storage, the next not yet).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import signal
 import threading
 
 POINTS = ("checkpoint_state", "checkpoint_record", "checkpoint_commit", "recovery_replay",
-          "checkpoint_step", "spill_write", "spill_read")
+          "checkpoint_step", "spill_write", "spill_read", "ingress_piece")
 _armed = {"name": "", "left": 0}
 _lock = threading.Lock()
 

@@ -13,6 +13,7 @@ import pytest
 from ftkit import CFG, SMALL, campaign, failure_free
 
 from scabbard import queries
+from scabbard.engine import EngineConfig
 from scabbard.engine.runtime import Engine
 from scabbard.ft.controller import Controller
 from scabbard.ft.recovery import run_fault_tolerant
@@ -45,6 +46,35 @@ def test_stopped_and_recovered_runs_give_the_failure_free_output(tiny, tmp_path,
     while not completed(store):
         r = run_fault_tolerant(q, ds, store, kind(out), CFG, interval=0.02, recover=True,
                                duration=0.4, storage_config=SMALL)
+        resumed.append(r.resumed_from)
+        assert len(resumed) < 100
+    assert any(c is not None for c in resumed)
+    v = compare(read_output(out), failure_free(q, ds, n), q.schema)
+    assert v.ok, v
+
+
+@pytest.mark.parametrize("name, kind", [("CM1", ClockedSink), ("YSB", TransactionalSink)])
+def test_tasks_stored_in_pieces_stop_and_recover_to_the_failure_free_output(tiny, tmp_path,
+                                                                            name, kind):
+    """Raw input in tasks over several p-units each (Engine.raw_tasks_in_pieces): runs
+    stopped and recovered from their checkpoints (the stored pieces replayed one by one)
+    give the failure-free output."""
+    q = queries.get(name)
+    ds = tiny[queries.workload_of(name)]
+    piece = Engine(q, ds.tables).piece_rows(SMALL.file_bytes, SMALL.data_start)
+    cfg = EngineConfig(workers=2, batch_rows=3 * piece + 17)
+    n = 150 * ds.rows
+    engine = Engine(q, ds.tables, cfg)
+    rows = engine.task_rows(ds, n / 2.0, engine.unit_rows(SMALL.file_bytes, SMALL.data_start))
+    assert 2 * piece < rows and 20 * rows < n  # tasks of 3 p-units or more, many of them
+    store, out = tmp_path / "store", tmp_path / "out"
+    r = run_fault_tolerant(q, ds, store, kind(out), cfg, interval=0.02, max_tuples=n,
+                           rate=n / 2.0, duration=0.4, storage_config=SMALL)
+    assert r.checkpoints and not completed(store)
+    resumed = []
+    while not completed(store):
+        r = run_fault_tolerant(q, ds, store, kind(out), cfg, interval=0.02, recover=True,
+                               duration=0.3, storage_config=SMALL)
         resumed.append(r.resumed_from)
         assert len(resumed) < 100
     assert any(c is not None for c in resumed)
@@ -206,6 +236,56 @@ def test_crash_points_with_parallel_ingress(tiny, tmp_path, sink):
     camp = c.run([], crash_at=["checkpoint_state:3", "recovery_replay", last])
     assert camp.crashes == 3, camp
     assert camp.verdict.ok, camp.verdict
+
+
+_PIECES_CHILD = """
+import json, sys
+from scabbard import faults, queries
+from scabbard.data import open_dataset
+from scabbard.engine import EngineConfig
+from scabbard.ft.recovery import run_fault_tolerant
+from scabbard.ft.sinks import open_output
+from scabbard.storage import StorageConfig
+a = json.loads(sys.argv[1])
+arm = faults.arm  # the run arms its FTConfig's crash point (none here): this one instead
+faults.arm = lambda spec: arm(spec or a["crash_at"])
+run_fault_tolerant(queries.get("CM1"), open_dataset(a["data"]), a["store"],
+                   open_output(a["out"], a["sink"]), EngineConfig(workers=2, batch_rows=a["batch"]),
+                   interval=0.02, max_tuples=a["n"], rate=a["n"] / 2.0, recover=a["recover"],
+                   storage_config=StorageConfig(**a["layout"]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.parametrize("sink", ["clocked", campaign("transactional")])
+def test_crash_points_between_the_pieces_of_a_task(tiny, tmp_path, sink):
+    """SIGKILL with a task's raw input partly handed to storage (a piece stored, the next not:
+    the crash point ``ingress_piece``) in a fresh run, then in the middle of the recovery's
+    replay of such pieces, then again in the recovered run: the output is the failure-free
+    run's."""
+    import subprocess
+    import sys
+
+    ds = tiny["cm"]
+    q = queries.get("CM1")
+    piece = Engine(q, ds.tables).piece_rows(SMALL.file_bytes, SMALL.data_start)
+    batch, n = 3 * piece + 17, 150 * ds.rows
+    store, out = tmp_path / "store", tmp_path / "out"
+    layout = {"file_bytes": SMALL.file_bytes, "pool_files": SMALL.pool_files,
+              "bulk_bytes": SMALL.bulk_bytes}
+    for i, crash in enumerate(("ingress_piece:20", "recovery_replay", "ingress_piece:2")):
+        arg = {"crash_at": crash, "data": str(ds.path), "store": str(store), "out": str(out),
+               "sink": sink, "batch": batch, "n": n, "recover": i > 0, "layout": layout}
+        child = subprocess.run([sys.executable, "-c", _PIECES_CHILD, json.dumps(arg)],
+                               capture_output=True, text=True, timeout=300)
+        assert child.returncode == -9, (crash, child.returncode, child.stderr[-2000:])
+    while not completed(store):
+        run_fault_tolerant(q, ds, store, open_output(out, sink),
+                           EngineConfig(workers=2, batch_rows=batch), interval=0.02,
+                           recover=True, storage_config=SMALL)
+    v = compare(read_output(out), failure_free(q, ds, n), q.schema)
+    assert v.ok, v
 
 
 @pytest.mark.slow

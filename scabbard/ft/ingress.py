@@ -101,7 +101,9 @@ class IngressWriter:
         self._take_turn(seq)
         try:
             units, acks = [], []
-            for piece, b, payload in made:
+            for i, (piece, b, payload) in enumerate(made):
+                if i:
+                    crashpoint("ingress_piece")
                 if len(b):
                     u, ack = self.pog.stage(self.stream, seq, b, piece.end, encoded=payload)
                     units.append(u)
