@@ -297,12 +297,13 @@ def test_kills_with_variant_swaps(tiny, tmp_path):
     variants come from the on-disk cache), and the output is exactly the failure-free run's."""
     import random
 
-    from scabbard.ft.controller import Controller
+    from scabbard.ft.controller import Controller, campaign_config
 
     ds = tiny["lrb"]
     n = 120 * ds.rows
-    c = Controller("LRB1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6,
-                   interval=0.2, adaptive_kernels=True, metrics_interval=0.2)
+    c = Controller(campaign_config(
+        "LRB1", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
+        adaptive_kernels=True, metrics_interval=0.2, ft={"interval": 0.2}))
     rng = random.Random(20)
     camp = c.run([None, None, rng.uniform(1.2, 3.0)],
                  crash_at=["checkpoint_state:3", "recovery_replay"])

@@ -15,7 +15,7 @@ from ftkit import CFG, SMALL, campaign, failure_free
 from scabbard import queries
 from scabbard.engine import EngineConfig
 from scabbard.engine.runtime import Engine
-from scabbard.ft.controller import Controller
+from scabbard.ft.controller import Controller, campaign_config
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, TransactionalSink, open_output, read_output
 from scabbard.ft.verify import compare
@@ -133,8 +133,9 @@ def test_kill_campaign(tiny, tmp_path, name):
     ds = tiny[queries.workload_of(name)]
     rng = random.Random(name)
     n = 120 * ds.rows  # paced to last ~6 s on any machine, so that a kill at 1.2-3 s lands
-    c = Controller(name, ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6, interval=0.2,
-                   sink="transactional" if name == "LRB3" else "clocked")
+    c = Controller(campaign_config(
+        name, ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
+        ft={"interval": 0.2, "sink": "transactional" if name == "LRB3" else "clocked"}))
     camp = c.run([rng.uniform(1.2, 3.0) for _ in range(3)])
     assert camp.kills >= 1, "the run finished before any kill: make it longer"
     assert camp.verdict.ok, camp.verdict
@@ -149,8 +150,9 @@ def test_kill_campaign_with_key_partitioned_assembly(tiny, tmp_path):
     LRB3's fused per-window count is partitioned by its own keys."""
     ds = tiny["lrb"]
     n = 120 * ds.rows
-    c = Controller("LRB3", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6, interval=0.2,
-                   assembly="partitioned:3")
+    c = Controller(campaign_config(
+        "LRB3", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
+        assembly="partitioned:3", ft={"interval": 0.2}))
     assert "partitioned:3" in c.command(recover=False)
     camp = c.run([random.Random(21).uniform(1.2, 3.0) for _ in range(3)])
     assert camp.kills >= 1, "the run finished before any kill: make it longer"
@@ -172,10 +174,11 @@ def test_kill_campaign_with_parallel_ingress(tiny, tmp_path, name, sink, assembl
     with the key-partitioned assembly."""
     ds = tiny[queries.workload_of(name)]
     n = 120 * ds.rows  # paced to last ~6 s on any machine, so that a kill at 1.2-3 s lands
-    c = Controller(name, ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6, interval=0.2,
-                   sink=sink, assembly=assembly, ingress_partitions=(3, 1, 2),
-                   push_up=reduce, compression="adaptive" if reduce else "none",
-                   compression_interval=0.5)
+    c = Controller(campaign_config(
+        name, ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6, assembly=assembly,
+        persist={"push_up": reduce, "compression": "adaptive" if reduce else "none",
+                 "compression_interval": 0.5},
+        ft={"interval": 0.2, "sink": sink}), ingress_partitions=(3, 1, 2))
     assert "--ingress-partitions" in c.command(recover=False)
     camp = c.run([random.Random(name).uniform(1.2, 3.0) for _ in range(3)])
     assert camp.kills >= 1, "the run finished before any kill: make it longer"
@@ -195,9 +198,10 @@ def test_kill_campaign_with_incremental_checkpoints(tiny, tmp_path, name, sink, 
     ds = tiny[queries.workload_of(name)]
     rng = random.Random(f"{name}-{sink}-{mode}")
     n = 120 * ds.rows
-    extra = {"checkpoint_step": 5, "max_replay_tuples": 200_000} if mode == "eventual" else {}
-    c = Controller(name, ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6, interval=0.2,
-                   sink=sink, checkpoint_mode=mode, **extra)
+    extra = {"step_ms": 5, "max_replay_tuples": 200_000} if mode == "eventual" else {}
+    c = Controller(campaign_config(
+        name, ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
+        ft={"interval": 0.2, "sink": sink, "checkpoint_mode": mode, **extra}))
     assert f"--checkpoint-mode {mode}" in " ".join(c.command(recover=True))
     camp = c.run([rng.uniform(1.2, 3.0) for _ in range(3)])
     assert camp.kills >= 1, "the run finished before any kill: make it longer"
@@ -213,8 +217,9 @@ def test_crash_points_with_parallel_ingress(tiny, tmp_path, sink):
     (2, then 3, ...)."""
     ds = tiny["cm"]
     n = 150 * ds.rows
-    c = Controller("CM1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 5, interval=0.2,
-                   sink=sink, ingress_partitions=(2, 3))
+    c = Controller(campaign_config(
+        "CM1", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 5,
+        ft={"interval": 0.2, "sink": sink}), ingress_partitions=(2, 3))
     last = "checkpoint_commit:2" if sink == "transactional" else "checkpoint_record:2"
     camp = c.run([], crash_at=["checkpoint_state:3", "recovery_replay", last])
     assert camp.crashes == 3, camp
@@ -281,9 +286,10 @@ def test_crash_points_with_pane_units(tiny, tmp_path, mode):
     the key-partitioned assembly."""
     ds = tiny["lrb"]
     n = 150 * ds.rows
-    c = Controller("LRB1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 5,
-                   interval=0.2, checkpoint_mode=mode, persist_at=("window0",),
-                   assembly="partitioned:2", sink="transactional")
+    c = Controller(campaign_config(
+        "LRB1", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 5,
+        assembly="partitioned:2", persist={"persist_at": ("window0",)},
+        ft={"interval": 0.2, "checkpoint_mode": mode, "sink": "transactional"}))
     camp = c.run([], crash_at=["checkpoint_step:4", "recovery_replay", "checkpoint_state:2",
                                "checkpoint_step:7", "checkpoint_record:2"])
     assert camp.crashes == 5, camp
@@ -419,7 +425,9 @@ def test_crash_points_during_a_checkpoint_write_and_during_recovery(tiny, tmp_pa
     record's write and its rename."""
     ds = tiny["cm"]
     n = 150 * ds.rows  # paced to last ~5 s on any machine, so that all three crash points land
-    c = Controller("CM1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 5, interval=0.2)
+    c = Controller(campaign_config(
+        "CM1", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 5,
+        ft={"interval": 0.2}))
     camp = c.run([], crash_at=["checkpoint_state:3", "recovery_replay", "checkpoint_record:2"])
     assert camp.crashes == 3, camp
     assert camp.verdict.ok, camp.verdict
@@ -434,8 +442,9 @@ def test_a_warm_standby_takes_over_after_a_kill(tiny, tmp_path):
 
     ds = tiny["lrb"]
     n = 400 * ds.rows  # paced over 20 s: room for two kills however slowly processes start
-    c = Controller("LRB1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 20,
-                   interval=0.2, standby=True, standby_after=0.3)
+    c = Controller(campaign_config(
+        "LRB1", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 20,
+        ft={"interval": 0.2}), standby=True, standby_after=0.3)
     out: dict = {}
     runner = threading.Thread(target=lambda: out.update(camp=c.run([])))
     runner.start()
@@ -545,8 +554,9 @@ def test_a_damaged_newest_state_falls_back_and_survives_a_second_kill(tiny, tmp_
     ds = tiny["cm"]
     q = queries.get("CM1")
     n = 150 * ds.rows  # paced over ~6 s: the kills land while input is still coming
-    c = Controller("CM1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6,
-                   interval=0.1)
+    c = Controller(campaign_config(
+        "CM1", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
+        ft={"interval": 0.1}))
     c.start()
     _wait_for(lambda: len(records(c.storage)) >= 2, c.proc, "two checkpoints")
     c.kill()
@@ -569,8 +579,9 @@ def test_the_transactional_sink_killed_between_the_record_and_the_commit(tiny, t
     recovery commits the decided epoch, never twice, never loses it."""
     ds = tiny["lrb"]
     n = 150 * ds.rows
-    c = Controller("LRB1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6,
-                   interval=0.2, sink="transactional")
+    c = Controller(campaign_config(
+        "LRB1", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
+        ft={"interval": 0.2, "sink": "transactional"}))
     camp = c.run([], crash_at=["checkpoint_commit:2", "checkpoint_commit:1",
                                "checkpoint_commit:3"])
     assert camp.crashes == 3, camp
@@ -587,8 +598,9 @@ def test_a_kill_during_a_fallback_recovery(tiny, tmp_path):
     ds = tiny["cm"]
     q = queries.get("CM1")
     n = 150 * ds.rows
-    c = Controller("CM1", ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6,
-                   interval=0.1)
+    c = Controller(campaign_config(
+        "CM1", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
+        ft={"interval": 0.1}))
     c.start()
     _wait_for(lambda: len(records(c.storage)) >= 3, c.proc, "three checkpoints")
     c.kill()

@@ -431,7 +431,7 @@ def test_cec_recovery_time_ends_with_the_replay_or_the_state_load():
 def test_bench_kills_and_the_controller_take_the_checkpoint_mode(tmp_path):
     from scabbard.cli import bench, build_parser
     from scabbard.experiments import kills
-    from scabbard.ft.controller import Controller
+    from scabbard.ft.controller import Controller, campaign_config
 
     args = build_parser("bench").parse_args(["bench", "kills", "--queries", "sg1", "lrb1",
                                              "--checkpoint-mode", "eventual"])
@@ -439,12 +439,13 @@ def test_bench_kills_and_the_controller_take_the_checkpoint_mode(tmp_path):
     assert {c.checkpoint_mode for c in plan} == {"eventual"} and "eventual" in plan[0].name
     with pytest.raises(ValueError, match="checkpoint_mode"):
         kills.Settings(checkpoint_mode="sometimes")
-    c = Controller("SG1", tmp_path, tmp_path, max_tuples=10, checkpoint_mode="eventual",
-                   checkpoint_step=5, max_replay_tuples=1000)
+    c = Controller(campaign_config(
+        "SG1", tmp_path, tmp_path, max_tuples=10,
+        ft={"checkpoint_mode": "eventual", "step_ms": 5, "max_replay_tuples": 1000}))
     cmd = " ".join(c.command(recover=False))
     assert "--checkpoint-mode eventual --checkpoint-step 5 --max-replay-tuples 1000" in cmd
-    assert "--checkpoint-mode" not in " ".join(Controller("SG1", tmp_path, tmp_path,
-                                                          max_tuples=10).command(False))
+    plain = Controller(campaign_config("SG1", tmp_path, tmp_path, max_tuples=10))
+    assert "--checkpoint-mode" not in " ".join(plain.command(False))
 
 
 def test_a_damaged_pane_unit_both_kept_records_share_stops_the_recovery_loudly(tiny, tmp_path):

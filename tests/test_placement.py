@@ -111,12 +111,13 @@ def test_kills_during_a_checkpoint_and_during_recovery_with_intermediate_p_strea
     """The engine process SIGKILLs itself with a checkpoint's state handed to storage, in the
     middle of a recovery's replay, and between a record and its commit - with p-streams on
     the edges between operators: exactly once."""
-    from scabbard.ft.controller import Controller
+    from scabbard.ft.controller import Controller, campaign_config
 
     ds = tiny[queries.workload_of(name)]
     n = 60 * ds.rows  # paced over 5 s, so that all three crash points land
-    c = Controller(name, ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 5,
-                   interval=0.2, sink=sink, persist_at=at)
+    c = Controller(campaign_config(
+        name, ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 5,
+        persist={"persist_at": at}, ft={"interval": 0.2, "sink": sink}))
     camp = c.run([], crash_at=["checkpoint_state:2", "recovery_replay", "checkpoint_commit:2"])
     assert camp.crashes == 3, camp
     assert camp.verdict.ok, camp.verdict
@@ -127,14 +128,15 @@ def test_kills_during_a_checkpoint_and_during_recovery_with_intermediate_p_strea
 def test_random_kills_with_intermediate_p_streams(tiny, tmp_path, name, at):
     import random
 
-    from scabbard.ft.controller import Controller
+    from scabbard.ft.controller import Controller, campaign_config
 
     ds = tiny[queries.workload_of(name)]
     rng = random.Random(name)
     n = 80 * ds.rows  # paced over 6 s, so that a kill at 1.2-3 s lands
-    c = Controller(name, ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6,
-                   interval=0.2, sink="transactional" if name == "SG3" else "clocked",
-                   persist_at=at)
+    c = Controller(campaign_config(
+        name, ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
+        persist={"persist_at": at},
+        ft={"interval": 0.2, "sink": "transactional" if name == "SG3" else "clocked"}))
     camp = c.run([rng.uniform(1.2, 3.0) for _ in range(3)])
     assert camp.kills >= 1, "the run finished before any kill: make it longer"
     assert camp.verdict.ok, camp.verdict

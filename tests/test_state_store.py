@@ -252,12 +252,13 @@ def test_kills_while_state_is_spilled_and_read_back(tiny, tmp_path):
     import random
 
     from scabbard.engine.spill import MIN_STATE_MEMORY
-    from scabbard.ft.controller import Controller
+    from scabbard.ft.controller import Controller, campaign_config
 
     ds = tiny["darwin"]
     n = 4 * ds.rows
-    c = Controller("DARWIN", ds.path, tmp_path, max_tuples=n, batch=997, rate=n / 6,
-                   interval=0.2, state_memory=MIN_STATE_MEMORY, sink="transactional")
+    c = Controller(campaign_config(
+        "DARWIN", ds.path, tmp_path, max_tuples=n, batch_rows=997, rate=n / 6,
+        state_memory=MIN_STATE_MEMORY, ft={"interval": 0.2, "sink": "transactional"}))
     rng = random.Random(19)
     camp = c.run([None] * 5 + [rng.uniform(1.0, 3.0)],
                  crash_at=["spill_write:40", "spill_read:3", "checkpoint_state:2",

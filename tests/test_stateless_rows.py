@@ -28,7 +28,7 @@ from scabbard import queries
 from scabbard.batch import Batch
 from scabbard.engine import ArraySource, CollectSink, Engine, EngineConfig, NullSink, run_query
 from scabbard.engine.physical import plan
-from scabbard.ft.controller import Controller
+from scabbard.ft.controller import Controller, campaign_config
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, TransactionalSink, read_output
 from scabbard.ft.verify import compare
@@ -388,8 +388,9 @@ def test_kill_campaign(tiny, tmp_path, name, sink, push):
     ds = tiny[queries.workload_of(name)]
     rng = random.Random(f"{name}-{sink}-{push}")
     n = 120 * ds.rows  # paced to last ~6 s on any machine, so that a kill at 1.2-3 s lands
-    c = Controller(name, ds.path, tmp_path, max_tuples=n, batch=4000, rate=n / 6, interval=0.2,
-                   sink=sink, push_up=push)
+    c = Controller(campaign_config(
+        name, ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
+        persist={"push_up": push}, ft={"interval": 0.2, "sink": sink}))
     camp = c.run([rng.uniform(1.2, 3.0) for _ in range(3)])
     assert camp.kills >= 1, "the run finished before any kill: make it longer"
     assert camp.verdict.ok, camp.verdict

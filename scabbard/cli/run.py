@@ -3,21 +3,21 @@ without fault tolerance; pure persisted ingest; the plan before and after push-u
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from scabbard.cli.common import (
     add_data_root,
     hidden_alias,
-    parse_bytes,
     query_dataset,
     storage_dir,
     verify_mode,
 )
 from scabbard.cli.errors import CLIError
 from scabbard.cli.spark_backend import reject_spark_flags
-from scabbard.ft.modes import CHECKPOINT_MODES, EXACTLY_ONCE_SINKS, INTERVAL
+from scabbard.ft.config import FTConfig, PersistConfig, RunConfig
+from scabbard.ft.flags import Group, add_flags
+from scabbard.ft.modes import EXACTLY_ONCE_SINKS, INTERVAL
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -71,45 +71,9 @@ def add_run(sub) -> None:
                    help="where the results go: a .parquet or .csv file; with "
                         "--checkpoint-interval or --recover the exactly-once output folder")
     hidden_alias(out, "--out", dest="output")
-    eng.add_argument("--workers", type=int, help="worker threads (default: one per core)")
-    inp.add_argument("--rate", type=float, help="input rate limit, tuples per second")
-    inp.add_argument("--duration", type=float, metavar="SECONDS",
-                   help="replay the dataset endlessly for this long (wall time)")
-    inp.add_argument("--max-tuples", type=int, help="stop after this many input tuples")
-    eng.add_argument("--batch", type=int, metavar="ROWS", help="tuples per task (default: per query)")
-    eng.add_argument("--assembly", default="auto", metavar="MODE",
-                   help="the windows no task computes alone: serial (one state per window "
-                        "operator), partitioned[:P] (its groups split by key hash between P "
-                        "partitions assembled at once, merged in window order; P: --workers) "
-                        "or auto (default: partitioned with 4+ workers where tasks are too short "
-                        "for windows of their own, else serial)")
-    eng.add_argument("--ingress-partitions", type=int, metavar="N",
-                   help="read the source with N threads, each its share of the batches (split "
-                        "by offset ranges), each appending its own to the ingress p-stream in "
-                        "turn, so that no one thread touches every tuple (default: one per 4 "
-                        "workers; 1: the dispatcher reads it).  A recovery may use another N")
-    eng.add_argument("--state-memory", type=parse_bytes, metavar="BYTES",
-                   help="hold at most this much window state in memory (e.g. 256M, 2G): key "
-                        "partitions beyond it are spilled to disk as state p-units and read "
-                        "back when their windows close (default: no limit; at least "
-                        "8M per window operator).  With fault tolerance the spilled units "
-                        "go to --storage and are the checkpoint's state: a checkpoint lists "
-                        "them and writes only the partitions in memory, and recovery reads "
-                        "them back as the windows close")
-    eng.add_argument("--adaptive-kernels", action="store_true",
-                   help="adaptive query compilation (Grizzly): each window operator's kernels "
-                        "run generic, then instrumented (filter selectivities, key ranges), "
-                        "then optimised for what was seen (filters by selectivity, a dense "
-                        "array for a small key range), compiled in the background and "
-                        "swapped while the query runs; a task that breaks an assumption is "
-                        "run again generically and the operator profiles anew (results never "
-                        "change).  Kernel events go to --metrics-log")
-    eng.add_argument("--spill-dir", metavar="DIR",
-                   help="where --state-memory spills without fault tolerance (default: the "
-                        "system's temporary folder)")
-    out.add_argument("--metrics-log", metavar="PATH", help="JSON-lines metrics log (live samples)")
-    out.add_argument("--metrics-interval", type=float, default=0.5, metavar="SECONDS",
-                   help="seconds between metrics samples (default 0.5)")
+    # every flag that sets one field of the configuration, with the field's help
+    add_flags({Group.INPUT: inp, Group.ENGINE: eng, Group.PERSISTENCE: per,
+               Group.FAULT_TOLERANCE: ft, Group.OUTPUT: out}, RunConfig, PersistConfig, FTConfig)
     spk.add_argument("--master", default="local[*]", help="Spark master for --backend spark")
     spk.add_argument("--workdir", metavar="URI", help="spark backend: work folder (checkpoints, "
                    "windows, results) every executor reaches; needed on a cluster; resumes")
@@ -120,43 +84,10 @@ def add_run(sub) -> None:
     per.add_argument("--persist-input", action="store_true",
                    help="persist the ingress p-stream while the query runs (stored before "
                         "processed; released input is garbage-collected)")
-    per.add_argument("--storage", metavar="DIR",
-                   help="storage folder for --persist-input / checkpoints (default: "
-                        "storage/<QUERY>-<time> in the project folder)")
-    ft.add_argument("--checkpoint-interval", type=float, metavar="SECONDS",
-                   help="fault tolerance: persist the input, checkpoint the operator every "
-                        "SECONDS, write exactly-once output to the --output folder (implies "
-                        "--persist-input)")
-    ft.add_argument("--checkpoint-mode", choices=CHECKPOINT_MODES,
-                   help="with --checkpoint-interval: full (the default) writes every pane the open "
-                        "windows need at every checkpoint; incremental writes a closed pane once, "
-                        "as an immutable pane unit, and a checkpoint only the panes closed since "
-                        "and the open one; eventual (CEC) also saves closed panes in steps every "
-                        "--checkpoint-step ms between the records, one every --checkpoint-period "
-                        "(a recovery takes the run's own)")
     ft.add_argument("--checkpoint-period", type=float, metavar="MS",
                    help="--checkpoint-mode eventual: a checkpoint record (the cut recovery "
                         "resumes from) every MS milliseconds, CEC's CP (instead of "
                         "--checkpoint-interval)")
-    ft.add_argument("--checkpoint-step", type=float, metavar="MS",
-                   help="--checkpoint-mode eventual: save the panes closed since the last save "
-                        "every MS milliseconds, CEC's CI (default 10)")
-    ft.add_argument("--max-unsaved-panes", type=int, metavar="Q",
-                   help="--checkpoint-mode eventual: a step at once when more than Q closed "
-                        "panes are not saved yet")
-    ft.add_argument("--max-replay-tuples", type=int, metavar="U",
-                   help="--checkpoint-mode eventual: a record at the next task when more than U "
-                        "input tuples came since the last record's cut (bounds what recovery "
-                        "replays)")
-    ft.add_argument("--durability", choices=("process", "machine"),
-                   help="with --checkpoint-interval: machine (the default) flushes everything a "
-                        "checkpoint record or an acknowledgement depends on to the device first "
-                        "(fdatasync after the O_DIRECT writes, directories fsynced): the run "
-                        "survives power loss; process only survives the engine being killed")
-    ft.add_argument("--sink", choices=EXACTLY_ONCE_SINKS, default="clocked",
-                   help="the exactly-once sink: clocked (default: results stored at once with "
-                        "their vector clock, duplicates dropped on replay) or transactional "
-                        "(two-phase commit with each checkpoint)")
     hidden_alias(ft, "--exactly-once", dest="sink", choices=EXACTLY_ONCE_SINKS)
     ft.add_argument("--checkpoint-only", action="store_true",
                    help="with --checkpoint-interval: checkpoint the operator state but do not "
@@ -178,33 +109,8 @@ def add_run(sub) -> None:
     ft.add_argument("--standby", action="store_true",
                    help="with --recover: a warm standby - load the code, print 'standby: ready', "
                         "wait for a line on stdin, then recover (exit quietly if stdin closes)")
-    per.add_argument("--push-up", action="store_true",
-                   help="persistence push-up (paper §3.4): selections and projections run "
-                        "before the ingress p-stream, which then stores only the tuples and "
-                        "attributes the query needs (see 'scabbard explain')")
-    per.add_argument("--compression", choices=("none", "default", "adaptive"),
-                   help="compress the persisted p-stream per column (§5): default = the "
-                        "paper's starting scheme (delta-of-delta timestamps, Simple-8b ints, "
-                        "XOR floats); adaptive = profile and switch codecs while running "
-                        "(default none; a recovery takes the run's own)")
-    per.add_argument("--compression-interval", type=float, default=4.0, metavar="SECONDS",
-                   help="with --compression adaptive: seconds between re-selections (default 4, "
-                        "the paper's)")
-    per.add_argument("--lossy-decimals", type=int, metavar="N",
-                   help="with --compression: store float columns with N decimals (error "
-                        "<= 0.5e-N), as integers; batches that cannot be (NaN, inf) fall back "
-                        "to lossless XOR")
-    ft.add_argument("--crash-at", metavar="POINT[:K]",
-                   help="failure injection (the test harness and scabbard.ft.controller use it): "
-                        "SIGKILL this process the K-th time it reaches POINT - checkpoint_state, "
-                        "checkpoint_record, checkpoint_commit, recovery_replay or "
-                        "checkpoint_step (pane units handed to storage, not yet recorded)")
-    ft.add_argument("--spawned-at", type=float, metavar="UNIX_TIME",
-                   help=argparse.SUPPRESS)  # the controller's: recovery phases count from it
     out.add_argument("--quiet", action="store_true", help="no live progress lines")
     p.set_defaults(func=_run_query)
-
-
 
 
 def add_ingest(sub) -> None:
@@ -335,22 +241,18 @@ def _run_ingest(args) -> int:
     return 0
 
 
-# the fields of the configuration (scabbard.ft.config) and the flags they come from
-FLAGS = {"batch_rows": "--batch", "interval": "--checkpoint-interval", "sink": "--sink",
-         "persist": "--storage", "output": "--output",
-         "step_ms": "--checkpoint-step"}
+# the fields of the configuration that the command's own flags set (the rest carry theirs)
+OWN_FLAGS = {"persist": "--storage", "output": "--output", "query": "--query", "data": "--data"}
 
 
 def config_from_args(args):
-    """The run's :class:`~scabbard.ft.config.RunConfig`, from the flags one to one; flags that
-    contradict each other, or a value a field refuses, are a one-line CLIError."""
-    from scabbard.ft.config import ConfigError, FTConfig, PersistConfig, RunConfig
+    """The run's :class:`~scabbard.ft.config.RunConfig`: each field from its flag
+    (:mod:`scabbard.ft.flags`), the command's own flags by hand; flags that contradict each
+    other, or a value a field refuses, are a one-line CLIError."""
+    from scabbard.ft.config import ConfigError
 
-    _check_modes(args)
-    ft = args.checkpoint_interval is not None or args.recover
-    if args.checkpoint_interval is not None and not args.checkpoint_interval > 0:
-        raise CLIError(f"--checkpoint-interval {args.checkpoint_interval:g}: a checkpoint "
-                       f"interval is a positive number of seconds")
+    interval = _check_modes(args)
+    ft = interval is not None or args.recover
     if args.output and not ft and not args.output.endswith((".parquet", ".csv")):
         raise CLIError(f"--output {args.output}: use a .parquet or .csv file name (an "
                        "exactly-once folder needs --checkpoint-interval)")
@@ -373,6 +275,32 @@ def config_from_args(args):
         raise CLIError("--standby goes with --recover")
     if (args.crash_at or args.spawned_at is not None) and not ft:
         raise CLIError("--crash-at and --spawned-at go with --checkpoint-interval or --recover")
+    placement = _placement(args, ft)
+    # --persist-at without ingress: checkpoints only, the source replays the input
+    checkpoint_only = args.checkpoint_only or (placement is not None
+                                               and "ingress" not in placement)
+    reduces = args.push_up or args.compression not in (None, "none")
+    if reduces and not (args.persist_input or ft):
+        raise CLIError("--push-up and --compression reduce the persisted input: add "
+                       "--persist-input or --checkpoint-interval")
+    if reduces and checkpoint_only:
+        raise CLIError("no persisted input (--checkpoint-only, or --persist-at without "
+                       "ingress): --push-up and --compression have nothing to reduce")
+    try:
+        return _config(args, interval if ft else None, placement, checkpoint_only)
+    except ConfigError as e:
+        from scabbard.ft.config import FTConfig, PersistConfig, RunConfig
+        from scabbard.ft.flags import flag_name
+
+        flag = OWN_FLAGS.get(e.field) or next(
+            (f for c in (RunConfig, PersistConfig, FTConfig) if (f := flag_name(c, e.field))),
+            "--" + e.field.replace("_", "-"))
+        raise CLIError(f"{flag} {e.problem}") from None
+
+
+def _placement(args, ft: bool) -> list[str] | None:
+    """The edges ``--persist-at`` names (None: not given), checked against the other flags
+    that place p-streams."""
     if args.checkpoint_only and not ft:
         raise CLIError("--checkpoint-only goes with --checkpoint-interval")
     if args.checkpoint_only and args.persist_input:
@@ -381,57 +309,43 @@ def config_from_args(args):
         raise CLIError("--placement auto and --persist-at both place the p-streams: use one")
     if args.placement and not ft:
         raise CLIError("--placement goes with --checkpoint-interval (or --recover)")
-    placement = [e.strip() for e in args.persist_at.split(",") if e.strip()] \
-        if args.persist_at is not None else None
-    if placement is not None and not placement:
+    if args.persist_at is None:
+        return None
+    placement = [e.strip() for e in args.persist_at.split(",") if e.strip()]
+    if not placement:
         raise CLIError(f"--persist-at {args.persist_at!r} names no edge: give operator ids, "
                        f"ingress or output, separated by commas")
-    if placement is not None and not ft:
+    if not ft:
         raise CLIError("--persist-at goes with --checkpoint-interval (or --recover)")
-    if placement is not None and args.checkpoint_only:
+    if args.checkpoint_only:
         raise CLIError("--checkpoint-only and --persist-at both place the p-streams: use "
                        "--persist-at without ingress")
-    ingress = placement is None or "ingress" in placement
-    if not ingress:
-        args.checkpoint_only = True
-    reduces = args.push_up or args.compression not in (None, "none")
-    if reduces and not (args.persist_input or ft):
-        raise CLIError("--push-up and --compression reduce the persisted input: add "
-                       "--persist-input or --checkpoint-interval")
-    if reduces and args.checkpoint_only:
-        raise CLIError("no persisted input (--checkpoint-only, or --persist-at without "
-                       "ingress): --push-up and --compression have nothing to reduce")
-    try:
-        persist = PersistConfig(
-            Path(args.storage) if args.storage else storage_dir(args, args.query),
-            args.push_up, args.compression, args.lossy_decimals,
-            args.compression_interval,
-            persist_at=tuple(e for e in placement or () if e != "ingress"),
-        ) if (args.persist_input or ft) else None
-        return RunConfig(
-            args.query, Path(args.data) if args.data else None, args.rate, args.duration,
-            args.max_tuples, args.workers, args.batch, args.metrics_interval,
-            Path(args.metrics_log) if args.metrics_log else None, verify_mode(args), persist,
-            FTConfig(Path(args.output), args.sink, args.checkpoint_interval or 1.0,
-                     durability=args.durability,
-                     persist_input=False if args.checkpoint_only else None,
-                     crash_at=args.crash_at, spawned_at=args.spawned_at,
-                     checkpoint_mode=args.checkpoint_mode,
-                     step_ms=10.0 if args.checkpoint_step is None else args.checkpoint_step,
-                     max_unsaved_panes=args.max_unsaved_panes,
-                     max_replay_tuples=args.max_replay_tuples) if ft else None,
-            assembly=args.assembly, ingress_partitions=args.ingress_partitions,
-            state_memory=args.state_memory,
-            spill_dir=Path(args.spill_dir) if args.spill_dir else None,
-            adaptive_kernels=args.adaptive_kernels)
-    except ConfigError as e:
-        flag = FLAGS.get(e.field, "--" + e.field.replace("_", "-"))
-        raise CLIError(f"{flag} {e.problem}") from None
+    return placement
 
 
-def _check_modes(args) -> None:
+def _config(args, interval: float | None, placement: list[str] | None, checkpoint_only: bool):
+    """The configuration from the checked flags (``interval`` None: no fault tolerance)."""
+    from scabbard.ft.config import FTConfig, PersistConfig, RunConfig
+    from scabbard.ft.flags import given
+
+    ft = interval is not None
+    persist = PersistConfig(**{
+        "storage": storage_dir(args, args.query), **given(args, PersistConfig),
+        "persist_at": tuple(e for e in placement or () if e != "ingress"),
+    }) if (args.persist_input or ft) else None
+    fault_tolerance = FTConfig(**{
+        **given(args, FTConfig), "output": Path(args.output), "interval": interval,
+        "persist_input": False if checkpoint_only else None,
+    }) if ft else None
+    return RunConfig(**given(args, RunConfig), query=args.query,
+                     data=Path(args.data) if args.data else None, verify=verify_mode(args),
+                     persist=persist, ft=fault_tolerance)
+
+
+def _check_modes(args) -> float | None:
     """The checkpoint mode's flags: eventual's only with it; --checkpoint-period is the
-    interval in milliseconds (one of the two)."""
+    interval in milliseconds (one of the two).  The interval in seconds (a recovery without
+    one: the default), None: no fault tolerance."""
     eventual = [f for f, v in (("--checkpoint-period", args.checkpoint_period),
                                ("--checkpoint-step", args.checkpoint_step),
                                ("--max-unsaved-panes", args.max_unsaved_panes),
@@ -442,16 +356,21 @@ def _check_modes(args) -> None:
                                      or args.checkpoint_period is not None):
         raise CLIError("--checkpoint-mode goes with --checkpoint-interval (or "
                        "--checkpoint-period, or --recover)")
+    interval = args.checkpoint_interval
+    if interval is not None and not interval > 0:
+        raise CLIError(f"--checkpoint-interval {interval:g}: a checkpoint interval is a "
+                       f"positive number of seconds")
     if args.checkpoint_period is not None:
-        if args.checkpoint_interval is not None:
+        if interval is not None:
             raise CLIError("--checkpoint-period and --checkpoint-interval both set how often a "
                            "checkpoint is recorded: use one")
         if not args.checkpoint_period > 0:
             raise CLIError(f"--checkpoint-period must be positive, got {args.checkpoint_period}")
-        args.checkpoint_interval = args.checkpoint_period / 1e3
+        interval = args.checkpoint_period / 1e3
+    return INTERVAL if interval is None and args.recover else interval
 
 
-def _auto_placement(args, ds) -> None:
+def _auto_placement(args, ds, interval: float) -> None:
     """``--placement auto``: the placement the cost model chooses (a recovery: the run's own),
     as if given with --persist-at."""
     from scabbard.ft import placement as pl
@@ -467,7 +386,7 @@ def _auto_placement(args, ds) -> None:
                        str(Path(args.storage).parent), push_up=args.push_up,
                        compression=args.compression)
         rate = args.rate or 1e6
-        best = pl.choose(m, rate, args.checkpoint_interval or 1.0)
+        best = pl.choose(m, rate, interval)
         chosen = best.placement
         print(f"placement (auto, at {rate:,.0f} tuples/s): {best.label} - "
               f"{best.bytes_per_s / 1e6:.1f} MB/s persisted, recovery ~"
@@ -501,8 +420,8 @@ def _run_query(args) -> int:
 
     query = queries.get(args.query)
     if args.placement:
-        config_from_args(args)  # the flags checked before anything is measured
-        _auto_placement(args, query_dataset(args))
+        checked = config_from_args(args)  # the flags checked before anything is measured
+        _auto_placement(args, query_dataset(args), checked.ft.interval)
     elif args.recover:
         _recorded_settings(args)
     config = config_from_args(args)

@@ -22,7 +22,7 @@ import pandas as pd
 from scabbard import paths, queries, workloads
 from scabbard.engine import CollectSink, run_query
 from scabbard.experiments import Common
-from scabbard.ft.controller import Controller
+from scabbard.ft.controller import Controller, campaign_config
 from scabbard.ft.modes import EXACTLY_ONCE_SINKS
 
 RESTART_S = 3.0  # about what an incarnation takes to start and recover on this machine
@@ -140,14 +140,16 @@ def run_one(cfg: Config, settings: Settings, rng: random.Random) -> dict:
     seconds = settings.kills * ((settings.min_life + settings.max_life) / 2 + RESTART_S)
     per_tuple = _results_per_tuple(cfg.query, ds)
     n = max(ds.rows, min(int(settings.rate * seconds), int(MAX_RESULTS / per_tuple)))
-    c = Controller(cfg.query, ds.path, work, max_tuples=n, batch=settings.batch,
-                   rate=n / seconds, interval=settings.interval, sink=cfg.sink,
-                   push_up=cfg.push_up, compression=cfg.compression,
-                   compression_interval=settings.compression_interval,
-                   persist_at=cfg.persist_at, assembly=settings.assembly,
-                   ingress_partitions=tuple(settings.ingress) or None,
-                   checkpoint_mode=cfg.checkpoint_mode, state_memory=settings.state_memory,
-                   adaptive_kernels=settings.adaptive_kernels)
+    c = Controller(campaign_config(
+        cfg.query, ds.path, work, max_tuples=n, batch_rows=settings.batch, rate=n / seconds,
+        assembly=settings.assembly, state_memory=settings.state_memory,
+        adaptive_kernels=settings.adaptive_kernels,
+        persist={"push_up": cfg.push_up, "compression": cfg.compression,
+                 "compression_interval": settings.compression_interval,
+                 "persist_at": tuple(cfg.persist_at)},
+        ft={"interval": settings.interval, "sink": cfg.sink,
+            "checkpoint_mode": cfg.checkpoint_mode}),
+        ingress_partitions=tuple(settings.ingress))
     camp = c.run([rng.uniform(settings.min_life, settings.max_life)
                   for _ in range(settings.kills)], timeout=4 * seconds + 600)
     v = camp.verdict

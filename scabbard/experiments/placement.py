@@ -33,7 +33,7 @@ from scabbard.experiments import Common, finish, scratch
 from scabbard.experiments.recovery import breakdown
 from scabbard.ft import placement as pl
 from scabbard.ft.channels import stream_name
-from scabbard.ft.controller import Controller
+from scabbard.ft.controller import Controller, campaign_config
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import DiscardSink
 from scabbard.storage import BlockManager
@@ -103,9 +103,10 @@ def measure_placement(name: str, ds, placement: tuple[str, ...], s: Settings,
     ck = r.checkpoints
     # bytes and recovery, paced and killed
     n = int(s.rate * s.run_seconds)
-    c = Controller(name, ds.path, folder / "killed", max_tuples=n, workers=s.workers,
-                   batch=s.batch, rate=s.rate, interval=s.interval, persist_input=ingress,
-                   persist_at=inner, metrics_interval=0.1)
+    c = Controller(campaign_config(
+        name, ds.path, folder / "killed", max_tuples=n, workers=s.workers, batch_rows=s.batch,
+        rate=s.rate, metrics_interval=0.1, persist={"persist_at": tuple(inner)},
+        ft={"interval": s.interval, "persist_input": None if ingress else False}))
     camp = c.run(s.kill_delays())
     stored = _stored_bytes(c.storage, q, placement, ds.schema.payload_bytes)
     from scabbard.engine import read_metrics

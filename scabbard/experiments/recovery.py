@@ -32,7 +32,7 @@ import pandas as pd
 from scabbard import queries, workloads
 from scabbard.engine import EngineConfig, read_metrics
 from scabbard.experiments import Common, finish, scratch
-from scabbard.ft.controller import Campaign, Controller
+from scabbard.ft.controller import Campaign, Controller, campaign_config
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink
 
@@ -117,11 +117,11 @@ def measured_rate(settings: Settings, ds, folder: Path) -> tuple[float, bool]:
 
 def controller(settings: Settings, ds, rate: float, folder: Path) -> Controller:
     shutil.rmtree(folder, ignore_errors=True)
-    return Controller(settings.query, ds.path, folder, max_tuples=int(rate * settings.seconds),
-                      workers=settings.workers, batch=settings.batch, rate=rate,
-                      interval=settings.interval, standby=settings.standby,
-                      metrics_interval=settings.metrics_interval,
-                      adaptive_kernels=settings.adaptive_kernels)
+    return Controller(campaign_config(
+        settings.query, ds.path, folder, max_tuples=int(rate * settings.seconds),
+        workers=settings.workers, batch_rows=settings.batch, rate=rate,
+        metrics_interval=settings.metrics_interval, adaptive_kernels=settings.adaptive_kernels,
+        ft={"interval": settings.interval}), standby=settings.standby)
 
 
 def run(settings: Settings, log=print) -> Outcome:

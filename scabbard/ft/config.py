@@ -11,6 +11,7 @@ recovering.  Nothing here reads the environment.
 
 from __future__ import annotations
 
+import argparse
 import math
 import threading
 from dataclasses import dataclass, field
@@ -19,10 +20,20 @@ from pathlib import Path
 from scabbard.compression.policy import SCHEMES
 from scabbard.errors import UserError
 from scabbard.faults import POINTS
-from scabbard.ft.modes import CHECKPOINT_MODES, DURABILITIES, INTERVAL, SINKS
+from scabbard.ft.flags import Group, field_argv, flag, parse_bytes
+from scabbard.ft.modes import (
+    CHECKPOINT_MODES,
+    DURABILITIES,
+    EXACTLY_ONCE_SINKS,
+    INTERVAL,
+    SINKS,
+)
 from scabbard.storage import StorageConfig
 
 MAX_INTERVAL = 86_400.0  # a checkpoint at least once a day
+# where each field's flag is listed in 'scabbard run --help'
+_IN, _ENG, _PER, _FT, _OUT = (Group.INPUT, Group.ENGINE, Group.PERSISTENCE,
+                              Group.FAULT_TOLERANCE, Group.OUTPUT)
 
 
 class ConfigError(UserError, ValueError):
@@ -48,13 +59,30 @@ def _positive(name: str, value, integer: bool = False) -> None:
 class PersistConfig:
     """The ingress p-stream persisted in ``storage`` (``--persist-input``, ``--storage``)."""
 
-    storage: Path
-    push_up: bool = False  # --push-up
-    compression: str | None = None  # --compression; None: "none", or as recorded (recovery)
-    lossy_decimals: int | None = None  # --lossy-decimals
-    compression_interval: float = 4.0  # --compression-interval
+    storage: Path = field(metadata=flag(
+        "--storage", "storage folder for --persist-input / checkpoints (default: "
+        "storage/<QUERY>-<time> in the project folder)", _PER, metavar="DIR"))
+    push_up: bool = field(default=False, metadata=flag(
+        "--push-up", "persistence push-up (paper §3.4): selections and projections run before "
+        "the ingress p-stream, which then stores only the tuples and attributes the query "
+        "needs (see 'scabbard explain')", _PER))
+    # None: "none", or as recorded (recovery)
+    compression: str | None = field(default=None, metadata=flag(
+        "--compression", "compress the persisted p-stream per column (§5): default = the "
+        "paper's starting scheme (delta-of-delta timestamps, Simple-8b ints, XOR floats); "
+        "adaptive = profile and switch codecs while running (default none; a recovery takes "
+        "the run's own)", _PER, choices=SCHEMES))
+    lossy_decimals: int | None = field(default=None, metadata=flag(
+        "--lossy-decimals", "with --compression: store float columns with N decimals (error "
+        "<= 0.5e-N), as integers; batches that cannot be (NaN, inf) fall back to lossless XOR",
+        _PER, type=int, metavar="N"))
+    compression_interval: float = field(default=4.0, metadata=flag(
+        "--compression-interval", "with --compression adaptive: seconds between re-selections "
+        "(default 4, the paper's)", _PER, type=float, metavar="SECONDS"))
     layout: StorageConfig = field(default_factory=StorageConfig)  # the pool's files
-    persist_at: tuple[str, ...] = ()  # --persist-at: edges between operators with p-streams
+    # --persist-at: edges between operators with p-streams (the command's own flag: it also
+    # names the ingress, which is FTConfig.persist_input)
+    persist_at: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "storage", Path(self.storage))
@@ -81,22 +109,50 @@ class PersistConfig:
 class FTConfig:
     """Fault tolerance: checkpoints and exactly-once output to ``output``."""
 
-    output: Path  # --output
-    sink: str = "clocked"  # --exactly-once
-    interval: float | None = INTERVAL  # --checkpoint-interval (None: none on a timer)
+    output: Path  # --output (the command's own flag: without fault tolerance a results file)
+    sink: str = field(default="clocked", metadata=flag(
+        "--sink", "the exactly-once sink: clocked (default: results stored at once with their "
+        "vector clock, duplicates dropped on replay) or transactional (two-phase commit with "
+        "each checkpoint)", _FT, choices=EXACTLY_ONCE_SINKS))
+    # None: none on a timer (every_tasks, or eventual's steps)
+    interval: float | None = field(default=INTERVAL, metadata=flag(
+        "--checkpoint-interval", "fault tolerance: persist the input, checkpoint the operator "
+        "every SECONDS, write exactly-once output to the --output folder (implies "
+        "--persist-input)", _FT, type=float, metavar="SECONDS"))
     every_tasks: int | None = None  # a checkpoint every that many tasks (deterministic)
-    durability: str | None = None  # --durability; None: machine, or as recorded (recovery)
+    # None: machine, or as recorded (recovery)
+    durability: str | None = field(default=None, metadata=flag(
+        "--durability", "with --checkpoint-interval: machine (the default) flushes everything "
+        "a checkpoint record or an acknowledgement depends on to the device first (fdatasync "
+        "after the O_DIRECT writes, directories fsynced): the run survives power loss; "
+        "process only survives the engine being killed", _FT, choices=DURABILITIES))
     persist_input: bool | None = None  # False: --checkpoint-only; None: as recorded / True
     aligned: bool = False  # Flink-style aligned checkpoints (the paper's Flink++)
-    crash_at: str | None = None  # a crash point, NAME[:K] (scabbard.faults), for tests
-    spawned_at: float | None = None  # when the process was spawned (recovery phases)
-    # --checkpoint-mode: full (every checkpoint writes every pane its open windows need),
-    # incremental (closed panes written once, as pane units) or eventual (CEC: incremental,
-    # the panes saved in steps between records); None: full, or as recorded (recovery)
-    checkpoint_mode: str | None = None
-    step_ms: float = 10.0  # eventual: --checkpoint-step, CI (the period CP is ``interval``)
-    max_unsaved_panes: int | None = None  # eventual: --max-unsaved-panes, Q (forces a step)
-    max_replay_tuples: int | None = None  # eventual: --max-replay-tuples, U (forces a record)
+    crash_at: str | None = field(default=None, metadata=flag(
+        "--crash-at", "failure injection (the test harness and scabbard.ft.controller use "
+        "it): SIGKILL this process the K-th time it reaches POINT - " + ", ".join(POINTS),
+        _FT, metavar="POINT[:K]"))
+    # when the process was spawned (the controller's: recovery phases count from it)
+    spawned_at: float | None = field(default=None, metadata=flag(
+        "--spawned-at", argparse.SUPPRESS, _FT, type=float, metavar="UNIX_TIME"))
+    # None: full, or as recorded (recovery)
+    checkpoint_mode: str | None = field(default=None, metadata=flag(
+        "--checkpoint-mode", "with --checkpoint-interval: full (the default) writes every "
+        "pane the open windows need at every checkpoint; incremental writes a closed pane "
+        "once, as an immutable pane unit, and a checkpoint only the panes closed since and the "
+        "open one; eventual (CEC) also saves closed panes in steps every --checkpoint-step ms "
+        "between the records, one every --checkpoint-period (a recovery takes the run's own)",
+        _FT, choices=CHECKPOINT_MODES))
+    step_ms: float = field(default=10.0, metadata=flag(
+        "--checkpoint-step", "--checkpoint-mode eventual: save the panes closed since the last "
+        "save every MS milliseconds, CEC's CI (default 10)", _FT, type=float, metavar="MS"))
+    max_unsaved_panes: int | None = field(default=None, metadata=flag(
+        "--max-unsaved-panes", "--checkpoint-mode eventual: a step at once when more than Q "
+        "closed panes are not saved yet", _FT, type=int, metavar="Q"))
+    max_replay_tuples: int | None = field(default=None, metadata=flag(
+        "--max-replay-tuples", "--checkpoint-mode eventual: a record at the next task when "
+        "more than U input tuples came since the last record's cut (bounds what recovery "
+        "replays)", _FT, type=int, metavar="U"))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "output", Path(self.output))
@@ -134,21 +190,54 @@ class RunConfig:
 
     query: str
     data: Path | None = None  # the dataset folder (None: the query's small default)
-    rate: float | None = None  # input tuples per second
-    duration: float | None = None  # wall seconds (the dataset replayed until then)
-    max_tuples: int | None = None  # input tuples (the dataset replayed until then)
-    workers: int | None = None  # None: one per core
-    batch_rows: int | None = None  # tuples per task (None: from the data)
-    metrics_interval: float = 0.5
-    metrics_log: Path | None = None
+    rate: float | None = field(default=None, metadata=flag(
+        "--rate", "input rate limit, tuples per second", _IN, type=float))
+    duration: float | None = field(default=None, metadata=flag(
+        "--duration", "replay the dataset endlessly for this long (wall time)", _IN, type=float,
+        metavar="SECONDS"))
+    max_tuples: int | None = field(default=None, metadata=flag(
+        "--max-tuples", "stop after this many input tuples", _IN, type=int))
+    workers: int | None = field(default=None, metadata=flag(
+        "--workers", "worker threads (default: one per core)", _ENG, type=int))
+    batch_rows: int | None = field(default=None, metadata=flag(
+        "--batch", "tuples per task (default: per query)", _ENG, type=int, metavar="ROWS"))
+    metrics_interval: float = field(default=0.5, metadata=flag(
+        "--metrics-interval", "seconds between metrics samples (default 0.5)", _OUT, type=float,
+        metavar="SECONDS"))
+    metrics_log: Path | None = field(default=None, metadata=flag(
+        "--metrics-log", "JSON-lines metrics log (live samples)", _OUT, type=Path,
+        metavar="PATH"))
     verify: bool | str = "once"  # the dataset's checksums: once per change, True always, False
     persist: PersistConfig | None = None
     ft: FTConfig | None = None
-    assembly: str = "auto"  # serial | partitioned[:P] | auto (EngineConfig.assembly)
-    ingress_partitions: int | None = None  # None: by the workers (EngineConfig)
-    state_memory: int | None = None  # bytes of window state in memory (EngineConfig)
-    spill_dir: Path | None = None  # where state beyond it goes (None: the system's temp)
-    adaptive_kernels: bool = False  # adaptive query compilation (EngineConfig.adaptive)
+    assembly: str = field(default="auto", metadata=flag(
+        "--assembly", "the windows no task computes alone: serial (one state per window "
+        "operator), partitioned[:P] (its groups split by key hash between P partitions "
+        "assembled at once, merged in window order; P: --workers) or auto (default: "
+        "partitioned with 4+ workers where tasks are too short for windows of their own, "
+        "else serial)", _ENG, metavar="MODE"))
+    ingress_partitions: int | None = field(default=None, metadata=flag(
+        "--ingress-partitions", "read the source with N threads, each its share of the "
+        "batches (split by offset ranges), each appending its own to the ingress p-stream in "
+        "turn, so that no one thread touches every tuple (default: one per 4 workers; 1: the "
+        "dispatcher reads it).  A recovery may use another N", _ENG, type=int, metavar="N"))
+    state_memory: int | None = field(default=None, metadata=flag(
+        "--state-memory", "hold at most this much window state in memory (e.g. 256M, 2G): "
+        "key partitions beyond it are spilled to disk as state p-units and read back when "
+        "their windows close (default: no limit; at least 8M per window operator).  With "
+        "fault tolerance the spilled units go to --storage and are the checkpoint's state: a "
+        "checkpoint lists them and writes only the partitions in memory, and recovery reads "
+        "them back as the windows close", _ENG, type=parse_bytes, metavar="BYTES"))
+    spill_dir: Path | None = field(default=None, metadata=flag(
+        "--spill-dir", "where --state-memory spills without fault tolerance (default: the "
+        "system's temporary folder)", _ENG, type=Path, metavar="DIR"))
+    adaptive_kernels: bool = field(default=False, metadata=flag(
+        "--adaptive-kernels", "adaptive query compilation (Grizzly): each window operator's "
+        "kernels run generic, then instrumented (filter selectivities, key ranges), then "
+        "optimised for what was seen (filters by selectivity, a dense array for a small key "
+        "range), compiled in the background and swapped while the query runs; a task that "
+        "breaks an assumption is run again generically and the operator profiles anew "
+        "(results never change).  Kernel events go to --metrics-log", _ENG))
 
     def __post_init__(self) -> None:
         from scabbard import queries
@@ -191,3 +280,38 @@ class RunConfig:
             if self.ft.persist_input is False and self.persist.reduces:
                 raise ConfigError("persist", "cannot reduce input that is not persisted "
                                              "(checkpoint-only): drop push-up and compression")
+
+    def argv(self) -> list[str]:
+        """The ``scabbard run`` flags that make this configuration (the inverse of the
+        command's reading of them; the process controller starts engines with it).  A
+        setting with no flag (``FTConfig.every_tasks``, ``aligned``, a storage layout of
+        its own) cannot be written: ValueError names it."""
+        out = ["--query", self.query]
+        if self.data is not None:
+            out += ["--data", str(self.data)]
+        if self.verify != "once":
+            out.append("--verify" if self.verify is True else "--no-verify")
+        out += field_argv(self, skip=("query", "data", "verify"))
+        p, ft = self.persist, self.ft
+        if p is not None:
+            if p.layout != StorageConfig():
+                raise ValueError("PersistConfig.layout has no flag: a run with a storage "
+                                 "layout of its own cannot be started from the command line")
+            out += field_argv(p, skip=("layout", "persist_at"))
+            if ft is None:
+                if p.persist_at:
+                    raise ValueError("PersistConfig.persist_at goes with fault tolerance")
+                out.append("--persist-input")
+        if ft is not None:
+            if ft.interval is None:
+                raise ValueError("FTConfig.interval None has no flag: a run started from the "
+                                 "command line checkpoints on a timer")
+            out += ["--output", str(ft.output), "--checkpoint-interval", str(ft.interval)]
+            out += field_argv(ft, skip=("output", "interval", "persist_input"))
+            ingress = ft.persist_input is not False
+            if p is not None and p.persist_at:
+                out += ["--persist-at", ",".join((("ingress",) if ingress else ())
+                                                 + p.persist_at)]
+            elif not ingress:
+                out.append("--checkpoint-only")
+        return out

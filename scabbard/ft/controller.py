@@ -9,17 +9,18 @@ committed output with a failure-free run of the same query on the same input
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from scabbard import queries
 from scabbard.data import open_dataset
-from scabbard.ft.modes import INTERVAL
+from scabbard.ft.config import FTConfig, PersistConfig, RunConfig
 from scabbard.ft.verify import Verdict, compare
 
 _bytecode = threading.Lock()
@@ -41,6 +42,21 @@ def compiled_bytecode() -> None:
 
             compileall.compile_dir(Path(scabbard.__file__).parent, quiet=2)
             _bytecode_checked = True
+
+
+def campaign_config(query: str, data: str | Path, folder: str | Path, *,
+                    ft: dict | None = None, persist: dict | None = None,
+                    **run) -> RunConfig:
+    """A fault-tolerant run's configuration laid out in ``folder`` as a :class:`Controller`
+    keeps it: the storage, the exactly-once output and the metrics log inside; ``ft`` and
+    ``persist`` are :class:`FTConfig`'s and :class:`PersistConfig`'s other fields, ``run``
+    :class:`RunConfig`'s (two workers unless given: the failure-free run it is compared
+    with uses as many)."""
+    folder = Path(folder)
+    return RunConfig(query, Path(data), **{"workers": 2, **run},
+                     metrics_log=folder / "metrics.jsonl",
+                     persist=PersistConfig(folder / "storage", **(persist or {})),
+                     ft=FTConfig(folder / "output", **(ft or {})))
 
 
 @dataclass
@@ -66,39 +82,21 @@ class Controller:
     before the standby is ready falls back to a cold restart.
     """
 
-    def __init__(self, query: str, data: str | Path, workdir: str | Path, *, max_tuples: int,
-                 workers: int = 2, batch: int | None = None, rate: float | None = None,
-                 interval: float = INTERVAL, sink: str = "clocked", persist_input: bool = True,
+    def __init__(self, config: RunConfig, folder: str | Path | None = None, *,
                  standby: bool = False, standby_after: float = 2.0,
-                 metrics_interval: float = 0.5, push_up: bool = False,
-                 compression: str = "none", lossy_decimals: int | None = None,
-                 compression_interval: float = 4.0, persist_at: tuple[str, ...] = (),
-                 assembly: str = "auto", ingress_partitions: int | tuple[int, ...] | None = None,
-                 checkpoint_mode: str = "full",
-                 checkpoint_step: float | None = None, max_unsaved_panes: int | None = None,
-                 max_replay_tuples: int | None = None, state_memory: int | None = None,
-                 adaptive_kernels: bool = False):
-        self.query, self.data = query, Path(data)
-        self.dir = Path(workdir)
-        self.storage, self.output = self.dir / "storage", self.dir / "output"
-        self.metrics_log = self.dir / "metrics.jsonl"
-        self.max_tuples, self.workers, self.batch, self.rate = max_tuples, workers, batch, rate
-        self.interval, self.sink, self.persist_input = interval, sink, persist_input
+                 ingress_partitions: tuple[int, ...] = ()):
+        if config.ft is None or config.max_tuples is None or config.data is None:
+            raise ValueError("a controlled run is fault-tolerant, on a dataset, with "
+                             "max_tuples (so that it ends and is verified)")
+        self.config = config
+        self.query, self.data, self.max_tuples = config.query, config.data, config.max_tuples
+        self.storage, self.output = config.persist.storage, config.ft.output
+        self.metrics_log = config.metrics_log
+        self.dir = Path(folder) if folder is not None else self.storage.parent
         self.standby, self.standby_after = standby, standby_after
-        self.metrics_interval = metrics_interval
-        self.push_up, self.compression, self.lossy_decimals = push_up, compression, lossy_decimals
-        self.compression_interval = compression_interval
-        self.persist_at = tuple(persist_at)  # p-streams between operators (--persist-at)
-        self.assembly = assembly  # --assembly of every incarnation
-        # --ingress-partitions: one for every incarnation, or one per incarnation in turn (a
-        # recovery with another number than the run it continues)
-        self.ingress_partitions = ingress_partitions
-        self.checkpoint_mode = checkpoint_mode  # --checkpoint-mode (eventual: interval is CP)
-        self.eventual = {"--checkpoint-step": checkpoint_step,
-                         "--max-unsaved-panes": max_unsaved_panes,
-                         "--max-replay-tuples": max_replay_tuples}
-        self.state_memory = state_memory  # --state-memory: window state spilled beyond it
-        self.adaptive_kernels = adaptive_kernels  # --adaptive-kernels
+        # --ingress-partitions one per incarnation in turn (a recovery with another number
+        # than the run it continues); () : the config's for every incarnation
+        self.ingress_partitions = tuple(ingress_partitions)
         self.proc: subprocess.Popen | None = None
         self.spare: subprocess.Popen | None = None
         self.incarnation = 0
@@ -108,45 +106,13 @@ class Controller:
         self._abort = threading.Event()
 
     def command(self, recover: bool) -> list[str]:
-        cmd = [sys.executable, "-m", "scabbard", "run", "--query", self.query,
-               "--data", str(self.data), "--storage", str(self.storage),
-               "--checkpoint-interval", str(self.interval), "--output", str(self.output),
-               "--exactly-once", self.sink, "--max-tuples", str(self.max_tuples),
-               "--workers", str(self.workers), "--metrics-log", str(self.metrics_log),
-               "--metrics-interval", str(self.metrics_interval), "--quiet"]
-        if self.batch:
-            cmd += ["--batch", str(self.batch)]
-        if self.assembly != "auto":
-            cmd += ["--assembly", self.assembly]
-        parts = self.ingress_partitions
-        if isinstance(parts, tuple | list):
-            parts = parts[(self.incarnation - 1) % len(parts)] if parts else None
-        if parts is not None:
-            cmd += ["--ingress-partitions", str(parts)]
-        if self.checkpoint_mode != "full":
-            cmd += ["--checkpoint-mode", self.checkpoint_mode]
-            for flag, value in self.eventual.items():
-                if value is not None:
-                    cmd += [flag, str(value)]
-        if self.rate:
-            cmd += ["--rate", str(self.rate)]
-        if self.state_memory is not None:
-            cmd += ["--state-memory", str(self.state_memory)]
-        if self.adaptive_kernels:
-            cmd += ["--adaptive-kernels"]
-        if self.persist_at:
-            placed = (("ingress",) if self.persist_input else ()) + self.persist_at
-            cmd += ["--persist-at", ",".join(placed)]
-        elif not self.persist_input:
-            cmd += ["--checkpoint-only"]
-        if self.push_up:
-            cmd += ["--push-up"]
-        if self.compression != "none":
-            cmd += ["--compression", self.compression,
-                    "--compression-interval", str(self.compression_interval)]
-        if self.lossy_decimals is not None:
-            cmd += ["--lossy-decimals", str(self.lossy_decimals)]
-        return cmd + (["--recover"] if recover else [])
+        """The engine process of the next incarnation: ``scabbard run`` with the flags that
+        make the configuration (:meth:`RunConfig.argv`), quiet, recovering or not."""
+        cfg, parts = self.config, self.ingress_partitions
+        if parts:
+            cfg = replace(cfg, ingress_partitions=parts[(self.incarnation - 1) % len(parts)])
+        return ([sys.executable, "-m", "scabbard", "run", *cfg.argv(), "--quiet"]
+                + (["--recover"] if recover else []))
 
     # -- the process ------------------------------------------------------------------------------
     def _spawn(self, cmd: list[str], log: Path, stdin=None,
@@ -301,7 +267,8 @@ class Controller:
         from scabbard.ft.verify import failure_free
 
         return failure_free(queries.get(self.query), open_dataset(self.data), self.max_tuples,
-                            EngineConfig(workers=self.workers, batch_rows=self.batch))
+                            EngineConfig(workers=self.config.workers or os.cpu_count() or 1,
+                                         batch_rows=self.config.batch_rows))
 
     def verify(self) -> Verdict:
         from scabbard.ft.sinks import read_output

@@ -1,0 +1,129 @@
+"""One configuration from the command line to the engine: ``scabbard run``'s flags are made
+from the configuration's fields, and a configuration written as flags (what the process
+controller starts engines with) reads back as the same configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scabbard import queries
+from scabbard.cli import build_parser
+from scabbard.cli.errors import CLIError
+from scabbard.cli.run import config_from_args
+from scabbard.compression.policy import SCHEMES
+from scabbard.engine.runtime import MAX_WORKERS
+from scabbard.engine.spill import MIN_STATE_MEMORY
+from scabbard.faults import POINTS
+from scabbard.ft.config import MAX_INTERVAL, FTConfig, PersistConfig, RunConfig
+from scabbard.ft.flags import flagged
+from scabbard.ft.modes import CHECKPOINT_MODES, DURABILITIES, EXACTLY_ONCE_SINKS
+
+# the fields no flag of their own sets: the command's own flags (--query, --data, --verify,
+# --output, --persist-at, --checkpoint-only, --persist-input with --storage), the nested
+# parts, and the Python-only settings of tests and benchmarks
+UNFLAGGED = {
+    RunConfig: {"query", "data", "verify", "persist", "ft"},
+    PersistConfig: {"persist_at", "layout"},
+    FTConfig: {"output", "persist_input", "every_tasks", "aligned"},
+}
+
+paths = st.from_regex(r"/nonexistent/[a-z]{1,8}(/[a-z0-9_-]{1,8}){0,2}", fullmatch=True).map(Path)
+positive = st.floats(min_value=1e-3, max_value=1e12, allow_nan=False, allow_infinity=False)
+counts = st.integers(min_value=1, max_value=1 << 40)
+
+
+def maybe(strategy):
+    return st.none() | strategy
+
+
+@st.composite
+def persist_configs(draw, fault_tolerant: bool, checkpoint_only: bool):
+    compression = None if checkpoint_only else draw(maybe(st.sampled_from(SCHEMES)))
+    decimals = draw(maybe(st.integers(0, 9))) if compression in ("default", "adaptive") else None
+    edges = st.lists(st.sampled_from(["window0", "join0", "window1", "output"]), unique=True,
+                     max_size=3).map(tuple)
+    return PersistConfig(draw(paths), push_up=draw(st.booleans()) and not checkpoint_only,
+                         compression=compression, lossy_decimals=decimals,
+                         compression_interval=draw(positive),
+                         persist_at=draw(edges) if fault_tolerant else ())
+
+
+@st.composite
+def ft_configs(draw, checkpoint_only: bool):
+    mode = draw(maybe(st.sampled_from(CHECKPOINT_MODES)))
+    eventual = mode == "eventual"
+    point = draw(st.sampled_from(POINTS)) + draw(st.sampled_from(["", ":1", ":7"]))
+    return FTConfig(
+        draw(paths), sink=draw(st.sampled_from(EXACTLY_ONCE_SINKS)),
+        interval=draw(st.floats(min_value=1e-3, max_value=MAX_INTERVAL)),
+        durability=draw(maybe(st.sampled_from(DURABILITIES))),
+        persist_input=False if checkpoint_only else None,
+        crash_at=draw(maybe(st.just(point))), spawned_at=draw(maybe(positive)),
+        checkpoint_mode=mode, step_ms=draw(positive) if eventual else 10.0,
+        max_unsaved_panes=draw(maybe(counts)) if eventual else None,
+        max_replay_tuples=draw(maybe(counts)) if eventual else None)
+
+
+@st.composite
+def run_configs(draw):
+    kind = draw(st.sampled_from(["in memory", "persisted", "fault-tolerant"]))
+    checkpoint_only = kind == "fault-tolerant" and draw(st.booleans())
+    ft = draw(ft_configs(checkpoint_only)) if kind == "fault-tolerant" else None
+    persist = None if kind == "in memory" else draw(
+        persist_configs(ft is not None, checkpoint_only))
+    full = ft is None or ft.checkpoint_mode in (None, "full")
+    return RunConfig(
+        draw(st.sampled_from(queries.ALL)), data=draw(maybe(paths)), rate=draw(maybe(positive)),
+        duration=draw(maybe(positive)), max_tuples=draw(maybe(counts)),
+        workers=draw(maybe(st.integers(1, MAX_WORKERS))), batch_rows=draw(maybe(counts)),
+        metrics_interval=draw(positive), metrics_log=draw(maybe(paths)),
+        verify=draw(st.sampled_from(["once", True, False])), persist=persist, ft=ft,
+        assembly=draw(st.sampled_from(["auto", "serial", "partitioned", "partitioned:3"])),
+        ingress_partitions=draw(maybe(st.integers(1, 64))),
+        state_memory=draw(maybe(st.integers(MIN_STATE_MEMORY, 1 << 50))) if full else None,
+        spill_dir=draw(maybe(paths)), adaptive_kernels=draw(st.booleans()))
+
+
+def parsed(argv: list[str]) -> RunConfig:
+    return config_from_args(build_parser("run").parse_args(["run", *argv]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(run_configs())
+def test_a_configuration_written_as_flags_reads_back_the_same(config):
+    assert parsed(config.argv()) == config
+
+
+def test_every_setting_has_its_flag_or_is_named_as_the_commands_own():
+    """A new field is a new flag (with its help), or is listed here on purpose."""
+    for cls, own in UNFLAGGED.items():
+        flags = {f.name for f, _ in flagged(cls)}
+        assert flags | own == {f.name for f in dataclasses.fields(cls)}, cls
+        assert not flags & own
+        assert all(spec["help"] for _, spec in flagged(cls))
+
+
+def test_a_setting_without_a_flag_cannot_be_written_as_flags(tmp_path):
+    ft = FTConfig(tmp_path / "out", every_tasks=3)
+    config = RunConfig("CM1", persist=PersistConfig(tmp_path / "s"), ft=ft)
+    with pytest.raises(ValueError, match="every_tasks"):
+        config.argv()
+    with pytest.raises(ValueError, match="interval"):
+        dataclasses.replace(config, ft=FTConfig(tmp_path / "out", interval=None)).argv()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--checkpoint-step", "-1", "--checkpoint-mode", "eventual"], "--checkpoint-step must be"),
+    (["--compression-interval", "0"], "--compression-interval must be positive"),
+    (["--max-unsaved-panes", "0", "--checkpoint-mode", "eventual"], "--max-unsaved-panes must"),
+])
+def test_a_value_a_field_refuses_names_the_flag(tmp_path, flags, message):
+    argv = ["--query", "CM1", "--checkpoint-interval", "1", "--storage", str(tmp_path / "s"),
+            "--output", str(tmp_path / "o"), *flags]
+    with pytest.raises(CLIError, match=message):
+        parsed(argv)
