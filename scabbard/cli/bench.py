@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 from scabbard import paths
+from scabbard.cli import bench_runs as runs
+from scabbard.cli.bench_runs import settings_from as _settings  # noqa: F401 (tests read it)
 from scabbard.cli.common import hidden_alias, parse_bytes
-from scabbard.cli.errors import CLIError
 from scabbard.ft.modes import CHECKPOINT_MODES, EXACTLY_ONCE_SINKS
 
 # -- options shared by the benchmarks, declared once -----------------------------------------
@@ -133,18 +133,6 @@ def _all_queries(name: str, default) -> bool:
     return name == "queries" and tuple(default) == NAMES
 
 
-def _settings(settings, args, **extra):
-    """The experiment's ``settings`` from the flags :func:`_options` declared (and ``extra``);
-    a value the settings refuse is a one-line error."""
-    names = {f.name for f in dataclasses.fields(settings)}
-    given = {k: (tuple(v) if isinstance(v, list) else v) for k, v in vars(args).items()
-             if k in names}
-    try:
-        return settings(**{**given, **extra})
-    except ValueError as e:
-        raise CLIError(str(e)) from None
-
-
 def _bench(bsub, name: str, help: str, description: str, func, **kw):
     p = bsub.add_parser(name, help=help, description=description, **kw)
     p.set_defaults(func=func)
@@ -181,7 +169,7 @@ def add(sub, full: bool = True) -> None:
         bsub, "datagen", "dataset generation rate and replay-read rate per workload",
         "Generate each workload's dataset with --rows rows (into a scratch folder) and print "
         "the generation rate (tuples/s, MB/s of rows), then the read rate of the replay format "
-        "from the page cache.", _run_bench_datagen)
+        "from the page cache.", runs.run_datagen)
     dp.add_argument("--workloads", nargs="+", default=None, help="subset (default: all six)")
     dp.add_argument("--rows", type=int, default=16_000_000, help="rows per workload (default 16M)")
     dp.add_argument("--scratch", default=str(paths.data_root() / "bench"),
@@ -193,7 +181,7 @@ def add(sub, full: bool = True) -> None:
         "For each query on its small dataset: the engine's sustainable throughput with 1 and "
         "2 workers (endless replay for --duration), Spark Structured Streaming's throughput on "
         "the same data, and the engine's latency percentiles at 80% of its rate.  Writes "
-        "results.csv and engine_throughput.png to --output.", _run_bench_engine)
+        "results.csv and engine_throughput.png to --output.", runs.run_engine)
     _options(ep, engine_throughput.Settings, "queries", "seconds", "spark", "scale", "assembly",
              "ingress", "rounds", out="bench-engine")
     ip = _bench(
@@ -204,7 +192,7 @@ def add(sub, full: bool = True) -> None:
         "paper's Scabbard persists; tuples/s, MB/s to disk, share of the disk bandwidth) and "
         "the query's throughput without and with --persist-input.  Writes results.csv and "
         "ingest.png.",
-        _run_bench_ingest)
+        runs.run_ingest)
     _options(ip, ingest.Settings, "queries", "seconds", "scale", "with_query", "peers",
              "reduced", "ingress", "compression_interval", out="bench-ingest")
     cp = _bench(
@@ -225,7 +213,7 @@ def add(sub, full: bool = True) -> None:
         "stage, push-up, profile, compress, encode, fragment, boundary, assembly, sink, "
         "checkpoint, other).  Writes results.csv, parts.csv, runs.csv and checkpointing.png "
         "to --output.",
-        _run_bench_checkpoints)
+        runs.run_checkpoints)
     _options(cp, checkpointing.Settings, "queries", "seconds", "interval", "worker_counts",
              "configs", "compression_interval", "rounds", "scale", out="bench-checkpoints",
              rounds=2)
@@ -239,7 +227,7 @@ def add(sub, full: bool = True) -> None:
         "dataset's event rate with a window of backlog (state MB/s once it was processed).  "
         "Prints both modes side by side and the ratios; writes results.csv, runs.csv and "
         "incremental_checkpoints.png to --output.  Notebook 12 also sweeps CEC's period.",
-        _run_bench_incremental)
+        runs.run_incremental)
     _options(ic, incremental.Settings, "queries", "seconds", "interval", "rounds", "scale",
              "speedup", out="bench-incremental")
     zp = _bench(
@@ -249,7 +237,7 @@ def add(sub, full: bool = True) -> None:
         "strings) and per codec that applies: compression ratio and single-core encode and "
         "decode throughput, with the issue's targets (Var-Byte, NS, RLE, delta codecs >= 1 "
         "GB/s; Simple-8b, XOR >= 300 MB/s).  Writes results.csv, targets.csv and "
-        "compression_tradeoffs.png to --output.", _run_bench_codecs)
+        "compression_tradeoffs.png to --output.", runs.run_codecs)
     _options(zp, compression.Settings, "rows", "repeat", out="bench-codecs")
     sp = _bench(
         bsub, "synclog",
@@ -258,7 +246,7 @@ def add(sub, full: bool = True) -> None:
         "compressed with LZ4 and appended by --producers threads to their own partition "
         "files, each batch flushed to disk (fdatasync) before it is acknowledged.  Prints "
         "tuples/s, MB/s written and append-to-acknowledgement latency; then, for "
-        "--sweep-query, the same for batch sizes from 64 KiB to 16 MiB.", _run_bench_synclog)
+        "--sweep-query, the same for batch sizes from 64 KiB to 16 MiB.", runs.run_synclog)
     _options(sp, ingest.Settings, "queries", "scale", "seconds", seconds=3.0)
     sp.add_argument("--batch-kb", type=int, default=1024, help="batch size in KiB (default 1024)")
     sp.add_argument("--producers", type=int, default=2, help="producer threads (default 2)")
@@ -277,7 +265,7 @@ def add(sub, full: bool = True) -> None:
         "Streams, started on 127.0.0.1 for the run and stopped after it (Fig. 8; target: "
         "reduced ingest >= 100x the broker).  A line per query and system tells the time so "
         "far and what is left.  Writes fig7a/, fig8/ (tables and figures) and "
-        "side_by_side.csv to --output.", _run_bench_peers)
+        "side_by_side.csv to --output.", runs.run_peers)
     _options(pp, comparison.Settings, "queries", "seconds", "scale", "spark", "flink",
              "spark_memory", "spark_partitions", out="bench-peers")
     ap = _bench(
@@ -288,7 +276,7 @@ def add(sub, full: bool = True) -> None:
         "marker; results held until the checkpoint commits) and Flink++ with its input "
         "persisted through the synchronous log (Kafka++).  Prints throughput, result "
         "latency, checkpoint and alignment time and disk MB/s, then the ratios the paper "
-        "states.  Writes results.csv, runs.csv and aligned.png to --output.", _run_bench_aligned)
+        "states.  Writes results.csv, runs.csv and aligned.png to --output.", runs.run_aligned)
     _options(ap, aligned.Settings, "query", "batch_kib", "seconds", "interval", "scale",
              out="bench-aligned")
     tp = _bench(
@@ -299,7 +287,7 @@ def add(sub, full: bool = True) -> None:
         "uniform over --keys keys, counted and summed per key over a sliding window; then the "
         "paper's queries whose windows are assembled sequentially.  Prints throughput, each "
         "mode's scaling from 1 to 2 workers and its gain over serial.  Writes results.csv, "
-        "comparison.csv and partitioned.png to --output.", _run_bench_partitioned)
+        "comparison.csv and partitioned.png to --output.", runs.run_partitioned)
     _options(tp, partitioned.Settings, "queries", "keys", "rows", "seconds", "scale", "assembly",
              out="bench-partitioned")
     fp = _bench(
@@ -312,7 +300,7 @@ def add(sub, full: bool = True) -> None:
         "throughput and its ratio to 'true' beside the paper's (1 : 1.30 : 1.61 : 1.93), then "
         "the CPU per input tuple of each part (the selection's kernel, the survivors gathered, "
         "the rest of the task, the assembly, the dispatcher, the rest).  "
-        "Writes table1.csv, table1_runs.csv and table1.png to --output.", _run_bench_selection)
+        "Writes table1.csv, table1_runs.csv and table1.png to --output.", runs.run_selection)
     _options(fp, pipefabric.Settings, "queries", "seconds", "rounds", "scale",
              out="bench-selection")
     sp = _bench(
@@ -326,7 +314,7 @@ def add(sub, full: bool = True) -> None:
         "memory, then Spark Structured Streaming with the RocksDB state store and "
         "Flink SQL with the RocksDB state backend, each over the whole dataset once.  Prints "
         "the throughputs and the engine's over each peer's; writes results.csv, "
-        "state_runs.csv and state.png to --output.", _run_bench_state)
+        "state_runs.csv and state.png to --output.", runs.run_state)
     _options(sp, state.Settings, "key_counts", "systems", "event_seconds", "rate", "rounds",
              "interval", "state_memory", out="bench-state")
     ap = _bench(
@@ -342,7 +330,7 @@ def add(sub, full: bool = True) -> None:
         "(notebook 04's experiment): the recovery's phases side by side.  "
         "Prints the throughputs and the ratios to the generic kernels; writes results.csv, "
         "adaptive.png, timeline.csv, timeline.png and recovery.csv to --output.",
-        _run_bench_adaptive)
+        runs.run_adaptive)
     _options(ap, grizzly.Settings, "queries", "variants", "seconds", "rounds", "workers",
              "scale", "timeline_query", "change_at", "recovery_query", out="bench-adaptive")
     rs = _bench(
@@ -354,7 +342,7 @@ def add(sub, full: bool = True) -> None:
         "recovered by a new process (cold restart: process start, then code loading while "
         "the state loads) and by a warm standby started ahead of the failure; its output is "
         "compared with a failure-free run.  Prints each phase's median and spread in ms; "
-        "writes restarts.csv to --output.", _run_bench_restart)
+        "writes restarts.csv to --output.", runs.run_restart)
     _options(rs, recovery.Settings, "query", "scale", "load", "interval", "kill_at",
              out="bench-restart")
     rs.add_argument("--rounds", type=int, default=3, help="kills of each kind (default 3)")
@@ -368,7 +356,7 @@ def add(sub, full: bool = True) -> None:
         "then recovered and run over the next window's end.  Prints per run the state the "
         "last checkpoint holds, the checkpoints' median duration, the recovery's state load "
         "and the recovered run's time; writes recovery.csv and state_recovery.png to "
-        "--output.", _run_bench_state_recovery)
+        "--output.", runs.run_state_recovery)
     _options(rp, state.Settings, "key_counts", "event_seconds", "rate", "rounds",
              "state_memory", out="bench-state-recovery")
     kv = _bench(
@@ -381,7 +369,7 @@ def add(sub, full: bool = True) -> None:
         "--individual-ops records inserted one a call and in calls of --group (Fig. 3).  "
         "--rounds rounds, the stores alternating.  Prints the medians and the keystore's "
         "ratio over RocksDB; writes keyvalue.csv, keyvalue_runs.csv and keyvalue.png to "
-        "--output.", _run_bench_keyvalue)
+        "--output.", runs.run_keyvalue)
     _options(kv, keyvalue.Settings, "record_counts", "stores", "ops", "batch", "individual_ops",
              "group", "width", "rounds", out="bench-keyvalue")
     kr = _bench(
@@ -399,7 +387,7 @@ def add(sub, full: bool = True) -> None:
         "store's index catch-up is timed last.  --rounds rounds, the stores alternating.  "
         "Writes keyvalue_recovery.csv, "
         "keyvalue_recovery_runs.csv and keyvalue_recovery.png to --output.",
-        _run_bench_keyvalue_recovery)
+        runs.run_keyvalue_recovery)
     _options(kr, keyvalue.Settings, "record_counts", "width", "rounds",
              out="bench-keyvalue-recovery", record_counts=(1_000_000, 10_000_000, 40_000_000))
     gp = _bench(
@@ -410,7 +398,7 @@ def add(sub, full: bool = True) -> None:
         "generates --tuples rows of --workload into a file:// URI (the executors write "
         "Parquet and the replay columns) and runs --query on them with the Spark backend "
         "(results written by the executors).  Prints the generation rate and the query's "
-        "throughput side by side, and what limits them on this machine.", _run_bench_cluster)
+        "throughput side by side, and what limits them on this machine.", runs.run_cluster)
     _options(gp, scaleout.Settings, "workload", "tuples", "query", "workers", "rounds", "work")
     kp = _bench(
         bsub, "kills",
@@ -421,7 +409,7 @@ def add(sub, full: bool = True) -> None:
         "restart it with --recover until its input is consumed, and compare the committed "
         "output with a failure-free run.  Prints per configuration kills survived, results "
         "compared, lost, duplicated, different; writes runs.csv to --output.  The defaults "
-        "(11 queries x 2 sinks x 23 kills = 506) take about an hour here.", _run_bench_kills,
+        "(11 queries x 2 sinks x 23 kills = 506) take about an hour here.", runs.run_kills,
         epilog="Exit status 1 if any configuration lost, duplicated or changed a result.")
     _options(kp, kills.Settings, "queries", "sinks", "kills", "reduce_every", "reduced_with",
              "scale", "rate",
@@ -441,319 +429,3 @@ def add(sub, full: bool = True) -> None:
                     "run it continues; default: the engine's)")
 
 
-def _run_bench_datagen(args) -> int:
-    from scabbard.bench import bench_datagen
-
-    bench_datagen(
-        names=args.workloads, rows=args.rows, scratch=Path(args.scratch), keep=args.keep,
-        master=args.master, log=lambda s: print(s, flush=True),
-    )
-    return 0
-
-
-def _run_bench_engine(args) -> int:
-    from scabbard.experiments import engine_throughput as exp
-
-    settings = _settings(exp.Settings, args, output_dir=args.out)
-    table = exp.run(settings, log=lambda s: print(s, flush=True))
-    print()
-    print(exp.comparison(table).to_string(index=False, float_format=lambda v: f"{v:.2f}"))
-    exp.plot(table, args.out)
-    print(f"\nresults: {Path(args.out) / 'results.csv'}, figure: {Path(args.out) / 'engine_throughput.png'}")
-    return 0
-
-
-def _run_bench_ingest(args) -> int:
-    from scabbard.experiments import ingest as exp
-
-    settings = _settings(exp.Settings, args)
-    disk, table = exp.run(settings, log=lambda s: print(s, flush=True))
-    print("\n" + exp.summary(disk, table).round(2).to_string(index=False))
-    csv = exp.save(disk, table, args.out)
-    exp.plot(disk, table, args.out)
-    print(f"\nresults: {csv}, figure: {Path(args.out) / 'ingest.png'}")
-    return 0
-
-
-def _run_bench_checkpoints(args) -> int:
-    from scabbard.experiments import checkpointing as exp
-
-    settings = _settings(exp.Settings, args)
-    runs = exp.run(settings, log=lambda s: print(s, flush=True))
-    table = exp.summary(runs)
-    with pd_wide():
-        print("\n" + table.round(3).T.to_string(header=False))
-        print("\nCPU per input tuple, ns (medians):\n"
-              + exp.parts(runs).round(2).to_string(index=False))
-    print(exp.headline(table))
-    csv = exp.save(runs, args.out)
-    exp.plot(table, args.out)
-    print(f"\nresults: {csv}, figure: {Path(args.out) / 'checkpointing.png'}")
-    return 0
-
-
-def pd_wide():
-    """pandas prints a wide table whole (no wrapping, every column)."""
-    import pandas as pd
-
-    return pd.option_context("display.width", 250, "display.max_columns", None)
-
-
-def _run_bench_incremental(args) -> int:
-    from scabbard.experiments import incremental as exp
-
-    settings = _settings(exp.Settings, args)
-    runs = exp.run(settings, log=lambda s: print(s, flush=True))
-    table = exp.summary(runs)
-    print("\n" + table.round(3).set_index("query").T.to_string())
-    print(exp.headline(table, settings.speedup))
-    csv = exp.save(runs, args.out)
-    exp.plot(table, args.out)
-    print(f"\nresults: {csv}, figure: {Path(args.out) / 'incremental_checkpoints.png'}")
-    return 0
-
-
-def _run_bench_codecs(args) -> int:
-    from scabbard.experiments import compression as exp
-
-    if args.rows < 1 or args.repeat < 1:
-        raise CLIError("--rows and --repeat must be >= 1")
-    table = exp.run(_settings(exp.Settings, args), log=lambda s: print(s, flush=True))
-    print("\n" + exp.targets(table).round(0).to_string(index=False))
-    print(exp.headline(table))
-    csv = exp.save(table, args.out)
-    exp.plot(table, args.out)
-    print(f"\nresults: {csv}, figure: {Path(args.out) / 'compression_tradeoffs.png'}")
-    return 0
-
-
-def _run_bench_synclog(args) -> int:
-    import tempfile
-
-    from scabbard import queries, workloads
-    from scabbard.peers.synclog import ingest
-
-    if args.batch_kb < 1 or args.producers < 1 or not args.seconds > 0:
-        raise CLIError("--batch-kb and --producers must be >= 1 and --duration positive")
-
-    def show(r) -> None:
-        lat = r.latency_ms
-        print(f"{r.query:5} batch {r.batch_bytes >> 10:6} KiB  {r.tuples_per_s / 1e6:7.2f} M "
-              f"tuples/s  {r.tuples_per_s * r.row_bytes / 1e6:7.0f} MB/s of rows  "
-              f"{r.disk_mb_s:6.0f} MB/s to disk  latency ms p50 {lat['p50']:7.2f}  "
-              f"p95 {lat['p95']:7.2f}", flush=True)
-
-    root = Path(args.data_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="scabbard-synclog-", dir=root) as folder:
-        for q in args.queries:
-            ds = workloads.dataset(queries.workload_of(q), args.scale, root=str(root))
-            show(ingest(q, ds, folder, args.seconds, args.batch_kb << 10, args.producers))
-        if args.sweep_query != "NONE":
-            ds = workloads.dataset(queries.workload_of(args.sweep_query), args.scale,
-                                   root=str(root))
-            print(f"\nbatch size sweep, {args.sweep_query}:")
-            for kb in (64, 256, 1024, 4096, 16384):
-                show(ingest(args.sweep_query, ds, folder, args.seconds, kb << 10,
-                            args.producers))
-    return 0
-
-
-def _run_bench_peers(args) -> int:
-    import dataclasses
-
-    from scabbard.experiments import comparison, ingest
-    from scabbard.experiments.progress import Progress, clock, guesses_from
-    from scabbard.peers.flink import flink_available
-
-    def log(line: str) -> None:
-        print(line, flush=True)
-
-    s7 = _settings(comparison.Settings, args)
-    if s7.flink and not flink_available():
-        log("note: Flink-FT is skipped: not installed here (no .venv-flink; `make peers` or "
-            "scripts/setup-flink.sh creates it)")
-        s7 = dataclasses.replace(s7, flink=False)
-    s8 = ingest.Settings(queries=s7.queries, scale=s7.scale, seconds=s7.seconds,
-                         with_query=False, disk_bytes=256 << 20, workers=s7.workers)
-    out = Path(args.out)
-    history = out / "steps.json"  # what each step took in the last run here
-    progress = Progress(guesses_from(comparison.steps(s7) + ingest.steps(s8), history), log)
-    log(f"{len(progress.steps)} steps over {len(s7.queries)} queries; about "
-        f"{clock(progress.left_s())} in all, as first guessed"
-        + (f" from the last run's {history}" if history.exists() else "")
-        + " (each step's line updates it)")
-    print("== Fig. 7a: throughput with fault tolerance, the engine vs the FT peers ==", flush=True)
-    runs = comparison.run(s7, log=log, progress=progress)
-    fig7 = comparison.summary(runs)
-    print("\n== Fig. 8: persisted ingest, the engine vs Kafka++ vs the broker ==", flush=True)
-    disk, table = ingest.run(s8, log=log, progress=progress)
-    fig8 = ingest.summary(disk, table)
-    log(f"\nall done in {clock(progress.elapsed_s)}")
-    progress.save(history)
-    print("\n== Fig. 7a (M tuples/s; FT over each peer) ==")
-    print(_fig7_table(fig7, runs).T.to_string())
-    for row in fig7[fig7["failed"] != ""].itertuples():
-        print(f"failed on {row.query}: {row.failed}")
-    print(f"\n== Fig. 8 (M tuples/s of source tuples, MB/s written to disk; disk: O_DIRECT "
-          f"write {disk['write_mb_s']:,.0f} MB/s, first write {disk['first_write_mb_s']:,.0f} "
-          f"MB/s) ==")
-    print(fig8.set_index("query").round(2).T.to_string())
-    print(f"\nFig. 7a: {comparison.headline(fig7)}")
-    print(f"Fig. 8: {ingest.broker_ratio(fig8)}")
-    print(f"paper: {comparison.PAPER}\npaper: {ingest.PAPER_PEERS}")
-    out.mkdir(parents=True, exist_ok=True)
-    side = fig7.merge(fig8, on="query")
-    side.to_csv(out / "side_by_side.csv", index=False)
-    comparison.save(runs, out / "fig7a")
-    ingest.save(disk, table, out / "fig8")
-    comparison.plot(runs, out / "fig7a")
-    ingest.plot(disk, table, out / "fig8")
-    print(f"\nresults: {out / 'side_by_side.csv'}, figures: {out}/fig7a, {out}/fig8")
-    return 0
-
-
-def _fig7_table(fig7, runs):
-    """Fig. 7a's figures for printing, per query: a peer that failed says ``failed`` (why is
-    printed below the table)."""
-    from scabbard.experiments.comparison import SYSTEMS
-
-    shown = fig7.drop(columns="failed").set_index("query").round(2).astype(object)
-    if "error" in runs:
-        for r in runs.dropna(subset=["error"]).itertuples():
-            shown.loc[r.query, f"{dict(SYSTEMS)[r.system]} M tuples/s"] = "failed"
-    return shown
-
-
-def _run_bench_aligned(args) -> int:
-    from scabbard.experiments import aligned as exp
-
-    if any(k < 1 for k in args.batch_kib) or not args.seconds > 0:
-        raise CLIError("--batch-kb must be >= 1 and --duration positive")
-    settings = _settings(exp.Settings, args)
-    runs = exp.run(settings, log=lambda s: print(s, flush=True))
-    print("\n" + exp.summary(runs).round(2).T.to_string(header=False))
-    print(f"\npaper: {exp.PAPER}")
-    csv = exp.save(runs, args.out)
-    exp.plot(runs, args.out)
-    print(f"\nresults: {csv}, figure: {Path(args.out) / 'aligned.png'}")
-    return 0
-
-
-def _run_bench_partitioned(args) -> int:
-    from scabbard.experiments import partitioned as exp
-
-    return _tabled(args, exp, exp.comparison, "partitioned.png")
-
-
-def _tabled(args, exp, table, figure: str, results: str = "results.csv", more=()) -> int:
-    """A bench of one experiment module: its settings from the flags, its runs (a line each
-    as they come), ``table`` of them printed (then each of ``more``: (title, table)), its
-    figure, and where both went."""
-    runs = exp.run(_settings(exp.Settings, args, output_dir=args.out),
-                   log=lambda s: print(s, flush=True))
-    print("\n" + table(runs).round(2).to_string(index=False))
-    for title, extra in more:
-        print(f"\n{title}:\n" + extra(runs).round(2).to_string(index=False))
-    exp.plot(runs, args.out)
-    print(f"\nresults: {Path(args.out) / results}, figure: {Path(args.out) / figure}")
-    return 0
-
-
-def _run_bench_selection(args) -> int:
-    from scabbard.experiments import pipefabric as exp
-
-    return _tabled(args, exp, exp.table1, "table1.png", "table1.csv",
-                   more=(("CPU per input tuple, ns (medians; the parts add up to CPU ns)",
-                          exp.parts),))
-
-
-def _run_bench_state(args) -> int:
-    from scabbard.experiments import state as exp
-
-    return _tabled(args, exp, exp.summary, "state.png")
-
-
-def _run_bench_keyvalue(args) -> int:
-    from scabbard.experiments import keyvalue as exp
-
-    return _tabled(args, exp, exp.summary, "keyvalue.png", "keyvalue.csv")
-
-
-def _run_bench_keyvalue_recovery(args) -> int:
-    from scabbard.experiments import keyvalue as exp
-
-    return _recovery_bench(args, exp, "keyvalue_recovery.csv", "keyvalue_recovery.png", 3)
-
-
-def _run_bench_restart(args) -> int:
-    from scabbard.experiments import recovery as exp
-
-    if args.rounds < 1:
-        raise CLIError("--rounds must be at least 1")
-    runs = exp.restarts(_settings(exp.Settings, args), args.rounds,
-                        log=lambda s: print(s, flush=True))
-    with pd_wide():
-        print("\n" + exp.restart_summary(runs).round(1).to_string(index=False))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    runs.to_csv(out / "restarts.csv", index=False)
-    print(f"\nresults: {out / 'restarts.csv'}")
-    return 0 if runs["exactly_once"].all() else 1
-
-
-def _run_bench_adaptive(args) -> int:
-    from scabbard.experiments import grizzly as exp
-
-    settings = _settings(exp.Settings, args, output_dir=args.out)
-    runs = exp.run(settings, log=lambda s: print(s, flush=True))
-    print("\n" + exp.summary(runs).round(2).to_string(index=False))
-    exp.plot(runs, args.out)
-    samples, events, info = exp.timeline(settings, log=lambda s: print(s, flush=True))
-    exp.plot_timeline(samples, events, info, args.out)
-    rec = exp.recovery(settings, log=lambda s: print(s, flush=True))
-    med = rec.groupby("variant")[list(exp.RECOVERY_PHASES)].median().round(0)
-    print(f"\n{settings.recovery_query}: a kill and its recovery, medians (ms); exactly once in "
-          f"{int(rec['exactly_once'].sum())} of {len(rec)} runs\n{med.to_string()}")
-    print(f"\nresults: {Path(args.out) / 'results.csv'}, figures: "
-          f"{Path(args.out) / 'adaptive.png'}, {Path(args.out) / 'timeline.png'}")
-    return 0
-
-
-def _run_bench_state_recovery(args) -> int:
-    from scabbard.experiments import state as exp
-
-    return _recovery_bench(args, exp, "recovery.csv", "state_recovery.png", 2)
-
-
-def _recovery_bench(args, exp, results: str, figure: str, digits: int) -> int:
-    """A Darwin Fig. 2 bench: the module's ``recovery`` runs (a line each), its summary
-    printed, its figure, and where both went."""
-    runs = exp.recovery(_settings(exp.Settings, args, output_dir=args.out),
-                        log=lambda s: print(s, flush=True))
-    print("\n" + exp.recovery_summary(runs).round(digits).to_string(index=False))
-    exp.plot_recovery(runs, args.out)
-    print(f"\nresults: {Path(args.out) / results}, figure: {Path(args.out) / figure}")
-    return 0
-
-
-def _run_bench_cluster(args) -> int:
-    from scabbard.experiments import scaleout as exp
-
-    table = exp.run(_settings(exp.Settings, args), log=lambda s: print(s, flush=True))
-    print("\n" + exp.summary(table))
-    print("\n" + exp.note(table))
-    return 0
-
-
-def _run_bench_kills(args) -> int:
-    from scabbard.experiments import kills as exp
-    from scabbard.experiments import save_tables
-
-    settings = _settings(exp.Settings, args)
-    configs = exp.plan(settings)
-    print(f"{len(configs)} configurations x {settings.kills} kills", flush=True)
-    runs = exp.run(settings, log=lambda s: print(s, flush=True))
-    print(exp.headline(runs))
-    print(f"results: {save_tables(args.out, runs=runs)}")
-    return 0 if runs["ok"].all() else 1

@@ -24,21 +24,7 @@ from pathlib import Path
 
 from scabbard import paths
 from scabbard.cli.errors import CLIError
-
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-def parse_bytes(text: str) -> int:
-    """A size in bytes: ``268435456``, ``256M``, ``2G``, ``512KiB`` (powers of 1024)."""
-    t = str(text).strip().upper().removesuffix("IB").removesuffix("B")
-    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
-    try:
-        value = float(t[:len(t) - len(unit)])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 256M, 2G)") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a size must be positive")
-    return int(value * _UNITS[unit])
+from scabbard.ft.flags import parse_bytes  # noqa: F401 (the commands take it from here)
 
 
 def hidden_alias(p, *flags: str, dest: str, **kw) -> None:
