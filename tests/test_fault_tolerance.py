@@ -50,14 +50,14 @@ def test_stopped_and_recovered_runs_give_the_failure_free_output(tiny, tmp_path,
     store, out = tmp_path / "store", tmp_path / "out"
     # paced so that the first 0.4 s never reach the end of the input, however fast the machine
     r = run_fault_tolerant(q, ds, store, kind(out), cfg, interval=0.02, max_tuples=n,
-                           rate=n / 2.0, duration=0.4, storage_config=SMALL,
+                           rate=n / 2.0, duration=0.4, layout=SMALL,
                            persist_input=persist)
     assert r.checkpoints and not completed(store)
     assert ("input" in json.loads((store / "streams.json").read_text())) == persist
     resumed = []
     while not completed(store):
         r = run_fault_tolerant(q, ds, store, kind(out), cfg, interval=0.02, recover=True,
-                               duration=0.4, storage_config=SMALL)
+                               duration=0.4, layout=SMALL)
         resumed.append(r.resumed_from)
         assert len(resumed) < 100
     assert any(c is not None for c in resumed)
@@ -71,13 +71,13 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(tiny, tmp_path):
     n = 150 * ds.rows
     store, out = tmp_path / "store", tmp_path / "out"
     run_fault_tolerant(q, ds, store, ClockedSink(out), CFG, interval=0.02, max_tuples=n,
-                       duration=0.5, storage_config=SMALL)
+                       duration=0.5, layout=SMALL)
     records = sorted((store / "checkpoints").glob("ckpt-*.json"))
     assert len(records) >= 2
     newest = records[-1]
     newest.write_text(newest.read_text().replace('"seq": ', '"seq": 1'))  # edited: crc fails
     r = run_fault_tolerant(q, ds, store, ClockedSink(out), CFG, interval=0.02, recover=True,
-                           storage_config=SMALL)
+                           layout=SMALL)
     assert r.resumed_from == int(records[-2].stem.split("-")[1])
     assert completed(store)
     assert compare(read_output(out), failure_free(q, ds, n), q.schema).ok
@@ -88,12 +88,12 @@ def test_no_usable_checkpoint_after_gc_fails_clearly(tiny, tmp_path):
     ds = tiny["cm"]
     store, out = tmp_path / "store", tmp_path / "out"
     run_fault_tolerant(q, ds, store, ClockedSink(out), CFG, interval=0.02,
-                       max_tuples=150 * ds.rows, duration=0.5, storage_config=SMALL)
+                       max_tuples=150 * ds.rows, duration=0.5, layout=SMALL)
     for p in (store / "checkpoints").glob("ckpt-*.json"):
         p.write_text("{ torn")
     with pytest.raises(CheckpointError, match="cannot be recovered"):
         run_fault_tolerant(q, ds, store, ClockedSink(out), CFG, recover=True,
-                           storage_config=SMALL)
+                           layout=SMALL)
 
 
 def test_recover_needs_a_run_and_a_new_run_needs_an_empty_folder(tiny, tmp_path):
@@ -102,7 +102,7 @@ def test_recover_needs_a_run_and_a_new_run_needs_an_empty_folder(tiny, tmp_path)
     with pytest.raises(CheckpointError, match="no run to recover"):
         run_fault_tolerant(q, ds, tmp_path / "s", ClockedSink(tmp_path / "o"), CFG, recover=True)
     run_fault_tolerant(q, ds, tmp_path / "s", ClockedSink(tmp_path / "o"), CFG,
-                       max_tuples=ds.rows, storage_config=SMALL)
+                       max_tuples=ds.rows, layout=SMALL)
     with pytest.raises(CheckpointError, match="already holds a run"):
         run_fault_tolerant(q, ds, tmp_path / "s", ClockedSink(tmp_path / "o"), CFG)
 
@@ -240,7 +240,7 @@ faults.arm = lambda spec: arm(spec or a["crash_at"])
 run_fault_tolerant(queries.get("CM1"), open_dataset(a["data"]), a["store"],
                    open_output(a["out"], a["sink"]), EngineConfig(workers=2, batch_rows=a["batch"]),
                    interval=0.02, max_tuples=a["n"], rate=a["n"] / 2.0, recover=a["recover"],
-                   storage_config=StorageConfig(**a["layout"]))
+                   layout=StorageConfig(**a["layout"]))
 """
 
 
@@ -271,7 +271,7 @@ def test_crash_points_between_the_pieces_of_a_task(tiny, tmp_path, sink):
     while not completed(store):
         run_fault_tolerant(q, ds, store, open_output(out, sink),
                            EngineConfig(workers=2, batch_rows=batch), interval=0.02,
-                           recover=True, storage_config=SMALL)
+                           recover=True, layout=SMALL)
     v = compare(read_output(out), failure_free(q, ds, n), q.schema)
     assert v.ok, v
 
@@ -624,7 +624,7 @@ def test_tasks_whose_input_push_up_empties_pass_their_marker_on(tiny, tmp_path):
     n = 3 * ds.rows
     cfg = EngineConfig(workers=2, batch_rows=64)
     store, out = tmp_path / "store", tmp_path / "out"
-    kw = {"storage_config": SMALL, "push_up": True, "interval": None, "every_tasks": 1}
+    kw = {"layout": SMALL, "push_up": True, "interval": None, "every_tasks": 1}
     first = run_fault_tolerant(q, ds, store, ClockedSink(out), cfg, max_tuples=n,
                                rate=n / 1.0, duration=0.3, **kw)
     assert first.checkpoints and not completed(store)
@@ -649,7 +649,7 @@ def test_a_global_aggregates_task_is_stored_in_pieces_and_recovers(tiny, tmp_pat
     n = 6 * ds.rows
     cfg = EngineConfig(workers=2, batch_rows=8192)
     store, out = tmp_path / "store", tmp_path / "out"
-    kw = {"storage_config": SMALL, "push_up": True, "compression": "adaptive",
+    kw = {"layout": SMALL, "push_up": True, "compression": "adaptive",
           "compression_interval": 0.05, "interval": None, "every_tasks": 2}
     run_fault_tolerant(q, ds, store, ClockedSink(out), cfg, max_tuples=n, rate=n / 1.0,
                        duration=0.3, **kw)

@@ -29,7 +29,7 @@ def ft_run(q, ds, root, mode, k=None, recover=False, sink=ClockedSink, **kw):
     """A run with a checkpoint every 3 tasks (the same tasks in every mode), stopped after ``k``
     batches (None: to the end of its input)."""
     return run_fault_tolerant(q, ds, root / "storage", sink(root / "output"), CFG,
-                              interval=None, every_tasks=3, storage_config=SMALL,
+                              interval=None, every_tasks=3, layout=SMALL,
                               recover=recover, checkpoint_mode=None if recover else mode,
                               wrap_source=(lambda s: StopAfter(s, k)) if k else None, **kw)
 
@@ -165,7 +165,7 @@ def test_incremental_and_full_checkpoints_recover_the_same_state(tiny, tmp_path,
         def run(k=None, root=root, **kw):
             return run_fault_tolerant(
                 q, ds, root / "storage", ClockedSink(root / "output"), cfg, interval=None,
-                every_tasks=3, storage_config=SMALL, persist_at=persist_at,
+                every_tasks=3, layout=SMALL, persist_at=persist_at,
                 wrap_source=(lambda s: StopAfter(s, k)) if k else None, **kw)
         first = run(40, checkpoint_mode=mode, max_tuples=n)
         rest = run(20, recover=True)
@@ -224,7 +224,7 @@ def test_a_recovery_in_another_checkpoint_mode_is_refused(tiny, tmp_path):
     ft_run(q, ds, tmp_path, "incremental", k=10, max_tuples=10 * ds.rows)
     with pytest.raises(CheckpointError, match="checkpoint_mode 'incremental' recorded, 'full'"):
         run_fault_tolerant(q, ds, tmp_path / "storage", ClockedSink(tmp_path / "output"), CFG,
-                           recover=True, storage_config=SMALL, checkpoint_mode="full")
+                           recover=True, layout=SMALL, checkpoint_mode="full")
 
 
 # -- eventual ------------------------------------------------------------------------------------
@@ -235,7 +235,7 @@ def test_eventual_steps_save_closed_panes_between_records(tiny, tmp_path):
     q, ds = query("LRB1", tiny)
     n = 40 * ds.rows
     r = run_fault_tolerant(q, ds, tmp_path / "storage", TransactionalSink(tmp_path / "output"),
-                           CFG, interval=None, every_tasks=12, storage_config=SMALL,
+                           CFG, interval=None, every_tasks=12, layout=SMALL,
                            max_tuples=n, checkpoint_mode="eventual", step_ms=0.001,
                            wrap_source=lambda s: StopAfter(s, 150))
     steps = [c.operator["written"] for c in r.checkpoints[2:]]
@@ -249,7 +249,7 @@ def test_eventual_bounds_force_steps_and_records(tiny, tmp_path):
     records never due by time, more than 20,000 tuples since the last cut ask for one."""
     q, ds = query("SG1", tiny)
     r = run_fault_tolerant(q, ds, tmp_path / "storage", ClockedSink(tmp_path / "output"), CFG,
-                           interval=3600.0, storage_config=SMALL, max_tuples=20 * ds.rows,
+                           interval=3600.0, layout=SMALL, max_tuples=20 * ds.rows,
                            checkpoint_mode="eventual", step_ms=3.6e6, max_unsaved_panes=4,
                            max_replay_tuples=20_000, metrics_log=tmp_path / "m.jsonl")
     assert r.checkpoints  # only U asked for them

@@ -208,7 +208,7 @@ def test_recovery_with_another_number_of_partitions(tiny, tmp_path):
     # paced so that the first 0.4 s never reach the end of the input, however fast the machine
     log = tmp_path / "metrics.jsonl"
     r = run_fault_tolerant(q, ds, store, ClockedSink(out), cfg(3), interval=0.02, max_tuples=n,
-                           rate=n / 2.0, duration=0.4, storage_config=SMALL, push_up=True,
+                           rate=n / 2.0, duration=0.4, layout=SMALL, push_up=True,
                            compression="adaptive", compression_interval=0.1, metrics_log=log)
     assert r.checkpoints and not completed()
     resumed, k = [], 0
@@ -216,7 +216,7 @@ def test_recovery_with_another_number_of_partitions(tiny, tmp_path):
         parts = (1, 2, 3)[k % 3]
         k += 1
         r = run_fault_tolerant(q, ds, store, ClockedSink(out), cfg(parts), interval=0.02,
-                               recover=True, duration=0.4, storage_config=SMALL, push_up=True,
+                               recover=True, duration=0.4, layout=SMALL, push_up=True,
                                metrics_log=log)
         resumed.append(r.resumed_from)
         assert k < 100

@@ -28,7 +28,7 @@ PLACEMENTS = [
 
 
 def run(q, ds, store, sink, *, k=None, recover=False, **kw):
-    return run_fault_tolerant(q, ds, store, sink, CFG, interval=None, storage_config=SMALL,
+    return run_fault_tolerant(q, ds, store, sink, CFG, interval=None, layout=SMALL,
                               every_tasks=2, recover=recover,
                               wrap_source=None if k is None else (lambda s: StopAfter(s, k)),
                               **kw)

@@ -55,13 +55,13 @@ from scabbard.storage import segment as seg_fmt
 def stopped(q, ds, store, sink, k, **kw):
     """A run (or a recovery) whose source stops after ``k`` new batches: not completed."""
     return run_fault_tolerant(q, ds, store, sink, CFG, interval=None,
-                              storage_config=SMALL,
+                              layout=SMALL,
                               wrap_source=lambda s: StopAfter(s, k), **kw)
 
 
 def finish(q, ds, store, sink, **kw):
     return run_fault_tolerant(q, ds, store, sink, CFG, interval=None, recover=True,
-                              storage_config=SMALL, **kw)
+                              layout=SMALL, **kw)
 
 
 # -- 1. a fallback recovery keeps what it may still fall back to -------------------------------
@@ -124,7 +124,7 @@ def test_a_full_disk_during_prepare_stops_the_run_and_loses_no_result(tiny, tmp_
         out = tmp_path / "disk" / "out"
         with pytest.raises(CheckpointError, match="No space left on device"):
             run_fault_tolerant(q, ds, store, TransactionalSink(out), CFG, interval=None,
-                               every_tasks=2, max_tuples=n, storage_config=SMALL)
+                               every_tasks=2, max_tuples=n, layout=SMALL)
         assert records(store)  # some checkpoints committed before the disk filled
         assert not list((out / "pending").glob(".*.tmp"))  # no half-written epoch left
         grow("64m")
@@ -139,7 +139,7 @@ def test_a_failed_record_after_prepare_leaves_no_orphan_epoch(tiny, tmp_path):
     io = FailingIO(lambda path, pos, bufs: ".ckpt-" in path, k=3)
     with pytest.raises(CheckpointError, match="checkpoint 3 failed"):
         run_fault_tolerant(q, ds, store, TransactionalSink(out), CFG, interval=None,
-                           every_tasks=3, max_tuples=n, storage_config=SMALL, io=io)
+                           every_tasks=3, max_tuples=n, layout=SMALL, io=io)
     assert io.failed == 1 and (out / "pending" / f"{3:012d}.seg").exists()
     finish(q, ds, store, TransactionalSink(out), every_tasks=3)
     assert not list((out / "pending").iterdir())
@@ -157,7 +157,7 @@ def test_epochs_after_an_early_stop_and_a_failure_commit_in_order(tiny, tmp_path
     io = FailingIO(lambda path, pos, bufs: ".ckpt-" in path, k=3)
     with pytest.raises(CheckpointError):
         run_fault_tolerant(q, ds, store, TransactionalSink(out), CFG, interval=None,
-                           every_tasks=2, recover=True, storage_config=SMALL, io=io)
+                           every_tasks=2, recover=True, layout=SMALL, io=io)
     finish(q, ds, store, TransactionalSink(out), every_tasks=4)
     ids = [int(p) for p in (p.split(".")[0] for p in committed_epochs(out))]
     assert ids == sorted(ids) and max(ids) < 1000
@@ -225,7 +225,7 @@ def test_a_failure_in_gc_after_a_checkpoint_stops_the_run(tiny, tmp_path):
     with pytest.raises(CheckpointError, match="failed"):
         run_fault_tolerant(q, ds, tmp_path / "store", ClockedSink(tmp_path / "out"), CFG,
                            interval=None, every_tasks=2, max_tuples=40 * ds.rows,
-                           storage_config=SMALL, io=io)
+                           layout=SMALL, io=io)
     assert io.failed == 1
 
 
@@ -254,7 +254,7 @@ def test_a_dead_checkpoint_timer_stops_the_run(tiny, tmp_path, monkeypatch):
     n = 40 * ds.rows
     with pytest.raises(CheckpointError, match="timer broke"):
         run_fault_tolerant(q, ds, tmp_path / "store", ClockedSink(tmp_path / "out"), CFG,
-                           interval=0.001, max_tuples=n, rate=n / 3.0, storage_config=SMALL)
+                           interval=0.001, max_tuples=n, rate=n / 3.0, layout=SMALL)
 
 
 # -- 6. recovery with other input or settings ----------------------------------------------------
@@ -407,7 +407,7 @@ def test_metadata_files_are_only_ever_renamed_into_place(tiny, tmp_path):
     io = RecordingIO(tmp_path)
     run_fault_tolerant(q, ds, tmp_path / "store", TransactionalSink(tmp_path / "out"), CFG,
                        interval=None, every_tasks=3, max_tuples=10 * ds.rows,
-                       storage_config=SMALL, io=io)
+                       layout=SMALL, io=io)
     final = ("run.json", "streams.json", ".sink.json", "ckpt-")
     written = {op.path for op in io.ops if op.kind in ("write", "truncate")}
     assert not [p for p in written if os.path.basename(p).startswith(final)]
@@ -429,7 +429,7 @@ def test_a_fault_tolerant_run_without_limits_reads_the_dataset_once(tiny, tmp_pa
     q, ds = query("LRB1", tiny)
     out = tmp_path / "out"
     r = run_fault_tolerant(q, ds, tmp_path / "store", ClockedSink(out), CFG, interval=0.05,
-                           storage_config=SMALL)
+                           layout=SMALL)
     assert r.run.summary.tuples == ds.rows
     assert json.loads((tmp_path / "store" / "run.json").read_text())["completed"]
     assert compare(read_output(out), failure_free(q, ds, None), q.schema).ok
@@ -499,10 +499,10 @@ def test_a_run_takes_the_storage_lock_before_it_writes_run_json(tiny, tmp_path):
     with BlockManager(store, SMALL):  # another engine holds the folder, before its run.json
         with pytest.raises(StorageLocked, match="storage folder .* in use"):
             run_fault_tolerant(q, ds, store, ClockedSink(tmp_path / "out"), CFG,
-                               interval=None, max_tuples=ds.rows, storage_config=SMALL)
+                               interval=None, max_tuples=ds.rows, layout=SMALL)
         assert not (store / "run.json").exists()
     r = run_fault_tolerant(q, ds, store, ClockedSink(tmp_path / "out"), CFG, interval=None,
-                           max_tuples=ds.rows, storage_config=SMALL)  # free: it runs
+                           max_tuples=ds.rows, layout=SMALL)  # free: it runs
     assert r.run.summary.tuples == ds.rows
 
 

@@ -110,7 +110,7 @@ def _ft(q, ds, root, k=None, **kw):
 
     return run_fault_tolerant(q, ds, root / "storage", ClockedSink(root / "output"),
                               EngineConfig(workers=2, batch_rows=997), interval=None,
-                              every_tasks=3, storage_config=SMALL,
+                              every_tasks=3, layout=SMALL,
                               wrap_source=(lambda s: StopAfter(s, k)) if k else None, **kw)
 
 

@@ -327,7 +327,7 @@ def test_stopped_and_recovered_runs_give_the_failure_free_output(tiny, tmp_path,
     store, out = tmp_path / "store", tmp_path / "out"
     # paced so that the first 0.4 s never reach the end of the input, however fast the machine
     r = run_fault_tolerant(q, ds, store, kind(out), CFG, interval=0.02, max_tuples=n,
-                           rate=n / 2.0, duration=0.4, storage_config=SMALL,
+                           rate=n / 2.0, duration=0.4, layout=SMALL,
                            persist_input=persist, push_up=push)
     assert r.checkpoints and not completed(store)
     if q.schema.stream:  # a stateless query's checkpoint is its progress: no state at all
@@ -335,7 +335,7 @@ def test_stopped_and_recovered_runs_give_the_failure_free_output(tiny, tmp_path,
     resumed = []
     while not completed(store):
         r = run_fault_tolerant(q, ds, store, kind(out), CFG, interval=0.02, recover=True,
-                               duration=0.4, storage_config=SMALL, push_up=push)
+                               duration=0.4, layout=SMALL, push_up=push)
         resumed.append(r.resumed_from)
         assert len(resumed) < 100
     assert any(c is not None for c in resumed)

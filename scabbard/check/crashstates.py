@@ -162,7 +162,7 @@ class Explorer:
                            open_output(root / "output", self.s.sink), self.config,
                            interval=None, every_tasks=self.s.every_tasks, recover=recover,
                            max_tuples=None if recover else self.s.tuples,
-                           storage_config=self.storage,
+                           layout=self.storage,
                            durability=None if recover else self.s.durability,
                            push_up=self.s.push_up, persist_at=self.s.persist_at,
                            compression=None if recover else self.s.compression,

@@ -12,6 +12,7 @@ recovering.  Nothing here reads the environment.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import threading
 from dataclasses import dataclass, field
@@ -315,3 +316,20 @@ class RunConfig:
             elif not ingress:
                 out.append("--checkpoint-only")
         return out
+
+    @classmethod
+    def of(cls, query: str, **fields) -> RunConfig:
+        """A configuration from its fields by name, wherever each sits: ``rate`` on the run,
+        ``push_up`` on its :class:`PersistConfig`, ``interval`` on its :class:`FTConfig`
+        (the names are unique across the three).  A persistence field makes the run
+        persisted (``storage`` is then needed); a fault-tolerance field makes it
+        fault-tolerant (``output`` is then needed).  An unknown name is a TypeError."""
+        parts: dict[type, dict] = {cls: {}, PersistConfig: {}, FTConfig: {}}
+        names = {f.name: c for c in parts for f in dataclasses.fields(c)}
+        for name, value in fields.items():
+            if name not in names or name in ("persist", "ft"):
+                raise TypeError(f"RunConfig.of got an unknown setting {name!r}")
+            parts[names[name]][name] = value
+        ft = FTConfig(**parts[FTConfig]) if parts[FTConfig] else None
+        persist = PersistConfig(**parts[PersistConfig]) if parts[PersistConfig] or ft else None
+        return cls(query, **parts[cls], persist=persist, ft=ft)

@@ -194,7 +194,7 @@ def _sample_run(dataset: Dataset, args: dict, **kw):
                               interval=None, every_tasks=args.get("every_tasks", 4),
                               max_tuples=args["tuples"],
                               persist_at=tuple(args["persist_at"]), durability="machine",
-                              storage_config=StorageConfig(file_bytes=args["pool_file_bytes"],
+                              layout=StorageConfig(file_bytes=args["pool_file_bytes"],
                                                            pool_files=4), **kw)
 
 

@@ -50,17 +50,16 @@ from scabbard.engine.sources import ReplaySource
 from scabbard.errors import EXIT_USAGE, UserError
 from scabbard.ft import channels
 from scabbard.ft.checkpointing import CheckpointListener
-from scabbard.ft.config import ConfigError, FTConfig, PersistConfig, RunConfig
+from scabbard.ft.config import ConfigError, RunConfig
 from scabbard.ft.eventual import EventualPolicy, EventualSteps
 from scabbard.ft.ingress import INGRESS, READER, PersistedFeed, ReplayFeed, ingress_stream
-from scabbard.ft.modes import INTERVAL
 from scabbard.ft.sinks import NO_WINDOW, ExactlyOnceSink, open_output
 from scabbard.ft.spillstore import DurableSpills
 from scabbard.ft.state import QueryState
 from scabbard.pog import POG
 from scabbard.pog.checkpoint import CheckpointController, CheckpointError, CheckpointStore
 from scabbard.query import Query
-from scabbard.storage import BlockManager, StorageConfig, StorageError, folderlock
+from scabbard.storage import BlockManager, StorageError, folderlock
 from scabbard.storage import segment as seg_fmt
 from scabbard.storage.fileio import OS, Durability, FileIO, write_atomic
 
@@ -193,44 +192,52 @@ def _read_run(path: Path) -> dict:
         raise CheckpointError(f"{path} is damaged ({e}): the run cannot be identified") from None
 
 
+@dataclass(frozen=True)
+class Hooks:
+    """What a caller plugs into a fault-tolerant run beside its configuration.
+
+    ``io``: the file operations (a :class:`~scabbard.storage.fileio.RecordingIO` for the
+    crash-state explorer).  ``standby()``: called once the code is loaded and before the
+    storage is touched; it returns when this process should take over (a warm standby,
+    started ahead of a failure, waits there - see
+    :class:`scabbard.ft.controller.Controller`).  ``on_sample(sample)``: each live metrics
+    sample.  ``wrap_source(source)``: a source in front of the replay (e.g.
+    :class:`scabbard.peers.synclog.LoggedSource`, Flink++'s stream persistence through
+    Kafka++)."""
+
+    io: FileIO = OS
+    standby: object = None
+    on_sample: object = None
+    wrap_source: object = None
+
+
+HOOKS = {f.name for f in dataclasses.fields(Hooks)}
+# the engine's settings a configuration carries (the rest of EngineConfig is the process's)
+_ENGINE_FIELDS = ("workers", "batch_rows", "metrics_interval", "assembly",
+                  "ingress_partitions", "state_memory")
+
+
 def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
-                       sink: ExactlyOnceSink, config: EngineConfig | None = None,
-                       interval: float | None = INTERVAL, recover: bool = False,
-                       rate: float | None = None, duration: float | None = None,
-                       max_tuples: int | None = None, metrics_log: str | Path | None = None,
-                       on_sample=None, storage_config: StorageConfig | None = None,
-                       persist_input: bool | None = None, standby=None,
-                       push_up: bool = False, compression: str | None = None,
-                       lossy_decimals: int | None = None, compression_interval: float = 4.0,
-                       aligned: bool = False, wrap_source=None,
-                       durability: str | Durability | None = None, io: FileIO = OS,
-                       every_tasks: int | None = None,
-                       persist_at: tuple[str, ...] = (), checkpoint_mode: str | None = None,
-                       step_ms: float = 10.0, max_unsaved_panes: int | None = None,
-                       max_replay_tuples: int | None = None,
-                       state_memory: int | None = None) -> FTReport:
-    """:func:`open_fault_tolerant` with its configuration given as keywords (the Python
-    convenience; the tests and experiments use it): ``config`` gives the workers and batch
-    size, the rest map onto :class:`RunConfig`, :class:`PersistConfig` and :class:`FTConfig`
-    field by field."""
-    engine = config or EngineConfig()
-    cfg = RunConfig(
-        query.name, dataset.path, rate=rate, duration=duration, max_tuples=max_tuples,
-        workers=engine.workers, batch_rows=engine.batch_rows,
-        metrics_interval=engine.metrics_interval,
-        metrics_log=None if metrics_log is None else Path(metrics_log),
-        persist=PersistConfig(storage, push_up, compression, lossy_decimals,
-                              compression_interval, storage_config or StorageConfig(),
-                              persist_at),
-        ft=FTConfig(sink.path, sink.kind, interval, every_tasks,
-                    None if durability is None else Durability.of(durability).value,
-                    persist_input, aligned, checkpoint_mode=checkpoint_mode, step_ms=step_ms,
-                    max_unsaved_panes=max_unsaved_panes, max_replay_tuples=max_replay_tuples),
-        assembly=engine.assembly, ingress_partitions=engine.ingress_partitions,
-        state_memory=state_memory)
-    return open_fault_tolerant(cfg, dataset, sink=sink, recover=recover, io=io,
-                               standby=standby, on_sample=on_sample, wrap_source=wrap_source,
-                               engine_config=engine, query=query)
+                       sink: ExactlyOnceSink, engine: EngineConfig | None = None, *,
+                       recover: bool = False, **settings) -> FTReport:
+    """:func:`open_fault_tolerant` with the configuration given by its fields' names (the
+    Python shorthand of the tests and experiments): ``storage`` and ``sink`` (its folder and
+    kind are the run's output), ``engine``'s workers, task size, metrics interval, assembly
+    and ingress partitions, and ``settings`` - any field of :class:`RunConfig`,
+    :class:`PersistConfig` or :class:`FTConfig` (``interval``, ``push_up``, ``layout``...)
+    or of :class:`Hooks` (``io``, ``wrap_source``...), routed by name
+    (:meth:`RunConfig.of`)."""
+    engine = engine or EngineConfig()
+    hooks = Hooks(**{k: settings.pop(k) for k in list(settings) if k in HOOKS})
+    if engine.adaptive is not None:
+        settings.setdefault("adaptive_kernels", True)
+    if isinstance(settings.get("durability"), Durability):
+        settings["durability"] = settings["durability"].value
+    cfg = RunConfig.of(query.name, data=dataset.path, storage=storage, output=sink.path,
+                       sink=sink.kind, **{k: getattr(engine, k) for k in _ENGINE_FIELDS
+                                         if getattr(engine, k) is not None}, **settings)
+    return open_fault_tolerant(cfg, dataset, recover=recover, sink=sink, hooks=hooks,
+                               query=query)
 
 
 class _CodeLoader:
@@ -268,9 +275,7 @@ class _CodeLoader:
 
 
 def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = False,
-                        sink: ExactlyOnceSink | None = None, io: FileIO = OS, standby=None,
-                        on_sample=None, wrap_source=None,
-                        engine_config: EngineConfig | None = None,
+                        sink: ExactlyOnceSink | None = None, hooks: Hooks = Hooks(),
                         query: Query | None = None) -> FTReport:
     """Run ``cfg.query`` with persisted input, checkpoints and exactly-once output (or recover).
 
@@ -281,37 +286,29 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
     ``cfg.ft.durability``: ``machine`` (the default: everything a record or an
     acknowledgement depends on is flushed first) or ``process`` (survives ``kill -9`` of the
     engine, not power loss).  ``sink``: the exactly-once sink (default: ``cfg.ft``'s, on its
-    output folder); ``engine_config``/``query``: the engine's settings and the query, when
-    the caller has them at hand (default: from ``cfg``).
+    output folder); ``query``: the query, when the caller has it at hand (default: from
+    ``cfg``); ``hooks``: what the caller plugs in (:class:`Hooks`).
 
     A run is recorded in ``<storage>/run.json`` with its dataset's identity (manifest
     checksum, schema, rows, parameters) and its settings; a recovery takes the recorded
     ones (None) and refuses other data or settings with a message naming each difference.
 
-    ``standby``: called once the code is loaded and before the storage is touched; it returns
-    when this process should take over (a warm standby, started ahead of a failure, waits
-    there - see :class:`scabbard.ft.controller.Controller`).
-
-    ``aligned``: Flink-style aligned checkpoints (at a marker the dispatcher waits until
-    every task before it is assembled and the state snapshotted); the paper's Flink++ pairs
-    them with the transactional sink.  ``wrap_source(source)``: a source in
-    front of the replay (e.g. :class:`scabbard.peers.synclog.LoggedSource`, Flink++'s stream
-    persistence through Kafka++).  ``io``: the file operations (a
-    :class:`~scabbard.storage.fileio.RecordingIO` for the crash-state explorer);
-    ``every_tasks``: also a checkpoint every that many tasks (deterministic markers).
+    ``cfg.ft.aligned``: Flink-style aligned checkpoints (at a marker the dispatcher waits
+    until every task before it is assembled and the state snapshotted); the paper's Flink++
+    pairs them with the transactional sink.  ``cfg.ft.every_tasks``: also a checkpoint every
+    that many tasks (deterministic markers).
     """
     ft, persist = cfg.ft, cfg.persist
     if ft is None or persist is None:
         raise ConfigError("a fault-tolerant run needs an FTConfig and a PersistConfig")
     query = query or queries.get(cfg.query)
     sink = sink if sink is not None else open_output(ft.output, ft.sink)
-    config = engine_config or EngineConfig(workers=cfg.workers or os.cpu_count() or 1,
-                                           batch_rows=cfg.batch_rows,
-                                           metrics_interval=cfg.metrics_interval,
-                                           assembly=cfg.assembly,
-                                           ingress_partitions=cfg.ingress_partitions,
-                                           adaptive=AdaptivePolicy() if cfg.adaptive_kernels
-                                           else None)
+    io, standby, on_sample, wrap_source = hooks.io, hooks.standby, hooks.on_sample, \
+        hooks.wrap_source
+    config = EngineConfig(workers=cfg.workers or os.cpu_count() or 1,
+                          batch_rows=cfg.batch_rows, metrics_interval=cfg.metrics_interval,
+                          assembly=cfg.assembly, ingress_partitions=cfg.ingress_partitions,
+                          adaptive=AdaptivePolicy() if cfg.adaptive_kernels else None)
     storage, storage_config = persist.storage, persist.layout
     rate, duration, max_tuples = cfg.rate, cfg.duration, cfg.max_tuples
     push_up, compression, lossy_decimals = (persist.push_up, persist.compression,
@@ -329,7 +326,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         raise ValueError(f"{query.name} reads {query.source.schema.name!r} data, but the dataset "
                          f"holds {dataset.schema.name!r}")
     persist_at = channels.resolve(query.node, persist.persist_at)
-    budget = config.state_memory if config.state_memory is not None else cfg.state_memory
+    budget = cfg.state_memory
     spills = DurableSpills()  # a budget's spilled state: in the run's storage, once open
     if budget is not None:
         config = dataclasses.replace(config, state_memory=budget, spill=spills)

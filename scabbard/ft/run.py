@@ -16,7 +16,7 @@ from scabbard.engine import EngineConfig, RunReport, Sink
 from scabbard.engine.adaptive import AdaptivePolicy
 from scabbard.ft.config import RunConfig
 from scabbard.ft.ingress import run_persisted
-from scabbard.ft.recovery import FTReport, open_fault_tolerant
+from scabbard.ft.recovery import FTReport, Hooks, open_fault_tolerant
 from scabbard.ft.spillstore import disk_spill
 
 
@@ -45,8 +45,8 @@ def open_run(config: RunConfig, *, recover: bool = False, dataset: Dataset | Non
     :func:`~scabbard.ft.recovery.open_fault_tolerant`."""
     ds = dataset or dataset_of(config)
     if config.ft is not None:
-        return open_fault_tolerant(config, ds, recover=recover, on_sample=on_sample,
-                                   standby=standby)
+        return open_fault_tolerant(config, ds, recover=recover,
+                                   hooks=Hooks(standby=standby, on_sample=on_sample))
     p = config.persist
     return run_persisted(queries.get(config.query), ds, p.storage if p else None, sink,
                          engine_config(config), rate=config.rate, duration=config.duration,
