@@ -8,86 +8,21 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from scabbard import timers
 from scabbard.batch import Batch
-from scabbard.engine.assembly import BranchAssembler, PartitionedAssembler, at_once
+from scabbard.engine.assembly import at_once
 from scabbard.engine.graph import OperatorGraph, empty_columns
-from scabbard.engine.metrics import Metrics, Summary
+from scabbard.engine.lanes import Job, Lane
+from scabbard.engine.metrics import Metrics, RunReport
 from scabbard.engine.ports import AssemblyListener, ClockedWriter, Resume
 from scabbard.engine.sinks import Sink
 from scabbard.engine.spill import SpillingAssembler
 from scabbard.engine.tasks import INT64_MAX, INT64_MIN, BranchPart, TaskResult
 
 BACKLOG_BYTES = 256 << 20  # batches waiting in persisted channels before the assembly waits
-
-
-@dataclass(frozen=True)
-class RunReport:
-    query: str
-    summary: Summary
-    batch_rows: int
-    workers: int
-    written_bytes: int = 0  # persisted (segments acknowledged by the storage), if any
-    spilled: dict = field(default_factory=dict)  # per branch under a state budget: spills...
-    kernels: dict = field(default_factory=dict)  # per branch, adaptive kernels: tasks per variant
-
-
-@dataclass(slots=True)
-class Job:
-    """A dispatched task: its number, what it runs on, and the marker it carries; ``unit``:
-    the feed's own number of a task whose input the worker persists (else None)."""
-
-    seq: int
-    batch: Batch
-    ingest_time: float
-    marker: object = None
-    source_tuples: int | None = None
-    unit: int | None = None
-
-
-class Lane:
-    """One branch's ordered assembly: its window state, the long tasks whose boundary with
-    the next is not done yet, the boundaries computed (or being computed) by workers."""
-
-    def __init__(self, i: int, branch, parts: int = 1, pool=None, budget: int | None = None,
-                 threads: int = 1, spill=None):
-        self.i, self.branch = i, branch
-        if budget is not None:
-            self.assembler = SpillingAssembler(branch, parts, pool, budget, threads, spill)
-        else:
-            self.assembler = (PartitionedAssembler(branch, parts, pool) if parts > 1
-                              else BranchAssembler(branch))
-        self.tails: dict[int, TaskResult] = {}  # long tasks whose next boundary is not done
-        self.boundaries: dict[int, dict | None] = {}  # boundary k -> result columns
-        self.claimed: set[int] = set()
-        self.prev_long = False
-        self.last_seq = -1  # the last task assembled in the lane (tasks with nothing skip)
-        self.row_wise = False  # windows given in pieces as made (spilling state; Execution)
-
-    def claim(self, r: TaskResult, results: dict) -> list[tuple[Lane, TaskResult, TaskResult]]:
-        """Boundaries finished task ``r`` completes in this lane (call with the lock held)."""
-        if not r.parts[self.i].long:
-            return []
-        jobs = []
-        prev = self.tails.get(r.seq - 1)
-        if prev is not None and r.seq not in self.claimed:
-            self.claimed.add(r.seq)
-            jobs.append((self, prev, r))
-        nxt = results.get(r.seq + 1)
-        if nxt is not None and not nxt.empty and nxt.parts[self.i].long \
-                and r.seq + 1 not in self.claimed:
-            self.claimed.add(r.seq + 1)
-            jobs.append((self, r, nxt))
-        return jobs
-
-    def busy(self, r: TaskResult) -> bool:
-        """A worker is computing ``r``'s boundary in this lane (call with the lock held)."""
-        return (r.parts[self.i].long and self.prev_long and r.seq in self.claimed
-                and r.seq not in self.boundaries)
 
 
 class Execution:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -162,3 +162,14 @@ def read_metrics(path: str | Path):
                 obj[f"latency_{k}_ms"] = v
             rows.append(obj)
     return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class RunReport:
+    query: str
+    summary: Summary
+    batch_rows: int
+    workers: int
+    written_bytes: int = 0  # persisted (segments acknowledged by the storage), if any
+    spilled: dict = field(default_factory=dict)  # per branch under a state budget: spills...
+    kernels: dict = field(default_factory=dict)  # per branch, adaptive kernels: tasks per variant

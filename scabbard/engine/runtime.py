@@ -22,9 +22,7 @@ default batch size is therefore chosen per query from the data's tuples per pane
 from __future__ import annotations
 
 import math
-import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +31,14 @@ from scabbard.batch import Batch
 from scabbard.data import Table
 from scabbard.engine import memory, physical
 from scabbard.engine.assembly import BranchAssembler, partition_columns, split_edges
+from scabbard.engine.config import (  # noqa: F401 (the engine's settings, named here too)
+    AUTO_MIN_WORKERS,
+    INGRESS_WORKERS,
+    MAX_WORKERS,
+    EngineConfig,
+    default_cache_dir,
+    parse_assembly,
+)
 from scabbard.engine.execution import Execution, RunReport
 from scabbard.engine.feeds import SourceFeed
 from scabbard.engine.graph import OperatorGraph
@@ -89,69 +95,6 @@ PROBE_ROWS = 1 << 16  # the rows a run's fragment cost is measured on
 STATELESS_BATCH = 1 << 19  # a stateless query's tasks: no windows to size them by
 
 
-def default_cache_dir() -> Path:
-    return Path.home() / ".cache" / "scabbard" / "codegen"
-
-
-# threads of one process: beyond this a run fails to start its threads (100,000 did, with a
-# traceback) long before the cores could use them
-MAX_WORKERS = 1024
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """How the engine runs a query.  ``batch_rows=None`` sizes batches from the data."""
-
-    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
-    batch_rows: int | None = None
-    queue_depth: int | None = None
-    cache_dir: Path = field(default_factory=default_cache_dir)
-    metrics_interval: float = 0.5
-    # the windows no task computes alone: one sequential state per branch ("serial"), its
-    # groups split by key between partitions run at once ("partitioned[:P]", P = workers), or
-    # partitioned where that is expected to help ("auto", Engine.assembly_parts)
-    assembly: str = "auto"
-    # the source read by this many threads (parallel ingress, engine/ingress.py); None: one
-    # per INGRESS_WORKERS workers (Engine.ingress_partitions)
-    ingress_partitions: int | None = None
-    # bytes the window state may hold in memory, shared by the window branches; beyond it key
-    # partitions go to disk (engine/spill.py).  None: no limit
-    state_memory: int | None = None
-    # where the spilled state goes: a factory of a SpillStore per window operator (engine/ports;
-    # scabbard.ft.spillstore.disk_spill(folder) keeps it on disk)
-    spill: object = field(default=None, compare=False, repr=False)
-    # adaptive query compilation (engine/adaptive.py): each branch's kernels
-    # profiled, specialised and swapped while the query runs.  None: the generic kernels
-    adaptive: object = None
-    # the process's allocator (engine/memory.py): "reuse" keeps freed task memory for the next
-    # task, "system" leaves glibc's defaults; applied by a process's first engine
-    allocator: str = "reuse"
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.workers <= MAX_WORKERS:
-            raise ValueError(f"workers must be between 1 and {MAX_WORKERS} (threads of one "
-                             f"process; this machine has {os.cpu_count()} cores), got "
-                             f"{self.workers}")
-        p = self.ingress_partitions
-        if p is not None and (not isinstance(p, int) or isinstance(p, bool) or p < 1):
-            raise ValueError(f"ingress_partitions must be a whole number >= 1, got {p!r}")
-        parse_assembly(self.assembly)
-        if self.allocator not in memory.MODES:
-            raise ValueError(f"allocator must be one of {', '.join(memory.MODES)}, "
-                             f"got {self.allocator!r}")
-        if self.state_memory is not None:
-            from scabbard.engine.spill import MIN_STATE_MEMORY
-
-            if self.state_memory < MIN_STATE_MEMORY:
-                raise ValueError(f"a state memory budget of {self.state_memory:,} bytes is "
-                                 f"too small to hold even one key partition's working set "
-                                 f"(at least {MIN_STATE_MEMORY >> 20} MiB per window branch)")
-            if self.spill is None:
-                raise ValueError("a state memory budget needs a spill store: EngineConfig("
-                                 "spill=scabbard.ft.spillstore.disk_spill(folder))")
-        if self.batch_rows is not None and self.batch_rows < 1:
-            raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
-
-
 # a global aggregate's fragment runs its front kernel on pieces of this many rows: their
 # output (a timestamp and the aggregates' inputs, 8 bytes each: 4 MiB for SM) stays in the
 # cache, while each piece's two kernel calls (their Python side holds the GIL) stay few.
@@ -165,29 +108,6 @@ def front_outputs(n: int, k: int, ni: int, nf: int) -> tuple[np.ndarray, ...]:
     int and ``nf`` float aggregate inputs per row."""
     return (np.empty(n, dtype=np.int64), np.empty((n, k), dtype=np.int64),
             np.empty((n, ni), dtype=np.int64), np.empty((n, nf), dtype=np.float64))
-
-
-ASSEMBLY_MODES = ("serial", "partitioned", "auto")
-# by default, one ingress partition per this many workers: the dispatcher's share of a tuple
-# (the persisted input's push-up, codecs and p-unit; 2-7 ns here) is at most a quarter
-# of the cheapest query's work on the other threads (CM2: fragment and codecs, ~6 ns), so a
-# quarter of the workers' count keeps the ingress ahead of them (scabbard sim run
-# --ingress-partitions); below 8 workers one, the dispatcher's own path
-INGRESS_WORKERS = 4
-AUTO_MIN_WORKERS = 4  # `auto` partitions from this many workers on (see Engine.assembly_parts)
-
-
-def parse_assembly(text: str) -> tuple[str, int | None]:
-    """``serial`` | ``partitioned`` | ``partitioned:P`` | ``auto`` -> (mode, P or None)."""
-    mode, _, n = str(text).partition(":")
-    if mode not in ASSEMBLY_MODES or (mode != "partitioned" and n):
-        raise ValueError(f"assembly must be serial, partitioned, partitioned:P or auto, "
-                         f"got {text!r}")
-    if not n:
-        return mode, None
-    if not n.isdigit() or int(n) < 1:
-        raise ValueError(f"partitioned:P needs a whole number of partitions >= 1, got {n!r}")
-    return mode, int(n)
 
 
 class Engine:

@@ -21,7 +21,7 @@ Per query (:func:`calibrate_query`):
   the run recovered for real by a new process (:func:`measure_recovery`): process start,
   code loading, state load and replay, as notebook 04's controller sees them.
 
-Per machine (:func:`measure_system`): the BlockManager's own bulk writes into fresh and
+Per machine (:func:`scabbard.sim.machine.measure_system`): the BlockManager's own bulk writes into fresh and
 into recycled pool files (bandwidth and per-request latency), dd-like bandwidth
 (:func:`scabbard.storage.diskbench.disk_bandwidth`, kept for reference), the latency of a
 small O_DIRECT write, a checkpoint record's commit, memory copy speed.
@@ -46,7 +46,6 @@ from pathlib import Path
 import numpy as np
 
 from scabbard.sim.config import (
-    SCHEMES,
     Calibration,
     Hardware,
     PersistCosts,
@@ -55,7 +54,9 @@ from scabbard.sim.config import (
     save,
 )
 from scabbard.sim.instrument import timed_run
-from scabbard.sim.machine import LoadMeter, describe, speed_probe, wait_quiet
+from scabbard.sim.machine import LoadMeter, describe, measure_system, speed_probe, wait_quiet
+from scabbard.sim.persistence import engine_and_data as _engine_and_data
+from scabbard.sim.persistence import measure_persistence
 
 MiB = 1 << 20
 # the fault-tolerant run's task size: as notebook 04's kill
@@ -65,15 +66,6 @@ FT_BATCH = 262_144
 
 
 # -- per query: kernels ---------------------------------------------------------------------------
-def _engine_and_data(query: str, scale: str, data_dir: str | Path):
-    from scabbard import queries, workloads
-    from scabbard.engine import Engine, EngineConfig
-
-    ds = workloads.dataset(queries.workload_of(query), scale, root=str(data_dir))
-    engine = Engine(queries.get(query), ds.tables, EngineConfig(workers=1))
-    return ds, engine
-
-
 def _shift_ns(ds, rows: int = 1 << 20) -> float:
     """ns a tuple to shift a replayed copy's timestamps (``ReplayBatch.columns``), the
     best of three passes over up to ``rows`` of the dataset's timestamp column."""
@@ -84,14 +76,6 @@ def _shift_ns(ds, rows: int = 1 << 20) -> float:
         np.add(ts, 1)
         best = min(best, time.perf_counter() - t)
     return best / max(1, len(ts)) * 1e9
-
-
-def _replay(ds, rows: int, tasks: int):
-    """``tasks`` batches of ``rows`` as the engine sees them in a steady run: from the
-    second copy of the dataset on (timestamps shifted)."""
-    from scabbard.engine.sources import ReplaySource
-
-    return ReplaySource(ds, rows, start=ds.rows, max_tuples=ds.rows + rows * tasks, loop=True)
 
 
 def _fit(runs: list[dict], key: str) -> tuple[float, float]:
@@ -251,78 +235,6 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
     return out
 
 
-def measure_persistence(query: str, scale: str = "small", data_dir: str | Path = "data",
-                        tasks: int = 8, schemes: Sequence[str] = SCHEMES) -> dict:
-    """Per scheme: stored bytes, codec, segment encode and decode ns per *input* tuple.
-
-    A ``push-up`` scheme first runs the operators persistence push-up moves below the
-    p-stream (:class:`scabbard.engine.pushup.Reducer`, §3.4) - their time counts with the
-    codecs' - and persists what they keep: raw, with the default codecs, or with floats
-    kept to two decimals (``lossy``), as notebook 06's configurations do, or with the
-    codecs the adaptive scheme picks for this data (``adaptive``: the paper's rules, §5.2,
-    on a profile of the first batch; its profiling of every fourth batch counts)."""
-    from scabbard.engine.sources import ReplaySource
-
-    ds, engine = _engine_and_data(query, scale, data_dir)
-    rows = engine.batch_rows_for(ReplaySource(ds, 1).tuples_per_ms())
-    full = engine.input_schema
-    out = {}
-    for scheme in schemes:
-        # twice, each time the least: a pass of a few ms per batch on a shared host can lose
-        # its core for a while (the codecs' cost is the least disturbed pass's)
-        passes = [_persist_pass(ds, engine, full, rows, tasks, scheme) for _ in range(2)]
-        out[scheme] = {k: min(p[k] for p in passes) for k in passes[0]}
-    return out
-
-
-def _persist_pass(ds, engine, full, rows: int, tasks: int, scheme: str) -> dict:
-    """One pass of :func:`measure_persistence` over ``tasks`` batches (after one to warm)."""
-    from scabbard.compression.policy import Compression
-    from scabbard.engine.pushup import Reducer
-    from scabbard.query import optimize
-    from scabbard.storage import segment as seg_fmt
-
-    reduce = Reducer(optimize.push_up(engine.query.node), engine.config.cache_dir) \
-        if scheme.startswith("push-up") else None
-    schema = reduce.schema if reduce is not None else full
-    codecs = scheme.removeprefix("push-up").removeprefix("+") or "none"
-    comp = Compression.scheme(schema, codecs if codecs in ("none", "adaptive") else "default",
-                              lossy_decimals=2 if codecs == "lossy" else None,
-                              **({"interval": float("inf")} if codecs == "adaptive" else {}))
-    buf = None
-    acc = {"compress": 0.0, "encode": 0.0, "decode": 0.0, "bytes": 0, "n": 0}
-    for i, sb in enumerate(_replay(ds, rows, tasks + 1).batches()):
-        b, n_in = sb.batch, len(sb.batch)
-        t = time.thread_time()
-        if reduce is not None:
-            b = reduce(b)
-        stored = comp(b) if comp is not None else None
-        tc = time.thread_time() - t
-        n = seg_fmt.segment_length(b, 1, seg_fmt.PAGE, stored)
-        if buf is None or buf.nbytes < n:
-            buf = seg_fmt.aligned_empty(2 * n)
-            buf[:] = 0  # a recycled buffer, as the BlockManager's: no first-touch faults
-        t = time.thread_time()
-        seg = seg_fmt.encode(b, stream_id=1, epoch=1, batch_id=i, meta=np.zeros(1, np.uint64),
-                             out=buf, stored=stored)
-        te = time.thread_time() - t
-        t = time.thread_time()
-        seg_fmt.decode(seg, schema, copy=False)  # as the BlockManager reads
-        td = time.thread_time() - t
-        if i == 0:
-            if codecs == "adaptive":
-                comp.decide()  # its picks, from the profile of this batch
-            continue  # warm-up
-        acc["compress"] += tc
-        acc["encode"] += te
-        acc["decode"] += td
-        acc["bytes"] += seg.nbytes
-        acc["n"] += n_in
-    n = acc["n"]
-    return {"stored_bytes_per_tuple": acc["bytes"] / n, "compress_ns": acc["compress"] / n * 1e9,
-            "encode_ns": acc["encode"] / n * 1e9, "decode_ns": acc["decode"] / n * 1e9}
-
-
 # -- per query: checkpoints, state load, restart ------------------------------------------------------
 def _read_back(bm, stream: int, start: int, decode_ns: float, units: int = 6) -> dict:
     """Stored p-units read back one at a time, as recovery's replay reads them: the CPU
@@ -405,14 +317,13 @@ def measure_recovery(query: str, data: Path, folder: Path, interval: float,
     process start, code loading, state load, and the replay of the input stored after the
     checkpoint (tuples and seconds)."""
     from scabbard.engine import read_metrics
+    from scabbard.ft.config import RunConfig
 
     log = folder / "recovery.jsonl"
-    cmd = [sys.executable, "-m", "scabbard", "run", "--query", query, "--data", str(data),
-           "--storage", str(folder / "storage"), "--output", str(folder / "output"),
-           "--checkpoint-interval", str(interval), "--exactly-once", "clocked",
-           "--workers", "2", "--recover", "--duration", str(seconds),
-           "--metrics-log", str(log), "--quiet", "--spawned-at", repr(time.time())] + (
-               ["--batch", str(batch)] if batch else [])
+    cfg = RunConfig.of(query, data=data, storage=folder / "storage", output=folder / "output",
+                       interval=interval, sink="clocked", workers=2, duration=seconds,
+                       metrics_log=log, batch_rows=batch, spawned_at=time.time())
+    cmd = [sys.executable, "-m", "scabbard", "run", *cfg.argv(), "--recover", "--quiet"]
     subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
     m = read_metrics(log)
     at = dict(zip(m["phase"].dropna(), m.loc[m["phase"].notna(), "wall"], strict=True))
@@ -424,134 +335,6 @@ def measure_recovery(query: str, data: Path, folder: Path, interval: float,
             "replayed_tuples": replayed,
             "replay_s": (at["replayed"] - max(at["state_loaded"], at["code_loaded"])
                          if "replayed" in at else 0.0)}
-
-
-# -- per machine -------------------------------------------------------------------------------------
-def _small_write_latency(folder: Path, seconds: float = 0.5) -> float:
-    """Median seconds of one 4 KiB O_DIRECT write (queue depth 1)."""
-    from scabbard.storage.segment import aligned_empty
-
-    path = folder / f".latency-{os.getpid()}"
-    buf = aligned_empty(4096)
-    buf[:] = 0x5A
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_DIRECT", 0)
-    try:
-        fd = os.open(path, flags, 0o600)
-    except OSError:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    times = []
-    try:
-        os.posix_fallocate(fd, 0, 64 * MiB)
-        end = time.perf_counter() + seconds
-        pos = 0
-        while time.perf_counter() < end:
-            t = time.perf_counter()
-            os.pwrite(fd, buf, pos)
-            times.append(time.perf_counter() - t)
-            pos = (pos + 4096) % (64 * MiB)
-    finally:
-        os.close(fd)
-        path.unlink(missing_ok=True)
-    return statistics.median(times)
-
-
-def _record_s(folder: Path, repeat: int = 10) -> float:
-    """Median seconds to commit a checkpoint record (temp file, fsync, rename, dir fsync)."""
-    from scabbard.pog.checkpoint import CheckpointRecord, CheckpointStore
-
-    store = CheckpointStore(folder / "records")
-    times = []
-    for i in range(1, repeat + 1):
-        rec = CheckpointRecord(i, i, i, {}, [{"stream": "state-0", "first": 0, "end": 1}],
-                               {"last_ts": 0}, 1, 0.0, 0.0)
-        t = time.perf_counter()
-        store.record(rec)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
-def _copy_ns_byte(nbytes: int = 64 * MiB) -> float:
-    parts = [np.ones(nbytes // 8 // 16, dtype=np.int64) for _ in range(16)]
-    np.concatenate(parts)
-    t = time.thread_time()
-    for _ in range(3):
-        np.concatenate(parts)
-    return (time.thread_time() - t) / 3 / nbytes * 1e9
-
-
-def _pool_writes(folder: Path, total: int = 768 * MiB, unit: int = 16 * MiB) -> dict:
-    """The BlockManager's own writes (O_DIRECT, bulk, into its pool files): ``total`` bytes
-    into a new folder - every file fresh, allocated but never written - then, the stream
-    trimmed, as much again into the recycled files.  Per pass, every write's bytes and
-    wall time (:func:`fit_writes`)."""
-    from scabbard.batch import Batch
-    from scabbard.schema import Field, Schema
-    from scabbard.sim.instrument import Probe
-    from scabbard.storage import BlockManager
-
-    schema = Schema("pool-bench", (Field("timestamp", "int64"), Field("value", "int64")))
-    rows = unit // 16
-    cols = (np.arange(rows, dtype=np.int64), np.full(rows, 0x5A5A, dtype=np.int64))
-    passes = {}
-    with BlockManager(folder / "pool-bench") as bm:
-        sid = bm.stream("bench", schema)
-        offset = 0
-        for name in ("fresh", "recycled"):
-            probe = Probe()
-            with probe.recording():
-                futures = []
-                for _ in range(total // unit):
-                    futures.append(bm.append(sid, Batch(schema, cols, offset)))
-                    offset += rows
-                for f in futures:
-                    f.result()
-            passes[name] = probe.writes
-            bm.trim(sid, offset)  # every file back to the pool
-    return passes
-
-
-def measure_system(data_dir: str | Path = "data", disk_mb: int = 512) -> dict:
-    """Disk bandwidth and write latency, the CPU an O_DIRECT write costs, a checkpoint
-    record's commit and memory copy speed - in a scratch folder next to the data."""
-    from scabbard.storage.diskbench import disk_bandwidth
-
-    folder = Path(tempfile.mkdtemp(prefix="scabbard-calibrate-", dir=str(data_dir)))
-    try:
-        t = time.thread_time()
-        bw = disk_bandwidth(folder, total=disk_mb * MiB)
-        cpu = time.thread_time() - t
-        latency = _small_write_latency(folder)
-        record = _record_s(folder)
-        pool = _pool_writes(folder)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    (recycled, lat), (fresh, _) = fit_writes(pool["recycled"]), fit_writes(pool["fresh"])
-    return {"disk_write_mb_s": bw.write_mb_s, "disk_read_mb_s": bw.read_mb_s,
-            "first_write_mb_s": bw.first_write_mb_s,
-            "pool_write_mb_s": recycled, "pool_fresh_write_mb_s": fresh, "pool_latency_ms": lat,
-            "direct": bw.direct,
-            # two write passes and one read pass over ``bytes``
-            "io_cpu_ns_byte": cpu / (3 * bw.bytes) * 1e9,
-            "disk_latency_ms": max(0.0, latency - 4096 / (bw.write_mb_s * 1e6)) * 1e3,
-            "record_s": record, "copy_ns_byte": _copy_ns_byte()}
-
-
-# -- all of it -------------------------------------------------------------------------------------------
-def fit_writes(writes: list[tuple[int, float]]) -> tuple[float | None, float | None]:
-    """Bandwidth (MB/s) and per-request latency (ms) of the disk as the engine's writers
-    got it: ``seconds = latency + bytes / bandwidth``, least squares over their writes
-    (bulk writes of different sizes); the mean rate alone where the fit is not sane."""
-    if not writes:
-        return None, None
-    b = np.array([w[0] for w in writes], dtype=float)
-    t = np.array([w[1] for w in writes], dtype=float)
-    mean_mb_s = b.sum() / t.sum() / 1e6
-    if len(b) < 8 or np.ptp(b) < 0.5 * b.mean():
-        return float(mean_mb_s), None
-    slope, latency = np.polyfit(b, t, 1)
-    if slope <= 0 or latency < 0:
-        return float(mean_mb_s), None
-    return float(1 / slope / 1e6), float(latency * 1e3)
 
 
 def _persist_costs(standalone: dict, in_run: dict | None,

@@ -1,4 +1,5 @@
-"""This machine: what it is, and how busy other processes keep it.
+"""This machine: what it is, how busy other processes keep it, and what its disk and memory
+cost the engine (:func:`measure_system`).
 
 Calibration and validation measure wall-clock behaviour on a machine that may be
 shared; :class:`LoadMeter` measures the CPU other processes used meanwhile
@@ -13,10 +14,17 @@ import json
 import math
 import os
 import platform
+import shutil
+import statistics
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
+
+MiB = 1 << 20
 
 
 def describe() -> dict:
@@ -176,3 +184,130 @@ def speed_probe(repeats: int = 5, n: int = 4_000_000) -> float:
         kernel(keys, values, table)
         best = min(best, time.perf_counter() - t)
     return best / n * 1e9
+
+
+# -- per machine -------------------------------------------------------------------------------------
+def _small_write_latency(folder: Path, seconds: float = 0.5) -> float:
+    """Median seconds of one 4 KiB O_DIRECT write (queue depth 1)."""
+    from scabbard.storage.segment import aligned_empty
+
+    path = folder / f".latency-{os.getpid()}"
+    buf = aligned_empty(4096)
+    buf[:] = 0x5A
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_DIRECT", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    times = []
+    try:
+        os.posix_fallocate(fd, 0, 64 * MiB)
+        end = time.perf_counter() + seconds
+        pos = 0
+        while time.perf_counter() < end:
+            t = time.perf_counter()
+            os.pwrite(fd, buf, pos)
+            times.append(time.perf_counter() - t)
+            pos = (pos + 4096) % (64 * MiB)
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return statistics.median(times)
+
+
+def _record_s(folder: Path, repeat: int = 10) -> float:
+    """Median seconds to commit a checkpoint record (temp file, fsync, rename, dir fsync)."""
+    from scabbard.pog.checkpoint import CheckpointRecord, CheckpointStore
+
+    store = CheckpointStore(folder / "records")
+    times = []
+    for i in range(1, repeat + 1):
+        rec = CheckpointRecord(i, i, i, {}, [{"stream": "state-0", "first": 0, "end": 1}],
+                               {"last_ts": 0}, 1, 0.0, 0.0)
+        t = time.perf_counter()
+        store.record(rec)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _copy_ns_byte(nbytes: int = 64 * MiB) -> float:
+    parts = [np.ones(nbytes // 8 // 16, dtype=np.int64) for _ in range(16)]
+    np.concatenate(parts)
+    t = time.thread_time()
+    for _ in range(3):
+        np.concatenate(parts)
+    return (time.thread_time() - t) / 3 / nbytes * 1e9
+
+
+def _pool_writes(folder: Path, total: int = 768 * MiB, unit: int = 16 * MiB) -> dict:
+    """The BlockManager's own writes (O_DIRECT, bulk, into its pool files): ``total`` bytes
+    into a new folder - every file fresh, allocated but never written - then, the stream
+    trimmed, as much again into the recycled files.  Per pass, every write's bytes and
+    wall time (:func:`fit_writes`)."""
+    from scabbard.batch import Batch
+    from scabbard.schema import Field, Schema
+    from scabbard.sim.instrument import Probe
+    from scabbard.storage import BlockManager
+
+    schema = Schema("pool-bench", (Field("timestamp", "int64"), Field("value", "int64")))
+    rows = unit // 16
+    cols = (np.arange(rows, dtype=np.int64), np.full(rows, 0x5A5A, dtype=np.int64))
+    passes = {}
+    with BlockManager(folder / "pool-bench") as bm:
+        sid = bm.stream("bench", schema)
+        offset = 0
+        for name in ("fresh", "recycled"):
+            probe = Probe()
+            with probe.recording():
+                futures = []
+                for _ in range(total // unit):
+                    futures.append(bm.append(sid, Batch(schema, cols, offset)))
+                    offset += rows
+                for f in futures:
+                    f.result()
+            passes[name] = probe.writes
+            bm.trim(sid, offset)  # every file back to the pool
+    return passes
+
+
+def measure_system(data_dir: str | Path = "data", disk_mb: int = 512) -> dict:
+    """Disk bandwidth and write latency, the CPU an O_DIRECT write costs, a checkpoint
+    record's commit and memory copy speed - in a scratch folder next to the data."""
+    from scabbard.storage.diskbench import disk_bandwidth
+
+    folder = Path(tempfile.mkdtemp(prefix="scabbard-calibrate-", dir=str(data_dir)))
+    try:
+        t = time.thread_time()
+        bw = disk_bandwidth(folder, total=disk_mb * MiB)
+        cpu = time.thread_time() - t
+        latency = _small_write_latency(folder)
+        record = _record_s(folder)
+        pool = _pool_writes(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    (recycled, lat), (fresh, _) = fit_writes(pool["recycled"]), fit_writes(pool["fresh"])
+    return {"disk_write_mb_s": bw.write_mb_s, "disk_read_mb_s": bw.read_mb_s,
+            "first_write_mb_s": bw.first_write_mb_s,
+            "pool_write_mb_s": recycled, "pool_fresh_write_mb_s": fresh, "pool_latency_ms": lat,
+            "direct": bw.direct,
+            # two write passes and one read pass over ``bytes``
+            "io_cpu_ns_byte": cpu / (3 * bw.bytes) * 1e9,
+            "disk_latency_ms": max(0.0, latency - 4096 / (bw.write_mb_s * 1e6)) * 1e3,
+            "record_s": record, "copy_ns_byte": _copy_ns_byte()}
+
+
+def fit_writes(writes: list[tuple[int, float]]) -> tuple[float | None, float | None]:
+    """Bandwidth (MB/s) and per-request latency (ms) of the disk as the engine's writers
+    got it: ``seconds = latency + bytes / bandwidth``, least squares over their writes
+    (bulk writes of different sizes); the mean rate alone where the fit is not sane."""
+    if not writes:
+        return None, None
+    b = np.array([w[0] for w in writes], dtype=float)
+    t = np.array([w[1] for w in writes], dtype=float)
+    mean_mb_s = b.sum() / t.sum() / 1e6
+    if len(b) < 8 or np.ptp(b) < 0.5 * b.mean():
+        return float(mean_mb_s), None
+    slope, latency = np.polyfit(b, t, 1)
+    if slope <= 0 or latency < 0:
+        return float(mean_mb_s), None
+    return float(1 / slope / 1e6), float(latency * 1e3)

@@ -41,23 +41,9 @@ import simpy
 from scabbard.engine.metrics import Summary, percentiles_ms
 from scabbard.sim.config import MB, Calibration, Hardware, SimConfig
 from scabbard.sim.ingress import ParallelIngress
+from scabbard.sim.pstream import END, PStreamThreads, Task
 from scabbard.sim.resources import CPU, Disk, Queue, Semaphore, Signal
 from scabbard.sim.result import SimResult, steady_rate, timeline
-
-_END = None  # the end-of-input sentinel that flows through the pipeline
-
-
-class _Task:
-    __slots__ = ("seq", "offset", "n", "ingest", "marker", "encoded", "compressed", "replay")
-
-    def __init__(self, seq: int, offset: int, n: int, ingest: float | None):
-        self.seq, self.offset, self.n, self.ingest = seq, offset, n, ingest
-        self.marker: int | None = None
-        self.encoded = self.compressed = self.replay = False
-
-    @property
-    def end(self) -> int:
-        return self.offset + self.n
 
 
 def simulate(calibration: Calibration, config: SimConfig,
@@ -125,7 +111,7 @@ class _Run:
         return offset >= self.input_end or (self.cfg.max_tuples is None
                                             and self.env.now >= self.cfg.duration)
 
-    def record(self, task: _Task) -> None:
+    def record(self, task: Task) -> None:
         now = self.env.now
         self.done_t.append(now)
         self.done_n.append(task.n)
@@ -236,7 +222,7 @@ class _Checkpointing:
     recent: list = field(default_factory=list)  # the two newest complete checkpoints
 
 
-class _Engine:
+class _Engine(PStreamThreads):
     """One life of the engine process: its threads, queues and in-memory state."""
 
     def __init__(self, run: _Run, offset: int, replay: tuple[int, int] | None = None,
@@ -257,7 +243,7 @@ class _Engine:
         self.warmup = self.costs.restart_warmup_s if replay_until is not None else 0.0
         self.seq = 0
         self.next = 0
-        self.done: dict[int, _Task] = {}
+        self.done: dict[int, Task] = {}
         self.assembling = False
         self.outstanding = 0
         self.workers_left = cfg.workers
@@ -286,12 +272,12 @@ class _Engine:
             self.waiting = 0  # appended, not yet taken by the reader
             self.bulk = sysc.bulk_bytes if cfg.bulk_bytes is None else cfg.bulk_bytes
             self.comp_q = Queue(self.env)
-            self.comp_order: list[_Task] = []
+            self.comp_order: list[Task] = []
             self.compressed = Signal(self.env)
             self.enc_q = Queue(self.env)
-            self.pending: list[_Task | None] = []
+            self.pending: list[Task | None] = []
             self.writer_wake = Signal(self.env)
-            self.durable: list[_Task] = []
+            self.durable: list[Task] = []
             self.stored = Signal(self.env)
         # persistence push-up: the tasks hold only what the pushed-up operators kept
         self.work = self.costs.persist[cfg.compression].work if cfg.persist else 1.0
@@ -372,16 +358,16 @@ class _Engine:
                 yield from self.persist_head()
             while self.waiting:
                 yield from self.take()
-            self.pending.append(_END)  # the writer stops
+            self.pending.append(END)  # the writer stops
             self.writer_wake.notify()
         yield from self.finish_dispatch()
 
-    def make_task(self, offset: int, n: int, stamp: float | None) -> _Task:
+    def make_task(self, offset: int, n: int, stamp: float | None) -> Task:
         """The source's batch at ``offset`` (ingest stamp: its arrival with a rate, else
         now); numbered when dispatched."""
-        return _Task(-1, offset, n, stamp if stamp is not None else self.env.now)
+        return Task(-1, offset, n, stamp if stamp is not None else self.env.now)
 
-    def dispatch(self, task: _Task):
+    def dispatch(self, task: Task):
         """A task for the workers (its p-unit durable, if persisted); a checkpoint marker
         goes with it if one is due."""
         task.seq = self.seq
@@ -397,7 +383,7 @@ class _Engine:
 
     def finish_dispatch(self):
         for _ in range(self.cfg.workers):
-            yield from self.tasks.put(_END)
+            yield from self.tasks.put(END)
 
     def replay_stored(self):
         """Recovery: the stored input after the checkpoint, read back (``io_threads``
@@ -408,11 +394,11 @@ class _Engine:
         off = lo
         while off < hi:  # p-units as they were written: one per batch
             n = run.batch_at(off, hi)
-            units.append(_Task(len(units), off, n, None))
+            units.append(Task(len(units), off, n, None))
             off += n
         if not units:
             return
-        ready: dict[int, _Task] = {}
+        ready: dict[int, Task] = {}
         arrived = Signal(env)
         ahead = Semaphore(env, 2 * self.sys.io_threads)
         todo = list(reversed(units))
@@ -439,99 +425,12 @@ class _Engine:
             t.replay = True
             yield from self.dispatch(t)
 
-    # -- persistence (§3.1, §4.2) -----------------------------------------------------------------
-    def compressor(self):
-        while True:
-            task = yield from self.comp_q.get()
-            yield from self.cpu.run(task.n * self.compress_s, "compression")
-            task.compressed = True
-            self.compressed.notify()
-
-    def persist_head(self):
-        head = self.comp_order[0]
-        while not head.compressed:
-            yield from self.compressed.wait()
-        self.comp_order.pop(0)
-        yield from self.persist(head)
-
-    def persist(self, task: _Task):
-        """``POG.persist_ingress`` on the dispatcher's thread: wait (taking p-units) while the
-        p-stream has no room; append the p-unit (retain marker; encoded and written
-        behind); then hand every p-unit already stored to the workers."""
-        while not self.has_room(task.n * self.unit_bytes_tuple):
-            yield from self.take()
-        yield from self.cpu.run(task.n * self.append_s, "append")
-        self.append(task)
-        while self.durable:
-            yield from self.take()
-
-    def has_room(self, nbytes: float) -> bool:
-        """The ingress p-stream holds a p-unit of ``nbytes`` more without waiting."""
-        return not self.waiting or (self.held_units < self.sys.pstream_units
-                                    and self.held_bytes + nbytes <= self.sys.pstream_bytes)
-
-    def append(self, task: _Task) -> None:
-        """The p-unit is in the p-stream, behind its retain marker: encoded and written."""
-        self.held_units += 1
-        self.held_bytes += task.n * self.unit_bytes_tuple
-        self.waiting += 1
-        self.enc_q.put_nowait(task)
-        self.pending.append(task)
-        self.writer_wake.notify()
-
-    def took(self, task: _Task) -> None:
-        """The p-stream's reader took a stored p-unit."""
-        self.waiting -= 1
-        self.held_units -= 1
-        self.held_bytes -= task.n * self.unit_bytes_tuple
-
-    def take(self):
-        """The p-stream's reader: the next stored p-unit (waiting for it) becomes a task."""
-        while not self.durable:
-            yield from self.stored.wait()
-        task = self.durable.pop(0)
-        self.took(task)
-        yield from self.dispatch(task)
-
-    def encoder(self):
-        while True:
-            task = yield from self.enc_q.get()
-            yield from self.cpu.run(task.n * self.encode_s, "encode")
-            task.encoded = True
-            self.writer_wake.notify()
-
-    def writer(self):
-        """Group commit: the pending segments, up to ``bulk`` bytes, in one write."""
-        run = self.run
-        while True:
-            while not self.pending:
-                yield from self.writer_wake.wait()
-            if self.pending[0] is _END:
-                return
-            chunk = [self.pending.pop(0)]
-            size = chunk[0].n * self.stored_tuple
-            while (self.pending and self.pending[0] is not _END
-                   and size + self.pending[0].n * self.stored_tuple <= self.bulk):
-                chunk.append(self.pending.pop(0))
-                size += chunk[-1].n * self.stored_tuple
-            while not all(t.encoded for t in chunk):
-                yield from self.writer_wake.wait()
-            yield from self.cpu.run(size * self.sys.io_cpu_ns_byte * 1e-9, "io")
-            # the input kept (not yet released) beyond what the pool ever held: fresh files
-            kept = (chunk[-1].end - run.stored_from) * self.stored_tuple
-            fresh = min(size, max(0.0, kept - run.pool_written))
-            run.pool_written = max(run.pool_written, kept)
-            yield from run.disk.request(size, write=True, slots=self.slots, fresh=fresh)
-            run.durable_end = chunk[-1].end
-            self.durable.extend(chunk)
-            self.stored.notify()
-
     # -- workers and assembly -----------------------------------------------------------------------
     def worker(self):
         cpu, costs = self.cpu, self.costs
         while True:
             task = yield from self.tasks.get()
-            if task is _END:
+            if task is END:
                 self.workers_left -= 1
                 if not self.workers_left and self.input_done:
                     self.run.finished = True
@@ -558,7 +457,7 @@ class _Engine:
                 self.assembling = False
             cpu.release()
 
-    def assemble(self, t: _Task):
+    def assemble(self, t: Task):
         """A task's assembly on the assembling core; partitioned (``assembly_parts``), the
         other partitions at once on other cores, waited for."""
         mine, each = self.costs.assembly_parts_s(t.n, self.cfg.assembly_parts)
@@ -574,7 +473,7 @@ class _Engine:
             yield self.env.all_of(others)
             yield from self.cpu.acquire()
 
-    def assembled(self, t: _Task) -> None:
+    def assembled(self, t: Task) -> None:
         run = self.run
         run.record(t)
         self.window.release()
@@ -591,7 +490,7 @@ class _Engine:
             yield self.env.timeout(self.ft.interval)
             self.ft.requested = True
 
-    def on_marker(self, t: _Task):
+    def on_marker(self, t: Task):
         """The marker's task is assembled: the state is cut here (on the assembling core),
         then written asynchronously."""
         started = self.env.now
