@@ -303,7 +303,7 @@ def test_kills_with_variant_swaps(tiny, tmp_path):
     n = 120 * ds.rows
     c = Controller(campaign_config(
         "LRB1", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
-        adaptive_kernels=True, metrics_interval=0.2, ft={"interval": 0.2}))
+        adaptive_kernels=True, metrics_interval=0.2, interval=0.2))
     rng = random.Random(20)
     camp = c.run([None, None, rng.uniform(1.2, 3.0)],
                  crash_at=["checkpoint_state:3", "recovery_replay"])

@@ -135,7 +135,7 @@ def test_kill_campaign(tiny, tmp_path, name):
     n = 120 * ds.rows  # paced to last ~6 s on any machine, so that a kill at 1.2-3 s lands
     c = Controller(campaign_config(
         name, ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
-        ft={"interval": 0.2, "sink": "transactional" if name == "LRB3" else "clocked"}))
+        interval=0.2, sink="transactional" if name == "LRB3" else "clocked"))
     camp = c.run([rng.uniform(1.2, 3.0) for _ in range(3)])
     assert camp.kills >= 1, "the run finished before any kill: make it longer"
     assert camp.verdict.ok, camp.verdict
@@ -152,7 +152,7 @@ def test_kill_campaign_with_key_partitioned_assembly(tiny, tmp_path):
     n = 120 * ds.rows
     c = Controller(campaign_config(
         "LRB3", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
-        assembly="partitioned:3", ft={"interval": 0.2}))
+        assembly="partitioned:3", interval=0.2))
     assert "partitioned:3" in c.command(recover=False)
     camp = c.run([random.Random(21).uniform(1.2, 3.0) for _ in range(3)])
     assert camp.kills >= 1, "the run finished before any kill: make it longer"
@@ -176,9 +176,8 @@ def test_kill_campaign_with_parallel_ingress(tiny, tmp_path, name, sink, assembl
     n = 120 * ds.rows  # paced to last ~6 s on any machine, so that a kill at 1.2-3 s lands
     c = Controller(campaign_config(
         name, ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6, assembly=assembly,
-        persist={"push_up": reduce, "compression": "adaptive" if reduce else "none",
-                 "compression_interval": 0.5},
-        ft={"interval": 0.2, "sink": sink}), ingress_partitions=(3, 1, 2))
+        push_up=reduce, compression="adaptive" if reduce else "none", compression_interval=0.5,
+        interval=0.2, sink=sink), ingress_partitions=(3, 1, 2))
     assert "--ingress-partitions" in c.command(recover=False)
     camp = c.run([random.Random(name).uniform(1.2, 3.0) for _ in range(3)])
     assert camp.kills >= 1, "the run finished before any kill: make it longer"
@@ -201,7 +200,7 @@ def test_kill_campaign_with_incremental_checkpoints(tiny, tmp_path, name, sink, 
     extra = {"step_ms": 5, "max_replay_tuples": 200_000} if mode == "eventual" else {}
     c = Controller(campaign_config(
         name, ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
-        ft={"interval": 0.2, "sink": sink, "checkpoint_mode": mode, **extra}))
+        interval=0.2, sink=sink, checkpoint_mode=mode, **extra))
     assert f"--checkpoint-mode {mode}" in " ".join(c.command(recover=True))
     camp = c.run([rng.uniform(1.2, 3.0) for _ in range(3)])
     assert camp.kills >= 1, "the run finished before any kill: make it longer"
@@ -219,7 +218,7 @@ def test_crash_points_with_parallel_ingress(tiny, tmp_path, sink):
     n = 150 * ds.rows
     c = Controller(campaign_config(
         "CM1", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 5,
-        ft={"interval": 0.2, "sink": sink}), ingress_partitions=(2, 3))
+        interval=0.2, sink=sink), ingress_partitions=(2, 3))
     last = "checkpoint_commit:2" if sink == "transactional" else "checkpoint_record:2"
     camp = c.run([], crash_at=["checkpoint_state:3", "recovery_replay", last])
     assert camp.crashes == 3, camp
@@ -288,8 +287,8 @@ def test_crash_points_with_pane_units(tiny, tmp_path, mode):
     n = 150 * ds.rows
     c = Controller(campaign_config(
         "LRB1", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 5,
-        assembly="partitioned:2", persist={"persist_at": ("window0",)},
-        ft={"interval": 0.2, "checkpoint_mode": mode, "sink": "transactional"}))
+        assembly="partitioned:2", persist_at=("window0",),
+        interval=0.2, checkpoint_mode=mode, sink="transactional"))
     camp = c.run([], crash_at=["checkpoint_step:4", "recovery_replay", "checkpoint_state:2",
                                "checkpoint_step:7", "checkpoint_record:2"])
     assert camp.crashes == 5, camp
@@ -427,7 +426,7 @@ def test_crash_points_during_a_checkpoint_write_and_during_recovery(tiny, tmp_pa
     n = 150 * ds.rows  # paced to last ~5 s on any machine, so that all three crash points land
     c = Controller(campaign_config(
         "CM1", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 5,
-        ft={"interval": 0.2}))
+        interval=0.2))
     camp = c.run([], crash_at=["checkpoint_state:3", "recovery_replay", "checkpoint_record:2"])
     assert camp.crashes == 3, camp
     assert camp.verdict.ok, camp.verdict
@@ -444,7 +443,7 @@ def test_a_warm_standby_takes_over_after_a_kill(tiny, tmp_path):
     n = 400 * ds.rows  # paced over 20 s: room for two kills however slowly processes start
     c = Controller(campaign_config(
         "LRB1", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 20,
-        ft={"interval": 0.2}), standby=True, standby_after=0.3)
+        interval=0.2), standby=True, standby_after=0.3)
     out: dict = {}
     runner = threading.Thread(target=lambda: out.update(camp=c.run([])))
     runner.start()
@@ -556,7 +555,7 @@ def test_a_damaged_newest_state_falls_back_and_survives_a_second_kill(tiny, tmp_
     n = 150 * ds.rows  # paced over ~6 s: the kills land while input is still coming
     c = Controller(campaign_config(
         "CM1", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
-        ft={"interval": 0.1}))
+        interval=0.1))
     c.start()
     _wait_for(lambda: len(records(c.storage)) >= 2, c.proc, "two checkpoints")
     c.kill()
@@ -581,7 +580,7 @@ def test_the_transactional_sink_killed_between_the_record_and_the_commit(tiny, t
     n = 150 * ds.rows
     c = Controller(campaign_config(
         "LRB1", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
-        ft={"interval": 0.2, "sink": "transactional"}))
+        interval=0.2, sink="transactional"))
     camp = c.run([], crash_at=["checkpoint_commit:2", "checkpoint_commit:1",
                                "checkpoint_commit:3"])
     assert camp.crashes == 3, camp
@@ -600,7 +599,7 @@ def test_a_kill_during_a_fallback_recovery(tiny, tmp_path):
     n = 150 * ds.rows
     c = Controller(campaign_config(
         "CM1", ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
-        ft={"interval": 0.1}))
+        interval=0.1))
     c.start()
     _wait_for(lambda: len(records(c.storage)) >= 3, c.proc, "three checkpoints")
     c.kill()

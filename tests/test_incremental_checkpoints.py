@@ -441,7 +441,7 @@ def test_bench_kills_and_the_controller_take_the_checkpoint_mode(tmp_path):
         kills.Settings(checkpoint_mode="sometimes")
     c = Controller(campaign_config(
         "SG1", tmp_path, tmp_path, max_tuples=10,
-        ft={"checkpoint_mode": "eventual", "step_ms": 5, "max_replay_tuples": 1000}))
+        checkpoint_mode="eventual", step_ms=5, max_replay_tuples=1000))
     cmd = " ".join(c.command(recover=False))
     assert "--checkpoint-mode eventual --checkpoint-step 5 --max-replay-tuples 1000" in cmd
     plain = Controller(campaign_config("SG1", tmp_path, tmp_path, max_tuples=10))

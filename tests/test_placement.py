@@ -117,7 +117,7 @@ def test_kills_during_a_checkpoint_and_during_recovery_with_intermediate_p_strea
     n = 60 * ds.rows  # paced over 5 s, so that all three crash points land
     c = Controller(campaign_config(
         name, ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 5,
-        persist={"persist_at": at}, ft={"interval": 0.2, "sink": sink}))
+        persist_at=at, interval=0.2, sink=sink))
     camp = c.run([], crash_at=["checkpoint_state:2", "recovery_replay", "checkpoint_commit:2"])
     assert camp.crashes == 3, camp
     assert camp.verdict.ok, camp.verdict
@@ -135,8 +135,8 @@ def test_random_kills_with_intermediate_p_streams(tiny, tmp_path, name, at):
     n = 80 * ds.rows  # paced over 6 s, so that a kill at 1.2-3 s lands
     c = Controller(campaign_config(
         name, ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
-        persist={"persist_at": at},
-        ft={"interval": 0.2, "sink": "transactional" if name == "SG3" else "clocked"}))
+        persist_at=at,
+        interval=0.2, sink="transactional" if name == "SG3" else "clocked"))
     camp = c.run([rng.uniform(1.2, 3.0) for _ in range(3)])
     assert camp.kills >= 1, "the run finished before any kill: make it longer"
     assert camp.verdict.ok, camp.verdict

@@ -124,8 +124,8 @@ def test_kills_with_push_up_and_compression_stay_exactly_once(tiny, tmp_path, na
     n = 120 * ds.rows
     c = Controller(campaign_config(
         name, ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 8,
-        persist={"push_up": True, "compression": scheme, "compression_interval": 0.3},
-        ft={"interval": 0.2}))
+        push_up=True, compression=scheme, compression_interval=0.3,
+        interval=0.2))
     # adaptive: each of two incarnations is killed once it has logged a codec swap of its own
     # (an event, not a guess of how fast processes start here), so recovery reads mixed codecs
     camp = (_kill_after_own_event(c, "codec", kills=2) if scheme == "adaptive"

@@ -258,7 +258,7 @@ def test_kills_while_state_is_spilled_and_read_back(tiny, tmp_path):
     n = 4 * ds.rows
     c = Controller(campaign_config(
         "DARWIN", ds.path, tmp_path, max_tuples=n, batch_rows=997, rate=n / 6,
-        state_memory=MIN_STATE_MEMORY, ft={"interval": 0.2, "sink": "transactional"}))
+        state_memory=MIN_STATE_MEMORY, interval=0.2, sink="transactional"))
     rng = random.Random(19)
     camp = c.run([None] * 5 + [rng.uniform(1.0, 3.0)],
                  crash_at=["spill_write:40", "spill_read:3", "checkpoint_state:2",

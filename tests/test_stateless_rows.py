@@ -390,7 +390,7 @@ def test_kill_campaign(tiny, tmp_path, name, sink, push):
     n = 120 * ds.rows  # paced to last ~6 s on any machine, so that a kill at 1.2-3 s lands
     c = Controller(campaign_config(
         name, ds.path, tmp_path, max_tuples=n, batch_rows=4000, rate=n / 6,
-        persist={"push_up": push}, ft={"interval": 0.2, "sink": sink}))
+        push_up=push, interval=0.2, sink=sink))
     camp = c.run([rng.uniform(1.2, 3.0) for _ in range(3)])
     assert camp.kills >= 1, "the run finished before any kill: make it longer"
     assert camp.verdict.ok, camp.verdict

@@ -144,11 +144,9 @@ def run_one(cfg: Config, settings: Settings, rng: random.Random) -> dict:
         cfg.query, ds.path, work, max_tuples=n, batch_rows=settings.batch, rate=n / seconds,
         assembly=settings.assembly, state_memory=settings.state_memory,
         adaptive_kernels=settings.adaptive_kernels,
-        persist={"push_up": cfg.push_up, "compression": cfg.compression,
-                 "compression_interval": settings.compression_interval,
-                 "persist_at": tuple(cfg.persist_at)},
-        ft={"interval": settings.interval, "sink": cfg.sink,
-            "checkpoint_mode": cfg.checkpoint_mode}),
+        push_up=cfg.push_up, compression=cfg.compression,
+        compression_interval=settings.compression_interval, persist_at=tuple(cfg.persist_at),
+        interval=settings.interval, sink=cfg.sink, checkpoint_mode=cfg.checkpoint_mode),
         ingress_partitions=tuple(settings.ingress))
     camp = c.run([rng.uniform(settings.min_life, settings.max_life)
                   for _ in range(settings.kills)], timeout=4 * seconds + 600)

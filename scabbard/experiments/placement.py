@@ -105,8 +105,8 @@ def measure_placement(name: str, ds, placement: tuple[str, ...], s: Settings,
     n = int(s.rate * s.run_seconds)
     c = Controller(campaign_config(
         name, ds.path, folder / "killed", max_tuples=n, workers=s.workers, batch_rows=s.batch,
-        rate=s.rate, metrics_interval=0.1, persist={"persist_at": tuple(inner)},
-        ft={"interval": s.interval, "persist_input": None if ingress else False}))
+        rate=s.rate, metrics_interval=0.1, persist_at=tuple(inner),
+        interval=s.interval, persist_input=None if ingress else False))
     camp = c.run(s.kill_delays())
     stored = _stored_bytes(c.storage, q, placement, ds.schema.payload_bytes)
     from scabbard.engine import read_metrics

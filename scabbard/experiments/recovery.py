@@ -121,7 +121,7 @@ def controller(settings: Settings, ds, rate: float, folder: Path) -> Controller:
         settings.query, ds.path, folder, max_tuples=int(rate * settings.seconds),
         workers=settings.workers, batch_rows=settings.batch, rate=rate,
         metrics_interval=settings.metrics_interval, adaptive_kernels=settings.adaptive_kernels,
-        ft={"interval": settings.interval}), standby=settings.standby)
+        interval=settings.interval), standby=settings.standby)
 
 
 def run(settings: Settings, log=print) -> Outcome:

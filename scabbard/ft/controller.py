@@ -20,7 +20,7 @@ from pathlib import Path
 
 from scabbard import queries
 from scabbard.data import open_dataset
-from scabbard.ft.config import FTConfig, PersistConfig, RunConfig
+from scabbard.ft.config import RunConfig
 from scabbard.ft.verify import Verdict, compare
 
 _bytecode = threading.Lock()
@@ -44,19 +44,15 @@ def compiled_bytecode() -> None:
             _bytecode_checked = True
 
 
-def campaign_config(query: str, data: str | Path, folder: str | Path, *,
-                    ft: dict | None = None, persist: dict | None = None,
-                    **run) -> RunConfig:
+def campaign_config(query: str, data: str | Path, folder: str | Path, **fields) -> RunConfig:
     """A fault-tolerant run's configuration laid out in ``folder`` as a :class:`Controller`
-    keeps it: the storage, the exactly-once output and the metrics log inside; ``ft`` and
-    ``persist`` are :class:`FTConfig`'s and :class:`PersistConfig`'s other fields, ``run``
-    :class:`RunConfig`'s (two workers unless given: the failure-free run it is compared
-    with uses as many)."""
+    keeps it: the storage, the exactly-once output and the metrics log inside; ``fields``:
+    any other setting by its field's name (:meth:`RunConfig.of`) - two workers unless
+    given (the failure-free run it is compared with uses as many)."""
     folder = Path(folder)
-    return RunConfig(query, Path(data), **{"workers": 2, **run},
-                     metrics_log=folder / "metrics.jsonl",
-                     persist=PersistConfig(folder / "storage", **(persist or {})),
-                     ft=FTConfig(folder / "output", **(ft or {})))
+    return RunConfig.of(query, **{"workers": 2, **fields}, data=Path(data),
+                        metrics_log=folder / "metrics.jsonl", storage=folder / "storage",
+                        output=folder / "output")
 
 
 @dataclass
