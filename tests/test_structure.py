@@ -233,3 +233,69 @@ def test_the_index_check_finds_an_index(tmp_path, monkeypatch):
                    "    return a.fifo[5], table[1][0], a.fifo.pane[0], a.rows[2]\n")
     monkeypatch.setitem(MODULES, "scabbard.indexing", src)
     assert _kernel_state_indexed("scabbard.indexing") == ["scabbard.indexing:2"] * 2
+
+
+# -- size ------------------------------------------------------------------------------------------
+MAX_MODULE_LINES = 600
+MAX_PARAMETERS = 8
+# the functions outside the kernels that still take more than MAX_PARAMETERS (issue 46): a
+# ratchet - the list only shrinks, and no other function may join it
+MANY_PARAMETERS = {
+    "scabbard.compression.generic._dictionary_encode",
+    "scabbard.compression.generic._dictionary_encode_narrow",
+    "scabbard.engine.run_query",
+    "scabbard.engine.adaptive._run",
+    "scabbard.engine.runtime.run",
+    "scabbard.engine.sources.__init__",
+    "scabbard.experiments.ingest.ingest",
+    "scabbard.ft.ingress.run_persisted",
+    "scabbard.peers.broker._produce",
+    "scabbard.peers.broker.ingest",
+    "scabbard.peers.spark._run_stateless",
+    "scabbard.peers.spark.run_spark",
+    "scabbard.pog.checkpoint.__init__",
+    "scabbard.sim.calibrate.calibrate",
+    "scabbard.sim.instrument.timed_run",
+    "scabbard.standalone.daemons.launch",
+    "scabbard.storage.segment.encode",
+    "scabbard.workloads.generator._generate_shared",
+    "scabbard.workloads.generator.generate",
+    "scabbard.workloads.shared_output.generate_shared",
+}
+
+
+def test_no_module_is_over_600_lines():
+    long = {m: n for m, p in MODULES.items()
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, long
+
+
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    a = fn.args
+    names = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+    n = len(names) + (a.vararg is not None) + (a.kwarg is not None)
+    return n - (bool(names) and names[0].arg in ("self", "cls"))
+
+
+def many_parameters() -> set[str]:
+    """The functions outside ``scabbard.kernels`` with more than MAX_PARAMETERS."""
+    out = set()
+    for m, p in MODULES.items():
+        if m.startswith("scabbard.kernels"):
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) \
+                    and _parameters(node) > MAX_PARAMETERS:
+                out.add(f"{m}.{node.name}")
+    return out
+
+
+def test_no_function_takes_more_than_8_parameters_but_the_known_ones():
+    found = many_parameters()
+    assert found <= MANY_PARAMETERS, sorted(found - MANY_PARAMETERS)
+    assert not MANY_PARAMETERS - found, f"no longer too many: drop {sorted(MANY_PARAMETERS - found)}"
+
+
+def test_the_parameter_count_sees_every_kind():
+    fn = ast.parse("def f(self, a, /, b, *c, d, **e): pass").body[0]
+    assert _parameters(fn) == 5

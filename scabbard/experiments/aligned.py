@@ -38,6 +38,7 @@ from scabbard.experiments import (
     save_tables,
     scratch,
 )
+from scabbard.ft.modes import INTERVAL
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, TransactionalSink
 from scabbard.peers.synclog import LoggedSource
@@ -58,7 +59,7 @@ class Settings(Common):
     batch_kib: Sequence[int] = field(default=(256, 1024, 4096))
     configs: Sequence[str] = field(default=CONFIGS)
     seconds: float = 4.0
-    interval: float = 1.0
+    interval: float = INTERVAL
     workers: int = 2
     storage_dir: str | None = None
 

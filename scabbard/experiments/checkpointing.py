@@ -50,6 +50,7 @@ from scabbard.experiments import (
     save_tables,
     scratch,
 )
+from scabbard.ft.modes import INTERVAL
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, DiscardSink
 from scabbard.outputs import sink_for
@@ -77,7 +78,7 @@ PAPER = pd.DataFrame(
 class Settings(Common):
     queries: Sequence[str] = field(default=queries.NAMES)
     seconds: float = 5.0  # wall seconds per run
-    interval: float = 1.0  # checkpoint interval
+    interval: float = INTERVAL  # checkpoint interval
     worker_counts: Sequence[int] = (1, 2)
     configs: Sequence[str] = CONFIGS
     compression_interval: float = 0.5  # Scabbard's adaptive codecs decide this often

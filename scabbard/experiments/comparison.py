@@ -52,6 +52,7 @@ from scabbard.experiments import (
 )
 from scabbard.experiments.engine_throughput import peer_dataset
 from scabbard.experiments.progress import Progress, Step
+from scabbard.ft.modes import INTERVAL
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink
 
@@ -68,7 +69,7 @@ PAPER = ("16 cores: Scabbard within 11% of LightSaber (no FT) on SG3, LRB1-3; 12
 class Settings(Common):
     queries: Sequence[str] = field(default=queries.NAMES)
     seconds: float = 5.0  # per engine run
-    interval: float = 1.0  # checkpoints, engine and peers
+    interval: float = INTERVAL  # checkpoints, engine and peers
     workers: int = 2
     spark: bool = True
     flink: bool = True  # where .venv-flink exists (scripts/setup-flink.sh)

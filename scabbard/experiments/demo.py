@@ -25,6 +25,7 @@ import pandas as pd
 
 from scabbard import queries, workloads
 from scabbard.experiments import Common, finish, scratch
+from scabbard.ft.modes import INTERVAL
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Settings(Common):
     query: str = "YSB"  # the killed run: one dataset for the whole demo (Fig. 10 used LRB1)
     explain_query: str = "YSB"  # push-up's largest saving: one event type of three, 2 of 7 fields
     load: float = 0.5  # the killed run's input rate, share of its sustainable rate
-    interval: float = 1.0  # checkpoint interval, s
+    interval: float = INTERVAL  # checkpoint interval, s
     seconds: float = 8.0  # length of the killed run's input at that rate
     kill_at: float = 4.0  # SIGKILL once this many seconds of the input were processed
     batch: int = 262_144  # tuples per task of the killed run

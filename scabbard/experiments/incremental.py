@@ -39,6 +39,7 @@ from scabbard.engine.runtime import Engine
 from scabbard.engine.sources import ReplaySource
 from scabbard.experiments import Common, finish, interleaved_runs, save_tables
 from scabbard.experiments.checkpointing import PAPER
+from scabbard.ft.modes import INTERVAL
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import DiscardSink
 
@@ -49,7 +50,7 @@ MODES = ("full", "incremental")
 class Settings(Common):
     queries: Sequence[str] = field(default=queries.NAMES)
     seconds: float = 4.0  # wall seconds per run (paced: after the backlog)
-    interval: float = 1.0  # checkpoint interval, seconds
+    interval: float = INTERVAL  # checkpoint interval, seconds
     workers: int = 2
     rounds: int = 1
     speedup: float = 10.0  # paced runs: event seconds per wall second (0: no paced runs)

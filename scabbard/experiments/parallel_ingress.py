@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from scabbard.experiments import simulated_cores_figure
+from scabbard.ft.modes import INTERVAL
 
 # the queries whose tasks cost a few tens of ns a tuple and whose windows need no serial
 # assembly to speak of: their throughput on many cores is the ingress's and the disk's
@@ -52,7 +53,7 @@ def held_by(result) -> str:
 
 def simulated(calibration: str | Path | None, names: Sequence[str] = MEMORY_BOUND,
               cores: Sequence[int] = (1, 2, 4, 8, 16), seconds: float = 10.0,
-              interval: float = 1.0, partitions: int | None = None) -> pd.DataFrame:
+              interval: float = INTERVAL, partitions: int | None = None) -> pd.DataFrame:
     """Per query and core count on the paper's server (its SSD), fault tolerance on (the input
     persisted as Scabbard persists it, checkpoints every ``interval``): one ingress partition
     and ``partitions`` of them (None: the engine's default for that many workers; skipped

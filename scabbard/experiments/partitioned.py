@@ -35,6 +35,7 @@ from scabbard.experiments import (
     save_tables,
     simulated_cores_figure,
 )
+from scabbard.ft.modes import INTERVAL
 from scabbard.query import Query, count, sum_
 from scabbard.schema import Field, Schema
 
@@ -182,7 +183,7 @@ def plot(table: pd.DataFrame, output_dir: str | None = None):
 SERIAL_MATTERS_NS = 1.0
 
 def simulated(calibration: str | Path | None, names: Sequence[str], cores: Sequence[int] = (1, 2, 4, 8, 16),
-              seconds: float = 10.0, interval: float = 1.0) -> pd.DataFrame:
+              seconds: float = 10.0, interval: float = INTERVAL) -> pd.DataFrame:
     """Per query and core count on the paper's server (16 cores, its SSD), fault tolerance on
     (input persisted as Scabbard persists it, checkpoints every ``interval``; the source read
     by as many ingress partitions as the engine uses by default): throughput with

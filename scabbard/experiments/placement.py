@@ -34,6 +34,7 @@ from scabbard.experiments.recovery import breakdown
 from scabbard.ft import placement as pl
 from scabbard.ft.channels import stream_name
 from scabbard.ft.controller import Controller, campaign_config
+from scabbard.ft.modes import INTERVAL
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import DiscardSink
 from scabbard.storage import BlockManager
@@ -45,7 +46,7 @@ QUERIES = ("LRB3", "SG3", "NQ", "YSB")
 class Settings(Common):
     queries: Sequence[str] = field(default=QUERIES)
     rate: float = 300_000.0  # input tuples/s of the killed runs
-    interval: float = 1.0
+    interval: float = INTERVAL
     seconds: float = 3.0  # of the unpaced run per placement
     run_seconds: float = 12.0  # of the paced, killed run
     kill_at: float = 4.0

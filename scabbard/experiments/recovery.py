@@ -33,6 +33,7 @@ from scabbard import queries, workloads
 from scabbard.engine import EngineConfig, read_metrics
 from scabbard.experiments import Common, finish, scratch
 from scabbard.ft.controller import Campaign, Controller, campaign_config
+from scabbard.ft.modes import INTERVAL
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink
 
@@ -52,7 +53,7 @@ class Settings(Common):
     query: str = "LRB1"
     load: float = 0.5  # input rate as a share of the sustainable rate
     rate: float | None = None  # tuples/s; None: load x the measured sustainable rate
-    interval: float = 1.0  # checkpoint interval, s
+    interval: float = INTERVAL  # checkpoint interval, s
     seconds: float = 12.0  # length of the input at the rate, s
     kill_at: float | None = 5.0  # seconds after the start; None: no kill
     batch: int | None = 262_144  # tuples per task (small: latency is the point here)

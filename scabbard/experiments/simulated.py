@@ -34,6 +34,7 @@ import pandas as pd
 
 from scabbard import queries
 from scabbard.experiments import finish, save_tables
+from scabbard.ft.modes import INTERVAL
 from scabbard.sim import PAPER_REMOTE_STORAGE, PAPER_SSD, Calibration, Hardware, SimConfig, simulate
 from scabbard.sim import load as load_calibration
 
@@ -86,7 +87,7 @@ class Settings:
     calibration: str | None = None  # None: this machine's, else the package's (default_calibration)
     queries: Sequence[str] = field(default=queries.NAMES)
     seconds: float = 10.0  # simulated seconds of input per run
-    interval: float = 1.0  # checkpoint interval, seconds
+    interval: float = INTERVAL  # checkpoint interval, seconds
     cores: Sequence[int] = (1, 2, 4, 6, 8, 12, 16)  # Fig. 13's sweep
     batches_kib: Sequence[int] = (256, 1024, 4096, 16384)  # Fig. 14: KiB per task
     output_dir: str | None = None

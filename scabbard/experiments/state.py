@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from scabbard.experiments import default_data_dir, finish, save_tables
+from scabbard.ft.modes import INTERVAL
 
 SYSTEMS = ("engine", "engine-spill", "engine-ft", "engine-ft-spill", "spark-rocksdb",
            "flink-rocksdb")
@@ -56,7 +57,7 @@ class Settings:
     rate: float = 40_000.0  # tuples per event second (2.4 M per window)
     rounds: int = 1
     workers: int = 2
-    interval: float = 1.0  # engine-ft: checkpoint interval, seconds
+    interval: float = INTERVAL  # engine-ft: checkpoint interval, seconds
     state_memory: int = 16 << 20  # engine-spill: the window state's memory budget, bytes
     data_dir: str = field(default_factory=default_data_dir)
     output_dir: str = "."

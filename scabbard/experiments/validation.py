@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from scabbard.experiments import Common, prepared_dataset, recovery, scratch
+from scabbard.ft.modes import INTERVAL
 from scabbard.sim.config import Calibration, SimConfig, load
 from scabbard.sim.machine import LoadMeter, speed_probe, wait_quiet
 from scabbard.sim.model import simulate
@@ -61,7 +62,7 @@ class Settings(Common):
     kill_at: float = 5.0  # seconds after the process started
     kill_seconds: float = 12.0  # of input, at half the sustainable rate
     kill_batch: int = 262_144
-    interval: float = 1.0
+    interval: float = INTERVAL
     quiet_cores: float = 0.25  # wait for other processes to use at most this many cores
     quiet_timeout: float = 60.0
     retries: int = 2  # a run others disturbed (> quiet_cores busy meanwhile) is repeated

@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from scabbard.data import Dataset
+from scabbard.ft.modes import INTERVAL
 from scabbard.peers.flink_sql import (
     OFFSET,
     FlinkSQL,
@@ -286,7 +287,7 @@ def run_job_script(spec: dict, work: Path, venv: Path, timeout_s: float) -> dict
 
 
 def run_flink_many(runs: list[tuple[Query, Dataset]], workdir: str | Path | None = None,
-                   checkpoint_interval_s: float | None = 1.0, parallelism: int = 2,
+                   checkpoint_interval_s: float | None = INTERVAL, parallelism: int = 2,
                    timeout_s: float = 900.0, venv: str | Path | None = None,
                    state_backend: str = "hashmap") -> list[FlinkRun]:
     """Run several queries in ONE JVM: each as its own Flink job, one after the other.
@@ -356,7 +357,7 @@ def run_flink_many(runs: list[tuple[Query, Dataset]], workdir: str | Path | None
 
 
 def run_flink(query: Query, dataset: Dataset, workdir: str | Path | None = None,
-              checkpoint_interval_s: float | None = 1.0, parallelism: int = 2,
+              checkpoint_interval_s: float | None = INTERVAL, parallelism: int = 2,
               timeout_s: float = 900.0, venv: str | Path | None = None,
               state_backend: str = "hashmap") -> FlinkRun:
     """Run ``query`` over ``dataset`` as a Flink SQL job; return its window results.
