@@ -4,8 +4,10 @@
 :class:`PersistConfig` whether and how its input is persisted (storage folder, push-up,
 compression); :class:`FTConfig` whether it is fault-tolerant (exactly-once output, sink,
 checkpoint interval, durability, crash point).  Each validates its own fields and raises
-:class:`ConfigError` with one line naming the field; the CLI's flags map onto them one to
-one, and :func:`scabbard.ft.run.open_run` opens a run from a :class:`RunConfig`, fresh or
+:class:`ConfigError` with one line naming the field.  A field a flag of ``scabbard run`` sets
+carries the flag and its help (:mod:`scabbard.ft.flags` makes the flags from them);
+:meth:`RunConfig.argv` writes a configuration back as flags, :meth:`RunConfig.of` builds one
+from its fields' names, and :func:`scabbard.ft.run.open_run` opens a run from it, fresh or
 recovering.  Nothing here reads the environment.
 """
 
