@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -283,6 +284,18 @@ class RunConfig:
             if self.ft.persist_input is False and self.persist.reduces:
                 raise ConfigError("persist", "cannot reduce input that is not persisted "
                                              "(checkpoint-only): drop push-up and compression")
+
+    def engine_config(self, spill=None):
+        """The engine's settings of this run (:class:`~scabbard.engine.EngineConfig`); ``spill``:
+        where window state beyond ``state_memory`` goes (needed with a budget)."""
+        from scabbard.engine import EngineConfig
+        from scabbard.engine.adaptive import AdaptivePolicy
+
+        return EngineConfig(workers=self.workers or os.cpu_count() or 1,
+                            batch_rows=self.batch_rows, metrics_interval=self.metrics_interval,
+                            assembly=self.assembly, ingress_partitions=self.ingress_partitions,
+                            state_memory=self.state_memory, spill=spill,
+                            adaptive=AdaptivePolicy() if self.adaptive_kernels else None)
 
     def argv(self) -> list[str]:
         """The ``scabbard run`` flags that make this configuration (the inverse of the

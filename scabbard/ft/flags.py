@@ -107,7 +107,7 @@ def field_argv(config, skip: tuple[str, ...] = ()) -> list[str]:
             else:
                 raise ValueError(f"{name} is a switch: {f.name} cannot be {value!r}")
         elif value is not None:
-            out += [name, str(value.value if isinstance(value, enum.Enum) else value)]
+            out += [name, str(value)]
     return out
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import threading
 import time
 import uuid
@@ -42,7 +41,6 @@ from pathlib import Path
 from scabbard import faults, queries
 from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
-from scabbard.engine.adaptive import AdaptivePolicy
 from scabbard.engine.metrics import Metrics
 from scabbard.engine.ports import Resume
 from scabbard.engine.runtime import MIN_BATCH, Engine, EngineConfig, RunReport
@@ -305,10 +303,6 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
     sink = sink if sink is not None else open_output(ft.output, ft.sink)
     io, standby, on_sample, wrap_source = hooks.io, hooks.standby, hooks.on_sample, \
         hooks.wrap_source
-    config = EngineConfig(workers=cfg.workers or os.cpu_count() or 1,
-                          batch_rows=cfg.batch_rows, metrics_interval=cfg.metrics_interval,
-                          assembly=cfg.assembly, ingress_partitions=cfg.ingress_partitions,
-                          adaptive=AdaptivePolicy() if cfg.adaptive_kernels else None)
     storage, storage_config = persist.storage, persist.layout
     rate, duration, max_tuples = cfg.rate, cfg.duration, cfg.max_tuples
     push_up, compression, lossy_decimals = (persist.push_up, persist.compression,
@@ -328,8 +322,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
     persist_at = channels.resolve(query.node, persist.persist_at)
     budget = cfg.state_memory
     spills = DurableSpills()  # a budget's spilled state: in the run's storage, once open
-    if budget is not None:
-        config = dataclasses.replace(config, state_memory=budget, spill=spills)
+    config = cfg.engine_config(spills if budget is not None else None)
     engine = Engine(query, dataset.tables, config, push_up=push_up, cut_after=persist_at)
     want = {"dataset": dataset_identity(dataset),
             "batch_rows": engine.config.batch_rows, "rate": rate, "max_tuples": max_tuples,

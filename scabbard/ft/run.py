@@ -8,12 +8,9 @@
 
 from __future__ import annotations
 
-import os
-
 from scabbard import queries, workloads
 from scabbard.data import Dataset, dataset_path, open_dataset
 from scabbard.engine import EngineConfig, RunReport, Sink
-from scabbard.engine.adaptive import AdaptivePolicy
 from scabbard.ft.config import RunConfig
 from scabbard.ft.ingress import run_persisted
 from scabbard.ft.recovery import FTReport, Hooks, open_fault_tolerant
@@ -29,13 +26,9 @@ def dataset_of(config: RunConfig) -> Dataset:
 
 
 def engine_config(config: RunConfig) -> EngineConfig:
-    return EngineConfig(workers=config.workers or os.cpu_count() or 1,
-                        batch_rows=config.batch_rows, metrics_interval=config.metrics_interval,
-                        assembly=config.assembly,
-                        ingress_partitions=config.ingress_partitions,
-                        state_memory=config.state_memory,
-                        spill=disk_spill(config.spill_dir) if config.state_memory else None,
-                        adaptive=AdaptivePolicy() if config.adaptive_kernels else None)
+    """The engine's settings of a run without fault tolerance (state beyond its budget
+    spilled to ``config.spill_dir``)."""
+    return config.engine_config(disk_spill(config.spill_dir) if config.state_memory else None)
 
 
 def open_run(config: RunConfig, *, recover: bool = False, dataset: Dataset | None = None,
