@@ -299,3 +299,59 @@ def test_no_function_takes_more_than_8_parameters_but_the_known_ones():
 def test_the_parameter_count_sees_every_kind():
     fn = ast.parse("def f(self, a, /, b, *c, d, **e): pass").body[0]
     assert _parameters(fn) == 5
+
+
+# -- every flag declared once (issue 46) -------------------------------------------------------
+# the Flink job's own command line (a program Flink runs, not a scabbard command)
+OTHER_PROGRAMS = {"scabbard.peers.flink"}
+
+
+def literal_flags(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Each ``--flag`` written as an ``add_argument`` call's argument, with where."""
+    out: dict[str, list[str]] = {}
+    for m, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+                for a in node.args:
+                    if isinstance(a, ast.Constant) and str(a.value).startswith("--"):
+                        out.setdefault(a.value, []).append(f"{m}:{node.lineno}")
+    return out
+
+
+def flag_declarations(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Where each flag is declared: a literal ``add_argument`` (the package's own parsers),
+    :data:`scabbard.cli.common.SHARED`, a configuration field's metadata, or the benchmarks'
+    settings table (a flag of its own there - one the others declare is only used)."""
+    from scabbard.cli import bench, common
+    from scabbard.ft.config import FTConfig, PersistConfig, RunConfig
+    from scabbard.ft.flags import flagged
+
+    out = literal_flags(sources)
+    for name in common.SHARED:
+        out.setdefault(name, []).append("scabbard.cli.common.SHARED")
+    for cls in (RunConfig, PersistConfig, FTConfig):
+        for f, spec in flagged(cls):
+            out.setdefault(spec["name"], []).append(f"{cls.__name__}.{f.name}")
+    for name in bench._HELP:
+        flag = bench._FLAGS.get(name, "--" + name.replace("_", "-"))
+        if flag not in out:  # the benchmarks' own: none of the others may declare it
+            out.setdefault(flag, []).append(f"scabbard.cli.bench._HELP[{name!r}]")
+        elif not any(s.startswith(("scabbard.cli.common", "RunConfig", "PersistConfig",
+                                   "FTConfig")) for s in out[flag]):
+            out[flag].append(f"scabbard.cli.bench._HELP[{name!r}]")
+    return out
+
+
+def test_no_flag_is_declared_twice():
+    sources = {m: p.read_text() for m, p in MODULES.items() if m not in OTHER_PROGRAMS}
+    twice = {f: where for f, where in flag_declarations(sources).items() if len(where) > 1}
+    assert not twice, twice
+
+
+def test_the_flag_check_finds_a_flag_declared_twice():
+    a = 'p.add_argument("--scale", choices=("tiny",))'
+    b = 'q.add_argument("--scale", default="small")\nq.add_argument("--own")'
+    found = literal_flags({"a": a, "b": b})
+    assert found["--scale"] == ["a:1", "b:1"] and found["--own"] == ["b:2"]
+    twice = flag_declarations({"a": 'p.add_argument("--query")'})["--query"]
+    assert twice == ["a:1", "scabbard.cli.common.SHARED"]

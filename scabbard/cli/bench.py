@@ -7,32 +7,35 @@ import dataclasses
 from scabbard import paths
 from scabbard.cli import bench_runs as runs
 from scabbard.cli.bench_runs import settings_from as _settings  # noqa: F401 (tests read it)
-from scabbard.cli.common import hidden_alias, parse_bytes
+from scabbard.cli.common import add_data_root, declared, hidden_alias, parse_bytes, shared_flag
 from scabbard.ft.modes import CHECKPOINT_MODES, EXACTLY_ONCE_SINKS
 
 # -- options shared by the benchmarks, declared once -----------------------------------------
 # help per Settings field; a flag's default is the experiment's own (its Settings), unless the
-# command line sets another
+# command line sets another.  A flag other commands take too (--queries, --scale, --seed, a
+# run's --rate...) is declared where they take it (scabbard.cli.common.declared): its help
+# comes from there, unless the benchmarks' use differs (a help here says how)
 _HELP = {
-    "queries": "subset of the queries", "seconds": "wall seconds per run",
-    "scale": "dataset preset", "interval": "checkpoint interval, seconds",
+    "seconds": "wall seconds per run", "interval": "checkpoint interval, seconds",
     "rounds": "runs per configuration, interleaved; the median is kept",
     "spark": "without Spark", "flink": "without Flink-FT", "with_query": "ingest only, no query runs",
     "peers": "without the broker and Kafka++",
     "reduced": "without the reduced ingest (push-up + adaptive compression)",
-    "query": "the query", "batch_kib": "batch sizes in KiB", "sinks": "the exactly-once sinks",
+    "batch_kib": "batch sizes in KiB", "sinks": "the exactly-once sinks",
     "kills": "kills per configuration",
     "reduce_every": "push-up + compression on every Nth configuration",
-    "rate": "input tuples/s", "min_life": "shortest life before a kill, s",
-    "max_life": "longest life before a kill, s", "work": "scratch folder", "seed": "random seed",
+    "min_life": "shortest life before a kill, s",
+    "max_life": "longest life before a kill, s", "work": "scratch folder",
     "rows": "values per column", "repeat": "timed runs, best kept",
     "placements": "p-streams on every edge between operators: on every other configuration "
                   "of a query with several operators, on all, or none",
     "workload": "the workload generated", "tuples": "rows generated",
     "workers": "local[N] threads, and the cluster's workers of 1 core",
-    "assembly": "assembly modes measured side by side: serial, partitioned, partitioned:P",
+    "assembly": "assembly modes measured side by side: serial, partitioned, partitioned:P (a "
+                "kill campaign: every incarnation's)",
     "ingress": "numbers of ingress partitions measured side by side (the source read by N "
-               "threads)",
+               "threads; a kill campaign: every incarnation's, in turn - each recovery reads the "
+               "source with another number than the run it continues)",
     "keys": "distinct keys of the Zipf and uniform streams",
     "key_counts": "numbers of distinct keys (the window state's size), a dataset each",
     "systems": "systems measured side by side: engine (state in memory), engine-spill "
@@ -47,10 +50,11 @@ _HELP = {
     "individual_ops": "inserts measured one record a call, and as many in groups",
     "group": "records a call in the grouped inserts",
     "width": "float64 words a value (5: 48-byte records with the key)",
-    "state_memory": "the state memory budget of engine-spill and engine-ft-spill (e.g. 16M)",
+    "state_memory": "the state memory budget of engine-spill and engine-ft-spill (e.g. 16M; a "
+                    "kill campaign: every incarnation's --state-memory, the spilled units the "
+                    "checkpoint's state)",
     "spark_memory": "the Spark driver's heap, e.g. 8g ('auto': half the memory available)",
     "spark_partitions": "Spark's shuffle partitions (0: two per core)",
-    "data_dir": "dataset root (the project's data/: $SCABBARD_HOME, else this checkout)",
     "speedup": "paced runs: event seconds per wall second (the dataset's event rate times "
                "this; 0: no paced runs)",
     "variants": "kernel variants measured side by side: generic, instrumented (every task "
@@ -74,9 +78,8 @@ _HELP = {
                "adaptive codecs)",
 }
 _FLAGS = {"with_query": "--no-query", "batch_kib": "--batch-kb", "min_life": "--min",
-          "max_life": "--max", "seconds": "--duration", "data_dir": "--data-root",
-          "worker_counts": "--workers"}
-_ALIASES = {"seconds": "--seconds", "data_dir": "--data-dir"}  # the old spellings, hidden
+          "max_life": "--max", "seconds": "--duration", "worker_counts": "--workers"}
+_ALIASES = {"seconds": "--seconds"}  # the old spellings, hidden
 _CHOICES = {"scale": ("tiny", "small", "full"), "sinks": EXACTLY_ONCE_SINKS,
             "placements": ("alternate", "all", "none"),
             "reduced_with": ("alternate", "adaptive", "default"),
@@ -95,36 +98,59 @@ def _options(p, settings, *names: str, out: str | None = None, **defaults) -> No
     default the field's (or ``defaults``), its help from :data:`_HELP`.  ``out``: the
     output folder's default, under the project's runs folder.  A settings class's
     ``data_dir`` is always a flag, ``--data-root``."""
-    if any(f.name == "data_dir" for f in dataclasses.fields(settings)) and "data_dir" not in names:
-        names = (*names, "data_dir")
     fields = {f.name: f for f in dataclasses.fields(settings)}
-    for name in names:
+    def default_of(name: str):
         f = fields[name]
-        default = defaults.get(name, f.default if f.default is not dataclasses.MISSING
-                               else f.default_factory())
+        return defaults.get(name, f.default if f.default is not dataclasses.MISSING
+                            else f.default_factory())
+
+    if "data_dir" in fields:  # always a flag, --data-root
+        add_data_root(p, dest="data_dir", default=default_of("data_dir"))
+        hidden_alias(p, "--data-dir", dest="data_dir")
+    for name in names:
+        if name == "data_dir":
+            continue
+        default = default_of(name)
         flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
         shown = " ".join(map(str, default)) if isinstance(default, tuple | list) else default
+        shown = "none" if shown in (None, "") else shown
         if isinstance(default, bool):
             if default:
                 flag = _FLAGS.get(name, f"--no-{name.replace('_', '-')}")
             p.add_argument(flag, dest=name, action="store_false" if default else "store_true",
-                           help=_HELP[name])
+                           help=_help(name, flag))
             continue
-        kind = {"queries": str.upper, "query": str.upper, "state_memory": parse_bytes}.get(name)
+        kind = {"queries": str.upper, "query": str.upper, "state_memory": parse_bytes,
+                "ingress": int}.get(name)
         if kind is None:
             item = default[0] if isinstance(default, tuple | list) else default
             kind = type(item) if isinstance(item, int | float) else str
         many = isinstance(default, tuple | list)
         p.add_argument(flag, dest=name, type=kind, nargs="+" if many else None,
                        default=list(default) if many else default, choices=_CHOICES.get(name),
-                       help=f"{_HELP[name]} (default {'all' if _all_queries(name, default) else shown})")
+                       help=f"{_help(name, flag)} (default "
+                            f"{'all' if _all_queries(name, default) else shown})")
         if name in _ALIASES:
             hidden_alias(p, _ALIASES[name], dest=name, type=kind, nargs="+" if many else None)
     if out is not None:
-        p.add_argument("--output", dest="out", default=str(paths.runs_root() / out),
-                       metavar="DIR", help=f"output folder (default: experiments/runs/{out} in "
-                                           "the project folder)")
+        shared_flag(p, "--output", dest="out", default=str(paths.runs_root() / out),
+                    metavar="DIR", help=f"output folder (default: experiments/runs/{out} in "
+                                        "the project folder)")
         hidden_alias(p, "--out", dest="out")
+
+
+def _own(p, name: str, **kw) -> None:
+    """A benchmark's flag for ``name`` that is no field of its settings (declared in
+    :data:`_HELP`, as the settings' flags are; ``kw``: add_argument's, its help this use's)."""
+    p.add_argument(_FLAGS.get(name, "--" + name.replace("_", "-")), dest=name, **kw)
+
+
+def _help(name: str, flag: str) -> str:
+    """A setting's help: the benchmarks' own, else the shared declaration's (its first clause:
+    the default shown is the benchmark's)."""
+    if name in _HELP:
+        return _HELP[name]
+    return declared(flag)["help"].split(" (default")[0]
 
 
 def _all_queries(name: str, default) -> bool:
@@ -171,11 +197,11 @@ def add(sub, full: bool = True) -> None:
         "the generation rate (tuples/s, MB/s of rows), then the read rate of the replay format "
         "from the page cache.", runs.run_datagen)
     dp.add_argument("--workloads", nargs="+", default=None, help="subset (default: all six)")
-    dp.add_argument("--rows", type=int, default=16_000_000, help="rows per workload (default 16M)")
+    _own(dp, "rows", type=int, default=16_000_000, help="rows per workload (default 16M)")
     dp.add_argument("--scratch", default=str(paths.data_root() / "bench"),
                     help="scratch folder (default: data/bench in the project folder)")
     dp.add_argument("--keep", action="store_true", help="keep the generated datasets")
-    dp.add_argument("--master", default="local[*]", help="Spark master URL")
+    shared_flag(dp, "--master")
     ep = _bench(
         bsub, "engine", "per query: engine vs Spark throughput, 1 vs 2 workers, latency at 80%% load",
         "For each query on its small dataset: the engine's sustainable throughput with 1 and "
@@ -248,7 +274,7 @@ def add(sub, full: bool = True) -> None:
         "tuples/s, MB/s written and append-to-acknowledgement latency; then, for "
         "--sweep-query, the same for batch sizes from 64 KiB to 16 MiB.", runs.run_synclog)
     _options(sp, ingest.Settings, "queries", "scale", "seconds", seconds=3.0)
-    sp.add_argument("--batch-kb", type=int, default=1024, help="batch size in KiB (default 1024)")
+    _own(sp, "batch_kib", type=int, default=1024, help="batch size in KiB (default 1024)")
     sp.add_argument("--producers", type=int, default=2, help="producer threads (default 2)")
     sp.add_argument("--sweep-query", type=str.upper, default="CM1",
                     help="query for the batch-size sweep (default CM1; 'none' to skip)")
@@ -345,7 +371,7 @@ def add(sub, full: bool = True) -> None:
         "writes restarts.csv to --output.", runs.run_restart)
     _options(rs, recovery.Settings, "query", "scale", "load", "interval", "kill_at",
              out="bench-restart")
-    rs.add_argument("--rounds", type=int, default=3, help="kills of each kind (default 3)")
+    _own(rs, "rounds", type=int, default=3, help="kills of each kind (default 3)")
     rp = _bench(
         bsub, "state-recovery",
         "Darwin's Fig. 2: checkpoint and recovery time against the state's size, state in "
@@ -414,18 +440,7 @@ def add(sub, full: bool = True) -> None:
     _options(kp, kills.Settings, "queries", "sinks", "kills", "reduce_every", "reduced_with",
              "scale", "rate",
              "interval", "min_life", "max_life", "work", "seed", "placements",
-             "checkpoint_mode", "compression_interval", out="bench-kills")
-    kp.add_argument("--state-memory", dest="state_memory", type=parse_bytes, metavar="BYTES",
-                    help="every incarnation's --state-memory: window state spilled beyond it, "
-                         "the spilled units the checkpoint's state (e.g. 8M)")
-    kp.add_argument("--adaptive-kernels", dest="adaptive_kernels", action="store_true",
-                    help="every incarnation's --adaptive-kernels: variants profiled, compiled "
-                         "and swapped in each incarnation")
-    kp.add_argument("--assembly", default="auto", metavar="MODE",
-                    help="every incarnation's --assembly (default auto)")
-    kp.add_argument("--ingress", dest="ingress", type=int, nargs="+", default=[],
-                    metavar="N", help="every incarnation's --ingress-partitions, in turn "
-                    "(e.g. 3 1 2: each recovery reads the source with another number than the "
-                    "run it continues; default: the engine's)")
+             "checkpoint_mode", "compression_interval", "state_memory", "adaptive_kernels",
+             "assembly", "ingress", out="bench-kills")
 
 

@@ -114,7 +114,7 @@ def run_synclog(args) -> int:
     from scabbard import queries, workloads
     from scabbard.peers.synclog import ingest
 
-    if args.batch_kb < 1 or args.producers < 1 or not args.seconds > 0:
+    if args.batch_kib < 1 or args.producers < 1 or not args.seconds > 0:
         raise CLIError("--batch-kb and --producers must be >= 1 and --duration positive")
 
     def show(r) -> None:
@@ -129,7 +129,7 @@ def run_synclog(args) -> int:
     with tempfile.TemporaryDirectory(prefix="scabbard-synclog-", dir=root) as folder:
         for q in args.queries:
             ds = workloads.dataset(queries.workload_of(q), args.scale, root=str(root))
-            show(ingest(q, ds, folder, args.seconds, args.batch_kb << 10, args.producers))
+            show(ingest(q, ds, folder, args.seconds, args.batch_kib << 10, args.producers))
         if args.sweep_query != "NONE":
             ds = workloads.dataset(queries.workload_of(args.sweep_query), args.scale,
                                    root=str(root))

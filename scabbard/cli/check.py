@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import time
 
-from scabbard.ft.modes import CHECKPOINT_MODES, EXACTLY_ONCE_SINKS
+from scabbard.cli.common import shared_flag
 
 
 def add_parser(subparsers) -> None:
-    from scabbard.queries import ALL as NAMES
-
     p = subparsers.add_parser("check", help="check the fault-tolerance core beyond a killed process",
                               description="Checks of the fault-tolerance core.")
     sub = p.add_subparsers(dest="check_cmd", required=True, metavar="CHECK")
@@ -40,41 +38,34 @@ def add_parser(subparsers) -> None:
                 "(nothing flushed) violations are expected: they are why machine durability "
                 "exists."),
     )
-    c.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
-                   help=f"one of {', '.join(NAMES)}")
-    c.add_argument("--sink", choices=EXACTLY_ONCE_SINKS, default="clocked",
-                   help="the exactly-once sink (default clocked)")
+    shared_flag(c, "--query")
+    shared_flag(c, "--sink", default="clocked", help="the exactly-once sink (default clocked)")
     c.add_argument("--states", type=int, default=1000, help="crash states to explore "
                    "(sampled when there are more; default 1000)")
-    c.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
-    c.add_argument("--durability", choices=("machine", "process"), default="machine",
-                   help="the recorded run's durability (default machine)")
-    c.add_argument("--push-up", action="store_true", help="persistence push-up (§3.4)")
-    c.add_argument("--compression", choices=("none", "default", "adaptive"), default="none",
-                   help="compress the persisted input (§5); adaptive: its codecs re-picked at "
-                        "every batch of the recorded run")
-    c.add_argument("--persist-at", metavar="EDGE[,EDGE]",
-                   help="p-streams between operators besides the ingress (operator ids, or "
-                        "output: before the sink), as 'scabbard run --persist-at'")
-    c.add_argument("--checkpoint-mode", choices=CHECKPOINT_MODES,
-                   default="full", help="the recorded run's checkpoints: full (default), "
-                   "incremental (closed panes written once, as pane units) or eventual (pane "
-                   "units also saved in steps between records), as 'scabbard run'")
-    c.add_argument("--tuples", type=int, default=60_000,
-                   help="input tuples of the recorded run (default 60,000)")
-    c.add_argument("--batch", type=int, default=4000, metavar="ROWS",
-                   help="tuples per task (default 4,000)")
+    shared_flag(c, "--seed", help="seed of the sampling (default 0)")
+    shared_flag(c, "--durability", default="machine", help="the recorded run's durability "
+        "(default machine)")
+    shared_flag(c, "--push-up", help="persistence push-up (§3.4)")
+    shared_flag(c, "--compression", choices=("none", "default", "adaptive"), default="none",
+        help="compress the persisted input (§5); adaptive: its codecs re-picked at every batch of "
+        "the recorded run")
+    shared_flag(c, "--persist-at", help="p-streams between operators besides the ingress "
+        "(operator ids, or output: before the sink), as 'scabbard run --persist-at'")
+    shared_flag(c, "--checkpoint-mode", default="full", help="the recorded run's checkpoints: "
+        "full (default), incremental (closed panes written once, as pane units) or eventual (pane "
+        "units also saved in steps between records), as 'scabbard run'")
+    shared_flag(c, "--tuples", default=60_000, help="input tuples of the recorded run (default 60,000)")
+    shared_flag(c, "--batch", default=4000, help="tuples per task (default 4,000)")
     c.add_argument("--every", type=int, default=3, metavar="TASKS",
                    help="a checkpoint every TASKS tasks (default 3)")
-    c.add_argument("--ingress-partitions", type=int, default=1, metavar="N",
-                   help="the recorded run's source read by N threads, each appending its "
-                        "own batches in turn (default 1)")
+    shared_flag(c, "--ingress-partitions", default=1, help="the recorded run's source read by N "
+        "threads, each appending its own batches in turn (default 1)")
     c.add_argument("--nested", type=int, default=0, metavar="N",
                    help="crash recoveries too: each crash state's recovery is recorded and N "
                         "of its own crash states (a machine crash during the recovery) are "
                         "checked and recovered in turn, whose recoveries are crashed the same "
                         "way - two levels deep (default 0: recoveries run through)")
-    c.add_argument("--data", metavar="DIR", help="dataset folder (default: data/<workload>/small)")
+    shared_flag(c, "--data")
     c.set_defaults(func=_run_crash_states)
     o = sub.add_parser(
         "output",
@@ -89,10 +80,10 @@ def add_parser(subparsers) -> None:
             "bounded (--max-tuples)."),
         epilog="Exit status 0: exactly once (or a correct prefix); 1: a mismatch.",
     )
-    o.add_argument("--storage", required=True, metavar="DIR",
-                   help="the run's storage folder (as given to 'scabbard run')")
-    o.add_argument("--output", metavar="DIR",
-                   help="the output folder (default: the one the run recorded)")
+    shared_flag(o, "--storage", required=True, help="the run's storage folder (as given to "
+        "'scabbard run')")
+    shared_flag(o, "--output", metavar="DIR", help="the output folder (default: the one the run "
+        "recorded)")
     o.set_defaults(func=_run_output_check)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from scabbard.cli.common import add_data_root, data_root, hidden_alias
+from scabbard.cli.common import add_data_root, data_root, hidden_alias, shared_flag
 
 
 # -- data --------------------------------------------------------------------------------------
@@ -19,7 +19,7 @@ def add(sub) -> None:
     lp.set_defaults(func=_run_data_list)
     cp = dsub.add_parser("check", help="validate a dataset folder (manifest, schema, sizes)")
     cp.add_argument("path", help="dataset folder, e.g. data/lrb/small")
-    cp.add_argument("--verify", action="store_true", help="also recompute every checksum")
+    shared_flag(cp, "--verify")
     cp.set_defaults(func=_run_data_check)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from scabbard import paths
-from scabbard.cli.common import hidden_alias
+from scabbard.cli.common import add_data_root, hidden_alias, shared_flag
 from scabbard.cli.errors import CLIError
 
 
@@ -29,28 +29,21 @@ def add(sub) -> None:
     )
     p.add_argument("workload", help=f"one of {', '.join(ALL)}, or 'all' (the six of the "
                                     f"paper's Table 3)")
-    p.add_argument("--scale", choices=("tiny", "small", "full"), default=None,
-                   help="size preset (default: small)")
-    p.add_argument("--event-seconds", dest="duration", type=float, metavar="SECONDS",
-                   help="event-time length of the dataset in seconds")
+    shared_flag(p, "--scale", default=None, help="size preset (default: small)")
+    shared_flag(p, "--event-seconds", dest="duration")
     hidden_alias(p, "--duration", dest="duration", type=float)
-    p.add_argument("--rate", type=float, metavar="TUPLES_PER_SECOND",
-                   help="tuples per second of event time")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    shared_flag(p, "--rate", help="tuples per second of event time")
+    shared_flag(p, "--seed")
     p.add_argument("--partitions", type=int, help="Spark partitions (default: from size and cores)")
-    p.add_argument("--data-root", metavar="DIR|URI",
-                   help="where the datasets go (default: data/ in the project folder: "
-                        "$SCABBARD_HOME, else this checkout): a folder, or a URI every executor "
-                        "reaches (file:///shared/data, hdfs://nn/data, s3a://bucket/data); "
-                        "with a URI the executors write every file")
+    add_data_root(p, "where the datasets go: a folder, or a URI every executor reaches "
+                  "(file:///shared/data, hdfs://nn/data, s3a://bucket/data); with a URI the "
+                  "executors write every file", metavar="DIR|URI")
     hidden_alias(p, "--out", dest="data_root")
     p.add_argument("--name", help="dataset folder name (default: the scale, or a slug of the parameters)")
-    p.add_argument("--master", default="local[*]",
-                   help="Spark master URL (default: local[*]); with a cluster (spark://, yarn, "
-                        "k8s://) the executors write the dataset, so --data-root must be a URI or "
-                        "folder every executor reaches; the dataset is byte-identical")
-    p.add_argument("--conf", action="append", metavar="KEY=VALUE",
-                   help="a Spark setting (repeatable), e.g. spark.executor.memory=4g")
+    shared_flag(p, "--master", help="Spark master URL (default: local[*]); with a cluster "
+        "(spark://, yarn, k8s://) the executors write the dataset, so --data-root must be a URI "
+        "or folder every executor reaches; the dataset is byte-identical")
+    shared_flag(p, "--conf")
     p.add_argument("--force", action="store_true", help="regenerate even if the dataset exists")
     p.add_argument("--parquet-codec", default="snappy",
                    choices=("snappy", "zstd", "lz4", "gzip", "none"),
@@ -62,10 +55,10 @@ def add(sub) -> None:
     g.add_argument("--houses", type=int, help="sg: houses (default 40)")
     g.add_argument("--machines", type=int, help="cm: machines (default 12,500)")
     g.add_argument("--campaigns", type=int, help="ysb: campaigns of 10 ads (default 100)")
-    g.add_argument("--change-at", type=float, metavar="SECONDS",
-                   help="sm: event time at which the integer readings change distribution")
-    g.add_argument("--keys", type=int,
-                   help="darwin: distinct keys, the window state's size (default 100,000)")
+    shared_flag(g, "--change-at", help="sm: event time at which the integer readings change "
+                "distribution")
+    shared_flag(g, "--keys", help="darwin: distinct keys, the window state's size (default "
+                "100,000)")
     g.add_argument("--auctions", type=int,
                    help="nexmark: auctions in flight that bids go to, NQ's key space (default "
                         "100, Beam's)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from scabbard.cli.common import add_data_root, data_root
+from scabbard.cli.common import add_data_root, data_root, shared_flag
 from scabbard.cli.errors import EXIT_FAILURE
 
 
@@ -25,12 +25,11 @@ def add(sub) -> None:
         epilog="About 3 minutes here after `make setup` (2 cores); the first run also "
                "generates the datasets and compiles the kernels.",
     )
-    p.add_argument("--scale", default="small", choices=("tiny", "small"),
-                   help="dataset preset and run lengths (default: small; tiny: the tests')")
+    shared_flag(p, "--scale", choices=("tiny", "small"), help="dataset preset and run lengths "
+        "(default: small; tiny: the tests')")
     add_data_root(p)
-    p.add_argument("--output", metavar="DIR",
-                   help="where the report folder goes (default: experiments/runs in the "
-                        "project folder)")
+    shared_flag(p, "--output", metavar="DIR", help="where the report folder goes (default: "
+        "experiments/runs in the project folder)")
     p.set_defaults(func=_run_demo)
 
 

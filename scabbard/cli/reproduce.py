@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scabbard.cli.common import add_data_root, hidden_alias
+from scabbard.cli.common import add_data_root, hidden_alias, shared_flag
 from scabbard.cli.errors import EXIT_FAILURE
 
 
@@ -27,11 +27,9 @@ def add(sub) -> None:
     )
     p.add_argument("--only", action="append", metavar="NAME",
                    help="run only this experiment (repeatable), e.g. 00_datasets")
-    p.add_argument("--scale", default="small", choices=("tiny", "small", "full"),
-                   help="parameter set of each experiment (default: small)")
-    p.add_argument("--output", metavar="DIR",
-                   help="where the run folder goes (default: experiments/runs in the project "
-                        "folder)")
+    shared_flag(p, "--scale", help="parameter set of each experiment (default: small)")
+    shared_flag(p, "--output", metavar="DIR", help="where the run folder goes (default: "
+        "experiments/runs in the project folder)")
     hidden_alias(p, "--runs-dir", dest="output")
     add_data_root(p, "dataset root passed to the notebooks")
     hidden_alias(p, "--data-dir", dest="data_root")

@@ -10,6 +10,7 @@ from scabbard.cli.common import (
     add_data_root,
     hidden_alias,
     query_dataset,
+    shared_flag,
     storage_dir,
     verify_mode,
 )
@@ -22,7 +23,6 @@ from scabbard.ft.modes import EXACTLY_ONCE_SINKS, INTERVAL
 
 # -- run ---------------------------------------------------------------------------------------
 def add_run(sub) -> None:
-    from scabbard.queries import ALL as NAMES
 
     p = sub.add_parser(
         "run",
@@ -53,37 +53,30 @@ def add_run(sub) -> None:
                               "failure injection")
     out = p.add_argument_group("output", "results, metrics, progress")
     spk = p.add_argument_group("the Spark backend (--backend spark)")
-    inp.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
-                   help=f"one of {', '.join(NAMES)}")
+    shared_flag(inp, "--query")
     inp.add_argument("--backend", choices=("scabbard", "spark"), default="scabbard",
                      help="scabbard: this engine (default); spark: the same plan on Spark "
                           "Structured Streaming")
-    inp.add_argument("--data", metavar="DIR",
-                   help="dataset folder (default: <data root>/<workload>/small)")
+    shared_flag(inp, "--data")
     add_data_root(inp, "where the default dataset is looked for (and generated)")
-    inp.add_argument("--verify", action="store_true",
-                   help="recompute the dataset's checksums before running, even if they were "
-                        "verified since its files last changed (by default they are verified "
-                        "once per change: the first run reads every byte)")
+    shared_flag(inp, "--verify", help="recompute the dataset's checksums before running, even if "
+        "they were verified since its files last changed (by default they are verified once per "
+        "change: the first run reads every byte)")
     inp.add_argument("--no-verify", action="store_true",
                    help="do not verify the dataset's checksums (sizes and schema are checked)")
-    out.add_argument("--output", metavar="PATH",
-                   help="where the results go: a .parquet or .csv file; with "
-                        "--checkpoint-interval or --recover the exactly-once output folder")
+    shared_flag(out, "--output", help="where the results go: a .parquet or .csv file; with "
+        "--checkpoint-interval or --recover the exactly-once output folder")
     hidden_alias(out, "--out", dest="output")
     # every flag that sets one field of the configuration, with the field's help
     add_flags({Group.INPUT: inp, Group.ENGINE: eng, Group.PERSISTENCE: per,
                Group.FAULT_TOLERANCE: ft, Group.OUTPUT: out}, RunConfig, PersistConfig, FTConfig)
-    spk.add_argument("--master", default="local[*]", help="Spark master for --backend spark")
-    spk.add_argument("--workdir", metavar="URI", help="spark backend: work folder (checkpoints, "
-                   "windows, results) every executor reaches; needed on a cluster; resumes")
-    spk.add_argument("--conf", action="append", metavar="KEY=VALUE",
-                   help="spark backend: a Spark setting (repeatable)")
+    shared_flag(spk, "--master", help="Spark master for --backend spark (default: local[*])")
+    shared_flag(spk, "--workdir")
+    shared_flag(spk, "--conf", help="spark backend: a Spark setting (repeatable)")
     spk.add_argument("--spark-ui", nargs="?", const="127.0.0.1", metavar="ADDRESS",
                    help="spark backend: the Spark web UI, on 127.0.0.1 (or ADDRESS)")
-    per.add_argument("--persist-input", action="store_true",
-                   help="persist the ingress p-stream while the query runs (stored before "
-                        "processed; released input is garbage-collected)")
+    shared_flag(per, "--persist-input", help="persist the ingress p-stream while the query runs "
+        "(stored before processed; released input is garbage-collected)")
     ft.add_argument("--checkpoint-period", type=float, metavar="MS",
                    help="--checkpoint-mode eventual: a checkpoint record (the cut recovery "
                         "resumes from) every MS milliseconds, CEC's CP (instead of "
@@ -93,12 +86,10 @@ def add_run(sub) -> None:
                    help="with --checkpoint-interval: checkpoint the operator state but do not "
                         "persist the input; recovery requests the input again from the source "
                         "(the paper's Scabbard-Chk)")
-    per.add_argument("--persist-at", metavar="EDGE[,EDGE]",
-                   help="with --checkpoint-interval: where p-streams sit (paper §3.1, 'scabbard "
-                        "explain' lists the edges): ingress (the input), an operator id (its "
-                        "output: window0, join0, ...) or output (before the sink); without "
-                        "ingress the source replays the input (as --checkpoint-only).  Default: "
-                        "ingress")
+    shared_flag(per, "--persist-at", help="with --checkpoint-interval: where p-streams sit (paper "
+        "§3.1, 'scabbard explain' lists the edges): ingress (the input), an operator id (its "
+        "output: window0, join0, ...) or output (before the sink); without ingress the source "
+        "replays the input (as --checkpoint-only).  Default: ingress")
     per.add_argument("--placement", choices=("auto",),
                    help="with --checkpoint-interval: choose the p-streams with the cost model "
                         "(measured on a sample of the dataset: bytes per edge, state, the CPU of "
@@ -114,7 +105,6 @@ def add_run(sub) -> None:
 
 
 def add_ingest(sub) -> None:
-    from scabbard.queries import ALL as NAMES
 
     p = sub.add_parser(
         "ingest",
@@ -126,24 +116,18 @@ def add_ingest(sub) -> None:
             "MB/s written to disk."
         ),
     )
-    p.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
-                   help=f"one of {', '.join(NAMES)}")
-    p.add_argument("--data", metavar="DIR",
-                   help="dataset folder (default: <data root>/<workload>/small)")
+    shared_flag(p, "--query")
+    shared_flag(p, "--data")
     add_data_root(p, "where the default dataset is looked for (and generated)")
-    p.add_argument("--storage", metavar="DIR",
-                   help="storage folder (default: storage/<QUERY>-<time> in the project folder)")
-    p.add_argument("--duration", type=float, default=5.0, metavar="SECONDS",
-                   help="how long to ingest (default 5)")
-    p.add_argument("--batch", type=int, metavar="ROWS", help="tuples per p-unit (default: per query)")
-    p.add_argument("--ingress-partitions", type=int, default=1, metavar="N",
-                   help="read the source with N threads, each appending its own batches in "
-                        "turn (default 1)")
+    shared_flag(p, "--storage")
+    shared_flag(p, "--duration", default=5.0, help="how long to ingest (default 5)")
+    shared_flag(p, "--batch", help="tuples per p-unit (default: per query)")
+    shared_flag(p, "--ingress-partitions", default=1, help="read the source with N threads, each "
+        "appending its own batches in turn (default 1)")
     p.set_defaults(func=_run_ingest)
 
 
 def add_explain(sub) -> None:
-    from scabbard.queries import ALL as NAMES
 
     p = sub.add_parser(
         "explain",
@@ -158,20 +142,18 @@ def add_explain(sub) -> None:
             "(lossless, and with --lossy-decimals for float columns)."
         ),
     )
-    p.add_argument("--query", required=True, type=str.upper, choices=NAMES, metavar="QUERY",
-                   help=f"one of {', '.join(NAMES)}")
-    p.add_argument("--data", metavar="DIR",
-                   help="dataset to measure on (default: <data root>/<workload>/small if "
-                        "generated)")
+    shared_flag(p, "--query")
+    shared_flag(p, "--data", help="dataset to measure on (default: <data root>/<workload>/small "
+        "if generated)")
     add_data_root(p, "where the default dataset is looked for")
     p.add_argument("--sample", type=int, default=1 << 20, metavar="TUPLES",
                    help="tuples to measure on (default 1,048,576)")
-    p.add_argument("--lossy-decimals", type=int, default=2, metavar="N",
-                   help="also show floats stored with N decimals (default 2; -1: do not)")
-    p.add_argument("--rate", type=float, default=1e6,
-                   help="input tuples/s the placement is priced at (default 1,000,000)")
-    p.add_argument("--checkpoint-interval", type=float, default=INTERVAL, metavar="SECONDS",
-                   help="checkpoint interval the placement is priced at (default 1)")
+    shared_flag(p, "--lossy-decimals", default=2, help="also show floats stored with N decimals "
+        "(default 2; -1: do not)")
+    shared_flag(p, "--rate", default=1000000.0, help="input tuples/s the placement is priced at "
+        "(default 1,000,000)")
+    shared_flag(p, "--checkpoint-interval", default=INTERVAL, help="checkpoint interval the "
+        "placement is priced at (default 1)")
     p.set_defaults(func=_run_explain)
 
 

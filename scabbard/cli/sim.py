@@ -20,13 +20,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from scabbard import paths
-from scabbard.cli.common import add_data_root, data_root, hidden_alias
+from scabbard.cli.common import add_data_root, data_root, hidden_alias, shared_flag
 from scabbard.ft.modes import INTERVAL
 from scabbard.sim import report
 from scabbard.sim.config import SCHEMES
 
-CALIBRATION_HELP = ("calibration file (default: this machine's, experiments/calibration.json, "
-                    "once `scabbard sim calibrate` made it; else the package's)")
 PRESETS = ("this", "paper-ssd", "paper-remote", "paper-rdma")
 
 
@@ -103,22 +101,19 @@ def add_parser(subparsers) -> None:
             "file with the machine's description and the date; every cost in it is measured."),
         epilog="Takes about 20-30 s per query; waits for other processes to leave the cores alone.",
     )
-    cp.add_argument("--queries", nargs="+", metavar="Q", help=f"subset of {', '.join(NAMES)} "
-                    "(default: all eleven)")
-    cp.add_argument("--scale", default="small", choices=("tiny", "small", "full"),
-                    help="dataset scale to measure on (default: small)")
+    shared_flag(cp, "--queries", help=f"subset of {', '.join(NAMES)} (default: all eleven)")
+    shared_flag(cp, "--scale", help="dataset scale to measure on (default: small)")
     add_data_root(cp)
     hidden_alias(cp, "--data", dest="data_root")
-    cp.add_argument("--output", default=None, metavar="FILE",
-                    help="calibration file to write (default: this machine's, "
-                         "experiments/calibration.json in the project folder); queries already "
-                         "in it and not measured now are kept")
+    shared_flag(cp, "--output", metavar="FILE", help="calibration file to write (default: this "
+        "machine's, experiments/calibration.json in the project folder); queries already in it "
+        "and not measured now are kept")
     cp.add_argument("--replace-shipped", action="store_true",
                     help="write the package's own calibration (scabbard/resources/"
                          "calibration.json) instead: what every machine without its own uses")
     hidden_alias(cp, "--out", dest="output")
-    cp.add_argument("--duration", type=float, default=2.0, metavar="SECONDS",
-                    help="wall seconds of each timed engine run (default 2)")
+    shared_flag(cp, "--duration", default=2.0, help="wall seconds of each timed engine run "
+        "(default 2)")
     hidden_alias(cp, "--seconds", dest="duration", type=float)
     cp.add_argument("--quiet-timeout", type=float, default=120.0, metavar="SECONDS",
                     help="how long to wait for a quiet machine before each query (default 120)")
@@ -136,16 +131,12 @@ def add_parser(subparsers) -> None:
         epilog="About two minutes per query (three runs of each configuration).  Rows measured while other processes kept cores "
                "busy say so (background_cores).",
     )
-    vp.add_argument("--queries", nargs="+", metavar="Q", default=None,
-                    help="queries to validate (default: CM1 LRB1 YSB)")
-    vp.add_argument("--calibration", default=None, metavar="FILE",
-                    help=CALIBRATION_HELP)
-    vp.add_argument("--scale", default="small", choices=("tiny", "small", "full"),
-                    help="the datasets the real runs read (default small)")
+    shared_flag(vp, "--queries", help="queries to validate (default: CM1 LRB1 YSB)")
+    shared_flag(vp, "--calibration")
+    shared_flag(vp, "--scale", help="the datasets the real runs read (default small)")
     add_data_root(vp)
     hidden_alias(vp, "--data", dest="data_root")
-    vp.add_argument("--duration", type=float, default=3.0, metavar="SECONDS",
-                    help="wall seconds per real run (default 3)")
+    shared_flag(vp, "--duration", default=3.0, help="wall seconds per real run (default 3)")
     hidden_alias(vp, "--seconds", dest="duration", type=float)
     vp.add_argument("--no-kill", action="store_true", help="throughput only, no kill")
     vp.add_argument("--repeats", type=int, default=3,
@@ -157,7 +148,7 @@ def add_parser(subparsers) -> None:
                     help="scale the CPU costs by how fast a speed probe finds the cores now "
                          "against at calibration (off by default: on this shared host the "
                          "probe varied by 50%% within minutes and made predictions worse)")
-    vp.add_argument("--output", metavar="FILE", help="also write the table as CSV")
+    shared_flag(vp, "--output", metavar="FILE", help="also write the table as CSV")
     hidden_alias(vp, "--out", dest="output")
     vp.set_defaults(func=run_validate)
 
@@ -168,14 +159,11 @@ def add_parser(subparsers) -> None:
             "Per query, simulate SECONDS of a fault-tolerant run (persisted, compressed input; "
             "checkpoints every second) on the paper's 16-core SSD machine with the calibrated "
             "costs, and print the simulated tasks, the wall time it took and the target."))
-    sp.add_argument("--queries", nargs="+", metavar="Q", default=None,
-                    help="subset of the calibrated queries (default: all of them)")
-    sp.add_argument("--calibration", default=None, metavar="FILE",
-                    help=CALIBRATION_HELP)
-    sp.add_argument("--sim-seconds", type=float, default=60.0, metavar="SECONDS",
-                    help="simulated seconds (default 60)")
+    shared_flag(sp, "--queries", help="subset of the calibrated queries (default: all of them)")
+    shared_flag(sp, "--calibration")
+    shared_flag(sp, "--sim-seconds", default=60.0, help="simulated seconds (default 60)")
     hidden_alias(sp, "--seconds", dest="sim_seconds", type=float)
-    sp.add_argument("--cores", type=int, default=16, help="cores (default 16)")
+    shared_flag(sp, "--cores", default=16, help="cores (default 16)")
     sp.set_defaults(func=run_speed)
 
     rp = sub.add_parser(
@@ -190,13 +178,12 @@ def add_parser(subparsers) -> None:
                 "IOPS), paper-remote (16 cores, remote block storage: 700 MB/s, 16k IOPS of "
                 "256 KiB, 1 ms), paper-rdma (paper-ssd with 100 Gb/s ingest)."),
     )
-    rp.add_argument("--query", required=True, help=f"one of {', '.join(NAMES)}")
-    rp.add_argument("--calibration", default=None, metavar="FILE",
-                    help=CALIBRATION_HELP)
+    shared_flag(rp, "--query", choices=None)  # the calibration names the queries it has
+    shared_flag(rp, "--calibration")
     rp.add_argument("--preset", default="this", choices=PRESETS,
                     help="hardware to start from (default: this)")
     hw = rp.add_argument_group("hardware")
-    hw.add_argument("--cores", type=int, help="cores")
+    shared_flag(hw, "--cores")
     hw.add_argument("--core-speed", type=float, metavar="X",
                     help="each core's speed against the calibrated machine's (2: twice as fast)")
     hw.add_argument("--disk-mb-s", type=float, metavar="MB_S", help="disk write bandwidth, MB/s")
@@ -210,37 +197,33 @@ def add_parser(subparsers) -> None:
     hw.add_argument("--network-gbps", type=float, metavar="GBPS",
                     help="the input arrives over a link of this many Gbit/s (default: local)")
     run = rp.add_argument_group("the run")
-    run.add_argument("--workers", type=int, help="worker threads (default: the cores)")
-    run.add_argument("--batch", type=int, metavar="ROWS",
-                     help="tuples per task (default: the engine's for the query)")
-    run.add_argument("--sim-seconds", type=float, default=10.0, metavar="SECONDS",
-                     help="simulated seconds of input (default 10)")
+    shared_flag(run, "--workers", help="worker threads (default: the cores)")
+    shared_flag(run, "--batch", help="tuples per task (default: the engine's for the query)")
+    shared_flag(run, "--sim-seconds", default=10.0, help="simulated seconds of input (default 10)")
     hidden_alias(run, "--duration", dest="sim_seconds", type=float)
-    run.add_argument("--rate", type=float, metavar="TUPLES_PER_S", help="input rate cap")
-    run.add_argument("--persist-input", action=argparse.BooleanOptionalAction, default=True,
-                     help="persist the input in the ingress p-stream (default) or not")
+    shared_flag(run, "--rate", help="input rate cap, tuples/s")
+    shared_flag(run, "--persist-input", action=argparse.BooleanOptionalAction, default=True,
+        help="persist the input in the ingress p-stream (default) or not")
     hidden_alias(run, "--persist", dest="persist_input", action="store_true")
     hidden_alias(run, "--no-persist", dest="persist_input", action="store_false")
-    run.add_argument("--compression", default="none", choices=SCHEMES,
-                     help="how the input is persisted: raw (none), the default codecs, or "
-                          "after persistence push-up (raw, codecs, lossy floats); default: none")
-    run.add_argument("--checkpoint-interval", type=float, default=INTERVAL, metavar="SECONDS",
-                     help="checkpoint every SECONDS (default 1; 0: no checkpoints)")
+    shared_flag(run, "--compression", default="none", choices=SCHEMES,
+        help="how the input is persisted: raw (none), the default codecs, or after persistence "
+        "push-up (raw, codecs, lossy floats); default: none")
+    shared_flag(run, "--checkpoint-interval", default=INTERVAL, help="checkpoint every SECONDS "
+        "(default 1; 0: no checkpoints)")
     run.add_argument("--fail-at", type=float, metavar="SECONDS",
                      help="kill the engine at this simulated second and recover")
     run.add_argument("--assembly-parts", type=int, default=1, metavar="P",
                      help="the engine's --assembly partitioned:P (the windows' groups split "
                           "between P partitions run at once; default 1: serial)")
-    run.add_argument("--ingress-partitions", type=int, default=1, metavar="N",
-                     help="the engine's --ingress-partitions: the source read by N threads, "
-                          "each cutting its batches and appending them in turn, the dispatcher "
-                          "only handing tasks out (default 1: the dispatcher does it all)")
-    run.add_argument("--adaptive-kernels", action="store_true",
-                     help="the engine's --adaptive-kernels: each fragment at the time its "
-                          "optimised variant took in the calibration (filters reordered, "
-                          "dense aggregation; nothing saved where the variant lost its trial)")
+    shared_flag(run, "--ingress-partitions", default=1, help="the engine's --ingress-partitions: "
+        "the source read by N threads, each cutting its batches and appending them in turn, the "
+        "dispatcher only handing tasks out (default 1: the dispatcher does it all)")
+    shared_flag(run, "--adaptive-kernels", help="the engine's --adaptive-kernels: each fragment "
+        "at the time its optimised variant took in the calibration (filters reordered, dense "
+        "aggregation; nothing saved where the variant lost its trial)")
     rp.add_argument("--timeline", action="store_true", help="also print the 0.5 s timeline")
-    rp.add_argument("--json", action="store_true", help="print the result as JSON")
+    shared_flag(rp, "--json")
     rp.set_defaults(func=run_sim)
 
 

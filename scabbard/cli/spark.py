@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from scabbard.cli.common import shared_flag
 from scabbard.cli.errors import CLIError
 
 EXIT_NOT_RUNNING = 3  # `status` of a cluster that is not running (as service managers do)
@@ -41,8 +42,8 @@ def add(sub) -> None:
                        help="the cluster's folder: state, logs, workers' scratch (default: "
                             "spark-cluster in the project folder, $SCABBARD_HOME or the "
                             "checkout - the same whatever the current folder)")
-    up.add_argument("--workers", type=int, default=2, help="workers (default 2)")
-    up.add_argument("--cores", type=int, default=1, help="cores per worker (default 1)")
+    shared_flag(up, "--workers", default=2, help="workers (default 2)")
+    shared_flag(up, "--cores", default=1, help="cores per worker (default 1)")
     up.add_argument("--memory", default="2g", help="memory per worker for its executors "
                                                    "(default 2g)")
     up.add_argument("--port", type=int, default=7077,
@@ -51,7 +52,7 @@ def add(sub) -> None:
                     help="the master's web UI port (default 8080; 0: any free port)")
     up.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS",
                     help="how long to wait for each daemon to start and register (default 180)")
-    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    shared_flag(status, "--json", help="print the status as JSON")
     p.set_defaults(func=_run)
 
 

@@ -64,17 +64,27 @@ def flag_name(cls, field_name: str) -> str | None:
     return next((s["name"] for f, s in flagged(cls) if f.name == field_name), None)
 
 
+def field_flag(name: str, *classes) -> dict | None:
+    """add_argument's keywords for the flag ``name`` where a field of ``classes`` declares it
+    (another command taking the same setting; its default is the command's to give), else
+    None."""
+    for cls in classes:
+        for f, s in flagged(cls):
+            if s["name"] != name:
+                continue
+            if f.type in (bool, "bool"):
+                return {"action": "store_true", "help": s["help"]}
+            kw = {k: s[k] for k in ("type", "metavar", "choices") if s[k] is not None}
+            return {**kw, "help": s["help"]}
+    return None
+
+
 def add_flags(groups: dict[Group, argparse._ActionsContainer], *classes) -> None:
     """The flags of ``classes``' fields, each in its group; every default is None (the
     field's own default applies unless the flag is given)."""
     for cls in classes:
-        for f, s in flagged(cls):
-            if f.type in (bool, "bool"):
-                groups[s["group"]].add_argument(s["name"], action="store_true", default=None,
-                                                help=s["help"])
-                continue
-            kw = {k: s[k] for k in ("type", "metavar", "choices") if s[k] is not None}
-            groups[s["group"]].add_argument(s["name"], help=s["help"], **kw)
+        for _, s in flagged(cls):
+            groups[s["group"]].add_argument(s["name"], default=None, **field_flag(s["name"], cls))
 
 
 def given(args, cls) -> dict:
