@@ -193,7 +193,7 @@ def test_run_with_persisted_input_and_ingest(tiny, tmp_path, capsys):
 
 BENCH_SETTINGS = {"engine": "engine_throughput", "ingest": "ingest", "checkpoints": "checkpointing",
                   "codecs": "compression", "peers": "comparison", "aligned": "aligned",
-                  "kills": "kills", "incremental": "incremental"}
+                  "kills": "kills", "incremental": "incremental", "interquery": "interquery"}
 
 
 @pytest.mark.parametrize("command", sorted(BENCH_SETTINGS))

@@ -72,6 +72,8 @@ _HELP = {
     "kill_at": "seconds after the start of the kill",
     "reduced_with": "the compression of the configurations with push-up: the adaptive and the "
                     "default scheme in turn (alternate), or always one",
+    "counts": "numbers of queries run at once, a run each",
+    "shared_workers": "the worker threads that run every query's tasks in the shared engine",
     "configs": "configurations measured side by side: no_ft (results dropped), no_ft_written "
                "(results to a Parquet file), checkpoints (state only), ingest (the input "
                "persisted raw, no query), ft_raw (input persisted raw), scabbard (push-up + "
@@ -182,6 +184,7 @@ def add(sub, full: bool = True) -> None:
         grizzly,
         incremental,
         ingest,
+        interquery,
         keyvalue,
         kills,
         partitioned,
@@ -329,6 +332,18 @@ def add(sub, full: bool = True) -> None:
         "Writes table1.csv, table1_runs.csv and table1.png to --output.", runs.run_selection)
     _options(fp, pipefabric.Settings, "queries", "seconds", "rounds", "scale",
              out="bench-selection")
+    iq = _bench(
+        bsub, "interquery",
+        "PipeFabric's Fig. 7: several queries at once, total throughput per number of queries",
+        "Run --counts copies of --query at once, each on its own copy of the input (results "
+        "dropped), for --duration seconds two ways: separate (PipeFabric's: an engine of one "
+        "worker thread per query) and shared (one engine whose --shared-workers threads run "
+        "every query's tasks); counts and ways alternate for --rounds rounds (the median "
+        "kept).  Prints the total throughput, the slowest and fastest query's and the scaling "
+        "against one query.  Writes interquery.csv, interquery_runs.csv and interquery.png "
+        "to --output.", runs.run_interquery)
+    _options(iq, interquery.Settings, "query", "counts", "shared_workers", "seconds", "rounds",
+             "scale", out="bench-interquery")
     sp = _bench(
         bsub, "state",
         "Darwin's Fig. 5: the micro-benchmark on the engine and on Spark and Flink with "

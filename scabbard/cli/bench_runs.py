@@ -249,6 +249,12 @@ def run_selection(args) -> int:
                           exp.parts),))
 
 
+def run_interquery(args) -> int:
+    from scabbard.experiments import interquery as exp
+
+    return _tabled(args, exp, exp.summary, "interquery.png", "interquery.csv")
+
+
 def run_state(args) -> int:
     from scabbard.experiments import state as exp
 

@@ -35,7 +35,8 @@ class Execution:
     complete windows go through the operator graph (joins, ...) to the sink.
 
     ``engine``: the :class:`~scabbard.engine.runtime.Engine` whose fragment and boundary
-    functions the workers run.
+    functions the workers run.  Its tasks run on its own workers, or on workers it shares with
+    other runs (:meth:`share`).
     """
 
     def __init__(self, engine, feed, sink: Sink, metrics: Metrics,
@@ -81,7 +82,8 @@ class Execution:
         self.skip = [self._stored_through(self.plan.top(lane.i)) for lane in self.lanes]
         workers = engine.config.workers
         depth = engine.config.queue_depth or 2 * workers
-        self.tasks: queue.Queue = queue.Queue(maxsize=depth)
+        self.pool = None  # workers shared with other runs (share)
+        self.tasks = queue.Queue(maxsize=depth)
         # tasks dispatched but not yet assembled: bounds memory (and the input persisted ahead
         # of the windows) when assembly is the bottleneck
         self.window = threading.Semaphore(depth + 2 * workers)
@@ -110,44 +112,55 @@ class Execution:
             lane.boundaries[cur.seq] = cols
             lane.tails.pop(prev.seq, None)
 
+    def share(self, pool) -> Execution:
+        """Run this run's tasks on ``pool``'s workers, shared with other runs
+        (:class:`~scabbard.engine.shared.SharedWorkers`), instead of workers of its own."""
+        self.pool, self.tasks = pool, pool.channel(self)
+        return self
+
     def worker(self) -> None:
         while True:
             item = self.tasks.get()
-            if item is None:
+            if item is None or not self.work(item):
                 return
-            try:
-                batch, staged = item.batch, None
-                if item.unit is not None:  # push-up, codecs and its segment, here; stored
-                    staged = self.writer.write(item.unit, batch, self.engine.reduce)  # in order
-                    batch = staged.batch
-                if staged is not None and not len(batch):  # nothing survived push-up
-                    r = TaskResult(item.seq, 0, item.ingest_time, [], batch.offset, empty=True)
-                else:
-                    span = timers.start()
-                    r = self.engine._fragment(item.seq, batch, item.ingest_time, self.skip)
-                    timers.stop(span, "fragment", len(batch), r.long)
-                r.marker, r.staged = item.marker, staged
-                if staged is not None:
-                    r.tuples = len(item.batch)  # the source tuples it stands for
-                elif item.source_tuples is not None:  # when push-up dropped some
-                    r.tuples = item.source_tuples
-                jobs = []
-                with self.lock:
-                    self.results[r.seq] = r
-                    for lane in self.lanes if not r.empty else ():
-                        if r.parts[lane.i].long:
-                            lane.tails[r.seq] = r
-                        jobs += lane.claim(r, self.results)
-                for lane, prev, cur in jobs:
-                    self._compute_boundary(lane, prev, cur)
-                self.drain()
-            except BaseException as e:  # surface in run(); stop the source
-                if self.error is None:  # the first error is the run's (others follow it)
-                    self.error = e
-                self.feed.stop()
-                if self.writer is not None:
-                    self.writer.stop()
-                return
+
+    def work(self, item: Job) -> bool:
+        """Run one task on this thread (its fragment, then whatever it lets be assembled);
+        False if the run failed."""
+        try:
+            batch, staged = item.batch, None
+            if item.unit is not None:  # push-up, codecs and its segment, here; stored
+                staged = self.writer.write(item.unit, batch, self.engine.reduce)  # in order
+                batch = staged.batch
+            if staged is not None and not len(batch):  # nothing survived push-up
+                r = TaskResult(item.seq, 0, item.ingest_time, [], batch.offset, empty=True)
+            else:
+                span = timers.start()
+                r = self.engine._fragment(item.seq, batch, item.ingest_time, self.skip)
+                timers.stop(span, "fragment", len(batch), r.long)
+            r.marker, r.staged = item.marker, staged
+            if staged is not None:
+                r.tuples = len(item.batch)  # the source tuples it stands for
+            elif item.source_tuples is not None:  # when push-up dropped some
+                r.tuples = item.source_tuples
+            jobs = []
+            with self.lock:
+                self.results[r.seq] = r
+                for lane in self.lanes if not r.empty else ():
+                    if r.parts[lane.i].long:
+                        lane.tails[r.seq] = r
+                    jobs += lane.claim(r, self.results)
+            for lane, prev, cur in jobs:
+                self._compute_boundary(lane, prev, cur)
+            self.drain()
+            return True
+        except BaseException as e:  # surface in run(); stop the source
+            if self.error is None:  # the first error is the run's (others follow it)
+                self.error = e
+            self.feed.stop()
+            if self.writer is not None:
+                self.writer.stop()
+            return False
 
     # -- the operator graph's channels ----------------------------------------------------------
     def _kick(self) -> None:
@@ -454,7 +467,7 @@ class Execution:
         cfg = engine.config
         self.sink.open(engine.schema)
         threads = [threading.Thread(target=self.worker, name=f"worker-{i}", daemon=True)
-                   for i in range(cfg.workers)]
+                   for i in range(cfg.workers if self.pool is None else 0)]
         engine.warm_up(self.feed.peek())
         if engine.adaptive is not None:
             engine.adaptive.listen(metrics.event)
@@ -491,6 +504,8 @@ class Execution:
                 self._stop_worker(threads)
             for t in threads:
                 t.join()
+            if self.pool is not None:  # the shared workers finish this run's tasks
+                self.tasks.wait_idle()
         if self.error is not None:
             self._fail()
         try:
