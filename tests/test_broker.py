@@ -59,8 +59,9 @@ def test_the_node_listens_on_loopback_only(node):
 def test_confirmed_tuples_are_stored_and_survive_a_restart(node, tiny):
     ds = tiny["cm"]
     half = ds.rows // 2  # producer i publishes rows [i * half, (i + 1) * half)
-    r = broker.ingest(node, "CM1", ds, seconds=30, producers=2, tuples_per_message=64,
-                      messages_per_call=4, max_tuples=2 * half, prefix="kill")
+    r = broker.ingest(node, "CM1", ds, seconds=30, producers=2,
+                      publishing=broker.Publishing(tuples_per_message=64, messages_per_call=4),
+                      max_tuples=2 * half, prefix="kill")
     assert r.tuples == 2 * half and r.latency_ms["p50"] > 0
     node.stop()  # the node's folder is kept: the streams' segment files
     node.start()

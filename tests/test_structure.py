@@ -241,23 +241,16 @@ MAX_PARAMETERS = 8
 # the functions outside the kernels that still take more than MAX_PARAMETERS (issue 46): a
 # ratchet - the list only shrinks, and no other function may join it
 MANY_PARAMETERS = {
-    "scabbard.compression.generic._dictionary_encode",
-    "scabbard.compression.generic._dictionary_encode_narrow",
     "scabbard.engine.run_query",
-    "scabbard.engine.adaptive._run",
-    "scabbard.engine.runtime.run",
     "scabbard.engine.sources.__init__",
     "scabbard.experiments.ingest.ingest",
     "scabbard.ft.ingress.run_persisted",
-    "scabbard.peers.broker._produce",
-    "scabbard.peers.broker.ingest",
     "scabbard.peers.spark._run_stateless",
     "scabbard.peers.spark.run_spark",
     "scabbard.pog.checkpoint.__init__",
     "scabbard.sim.calibrate.calibrate",
     "scabbard.sim.instrument.timed_run",
     "scabbard.standalone.daemons.launch",
-    "scabbard.storage.segment.encode",
     "scabbard.workloads.generator._generate_shared",
     "scabbard.workloads.generator.generate",
     "scabbard.workloads.shared_output.generate_shared",

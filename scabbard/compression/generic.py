@@ -29,7 +29,7 @@ never uses - here both are per-column fallbacks that take any dtype.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import cramjam
 import numpy as np
@@ -53,6 +53,22 @@ _FIRST_SLOTS = 256  # 64 let CM's 8 cpu levels collide: 2.01 -> 1.63 ns a value,
 
 
 # -- hash table kernels ----------------------------------------------------------------------
+class CodeTable(NamedTuple):
+    """The dictionary's open-addressing table, as its kernels take it: per slot the key's
+    first and second word (``b``: one slot when keys are one word) and its code (-1: empty);
+    ``shift`` places a key (:func:`_slot`: ``2**(64 - shift)`` slots)."""
+
+    a: np.ndarray
+    b: np.ndarray
+    code: np.ndarray
+    shift: int
+
+    @staticmethod
+    def empty(slots: int, wide: bool) -> CodeTable:
+        return CodeTable(np.empty(slots, np.uint64), np.empty(slots if wide else 1, np.uint64),
+                         np.full(slots, -1, np.int32), 65 - slots.bit_length())
+
+
 
 @inline
 def _slot(a, b, shift):
@@ -63,11 +79,12 @@ def _slot(a, b, shift):
 
 
 @kernel
-def _dictionary_encode(keys, start, limit, shift, ta, tb, tcode, codes, first, nd):
+def _dictionary_encode(keys, start, limit, table, codes, first, nd):
     """Give rows ``start..`` of ``keys`` (n x k uint64, k 1 or 2) their codes, adding
-    unseen keys to the table (slots ``ta``/``tb``/``tcode``, code -1 = empty) as codes
-    ``nd, nd + 1, ...`` with their first row in ``first``.  Stops at a row with a new
-    key once there are ``limit`` distinct keys; returns (that row, or n, and nd)."""
+    unseen keys to ``table`` (a :class:`CodeTable`) as codes ``nd, nd + 1, ...`` with their
+    first row in ``first``.  Stops at a row with a new key once there are ``limit`` distinct
+    keys; returns (that row, or n, and nd)."""
+    ta, tb, tcode, shift = table
     n = keys.shape[0]
     wide = keys.shape[1] == 2
     mask = tcode.shape[0] - 1
@@ -96,9 +113,10 @@ def _dictionary_encode(keys, start, limit, shift, ta, tb, tcode, codes, first, n
 
 
 @kernel
-def _dictionary_encode_narrow(keys, start, limit, shift, ta, tcode, codes, first, nd):
+def _dictionary_encode_narrow(keys, start, limit, table, codes, first, nd):
     """:func:`_dictionary_encode` of a column of one-word keys as they are (``keys``: the
     column's uint32 or uint64 view, no widened copy), codes as uint32."""
+    ta, _, tcode, shift = table
     n = keys.shape[0]
     mask = tcode.shape[0] - 1
     for i in range(start, n):
@@ -123,7 +141,8 @@ def _dictionary_encode_narrow(keys, start, limit, shift, ta, tcode, codes, first
 
 
 @kernel
-def _dictionary_rehash_narrow(keys, first, nd, shift, ta, tcode):
+def _dictionary_rehash_narrow(keys, first, nd, table):
+    ta, _, tcode, shift = table
     mask = tcode.shape[0] - 1
     for c in range(nd):
         a = U64(keys[first[c]])
@@ -135,8 +154,9 @@ def _dictionary_rehash_narrow(keys, first, nd, shift, ta, tcode):
 
 
 @kernel
-def _dictionary_rehash(keys, first, nd, shift, ta, tb, tcode):
-    """Insert the ``nd`` distinct keys (rows ``first[:nd]``) into an empty table."""
+def _dictionary_rehash(keys, first, nd, table):
+    """Insert the ``nd`` distinct keys (rows ``first[:nd]``) into an empty ``table``."""
+    ta, tb, tcode, shift = table
     wide = keys.shape[1] == 2
     mask = tcode.shape[0] - 1
     for c in range(nd):
@@ -182,13 +202,10 @@ def dictionary_codes(values: np.ndarray, max_distinct: int = 0) -> tuple[np.ndar
     slots = _FIRST_SLOTS
     row, nd = 0, 0
     while True:
-        shift = 65 - slots.bit_length()
-        ta, tcode = np.empty(slots, np.uint64), np.full(slots, -1, np.int32)
-        tb = np.empty(slots if k == 2 else 1, np.uint64)
+        table = CodeTable.empty(slots, k == 2)
         if nd:
-            _dictionary_rehash(keys, first, nd, shift, ta, tb, tcode)
-        row, nd = _dictionary_encode(keys, row, min(cap, slots // 4), shift, ta, tb, tcode,
-                                     codes, first, nd)
+            _dictionary_rehash(keys, first, nd, table)
+        row, nd = _dictionary_encode(keys, row, min(cap, slots // 4), table, codes, first, nd)
         if row == n:
             return codes, first[:nd]
         if nd == max_distinct:
@@ -210,12 +227,11 @@ def _narrow_codes(keys: np.ndarray, max_distinct: int) -> tuple[np.ndarray, np.n
     first = np.empty(cap, np.int64)
     slots, row, nd = _FIRST_SLOTS, 0, 0
     while True:
-        shift = 65 - slots.bit_length()
-        ta, tcode = np.empty(slots, np.uint64), np.full(slots, -1, np.int32)
+        table = CodeTable.empty(slots, False)
         if nd:
-            _dictionary_rehash_narrow(keys, first, nd, shift, ta, tcode)
-        row, nd = _dictionary_encode_narrow(keys, row, min(cap, slots // 4), shift, ta, tcode,
-                                            codes, first, nd)
+            _dictionary_rehash_narrow(keys, first, nd, table)
+        row, nd = _dictionary_encode_narrow(keys, row, min(cap, slots // 4), table, codes,
+                                            first, nd)
         if row == n:
             return codes, first[:nd]
         if nd == max_distinct:

@@ -53,4 +53,5 @@ def run_query(query: Query, dataset: Dataset, sink: Sink | None = None,
     if source is None:
         source = ReplaySource(dataset, batch_rows, rate=rate, duration=duration,
                               max_tuples=max_tuples, loop=loop, span=engine.spans_copies)
-    return engine.run(source, sink if sink is not None else NullSink(), metrics_log, on_sample)
+    return engine.run(source, sink if sink is not None else NullSink(),
+                      engine.metrics(metrics_log, on_sample))

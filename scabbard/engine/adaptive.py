@@ -230,17 +230,18 @@ class AdaptiveBranch:
             self.timed = {GENERIC: [], OPTIMISED: []}
 
     # -- the task ------------------------------------------------------------------------------
-    def run(self, n: int, ts, inputs: tuple, rel_args: tuple, o_ts, o_keys, o_i, o_f):
+    def run(self, n: int, ts, inputs: tuple, rel_args: tuple, out: tuple):
         """The branch's front kernel and per-pane aggregation on one task, in the variant its
         phase asks for: the task's pane partials - the generic kernels' result, whatever the
-        variant (``o_*``: the front's output arrays, for the variants that write them)."""
+        variant (``out``: the front's output arrays - timestamps, keys, integer and float
+        inputs of the aggregates - for the variants that write them)."""
         with self.lock:
             kind = self._choose()
             variant = self.variant
             self.stats[kind] += 1
             trial = self.trial if self.phase == TRIAL else None
         t0 = time.perf_counter()
-        partials = self._run(kind, variant, n, ts, inputs, rel_args, o_ts, o_keys, o_i, o_f)
+        partials = self._run(kind, variant, n, ts, inputs, rel_args, out)
         ns = (time.perf_counter() - t0) * 1e9
         with self.lock:
             self.ns[kind] += ns
@@ -258,9 +259,9 @@ class AdaptiveBranch:
                     **{f"{k}_ns_row": round(self.ns[k] / self.rows[k], 3)
                        for k in self.ns if self.rows[k]}}
 
-    def _run(self, kind: str, variant, n: int, ts, inputs: tuple, rel_args: tuple, o_ts,
-             o_keys, o_i, o_f):
+    def _run(self, kind: str, variant, n: int, ts, inputs: tuple, rel_args: tuple, out: tuple):
         b = self.b
+        o_ts, o_keys, o_i, o_f = out
         if kind == OPTIMISED and variant is not None:
             kernel, plan = variant
             if plan.lo is None:  # the filters reordered, constants folded; hash aggregation

@@ -367,7 +367,8 @@ class Engine:
         inputs = tuple(batch.column(c) for c in b.input_columns)
         o_ts, o_keys, o_i, o_f = front_outputs(n, k, ni, nf)
         if self.adaptive is not None and n:  # the variant the branch's phase asks for
-            return self.adaptive.branches[i].run(n, ts, inputs, rel_args, o_ts, o_keys, o_i, o_f)
+            return self.adaptive.branches[i].run(n, ts, inputs, rel_args,
+                                                 (o_ts, o_keys, o_i, o_f))
         m = b.kernel(self.config.cache_dir)(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
         return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
                               b.slide_ms, ordered=True, shift=shift)
@@ -526,8 +527,7 @@ class Engine:
             return PartitionedFeed(source, n, r, transform, self.config.workers)
         return SourceFeed(source, r, transform, self.config.workers)
 
-    def run(self, feed, sink: Sink, metrics_log: str | Path | None = None,
-            on_sample=None, metrics: Metrics | None = None,
+    def run(self, feed, sink: Sink, metrics: Metrics | None = None,
             listener: AssemblyListener | None = None, resume: Resume | None = None,
             emit_after: int = INT64_MIN, stores: dict | None = None) -> RunReport:
         """Run until the feed ends; return throughput and latency figures.
@@ -542,9 +542,15 @@ class Engine:
         """
         if not hasattr(feed, "tasks"):
             feed = self.feed(feed)
-        metrics = metrics or Metrics(feed.schema.payload_bytes, metrics_log,
-                                     self.config.metrics_interval, on_sample)
+        metrics = metrics or self.metrics()
         return Execution(self, feed, sink, metrics, listener, resume, emit_after, stores).run()
+
+    def metrics(self, log: str | Path | None = None, on_sample=None) -> Metrics:
+        """A run's live metrics (MB/s of the source's tuples): every
+        ``config.metrics_interval`` a sample, to the log file ``log`` and ``on_sample`` (either
+        may be None)."""
+        return Metrics(self.query.node.source().schema.payload_bytes, log,
+                       self.config.metrics_interval, on_sample)
 
     @property
     def horizon_ms(self) -> int:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from scabbard.data import Dataset
 from scabbard.engine.execution import Execution
-from scabbard.engine.metrics import Metrics, RunReport
+from scabbard.engine.metrics import RunReport
 from scabbard.engine.runtime import Engine, EngineConfig
 from scabbard.engine.sinks import NullSink, Sink
 from scabbard.engine.sources import ReplaySource
@@ -135,9 +135,9 @@ def run_together(runs: Sequence[Together], workers: int, duration: float | None 
                                           duration=duration, max_tuples=max_tuples, loop=loop,
                                           span=engine.spans_copies)
         feed = engine.feed(source)
-        metrics = Metrics(feed.schema.payload_bytes, None, engine.config.metrics_interval)
         try:
-            reports[i] = Execution(engine, feed, r.sink or NullSink(), metrics).share(pool).run()
+            reports[i] = Execution(engine, feed, r.sink or NullSink(),
+                                   engine.metrics()).share(pool).run()
         except BaseException as e:  # noqa: BLE001 - raised below, after the others end
             errors.append(e)
 

@@ -29,7 +29,6 @@ from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
 from scabbard.engine import Engine, EngineConfig, NullSink, ReplaySource, RunReport, Sink
 from scabbard.engine.ingress import PartitionedFeed, Prepared
-from scabbard.engine.metrics import Metrics
 from scabbard.engine.ports import Task
 from scabbard.faults import crashpoint
 from scabbard.pog import POG, PStream, PUnit
@@ -368,8 +367,7 @@ def run_persisted(query: Query, dataset: Dataset, storage: str | Path | None,
                               duration=duration, max_tuples=max_tuples,
                               loop=duration is not None or max_tuples is not None,
                               span=engine.spans_copies)
-    metrics = Metrics(dataset.schema.payload_bytes, metrics_log, engine.config.metrics_interval,
-                      on_sample)
+    metrics = engine.metrics(metrics_log, on_sample)
     if storage is None:
         return engine.run(source, sink or NullSink(), metrics=metrics)
     with BlockManager(storage, storage_config) as bm:

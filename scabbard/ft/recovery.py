@@ -41,7 +41,6 @@ from pathlib import Path
 from scabbard import faults, queries
 from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
-from scabbard.engine.metrics import Metrics
 from scabbard.engine.ports import Resume
 from scabbard.engine.runtime import MIN_BATCH, Engine, EngineConfig, RunReport
 from scabbard.engine.sources import ReplaySource
@@ -385,8 +384,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
             raise RunMismatch(f"{storage} holds a run {'with' if was else 'without'} "
                                   f"persistence push-up: recover it the same way "
                                   f"({'add' if was else 'drop'} --push-up)")
-        metrics = Metrics(dataset.schema.payload_bytes, metrics_log,
-                          engine.config.metrics_interval, on_sample)
+        metrics = engine.metrics(metrics_log, on_sample)
         sink.bind(io, durable, persist_at)
         storage_config = dataclasses.replace(storage_config, sync=durable.flush)
     except BaseException:

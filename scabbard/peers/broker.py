@@ -239,15 +239,27 @@ class BrokerResult:
         return self.tuples * self.row_bytes / self.seconds / 1e6
 
 
+@dataclass(frozen=True)
+class Publishing:
+    """How a producer publishes: ``tuples_per_message`` rows in a message,
+    ``messages_per_call`` messages in one publish frame (a call), at most ``in_flight``
+    messages sent and not yet confirmed."""
+
+    tuples_per_message: int = 256
+    messages_per_call: int = 16
+    in_flight: int = 256
+
+
 async def _produce(broker: RabbitMQ, stream: str, table, lo: int, seconds: float,
-                   per_message: int, messages_per_call: int, in_flight: int,
-                   latencies: list, max_tuples: int | None) -> int:
+                   publishing: Publishing, latencies: list, max_tuples: int | None) -> int:
     """Publish rows from ``lo`` on, wrapping around, until ``seconds`` pass; confirmed tuples.
 
     Each call sends ``messages_per_call`` messages in one publish frame; a call's latency
     is from the frame's send to the confirm of its last message."""
     from rstream import Producer, RawMessage
 
+    per_message, messages_per_call = publishing.tuples_per_message, publishing.messages_per_call
+    in_flight = publishing.in_flight
     row = table.schema.row_bytes
     call_rows = per_message * messages_per_call
     slots = asyncio.Semaphore(max(1, in_flight // messages_per_call))
@@ -305,8 +317,8 @@ async def _produce(broker: RabbitMQ, stream: str, table, lo: int, seconds: float
 
 
 def ingest(broker: RabbitMQ, query: str, dataset, seconds: float = 3.0, producers: int = 2,
-           tuples_per_message: int = 256, messages_per_call: int = 16, in_flight: int = 256,
-           max_tuples: int | None = None, prefix: str = "scabbard") -> BrokerResult:
+           publishing: Publishing = Publishing(), max_tuples: int | None = None,
+           prefix: str = "scabbard") -> BrokerResult:
     """Publish the dataset's tuples through ``producers`` streams for ``seconds``."""
     table = dataset.stream
     latencies: list[float] = []
@@ -314,15 +326,14 @@ def ingest(broker: RabbitMQ, query: str, dataset, seconds: float = 3.0, producer
 
     async def main() -> list[int]:
         return await asyncio.gather(*(
-            _produce(broker, name, table, (i * table.rows // producers), seconds,
-                     tuples_per_message, messages_per_call, in_flight, latencies,
-                     None if max_tuples is None else max_tuples // producers)
+            _produce(broker, name, table, (i * table.rows // producers), seconds, publishing,
+                     latencies, None if max_tuples is None else max_tuples // producers)
             for i, name in enumerate(names)))
 
     t0 = time.perf_counter()
     counts = _run(main())
     secs = time.perf_counter() - t0
-    return BrokerResult(query, producers, tuples_per_message, sum(counts), secs,
+    return BrokerResult(query, producers, publishing.tuples_per_message, sum(counts), secs,
                         table.schema.row_bytes, percentiles_ms(latencies, PEER_PERCENTILES), tuple(names))
 
 

@@ -270,10 +270,12 @@ def seal(p: Payload, *, stream_id: int, epoch: int, first_offset: int, batch_id:
     return seg
 
 
-def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int, kind: int = KIND_DATA,
-           meta: np.ndarray | None = None, align: int = PAGE,
-           out: np.ndarray | None = None, stored: list | None = None) -> np.ndarray:
-    """Write ``batch`` as one segment into ``out`` (or a new aligned buffer); return the segment.
+def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int,
+           meta: np.ndarray | None = None, align: int = PAGE, out: np.ndarray | None = None,
+           stored: list | None = None) -> np.ndarray:
+    """Write ``batch`` as one data segment, its length a multiple of ``align``, into ``out``
+    (or a new aligned buffer); return the segment (:func:`encode_payload` and :func:`seal`
+    make any other kind).
 
     ``stored``: per column, ``(codec, payload)`` - the column already compressed (see
     :mod:`scabbard.compression.policy`); by default every column is stored raw.
@@ -282,7 +284,7 @@ def encode(batch: Batch, *, stream_id: int, epoch: int, batch_id: int, kind: int
     words = 0 if meta is None else len(meta)
     p = encode_payload(batch, meta_words=words, align=align, out=out, stored=stored)
     return seal(p, stream_id=stream_id, epoch=epoch, first_offset=batch.offset,
-                batch_id=batch_id, kind=kind, meta=meta)
+                batch_id=batch_id, kind=KIND_DATA, meta=meta)
 
 
 def _seal_header(seg: np.ndarray, hlen: int) -> None:
