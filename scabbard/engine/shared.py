@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from scabbard.data import Dataset
 from scabbard.engine.execution import Execution
@@ -26,6 +27,8 @@ from scabbard.engine.runtime import Engine, EngineConfig
 from scabbard.engine.sinks import NullSink, Sink
 from scabbard.engine.sources import ReplaySource
 from scabbard.query import Query
+
+T = TypeVar("T")
 
 
 class _Channel:
@@ -126,28 +129,38 @@ def run_together(runs: Sequence[Together], workers: int, duration: float | None 
                              f"its dataset holds {r.dataset.schema.name!r}")
         engines.append(Engine(r.query, r.dataset.tables, EngineConfig(workers=workers)))
     loop = duration is not None or max_tuples is not None
-    reports: list[RunReport | None] = [None] * len(runs)
+
+    def one(r: Together, engine: Engine, pool: SharedWorkers):
+        def run() -> RunReport:
+            source = r.source or ReplaySource(r.dataset, engine.task_rows(r.dataset, None),
+                                              duration=duration, max_tuples=max_tuples,
+                                              loop=loop, span=engine.spans_copies)
+            return Execution(engine, engine.feed(source), r.sink or NullSink(),
+                             engine.metrics()).share(pool).run()
+        return run
+
+    with SharedWorkers(workers) as pool:
+        return at_once([one(r, e, pool) for r, e in zip(runs, engines, strict=True)], "query")
+
+
+def at_once(calls: Sequence[Callable[[], T]], name: str = "run") -> list[T]:
+    """Each of ``calls`` on a thread of its own, all at once; their results in order.  The
+    first that raised raises, once every one has ended."""
+    results: list = [None] * len(calls)
     errors: list[BaseException] = []
 
-    def one(i: int, pool: SharedWorkers) -> None:
-        r, engine = runs[i], engines[i]
-        source = r.source or ReplaySource(r.dataset, engine.task_rows(r.dataset, None),
-                                          duration=duration, max_tuples=max_tuples, loop=loop,
-                                          span=engine.spans_copies)
-        feed = engine.feed(source)
+    def one(i: int) -> None:
         try:
-            reports[i] = Execution(engine, feed, r.sink or NullSink(),
-                                   engine.metrics()).share(pool).run()
+            results[i] = calls[i]()
         except BaseException as e:  # noqa: BLE001 - raised below, after the others end
             errors.append(e)
 
-    with SharedWorkers(workers) as pool:
-        threads = [threading.Thread(target=one, args=(i, pool), name=f"query-{i}")
-                   for i in range(len(runs))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+    threads = [threading.Thread(target=one, args=(i,), name=f"{name}-{i}")
+               for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     if errors:
         raise errors[0]
-    return reports
+    return results

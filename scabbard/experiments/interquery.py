@@ -23,7 +23,6 @@ line, cut at the cores.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ import pandas as pd
 
 from scabbard import queries, workloads
 from scabbard.engine import EngineConfig, NullSink, run_query
-from scabbard.engine.shared import Together, run_together
+from scabbard.engine.shared import Together, at_once, run_together
 from scabbard.experiments import Common, finish, save_tables
 
 WAYS = ("separate", "shared")
@@ -60,24 +59,10 @@ class Settings(Common):
 
 def _separate(name: str, ds, n: int, seconds: float) -> list:
     """``n`` engines of one worker each, at once; their reports."""
-    reports: list = [None] * n
-    errors: list = []
-
-    def one(i: int) -> None:
-        try:
-            reports[i] = run_query(queries.get(name), ds, NullSink(), EngineConfig(workers=1),
-                                   duration=seconds)
-        except BaseException as e:  # noqa: BLE001 - raised below
-            errors.append(e)
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return reports
+    def one():
+        return run_query(queries.get(name), ds, NullSink(), EngineConfig(workers=1),
+                         duration=seconds)
+    return at_once([one] * n)
 
 
 def run(settings: Settings, log=print) -> pd.DataFrame:
