@@ -99,14 +99,14 @@ def run(settings: Settings, log=print) -> pd.DataFrame:
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:
     """Per way and number of queries: the medians of the rounds - total M tuples/s, the
-    slowest and fastest query's - and the total against one query's the same way."""
+    slowest and fastest query's - and the total against the fewest queries' the same way."""
     g = runs.groupby(["way", "queries"], sort=False)
     out = g[["tuples_per_s", "slowest", "fastest"]].median() / 1e6
     out.columns = ["total_Mtps", "slowest_Mtps", "fastest_Mtps"]
     out["spread_Mtps"] = (g["tuples_per_s"].max() - g["tuples_per_s"].min()) / 1e6
-    out = out.reset_index()
-    first = out.groupby("way")["total_Mtps"].transform("first")
-    out["scaling"] = out["total_Mtps"] / first
+    out = out.reset_index().sort_values(["way", "queries"], kind="stable", ignore_index=True)
+    fewest = out.groupby("way")["total_Mtps"].transform("first")
+    out["scaling"] = out["total_Mtps"] / fewest
     return out
 
 
