@@ -167,7 +167,7 @@ def test_every_query_gives_the_same_results_with_adaptive_kernels(tiny, name):
     tasks = {b: sum(s[v] for v in ("generic", "instrumented", "optimised"))
              for b, s in report.kernels.items()}
     assert all(t > 5 for t in tasks.values()), tasks
-    if name in ("CM1", "SG2", "LRB1"):  # small key ranges: dense arrays
+    if name in ("CM1", "SG2", "LRB1", "YSB"):  # small key ranges (YSB: relation codes)
         st_ = report.kernels["window0"]
         assert st_["swaps"] >= 1, st_
         if name != "SG2":  # (a task of 997 SG rows sees a few houses: SG2's range grows)
@@ -469,3 +469,91 @@ def test_a_generated_kernel_is_another_file_once_the_kernels_change(tmp_path, mo
         monkeypatch.undo()
         codegen.kernels_digest.cache_clear()
     assert spec.digest == before
+
+
+def _ysb_fragment(tiny, tmp_path):
+    """YSB's branch on the whole tiny dataset: the engine's branch, its inputs and relation
+    arguments, and the generic fragment's pane partials."""
+    from scabbard.engine.runtime import Engine
+
+    q, ds = queries.get("YSB"), tiny["ysb"]
+    e = Engine(q, ds.tables)
+    b, rel_args = e.plan.branches[0], e._relation_args[0]
+    cols = {f.name: c for f, c in zip(ds.schema.fields, ds.stream.columns, strict=True)}
+    inputs = tuple(np.ascontiguousarray(cols[c]) for c in b.input_columns)
+    ts = np.ascontiguousarray(cols["timestamp"])
+    n = len(ts)
+    out = (np.empty(n, np.int64), np.empty((n, b.key_width), np.int64),
+           np.empty((n, len(b.iops)), np.int64), np.empty((n, len(b.fops)), np.float64))
+    m = b.kernel(tmp_path)(n, ts, *inputs, *rel_args, *out)
+    want = pane_aggregate(*(o[:m] for o in out), b.iops, b.fops, b.slide_ms, ordered=True)
+    return b, rel_args, ts, inputs, want
+
+
+def test_ysb_groups_by_the_code_of_the_joined_campaign(tiny, tmp_path):
+    """YSB's keys are uuids (no dense range), but each is the campaign of the ad's relation
+    row: the campaigns get codes in the order of the relation's rows (campaign c owns ads
+    10c..10c+9, so its code is c), and the fused kernel indexed by the code writes the generic
+    fragment's pane partials row for row; a code range one short fails its guard."""
+    from scabbard.engine.adaptive import Plan, RelationCodes, fused_args, run_fused
+    from scabbard.kernels.codegen import DenseSpec, compile_front
+    from scabbard.workloads.ysb import ADS_PER_CAMPAIGN
+
+    b, rel_args, ts, inputs, want = _ysb_fragment(tiny, tmp_path)
+    codes = RelationCodes.of_branch(b.spec, rel_args)
+    campaigns = tiny["ysb"].table("ad_campaign").rows // ADS_PER_CAMPAIGN
+    assert codes is not None and len(codes) == campaigns
+    assert np.array_equal(codes.codes, np.arange(campaigns * ADS_PER_CAMPAIGN) // ADS_PER_CAMPAIGN)
+    assert codes.range_of(want[-1]) == (0, campaigns - 1)
+    for short in (0, 1):
+        plan = Plan(None, (short,), (campaigns - short,), coded=codes.relation)
+        spec = DenseSpec(b.spec, tuple(int(x) for x in b.iops), tuple(int(x) for x in b.fops),
+                         int(b.slide_ms), plan.lo, plan.span, plan.coded)
+        got = run_fused(compile_front(spec, tmp_path), b, plan, len(ts), ts, inputs,
+                        fused_args(plan, rel_args, codes))
+        if short:
+            assert got is None
+            continue
+        assert len(got) == len(want)
+        for a, w in zip(got, want, strict=True):
+            assert np.array_equal(a, w)
+
+
+def test_keys_with_no_relation_behind_them_get_no_codes(tiny):
+    """CM1's keys are a column of the stream: no relation codes (its dense range is the
+    keys' own)."""
+    from scabbard.engine.adaptive import RelationCodes
+    from scabbard.engine.runtime import Engine
+
+    e = Engine(queries.get("CM1"), tiny["cm"].tables)
+    assert RelationCodes.of_branch(e.plan.branches[0].spec, e._relation_args[0]) is None
+
+
+def test_ten_times_more_campaigns_deoptimise_and_reoptimise_ysb(tiny, tmp_path):
+    """Grizzly's Fig. 12 on YSB: the first copy's events see 10 of the campaigns, the second
+    all of them. The variant indexed by the 10 campaigns' codes fails its guard at the first
+    new campaign, the task is aggregated again generically (the windows of a generic run over
+    the same events), and the branch profiles anew and swaps in a variant for all the codes."""
+    from scabbard.experiments.grizzly import MoreCampaigns
+
+    q, ds = queries.get("YSB"), tiny["ysb"]
+    policy = AdaptivePolicy(warm_tasks=1, profile_tasks=2, reprofile=1000, background=False,
+                            trial_tasks=0, margin=0.0)
+
+    def source():
+        return MoreCampaigns(ds, 10, from_copy=1, batch_rows=997, max_tuples=2 * ds.rows,
+                             loop=True)
+    want, _ = _run(q, ds, None, source())
+    log = tmp_path / "metrics.jsonl"
+    got, report = _run(q, ds, policy, source(), metrics_log=log)
+    ref.assert_same_results(got, want, q.schema)
+    assert want["campaign_id"].nunique() == tiny["ysb"].table("ad_campaign").rows // 10
+    kernel = [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "kernel"]
+    swaps = [e["plan"]["dense"] for e in kernel if e["action"] == "swap"]
+    assert swaps and swaps[0]["by_relation_row"] == 0, swaps
+    campaigns = tiny["ysb"].table("ad_campaign").rows // 10
+    first = swaps[0]["lo"][0] + swaps[0]["span"][0]
+    assert first <= max(1, campaigns // 10), swaps[0]  # the ten campaigns' codes (0..9 of 100)
+    assert report.kernels["window0"]["deopts"] >= 1
+    assert any(e["action"] == "deopt" for e in kernel)
+    assert swaps[-1]["lo"][0] + swaps[-1]["span"][0] > first, swaps  # the new codes

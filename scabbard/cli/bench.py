@@ -59,8 +59,9 @@ _HELP = {
                "this; 0: no paced runs)",
     "variants": "kernel variants measured side by side: generic, instrumented (every task "
                 "profiled), adaptive (generic, instrumented, then optimised)",
-    "timeline_query": "the query whose key column moves out of the profiled range (Fig. 12)",
-    "change_at": "wall seconds into the timeline run when the keys move",
+    "timeline_query": "the query whose keys leave the profiled range (Fig. 12): YSB's events "
+                      "go from 10 campaigns to all 100, another's key column moves by 1,000",
+    "change_at": "wall seconds into the timeline run when the keys change",
     "recovery_query": "the query killed and recovered with generic and with adaptive kernels",
     "compression_interval": "the adaptive compression's decision interval, s (in a kill "
                             "campaign: in every incarnation, its swaps and fallbacks within "
@@ -363,9 +364,10 @@ def add(sub, full: bool = True) -> None:
         "Grizzly: generic, instrumented and adaptive kernels; a change of the key range",
         "Per query, the engine with the generic kernels, with every task instrumented and "
         "with adaptive kernels (generic, instrumented, then optimised: filters by selectivity, "
-        "a fused dense-array aggregation for a small key range), --rounds interleaved for "
-        "--duration seconds each; then one adaptive run of --timeline-query whose key column "
-        "moves out of the profiled range at --change-at seconds (Grizzly's Fig. 12): when it "
+        "a fused dense-array aggregation for a small key range or, YSB's, by the joined "
+        "campaign's code), --rounds interleaved for --duration seconds each; then one adaptive "
+        "run of --timeline-query whose keys leave the profiled range at --change-at seconds "
+        "(Grizzly's Fig. 12; YSB: ten times more campaigns): when it "
         "deoptimised and how long after the change the re-optimised variant was swapped in; "
         "then --rounds kills of --recovery-query with the generic and with adaptive kernels "
         "(notebook 04's experiment): the recovery's phases side by side.  "

@@ -12,12 +12,16 @@ variants, task by task (tasks are independent, so a switch between two tasks is 
 * **optimised**: the filters of each run ordered by measured selectivity (the most selective
   first), and - when the observed key range (widened by :attr:`AdaptivePolicy.margin`) holds
   at most :data:`~scabbard.kernels.aggregate.DENSE_MAX` groups - aggregation into a dense
-  array indexed by the key's offset in the range, with no hash and no probe; and each input
+  array indexed by the key's offset in the range, with no hash and no probe - or, when the
+  group keys are columns of a joined relation's row (YSB's campaign of an ad, a uuid whose
+  words span no small range), by the code of that row's key (:class:`RelationCodes`: one
+  per distinct key of the relation, in the order of its rows), over the range of codes the
+  profile saw, the key's words read once per group and task; and each input
   column the profile saw hold one value (an integer column: LRB's highway) folded into the
   code as that constant, so what is computed from it is computed once, at compile time.
 
 Every assumption of an optimised variant is a **guard** checked inside the kernel: a key
-outside the range, or a folded column holding another value, stops the kernel, and the
+(or a relation code) outside the range, or a folded column holding another value, stops the kernel, and the
 task's rows are run again by the generic kernels (**deoptimisation**: results never
 change); the branch goes back to profiling and optimises again for the data it now sees.  The filter
 order needs no guard (any order gives the same rows); it is revisited every
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -100,12 +105,19 @@ class Plan:
     lo: tuple[int, ...] | None = None
     span: tuple[int, ...] | None = None
     consts: tuple[tuple[str, str, int], ...] = ()  # (column, dtype, value) folded
+    # the dense array is indexed by the code of joined relation ``coded``'s row (``lo``,
+    # ``span``: a range of codes, :class:`RelationCodes`), not by the key's own words
+    coded: int | None = None
+
+    @property
+    def dense(self) -> bool:
+        return self.lo is not None
 
     def like(self, other: Plan | None) -> bool:
         """The same bet as ``other``: the filter order, and hash aggregation or a dense array
         of about the same size (a profile of other tasks widens a range a little)."""
         if other is None or self.order != other.order or (self.lo is None) != (other.lo is None) \
-                or self.consts != other.consts:
+                or self.consts != other.consts or self.coded != other.coded:
             return False
         if self.lo is None:
             return True
@@ -115,7 +127,8 @@ class Plan:
     def describe(self) -> dict:
         return {"filter_order": list(self.order) if self.order else None,
                 "dense": None if self.lo is None else
-                {"lo": list(self.lo), "span": list(self.span)},
+                {"lo": list(self.lo), "span": list(self.span),
+                 **({"by_relation_row": self.coded} if self.coded is not None else {})},
                 "constants": {c: v for c, _, v in self.consts} or None}
 
     @property
@@ -137,6 +150,8 @@ class _Profile:
         self.col_lo: list[int | None] = [None] * columns
         self.col_hi: list[int | None] = [None] * columns
         self.dtypes: list[str | None] = [None] * columns
+        # the smallest and largest relation code of the groups seen (:class:`RelationCodes`)
+        self.code_lo, self.code_hi = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 
     def columns(self, ranges: list[tuple[str, int, int] | None]) -> None:
         """Widen each integer column's range by a task's (:func:`column_ranges`)."""
@@ -154,6 +169,55 @@ class _Profile:
         return tuple((c, d, lo) for c, d, lo, hi in zip(names, self.dtypes, self.col_lo,
                                                         self.col_hi, strict=True)
                      if d not in (None, "-") and lo == hi)
+
+
+_RELATION_KEY = re.compile(r"^r(\d+)_(\w+)\[j(\d+)(?:, ([01]))?\]$")
+
+
+class RelationCodes:
+    """The codes of a branch whose group keys are all columns of one joined relation's
+    matching row (YSB: the campaign of an ad): one code per distinct key of the relation, in
+    order of its first row, and each row's code (``codes``, what a dense array is indexed by
+    when the key's own words span too much for one - a uuid's do)."""
+
+    def __init__(self, relation: int, codes: np.ndarray, keys: np.ndarray):
+        self.relation, self.codes = relation, codes
+        self._code_of = {tuple(int(w) for w in k): c for c, k in enumerate(keys)}
+
+    @classmethod
+    def of_branch(cls, spec, rel_args: tuple) -> RelationCodes | None:
+        """The codes of the relation ``spec``'s keys all come from (None: they do not, or the
+        relation is empty); ``rel_args``: the front kernel's relation arguments."""
+        found = [_RELATION_KEY.match(k) for k in spec.keys]
+        if not found or not all(found) or any(m[1] != m[3] for m in found) \
+                or len({m[1] for m in found}) != 1:
+            return None
+        j = int(found[0][1])
+        at = sum(1 + len(cols) for cols in spec.relations[:j]) + 1  # past the index
+        names = spec.relations[j]
+        words = []
+        for m in found:
+            arr = np.asarray(rel_args[at + names.index(m[2])])
+            words.append(arr[:, int(m[4])] if m[4] is not None else arr)
+        keys = np.stack([np.asarray(w, np.int64) for w in words], axis=1)
+        if not len(keys):
+            return None
+        distinct, first, inverse = np.unique(keys, axis=0, return_index=True,
+                                             return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order))
+        return cls(j, np.ascontiguousarray(rank[inverse.reshape(-1)]), distinct[order])
+
+    def __len__(self) -> int:
+        return len(self._code_of)
+
+    def range_of(self, group_keys: np.ndarray) -> tuple[int, int] | None:
+        """The smallest and largest code of a task's groups (their key words, one row each;
+        None: no group)."""
+        codes = [self._code_of.get(tuple(int(w) for w in k), -1) for k in group_keys]
+        codes = [c for c in codes if c >= 0]
+        return (min(codes), max(codes)) if codes else None
 
 
 def column_ranges(inputs: tuple) -> list[tuple[str, int, int] | None]:
@@ -195,6 +259,8 @@ class AdaptiveBranch:
         # every task's time and rows per variant (what the simulator's calibration reads)
         self.ns = {GENERIC: 0.0, INSTRUMENTED: 0.0, OPTIMISED: 0.0}
         self.rows = {GENERIC: 0, INSTRUMENTED: 0, OPTIMISED: 0}
+        self.codes: RelationCodes | None = None  # the keys' relation codes, if they have some
+        self._coded = branch.key_width > 0  # whether they may (known at the first profile)
 
     def _new_profile(self) -> _Profile:
         return _Profile(len(self.spec.steps), self.b.key_width, len(self.spec.columns))
@@ -270,7 +336,7 @@ class AdaptiveBranch:
                     return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops,
                                           b.fops, b.slide_ms, ordered=True)
             else:
-                partials = run_fused(kernel, b, plan, n, ts, inputs, rel_args)
+                partials = run_fused(kernel, b, plan, n, ts, inputs, self._fused_args(plan, rel_args))
                 if partials is not None:
                     return partials
             # a guard failed (a key outside the range, a folded column that changed): the
@@ -288,11 +354,18 @@ class AdaptiveBranch:
             ranges = column_ranges(inputs)
             partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
                                       b.slide_ms, ordered=True)
-            self._profiled(counts, lo, hi, m, ranges, (ts, inputs, rel_args))
+            if self._coded and self.codes is None:
+                self.codes = RelationCodes.of_branch(self.spec, rel_args)
+                self._coded = self.codes is not None
+            codes = self.codes.range_of(partials[-1]) if self.codes is not None else None
+            self._profiled(counts, (lo, hi, codes), m, ranges, (ts, inputs, rel_args))
             return partials
         m = self.generic(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
         return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
                               b.slide_ms, ordered=True)
+
+    def _fused_args(self, plan: Plan, rel_args: tuple) -> tuple:
+        return fused_args(plan, rel_args, self.codes)
 
     def _timed(self, kind: str, trial: int, ns_per_row: float) -> None:
         """A trial task's time; once both variants ran enough tasks, the trial's verdict."""
@@ -321,13 +394,18 @@ class AdaptiveBranch:
         return dataclasses.replace(self.spec, profile=True)
 
     # -- profile, optimise, swap, deoptimise -------------------------------------------------------
-    def _profiled(self, counts, lo, hi, rows: int, ranges, sample) -> None:
+    def _profiled(self, counts, keys: tuple, rows: int, ranges, sample) -> None:
+        """An instrumented task's profile: ``keys`` - its key words' smallest and largest
+        values, and its groups' smallest and largest relation code (or None)."""
+        lo, hi, codes = keys
         with self.lock:
             pr = self.profile
             pr.tasks += 1
             pr.counts += counts
             pr.lo = np.minimum(pr.lo, lo)
             pr.hi = np.maximum(pr.hi, hi)
+            if codes is not None:
+                pr.code_lo, pr.code_hi = min(pr.code_lo, codes[0]), max(pr.code_hi, codes[1])
             pr.rows += rows
             pr.columns(ranges)
             if self.phase == OPTIMISED:  # a periodic profile: only the filter order moves
@@ -369,6 +447,15 @@ class AdaptiveBranch:
                 lo = tuple(int(x) for x in pr.lo - pad.astype(np.int64))
                 span = tuple(int(x) for x in (width + 2 * pad).astype(np.int64))
         consts = pr.constants(self.spec.columns) if self.policy.fold else ()
+        if lo is None and self.codes is not None and pr.code_lo <= pr.code_hi:
+            # the keys' own words span too much (uuids): the codes of their relation rows
+            # seen, widened as a key range is (but not past the relation's codes)
+            width = pr.code_hi - pr.code_lo + 1
+            pad = int(np.ceil(width * self.margin))
+            first = max(0, pr.code_lo - pad)
+            end = min(len(self.codes), pr.code_hi + 1 + pad)
+            if end - first <= self.policy.dense_max:
+                return Plan(order, (first,), (end - first,), consts, coded=self.codes.relation)
         return Plan(order, lo, span, consts)
 
     def _optimise(self, plan: Plan, sample) -> None:
@@ -404,12 +491,12 @@ class AdaptiveBranch:
             spec = spec.folded(plan.consts)
         if plan.lo is not None:  # the front fused with the dense aggregation
             spec = DenseSpec(spec, tuple(int(x) for x in b.iops), tuple(int(x) for x in b.fops),
-                             int(b.slide_ms), plan.lo, plan.span)
+                             int(b.slide_ms), plan.lo, plan.span, plan.coded)
         front = compile_front(spec, self.cache_dir)
         ts, inputs, rel_args = warm
         n = len(ts)
         if plan.lo is not None:  # numba compiles (or loads) it now, on a row
-            run_fused(front, b, plan, n, ts, inputs, rel_args)
+            run_fused(front, b, plan, n, ts, inputs, self._fused_args(plan, rel_args))
         else:
             out = (np.empty(n, np.int64), np.empty((n, b.key_width), np.int64),
                    np.empty((n, len(b.iops)), np.int64), np.empty((n, len(b.fops)), np.float64))
@@ -443,9 +530,16 @@ class AdaptiveBranch:
                             **({"columns": changed} if changed else {}))
 
 
+def fused_args(plan: Plan, rel_args: tuple, codes: RelationCodes | None) -> tuple:
+    """The relation arguments of ``plan``'s fused kernel: the front's, then the relation
+    codes it is indexed by (if it is)."""
+    return rel_args if plan.coded is None else (*rel_args, codes.codes)
+
+
 def run_fused(kernel, b, plan: Plan, n: int, ts, inputs: tuple, rel_args: tuple):
-    """The fused optimised kernel (:class:`~scabbard.kernels.codegen.DenseSpec`) on one task:
-    its pane partials, as :func:`~scabbard.kernels.aggregate.pane_aggregate` returns them, or
+    """The fused optimised kernel (:class:`~scabbard.kernels.codegen.DenseSpec`) on one task
+    (``rel_args``: its relation arguments, :func:`fused_args`): its pane
+    partials, as :func:`~scabbard.kernels.aggregate.pane_aggregate` returns them, or
     None if a key failed the guard."""
     size = int(np.prod(plan.span))
     k, ni, nf = b.key_width, len(b.iops), len(b.fops)

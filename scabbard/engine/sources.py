@@ -180,9 +180,15 @@ class ReplaySource:
         return batch
 
     def _part(self, lo: int, hi: int, copy: int, offset: int) -> Batch:
-        cols = tuple(c[lo:hi] for c in self._columns)
+        cols = tuple(c[lo:hi] for c in self.columns_of(copy))
         return (ReplayBatch(self.schema, cols, offset, copy * self.step) if copy
                 else Batch(self.schema, cols, offset))
+
+
+    def columns_of(self, copy: int) -> tuple[np.ndarray, ...]:
+        """The columns the replay's copy ``copy`` is cut from (a subclass may change them:
+        the data of an experiment that changes part-way)."""
+        return self._columns
 
 
 class ArraySource:

@@ -7,8 +7,9 @@ deoptimises when the data breaks an assumption.  Here (:mod:`scabbard.engine.ada
 * :func:`run` - per query, the engine with the generic kernels, with every task instrumented,
   and adaptive (generic, instrumented, then optimised); ``rounds`` interleaved, medians kept
   (the paper: instrumented ~0.5x, optimised ~3.3x the generic throughput on YSB);
-* :func:`timeline` - Fig. 12: throughput over time of one adaptive run whose group keys move
-  out of the profiled range ``change_at`` seconds in; the kernel events (profile, optimise,
+* :func:`timeline` - Fig. 12: throughput over time of one adaptive run whose group keys leave
+  the profiled range ``change_at`` seconds in (YSB: ten times more campaigns,
+  :class:`MoreCampaigns`; the others: a key column moved by 1,000); the kernel events (profile, optimise,
   swap, deopt) on the same axis, and the time from the change to the re-optimised variant;
 * :func:`recovery` - a SIGKILL and its recovery with the generic kernels and with adaptive
   ones, ``rounds`` interleaved: the variants come from numba's disk cache and a new
@@ -48,7 +49,7 @@ class Settings(Common):
     seconds: float = 4.0
     rounds: int = 3
     workers: int = 2
-    timeline_query: str = "CM1"
+    timeline_query: str = "YSB"
     change_at: float = 4.0  # timeline: wall seconds into the run when the keys move
     recovery_query: str = "LRB1"  # recovery: a kill with generic and with adaptive kernels
     output_dir: str = "."
@@ -156,6 +157,47 @@ class KeyShift(ReplaySource):
         return type(b)(b.schema, tuple(cols), offset)
 
 
+class MoreCampaigns(ReplaySource):
+    """YSB's dataset replayed with each event's ad moved to one of the first ``1 / factor``
+    of the campaigns (ad row ``a`` -> ``a mod (ads / factor)`` of the ad -> campaign relation,
+    whose campaigns own consecutive ads), until the replay's copy ``from_copy`` or ``after``
+    wall seconds into the run (at a batch boundary); then the events as generated: ``factor``
+    times more keys part-way (Grizzly's Fig. 12 on YSB)."""
+
+    def __init__(self, dataset, factor: int = 10, from_copy: int | None = None,
+                 after: float | None = None, **kw):
+        super().__init__(dataset, **kw)
+        names = [f.name for f in dataset.schema.fields]
+        self.at = names.index("ad_id")
+        ads = np.asarray(dataset.table("ad_campaign").column("ad_id"))
+        if factor < 1 or len(ads) < factor:
+            raise ValueError(f"{len(ads)} ads cannot be narrowed {factor}-fold")
+        row_of = {(int(a), int(b)): r for r, (a, b) in enumerate(ads)}
+        events = np.asarray(dataset.column("ad_id"))
+        distinct, inverse = np.unique(events, axis=0, return_inverse=True)
+        rows = np.array([row_of[(int(a), int(b))] for a, b in distinct], np.int64)
+        narrowed = ads[rows % (len(ads) // factor)]  # each distinct ad's narrowed ad
+        self.narrow = np.ascontiguousarray(narrowed[inverse.reshape(-1)])
+        self.from_copy, self.after = from_copy, after
+        self._t0: float | None = None
+        self.changed_at: float | None = None  # seconds into the run, once it happened
+
+    def batches(self):
+        self._t0 = time.perf_counter()
+        yield from super().batches()
+
+    def columns_of(self, copy: int) -> tuple[np.ndarray, ...]:
+        cols = super().columns_of(copy)
+        widened = (self.from_copy is not None and copy >= self.from_copy) or (
+            self.after is not None and self._t0 is not None
+            and time.perf_counter() - self._t0 >= self.after)
+        if widened:
+            if self.changed_at is None:
+                self.changed_at = time.perf_counter() - (self._t0 or time.perf_counter())
+            return cols
+        return (*cols[:self.at], self.narrow, *cols[self.at + 1:])
+
+
 KEY_COLUMNS = {"CM1": "category", "CM2": "job_id", "LRB1": "highway", "SG2": "house"}
 
 
@@ -202,23 +244,25 @@ def recovery(settings: Settings, log=print, **overrides) -> pd.DataFrame:
 
 
 def timeline(settings: Settings, log=print) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """Fig. 12: one adaptive run of ``timeline_query`` for ``2 * change_at`` seconds, its key
-    column moved by 1,000 at ``change_at``: the metrics samples, the kernel events, and
+    """Fig. 12: one adaptive run of ``timeline_query`` for ``2 * change_at`` seconds, its keys
+    changed at ``change_at`` (YSB: ten times more campaigns; another query: its key column
+    moved by 1,000): the metrics samples, the kernel events, and
     ``{"changed_at", "deopt_at", "reoptimised_at", "recovery_s"}`` (seconds into the run;
     ``recovery_s``: from the change to the swap of the re-optimised variant).  Saved as
     ``timeline.csv`` and ``kernel_events.csv``."""
     from scabbard.engine.metrics import read_metrics
 
     s, name = settings, settings.timeline_query
-    if name not in KEY_COLUMNS:
-        raise ValueError(f"the timeline moves a key column of {', '.join(KEY_COLUMNS)}")
+    if name not in KEY_COLUMNS and name != "YSB":
+        raise ValueError(f"the timeline changes the keys of YSB, {', '.join(KEY_COLUMNS)}")
     ds = _dataset(name, s)
     out = Path(s.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "timeline_metrics.jsonl"
     log_path.unlink(missing_ok=True)
-    src = KeyShift(ds, KEY_COLUMNS[name], 1000, after=s.change_at, batch_rows=1 << 18,
-                   duration=2 * s.change_at, loop=True)
+    run = {"batch_rows": 1 << 18, "duration": 2 * s.change_at, "loop": True}
+    src = MoreCampaigns(ds, 10, after=s.change_at, **run) if name == "YSB" \
+        else KeyShift(ds, KEY_COLUMNS[name], 1000, after=s.change_at, **run)
     run_query(queries.get(name), ds, NullSink(),
               EngineConfig(workers=s.workers, adaptive=AdaptivePolicy(), metrics_interval=0.1),
               source=src, metrics_log=log_path)
@@ -234,7 +278,7 @@ def timeline(settings: Settings, log=print) -> tuple[pd.DataFrame, pd.DataFrame,
     swap_t = swap["t"].min()
     info = {"changed_at": changed, "deopt_at": deopt, "reoptimised_at": swap_t,
             "recovery_s": swap_t - changed, "start_wall": start}
-    log(f"{name}: keys moved at {changed:.2f} s, deoptimised at {deopt:.2f} s, "
+    log(f"{name}: keys changed at {changed:.2f} s, deoptimised at {deopt:.2f} s, "
         f"re-optimised at {swap_t:.2f} s ({(swap_t - changed) * 1e3:.0f} ms after the change)")
     save_tables(out, timeline=samples, kernel_events=events)
     return samples, events, info
@@ -255,7 +299,7 @@ def plot_timeline(samples: pd.DataFrame, events: pd.DataFrame, info: dict,
             ax.axvline(t, color=color, lw=1, alpha=0.8)
         ax.plot([], [], color=color, label=action)
     if info.get("changed_at") == info.get("changed_at"):
-        ax.axvline(info["changed_at"], color="black", ls="--", lw=1, label="keys move")
+        ax.axvline(info["changed_at"], color="black", ls="--", lw=1, label="keys change")
     ax.set_xlabel("seconds")
     ax.set_ylabel("M tuples/s")
     ax.set_title("adaptive kernels across a change of the key range (after Grizzly's Fig. 12)")

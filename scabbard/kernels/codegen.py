@@ -215,6 +215,11 @@ class DenseSpec:
     slide: int
     lo: tuple[int, ...]
     span: tuple[int, ...]
+    # the group keys are columns of joined relation ``coded``'s matching row (YSB's campaign
+    # of an ad): the group is that row's code ``rc[j<coded>]`` (an argument after the front's,
+    # one code per distinct key of the relation) in ``[lo[0], lo[0] + span[0])``, and the key
+    # words are read only for a group's first row
+    coded: int | None = None
 
     @staticmethod
     def _fold(op: int, acc: str, v: str) -> str:
@@ -224,7 +229,7 @@ class DenseSpec:
 
     def source(self) -> str:
         f = self.front
-        args = f.inputs() + ["gid_of", "group_keys", "acc_c", "acc_i", "acc_f", "touched",
+        args = f.inputs() + (["rc"] if self.coded is not None else []) + ["gid_of", "group_keys", "acc_c", "acc_i", "acc_f", "touched",
                              "o_pane", "o_gid", "o_cnt", "o_i", "o_f", "res"]
         ni, nf = len(self.iops), len(self.fops)
         flush = ["            for t in range(nt):", "                d = touched[t]",
@@ -237,16 +242,24 @@ class DenseSpec:
                 "    for i in range(n):", *f.step_lines(("res[0] = groups", "return -1")),
                 f"        p = ts[i] // {self.slide}",
                 "        if p != pane:", *flush, "            nt = 0", "            pane = p"]
-        index = "0"
-        for j, code in enumerate(f.keys):
-            body += [f"        k{j} = np.int64({code})", f"        x{j} = k{j} - {self.lo[j]}",
-                     f"        if x{j} < 0 or x{j} >= {self.span[j]}:",
-                     "            res[0] = groups", "            return -1"]
-            index = f"x{j}" if j == 0 else f"({index}) * {self.span[j]} + x{j}"
-        body += [f"        d = {index}", "        if gid_of[d] < 0:",
-                 "            gid_of[d] = groups",
-                 *(f"            group_keys[groups, {j}] = k{j}" for j in range(len(f.keys))),
-                 "            groups += 1"]
+        guard = ["            res[0] = groups", "            return -1"]
+        if self.coded is not None:  # the joined row's code; its key words once per group
+            body += [f"        d = rc[j{self.coded}] - {self.lo[0]}",
+                     f"        if d < 0 or d >= {self.span[0]}:", *guard,
+                     "        if gid_of[d] < 0:", "            gid_of[d] = groups",
+                     *(f"            group_keys[groups, {j}] = np.int64({code})"
+                       for j, code in enumerate(f.keys)),
+                     "            groups += 1"]
+        else:
+            index = "0"
+            for j, code in enumerate(f.keys):
+                body += [f"        k{j} = np.int64({code})", f"        x{j} = k{j} - {self.lo[j]}",
+                         f"        if x{j} < 0 or x{j} >= {self.span[j]}:", *guard]
+                index = f"x{j}" if j == 0 else f"({index}) * {self.span[j]} + x{j}"
+            body += [f"        d = {index}", "        if gid_of[d] < 0:",
+                     "            gid_of[d] = groups",
+                     *(f"            group_keys[groups, {j}] = k{j}" for j in range(len(f.keys))),
+                     "            groups += 1"]
         body += [f"        vi{j} = np.int64({c})" for j, c in enumerate(f.ints)]
         body += [f"        vf{j} = np.float64({c})" for j, c in enumerate(f.floats)]
         fold = [*(f"            {self._fold(op, f'acc_i[d, {j}]', f'vi{j}')}"
