@@ -26,9 +26,10 @@ from scabbard.kernels.aggregate import (
 )
 
 # deterministic: every variant compiled on the task's thread, profiling after one task, and a
-# swapped-in variant kept untried (its trial times tasks: see the trial's own tests)
+# swapped-in variant kept untried and not watched for its cost (both time tasks: see their
+# own tests)
 SYNC = AdaptivePolicy(warm_tasks=1, profile_tasks=2, reprofile=8, background=False,
-                      trial_tasks=0)
+                      trial_tasks=0, slowdown=0)
 
 
 # -- the kernels -----------------------------------------------------------------------------------
@@ -198,6 +199,7 @@ def _shifted_run(tiny, name: str, column: str, by: int, tmp_path, **policy):
     over the same data; the report and the metrics log's kernel events."""
     q, ds = queries.get(name), tiny[queries.workload_of(name)]
     policy = AdaptivePolicy(**{"warm_tasks": 1, "profile_tasks": 2, "reprofile": 1000,
+                               "slowdown": 0,
                                "background": False, "trial_tasks": 0, **policy})
 
     def source():
@@ -254,7 +256,7 @@ def test_the_trial_keeps_the_faster_variant(tiny, tmp_path, monkeypatch, optimis
     monkeypatch.setattr(AdaptiveBranch, "_timed", scaled)
     q, ds = queries.get("CM1"), tiny["cm"]
     policy = AdaptivePolicy(warm_tasks=1, profile_tasks=2, reprofile=4, trial_tasks=2,
-                            background=False)
+                            background=False, slowdown=0)  # the trial alone
 
     def source():
         return ReplaySource(ds, batch_rows=997, max_tuples=3 * ds.rows, loop=True)
@@ -280,6 +282,75 @@ def test_the_trial_keeps_the_faster_variant(tiny, tmp_path, monkeypatch, optimis
         assert st_["rejects"] == 0 and st_["optimised"] > st_["generic"], st_
 
 
+def test_a_variant_that_grows_slower_is_taken_back_and_profiled_anew(tiny, tmp_path,
+                                                                     monkeypatch):
+    """The optimised variant watches its own cost per row: its first tasks set its measure;
+    once its latest tasks' median is ``slowdown`` times that (the data changed under it and
+    no guard failed), it is taken back (a ``slower`` event), the branch profiles anew and
+    swaps a variant in again.  The times are set here (1 ns a row, then 10 from the 17th
+    watched task on), so the verdict does not depend on this machine; results never change."""
+    from scabbard.engine.adaptive import AdaptiveBranch
+
+    watch, seen = AdaptiveBranch.watch, []
+
+    def timed(self, ns, n, variant):
+        seen.append(ns)
+        return watch(self, 10.0 if len(seen) > 16 else 1.0, n, variant)
+    monkeypatch.setattr(AdaptiveBranch, "watch", timed)
+    q, ds = queries.get("CM1"), tiny["cm"]
+    policy = AdaptivePolicy(warm_tasks=1, profile_tasks=2, reprofile=1000, background=False,
+                            trial_tasks=0, slowdown=1.5, watch_tasks=4)
+
+    def source():
+        return ReplaySource(ds, batch_rows=997, max_tuples=2 * ds.rows, loop=True)
+    want, _ = _run(q, ds, None, source())
+    log = tmp_path / "metrics.jsonl"
+    got, report = _run(q, ds, policy, source(), metrics_log=log)
+    ref.assert_same_results(got, want, q.schema)
+    kernel = [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "kernel"]
+    actions = [e["action"] for e in kernel]
+    assert actions[:3] == ["profile", "optimise", "swap"], actions
+    slower = [e for e in kernel if e["action"] == "slower"]
+    assert slower and report.kernels["window0"]["slower"] == len(slower), actions
+    first = slower[0]
+    # the latest four: 1, 1, 10, 10 - a median of 5.5 > 1.5 x 1 (one 10: 1.0, not yet)
+    assert first["kept_ns_row"] == 1.0 and first["recent_ns_row"] == 5.5, first
+    # profiled anew (instrumented tasks, no event) and swapped in again; the new variant's
+    # measure is 10 ns a row, which it keeps: taken back once
+    after = actions[actions.index("slower") + 1:]
+    assert after[:2] == ["optimise", "swap"], after
+    assert len(slower) == 1, actions
+
+
+def test_tasks_of_another_size_put_the_variant_on_trial_again(tiny, tmp_path):
+    """A time per row holds for one size of task: an optimised variant kept by a trial on
+    tasks of 1,000 rows goes on trial again when its tasks hold 2,500 (a ``retrial``), and
+    one kept untried takes its measure anew (no ``slower`` from a size change)."""
+    from scabbard.engine.adaptive import OPTIMISED, TRIAL, AdaptiveBranch, Plan
+    from scabbard.engine.runtime import Engine
+
+    b = Engine(queries.get("CM1"), tiny["cm"].tables).plan.branches[0]
+    for trial_tasks, then in ((2, TRIAL), (0, OPTIMISED)):
+        a = AdaptiveBranch(b, 0, tmp_path, AdaptivePolicy(trial_tasks=trial_tasks,
+                                                          watch_tasks=2), None)
+        events = []
+        a.on_event = lambda kind, events=events, **f: events.append(f["action"])
+        variant = (None, Plan(None, (0,), (10,)))
+        a.variant, a.plan = variant, variant[1]
+        a._enter(OPTIMISED)
+        a.kept_ns, a.kept_n = (1.0, 1000) if trial_tasks else (None, 0)
+        for _ in range(4):
+            a.watch(1.0, 1000, variant)
+        assert a.phase == OPTIMISED and a.kept_ns == 1.0 and not events
+        a.watch(9.0, 2500, variant)  # larger tasks, slower per row
+        assert a.phase == then and a.stats["slower"] == 0
+        assert events == ["retrial"]
+        if then == OPTIMISED:  # measured anew on the larger tasks
+            for _ in range(2):
+                a.watch(9.0, 2500, variant)
+            assert a.kept_ns == 9.0 and a.stats["slower"] == 0
+
+
 def test_a_policy_must_make_sense():
     with pytest.raises(ValueError, match="generic or instrumented"):
         AdaptivePolicy(force="optimised")
@@ -287,6 +358,8 @@ def test_a_policy_must_make_sense():
         AdaptivePolicy(dense_max=DENSE_MAX + 1)
     with pytest.raises(ValueError, match="tasks"):
         AdaptivePolicy(trial_tasks=-1)
+    with pytest.raises(ValueError, match="slowdown"):
+        AdaptivePolicy(slowdown=0.9)
 
 
 @pytest.mark.slow
@@ -538,7 +611,7 @@ def test_ten_times_more_campaigns_deoptimise_and_reoptimise_ysb(tiny, tmp_path):
 
     q, ds = queries.get("YSB"), tiny["ysb"]
     policy = AdaptivePolicy(warm_tasks=1, profile_tasks=2, reprofile=1000, background=False,
-                            trial_tasks=0, margin=0.0)
+                            trial_tasks=0, margin=0.0, slowdown=0)
 
     def source():
         return MoreCampaigns(ds, 10, from_copy=1, batch_rows=997, max_tuples=2 * ds.rows,

@@ -21,11 +21,16 @@ variants, task by task (tasks are independent, so a switch between two tasks is 
   code as that constant, so what is computed from it is computed once, at compile time.
 
 Every assumption of an optimised variant is a **guard** checked inside the kernel: a key
-(or a relation code) outside the range, or a folded column holding another value, stops the kernel, and the
-task's rows are run again by the generic kernels (**deoptimisation**: results never
-change); the branch goes back to profiling and optimises again for the data it now sees.  The filter
-order needs no guard (any order gives the same rows); it is revisited every
-:attr:`AdaptivePolicy.reprofile` tasks with one instrumented task.
+(or a relation code) outside the range, or a folded column holding another value, stops the
+kernel, and the task's rows are run again by the generic kernels (**deoptimisation**:
+results never change); the branch goes back to profiling and optimises again for the data it
+now sees.  The filter order needs no guard (any order gives the same rows); it is revisited
+every :attr:`AdaptivePolicy.reprofile` tasks with one instrumented task.  And the variant
+watches its own **cost per row**: when its latest tasks' median is
+:attr:`AdaptivePolicy.slowdown` times its cost when it was kept, the data changed under it
+without breaking a guard (filters that pass more rows, keys spread wider), and the branch
+profiles anew (:meth:`AdaptiveBranch.watch`).  Hardware counters (cache misses, branch
+misses) would tell why; this machine's virtual CPUs expose none to ``perf_event_open``.
 
 A swapped-in variant is on **trial** first: its tasks alternate with generic ones until each
 has run :attr:`AdaptivePolicy.trial_tasks` tasks, and it stays only if its median time per row
@@ -38,7 +43,7 @@ The optimised front kernel is generated and compiled on a background thread whil
 variant keeps running, and swapped in when ready; numba caches it on disk by the digest of its
 source (:func:`~scabbard.kernels.codegen.compile_front`), so a restarted engine finds it.  Each
 step is a ``kernel`` event of the metrics log (``profile``, ``optimise``, ``swap``, ``keep``,
-``reject``, ``deopt``).
+``slower``, ``retrial``, ``reject``, ``deopt``).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ import dataclasses
 import re
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -74,7 +80,11 @@ class AdaptivePolicy:
     optimised and the generic variant, alternating, decide which one stays (0: the optimised
     variant stays untried - the tests of the variants' mechanics); ``force``: every task in
     one variant (``generic`` or ``instrumented``: what a benchmark compares the optimised
-    variant with); ``fold``: constants folded."""
+    variant with); ``fold``: constants folded; ``slowdown``: an optimised variant whose
+    median time per row over its last ``watch_tasks`` tasks exceeds this many times its own
+    when it was kept (its trial's median, or its first ``watch_tasks`` tasks' untried) is
+    taken back and the branch profiles anew - the data changed under it (the filters'
+    selectivities, the keys' spread) though no guard failed (0: never)."""
 
     warm_tasks: int = 2
     profile_tasks: int = 4
@@ -85,15 +95,18 @@ class AdaptivePolicy:
     trial_tasks: int = 4
     force: str | None = None
     fold: bool = True
+    slowdown: float = 1.5
+    watch_tasks: int = 8
 
     def __post_init__(self) -> None:
         if self.force not in (None, GENERIC, INSTRUMENTED):
             raise ValueError(f"force: generic or instrumented, not {self.force!r}")
         if min(self.warm_tasks, self.profile_tasks) < 0 or self.profile_tasks < 1 \
                 or self.reprofile < 1 or self.margin < 0 or self.trial_tasks < 0 \
-                or not 1 <= self.dense_max <= DENSE_MAX:
+                or not 1 <= self.dense_max <= DENSE_MAX or self.watch_tasks < 1 \
+                or not (self.slowdown == 0 or self.slowdown > 1):
             raise ValueError("adaptive policy: tasks >= 1, margin >= 0, "
-                             f"1 <= dense_max <= {DENSE_MAX:,}")
+                             f"1 <= dense_max <= {DENSE_MAX:,}, slowdown 0 or > 1")
 
 
 @dataclass(frozen=True)
@@ -252,7 +265,12 @@ class AdaptiveBranch:
         self.useful = branch.key_width > 0 or self.reorderable
         self.on_event = None  # metrics.event, set by the run
         self.stats = {GENERIC: 0, INSTRUMENTED: 0, OPTIMISED: 0, "deopts": 0, "swaps": 0,
-                      "rejects": 0}
+                      "rejects": 0, "slower": 0}
+        # the optimised variant's own cost: ns per row when it was kept, and its latest tasks'
+        self.kept_ns: float | None = None
+        self.kept_n = 0  # the size of the tasks it was measured on (the trial's last)
+        self.trial_n = 0
+        self.recent: deque[float] = deque(maxlen=policy.watch_tasks)
         self.trial = 0  # which trial the phase is (timings of an older one are dropped)
         self.timed: dict[str, list[float]] = {GENERIC: [], OPTIMISED: []}  # ns per row
         self.rejected: Plan | None = None  # lost its trial; not compiled again for now
@@ -289,6 +307,9 @@ class AdaptiveBranch:
 
     def _enter(self, phase: str) -> None:
         self.phase, self.since = phase, 0
+        if phase == OPTIMISED:  # its cost is measured anew (the trial's median, if it had one)
+            self.kept_ns, self.kept_n = None, 0
+            self.recent.clear()
         if phase == INSTRUMENTED:
             self.profile = self._new_profile()
         if phase == TRIAL:
@@ -313,8 +334,43 @@ class AdaptiveBranch:
             self.ns[kind] += ns
             self.rows[kind] += n
         if trial is not None and n:
+            self.trial_n = n
             self._timed(kind, trial, ns / n)
+        elif kind == OPTIMISED and n and self.policy.slowdown:
+            self.watch(ns / n, n, variant)
         return partials
+
+    def watch(self, ns_per_row: float, n: int, variant) -> None:
+        """An optimised task's time per row (``n`` rows, of ``variant``): once the latest
+        tasks' median is ``slowdown`` times the variant's own when it was kept, the variant is
+        taken back and the branch profiles anew (a ``slower`` event).  A time per row holds
+        for one size of task (a larger task's hash table or dense array leaves the cache):
+        tasks twice as large, or half, as those the trial ran put the variant on trial again
+        (a ``retrial`` event; untried, its measure is taken anew)."""
+        with self.lock:
+            if self.phase != OPTIMISED or variant is None or self.variant is not variant:
+                return
+            if self.kept_n and not self.kept_n / 2 <= n <= 2 * self.kept_n:
+                self._event("retrial", task=self.tasks, kept_rows=self.kept_n, rows=n)
+                self._enter(TRIAL if self.policy.trial_tasks else OPTIMISED)
+                return
+            if not self.kept_n:
+                self.kept_n = n
+            self.recent.append(ns_per_row)
+            if len(self.recent) < self.recent.maxlen:
+                return
+            now = float(np.median(self.recent))
+            if self.kept_ns is None:  # kept untried: its first tasks are its own measure
+                self.kept_ns = now
+                self.recent.clear()
+                return
+            if now <= self.policy.slowdown * self.kept_ns:
+                return
+            self.stats["slower"] += 1
+            self._event("slower", task=self.tasks, kept_ns_row=round(self.kept_ns, 2),
+                        recent_ns_row=round(now, 2), plan=variant[1].describe())
+            self.variant = self.plan = None
+            self._enter(INSTRUMENTED)
 
     def summary(self) -> dict:
         """Tasks per variant, deoptimisations, swaps, rejects; each variant's time per row
@@ -381,6 +437,7 @@ class AdaptiveBranch:
                       "optimised_ns_row": round(optimised, 2)}
             if optimised < generic:
                 self._enter(OPTIMISED)
+                self.kept_ns, self.kept_n = optimised, self.trial_n
                 self._event("keep", **fields)
                 return
             self.stats["rejects"] += 1
