@@ -414,7 +414,7 @@ def test_the_fused_kernel_is_the_generic_fragment_or_fails_its_guard(tiny, tmp_p
         plan = Plan(None, tuple(int(x) for x in lo), tuple(max(1, int(x)) for x in span))
         spec = DenseSpec(b.spec, tuple(int(x) for x in b.iops), tuple(int(x) for x in b.fops),
                          int(b.slide_ms), plan.lo, plan.span)
-        got = run_fused(compile_front(spec, tmp_path), b, plan, n, ts, inputs, ())
+        got = run_fused(compile_front(spec, tmp_path), b, plan, n, (ts, 0), inputs, ())
         if short:
             assert got is None
             continue
@@ -457,14 +457,14 @@ def test_folded_constants_give_the_generic_rows_or_fail_their_guard(tiny, tmp_pa
                                     tuple(int(x) for x in b.fops), int(b.slide_ms), plan.lo,
                                     plan.span), tmp_path)
     partials = pane_aggregate(*want, b.iops, b.fops, b.slide_ms, ordered=True)
-    fused = run_fused(dense, b, plan, n, ts, inputs, ())
+    fused = run_fused(dense, b, plan, n, (ts, 0), inputs, ())
     assert all(np.array_equal(a, w) for a, w in zip(fused, partials, strict=True))
     moved = list(inputs)
     j = b.spec.columns.index("highway")
     moved[j] = moved[j].copy()
     moved[j][n // 2] = 1  # one row on another highway
     assert front(compile_front(folded, tmp_path), tuple(moved))[0] == -1
-    assert run_fused(dense, b, plan, n, ts, tuple(moved), ()) is None
+    assert run_fused(dense, b, plan, n, (ts, 0), tuple(moved), ()) is None
     with pytest.raises(ValueError, match="folded columns"):
         b.spec.folded((("lane", "int32", 0),))
 
@@ -559,15 +559,20 @@ def _ysb_fragment(tiny, tmp_path):
     out = (np.empty(n, np.int64), np.empty((n, b.key_width), np.int64),
            np.empty((n, len(b.iops)), np.int64), np.empty((n, len(b.fops)), np.float64))
     m = b.kernel(tmp_path)(n, ts, *inputs, *rel_args, *out)
-    want = pane_aggregate(*(o[:m] for o in out), b.iops, b.fops, b.slide_ms, ordered=True)
+    want = pane_aggregate(*(o[:m] for o in out), b.iops, b.fops, b.slide_ms, ordered=True,
+                          shift=SHIFT)
     return b, rel_args, ts, inputs, want
+
+
+SHIFT = 3_600_000 + 4_321  # a replayed copy's event times: the data's plus this
 
 
 def test_ysb_groups_by_the_code_of_the_joined_campaign(tiny, tmp_path):
     """YSB's keys are uuids (no dense range), but each is the campaign of the ad's relation
     row: the campaigns get codes in the order of the relation's rows (campaign c owns ads
     10c..10c+9, so its code is c), and the fused kernel indexed by the code writes the generic
-    fragment's pane partials row for row; a code range one short fails its guard."""
+    fragment's pane partials row for row (on a replayed copy: its event times shifted); a code
+    range one short fails its guard."""
     from scabbard.engine.adaptive import Plan, RelationCodes, fused_args, run_fused
     from scabbard.kernels.codegen import DenseSpec, compile_front
     from scabbard.workloads.ysb import ADS_PER_CAMPAIGN
@@ -582,7 +587,7 @@ def test_ysb_groups_by_the_code_of_the_joined_campaign(tiny, tmp_path):
         plan = Plan(None, (short,), (campaigns - short,), coded=codes.relation)
         spec = DenseSpec(b.spec, tuple(int(x) for x in b.iops), tuple(int(x) for x in b.fops),
                          int(b.slide_ms), plan.lo, plan.span, plan.coded)
-        got = run_fused(compile_front(spec, tmp_path), b, plan, len(ts), ts, inputs,
+        got = run_fused(compile_front(spec, tmp_path), b, plan, len(ts), (ts, SHIFT), inputs,
                         fused_args(plan, rel_args, codes))
         if short:
             assert got is None
@@ -630,3 +635,52 @@ def test_ten_times_more_campaigns_deoptimise_and_reoptimise_ysb(tiny, tmp_path):
     assert report.kernels["window0"]["deopts"] >= 1
     assert any(e["action"] == "deopt" for e in kernel)
     assert swaps[-1]["lo"][0] + swaps[-1]["span"][0] > first, swaps  # the new codes
+
+
+def test_the_filter_order_follows_selectivities_that_change(tmp_path):
+    """Grizzly's Fig. 13 on the engine: filter a passes 5 % of the rows, then 95 %, then 5 %
+    again (b the rest). The query's order (a first) is the profile's at first, so nothing is
+    optimised; once a passes most rows the periodic profile puts b first; when a is selective
+    again, the query's order comes back. The windows are the generic kernels' throughout."""
+    from scabbard.engine import CollectSink, Engine
+    from scabbard.experiments.grizzly import Selectivities, two_filters
+
+    def run(adaptive, log=None):
+        src = Selectivities((0.05, 0.95, 0.05), phase_rows=1 << 16, rows=1 << 15,
+                            batch_rows=1 << 12)
+        e = Engine(two_filters("a"), {}, EngineConfig(workers=2, batch_rows=1 << 12,
+                                                      adaptive=adaptive))
+        sink = CollectSink()
+        e.run(src, sink, e.metrics(log))
+        return sink.columns()
+
+    want = run(None)
+    log = tmp_path / "metrics.jsonl"
+    got = run(AdaptivePolicy(warm_tasks=1, profile_tasks=2, reprofile=4, background=False,
+                             trial_tasks=0, slowdown=0), log)
+    for c in want:
+        assert np.array_equal(got[c], want[c]), c
+    assert want["rows"].sum() < 0.2 * 3 * (1 << 16)  # one of the two filters is selective
+    kernel = [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "kernel"]
+    swaps = [(e["task"], e["plan"]["filter_order"]) for e in kernel if e["action"] == "swap"]
+    phase = 1 << 4  # tasks per phase
+    assert swaps and swaps[0][1] == [1, 0] and phase <= swaps[0][0] < 2 * phase, swaps
+    back = [t for t, order in swaps if order is None]
+    assert back and 2 * phase <= back[0] < 3 * phase, swaps
+
+
+def test_fig13_over_time_runs_every_order_over_the_same_phases(tmp_path):
+    """``reacting``: the adaptive run and each fixed order over the same phases (by rows),
+    each run's samples and phase starts, the adaptive run's kernel events, and the figure."""
+    from scabbard.experiments.grizzly import ORDERS, plot_reacting, reacting
+
+    table, events, changed = reacting((0.05, 0.95), phase_rows=1 << 17, rows=1 << 15,
+                                      batch_rows=1 << 12, output_dir=tmp_path,
+                                      log=lambda *_: None)
+    assert set(table["order"]) <= set(ORDERS) and set(changed) == set(ORDERS)
+    assert all(len(v) == 2 and v[0] <= v[1] for v in changed.values()), changed
+    assert len(events) and events["action"].iloc[0] == "profile"
+    plot_reacting(table, events, changed, output_dir=tmp_path)
+    assert (tmp_path / "reacting.png").is_file() and (tmp_path / "reacting.csv").is_file()
+    with pytest.raises(ValueError, match="unknown order"):
+        reacting((0.5,), 1 << 12, orders=("c first",))

@@ -95,7 +95,7 @@ class AdaptivePolicy:
     trial_tasks: int = 4
     force: str | None = None
     fold: bool = True
-    slowdown: float = 1.5
+    slowdown: float = 2.0
     watch_tasks: int = 8
 
     def __post_init__(self) -> None:
@@ -317,18 +317,20 @@ class AdaptiveBranch:
             self.timed = {GENERIC: [], OPTIMISED: []}
 
     # -- the task ------------------------------------------------------------------------------
-    def run(self, n: int, ts, inputs: tuple, rel_args: tuple, out: tuple):
+    def run(self, n: int, times: tuple, inputs: tuple, rel_args: tuple, out: tuple):
         """The branch's front kernel and per-pane aggregation on one task, in the variant its
         phase asks for: the task's pane partials - the generic kernels' result, whatever the
-        variant (``out``: the front's output arrays - timestamps, keys, integer and float
-        inputs of the aggregates - for the variants that write them)."""
+        variant (``times``: the task's timestamps and the shift their event times are them
+        plus - a replayed copy's, never added in a pass of its own; ``out``: the front's
+        output arrays - timestamps, keys, integer and float inputs of the aggregates - for
+        the variants that write them)."""
         with self.lock:
             kind = self._choose()
             variant = self.variant
             self.stats[kind] += 1
             trial = self.trial if self.phase == TRIAL else None
         t0 = time.perf_counter()
-        partials = self._run(kind, variant, n, ts, inputs, rel_args, out)
+        partials = self._run(kind, variant, n, times, inputs, rel_args, out)
         ns = (time.perf_counter() - t0) * 1e9
         with self.lock:
             self.ns[kind] += ns
@@ -381,8 +383,9 @@ class AdaptiveBranch:
                     **{f"{k}_ns_row": round(self.ns[k] / self.rows[k], 3)
                        for k in self.ns if self.rows[k]}}
 
-    def _run(self, kind: str, variant, n: int, ts, inputs: tuple, rel_args: tuple, out: tuple):
-        b = self.b
+    def _run(self, kind: str, variant, n: int, times: tuple, inputs: tuple, rel_args: tuple,
+             out: tuple):
+        b, (ts, shift) = self.b, times
         o_ts, o_keys, o_i, o_f = out
         if kind == OPTIMISED and variant is not None:
             kernel, plan = variant
@@ -390,9 +393,10 @@ class AdaptiveBranch:
                 m = kernel(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
                 if m >= 0:
                     return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops,
-                                          b.fops, b.slide_ms, ordered=True)
+                                          b.fops, b.slide_ms, ordered=True, shift=shift)
             else:
-                partials = run_fused(kernel, b, plan, n, ts, inputs, self._fused_args(plan, rel_args))
+                partials = run_fused(kernel, b, plan, n, times, inputs,
+                                     self._fused_args(plan, rel_args))
                 if partials is not None:
                     return partials
             # a guard failed (a key outside the range, a folded column that changed): the
@@ -400,7 +404,7 @@ class AdaptiveBranch:
             m = self.generic(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
             self._deopt(o_keys[:m], plan, inputs)
             return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
-                                  b.slide_ms, ordered=True)
+                                  b.slide_ms, ordered=True, shift=shift)
         if kind == INSTRUMENTED:
             if self.instrumented is None:
                 self.instrumented = compile_front(self._instrumented_spec(), self.cache_dir)
@@ -409,7 +413,7 @@ class AdaptiveBranch:
             lo, hi = key_range(o_keys[:m])
             ranges = column_ranges(inputs)
             partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
-                                      b.slide_ms, ordered=True)
+                                      b.slide_ms, ordered=True, shift=shift)
             if self._coded and self.codes is None:
                 self.codes = RelationCodes.of_branch(self.spec, rel_args)
                 self._coded = self.codes is not None
@@ -418,7 +422,7 @@ class AdaptiveBranch:
             return partials
         m = self.generic(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
         return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
-                              b.slide_ms, ordered=True)
+                              b.slide_ms, ordered=True, shift=shift)
 
     def _fused_args(self, plan: Plan, rel_args: tuple) -> tuple:
         return fused_args(plan, rel_args, self.codes)
@@ -553,7 +557,7 @@ class AdaptiveBranch:
         ts, inputs, rel_args = warm
         n = len(ts)
         if plan.lo is not None:  # numba compiles (or loads) it now, on a row
-            run_fused(front, b, plan, n, ts, inputs, self._fused_args(plan, rel_args))
+            run_fused(front, b, plan, n, (ts, 0), inputs, self._fused_args(plan, rel_args))
         else:
             out = (np.empty(n, np.int64), np.empty((n, b.key_width), np.int64),
                    np.empty((n, len(b.iops)), np.int64), np.empty((n, len(b.fops)), np.float64))
@@ -593,21 +597,24 @@ def fused_args(plan: Plan, rel_args: tuple, codes: RelationCodes | None) -> tupl
     return rel_args if plan.coded is None else (*rel_args, codes.codes)
 
 
-def run_fused(kernel, b, plan: Plan, n: int, ts, inputs: tuple, rel_args: tuple):
+def run_fused(kernel, b, plan: Plan, n: int, times: tuple, inputs: tuple, rel_args: tuple):
     """The fused optimised kernel (:class:`~scabbard.kernels.codegen.DenseSpec`) on one task
-    (``rel_args``: its relation arguments, :func:`fused_args`): its pane
+    (``times``: its timestamps and their shift; ``rel_args``: its relation arguments,
+    :func:`fused_args`): its pane
     partials, as :func:`~scabbard.kernels.aggregate.pane_aggregate` returns them, or
     None if a key failed the guard."""
+    ts, shift = times  # event times: ts + shift
     size = int(np.prod(plan.span))
     k, ni, nf = b.key_width, len(b.iops), len(b.fops)
-    panes = int(ts[n - 1]) // b.slide_ms - int(ts[0]) // b.slide_ms + 1 if n else 1
+    panes = (int(ts[n - 1]) + shift) // b.slide_ms - (int(ts[0]) + shift) // b.slide_ms + 1 \
+        if n else 1
     out = max(1, min(n, size * panes))  # a partial per (pane, group) at most
     gid_of = np.full(size, -1, dtype=np.int64)
     group_keys = np.empty((min(size, max(n, 1)), k), dtype=np.int64)
     parts = (np.empty(out, np.int64), np.empty(out, np.int64), np.empty(out, np.int64),
              np.empty((out, ni), np.int64), np.empty((out, nf), np.float64))
     res = np.zeros(1, dtype=np.int64)
-    m = kernel(n, ts, *inputs, *rel_args, gid_of, group_keys, np.zeros(size, np.int64),
+    m = kernel(n, ts, *inputs, *rel_args, np.int64(shift), gid_of, group_keys, np.zeros(size, np.int64),
                np.empty((size, ni), np.int64), np.empty((size, nf), np.float64),
                np.empty(size, np.int64), *parts, res)
     if m < 0:

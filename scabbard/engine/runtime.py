@@ -191,14 +191,14 @@ class Engine:
         (a global aggregate's: :data:`GLOBAL_TASK_WORK_S`), as a power of two, up to
         :data:`THROUGHPUT_BATCH` (:data:`MAX_BATCH`) - and with a rate only as far as a
         batch fills in :data:`FILL_S`, so the larger tasks cost no latency.  Not where the
-        size is set or bounded otherwise (``batch_rows``, a stateless query, a state budget,
-        the adaptive variants)."""
+        size is set or bounded otherwise (``batch_rows``, a stateless query, a state budget).
+        With adaptive kernels, the generic kernels' cost sizes the tasks: the variants are
+        compared on the tasks the generic engine runs."""
         rows = self.batch_rows_for(tuples_per_ms)
         work, most = ((GLOBAL_TASK_WORK_S, MAX_BATCH) if self.spans_copies
                       else (TASK_WORK_S, THROUGHPUT_BATCH))
         most = most if rate is None else min(most, int(rate * FILL_S))
         if (most <= rows or self.config.batch_rows or not self.plan.branches
-                or self.adaptive is not None
                 or any(self.spills(i) for i in range(len(self.plan.branches)))
                 or sample is None or not len(sample)):
             return rows  # nothing to raise, or not this method's to size: no probe
@@ -312,17 +312,17 @@ class Engine:
                               int(batch.timestamps[-1]) if n else 0, rows=rows)
         # the windows' axis: event time, or each tuple's input offset (count-based windows).
         # Event time is ``ts + shift``: a replayed copy's shift is added where panes are cut
-        # (``pane_aggregate``), not in a pass of its own; the adaptive variants take it added.
+        # (``pane_aggregate``, the adaptive variants), not in a pass of its own.
         # A span batch (several copies, ``spans_copies``) is read part by part: its event
         # times are never made whole
         ts, shift = None, 0
         if self.plan.rows:
             ts, shift = np.arange(batch.offset, batch.end, dtype=np.int64), 0
-        elif self.adaptive is not None:
-            ts, shift = np.ascontiguousarray(batch.timestamps), 0
         elif len(batch.segments()) == 1:
             ts, shift = batch.event_time()
             ts = np.ascontiguousarray(ts)
+        elif self.adaptive is not None:  # the variants take a batch's times whole
+            ts, shift = np.ascontiguousarray(batch.timestamps), 0
         # the first and last tuple's place on the windows' axis
         if not n:
             t_first = t_last = 0
@@ -367,7 +367,7 @@ class Engine:
         inputs = tuple(batch.column(c) for c in b.input_columns)
         o_ts, o_keys, o_i, o_f = front_outputs(n, k, ni, nf)
         if self.adaptive is not None and n:  # the variant the branch's phase asks for
-            return self.adaptive.branches[i].run(n, ts, inputs, rel_args,
+            return self.adaptive.branches[i].run(n, (ts, shift), inputs, rel_args,
                                                  (o_ts, o_keys, o_i, o_f))
         m = b.kernel(self.config.cache_dir)(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
         return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,

@@ -207,7 +207,9 @@ class DenseSpec:
     ``[lo_j, lo_j + span_j)`` fails the guard: the kernel stops and returns -1 (the caller
     runs the generic kernels on the task).  Otherwise it writes the task's pane partials as
     :func:`scabbard.kernels.aggregate.pane_aggregate` does, row for row (group ids in order of
-    first appearance), and returns their number; ``res[0]`` is the group count."""
+    first appearance), and returns their number; ``res[0]`` is the group count.  A row's
+    event time is ``ts[i] + shift`` (``shift``: the argument after the front's and ``rc`` - a
+    replayed copy's, deferred as the generic fragment defers it)."""
 
     front: FrontSpec
     iops: tuple[int, ...]
@@ -229,8 +231,9 @@ class DenseSpec:
 
     def source(self) -> str:
         f = self.front
-        args = f.inputs() + (["rc"] if self.coded is not None else []) + ["gid_of", "group_keys", "acc_c", "acc_i", "acc_f", "touched",
-                             "o_pane", "o_gid", "o_cnt", "o_i", "o_f", "res"]
+        args = f.inputs() + (["rc"] if self.coded is not None else []) + ["shift"] \
+            + ["gid_of", "group_keys", "acc_c", "acc_i", "acc_f", "touched", "o_pane", "o_gid",
+               "o_cnt", "o_i", "o_f", "res"]
         ni, nf = len(self.iops), len(self.fops)
         flush = ["            for t in range(nt):", "                d = touched[t]",
                  "                o_pane[m] = pane", "                o_gid[m] = gid_of[d]",
@@ -240,7 +243,7 @@ class DenseSpec:
                  "                acc_c[d] = 0", "                m += 1"]
         body = ["    m = 0", "    groups = 0", "    nt = 0", "    pane = -9223372036854775808",
                 "    for i in range(n):", *f.step_lines(("res[0] = groups", "return -1")),
-                f"        p = ts[i] // {self.slide}",
+                f"        p = (ts[i] + shift) // {self.slide}",
                 "        if p != pane:", *flush, "            nt = 0", "            pane = p"]
         guard = ["            res[0] = groups", "            return -1"]
         if self.coded is not None:  # the joined row's code; its key words once per group
