@@ -62,6 +62,8 @@ _HELP = {
     "timeline_query": "the query whose keys leave the profiled range (Fig. 12): YSB's events "
                       "go from 10 campaigns to all 100, another's key column moves by 1,000",
     "change_at": "wall seconds into the timeline run when the keys change",
+    "stage_seconds": "the timeline's generic and instrumented stages last at least this long "
+                     "(seconds; Grizzly's last as long as a compilation)",
     "recovery_query": "the query killed and recovered with generic and with adaptive kernels",
     "compression_interval": "the adaptive compression's decision interval, s (in a kill "
                             "campaign: in every incarnation, its swaps and fallbacks within "
@@ -375,7 +377,8 @@ def add(sub, full: bool = True) -> None:
         "adaptive.png, timeline.csv, timeline.png and recovery.csv to --output.",
         runs.run_adaptive)
     _options(ap, grizzly.Settings, "queries", "variants", "seconds", "rounds", "workers",
-             "scale", "timeline_query", "change_at", "recovery_query", out="bench-adaptive")
+             "scale", "timeline_query", "change_at", "stage_seconds", "recovery_query",
+             out="bench-adaptive")
     rs = _bench(
         bsub, "restart",
         "notebook 04 (paper Fig. 10): kill -> recovered, cold restart and warm standby, "

@@ -84,7 +84,10 @@ class AdaptivePolicy:
     median time per row over its last ``watch_tasks`` tasks exceeds this many times its own
     when it was kept (its trial's median, or its first ``watch_tasks`` tasks' untried) is
     taken back and the branch profiles anew - the data changed under it (the filters'
-    selectivities, the keys' spread) though no guard failed (0: never)."""
+    selectivities, the keys' spread) though no guard failed (0: never); ``stage_seconds``:
+    the generic and the instrumented stages last at least this long besides their tasks
+    (Grizzly's last as long as a compilation, seconds: a figure's stages long enough to
+    see)."""
 
     warm_tasks: int = 2
     profile_tasks: int = 4
@@ -97,6 +100,7 @@ class AdaptivePolicy:
     fold: bool = True
     slowdown: float = 2.0
     watch_tasks: int = 8
+    stage_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.force not in (None, GENERIC, INSTRUMENTED):
@@ -104,9 +108,9 @@ class AdaptivePolicy:
         if min(self.warm_tasks, self.profile_tasks) < 0 or self.profile_tasks < 1 \
                 or self.reprofile < 1 or self.margin < 0 or self.trial_tasks < 0 \
                 or not 1 <= self.dense_max <= DENSE_MAX or self.watch_tasks < 1 \
-                or not (self.slowdown == 0 or self.slowdown > 1):
+                or not (self.slowdown == 0 or self.slowdown > 1) or self.stage_seconds < 0:
             raise ValueError("adaptive policy: tasks >= 1, margin >= 0, "
-                             f"1 <= dense_max <= {DENSE_MAX:,}, slowdown 0 or > 1")
+                             f"1 <= dense_max <= {DENSE_MAX:,}, slowdown 0 or > 1, stage_seconds >= 0")
 
 
 @dataclass(frozen=True)
@@ -255,6 +259,7 @@ class AdaptiveBranch:
         self.plan: Plan | None = None  # the plan of the variant installed or compiling
         self.lock = threading.Lock()
         self.phase = GENERIC
+        self.entered = time.monotonic()  # when the phase began
         self.tasks = self.since = 0  # tasks run; in this phase
         self.profile = self._new_profile()
         self.compiling = False
@@ -298,15 +303,19 @@ class AdaptiveBranch:
             return GENERIC
         if self.phase == TRIAL:
             return OPTIMISED if self.since % 2 else GENERIC
-        if self.phase == GENERIC and self.tasks > self.next_profile and not self.compiling:
+        if self.phase == GENERIC and self.tasks > self.next_profile and not self.compiling \
+                and self._stage_done():
             self._enter(INSTRUMENTED)
             self._event("profile", task=self.tasks)
         elif self.phase == OPTIMISED and self.reorderable and self.since % p.reprofile == 0:
             return INSTRUMENTED  # one task's profile: the filter order is revisited
         return self.phase
 
+    def _stage_done(self) -> bool:
+        return time.monotonic() - self.entered >= self.policy.stage_seconds
+
     def _enter(self, phase: str) -> None:
-        self.phase, self.since = phase, 0
+        self.phase, self.since, self.entered = phase, 0, time.monotonic()
         if phase == OPTIMISED:  # its cost is measured anew (the trial's median, if it had one)
             self.kept_ns, self.kept_n = None, 0
             self.recent.clear()
@@ -475,7 +484,8 @@ class AdaptiveBranch:
                     self._optimise(dataclasses.replace(self.plan, order=plan.order), sample)
                 self.profile = self._new_profile()
                 return
-            if self.phase != INSTRUMENTED or pr.tasks < self.policy.profile_tasks:
+            if self.phase != INSTRUMENTED or pr.tasks < self.policy.profile_tasks \
+                    or not self._stage_done():
                 return
             plan = self._plan(pr)
             rejected = plan.like(self.rejected)

@@ -55,6 +55,7 @@ class Settings(Common):
     workers: int = 2
     timeline_query: str = "YSB"
     change_at: float = 4.0  # timeline: wall seconds into the run when the keys move
+    stage_seconds: float = 0.5  # timeline: the generic and instrumented stages last this long
     recovery_query: str = "LRB1"  # recovery: a kill with generic and with adaptive kernels
     output_dir: str = "."
 
@@ -66,8 +67,10 @@ class Settings(Common):
         bad = [v for v in self.variants if v not in VARIANTS]
         if bad:
             raise ValueError(f"unknown variant {bad[0]!r} (choose from {', '.join(VARIANTS)})")
-        if self.seconds <= 0 or self.rounds < 1 or self.workers < 1 or self.change_at <= 0:
-            raise ValueError("seconds and change_at must be positive, rounds and workers >= 1")
+        if self.seconds <= 0 or self.rounds < 1 or self.workers < 1 or self.change_at <= 0 \
+                or not 0 <= self.stage_seconds < self.change_at:
+            raise ValueError("seconds and change_at must be positive, rounds and workers >= 1, "
+                             "0 <= stage_seconds < change_at")
 
 
 def _dataset(name: str, s: Settings):
@@ -182,6 +185,10 @@ class MoreCampaigns(ReplaySource):
         rows = np.array([row_of[(int(a), int(b))] for a, b in distinct], np.int64)
         narrowed = ads[rows % (len(ads) // factor)]  # each distinct ad's narrowed ad
         self.narrow = np.ascontiguousarray(narrowed[inverse.reshape(-1)])
+        # read-only as the dataset's columns are: numba compiles a kernel once per kind of
+        # array, and a writable one here would have every kernel compiled again, on the
+        # clock, at the change (a stall of half a second in the timeline)
+        self.narrow.flags.writeable = False
         self.from_copy, self.after = from_copy, after
         self._t0: float | None = None
         self.changed_at: float | None = None  # seconds into the run, once it happened
@@ -248,7 +255,10 @@ def recovery(settings: Settings, log=print, **overrides) -> pd.DataFrame:
 
 
 def timeline(settings: Settings, log=print) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """Fig. 12: one adaptive run of ``timeline_query`` for ``2 * change_at`` seconds, its keys
+    """Fig. 12: one adaptive run of ``timeline_query`` for ``2 * change_at`` seconds (the
+    generic and instrumented stages ``stage_seconds`` long at least, a swapped-in variant kept
+    untried: at YSB's 10 campaigns the dense array and the hash table cost about the same,
+    and the stages shown would hang on a trial's coin flip - :func:`run` keeps the trial), its keys
     changed at ``change_at`` (YSB: ten times more campaigns; another query: its key column
     moved by 1,000): the metrics samples, the kernel events, and
     ``{"changed_at", "deopt_at", "reoptimised_at", "recovery_s"}`` (seconds into the run;
@@ -268,7 +278,9 @@ def timeline(settings: Settings, log=print) -> tuple[pd.DataFrame, pd.DataFrame,
     src = MoreCampaigns(ds, 10, after=s.change_at, **run) if name == "YSB" \
         else KeyShift(ds, KEY_COLUMNS[name], 1000, after=s.change_at, **run)
     run_query(queries.get(name), ds, NullSink(),
-              EngineConfig(workers=s.workers, adaptive=AdaptivePolicy(), metrics_interval=0.1),
+              EngineConfig(workers=s.workers, metrics_interval=0.1,
+                           adaptive=AdaptivePolicy(stage_seconds=s.stage_seconds,
+                                                   trial_tasks=0)),
               source=src, metrics_log=log_path)
     m = read_metrics(log_path)
     samples = m[m["event"] == "sample"] if "event" in m else m
