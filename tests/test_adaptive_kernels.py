@@ -684,3 +684,19 @@ def test_fig13_over_time_runs_every_order_over_the_same_phases(tmp_path):
     assert (tmp_path / "reacting.png").is_file() and (tmp_path / "reacting.csv").is_file()
     with pytest.raises(ValueError, match="unknown order"):
         reacting((0.5,), 1 << 12, orders=("c first",))
+
+
+def test_a_stage_lasts_its_seconds_whatever_its_tasks(tiny):
+    """``stage_seconds``: the generic stage lasts at least that long - a run shorter than it
+    never profiles, however many tasks it ran (and with none, it profiles after its warm
+    tasks)."""
+    q, ds = queries.get("CM1"), tiny["cm"]
+    src = ReplaySource(ds, batch_rows=997, max_tuples=ds.rows, loop=True)
+    _, report = _run(q, ds, AdaptivePolicy(stage_seconds=1e6, background=False), src)
+    st_ = report.kernels["window0"]
+    assert st_["generic"] > 20 and st_["instrumented"] == st_["optimised"] == 0, st_
+    src = ReplaySource(ds, batch_rows=997, max_tuples=ds.rows, loop=True)
+    _, report = _run(q, ds, AdaptivePolicy(stage_seconds=0, background=False), src)
+    assert report.kernels["window0"]["instrumented"] > 0
+    with pytest.raises(ValueError, match="stage_seconds"):
+        AdaptivePolicy(stage_seconds=-1)
