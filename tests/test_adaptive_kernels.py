@@ -251,8 +251,8 @@ def test_the_trial_keeps_the_faster_variant(tiny, tmp_path, monkeypatch, optimis
     timed = AdaptiveBranch._timed
     scale = 50.0 if optimised_is == "slower" else 1 / 50
 
-    def scaled(self, kind, trial, ns):
-        return timed(self, kind, trial, ns * scale if kind == "optimised" else ns)
+    def scaled(self, kind, trial, ns, n):
+        return timed(self, kind, trial, ns * scale if kind == "optimised" else ns, n)
     monkeypatch.setattr(AdaptiveBranch, "_timed", scaled)
     q, ds = queries.get("CM1"), tiny["cm"]
     policy = AdaptivePolicy(warm_tasks=1, profile_tasks=2, reprofile=4, trial_tasks=2,
@@ -324,8 +324,9 @@ def test_a_variant_that_grows_slower_is_taken_back_and_profiled_anew(tiny, tmp_p
 
 def test_tasks_of_another_size_put_the_variant_on_trial_again(tiny, tmp_path):
     """A time per row holds for one size of task: an optimised variant kept by a trial on
-    tasks of 1,000 rows goes on trial again when its tasks hold 2,500 (a ``retrial``), and
-    one kept untried takes its measure anew (no ``slower`` from a size change)."""
+    tasks of 1,000 rows goes on trial again when ``watch_tasks`` tasks in a row hold 2,500 (a
+    ``retrial``; one - a replayed copy's short last task - is not measured), and one kept
+    untried takes its measure anew (no ``slower`` from a size change)."""
     from scabbard.engine.adaptive import OPTIMISED, TRIAL, AdaptiveBranch, Plan
     from scabbard.engine.runtime import Engine
 
@@ -342,7 +343,11 @@ def test_tasks_of_another_size_put_the_variant_on_trial_again(tiny, tmp_path):
         for _ in range(4):
             a.watch(1.0, 1000, variant)
         assert a.phase == OPTIMISED and a.kept_ns == 1.0 and not events
-        a.watch(9.0, 2500, variant)  # larger tasks, slower per row
+        a.watch(9.0, 2500, variant)  # one larger task (a copy's tail): not measured
+        assert a.phase == OPTIMISED and not events and a.kept_ns == 1.0
+        a.watch(1.0, 1000, variant)
+        a.watch(9.0, 2500, variant)  # larger tasks, slower per row, two in a row
+        a.watch(9.0, 2500, variant)
         assert a.phase == then and a.stats["slower"] == 0
         assert events == ["retrial"]
         if then == OPTIMISED:  # measured anew on the larger tasks
@@ -677,7 +682,7 @@ def test_fig13_over_time_runs_every_order_over_the_same_phases(tmp_path):
     table, events, changed = reacting((0.05, 0.95), phase_rows=1 << 17, rows=1 << 15,
                                       batch_rows=1 << 12, output_dir=tmp_path,
                                       log=lambda *_: None)
-    assert set(table["order"]) <= set(ORDERS) and set(changed) == set(ORDERS)
+    assert set(changed) == set(ORDERS) and {"t", "tuples_per_s", "order"} <= set(table)
     assert all(len(v) == 2 and v[0] <= v[1] for v in changed.values()), changed
     assert len(events) and events["action"].iloc[0] == "profile"
     plot_reacting(table, events, changed, output_dir=tmp_path)

@@ -273,8 +273,9 @@ class AdaptiveBranch:
                       "rejects": 0, "slower": 0}
         # the optimised variant's own cost: ns per row when it was kept, and its latest tasks'
         self.kept_ns: float | None = None
-        self.kept_n = 0  # the size of the tasks it was measured on (the trial's last)
-        self.trial_n = 0
+        self.kept_n = 0  # the size of the tasks it was measured on (the trial's median)
+        self.timed_n: list[int] = []  # the trial's task sizes
+        self.off_size = 0  # optimised tasks in a row of another size than kept_n
         self.recent: deque[float] = deque(maxlen=policy.watch_tasks)
         self.trial = 0  # which trial the phase is (timings of an older one are dropped)
         self.timed: dict[str, list[float]] = {GENERIC: [], OPTIMISED: []}  # ns per row
@@ -296,6 +297,8 @@ class AdaptiveBranch:
     def _choose(self) -> str:
         p = self.policy
         self.tasks += 1
+        if self.tasks == 1:  # the first stage counts from the stream's first task
+            self.entered = time.monotonic()
         self.since += 1
         if p.force is not None:
             return p.force
@@ -317,13 +320,13 @@ class AdaptiveBranch:
     def _enter(self, phase: str) -> None:
         self.phase, self.since, self.entered = phase, 0, time.monotonic()
         if phase == OPTIMISED:  # its cost is measured anew (the trial's median, if it had one)
-            self.kept_ns, self.kept_n = None, 0
+            self.kept_ns, self.kept_n, self.off_size = None, 0, 0
             self.recent.clear()
         if phase == INSTRUMENTED:
             self.profile = self._new_profile()
         if phase == TRIAL:
             self.trial += 1
-            self.timed = {GENERIC: [], OPTIMISED: []}
+            self.timed, self.timed_n = {GENERIC: [], OPTIMISED: []}, []
 
     # -- the task ------------------------------------------------------------------------------
     def run(self, n: int, times: tuple, inputs: tuple, rel_args: tuple, out: tuple):
@@ -345,8 +348,7 @@ class AdaptiveBranch:
             self.ns[kind] += ns
             self.rows[kind] += n
         if trial is not None and n:
-            self.trial_n = n
-            self._timed(kind, trial, ns / n)
+            self._timed(kind, trial, ns / n, n)
         elif kind == OPTIMISED and n and self.policy.slowdown:
             self.watch(ns / n, n, variant)
         return partials
@@ -356,15 +358,20 @@ class AdaptiveBranch:
         tasks' median is ``slowdown`` times the variant's own when it was kept, the variant is
         taken back and the branch profiles anew (a ``slower`` event).  A time per row holds
         for one size of task (a larger task's hash table or dense array leaves the cache):
-        tasks twice as large, or half, as those the trial ran put the variant on trial again
-        (a ``retrial`` event; untried, its measure is taken anew)."""
+        ``watch_tasks`` tasks in a row twice as large, or half, as those the trial ran put the
+        variant on trial again (a ``retrial`` event; untried, its measure is taken anew); fewer
+        - a replayed copy's short last task - are not measured."""
         with self.lock:
             if self.phase != OPTIMISED or variant is None or self.variant is not variant:
                 return
             if self.kept_n and not self.kept_n / 2 <= n <= 2 * self.kept_n:
+                self.off_size += 1
+                if self.off_size < self.recent.maxlen:
+                    return
                 self._event("retrial", task=self.tasks, kept_rows=self.kept_n, rows=n)
                 self._enter(TRIAL if self.policy.trial_tasks else OPTIMISED)
                 return
+            self.off_size = 0
             if not self.kept_n:
                 self.kept_n = n
             self.recent.append(ns_per_row)
@@ -381,6 +388,7 @@ class AdaptiveBranch:
             self._event("slower", task=self.tasks, kept_ns_row=round(self.kept_ns, 2),
                         recent_ns_row=round(now, 2), plan=variant[1].describe())
             self.variant = self.plan = None
+            self.compiling = False  # a compile in flight (a new filter order) is dropped
             self._enter(INSTRUMENTED)
 
     def summary(self) -> dict:
@@ -436,12 +444,14 @@ class AdaptiveBranch:
     def _fused_args(self, plan: Plan, rel_args: tuple) -> tuple:
         return fused_args(plan, rel_args, self.codes)
 
-    def _timed(self, kind: str, trial: int, ns_per_row: float) -> None:
-        """A trial task's time; once both variants ran enough tasks, the trial's verdict."""
+    def _timed(self, kind: str, trial: int, ns_per_row: float, n: int) -> None:
+        """A trial task's time (``n`` rows); once both variants ran enough tasks, the trial's
+        verdict."""
         with self.lock:
             if self.phase != TRIAL or trial != self.trial:
                 return  # a deopt, or a newer swap, ended this trial
             self.timed[kind].append(ns_per_row)
+            self.timed_n.append(n)
             k = self.policy.trial_tasks
             if min(len(v) for v in self.timed.values()) < k:
                 return
@@ -450,7 +460,7 @@ class AdaptiveBranch:
                       "optimised_ns_row": round(optimised, 2)}
             if optimised < generic:
                 self._enter(OPTIMISED)
-                self.kept_ns, self.kept_n = optimised, self.trial_n
+                self.kept_ns, self.kept_n = optimised, int(np.median(self.timed_n))
                 self._event("keep", **fields)
                 return
             self.stats["rejects"] += 1
@@ -537,7 +547,9 @@ class AdaptiveBranch:
         if self.phase != OPTIMISED:
             self._enter(GENERIC)  # the generic kernels run while it compiles
         ts, inputs, rel_args = sample
-        warm = (ts[:1].copy(), tuple(np.ascontiguousarray(x[:1]) for x in inputs), rel_args)
+        # views: the task's arrays' kinds (read-only, as a dataset's are) - numba compiles a
+        # kernel once per kind, and a copy's would leave the first task to compile on the clock
+        warm = (ts[:1], tuple(np.ascontiguousarray(x[:1]) for x in inputs), rel_args)
         if self.compiler is None or not self.policy.background:
             self._compile(plan, warm, locked=True)
         else:
@@ -590,6 +602,7 @@ class AdaptiveBranch:
             self.stats["deopts"] += 1
             if self.variant is not None and self.variant[1] == plan:
                 self.variant, self.plan = None, None
+                self.compiling = False  # a compile in flight (a new filter order) is dropped
                 if not changed:
                     self.margin = max(2 * self.margin, 0.25)  # the range drifts: leave it room
                 self._enter(INSTRUMENTED)

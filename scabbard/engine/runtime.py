@@ -224,7 +224,7 @@ class Engine:
         else:  # probed once per query, data and setting in a process: its runs in every
             # mode, side by side, get the same size (a probe's noise can tip the rounding)
             key = (self.query.name, str(getattr(dataset, "path", id(dataset))), rate,
-                   self.config.state_memory, self.adaptive is not None)
+                   self.config.state_memory, self.spans_copies)
             rows = _SIZED.get(key)
             probe = ReplaySource(dataset, PROBE_ROWS)
             self.tuples_per_ms = probe.tuples_per_ms()
