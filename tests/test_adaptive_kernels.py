@@ -32,6 +32,17 @@ SYNC = AdaptivePolicy(warm_tasks=1, profile_tasks=2, reprofile=8, background=Fal
                       trial_tasks=0, slowdown=0)
 
 
+def _assert_dense(got, want, short: bool) -> None:
+    """A dense aggregation's partials are the hash aggregation's, row for row, or (``short``:
+    a range short of the keys) None - its guard failed."""
+    if short:
+        assert got is None
+        return
+    assert len(got) == len(want)
+    for a, w in zip(got, want, strict=True):
+        assert np.array_equal(a, w)
+
+
 # -- the kernels -----------------------------------------------------------------------------------
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(1, 400), k=st.integers(1, 3), spans=st.lists(st.integers(1, 12), min_size=3,
@@ -54,12 +65,7 @@ def test_dense_aggregation_is_the_hash_aggregation_or_deoptimises(n, k, spans, l
     iops, fops = np.array([SUM, MIN]), np.array([MAX, SUM])
     want = pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide, ordered=True)
     got = dense_pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide, [lo] * k, span)
-    if outside:
-        assert got is None
-        return
-    assert len(got) == len(want)
-    for a, b in zip(got, want, strict=True):
-        assert np.array_equal(a, b)
+    _assert_dense(got, want, outside)
 
 
 def test_a_dense_range_beyond_its_limit_is_refused():
@@ -175,6 +181,18 @@ def test_every_query_gives_the_same_results_with_adaptive_kernels(tiny, name):
             assert st_["optimised"] > st_["instrumented"], st_
 
 
+def _kernel_events(q, ds, policy, source, tmp_path):
+    """``q`` over ``source()`` with adaptive kernels (``policy``), its windows checked against
+    a generic run over the same data: the report, the metrics log's kernel events and the
+    windows."""
+    want, _ = _run(q, ds, None, source())
+    log = tmp_path / "metrics.jsonl"
+    got, report = _run(q, ds, policy, source(), metrics_log=log)
+    ref.assert_same_results(got, want, q.schema)
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    return report, [e for e in events if e["event"] == "kernel"], want
+
+
 class KeyShift(ReplaySource):
     """The dataset replayed, a key column moved by ``by`` from the second copy on: the keys
     leave the range profiled on the first copy at a known task."""
@@ -204,12 +222,7 @@ def _shifted_run(tiny, name: str, column: str, by: int, tmp_path, **policy):
 
     def source():
         return KeyShift(ds, column, by, batch_rows=997, max_tuples=2 * ds.rows, loop=True)
-    want, _ = _run(q, ds, None, source())
-    log = tmp_path / "metrics.jsonl"
-    got, report = _run(q, ds, policy, source(), metrics_log=log)
-    ref.assert_same_results(got, want, q.schema)
-    events = [json.loads(line) for line in log.read_text().splitlines()]
-    return report, [e for e in events if e["event"] == "kernel"]
+    return _kernel_events(q, ds, policy, source, tmp_path)[:2]
 
 
 def test_keys_leaving_the_range_deoptimise_and_reoptimise(tiny, tmp_path):
@@ -260,12 +273,7 @@ def test_the_trial_keeps_the_faster_variant(tiny, tmp_path, monkeypatch, optimis
 
     def source():
         return ReplaySource(ds, batch_rows=997, max_tuples=3 * ds.rows, loop=True)
-    want, _ = _run(q, ds, None, source())
-    log = tmp_path / "metrics.jsonl"
-    got, report = _run(q, ds, policy, source(), metrics_log=log)
-    ref.assert_same_results(got, want, q.schema)
-    kernel = [json.loads(line) for line in log.read_text().splitlines()
-              if '"kernel"' in line]
+    report, kernel, _ = _kernel_events(q, ds, policy, source, tmp_path)
     actions = [e["action"] for e in kernel if e.get("branch") == "window0"]
     st_ = report.kernels["window0"]
     assert actions[:3] == ["profile", "optimise", "swap"], actions
@@ -303,11 +311,7 @@ def test_a_variant_that_grows_slower_is_taken_back_and_profiled_anew(tiny, tmp_p
 
     def source():
         return ReplaySource(ds, batch_rows=997, max_tuples=2 * ds.rows, loop=True)
-    want, _ = _run(q, ds, None, source())
-    log = tmp_path / "metrics.jsonl"
-    got, report = _run(q, ds, policy, source(), metrics_log=log)
-    ref.assert_same_results(got, want, q.schema)
-    kernel = [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "kernel"]
+    report, kernel, _ = _kernel_events(q, ds, policy, source, tmp_path)
     actions = [e["action"] for e in kernel]
     assert actions[:3] == ["profile", "optimise", "swap"], actions
     slower = [e for e in kernel if e["action"] == "slower"]
@@ -398,34 +402,18 @@ def test_the_fused_kernel_is_the_generic_fragment_or_fails_its_guard(tiny, tmp_p
     generic kernels' pane partials row for row; a range one short of the keys seen fails its
     guard (None) instead of writing anything wrong."""
     from scabbard.engine.adaptive import Plan, run_fused
-    from scabbard.engine.runtime import Engine
     from scabbard.kernels.codegen import DenseSpec, compile_front
 
-    q, ds = queries.get(name), tiny[queries.workload_of(name)]
-    e = Engine(q, ds.tables)
-    b = e.plan.branches[0]
-    cols = {f.name: c for f, c in zip(ds.schema.fields, ds.stream.columns, strict=True)}
-    inputs = tuple(np.ascontiguousarray(cols[c]) for c in b.input_columns)
-    ts = np.ascontiguousarray(cols["timestamp"])
-    n = len(ts)
-    out = (np.empty(n, np.int64), np.empty((n, b.key_width), np.int64),
-           np.empty((n, len(b.iops)), np.int64), np.empty((n, len(b.fops)), np.float64))
-    m = b.kernel(tmp_path)(n, ts, *inputs, *out)
-    want = pane_aggregate(*(o[:m] for o in out), b.iops, b.fops, b.slide_ms, ordered=True)
-    lo, hi = key_range(out[1][:m])
+    b, _, ts, inputs, want = _fragment_of(tiny, tmp_path, name)
+    lo, hi = key_range(want[-1])  # the task's group keys: the keys seen
     for short, span in ((0, hi - lo + 1), (1, hi - lo)):
         if short and not np.any(hi > lo):
             continue
         plan = Plan(None, tuple(int(x) for x in lo), tuple(max(1, int(x)) for x in span))
         spec = DenseSpec(b.spec, tuple(int(x) for x in b.iops), tuple(int(x) for x in b.fops),
                          int(b.slide_ms), plan.lo, plan.span)
-        got = run_fused(compile_front(spec, tmp_path), b, plan, n, (ts, 0), inputs, ())
-        if short:
-            assert got is None
-            continue
-        assert len(got) == len(want)
-        for a, w in zip(got, want, strict=True):
-            assert np.array_equal(a, w)
+        got = run_fused(compile_front(spec, tmp_path), b, plan, len(ts), (ts, 0), inputs, ())
+        _assert_dense(got, want, short)
 
 
 def test_folded_constants_give_the_generic_rows_or_fail_their_guard(tiny, tmp_path):
@@ -549,12 +537,13 @@ def test_a_generated_kernel_is_another_file_once_the_kernels_change(tmp_path, mo
     assert spec.digest == before
 
 
-def _ysb_fragment(tiny, tmp_path):
-    """YSB's branch on the whole tiny dataset: the engine's branch, its inputs and relation
-    arguments, and the generic fragment's pane partials."""
+def _fragment_of(tiny, tmp_path, name: str, shift: int = 0):
+    """``name``'s branch on its whole tiny dataset: the engine's branch, its relation
+    arguments, timestamps and inputs, and the generic fragment's pane partials (event times
+    shifted by ``shift``, as a replayed copy's)."""
     from scabbard.engine.runtime import Engine
 
-    q, ds = queries.get("YSB"), tiny["ysb"]
+    q, ds = queries.get(name), tiny[queries.workload_of(name)]
     e = Engine(q, ds.tables)
     b, rel_args = e.plan.branches[0], e._relation_args[0]
     cols = {f.name: c for f, c in zip(ds.schema.fields, ds.stream.columns, strict=True)}
@@ -565,7 +554,7 @@ def _ysb_fragment(tiny, tmp_path):
            np.empty((n, len(b.iops)), np.int64), np.empty((n, len(b.fops)), np.float64))
     m = b.kernel(tmp_path)(n, ts, *inputs, *rel_args, *out)
     want = pane_aggregate(*(o[:m] for o in out), b.iops, b.fops, b.slide_ms, ordered=True,
-                          shift=SHIFT)
+                          shift=shift)
     return b, rel_args, ts, inputs, want
 
 
@@ -582,7 +571,7 @@ def test_ysb_groups_by_the_code_of_the_joined_campaign(tiny, tmp_path):
     from scabbard.kernels.codegen import DenseSpec, compile_front
     from scabbard.workloads.ysb import ADS_PER_CAMPAIGN
 
-    b, rel_args, ts, inputs, want = _ysb_fragment(tiny, tmp_path)
+    b, rel_args, ts, inputs, want = _fragment_of(tiny, tmp_path, "YSB", SHIFT)
     codes = RelationCodes.of_branch(b.spec, rel_args)
     campaigns = tiny["ysb"].table("ad_campaign").rows // ADS_PER_CAMPAIGN
     assert codes is not None and len(codes) == campaigns
@@ -594,12 +583,7 @@ def test_ysb_groups_by_the_code_of_the_joined_campaign(tiny, tmp_path):
                          int(b.slide_ms), plan.lo, plan.span, plan.coded)
         got = run_fused(compile_front(spec, tmp_path), b, plan, len(ts), (ts, SHIFT), inputs,
                         fused_args(plan, rel_args, codes))
-        if short:
-            assert got is None
-            continue
-        assert len(got) == len(want)
-        for a, w in zip(got, want, strict=True):
-            assert np.array_equal(a, w)
+        _assert_dense(got, want, short)
 
 
 def test_keys_with_no_relation_behind_them_get_no_codes(tiny):
@@ -626,12 +610,8 @@ def test_ten_times_more_campaigns_deoptimise_and_reoptimise_ysb(tiny, tmp_path):
     def source():
         return MoreCampaigns(ds, 10, from_copy=1, batch_rows=997, max_tuples=2 * ds.rows,
                              loop=True)
-    want, _ = _run(q, ds, None, source())
-    log = tmp_path / "metrics.jsonl"
-    got, report = _run(q, ds, policy, source(), metrics_log=log)
-    ref.assert_same_results(got, want, q.schema)
+    report, kernel, want = _kernel_events(q, ds, policy, source, tmp_path)
     assert want["campaign_id"].nunique() == tiny["ysb"].table("ad_campaign").rows // 10
-    kernel = [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "kernel"]
     swaps = [e["plan"]["dense"] for e in kernel if e["action"] == "swap"]
     assert swaps and swaps[0]["by_relation_row"] == 0, swaps
     campaigns = tiny["ysb"].table("ad_campaign").rows // 10
