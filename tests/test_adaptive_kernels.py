@@ -297,13 +297,16 @@ def test_a_variant_that_grows_slower_is_taken_back_and_profiled_anew(tiny, tmp_p
     no guard failed), it is taken back (a ``slower`` event), the branch profiles anew and
     swaps a variant in again.  The times are set here (1 ns a row, then 10 from the 17th
     watched task on), so the verdict does not depend on this machine; results never change."""
+    import threading
+
     from scabbard.engine.adaptive import AdaptiveBranch
 
-    watch, seen = AdaptiveBranch.watch, []
+    watch, seen, order = AdaptiveBranch.watch, [], threading.Lock()
 
     def timed(self, ns, n, variant):
-        seen.append(ns)
-        return watch(self, 10.0 if len(seen) > 16 else 1.0, n, variant)
+        with order:  # the two workers' tasks watched in the order their times are set
+            seen.append(ns)
+            return watch(self, 10.0 if len(seen) > 16 else 1.0, n, variant)
     monkeypatch.setattr(AdaptiveBranch, "watch", timed)
     q, ds = queries.get("CM1"), tiny["cm"]
     policy = AdaptivePolicy(warm_tasks=1, profile_tasks=2, reprofile=1000, background=False,
@@ -633,7 +636,9 @@ def test_the_filter_order_follows_selectivities_that_change(tmp_path):
     def run(adaptive, log=None):
         src = Selectivities((0.05, 0.95, 0.05), phase_rows=1 << 16, rows=1 << 15,
                             batch_rows=1 << 12)
-        e = Engine(two_filters("a"), {}, EngineConfig(workers=2, batch_rows=1 << 12,
+        # one worker: tasks profiled in order (two interleave the phases' last and first
+        # tasks in one profile, and its verdict on the boundary with them)
+        e = Engine(two_filters("a"), {}, EngineConfig(workers=1, batch_rows=1 << 12,
                                                       adaptive=adaptive))
         sink = CollectSink()
         e.run(src, sink, e.metrics(log))

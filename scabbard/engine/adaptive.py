@@ -110,7 +110,8 @@ class AdaptivePolicy:
                 or not 1 <= self.dense_max <= DENSE_MAX or self.watch_tasks < 1 \
                 or not (self.slowdown == 0 or self.slowdown > 1) or self.stage_seconds < 0:
             raise ValueError("adaptive policy: tasks >= 1, margin >= 0, "
-                             f"1 <= dense_max <= {DENSE_MAX:,}, slowdown 0 or > 1, stage_seconds >= 0")
+                             f"1 <= dense_max <= {DENSE_MAX:,}, slowdown 0 or > 1, "
+                             "stage_seconds >= 0")
 
 
 @dataclass(frozen=True)

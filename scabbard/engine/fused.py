@@ -65,9 +65,9 @@ def fused_args(plan, rel_args: tuple, codes: RelationCodes | None) -> tuple:
 def run_fused(kernel, b, plan, n: int, times: tuple, inputs: tuple, rel_args: tuple):
     """The fused optimised kernel (:class:`~scabbard.kernels.codegen.DenseSpec`) on one task
     (``times``: its timestamps and their shift; ``rel_args``: its relation arguments,
-    :func:`fused_args`): its pane
-    partials, as :func:`~scabbard.kernels.aggregate.pane_aggregate` returns them, or
-    None if a key failed the guard."""
+    :func:`fused_args`): its pane partials, as
+    :func:`~scabbard.kernels.aggregate.pane_aggregate` returns them, or None if a key failed
+    the guard."""
     ts, shift = times  # event times: ts + shift
     size = int(np.prod(plan.span))
     k, ni, nf = b.key_width, len(b.iops), len(b.fops)
@@ -79,9 +79,9 @@ def run_fused(kernel, b, plan, n: int, times: tuple, inputs: tuple, rel_args: tu
     parts = (np.empty(out, np.int64), np.empty(out, np.int64), np.empty(out, np.int64),
              np.empty((out, ni), np.int64), np.empty((out, nf), np.float64))
     res = np.zeros(1, dtype=np.int64)
-    m = kernel(n, ts, *inputs, *rel_args, np.int64(shift), gid_of, group_keys, np.zeros(size, np.int64),
-               np.empty((size, ni), np.int64), np.empty((size, nf), np.float64),
-               np.empty(size, np.int64), *parts, res)
+    m = kernel(n, ts, *inputs, *rel_args, np.int64(shift), gid_of, group_keys,
+               np.zeros(size, np.int64), np.empty((size, ni), np.int64),
+               np.empty((size, nf), np.float64), np.empty(size, np.int64), *parts, res)
     if m < 0:
         return None
     return (*(x[:m] for x in parts), group_keys[:res[0]].copy())

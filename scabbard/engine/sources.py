@@ -184,7 +184,6 @@ class ReplaySource:
         return (ReplayBatch(self.schema, cols, offset, copy * self.step) if copy
                 else Batch(self.schema, cols, offset))
 
-
     def columns_of(self, copy: int) -> tuple[np.ndarray, ...]:
         """The columns the replay's copy ``copy`` is cut from (a subclass may change them:
         the data of an experiment that changes part-way)."""

@@ -134,79 +134,69 @@ def plot(runs: pd.DataFrame, output_dir: str | None = None):
 
 
 # -- Fig. 12: a change of the data ---------------------------------------------------------------
-class KeyShift(ReplaySource):
-    """The dataset replayed with a key column moved by ``by``: from the replay's copy
-    ``from_copy`` on, or ``after`` wall seconds into the run (at a batch boundary)."""
+class ChangedReplay(ReplaySource):
+    """The dataset replayed with other columns (``before``) until the replay's copy
+    ``from_copy``, or ``after`` wall seconds into the run (at a batch boundary); then
+    ``then`` (``changed_at``: seconds into the run when it happened).  Every column
+    read-only, as a dataset's: numba compiles a kernel once per kind of array, and a
+    writable one on either side would have every kernel compiled again, on the clock, at the
+    change (a stall of half a second in a timeline)."""
 
-    def __init__(self, dataset, column: str, by: int, from_copy: int | None = None,
+    def __init__(self, dataset, before: tuple, then: tuple, from_copy: int | None = None,
                  after: float | None = None, **kw):
         super().__init__(dataset, **kw)
-        self.at = [f.name for f in dataset.schema.fields].index(column)
-        self.by, self.from_copy, self.after = by, from_copy, after
-        self._t0: float | None = None
-        self.changed_at: float | None = None  # seconds into the run, once it happened
-
-    def batches(self):
-        self._t0 = time.perf_counter()
-        yield from super().batches()
-
-    def _batch(self, lo, hi, copy, offset):
-        b = super()._batch(lo, hi, copy, offset)
-        moved = (self.from_copy is not None and copy >= self.from_copy) or (
-            self.after is not None and self._t0 is not None
-            and time.perf_counter() - self._t0 >= self.after)
-        if not moved:
-            return b
-        if self.changed_at is None:
-            self.changed_at = time.perf_counter() - (self._t0 or time.perf_counter())
-        cols = list(b.columns)
-        cols[self.at] = cols[self.at] + self.by
-        return type(b)(b.schema, tuple(cols), offset)
-
-
-class MoreCampaigns(ReplaySource):
-    """YSB's dataset replayed with each event's ad moved to one of the first ``1 / factor``
-    of the campaigns (ad row ``a`` -> ``a mod (ads / factor)`` of the ad -> campaign relation,
-    whose campaigns own consecutive ads), until the replay's copy ``from_copy`` or ``after``
-    wall seconds into the run (at a batch boundary); then the events as generated: ``factor``
-    times more keys part-way (Grizzly's Fig. 12 on YSB)."""
-
-    def __init__(self, dataset, factor: int = 10, from_copy: int | None = None,
-                 after: float | None = None, **kw):
-        super().__init__(dataset, **kw)
-        names = [f.name for f in dataset.schema.fields]
-        self.at = names.index("ad_id")
-        ads = np.asarray(dataset.table("ad_campaign").column("ad_id"))
-        if factor < 1 or len(ads) < factor:
-            raise ValueError(f"{len(ads)} ads cannot be narrowed {factor}-fold")
-        row_of = {(int(a), int(b)): r for r, (a, b) in enumerate(ads)}
-        events = np.asarray(dataset.column("ad_id"))
-        distinct, inverse = np.unique(events, axis=0, return_inverse=True)
-        rows = np.array([row_of[(int(a), int(b))] for a, b in distinct], np.int64)
-        narrowed = ads[rows % (len(ads) // factor)]  # each distinct ad's narrowed ad
-        self.narrow = np.ascontiguousarray(narrowed[inverse.reshape(-1)])
-        # read-only as the dataset's columns are: numba compiles a kernel once per kind of
-        # array, and a writable one here would have every kernel compiled again, on the
-        # clock, at the change (a stall of half a second in the timeline)
-        self.narrow.flags.writeable = False
+        for c in (*before, *then):
+            c.flags.writeable = False
+        self.before, self.then = before, then
         self.from_copy, self.after = from_copy, after
         self._t0: float | None = None
-        self.changed_at: float | None = None  # seconds into the run, once it happened
+        self.changed_at: float | None = None
 
     def batches(self):
         self._t0 = time.perf_counter()
         yield from super().batches()
 
     def columns_of(self, copy: int) -> tuple[np.ndarray, ...]:
-        cols = super().columns_of(copy)
-        widened = (self.from_copy is not None and copy >= self.from_copy) or (
+        changed = (self.from_copy is not None and copy >= self.from_copy) or (
             self.after is not None and self._t0 is not None
             and time.perf_counter() - self._t0 >= self.after)
-        if widened:
-            if self.changed_at is None:
-                self.changed_at = time.perf_counter() - (self._t0 or time.perf_counter())
-            return cols
-        return (*cols[:self.at], self.narrow, *cols[self.at + 1:])
+        if not changed:
+            return self.before
+        if self.changed_at is None:
+            self.changed_at = time.perf_counter() - (self._t0 or time.perf_counter())
+        return self.then
+
+
+def _with(columns: tuple, at: int, column: np.ndarray) -> tuple:
+    return (*columns[:at], np.ascontiguousarray(column), *columns[at + 1:])
+
+
+class KeyShift(ChangedReplay):
+    """The dataset replayed with a key column moved by ``by`` from the change on."""
+
+    def __init__(self, dataset, column: str, by: int, **kw):
+        at = [f.name for f in dataset.schema.fields].index(column)
+        cols = tuple(np.asarray(c) for c in dataset.stream.columns)
+        super().__init__(dataset, cols, _with(cols, at, cols[at] + by), **kw)
+
+
+class MoreCampaigns(ChangedReplay):
+    """YSB's dataset replayed with each event's ad moved to one of the first ``1 / factor``
+    of the campaigns (ad row ``a`` -> ``a mod (ads / factor)`` of the ad -> campaign relation,
+    whose campaigns own consecutive ads) until the change; then the events as generated:
+    ``factor`` times more keys part-way (Grizzly's Fig. 12 on YSB)."""
+
+    def __init__(self, dataset, factor: int = 10, **kw):
+        at = [f.name for f in dataset.schema.fields].index("ad_id")
+        ads = np.asarray(dataset.table("ad_campaign").column("ad_id"))
+        if factor < 1 or len(ads) < factor:
+            raise ValueError(f"{len(ads)} ads cannot be narrowed {factor}-fold")
+        row_of = {(int(a), int(b)): r for r, (a, b) in enumerate(ads)}
+        cols = tuple(np.asarray(c) for c in dataset.stream.columns)
+        distinct, inverse = np.unique(cols[at], axis=0, return_inverse=True)
+        rows = np.array([row_of[(int(a), int(b))] for a, b in distinct], np.int64)
+        narrowed = ads[rows % (len(ads) // factor)]  # each distinct ad's narrowed ad
+        super().__init__(dataset, _with(cols, at, narrowed[inverse.reshape(-1)]), cols, **kw)
 
 
 KEY_COLUMNS = {"CM1": "category", "CM2": "job_id", "LRB1": "highway", "SG2": "house"}
