@@ -1,10 +1,12 @@
 """Result files: the engine's results appended to a Parquet or a CSV file, as they come
-(:class:`scabbard.engine.Sink`s; the engine itself writes no file).  Result rows have the
+(:class:`scabbard.engine.Sink`s; the engine itself writes no file), and its metrics
+appended to a JSON-lines log (:class:`MetricsLog`, :func:`read_metrics`).  Result rows have the
 query's result schema; uuids are written as canonical strings, as the exactly-once output
 reader gives them."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from scabbard.batch import Batch
@@ -71,3 +73,40 @@ def sink_for(path: str | Path | None) -> Sink:
     if suffix == ".csv":
         return CSVSink(path)
     raise ValueError(f"output {path}: use a .parquet or .csv file name")
+
+
+class MetricsLog:
+    """A run's metrics lines appended to a JSON-lines file, each as it comes (a watcher of
+    :class:`scabbard.engine.Metrics`): a notebook reads the file while the run goes on
+    (:func:`read_metrics`).  The file is opened for each line, so nothing is left open when
+    a run ends or fails, and a recovered run appends to its predecessor's log."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, line: dict) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
+def metrics_log(path: str | Path | None) -> tuple:
+    """The watchers of a run with its metrics log at ``path`` (none without a path)."""
+    return () if path is None else (MetricsLog(path),)
+
+
+def read_metrics(path: str | Path):
+    """The metrics log as a DataFrame (one row per line; latency percentiles as columns)."""
+    import pandas as pd
+
+    rows = []
+    with open(path) as f:
+        for line in f:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line being written
+            for k, v in obj.pop("latency_ms", {}).items():
+                obj[f"latency_{k}_ms"] = v
+            rows.append(obj)
+    return pd.DataFrame(rows)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from scabbard import queries
-from scabbard.engine import CollectSink, EngineConfig, run_query
+from scabbard.engine import CollectSink, EngineConfig, Replay, run_query
 from scabbard.engine.runtime import Engine
 from scabbard.engine.sources import StopAfter
 from scabbard.ft.state import state_schema
@@ -32,7 +32,7 @@ CFG = EngineConfig(workers=2, batch_rows=4000)
 
 def failure_free(q, ds, n):
     sink = CollectSink()
-    run_query(q, ds, sink=sink, max_tuples=n, config=CFG)
+    run_query(q, ds, sink=sink, replay=Replay(max_tuples=n), config=CFG)
     return sink.to_pandas()
 
 

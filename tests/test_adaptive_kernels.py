@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import reference as ref
-from scabbard import queries
-from scabbard.engine import CollectSink, EngineConfig, run_query
+from scabbard import outputs, queries
+from scabbard.engine import CollectSink, EngineConfig, Replay, run_query
 from scabbard.engine.adaptive import AdaptivePolicy
 from scabbard.engine.sources import ReplaySource
 from scabbard.kernels.aggregate import (
@@ -157,7 +157,7 @@ def test_instrumented_and_reordered_fronts_give_the_generic_rows(tiny, tmp_path)
 # -- the engine --------------------------------------------------------------------------------------
 def _run(q, ds, adaptive, source=None, metrics_log=None, batch_rows=997):
     sink = CollectSink()
-    report = run_query(q, ds, sink=sink, source=source, metrics_log=metrics_log,
+    report = run_query(q, ds, sink=sink, source=source, watch=outputs.metrics_log(metrics_log),
                        config=EngineConfig(workers=2, batch_rows=batch_rows, adaptive=adaptive))
     cols = sink.columns()
     return ref.to_frame(q.schema, [cols[n] for n in q.schema.names]), report
@@ -221,7 +221,7 @@ def _shifted_run(tiny, name: str, column: str, by: int, tmp_path, **policy):
                                "background": False, "trial_tasks": 0, **policy})
 
     def source():
-        return KeyShift(ds, column, by, batch_rows=997, max_tuples=2 * ds.rows, loop=True)
+        return KeyShift(ds, column, by, batch_rows=997, replay=Replay(max_tuples=2 * ds.rows))
     return _kernel_events(q, ds, policy, source, tmp_path)[:2]
 
 
@@ -272,7 +272,7 @@ def test_the_trial_keeps_the_faster_variant(tiny, tmp_path, monkeypatch, optimis
                             background=False, slowdown=0)  # the trial alone
 
     def source():
-        return ReplaySource(ds, batch_rows=997, max_tuples=3 * ds.rows, loop=True)
+        return ReplaySource(ds, batch_rows=997, replay=Replay(max_tuples=3 * ds.rows))
     report, kernel, _ = _kernel_events(q, ds, policy, source, tmp_path)
     actions = [e["action"] for e in kernel if e.get("branch") == "window0"]
     st_ = report.kernels["window0"]
@@ -313,7 +313,7 @@ def test_a_variant_that_grows_slower_is_taken_back_and_profiled_anew(tiny, tmp_p
                             trial_tasks=0, slowdown=1.5, watch_tasks=4)
 
     def source():
-        return ReplaySource(ds, batch_rows=997, max_tuples=2 * ds.rows, loop=True)
+        return ReplaySource(ds, batch_rows=997, replay=Replay(max_tuples=2 * ds.rows))
     report, kernel, _ = _kernel_events(q, ds, policy, source, tmp_path)
     actions = [e["action"] for e in kernel]
     assert actions[:3] == ["profile", "optimise", "swap"], actions
@@ -611,8 +611,8 @@ def test_ten_times_more_campaigns_deoptimise_and_reoptimise_ysb(tiny, tmp_path):
                             trial_tasks=0, margin=0.0, slowdown=0)
 
     def source():
-        return MoreCampaigns(ds, 10, from_copy=1, batch_rows=997, max_tuples=2 * ds.rows,
-                             loop=True)
+        return MoreCampaigns(ds, 10, from_copy=1, batch_rows=997,
+                             replay=Replay(max_tuples=2 * ds.rows))
     report, kernel, want = _kernel_events(q, ds, policy, source, tmp_path)
     assert want["campaign_id"].nunique() == tiny["ysb"].table("ad_campaign").rows // 10
     swaps = [e["plan"]["dense"] for e in kernel if e["action"] == "swap"]
@@ -681,11 +681,11 @@ def test_a_stage_lasts_its_seconds_whatever_its_tasks(tiny):
     never profiles, however many tasks it ran (and with none, it profiles after its warm
     tasks)."""
     q, ds = queries.get("CM1"), tiny["cm"]
-    src = ReplaySource(ds, batch_rows=997, max_tuples=ds.rows, loop=True)
+    src = ReplaySource(ds, batch_rows=997, replay=Replay(max_tuples=ds.rows))
     _, report = _run(q, ds, AdaptivePolicy(stage_seconds=1e6, background=False), src)
     st_ = report.kernels["window0"]
     assert st_["generic"] > 20 and st_["instrumented"] == st_["optimised"] == 0, st_
-    src = ReplaySource(ds, batch_rows=997, max_tuples=ds.rows, loop=True)
+    src = ReplaySource(ds, batch_rows=997, replay=Replay(max_tuples=ds.rows))
     _, report = _run(q, ds, AdaptivePolicy(stage_seconds=0, background=False), src)
     assert report.kernels["window0"]["instrumented"] > 0
     with pytest.raises(ValueError, match="stage_seconds"):

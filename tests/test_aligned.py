@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 
 from scabbard import queries
-from scabbard.engine import CollectSink, EngineConfig, run_query
-from scabbard.engine.metrics import read_metrics
+from scabbard.engine import CollectSink, EngineConfig, Replay, run_query
 from scabbard.experiments import aligned
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import TransactionalSink, read_output
 from scabbard.ft.verify import compare
+from scabbard.outputs import read_metrics
 from scabbard.peers.synclog import LoggedSource, read_partition
 
 CFG = EngineConfig(workers=2, batch_rows=2000)
@@ -23,7 +23,7 @@ def test_aligned_checkpoints_with_the_kafkapp_log_give_the_failure_free_results(
     ds = tiny["ysb"]
     n = 20 * ds.rows
     want = CollectSink()
-    run_query(q, ds, sink=want, max_tuples=n, config=CFG)
+    run_query(q, ds, sink=want, replay=Replay(max_tuples=n), config=CFG)
     sink = TransactionalSink(tmp_path / "out")
     r = run_fault_tolerant(q, ds, tmp_path / "store", sink, CFG, interval=0.02, max_tuples=n,
                            persist_input=False, aligned=True,

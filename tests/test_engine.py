@@ -17,11 +17,13 @@ from scabbard.engine import (
     CollectSink,
     Engine,
     EngineConfig,
+    Replay,
     ReplaySource,
-    read_metrics,
     run_query,
     runtime,
 )
+from scabbard.ft.config import PersistConfig
+from scabbard.outputs import read_metrics
 from scabbard.query import Query, avg, col, count, max_, min_, sum_
 from scabbard.schema import Field, Schema
 
@@ -109,7 +111,7 @@ def test_endless_replay_shifts_time_and_stops_at_the_limit(tiny):
     ds = tiny["cm"]
     q = queries.get("CM1")
     sink = CollectSink()
-    report = run_query(q, ds, sink=sink, max_tuples=3 * ds.rows + 5,
+    report = run_query(q, ds, sink=sink, replay=Replay(max_tuples=3 * ds.rows + 5),
                        config=EngineConfig(batch_rows=5000))
     assert report.summary.tuples == 3 * ds.rows + 5
     ends = sink.columns()["window_end"]
@@ -128,7 +130,7 @@ def test_endless_replay_shifts_time_and_stops_at_the_limit(tiny):
 
 def test_a_replayed_copy_shifts_its_timestamps_where_they_are_read(tiny):
     ds = tiny["sg"]
-    batches = [sb.batch for sb in ReplaySource(ds, 4000, max_tuples=2 * ds.rows).batches()]
+    batches = [sb.batch for sb in ReplaySource(ds, 4000, Replay(max_tuples=2 * ds.rows)).batches()]
     b = next(b for b in batches if b.offset >= ds.rows)  # in the second copy
     assert isinstance(b, ReplayBatch)
     raw, shift = b.event_time()  # nothing shifted yet: the dataset's own timestamps
@@ -154,10 +156,10 @@ def test_deferred_replay_shifts_give_the_results_of_shifted_batches(tiny, name):
     q = queries.get(name)
     ds = tiny[queries.workload_of(name)]
     n = 3 * ds.rows + 11
-    deferred = [sb.batch for sb in ReplaySource(ds, 3000, max_tuples=n).batches()]
+    deferred = [sb.batch for sb in ReplaySource(ds, 3000, Replay(max_tuples=n)).batches()]
     assert sum(isinstance(b, ReplayBatch) for b in deferred) >= 2
     shifted = [Batch(b.schema, b.columns, b.offset) for b in
-               (sb.batch for sb in ReplaySource(ds, 3000, max_tuples=n).batches())]
+               (sb.batch for sb in ReplaySource(ds, 3000, Replay(max_tuples=n)).batches())]
     runs = []
     for batches in (deferred, shifted):
         sink = CollectSink()
@@ -181,7 +183,7 @@ def test_a_global_aggregate_folded_in_pieces_gives_the_whole_tasks_results(tiny,
     for piece in (1 << 30, 97, 1000):
         monkeypatch.setattr(runtime, "PIECE_ROWS", piece)
         sink = CollectSink()
-        run_query(q, ds, sink=sink, max_tuples=2 * ds.rows + 7,
+        run_query(q, ds, sink=sink, replay=Replay(max_tuples=2 * ds.rows + 7),
                   config=EngineConfig(workers=2, batch_rows=5000))
         runs.append(engine_frame(q, sink))
     assert len(runs[0]) > 10
@@ -289,7 +291,8 @@ def test_push_up_makes_only_what_it_keeps_of_a_span_batch_whole(tiny):
     ds = tiny["cm"]
     rows = ds.rows
     reduce = Engine(queries.get("CM2"), ds.tables, EngineConfig(), push_up=True).reduce
-    span = next(iter(ReplaySource(ds, 2 * rows + 7, max_tuples=3 * rows, span=True).batches()))
+    span = next(iter(ReplaySource(ds, 2 * rows + 7, Replay(max_tuples=3 * rows),
+                                  span=True).batches()))
     batch = span.batch
     assert isinstance(batch, SpanBatch)
     whole = Batch(batch.schema, tuple(np.concatenate([p.columns[j] for p in batch.segments()])
@@ -307,8 +310,9 @@ def test_a_span_batch_is_its_copies_side_by_side_and_made_only_when_read(tiny):
     ds = tiny["sm"]
     rows = ds.rows
     n = 3 * rows + 5
-    spans = [sb.batch for sb in ReplaySource(ds, 2 * rows + 3, max_tuples=n, span=True).batches()]
-    plain = [sb.batch for sb in ReplaySource(ds, 2 * rows + 3, max_tuples=n).batches()]
+    spans = [sb.batch for sb in ReplaySource(ds, 2 * rows + 3, Replay(max_tuples=n),
+                                             span=True).batches()]
+    plain = [sb.batch for sb in ReplaySource(ds, 2 * rows + 3, Replay(max_tuples=n)).batches()]
     assert [len(b) for b in spans] == [2 * rows + 3, rows + 2]
     first = spans[0]
     assert isinstance(first, SpanBatch) and [len(p) for p in first.segments()] == [rows, rows, 3]
@@ -335,7 +339,7 @@ def test_a_global_aggregate_over_span_batches_gives_the_copy_by_copy_results(tin
     n = 5 * ds.rows + 7
     runs, made = [], []
     for span in (True, False):
-        batches = [sb.batch for sb in ReplaySource(ds, 2 * ds.rows + 100, max_tuples=n,
+        batches = [sb.batch for sb in ReplaySource(ds, 2 * ds.rows + 100, Replay(max_tuples=n),
                                                   span=span).batches()]
         sink = CollectSink()
         run_query(q, ds, sink=sink, source=ArraySource(batches),
@@ -352,9 +356,10 @@ def test_metrics_log_and_parquet_sink(tiny, tmp_path):
     q = queries.get("LRB1")
     out = tmp_path / "lrb1.parquet"
     log = tmp_path / "metrics.jsonl"
-    from scabbard.outputs import ParquetSink
+    from scabbard.outputs import MetricsLog, ParquetSink
 
-    report = run_query(q, ds, sink=ParquetSink(out), metrics_log=log, max_tuples=20 * ds.rows,
+    report = run_query(q, ds, sink=ParquetSink(out), replay=Replay(max_tuples=20 * ds.rows),
+                       watch=(MetricsLog(log),),
                        config=EngineConfig(batch_rows=8192, metrics_interval=0.05))
     import pyarrow.parquet as pq
 
@@ -446,13 +451,13 @@ def test_persisted_ingress_gives_the_same_results_and_bounded_disk(tiny, tmp_pat
     for copies in (short, 6 * short):
         sink = CollectSink()
         n = copies * ds.rows
-        run_persisted(q, ds, tmp_path / str(copies), sink=sink, max_tuples=n,
+        run_persisted(q, ds, PersistConfig(tmp_path / str(copies), layout=cfg), sink=sink,
                       config=EngineConfig(batch_rows=4000, ingress_partitions=partitions),
-                      storage_config=cfg)
+                      replay=Replay(max_tuples=n))
         with BlockManager(tmp_path / str(copies), cfg) as bm:
             pools[copies] = bm.pool_bytes
     plain = CollectSink()
-    run_query(q, ds, sink=plain, max_tuples=n, config=EngineConfig(batch_rows=4000))
+    run_query(q, ds, sink=plain, replay=Replay(max_tuples=n), config=EngineConfig(batch_rows=4000))
     ref.assert_same_results(engine_frame(q, sink), engine_frame(q, plain), q.schema)
     # disk holds the window horizon plus the batches in flight, however long the run
     row = sum(f.itemsize for f in ds.schema.fields)
@@ -493,8 +498,9 @@ def test_a_raw_task_over_several_p_units_is_read_whole_with_the_same_results(tin
     assert engine.raw_tasks_in_pieces and 2 * piece < rows  # each task: 3 p-units or more
     n = 7 * rows + 123
     sink, plain = CollectSink(), CollectSink()
-    run_persisted(q, ds, tmp_path, sink=sink, max_tuples=n, config=config, storage_config=cfg)
-    run_query(q, ds, sink=plain, max_tuples=n, config=config)
+    run_persisted(q, ds, PersistConfig(tmp_path, layout=cfg), sink=sink, config=config,
+                  replay=Replay(max_tuples=n))
+    run_query(q, ds, sink=plain, replay=Replay(max_tuples=n), config=config)
     ref.assert_same_results(engine_frame(q, sink), engine_frame(q, plain), q.schema)
     with BlockManager(tmp_path, cfg) as bm:
         sid = bm.stream("input", ds.schema)
@@ -507,9 +513,9 @@ def test_a_raw_task_over_several_p_units_is_read_whole_with_the_same_results(tin
 def test_replay_resumes_at_any_offset_with_the_same_stream(tiny):
     ds = tiny["cm"]
     n = 3 * ds.rows + 17
-    whole = [sb.batch for sb in ReplaySource(ds, 1000, max_tuples=n).batches()]
+    whole = [sb.batch for sb in ReplaySource(ds, 1000, Replay(max_tuples=n)).batches()]
     at = ds.rows + 1234  # inside the second copy: shifted timestamps
-    rest = [sb.batch for sb in ReplaySource(ds, 700, max_tuples=n, start=at).batches()]
+    rest = [sb.batch for sb in ReplaySource(ds, 700, Replay(max_tuples=n), start=at).batches()]
     assert rest[0].offset == at and rest[-1].end == n
     for i, _ in enumerate(ds.schema.fields):
         full = np.concatenate([b.columns[i] for b in whole])
@@ -521,7 +527,8 @@ def test_rate_limited_replay_is_anchored_on_the_wall_clock(tiny):
 
     ds = tiny["cm"]
     started = time.time() - 2.0  # the feed began 2 s ago: 2 s of input is waiting
-    src = ReplaySource(ds, 100, rate=10_000, max_tuples=30_000, start=100, started_at=started)
+    src = ReplaySource(ds, 100, Replay(rate=10_000, max_tuples=30_000), start=100,
+                       started_at=started)
     t = time.perf_counter()
     first = next(iter(src.batches()))
     assert time.perf_counter() - t < 0.5  # backlog: no waiting
@@ -572,7 +579,7 @@ import sys
 import numba
 from scabbard import queries
 from scabbard.data import open_dataset
-from scabbard.engine import EngineConfig, NullSink, ReplaySource
+from scabbard.engine import EngineConfig, NullSink, Replay, ReplaySource
 from scabbard.engine.runtime import Engine
 from scabbard.kernels import aggregate, assembler, hashtable, join, window
 from scabbard.kernels import rows as result_rows
@@ -585,7 +592,7 @@ def compiled():
 name, path, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
 ds = open_dataset(path)
 engine = Engine(queries.get(name), ds.tables, EngineConfig(workers=1, batch_rows=rows))
-source = ReplaySource(ds, rows, max_tuples=4 * ds.rows, loop=True)
+source = ReplaySource(ds, rows, Replay(max_tuples=4 * ds.rows))
 engine.warm_up(source.peek())
 before = compiled()
 report = engine.run(source, NullSink())

@@ -548,7 +548,7 @@ def test_a_damaged_newest_state_falls_back_and_survives_a_second_kill(tiny, tmp_
     to the one before, checkpoints again, is killed too; the next recovery finishes exactly."""
     from ftkit import damage_state, records
 
-    from scabbard.engine.metrics import read_metrics
+    from scabbard.outputs import read_metrics
 
     ds = tiny["cm"]
     q = queries.get("CM1")

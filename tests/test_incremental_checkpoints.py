@@ -14,13 +14,13 @@ from ftkit import CFG, SMALL, StopAfter, damage_segment, failure_free, query, re
 
 from scabbard.batch import Batch
 from scabbard.check import Explorer, Settings
-from scabbard.engine.metrics import read_metrics
 from scabbard.engine.runtime import Engine
 from scabbard.ft.panes import FANOUT, PaneLog, count_panes
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, TransactionalSink, read_output
 from scabbard.ft.state import QueryState, state_schema
 from scabbard.ft.verify import compare
+from scabbard.outputs import read_metrics
 from scabbard.pog.checkpoint import CheckpointError, CheckpointStore
 from scabbard.storage import BlockManager, StorageConfig
 
@@ -403,13 +403,14 @@ def test_steady_state_counts_only_checkpoints_past_the_backlog():
 
 
 def test_a_backlogged_source_has_its_input_waiting(tiny):
+    from scabbard.engine import Replay
     from scabbard.engine.sources import ReplaySource
     from scabbard.experiments.incremental import backlogged, event_rate, window_s
 
     ds = tiny["lrb"]
     assert window_s("LRB1", ds) == 300.0 and window_s("SG1", tiny["sg"]) == 3600.0
     assert 200 < event_rate(ds) < 300  # tiny: 250 tuples per event second
-    src = backlogged(1000)(ReplaySource(ds, 100, rate=100.0, started_at=50.0))
+    src = backlogged(1000)(ReplaySource(ds, 100, Replay(rate=100.0), started_at=50.0))
     assert src.started_at == 40.0  # 1,000 tuples at 100/s arrived 10 s early
 
 

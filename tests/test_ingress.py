@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from scabbard.batch import Batch
 from scabbard.data import Table
-from scabbard.engine import Engine, EngineConfig, ReplaySource
+from scabbard.engine import Engine, EngineConfig, Replay, ReplaySource
 from scabbard.engine.feeds import SourceFeed
 from scabbard.engine.ingress import PartitionedFeed
 from scabbard.schema import Field, Schema
@@ -59,7 +59,7 @@ def test_partitions_give_the_stream_one_dispatcher_gives(rows, batch, parts, sta
         start = min(start, rows)
 
     def source():
-        return ReplaySource(t, batch, loop=loop, start=start, max_tuples=start + extra)
+        return ReplaySource(t, batch, Replay(max_tuples=start + extra, loop=loop), start=start)
 
     reduce = None if drop is None else (
         lambda b: b.slice(0, 0) if int(b.column("key")[0]) % drop == 0 else b)
@@ -89,7 +89,7 @@ class TracedSource(ReplaySource):
 
 def test_no_single_thread_reads_every_tuple():
     """Batch j is cut by partition j mod N's thread, never by the thread taking the tasks."""
-    src = TracedSource(table(5000), 100, loop=False)
+    src = TracedSource(table(5000), 100, Replay(loop=False))
     feed = PartitionedFeed(src, 3, workers=2)
     tasks = list(feed.tasks())
     assert len(tasks) == 50 and feed.exhausted
@@ -104,7 +104,7 @@ def test_no_single_thread_reads_every_tuple():
 def test_a_duration_ends_the_stream_on_a_prefix_without_a_hole():
     """However the partitions' threads are scheduled, what they hand out when the duration
     ends is the stream from its start, not exhausted."""
-    src = ReplaySource(table(1000), 64, rate=200_000.0, duration=0.2, loop=True, start=37)
+    src = ReplaySource(table(1000), 64, Replay(rate=200_000.0, duration=0.2), start=37)
     feed = PartitionedFeed(src, 4)
     meta, _ = stream_of(feed.tasks())
     assert contiguous(meta, 37)
@@ -112,7 +112,7 @@ def test_a_duration_ends_the_stream_on_a_prefix_without_a_hole():
 
 
 def test_stop_ends_the_feed_and_its_threads():
-    src = ReplaySource(table(1000), 10, loop=True)  # endless
+    src = ReplaySource(table(1000), 10, Replay(loop=True))  # endless
     feed = PartitionedFeed(src, 3, transform=lambda b: [b.columns], workers=2)
     tasks = feed.tasks()
     first = [next(tasks) for _ in range(5)]
@@ -129,7 +129,7 @@ def test_a_partitions_error_reaches_the_dispatcher():
             raise RuntimeError("bad batch at 500")
         return b
 
-    feed = PartitionedFeed(ReplaySource(table(1000), 50, loop=False), 3, reduce, None, 2)
+    feed = PartitionedFeed(ReplaySource(table(1000), 50, Replay(loop=False)), 3, reduce, None, 2)
     with pytest.raises(RuntimeError, match="bad batch at 500"):
         list(feed.tasks())
     assert not any(t.name.startswith("ingress-") for t in threading.enumerate())
@@ -168,14 +168,14 @@ def test_partitions_append_the_ingress_pstream_in_order(tmp_path):
         pog = POG(bm)
         s = pog.pstream("input", SCHEMA, max_units=4, max_bytes=1 << 15,
                         compress=Compression.scheme(SCHEMA, "default"))
-        feed = PartitionedFeed(ReplaySource(t, 97, loop=True, max_tuples=7000), 3,
+        feed = PartitionedFeed(ReplaySource(t, 97, Replay(max_tuples=7000)), 3,
                                transform=s.compress, workers=2)
         units = [u for _, u in persisted_in_order(pog, "input", "query", feed)]
-        cuts = [r[0] for r in ReplaySource(t, 97, loop=True, max_tuples=7000).ranges()]
+        cuts = [r[0] for r in ReplaySource(t, 97, Replay(max_tuples=7000)).ranges()]
         assert [u.offset for u in units] == cuts  # a batch never spans two copies
         assert units[-1].end == 7000 and all(u.vector_clock == (u.end,) for u in units)
         stored = list(bm.load(s.stream_id))
-    want = stream_of(SourceFeed(ReplaySource(t, 97, loop=True, max_tuples=7000)).tasks())[1]
+    want = stream_of(SourceFeed(ReplaySource(t, 97, Replay(max_tuples=7000))).tasks())[1]
     for i, w in enumerate(want):
         np.testing.assert_array_equal(np.concatenate([b.columns[i] for b in stored]), w)
 
@@ -189,10 +189,10 @@ def test_recovery_with_another_number_of_partitions(tiny, tmp_path):
     from ftkit import SMALL, failure_free
 
     from scabbard import queries
-    from scabbard.engine import read_metrics
     from scabbard.ft.recovery import run_fault_tolerant
     from scabbard.ft.sinks import ClockedSink, read_output
     from scabbard.ft.verify import compare
+    from scabbard.outputs import read_metrics
 
     q = queries.get("YSB")
     ds = tiny["ysb"]

@@ -206,7 +206,7 @@ def test_measured_edges_are_the_queries_own_selectivities_in_steady_state(tiny):
     the open windows a sample's end would flush do not count, so a sample and one four times
     longer agree, and the whole short run (its end flushed: 12% more rows here) counts more;
     the recovery's costs are measured."""
-    from scabbard.engine import CollectSink, run_query
+    from scabbard.engine import CollectSink, Replay, run_query
     from scabbard.ft import placement as pl
 
     q, ds = query("LRB3", tiny)
@@ -216,7 +216,7 @@ def test_measured_edges_are_the_queries_own_selectivities_in_steady_state(tiny):
     for e in ("window0", "per_window0"):
         assert short.rows_per_tuple[e] == pytest.approx(long.rows_per_tuple[e], rel=0.15), e
     sink = CollectSink()
-    run_query(q, ds, sink=sink, max_tuples=n)  # the whole run, its end flushed
+    run_query(q, ds, sink=sink, replay=Replay(max_tuples=n))  # the whole run, its end flushed
     assert sink.rows / n > 1.05 * short.rows_per_tuple["per_window0"]
     assert short.rows_per_tuple["window0"] > short.rows_per_tuple["per_window0"] > 0
     assert short.state_bytes > 0 and short.build_s_tuple > 0 and short.emit_s_tuple > 0

@@ -13,11 +13,12 @@ from ftkit import campaign
 from scabbard import queries
 from scabbard.batch import Batch
 from scabbard.engine import CollectSink, run_query
-from scabbard.engine.metrics import read_metrics
 from scabbard.engine.pushup import Reducer
+from scabbard.ft.config import PersistConfig
 from scabbard.ft.controller import Controller, campaign_config
 from scabbard.ft.ingress import run_persisted
 from scabbard.ft.verify import compare
+from scabbard.outputs import read_metrics
 from scabbard.query import Query
 from scabbard.query.aggregates import count, max, sum  # noqa: A004
 from scabbard.query.expr import Col
@@ -105,7 +106,8 @@ def test_pushed_up_plan_gives_the_same_results(tiny, tmp_path, name):
     q = queries.get(name)
     plain, reduced = CollectSink(), CollectSink()
     run_query(q, ds, sink=plain)
-    r = run_persisted(q, ds, tmp_path, sink=reduced, push_up=True, compression="default")
+    r = run_persisted(q, ds, PersistConfig(tmp_path, push_up=True, compression="default"),
+                      sink=reduced)
     assert r.summary.tuples == ds.rows  # throughput counts source tuples, not kept ones
     v = compare(reduced.to_pandas(), plain.to_pandas(), q.schema)
     assert v.ok and v.compared == len(plain.to_pandas()), v

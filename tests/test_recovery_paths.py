@@ -34,10 +34,10 @@ from ftkit import (
 
 from scabbard.batch import Batch
 from scabbard.data import Dataset, write_dataset
-from scabbard.engine.metrics import read_metrics
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, TransactionalSink, owner_of, read_output
 from scabbard.ft.verify import compare
+from scabbard.outputs import read_metrics
 from scabbard.pog.checkpoint import CheckpointController, CheckpointError, CheckpointStore
 from scabbard.schema import Field, Schema
 from scabbard.storage import (

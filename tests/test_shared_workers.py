@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from scabbard import queries
-from scabbard.engine import CollectSink, EngineConfig, run_query
+from scabbard.engine import CollectSink, EngineConfig, Replay, run_query
 from scabbard.engine.execution import Execution
 from scabbard.engine.shared import SharedWorkers, Together, run_together
 from scabbard.engine.sources import ReplaySource
@@ -19,14 +19,14 @@ CFG = EngineConfig(workers=2, batch_rows=4000)
 
 def alone(name: str, ds, n: int) -> pd.DataFrame:
     sink = CollectSink()
-    run_query(queries.get(name), ds, sink=sink, max_tuples=n, config=CFG)
+    run_query(queries.get(name), ds, sink=sink, replay=Replay(max_tuples=n), config=CFG)
     return sink.to_pandas()
 
 
 def small(name: str, ds, n: int) -> Together:
     """The query over ``n`` tuples of ``ds`` in tasks of 4,000 (many tasks, interleaved)."""
     return Together(queries.get(name), ds, CollectSink(),
-                    ReplaySource(ds, 4000, max_tuples=n, loop=True))
+                    ReplaySource(ds, 4000, Replay(max_tuples=n)))
 
 
 def test_queries_sharing_the_workers_give_their_results_alone(tiny):
@@ -63,7 +63,7 @@ def test_a_failing_query_fails_the_call_after_the_others_end(tiny):
 
     good = small("CM1", tiny["cm"], 40_000)
     bad = Together(queries.get("SG1"), tiny["sg"], Broken(),
-                   ReplaySource(tiny["sg"], 4000, max_tuples=40_000, loop=True))
+                   ReplaySource(tiny["sg"], 4000, replay=Replay(max_tuples=40_000)))
     with pytest.raises(OSError, match="disk is full"):
         run_together([good, bad], workers=2)
     pd.testing.assert_frame_equal(good.sink.to_pandas(), alone("CM1", tiny["cm"], 40_000),

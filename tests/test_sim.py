@@ -17,6 +17,7 @@ from dataclasses import replace
 import pytest
 
 from scabbard.cli.sim import add_parser
+from scabbard.ft.config import PersistConfig
 from scabbard.sim import (
     PAPER_SSD,
     Calibration,
@@ -493,16 +494,16 @@ def test_the_probe_hears_every_timed_part_of_a_persisted_run(tiny, tmp_path):
     """The engine's timers (scabbard.timers) report every part while a Probe records, and
     nothing once it stopped: what calibration is measured with."""
     from scabbard import queries, timers
-    from scabbard.engine import EngineConfig, NullSink
+    from scabbard.engine import EngineConfig, NullSink, Replay
     from scabbard.ft.ingress import run_persisted
     from scabbard.sim.instrument import Probe
 
     ds = tiny["ysb"]  # 10 s tumbling windows over 30 s of data: a task of one copy is long
     probe = Probe()
     with probe.recording():  # one worker: it computes each boundary as its next task ends
-        run_persisted(queries.get("YSB"), ds, tmp_path / "store", NullSink(),
-                      EngineConfig(workers=1, batch_rows=ds.rows), compression="default",
-                      max_tuples=3 * ds.rows)
+        run_persisted(queries.get("YSB"), ds,
+                      PersistConfig(tmp_path / "store", compression="default"), NullSink(),
+                      EngineConfig(workers=1, batch_rows=ds.rows), Replay(max_tuples=3 * ds.rows))
     counted = {p: probe.cpu_s(p)[1] for p in timers.PARTS}
     n = 3 * ds.rows
     assert counted["fragment"] == counted["compress"] == counted["encode"] == n
@@ -512,8 +513,8 @@ def test_the_probe_hears_every_timed_part_of_a_persisted_run(tiny, tmp_path):
     assert [c[2] for c in probe.calls["fragment"]] == [True] * 3
     assert counted["write"] >= n * 16 and sum(b for b, _ in probe.writes) == counted["write"]
     before = {p: len(c) for p, c in probe.calls.items()}
-    run_persisted(queries.get("YSB"), ds, tmp_path / "store2", NullSink(),
-                  EngineConfig(workers=1, batch_rows=4096), compression="default")
+    run_persisted(queries.get("YSB"), ds, PersistConfig(tmp_path / "store2", compression="default"),
+                  NullSink(), EngineConfig(workers=1, batch_rows=4096))
     assert {p: len(c) for p, c in probe.calls.items()} == before
     with (probe.recording(), pytest.raises(RuntimeError, match="one at a time"),
           timers.recording(Probe())):
@@ -532,13 +533,14 @@ def test_the_probe_times_the_ingress_partitions_and_the_dispatcher_apart(tiny, t
     r = timed_run("CM1", ds, 1, 997, 0.5, tmp_path / "store", "default", ingress=2)
     assert r["ingress_s"] > 0 and r["append_s"] > 0 and r["dispatch_task_s"] > 0
     probe = Probe()
-    from scabbard.engine import EngineConfig, NullSink
+    from scabbard.engine import EngineConfig, NullSink, Replay
     from scabbard.ft.ingress import run_persisted
 
     with probe.recording():
-        run_persisted(queries.get("CM1"), ds, tmp_path / "again", NullSink(),
+        run_persisted(queries.get("CM1"), ds,
+                      PersistConfig(tmp_path / "again", compression="default"), NullSink(),
                       EngineConfig(workers=1, batch_rows=997, ingress_partitions=3),
-                      compression="default", max_tuples=2 * ds.rows)
+                      Replay(max_tuples=2 * ds.rows))
     counted = {p: probe.cpu_s(p)[1] for p in probe.calls}
     n = 2 * ds.rows
     assert counted["ingress"] == counted["append"] == counted["dispatch"] == n

@@ -26,7 +26,15 @@ from hypothesis import strategies as st
 import reference as ref
 from scabbard import queries
 from scabbard.batch import Batch
-from scabbard.engine import ArraySource, CollectSink, Engine, EngineConfig, NullSink, run_query
+from scabbard.engine import (
+    ArraySource,
+    CollectSink,
+    Engine,
+    EngineConfig,
+    NullSink,
+    Replay,
+    run_query,
+)
 from scabbard.engine.physical import plan
 from scabbard.ft.controller import Controller, campaign_config
 from scabbard.ft.recovery import run_fault_tolerant
@@ -228,7 +236,8 @@ def test_a_selections_kernel_and_gather_are_timed_inside_its_tasks(tiny):
     cfg = EngineConfig(workers=2, batch_rows=997)
     run_query(queries.get("PF-MOD2"), ds, NullSink(), cfg)  # its kernel loaded, unmeasured
     with timers.recording(timers.Totals()) as t:
-        r = run_query(queries.get("PF-MOD2"), ds, CollectSink(), cfg, max_tuples=3 * ds.rows)
+        r = run_query(queries.get("PF-MOD2"), ds, CollectSink(), cfg,
+                      Replay(max_tuples=3 * ds.rows))
     n = r.summary.tuples
     assert n == 3 * ds.rows and r.summary.result_rows == n // 2
     assert t.counts["fragment"] == n  # tasks of at most 997 rows, cut at every copy
@@ -277,7 +286,7 @@ def test_named_queries_match_the_reference(tiny, name, batch_rows, workers, push
     sink = CollectSink()
     run_query(q, ds, sink=sink, config=EngineConfig(workers=workers, batch_rows=batch_rows,
                                                     ingress_partitions=ingress),
-              max_tuples=2 * ds.rows + 77, push_up=push)  # replayed: offsets go on
+              replay=Replay(max_tuples=2 * ds.rows + 77), push_up=push)  # replayed: offsets go on
     looped = {n: np.concatenate([ds.column(n)] * 3)[:2 * ds.rows + 77] for n in ds.schema.names}
     step = int(ds.column("timestamp")[-1]) + 1
     looped["timestamp"] += (np.arange(len(looped["timestamp"])) // ds.rows) * step

@@ -241,10 +241,7 @@ MAX_PARAMETERS = 8
 # the functions outside the kernels that still take more than MAX_PARAMETERS (issue 46): a
 # ratchet - the list only shrinks, and no other function may join it
 MANY_PARAMETERS = {
-    "scabbard.engine.run_query",
-    "scabbard.engine.sources.__init__",
     "scabbard.experiments.ingest.ingest",
-    "scabbard.ft.ingress.run_persisted",
     "scabbard.peers.spark._run_stateless",
     "scabbard.peers.spark.run_spark",
     "scabbard.pog.checkpoint.__init__",

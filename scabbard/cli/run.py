@@ -417,6 +417,7 @@ def _run_query(args) -> int:
 
 
 def _run_engine(args, config, ds) -> int:
+    from scabbard.engine.metrics import samples_to
     from scabbard.ft.run import engine_config, open_run
     from scabbard.outputs import sink_for
 
@@ -431,7 +432,8 @@ def _run_engine(args, config, ds) -> int:
         return _run_fault_tolerant(args, config, ds, progress)
     if config.persist is not None:
         print(f"persisting the input to {config.persist.storage}", flush=True)
-    report = open_run(config, dataset=ds, sink=sink_for(args.output), on_sample=progress)
+    report = open_run(config, dataset=ds, sink=sink_for(args.output),
+                      watch=(samples_to(progress),))
     s = report.summary
     lat = s.latency_ms
     print(f"\n{config.query}: {s.tuples:,} tuples in {s.seconds:.2f} s = "
@@ -464,6 +466,7 @@ def _print_spilled(report) -> None:
 
 
 def _run_fault_tolerant(args, config, ds, progress) -> int:
+    from scabbard.engine.metrics import samples_to
     from scabbard.ft.recovery import StandbyReleased
     from scabbard.ft.run import open_run
 
@@ -479,7 +482,7 @@ def _run_fault_tolerant(args, config, ds, progress) -> int:
     print(f"{what} a fault-tolerant run: storage {config.persist.storage}, checkpoints every "
           f"{ft.interval:g} s ({mode}), {ft.sink} exactly-once output to {ft.output}", flush=True)
     try:
-        r = open_run(config, recover=args.recover, dataset=ds, on_sample=progress,
+        r = open_run(config, recover=args.recover, dataset=ds, watch=(samples_to(progress),),
                      standby=standby)
     except StandbyReleased:
         print("standby: released without taking over", flush=True)

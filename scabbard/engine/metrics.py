@@ -1,21 +1,21 @@
-"""Throughput and latency metrics, sampled to a JSON-lines log a notebook can read while a query runs.
+"""Throughput and latency metrics, sampled as lines a notebook can read while a query runs
+(written to a JSON-lines log by :class:`scabbard.outputs.MetricsLog`).
 
 Each line is one object.  ``{"event": "sample", ...}`` lines come every
 ``interval`` seconds: elapsed time, tuples so far, throughput over the interval
 (tuples/s, MB/s of rows in the paper's layout), result rows, and the latency
 percentiles (p5, p25, p50, p75, p95, in ms) of the tasks completed in the
 interval.  Other events (``start``, ``end``, and later checkpoints and recovery
-phases) use the same file.  :func:`read_metrics` loads it, tolerating a line
-being written.
+phases) are lines too.  :func:`scabbard.outputs.read_metrics` loads a log, tolerating
+a line being written.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -55,14 +55,16 @@ class Summary:
 
 
 class Metrics:
-    """Collects per-task counts and latencies; a thread writes samples to ``log_path``."""
+    """Collects per-task counts and latencies; a thread samples them every ``interval``
+    seconds.  Each line - a sample, or an event (``start``, ``end``, checkpoints ...) - goes
+    to every one of ``watch``, callables given the line's dict as it is made, one at a time
+    (a metrics log file is one: :class:`scabbard.outputs.MetricsLog`; the engine writes no
+    file).  Lines come once the run has started."""
 
-    def __init__(self, row_bytes: int, log_path: str | Path | None = None, interval: float = 0.5,
-                 on_sample=None):
+    def __init__(self, row_bytes: int, interval: float = 0.5, watch: Sequence = ()):
         self.row_bytes = row_bytes
-        self.log_path = Path(log_path) if log_path else None
         self.interval = interval
-        self.on_sample = on_sample
+        self.watch = tuple(watch)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.tuples = 0
@@ -70,26 +72,26 @@ class Metrics:
         self.tasks = 0
         self._latencies: list[float] = []
         self._window: list[float] = []
-        self._file = None
+        self._started = False
         self._thread = None
-        self.on_start = None  # called once the log is open (to write events recorded earlier)
+        self.on_start = None  # called once the run started (to write events recorded earlier)
+
+    def _emit(self, line: dict) -> None:
+        if self._started and self.watch:
+            with self._lock:
+                for w in self.watch:
+                    w(line)
 
     def event(self, name: str, **fields) -> None:
-        """Write one event line (``start``, ``end``, ``checkpoint`` ...)."""
-        line = {"event": name, "wall": time.time(), "t": round(self.elapsed(), 4), **fields}
-        if self._file is not None:
-            with self._lock:
-                self._file.write(json.dumps(line) + "\n")
-                self._file.flush()
+        """Send one event line (``start``, ``end``, ``checkpoint`` ...) to the watchers."""
+        self._emit({"event": name, "wall": time.time(), "t": round(self.elapsed(), 4), **fields})
 
     def elapsed(self) -> float:
         return time.perf_counter() - self._start if hasattr(self, "_start") else 0.0
 
     def start(self, **fields) -> None:
         self._start = time.perf_counter()
-        if self.log_path is not None:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.log_path, "a")  # noqa: SIM115 - closed in stop()
+        self._started = True
         self.event("start", **fields)
         if self.on_start is not None:
             self.on_start()
@@ -125,13 +127,7 @@ class Metrics:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            s = self.sample()
-            if self._file is not None:
-                with self._lock:
-                    self._file.write(json.dumps(s) + "\n")
-                    self._file.flush()
-            if self.on_sample is not None:
-                self.on_sample(s)
+            self._emit(self.sample())
 
     def stop(self, **fields) -> Summary:
         seconds = self.elapsed()
@@ -141,27 +137,17 @@ class Metrics:
         summary = Summary(self.tuples, seconds, self.result_rows, self.tasks, self.row_bytes,
                           percentiles_ms(self._latencies))
         self.event("end", **summary.as_dict(), **fields)
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._started = False
         return summary
 
 
-def read_metrics(path: str | Path):
-    """The metrics log as a DataFrame (one row per line; latency percentiles as columns)."""
-    import pandas as pd
+def samples_to(fn) -> Callable[[dict], None]:
+    """A watcher of a run's metrics that gives ``fn`` the samples only (not the events)."""
+    def watch(line: dict) -> None:
+        if line["event"] == "sample":
+            fn(line)
 
-    rows = []
-    with open(path) as f:
-        for line in f:
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line being written
-            for k, v in obj.pop("latency_ms", {}).items():
-                obj[f"latency_{k}_ms"] = v
-            rows.append(obj)
-    return pd.DataFrame(rows)
+    return watch
 
 
 @dataclass(frozen=True)

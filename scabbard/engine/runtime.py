@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -549,12 +549,11 @@ class Engine:
         metrics = metrics or self.metrics()
         return Execution(self, feed, sink, metrics, listener, resume, emit_after, stores).run()
 
-    def metrics(self, log: str | Path | None = None, on_sample=None) -> Metrics:
-        """A run's live metrics (MB/s of the source's tuples): every
-        ``config.metrics_interval`` a sample, to the log file ``log`` and ``on_sample`` (either
-        may be None)."""
-        return Metrics(self.query.node.source().schema.payload_bytes, log,
-                       self.config.metrics_interval, on_sample)
+    def metrics(self, watch: Sequence = ()) -> Metrics:
+        """A run's live metrics (MB/s of the source's tuples): a sample every
+        ``config.metrics_interval``, each line (samples and events) to each of ``watch``."""
+        return Metrics(self.query.node.source().schema.payload_bytes,
+                       self.config.metrics_interval, watch)
 
     @property
     def horizon_ms(self) -> int:

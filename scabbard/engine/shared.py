@@ -25,7 +25,7 @@ from scabbard.engine.execution import Execution
 from scabbard.engine.metrics import RunReport
 from scabbard.engine.runtime import Engine, EngineConfig
 from scabbard.engine.sinks import NullSink, Sink
-from scabbard.engine.sources import ReplaySource
+from scabbard.engine.sources import Replay, ReplaySource
 from scabbard.query import Query
 
 T = TypeVar("T")
@@ -133,8 +133,8 @@ def run_together(runs: Sequence[Together], workers: int, duration: float | None 
     def one(r: Together, engine: Engine, pool: SharedWorkers):
         def run() -> RunReport:
             source = r.source or ReplaySource(r.dataset, engine.task_rows(r.dataset, None),
-                                              duration=duration, max_tuples=max_tuples,
-                                              loop=loop, span=engine.spans_copies)
+                                              Replay(duration=duration, max_tuples=max_tuples,
+                                                     loop=loop), span=engine.spans_copies)
             return Execution(engine, engine.feed(source), r.sink or NullSink(),
                              engine.metrics()).share(pool).run()
         return run

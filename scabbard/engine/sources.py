@@ -38,29 +38,54 @@ class SourceBatch:
     ingest_time: float  # time.perf_counter() units
 
 
-class ReplaySource:
-    """Replay a dataset's stream in batches of ``batch_rows``, endlessly (``loop``) or once.
+@dataclass(frozen=True)
+class Replay:
+    """How a run reads its dataset: endlessly (``loop``; copy ``k`` with its timestamps
+    shifted) or once, until ``max_tuples`` tuples or ``duration`` seconds of wall time,
+    whichever comes first, at most ``rate`` tuples a second (None: as fast as it is read).
+    ``loop=None``: endless when ``duration`` or ``max_tuples`` bounds it, else once."""
 
-    Stops after ``max_tuples`` tuples or ``duration`` seconds of wall time, whichever
-    comes first (neither: one pass when ``loop`` is False, else forever).
+    rate: float | None = None
+    duration: float | None = None
+    max_tuples: int | None = None
+    loop: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.rate is not None and not self.rate > 0:
+            raise ValueError(f"rate must be positive, got {self.rate}")
+        if self.duration is not None and not self.duration >= 0:
+            raise ValueError(f"duration must be >= 0 seconds, got {self.duration}")
+        if self.max_tuples is not None and self.max_tuples < 0:
+            raise ValueError(f"max_tuples must be >= 0, got {self.max_tuples}")
+
+    @property
+    def endless(self) -> bool:
+        if self.loop is not None:
+            return self.loop
+        return self.duration is not None or self.max_tuples is not None
+
+
+ONCE = Replay()
+
+
+class ReplaySource:
+    """Replay a dataset's stream in batches of ``batch_rows`` as ``replay`` says (default:
+    once; see :class:`Replay`).
 
     The stream is a pure function of the offset, so a restarted engine resumes it
     with ``start`` (the first offset to emit; ``max_tuples`` still counts from 0).
-    With ``rate``, tuple ``i`` arrives at ``started_at + i / rate`` (wall clock,
+    With a rate, tuple ``i`` arrives at ``started_at + i / rate`` (wall clock,
     ``time.time()``; default: now - ``start / rate``): the input that arrived while
     an engine was down is waiting for it when it comes back, as from a real feed.
     """
 
-    def __init__(self, data: Dataset | Table, batch_rows: int = 1 << 20, rate: float | None = None,
-                 duration: float | None = None, max_tuples: int | None = None, loop: bool = True,
+    def __init__(self, data: Dataset | Table, batch_rows: int = 1 << 20, replay: Replay = ONCE,
                  start: int = 0, started_at: float | None = None, span: bool = False):
         table = data.stream if isinstance(data, Dataset) else data
         if table.rows == 0:
             raise ValueError("cannot replay an empty dataset")
         if batch_rows <= 0:
             raise ValueError(f"batch_rows must be positive, got {batch_rows}")
-        if rate is not None and rate <= 0:
-            raise ValueError(f"rate must be positive, got {rate}")
         self.table = table
         self.schema = table.schema
         # plain arrays over the dataset's memory maps: a slice of a ``np.memmap`` is a memmap,
@@ -68,10 +93,9 @@ class ReplaySource:
         # fifth of its time at a billion tuples a second (SG1)
         self._columns = tuple(np.asarray(c) for c in table.columns)
         self.batch_rows = batch_rows
-        self.rate = rate
-        self.duration = duration
-        self.max_tuples = max_tuples
-        self.loop = loop
+        self.replay = replay
+        self.rate, self.duration, self.max_tuples = replay.rate, replay.duration, replay.max_tuples
+        self.loop = loop = replay.endless
         ts = table.column("timestamp")
         self.step = int(ts[-1]) + 1  # replay k is shifted by k * step
         if start < 0 or (not loop and start > table.rows):

@@ -116,9 +116,9 @@ def prepared_dataset(query: str, scale: str, data_dir: str | Path, workers: int,
     """The query's dataset (generated if missing), paged in and the query's compiled code
     loaded by one unmeasured run of up to ``seconds``, so measured runs start warm."""
     from scabbard import queries, workloads
-    from scabbard.engine import EngineConfig, NullSink, run_query
+    from scabbard.engine import EngineConfig, NullSink, Replay, run_query
 
     ds = workloads.dataset(queries.workload_of(query), scale, root=str(data_dir))
     run_query(queries.get(query), ds, NullSink(), EngineConfig(workers=workers),
-              duration=min(1.0, seconds))
+              replay=Replay(duration=min(1.0, seconds)))
     return ds

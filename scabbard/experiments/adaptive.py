@@ -30,12 +30,13 @@ import pandas as pd
 
 from scabbard import queries, workloads
 from scabbard.data import Dataset
-from scabbard.engine import EngineConfig, NullSink
-from scabbard.engine.metrics import read_metrics
+from scabbard.engine import EngineConfig, NullSink, Replay
 from scabbard.engine.runtime import Engine
 from scabbard.engine.sources import ReplaySource
 from scabbard.experiments import Common, finish, save_tables, scratch
+from scabbard.ft.config import PersistConfig
 from scabbard.ft.ingress import run_persisted
+from scabbard.outputs import metrics_log, read_metrics
 from scabbard.storage import StorageConfig
 
 SCHEMES = ("adaptive", "default", "none")
@@ -99,15 +100,16 @@ def run_scheme(scheme: str, idle: Dataset, working: Dataset, folder: Path,
     q = queries.get("SM")
     cfg = EngineConfig(workers=s.workers, metrics_interval=s.metrics_interval)
     rows = Engine(q, {}, cfg).batch_rows_for(ReplaySource(working, 1).tuples_per_ms())
-    source = RegimeChange(idle, working, s.change_at, batch_rows=rows, duration=s.seconds)
+    source = RegimeChange(idle, working, s.change_at, batch_rows=rows,
+                          replay=Replay(duration=s.seconds))
     shutil.rmtree(folder, ignore_errors=True)
     log = folder / "metrics.jsonl"
     # an emulated device takes small bulk writes and a short queue (see notebook 06's)
     storage = StorageConfig(write_bytes_per_s=s.disk_mb_s * 1e6, bulk_bytes=4 << 20,
                             max_pending_bytes=16 << 20) if s.disk_mb_s else StorageConfig()
-    run_persisted(q, working, folder / "storage", NullSink(), cfg, storage_config=storage,
-                  push_up=True, compression=scheme, compression_interval=s.interval,
-                  metrics_log=log, source=source)
+    persist = PersistConfig(folder / "storage", True, scheme, compression_interval=s.interval,
+                            layout=storage)
+    run_persisted(q, working, persist, NullSink(), cfg, watch=metrics_log(log), source=source)
     m = read_metrics(log)
     samples = m[m["event"] == "sample"] if "event" in m else m
     events = m[m["event"].isin(["codec", "fallback"])] if "event" in m else m.iloc[:0]

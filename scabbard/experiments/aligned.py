@@ -30,7 +30,6 @@ import pandas as pd
 
 from scabbard import queries
 from scabbard.engine import EngineConfig
-from scabbard.engine.metrics import read_metrics
 from scabbard.experiments import (
     Common,
     finish,
@@ -41,6 +40,7 @@ from scabbard.experiments import (
 from scabbard.ft.modes import INTERVAL
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, TransactionalSink
+from scabbard.outputs import read_metrics
 from scabbard.peers.synclog import LoggedSource
 
 CONFIGS = ("scabbard", "scabbard_chk", "flinkpp", "flinkpp_persist")

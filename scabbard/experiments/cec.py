@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 from scabbard import queries
-from scabbard.engine import EngineConfig, NullSink, read_metrics, run_query
+from scabbard.engine import EngineConfig, NullSink, Replay, run_query
+from scabbard.engine.metrics import samples_to
 from scabbard.engine.sources import ReplaySource
 from scabbard.experiments import (
     Common,
@@ -46,6 +47,7 @@ from scabbard.experiments import (
 from scabbard.experiments.incremental import event_rate, window_s
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink
+from scabbard.outputs import read_metrics
 
 # the excerpt's Fig. 8 (operator response time per CP, CI = 10 ms; 250 ms "approximates"
 # native) and its estimate of EC-load time from its Q and U experiments
@@ -81,9 +83,10 @@ class Pace:
     fill: float
 
 
-def _samples() -> tuple[list, callable]:
+def _samples() -> tuple[list, tuple]:
+    """The metrics samples of a run, and the watchers that collect them."""
     got: list = []
-    return got, got.append
+    return got, (samples_to(got.append),)
 
 
 def response(samples: list, after: float) -> dict:
@@ -98,8 +101,8 @@ def response(samples: list, after: float) -> dict:
 def no_ft(query: str, ds, pace: Pace, settings: Settings) -> dict:
     """No fault tolerance (nothing persisted, results dropped), the same input."""
     samples, on = _samples()
-    src = ReplaySource(ds, pace.batch, rate=pace.rate, duration=pace.fill + settings.seconds)
-    run_query(queries.get(query), ds, NullSink(), _config(settings, pace), on_sample=on,
+    src = ReplaySource(ds, pace.batch, Replay(pace.rate, pace.fill + settings.seconds))
+    run_query(queries.get(query), ds, NullSink(), _config(settings, pace), watch=on,
               source=src)
     return {"sweep": "no FT", **response(samples, pace.fill)}
 
@@ -112,7 +115,7 @@ def native(query: str, ds, folder: Path, pace: Pace, settings: Settings) -> dict
     r = run_fault_tolerant(queries.get(query), ds, folder / "storage",
                            ClockedSink(folder / "output"), _config(settings, pace),
                            interval=None, rate=pace.rate, duration=pace.fill + settings.seconds,
-                           on_sample=on)
+                           watch=on)
     shutil.rmtree(folder, ignore_errors=True)
     return {"sweep": "native", **response(samples, pace.fill), "records": len(r.checkpoints)}
 
@@ -132,7 +135,7 @@ def measure(query: str, ds, folder: Path, pace: Pace, settings: Settings, period
                            interval=period_ms / 1e3, rate=pace.rate,  # stopped mid-period:
                            duration=pace.fill + settings.seconds + period_ms / 2e3,
                            checkpoint_mode="eventual", step_ms=settings.step_ms,
-                           on_sample=on, **kw)
+                           watch=on, **kw)
     row = {"period_ms": period_ms, "max_replay_tuples": bound,
            **response(samples, pace.fill), "records": len(r.checkpoints),
            "state_mb_per_s": r.state_bytes_written / r.run.summary.seconds / 1e6}

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from scabbard import queries, timers
-from scabbard.engine import EngineConfig, NullSink, run_query
+from scabbard.engine import EngineConfig, NullSink, Replay, run_query
 from scabbard.experiments import (
     Common,
     finish,
@@ -129,7 +129,7 @@ def measure(query: str, config: str, workers: int, ds, folder: Path,
         elif config in ("no_ft", "no_ft_written"):
             sink = sink_for(folder / "results.parquet") if config == "no_ft_written" \
                 else NullSink()
-            rep = run_query(q, ds, sink, cfg, duration=settings.seconds)
+            rep = run_query(q, ds, sink, cfg, replay=Replay(duration=settings.seconds))
             summary, rows = rep.summary, rep.batch_rows
             written = _folder_bytes(folder)
         else:

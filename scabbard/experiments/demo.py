@@ -114,7 +114,7 @@ def kill_and_recover(s: Settings, log=print):
 def _kill_mid_run(c, tuples: int, thread: threading.Thread, poll: float = 0.1) -> str:
     """Request the kill once the running engine logged a checkpoint and ``tuples`` input
     tuples; what it had done then ('' if the run ended first)."""
-    from scabbard.engine import read_metrics
+    from scabbard.outputs import read_metrics
 
     while thread.is_alive():
         time.sleep(poll)

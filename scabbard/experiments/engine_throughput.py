@@ -30,7 +30,7 @@ import pandas as pd
 
 from scabbard import queries, workloads
 from scabbard.data import Dataset, write_dataset
-from scabbard.engine import EngineConfig, NullSink, run_query
+from scabbard.engine import EngineConfig, NullSink, Replay, run_query
 from scabbard.experiments import Common
 
 # What the paper states about Fig. 7 (its bars carry no printed values): Scabbard's
@@ -102,7 +102,7 @@ def measure_engine(query: str, ds: Dataset, settings: Settings) -> list[dict]:
     # unmeasured: the dataset paged in, the compiled code loaded, the heap grown to what the
     # query's tasks use - else the first configuration measured pays for all three
     run_query(q, ds, sink=NullSink(), config=EngineConfig(workers=max(settings.workers)),
-              duration=min(WARM_UP_S, settings.seconds))
+              replay=Replay(duration=min(WARM_UP_S, settings.seconds)))
     for mode in settings.assembly:
         for n in settings.ingress:
             runs: dict[int, list] = {w: [] for w in settings.workers}
@@ -111,7 +111,7 @@ def measure_engine(query: str, ds: Dataset, settings: Settings) -> list[dict]:
                 for w in (*settings.workers[k:], *settings.workers[:k]):
                     config = EngineConfig(workers=w, assembly=mode, ingress_partitions=n)
                     runs[w].append(run_query(q, ds, sink=NullSink(), config=config,
-                                             duration=settings.seconds))
+                                             replay=Replay(duration=settings.seconds)))
             for w, reports in runs.items():
                 tps = sorted(reports, key=lambda r: r.summary.tuples_per_s)
                 r = tps[(len(tps) - 1) // 2]  # the median run (the lower of two middles)
@@ -128,8 +128,7 @@ def measure_engine(query: str, ds: Dataset, settings: Settings) -> list[dict]:
     if settings.latency and best > 0:
         rate = settings.latency_fraction * best
         w = best_config.workers
-        r = run_query(q, ds, sink=NullSink(), config=best_config, rate=rate,
-                      duration=settings.seconds)
+        r = run_query(q, ds, NullSink(), best_config, Replay(rate, settings.seconds))
         s = r.summary
         rows.append(_row(query, "scabbard@rate", w, s.tuples, s.seconds, ds.schema.row_bytes,
                          s.latency_ms, batch_rows=r.batch_rows, rate=rate,

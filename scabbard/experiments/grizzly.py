@@ -34,7 +34,7 @@ import pandas as pd
 
 from scabbard import queries, workloads
 from scabbard.batch import Batch, ReplayBatch
-from scabbard.engine import EngineConfig, NullSink, run_query
+from scabbard.engine import EngineConfig, NullSink, Replay, run_query
 from scabbard.engine.adaptive import AdaptivePolicy
 from scabbard.engine.sources import ReplaySource, SourceBatch
 from scabbard.experiments import Common, finish, save_tables
@@ -85,13 +85,13 @@ def run(settings: Settings, log=print) -> pd.DataFrame:
         for v in s.variants:
             run_query(queries.get(name), _dataset(name, s), NullSink(),
                       EngineConfig(workers=s.workers, adaptive=POLICIES[v]),
-                      duration=min(1.0, s.seconds))
+                      replay=Replay(duration=min(1.0, s.seconds)))
     for k in range(s.rounds):
         for name in s.queries:
             for v in (*s.variants[k % len(s.variants):], *s.variants[:k % len(s.variants)]):
                 r = run_query(queries.get(name), _dataset(name, s), NullSink(),
                               EngineConfig(workers=s.workers, adaptive=POLICIES[v]),
-                              duration=s.seconds)
+                              replay=Replay(duration=s.seconds))
                 st = r.kernels.get("window0", {})
                 rows.append({"query": name, "variant": v, "round": k,
                              "tuples_per_s": r.summary.tuples_per_s,
@@ -254,7 +254,7 @@ def timeline(settings: Settings, log=print) -> tuple[pd.DataFrame, pd.DataFrame,
     ``{"changed_at", "deopt_at", "reoptimised_at", "recovery_s"}`` (seconds into the run;
     ``recovery_s``: from the change to the swap of the re-optimised variant).  Saved as
     ``timeline.csv`` and ``kernel_events.csv``."""
-    from scabbard.engine.metrics import read_metrics
+    from scabbard.outputs import metrics_log, read_metrics
 
     s, name = settings, settings.timeline_query
     if name not in KEY_COLUMNS and name != "YSB":
@@ -264,14 +264,14 @@ def timeline(settings: Settings, log=print) -> tuple[pd.DataFrame, pd.DataFrame,
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "timeline_metrics.jsonl"
     log_path.unlink(missing_ok=True)
-    run = {"batch_rows": 1 << 18, "duration": 2 * s.change_at, "loop": True}
+    run = {"batch_rows": 1 << 18, "replay": Replay(duration=2 * s.change_at)}
     src = MoreCampaigns(ds, 10, after=s.change_at, **run) if name == "YSB" \
         else KeyShift(ds, KEY_COLUMNS[name], 1000, after=s.change_at, **run)
     run_query(queries.get(name), ds, NullSink(),
               EngineConfig(workers=s.workers, metrics_interval=0.1,
                            adaptive=AdaptivePolicy(stage_seconds=s.stage_seconds,
                                                    trial_tasks=0)),
-              source=src, metrics_log=log_path)
+              source=src, watch=metrics_log(log_path))
     m = read_metrics(log_path)
     samples = m[m["event"] == "sample"] if "event" in m else m
     events = m[m["event"] == "kernel"][["t", "action", "task"]].reset_index(drop=True)
@@ -527,7 +527,7 @@ def reacting(phases: Sequence[float] = (0.05, 0.95, 0.05), phase_rows: int = 1 <
     (``rows``, ``batch_rows``: :class:`Selectivities`'). Saved as ``reacting.csv`` and
     ``reacting_events.csv``."""
     from scabbard.engine import Engine
-    from scabbard.engine.metrics import read_metrics
+    from scabbard.outputs import read_metrics
 
     bad = [o for o in orders if o not in ORDERS]
     if bad:

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from scabbard import queries
-from scabbard.engine import EngineConfig, NullSink, read_metrics, run_query
+from scabbard.engine import EngineConfig, NullSink, Replay, run_query
 from scabbard.engine.runtime import Engine
 from scabbard.engine.sources import ReplaySource
 from scabbard.experiments import Common, finish, interleaved_runs, save_tables
@@ -42,6 +42,7 @@ from scabbard.experiments.checkpointing import PAPER
 from scabbard.ft.modes import INTERVAL
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import DiscardSink
+from scabbard.outputs import read_metrics
 
 MODES = ("full", "incremental")
 
@@ -98,7 +99,7 @@ def measure(query: str, mode: str, ds, folder: Path, settings: Settings) -> dict
     """Flat out with ``mode`` checkpoints (Scabbard-Chk), then recovered from its newest record."""
     q, cfg = queries.get(query), EngineConfig(workers=settings.workers)
     if mode == "no_ft":
-        rep = run_query(q, ds, NullSink(), cfg, duration=settings.seconds)
+        rep = run_query(q, ds, NullSink(), cfg, replay=Replay(duration=settings.seconds))
         return {"tuples_per_s": rep.summary.tuples_per_s}
     shutil.rmtree(folder, ignore_errors=True)
     r = run_fault_tolerant(q, ds, folder / "storage", DiscardSink(folder / "output"), cfg,

@@ -33,11 +33,12 @@ import pandas as pd
 from scabbard import queries, workloads
 from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
-from scabbard.engine import Engine, EngineConfig, NullSink, ReplaySource
+from scabbard.engine import Engine, EngineConfig, NullSink, Replay, ReplaySource
 from scabbard.engine.metrics import percentiles_ms
 from scabbard.experiments import Common, finish
 from scabbard.experiments import scratch as scratch_dir
 from scabbard.experiments.progress import Progress, Step
+from scabbard.ft.config import PersistConfig
 from scabbard.ft.ingress import persisted_in_order, run_persisted
 from scabbard.peers import broker, synclog
 from scabbard.pog import POG, PUnit
@@ -94,7 +95,7 @@ def ingest(query: str, ds: Dataset, storage: str | Path, seconds: float | None =
     engine = Engine(queries.get(query), ds.tables,
                     EngineConfig(workers=workers, ingress_partitions=partitions), push_up=push_up)
     rows = batch_rows or engine.batch_rows_for(ReplaySource(ds, 1).tuples_per_ms())
-    source = ReplaySource(ds, rows, duration=seconds, max_tuples=max_tuples, loop=True)
+    source = ReplaySource(ds, rows, Replay(duration=seconds, max_tuples=max_tuples))
     with BlockManager(storage, config) as bm:
         pog = POG(bm)
         # a few p-units in flight: enough to overlap writes, few enough that the latency is the
@@ -299,8 +300,9 @@ def _query(q: str, ds: Dataset, settings: Settings, scratch: Path, partitions: i
     cfg = EngineConfig(workers=settings.workers, ingress_partitions=partitions)
     out = {}
     for persist in (False, True):
-        store = scratch / f"{q}-run" if persist else None
-        rep = run_persisted(queries.get(q), ds, store, NullSink(), cfg, duration=settings.seconds)
+        stored = PersistConfig(scratch / f"{q}-run") if persist else None
+        rep = run_persisted(queries.get(q), ds, stored, NullSink(), cfg,
+                            Replay(duration=settings.seconds))
         key = "query_persisted" if persist else "query_memory"
         out[f"{key}_tuples_per_s{suffix}"] = rep.summary.tuples_per_s
         out[f"{key}_p50_ms{suffix}"] = rep.summary.latency_ms["p50"]

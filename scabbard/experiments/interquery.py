@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from scabbard import queries, workloads
-from scabbard.engine import EngineConfig, NullSink, run_query
+from scabbard.engine import EngineConfig, NullSink, Replay, run_query
 from scabbard.engine.shared import Together, at_once, run_together
 from scabbard.experiments import Common, finish, save_tables
 
@@ -61,7 +61,7 @@ def _separate(name: str, ds, n: int, seconds: float) -> list:
     """``n`` engines of one worker each, at once; their reports."""
     def one():
         return run_query(queries.get(name), ds, NullSink(), EngineConfig(workers=1),
-                         duration=seconds)
+                         replay=Replay(duration=seconds))
     return at_once([one] * n)
 
 
@@ -71,7 +71,7 @@ def run(settings: Settings, log=print) -> pd.DataFrame:
     s = settings
     ds = workloads.dataset(queries.workload_of(s.query), s.scale, root=str(s.data_dir))
     run_query(queries.get(s.query), ds, NullSink(), EngineConfig(workers=1),
-              duration=min(0.5, s.seconds))  # code loaded and data paged in, unmeasured
+              Replay(duration=min(0.5, s.seconds)))  # code loaded and data paged in, unmeasured
     rows = []
     for k in range(s.rounds):
         for n in s.counts:

@@ -29,8 +29,9 @@ import numpy as np
 import pandas as pd
 
 from scabbard import queries
-from scabbard.engine import EngineConfig, NullSink
+from scabbard.engine import EngineConfig, NullSink, Replay
 from scabbard.experiments import Common, finish, prepared_dataset, scratch
+from scabbard.ft.config import PersistConfig
 from scabbard.ft.ingress import run_persisted
 from scabbard.storage import StorageConfig
 
@@ -71,9 +72,10 @@ def measure(query: str, config: str, ds, folder: Path, s: Settings) -> dict:
                             bulk_bytes=4 << 20, max_pending_bytes=16 << 20) \
         if s.disk_mb_s else StorageConfig(discard=discard)
     shutil.rmtree(folder, ignore_errors=True)
-    rep = run_persisted(queries.get(query), ds, folder, NullSink(),
-                        EngineConfig(workers=s.workers), duration=s.seconds,
-                        storage_config=storage, compression_interval=s.adaptive_interval, **opts)
+    persist = PersistConfig(folder, layout=storage, compression_interval=s.adaptive_interval,
+                            **opts)
+    rep = run_persisted(queries.get(query), ds, persist, NullSink(),
+                        EngineConfig(workers=s.workers), Replay(duration=s.seconds))
     shutil.rmtree(folder, ignore_errors=True)
     sm = rep.summary
     return {"tuples_per_s": sm.tuples_per_s, "input_mb_s": sm.mb_per_s,

@@ -28,7 +28,7 @@ import pandas as pd
 
 from scabbard import queries, workloads
 from scabbard.data import Dataset, write_dataset
-from scabbard.engine import EngineConfig, NullSink, run_query
+from scabbard.engine import EngineConfig, NullSink, Replay, run_query
 from scabbard.experiments import (
     Common,
     finish,
@@ -111,11 +111,11 @@ def skew_dataset(distribution: str, s: Settings, folder: Path) -> Dataset:
 
 def _measure(q: Query, ds: Dataset, workload: str, s: Settings, log) -> list[dict]:
     rows = []
-    run_query(q, ds, NullSink(), EngineConfig(workers=1), duration=min(1.0, s.seconds))  # warm
+    run_query(q, ds, NullSink(), EngineConfig(workers=1), Replay(duration=min(1.0, s.seconds)))  # warm
     for mode in s.assembly:
         for w in s.workers:
             r = run_query(q, ds, NullSink(), EngineConfig(workers=w, assembly=mode),
-                          duration=s.seconds)
+                          replay=Replay(duration=s.seconds))
             m = r.summary
             rows.append({"workload": workload, "assembly": mode, "workers": w,
                          "tuples_per_s": m.tuples_per_s, "result_rows": m.result_rows,

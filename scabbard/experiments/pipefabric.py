@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from scabbard import queries, timers, workloads
-from scabbard.engine import EngineConfig, NullSink, run_query
+from scabbard.engine import EngineConfig, NullSink, Replay, run_query
 from scabbard.experiments import Common, finish, save_tables
 
 # the engine's parts a selection goes through (:mod:`scabbard.timers`), and the rest
@@ -68,14 +68,14 @@ def run(settings: Settings, log=print) -> pd.DataFrame:
     ds = workloads.dataset("sg", s.scale, root=str(s.data_dir))
     for name in s.queries:  # compiled code loaded and the data paged in, unmeasured
         run_query(queries.get(name), ds, NullSink(), EngineConfig(workers=1),
-                  duration=min(0.5, s.seconds))
+                  replay=Replay(duration=min(0.5, s.seconds)))
     rows = []
     for k in range(s.rounds):
         for w in s.workers:
             for name in s.queries:
                 with timers.recording(timers.Totals()) as totals:
                     r = run_query(queries.get(name), ds, NullSink(), EngineConfig(workers=w),
-                                  duration=s.seconds)
+                                  replay=Replay(duration=s.seconds))
                 m = r.summary
                 per = totals.per_tuple(m.tuples)
                 rows.append({"query": name, "predicate": PAPER[name][0], "workers": w,

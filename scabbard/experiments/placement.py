@@ -110,7 +110,7 @@ def measure_placement(name: str, ds, placement: tuple[str, ...], s: Settings,
         interval=s.interval, persist_input=None if ingress else False))
     camp = c.run(s.kill_delays())
     stored = _stored_bytes(c.storage, q, placement, ds.schema.payload_bytes)
-    from scabbard.engine import read_metrics
+    from scabbard.outputs import read_metrics
 
     crashes = _crashes(read_metrics(c.metrics_log), camp.kill_walls)
     shutil.rmtree(folder, ignore_errors=True)

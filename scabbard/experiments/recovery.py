@@ -30,12 +30,13 @@ import numpy as np
 import pandas as pd
 
 from scabbard import queries, workloads
-from scabbard.engine import EngineConfig, read_metrics
+from scabbard.engine import EngineConfig
 from scabbard.experiments import Common, finish, scratch
 from scabbard.ft.controller import Campaign, Controller, campaign_config
 from scabbard.ft.modes import INTERVAL
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink
+from scabbard.outputs import read_metrics
 
 PHASES = ("process start", "code loading", "state load", "replay", "catch-up")
 # "restart": a live run between a kill and the restarted engine's first event, whose

@@ -112,15 +112,16 @@ def core_speed(cal: Calibration, query: str | None = None, log=print) -> float:
 
 def _real_run(query: str, ds, rc: RunConfig, seconds: float, folder: Path):
     from scabbard import queries
-    from scabbard.engine import EngineConfig, NullSink
+    from scabbard.engine import EngineConfig, NullSink, Replay
+    from scabbard.ft.config import PersistConfig
     from scabbard.ft.ingress import run_persisted
 
     shutil.rmtree(folder, ignore_errors=True)
     with LoadMeter() as load:
-        rep = run_persisted(queries.get(query), ds, folder if rc.persist else None, NullSink(),
+        persist = PersistConfig(folder, compression=rc.compression) if rc.persist else None
+        rep = run_persisted(queries.get(query), ds, persist, NullSink(),
                             EngineConfig(workers=rc.workers, ingress_partitions=rc.ingress),
-                            duration=seconds,
-                            compression=rc.compression)
+                            Replay(duration=seconds))
     shutil.rmtree(folder, ignore_errors=True)
     s = rep.summary
     return ({"tuples_per_s": s.tuples_per_s, "p50_ms": s.latency_ms["p50"],

@@ -297,6 +297,14 @@ class RunConfig:
                             state_memory=self.state_memory, spill=spill,
                             adaptive=AdaptivePolicy() if self.adaptive_kernels else None)
 
+    @property
+    def replay(self):
+        """How the run reads its dataset (:class:`~scabbard.engine.Replay`): once, or
+        endlessly for ``duration`` or up to ``max_tuples``, at most ``rate`` a second."""
+        from scabbard.engine import Replay
+
+        return Replay(self.rate, self.duration, self.max_tuples)
+
     def argv(self) -> list[str]:
         """The ``scabbard run`` flags that make this configuration (the inverse of the
         command's reading of them; the process controller starts engines with it).  A

@@ -19,10 +19,9 @@ import dataclasses
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 
 from scabbard.batch import Batch, SpanBatch
 from scabbard.compression.policy import Compression
@@ -30,11 +29,13 @@ from scabbard.data import Dataset
 from scabbard.engine import Engine, EngineConfig, NullSink, ReplaySource, RunReport, Sink
 from scabbard.engine.ingress import PartitionedFeed, Prepared
 from scabbard.engine.ports import Task
+from scabbard.engine.sources import ONCE, Replay
 from scabbard.faults import crashpoint
+from scabbard.ft.config import PersistConfig
 from scabbard.pog import POG, PStream, PUnit
 from scabbard.pog.pstream import PStreamError
 from scabbard.query import Query
-from scabbard.storage import BlockManager, StorageConfig
+from scabbard.storage import BlockManager
 from scabbard.storage import segment as seg_fmt
 
 INGRESS, READER = "input", "query"
@@ -342,40 +343,36 @@ class InputRelease:
         pass
 
 
-def run_persisted(query: Query, dataset: Dataset, storage: str | Path | None,
-                  sink: Sink | None = None,
-                  config: EngineConfig | None = None, rate: float | None = None,
-                  duration: float | None = None, max_tuples: int | None = None,
-                  metrics_log: str | Path | None = None, on_sample=None,
-                  storage_config: StorageConfig | None = None, push_up: bool = False,
-                  compression: str = "none", lossy_decimals: int | None = None,
-                  compression_interval: float = 4.0, source=None) -> RunReport:
+def run_persisted(query: Query, dataset: Dataset, persist: PersistConfig | None,
+                  sink: Sink | None = None, config: EngineConfig | None = None,
+                  replay: Replay = ONCE, *, watch: Sequence = (), source=None) -> RunReport:
     """Run ``query`` as :func:`scabbard.engine.run_query` does, with its ingress p-stream
-    persisted in ``storage``: after persistence push-up if ``push_up`` (§3.4), compressed with
-    the named ``compression`` scheme (:data:`scabbard.compression.policy.SCHEMES`; §5), the
-    adaptive one re-selecting codecs every ``compression_interval`` seconds (its swaps and
-    fallbacks are ``codec`` and ``fallback`` events in the metrics log).  Without a ``storage``
-    folder it is exactly :func:`scabbard.engine.run_query` (the input in memory)."""
+    persisted as ``persist`` says: in ``persist.storage``, after persistence push-up with
+    ``push_up`` (§3.4), compressed with the named ``compression`` scheme
+    (:data:`scabbard.compression.policy.SCHEMES`; §5), the adaptive one re-selecting codecs
+    every ``compression_interval`` seconds (its swaps and fallbacks are ``codec`` and
+    ``fallback`` events among the metrics lines).  Without ``persist`` it is exactly
+    :func:`scabbard.engine.run_query` (the input in memory)."""
     if dataset.schema.fingerprint != query.source.schema.fingerprint:
         raise ValueError(f"{query.name} reads {query.source.schema.name!r} data, but the dataset "
                          f"holds {dataset.schema.name!r}")
-    engine = Engine(query, dataset.tables, config, push_up=push_up)
+    engine = Engine(query, dataset.tables, config, push_up=bool(persist and persist.push_up))
     if source is None:
-        layout = storage_config or StorageConfig()
-        most = engine.unit_rows(layout.file_bytes, layout.data_start) if storage else None
-        source = ReplaySource(dataset, engine.task_rows(dataset, rate, most), rate=rate,
-                              duration=duration, max_tuples=max_tuples,
-                              loop=duration is not None or max_tuples is not None,
+        layout = persist.layout if persist else None
+        most = engine.unit_rows(layout.file_bytes, layout.data_start) if layout else None
+        source = ReplaySource(dataset, engine.task_rows(dataset, replay.rate, most), replay,
                               span=engine.spans_copies)
-    metrics = engine.metrics(metrics_log, on_sample)
-    if storage is None:
+    metrics = engine.metrics(watch)
+    if persist is None:
         return engine.run(source, sink or NullSink(), metrics=metrics)
-    with BlockManager(storage, storage_config) as bm:
+    with BlockManager(persist.storage, persist.layout) as bm:
         pog = POG(bm)
-        adaptive = {"interval": compression_interval} if compression == "adaptive" else {}
+        compression = persist.compression or "none"
+        adaptive = {"interval": persist.compression_interval} if compression == "adaptive" \
+            else {}
         ingress_stream(pog, engine, Compression.scheme(engine.input_schema, compression,
-                                                        lossy_decimals, on_event=metrics.event,
-                                                        **adaptive))
+                                                        persist.lossy_decimals,
+                                                        on_event=metrics.event, **adaptive))
         report = engine.run(PersistedFeed(pog, engine, source), sink or NullSink(),
                             metrics=metrics, listener=InputRelease(pog, engine.horizon_ms))
         return dataclasses.replace(report, written_bytes=bm.bytes_written)

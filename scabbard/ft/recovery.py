@@ -34,6 +34,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +44,7 @@ from scabbard.compression.policy import Compression
 from scabbard.data import Dataset
 from scabbard.engine.ports import Resume
 from scabbard.engine.runtime import MIN_BATCH, Engine, EngineConfig, RunReport
-from scabbard.engine.sources import ReplaySource
+from scabbard.engine.sources import Replay, ReplaySource
 from scabbard.errors import EXIT_USAGE, UserError
 from scabbard.ft import channels
 from scabbard.ft.checkpointing import CheckpointListener
@@ -53,6 +54,7 @@ from scabbard.ft.ingress import INGRESS, READER, PersistedFeed, ReplayFeed, ingr
 from scabbard.ft.sinks import NO_WINDOW, ExactlyOnceSink, open_output
 from scabbard.ft.spillstore import DurableSpills
 from scabbard.ft.state import QueryState
+from scabbard.outputs import metrics_log
 from scabbard.pog import POG
 from scabbard.pog.checkpoint import CheckpointController, CheckpointError, CheckpointStore
 from scabbard.query import Query
@@ -197,14 +199,15 @@ class Hooks:
     crash-state explorer).  ``standby()``: called once the code is loaded and before the
     storage is touched; it returns when this process should take over (a warm standby,
     started ahead of a failure, waits there - see
-    :class:`scabbard.ft.controller.Controller`).  ``on_sample(sample)``: each live metrics
-    sample.  ``wrap_source(source)``: a source in front of the replay (e.g.
+    :class:`scabbard.ft.controller.Controller`).  ``watch``: callables given each metrics
+    line (samples and events; the configuration's metrics log is written beside them).
+    ``wrap_source(source)``: a source in front of the replay (e.g.
     :class:`scabbard.peers.synclog.LoggedSource`, Flink++'s stream persistence through
     Kafka++)."""
 
     io: FileIO = OS
     standby: object = None
-    on_sample: object = None
+    watch: Sequence = ()
     wrap_source: object = None
 
 
@@ -300,13 +303,12 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         raise ConfigError("a fault-tolerant run needs an FTConfig and a PersistConfig")
     query = query or queries.get(cfg.query)
     sink = sink if sink is not None else open_output(ft.output, ft.sink)
-    io, standby, on_sample, wrap_source = hooks.io, hooks.standby, hooks.on_sample, \
-        hooks.wrap_source
+    io, standby, wrap_source = hooks.io, hooks.standby, hooks.wrap_source
     storage, storage_config = persist.storage, persist.layout
     rate, duration, max_tuples = cfg.rate, cfg.duration, cfg.max_tuples
     push_up, compression, lossy_decimals = (persist.push_up, persist.compression,
                                             persist.lossy_decimals)
-    compression_interval, metrics_log = persist.compression_interval, cfg.metrics_log
+    compression_interval = persist.compression_interval
     interval, every_tasks, aligned = ft.interval, ft.every_tasks, ft.aligned
     persist_input, durability = ft.persist_input, ft.durability
     faults.arm(ft.crash_at)
@@ -384,7 +386,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
             raise RunMismatch(f"{storage} holds a run {'with' if was else 'without'} "
                                   f"persistence push-up: recover it the same way "
                                   f"({'add' if was else 'drop'} --push-up)")
-        metrics = engine.metrics(metrics_log, on_sample)
+        metrics = engine.metrics((*metrics_log(cfg.metrics_log), *hooks.watch))
         sink.bind(io, durable, persist_at)
         storage_config = dataclasses.replace(storage_config, sync=durable.flush)
     except BaseException:
@@ -451,10 +453,10 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         # with persisted input: replay what is stored, then continue the source after it;
         # without: the source itself starts again at the checkpoint's offset
         source_start = _source_position(ingress) if persist_input else (replay_from or 0)
-        source = ReplaySource(dataset, run["batch_rows"], rate=run["rate"], duration=duration,
-                              max_tuples=run["max_tuples"], loop=run.get("loop", True),
-                              start=source_start, started_at=run["started_at"],
-                              span=engine.spans_copies)
+        source = ReplaySource(dataset, run["batch_rows"],
+                              Replay(run["rate"], duration, run["max_tuples"],
+                                     run.get("loop", True)),
+                              source_start, run["started_at"], span=engine.spans_copies)
         if wrap_source is not None:
             source = wrap_source(source)
         feed = engine.feed(source)

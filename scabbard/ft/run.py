@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from scabbard import queries, workloads
 from scabbard.data import Dataset, dataset_path, open_dataset
 from scabbard.engine import EngineConfig, RunReport, Sink
@@ -15,6 +17,7 @@ from scabbard.ft.config import RunConfig
 from scabbard.ft.ingress import run_persisted
 from scabbard.ft.recovery import FTReport, Hooks, open_fault_tolerant
 from scabbard.ft.spillstore import disk_spill
+from scabbard.outputs import metrics_log
 
 
 def dataset_of(config: RunConfig) -> Dataset:
@@ -32,20 +35,16 @@ def engine_config(config: RunConfig) -> EngineConfig:
 
 
 def open_run(config: RunConfig, *, recover: bool = False, dataset: Dataset | None = None,
-             sink: Sink | None = None, on_sample=None, standby=None) -> RunReport | FTReport:
+             sink: Sink | None = None, watch: Sequence = (), standby=None
+             ) -> RunReport | FTReport:
     """Run what ``config`` says.  ``sink``: where results go without fault tolerance (with it,
-    the exactly-once sink of ``config.ft``); ``standby``: see
+    the exactly-once sink of ``config.ft``); ``watch``: callables given each metrics line
+    (the configuration's metrics log is written beside them); ``standby``: see
     :func:`~scabbard.ft.recovery.open_fault_tolerant`."""
     ds = dataset or dataset_of(config)
     if config.ft is not None:
         return open_fault_tolerant(config, ds, recover=recover,
-                                   hooks=Hooks(standby=standby, on_sample=on_sample))
-    p = config.persist
-    return run_persisted(queries.get(config.query), ds, p.storage if p else None, sink,
-                         engine_config(config), rate=config.rate, duration=config.duration,
-                         max_tuples=config.max_tuples, metrics_log=config.metrics_log,
-                         on_sample=on_sample, push_up=bool(p and p.push_up),
-                         compression=(p.compression or "none") if p else "none",
-                         lossy_decimals=p.lossy_decimals if p else None,
-                         compression_interval=p.compression_interval if p else 4.0,
-                         storage_config=p.layout if p else None)
+                                   hooks=Hooks(standby=standby, watch=watch))
+    return run_persisted(queries.get(config.query), ds, config.persist, sink,
+                         engine_config(config), config.replay,
+                         watch=(*metrics_log(config.metrics_log), *watch))

@@ -54,10 +54,10 @@ def compare(got: pd.DataFrame, want: pd.DataFrame, schema: Schema, rtol: float =
 def failure_free(query, dataset, max_tuples: int | None, config=None) -> pd.DataFrame:
     """The output of ``query`` on ``dataset`` up to ``max_tuples`` input tuples, run in this
     process without failures: what a fault-tolerant run's output is compared with."""
-    from scabbard.engine import CollectSink, run_query
+    from scabbard.engine import CollectSink, Replay, run_query
 
     sink = CollectSink()
-    run_query(query, dataset, sink=sink, max_tuples=max_tuples, config=config)
+    run_query(query, dataset, sink=sink, replay=Replay(max_tuples=max_tuples), config=config)
     return sink.to_pandas()
 
 

@@ -316,8 +316,8 @@ def measure_recovery(query: str, data: Path, folder: Path, interval: float,
     ``python -m scabbard run ... --recover`` process; its phases from its metrics log -
     process start, code loading, state load, and the replay of the input stored after the
     checkpoint (tuples and seconds)."""
-    from scabbard.engine import read_metrics
     from scabbard.ft.config import RunConfig
+    from scabbard.outputs import read_metrics
 
     log = folder / "recovery.jsonl"
     cfg = RunConfig.of(query, data=data, storage=folder / "storage", output=folder / "output",

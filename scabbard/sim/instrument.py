@@ -75,19 +75,20 @@ def timed_run(query: str, ds, workers: int, rows: int, seconds: float,
     after as many tasks in every run); ``kernels`` holds each branch's variants and their
     time per row.  ``tuples``: run for that many tuples instead of ``seconds``."""
     from scabbard import queries
-    from scabbard.engine import EngineConfig, NullSink
+    from scabbard.engine import EngineConfig, NullSink, Replay
     from scabbard.engine.adaptive import AdaptivePolicy
+    from scabbard.ft.config import PersistConfig
     from scabbard.ft.ingress import run_persisted
 
     probe = Probe()
     with probe.recording():
-        rep = run_persisted(queries.get(query), ds, storage, NullSink(),
+        persist = PersistConfig(storage, push_up, compression) if storage else None
+        rep = run_persisted(queries.get(query), ds, persist, NullSink(),
                             EngineConfig(workers=workers, batch_rows=rows, assembly=assembly,
                                          ingress_partitions=ingress,
                                          adaptive=AdaptivePolicy(background=False)
                                          if adaptive else None),
-                            duration=None if tuples else seconds, max_tuples=tuples,
-                            compression=compression, push_up=push_up)
+                            Replay(None if tuples else seconds, tuples))
         cpu_total = _process_cpu_s() - (probe.cpu_at_start or _process_cpu_s())
     frag, n = probe.cpu_s("fragment")
     n = max(n, 1)

@@ -25,9 +25,10 @@ def engine_and_data(query: str, scale: str, data_dir: str | Path):
 def replay(ds, rows: int, tasks: int):
     """``tasks`` batches of ``rows`` as the engine sees them in a steady run: from the
     second copy of the dataset on (timestamps shifted)."""
+    from scabbard.engine import Replay
     from scabbard.engine.sources import ReplaySource
 
-    return ReplaySource(ds, rows, start=ds.rows, max_tuples=ds.rows + rows * tasks, loop=True)
+    return ReplaySource(ds, rows, start=ds.rows, replay=Replay(max_tuples=ds.rows + rows * tasks))
 
 
 def measure_persistence(query: str, scale: str = "small", data_dir: str | Path = "data",

@@ -2,7 +2,7 @@
 
 :class:`SimResult` carries the engine's :class:`~scabbard.engine.metrics.Summary` and a
 timeline with the columns of the engine's metrics log samples
-(:func:`scabbard.engine.metrics.read_metrics`), so a notebook draws either the same way.
+(:func:`scabbard.outputs.read_metrics`), so a notebook draws either the same way.
 """
 
 from __future__ import annotations
