@@ -47,23 +47,24 @@ def bench_datagen(
 ) -> list[dict]:
     """Generate each workload at ``rows`` rows; print generation and replay-read rates."""
     from scabbard.sparksession import SparkSettings, get_spark
-    from scabbard.workloads.generator import generate, make_params
+    from scabbard.workloads.generator import Datagen, generate, make_params
 
     names = list(names or workloads.NAMES)
     spark = get_spark(SparkSettings(master=master, app_name="scabbard-bench"))
     # Warm the JVM (class loading, JIT of Spark's own code) so the first workload is not
     # charged for it; each workload's generated code still compiles inside its timing.
     warm = workloads.get("sg").SPEC
-    generate(warm, make_params(warm, scale="tiny"), out=scratch, name="warmup", force=True,
-             progress=False, spark=spark)
+    generate(warm, make_params(warm, scale="tiny"),
+             Datagen(out=scratch, name="warmup", force=True, progress=False, spark=spark))
     shutil.rmtree(scratch / "sg" / "warmup", ignore_errors=True)
     results = []
     for name in names:
         spec = workloads.get(name).SPEC
         rate = spec.default_rate
         params = make_params(spec, duration=rows / rate, rate=rate)
-        ds = generate(spec, params, out=scratch, name="bench", master=master, force=True,
-                      progress=False, spark=spark)
+        ds = generate(spec, params,
+                      Datagen(out=scratch, name="bench", master=master, force=True, progress=False,
+                              spark=spark))
         run = ds.manifest["run"]
         secs = run["seconds_total"]
         read = replay_read(ds)

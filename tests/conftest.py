@@ -48,11 +48,12 @@ def _exclusive(path: Path):
 
 
 def _generate_tiny(out: Path, spark) -> None:
-    from scabbard.workloads.generator import generate, make_params
+    from scabbard.workloads.generator import Datagen, generate, make_params
 
     for name in workloads.ALL:
         spec = workloads.get(name).SPEC
-        generate(spec, make_params(spec, scale="tiny"), out=out, spark=spark, progress=False)
+        generate(spec, make_params(spec, scale="tiny"),
+                 Datagen(out=out, spark=spark, progress=False))
 
 
 @pytest.fixture(scope="session")

@@ -21,9 +21,9 @@ from pathlib import Path
 from scabbard import queries, workloads
 from scabbard.data.shared import open_shared_dataset
 from scabbard.hadoopfs import SharedFS, join
-from scabbard.peers.spark import run_spark
+from scabbard.peers.spark import Results, run_spark
 from scabbard.sparksession import SparkSettings, get_spark
-from scabbard.workloads.generator import generate, make_params
+from scabbard.workloads.generator import Datagen, generate, make_params
 
 
 def say(**event) -> None:
@@ -43,8 +43,9 @@ def main() -> None:
             spec = workloads.get(step["generate"]).SPEC
             params = make_params(spec, scale=step.get("scale"), duration=step.get("duration"),
                                  rate=step.get("rate"))
-            ds = generate(spec, params, out=step["out"], partitions=step.get("partitions"),
-                          spark=spark, progress=False, force=True)
+            ds = generate(spec, params,
+                          Datagen(out=step["out"], partitions=step.get("partitions"), spark=spark,
+                                  progress=False, force=True))
             where = spark.sparkContext.parallelize([0], 1).map(
                 lambda _: __import__("scabbard").__file__).collect()[0]
             say(event="done", step=i, path=str(ds.path), rows=ds.rows,
@@ -56,7 +57,7 @@ def main() -> None:
             schema = workloads.get(queries.workload_of(step["run"])).SCHEMA
             ds = open_shared_dataset(SharedFS(spark), step["data"], schema)
             run = run_spark(query, ds, spark=spark, workdir=step["workdir"],
-                            output=join(step["workdir"], "result"), collect=False,
+                            results=Results(join(step["workdir"], "result"), False),
                             max_files_per_trigger=step.get("max_files"))
             say(event="done", step=i, query=run.query, rows=run.rows, output=run.output,
                 rows_read=list(run.rows_read), tuples=run.tuples, seconds=run.seconds)

@@ -641,7 +641,7 @@ def test_the_filter_order_follows_selectivities_that_change(tmp_path):
         e = Engine(two_filters("a"), {}, EngineConfig(workers=1, batch_rows=1 << 12,
                                                       adaptive=adaptive))
         sink = CollectSink()
-        e.run(src, sink, e.metrics(log))
+        e.run(src, sink, e.metrics(outputs.metrics_log(log)))
         return sink.columns()
 
     want = run(None)

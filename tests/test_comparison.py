@@ -13,9 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from scabbard.engine import Replay
 from scabbard.experiments import comparison
 from scabbard.experiments.ingest import ingest
 from scabbard.experiments.progress import Progress, Step, guesses_from
+from scabbard.ft.config import PersistConfig
 from scabbard.sparksession import sized_for_machine
 
 CHILD = Path(__file__).with_name("peer_kill_child.py")
@@ -87,9 +89,9 @@ def test_a_failure_is_one_line_saying_why():
 
 def test_the_reduced_ingest_counts_source_tuples_and_writes_fewer_bytes(tiny, tmp_path):
     ds = tiny["lrb"]  # LRB1's push-up keeps some columns of every tuple
-    raw = ingest("LRB1", ds, tmp_path / "raw", None, max_tuples=200_000)
-    red = ingest("LRB1", ds, tmp_path / "red", None, max_tuples=200_000, push_up=True,
-                 compression="adaptive")
+    raw = ingest("LRB1", ds, PersistConfig(tmp_path / "raw"), Replay(max_tuples=200_000))
+    red = ingest("LRB1", ds, PersistConfig(tmp_path / "red", push_up=True, compression="adaptive"),
+                 Replay(max_tuples=200_000))
     assert raw.tuples == red.tuples >= 200_000
     assert red.disk_bytes < raw.disk_bytes / 2
 

@@ -7,7 +7,7 @@ import pytest
 from scabbard import workloads
 from scabbard.data import open_dataset
 from scabbard.data.parquet import read_parquet
-from scabbard.workloads.generator import generate, make_params
+from scabbard.workloads.generator import Datagen, generate, make_params
 
 pytestmark = pytest.mark.spark
 
@@ -41,8 +41,8 @@ def test_parquet_and_replay_hold_the_same_rows(tiny, name):
 @pytest.mark.parametrize("name", workloads.ALL)
 def test_same_parameters_give_identical_bytes_whatever_the_partitioning(spark, tiny, tmp_path, name):
     spec = workloads.get(name).SPEC
-    again = generate(spec, make_params(spec, scale="tiny"), out=tmp_path, partitions=3,
-                     spark=spark, progress=False)
+    again = generate(spec, make_params(spec, scale="tiny"),
+                     Datagen(out=tmp_path, partitions=3, spark=spark, progress=False))
     assert again.manifest["run"]["partitions"] == 3
     assert again.checksum == tiny[name].checksum
     for c1, c2 in zip(again.manifest["stream"]["columns"], tiny[name].manifest["stream"]["columns"],
@@ -66,8 +66,8 @@ def test_a_dataset_from_older_generator_code_is_regenerated(spark, tmp_path):
 
 def test_another_seed_gives_other_data(spark, tiny, tmp_path):
     spec = workloads.get("ysb").SPEC
-    other = generate(spec, make_params(spec, scale="tiny", seed=7), out=tmp_path, spark=spark,
-                     progress=False)
+    other = generate(spec, make_params(spec, scale="tiny", seed=7),
+                     Datagen(out=tmp_path, spark=spark, progress=False))
     assert other.name == "d30s-r1000-seed7"
     assert other.checksum != tiny["ysb"].checksum
 
@@ -75,13 +75,14 @@ def test_another_seed_gives_other_data(spark, tiny, tmp_path):
 def test_an_identical_dataset_is_kept_and_a_different_one_is_not_overwritten(spark, tiny, data_root):
     spec = workloads.get("sg").SPEC
     before = tiny["sg"].manifest["run"]["created"]
-    again = generate(spec, make_params(spec, scale="tiny"), out=data_root, spark=spark, progress=False)
+    again = generate(spec, make_params(spec, scale="tiny"),
+                     Datagen(out=data_root, spark=spark, progress=False))
     assert again.manifest["run"]["created"] == before  # not regenerated
     from scabbard.workloads.generator import DatagenError
 
     with pytest.raises(DatagenError, match="already holds a dataset with other parameters"):
-        generate(spec, make_params(spec, scale="tiny", plugs=100), out=data_root, name="tiny",
-                 spark=spark, progress=False)
+        generate(spec, make_params(spec, scale="tiny", plugs=100),
+                 Datagen(out=data_root, name="tiny", spark=spark, progress=False))
 
 
 # -- each benchmark's specification ---------------------------------------------------------------
@@ -258,8 +259,8 @@ def test_sm_signals_and_the_distribution_change(spark, tiny, tmp_path):
     assert np.array_equal(col(ds, "message_index"), np.arange(ds.rows))
 
     spec = workloads.get("sm").SPEC
-    changed = generate(spec, make_params(spec, scale="tiny", change_at=100), out=tmp_path,
-                       spark=spark, progress=False)
+    changed = generate(spec, make_params(spec, scale="tiny", change_at=100),
+                       Datagen(out=tmp_path, spark=spark, progress=False))
     ts = col(changed, "timestamp")
     before, after = ts < 100_000, ts >= 100_000
     for c in ("mf01", "mf02", "mf03", "pc13"):

@@ -18,6 +18,7 @@ from scabbard.data import Table
 from scabbard.engine import Engine, EngineConfig, Replay, ReplaySource
 from scabbard.engine.feeds import SourceFeed
 from scabbard.engine.ingress import PartitionedFeed
+from scabbard.ft.config import PersistConfig
 from scabbard.schema import Field, Schema
 
 SCHEMA = Schema("ingress-test", (Field("timestamp", "int64"), Field("key", "int64"),
@@ -235,10 +236,11 @@ def test_pure_ingest_with_partitions_stores_what_one_dispatcher_stores(tiny, tmp
     from scabbard.experiments.ingest import ingest
 
     ds = tiny["lrb"]
-    one = ingest("LRB1", ds, tmp_path / "one", None, max_tuples=200_000, push_up=True,
-                 compression="default", batch_rows=3000)
-    three = ingest("LRB1", ds, tmp_path / "three", None, max_tuples=200_000, push_up=True,
-                   compression="default", batch_rows=3000, partitions=3)
+    one = ingest("LRB1", ds, PersistConfig(tmp_path / "one", True, "default"),
+                 Replay(max_tuples=200_000), batch_rows=3000)
+    three = ingest("LRB1", ds, PersistConfig(tmp_path / "three", True, "default"),
+                   Replay(max_tuples=200_000), EngineConfig(workers=2, ingress_partitions=3),
+                   batch_rows=3000)
     assert one.tuples == three.tuples == 200_000
     assert one.stored_tuples == three.stored_tuples and one.disk_bytes == three.disk_bytes
     assert len(three.latency_ms) and three.latency_ms["p50"] >= 0

@@ -10,7 +10,7 @@ import pytest
 
 from scabbard import workloads
 from scabbard.data import DatasetError, open_dataset
-from scabbard.workloads.generator import generate, make_params
+from scabbard.workloads.generator import Datagen, generate, make_params
 
 pytestmark = [pytest.mark.crash, pytest.mark.spark, pytest.mark.slow]
 
@@ -51,7 +51,7 @@ def test_sigkill_while_converting_leaves_no_complete_dataset(spark, tmp_path):
 
     # the next run (same folder) clears the dead run's staging folder and completes
     spec = workloads.get("ysb").SPEC
-    ds = generate(spec, make_params(spec, scale="tiny"), out=out, name="big", spark=spark,
-                  progress=False)
+    ds = generate(spec, make_params(spec, scale="tiny"),
+                  Datagen(out=out, name="big", spark=spark, progress=False))
     ds.verify()
     assert [p.name for p in (out / "ysb").iterdir()] == ["big"]

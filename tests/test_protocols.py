@@ -17,6 +17,7 @@ from scabbard.pog.checkpoint import (
     CheckpointController,
     CheckpointError,
     CheckpointStore,
+    Due,
     FTOperator,
     InFlight,
     ProtocolError,
@@ -56,7 +57,7 @@ class Operator(FTOperator):
 
 def controller(tmp_path, sink=None, op=None, **kw):
     released, trimmed = [], []
-    c = CheckpointController(CheckpointStore(tmp_path / "ck"), op or Operator(), interval=None,
+    c = CheckpointController(CheckpointStore(tmp_path / "ck"), op or Operator(), Due(None),
                              sink=sink, release=released.append, trim_state=trimmed.append, **kw)
     return c, released, trimmed
 

@@ -38,7 +38,7 @@ from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, TransactionalSink, owner_of, read_output
 from scabbard.ft.verify import compare
 from scabbard.outputs import read_metrics
-from scabbard.pog.checkpoint import CheckpointController, CheckpointError, CheckpointStore
+from scabbard.pog.checkpoint import CheckpointController, CheckpointError, CheckpointStore, Due
 from scabbard.schema import Field, Schema
 from scabbard.storage import (
     BlockManager,
@@ -236,7 +236,7 @@ def _zeros(bufs) -> bool:
 
 def test_a_checkpoint_interval_too_long_for_a_timer_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="interval"):
-        CheckpointController(CheckpointStore(tmp_path), operator=None, interval=1e300)
+        CheckpointController(CheckpointStore(tmp_path), operator=None, due=Due(1e300))
     r = subprocess.run([sys.executable, "-m", "scabbard", "run", "--query", "CM1",
                         "--checkpoint-interval", "1e300", "--storage", str(tmp_path / "s"),
                         "--output", str(tmp_path / "o")], capture_output=True, text=True)

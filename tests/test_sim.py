@@ -443,9 +443,10 @@ def test_cli_help_describes_every_subcommand(capsys):
 @pytest.mark.spark
 def test_calibrate_on_real_data_then_simulate(tiny, data_root, tmp_path):
     from scabbard.sim.calibrate import calibrate
+    from scabbard.sim.machine import Quiet
 
     cal = calibrate(["CM1"], scale="tiny", data_dir=data_root, seconds=0.4,
-                    out=tmp_path / "cal.json", quiet_timeout=5)
+                    out=tmp_path / "cal.json", quiet=Quiet(timeout=5))
     assert load(tmp_path / "cal.json") == cal
     c = cal.costs("CM1")
     assert c.fragment_ns_tuple > 0 and c.batch_rows > 0 and c.row_bytes == 64
@@ -527,10 +528,11 @@ def test_the_probe_times_the_ingress_partitions_and_the_dispatcher_apart(tiny, t
     append in turn (``append``), the dispatcher what it hands out (``dispatch``): what the
     model's partitions, turn and dispatcher are calibrated with."""
     from scabbard import queries
-    from scabbard.sim.instrument import Probe, timed_run
+    from scabbard.sim.instrument import Probe, timed_config, timed_run
 
     ds = tiny["cm"]
-    r = timed_run("CM1", ds, 1, 997, 0.5, tmp_path / "store", "default", ingress=2)
+    r = timed_run("CM1", ds, timed_config(1, 997, ingress=2), 0.5,
+                  PersistConfig(tmp_path / "store", compression="default"))
     assert r["ingress_s"] > 0 and r["append_s"] > 0 and r["dispatch_task_s"] > 0
     probe = Probe()
     from scabbard.engine import EngineConfig, NullSink, Replay

@@ -17,7 +17,7 @@ from scabbard.data.shared import open_shared_dataset
 from scabbard.hadoopfs import SharedFS, is_uri, join, local_path, to_uri
 from scabbard.peers.spark import run_spark
 from scabbard.sparksession import SparkSettings, driver_configuration
-from scabbard.workloads.generator import generate, make_params
+from scabbard.workloads.generator import Datagen, generate, make_params
 
 
 # -- no Spark needed ----------------------------------------------------------------------------
@@ -85,8 +85,9 @@ def test_bench_cluster_flags_are_its_settings(capsys):
 def test_generation_at_a_uri_is_written_by_the_executors_and_identical(spark, tiny, tmp_path,
                                                                        name, partitions):
     spec = workloads.get(name).SPEC
-    ds = generate(spec, make_params(spec, scale="tiny"), out=(tmp_path / "d").as_uri(),
-                  partitions=partitions, spark=spark, progress=False)
+    ds = generate(spec, make_params(spec, scale="tiny"),
+                  Datagen(out=(tmp_path / "d").as_uri(), partitions=partitions, spark=spark,
+                          progress=False))
     parts = ds.manifest["run"]["partitions"]
     assert parts == (partitions or tiny[name].manifest["run"]["partitions"])
     if partitions is None:  # the same partitions: the very same manifest
@@ -100,14 +101,14 @@ def test_generation_at_a_uri_is_written_by_the_executors_and_identical(spark, ti
     assert times == sorted(times) and len(set(times)) == parts
     assert [p.name for p in ds.path.rglob("*") if p.name.startswith((".", "_"))] == []
     # the same again is kept; a different dataset under the name is not overwritten
-    again = generate(spec, make_params(spec, scale="tiny"), out=(tmp_path / "d").as_uri(),
-                     spark=spark, progress=False)
+    again = generate(spec, make_params(spec, scale="tiny"),
+                     Datagen(out=(tmp_path / "d").as_uri(), spark=spark, progress=False))
     assert again.manifest["run"]["created"] == ds.manifest["run"]["created"]
     from scabbard.workloads.generator import DatagenError
 
     with pytest.raises(DatagenError, match="already holds a dataset with other parameters"):
-        generate(spec, make_params(spec, scale="tiny", seed=5), out=(tmp_path / "d").as_uri(),
-                 name="tiny", spark=spark, progress=False)
+        generate(spec, make_params(spec, scale="tiny", seed=5),
+                 Datagen(out=(tmp_path / "d").as_uri(), name="tiny", spark=spark, progress=False))
 
 
 @pytest.mark.spark
@@ -138,8 +139,8 @@ def test_a_dataset_at_a_uri_is_read_and_checked_through_the_driver(spark, tiny, 
 def test_several_micro_batches_read_the_files_in_event_time_order(spark, tmp_path):
     from scabbard.workloads import ysb
 
-    ds = generate(ysb.SPEC, make_params(ysb.SPEC, scale="tiny"), out=tmp_path / "d",
-                  partitions=4, spark=spark, progress=False)
+    ds = generate(ysb.SPEC, make_params(ysb.SPEC, scale="tiny"),
+                  Datagen(out=tmp_path / "d", partitions=4, spark=spark, progress=False))
     q = queries.get("YSB")
     run = run_spark(q, ds, spark=spark, workdir=tmp_path / "w", max_files_per_trigger=1)
     commits = [p for p in (tmp_path / "w" / "checkpoint0" / "commits").iterdir() if p.name.isdigit()]

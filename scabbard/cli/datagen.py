@@ -71,7 +71,7 @@ _OPTION_FLAGS = ("xways", "plugs", "houses", "machines", "campaigns", "change_at
 
 def _run_datagen(args) -> int:
     from scabbard import workloads
-    from scabbard.workloads.generator import check_writable, generate, make_params
+    from scabbard.workloads.generator import Datagen, check_writable, generate, make_params
 
     names = workloads.NAMES if args.workload == "all" else (args.workload,)
     given = {k: getattr(args, k) for k in _OPTION_FLAGS if getattr(args, k) is not None}
@@ -109,11 +109,11 @@ def _run_datagen(args) -> int:
 
             spark = get_spark(SparkSettings(master=args.master, app_name="scabbard-datagen",
                                             extra=conf))
-        ds = generate(
-            spec, params, out=root, name=args.name, partitions=args.partitions,
-            master=args.master, force=args.force, progress=not args.no_progress,
-            parquet_codec=args.parquet_codec, spark=spark, log=lambda s: print(s, flush=True),
-        )
+        ds = generate(spec, params,
+                      Datagen(out=root, name=args.name, partitions=args.partitions,
+                              master=args.master, force=args.force, progress=not args.no_progress,
+                              parquet_codec=args.parquet_codec, spark=spark,
+                              log=lambda s: print(s, flush=True)))
         run = ds.manifest.get("run", {})
         rows.append((spec.name, ds.rows, ds.stream.nbytes / 1e6, run.get("seconds_total"), ds.path))
     print()

@@ -203,7 +203,10 @@ def _explain_placement(query, ds, args) -> str:
 
 
 def _run_ingest(args) -> int:
-    from scabbard.experiments.ingest import ingest
+    import dataclasses
+
+    from scabbard.engine import Replay
+    from scabbard.experiments.ingest import INGEST, ingest
 
     if not args.duration > 0:
         raise CLIError(f"--duration must be positive, got {args.duration}")
@@ -212,8 +215,9 @@ def _run_ingest(args) -> int:
     ds = query_dataset(args)
     store = storage_dir(args, args.query)
     print(f"ingest of {ds.path} for {args.query} into {store} for {args.duration:g} s", flush=True)
-    r = ingest(args.query, ds, store, args.duration, batch_rows=args.batch,
-               partitions=args.ingress_partitions,
+    r = ingest(args.query, ds, PersistConfig(store), Replay(duration=args.duration),
+               dataclasses.replace(INGEST, ingress_partitions=args.ingress_partitions),
+               batch_rows=args.batch,
                progress=lambda n, t: print(f"  {t:6.1f} s  {n / t / 1e6:8.2f} M tuples/s",
                                            flush=True))
     print(f"\n{args.query} ingest: {r.tuples:,} tuples in {r.seconds:.2f} s = "

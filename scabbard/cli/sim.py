@@ -231,12 +231,13 @@ def add_parser(subparsers) -> None:
 def run_calibrate(args) -> int:
     from scabbard.sim.calibrate import calibrate
     from scabbard.sim.config import load, merge, save
+    from scabbard.sim.machine import Quiet
 
     if not args.duration > 0:
         raise _error(f"--duration must be positive, got {args.duration}")
     names = _queries(args.queries)
     cal = calibrate(names, scale=args.scale, data_dir=str(data_root(args)), seconds=args.duration,
-                    out=None, quiet_timeout=args.quiet_timeout)
+                    out=None, quiet=Quiet(timeout=args.quiet_timeout))
     out = Path(args.output) if args.output else paths.shipped_calibration() \
         if args.replace_shipped else paths.local_calibration()
     out.parent.mkdir(parents=True, exist_ok=True)

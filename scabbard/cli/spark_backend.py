@@ -48,7 +48,7 @@ def _dataset(args, spark):
 
 def run_spark_backend(args, query) -> int:
     from scabbard.hadoopfs import check_executors_can_write, join
-    from scabbard.peers.spark import run_spark
+    from scabbard.peers.spark import Results, run_spark
     from scabbard.sparksession import SparkSettings, get_spark
 
     if args.persist_input or args.checkpoint_interval is not None or args.recover:
@@ -80,7 +80,7 @@ def run_spark_backend(args, query) -> int:
         if args.workdir:
             check_executors_can_write(spark, args.workdir, "--workdir")
         out = args.output or join(workdir, "result")
-        run = run_spark(query, ds, spark=spark, workdir=workdir, output=out, collect=False)
+        run = run_spark(query, ds, spark=spark, workdir=workdir, results=Results(out, False))
     print(f"\n{query.name} (Spark Structured Streaming, {spark.sparkContext.master}): "
           f"{run.tuples:,} tuples in {run.seconds:.2f} s = {run.tuples_per_s / 1e6:.3f} M tuples/s "
           f"(streaming part; {run.seconds_total:.2f} s in all)")

@@ -12,6 +12,7 @@ a line being written.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -64,6 +65,9 @@ class Metrics:
     def __init__(self, row_bytes: int, interval: float = 0.5, watch: Sequence = ()):
         self.row_bytes = row_bytes
         self.interval = interval
+        if watch is None or isinstance(watch, str | os.PathLike):
+            raise TypeError(f"watch takes callables given each line, not {watch!r} (a metrics "
+                            f"log file: scabbard.outputs.MetricsLog(path))")
         self.watch = tuple(watch)
         self._lock = threading.Lock()
         self._stop = threading.Event()

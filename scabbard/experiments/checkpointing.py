@@ -51,6 +51,7 @@ from scabbard.experiments import (
     save_tables,
     scratch,
 )
+from scabbard.ft.config import PersistConfig
 from scabbard.ft.modes import INTERVAL
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, DiscardSink
@@ -120,8 +121,8 @@ def measure(query: str, config: str, workers: int, ds, folder: Path,
                                                                layout.data_start))
             if engine.raw_tasks_in_pieces:  # the FT run's p-units: its tasks' pieces
                 rows = min(rows, engine.piece_rows(layout.file_bytes, layout.data_start))
-            r = ingest(query, ds, folder / "storage", settings.seconds, batch_rows=rows,
-                       config=layout, workers=workers)
+            r = ingest(query, ds, PersistConfig(folder / "storage", layout=layout),
+                       Replay(duration=settings.seconds), cfg, batch_rows=rows)
             summary = SimpleNamespace(tuples=r.tuples, tuples_per_s=r.tuples_per_s,
                                       seconds=r.seconds, result_rows=0)
             out.update(persisted_bytes_per_tuple=r.disk_bytes / max(1, r.tuples))

@@ -192,10 +192,10 @@ def measure(query: str, ds, settings: Settings, root: Path, spark: SparkPeer | N
 
 
 def _spark(query: str, data, spark, tmp: str) -> dict:
-    from scabbard.peers.spark import run_spark
+    from scabbard.peers.spark import Results, run_spark
 
     run = run_spark(queries.get(query), data, spark=spark, workdir=Path(tmp) / "spark",
-                    collect=False)
+                    results=Results(collect=False))
     return {"tuples_per_s": run.tuples_per_s, "peer_tuples": run.tuples}
 
 

@@ -527,7 +527,7 @@ def reacting(phases: Sequence[float] = (0.05, 0.95, 0.05), phase_rows: int = 1 <
     (``rows``, ``batch_rows``: :class:`Selectivities`'). Saved as ``reacting.csv`` and
     ``reacting_events.csv``."""
     from scabbard.engine import Engine
-    from scabbard.outputs import read_metrics
+    from scabbard.outputs import metrics_log, read_metrics
 
     bad = [o for o in orders if o not in ORDERS]
     if bad:
@@ -543,7 +543,7 @@ def reacting(phases: Sequence[float] = (0.05, 0.95, 0.05), phase_rows: int = 1 <
                 metrics_interval=0.1))
             path = Path(tmp) / f"{first}-{name}.jsonl"
             src.changed = []
-            report = engine.run(src, NullSink(), engine.metrics(path))
+            report = engine.run(src, NullSink(), engine.metrics(metrics_log(path)))
             m = read_metrics(path)
             s = m[m["event"] == "sample"].assign(order=name)
             samples.append(s)

@@ -42,7 +42,7 @@ from scabbard.ft.config import PersistConfig
 from scabbard.ft.ingress import persisted_in_order, run_persisted
 from scabbard.peers import broker, synclog
 from scabbard.pog import POG, PUnit
-from scabbard.storage import BlockManager, StorageConfig
+from scabbard.storage import BlockManager
 from scabbard.storage.diskbench import disk_bandwidth
 
 
@@ -77,26 +77,29 @@ def batch_rows_for(query: str, ds: Dataset) -> int:
     return engine.batch_rows_for(ReplaySource(ds, 1).tuples_per_ms())
 
 
-def ingest(query: str, ds: Dataset, storage: str | Path, seconds: float | None = 5.0,
-           max_tuples: int | None = None, batch_rows: int | None = None,
-           config: StorageConfig | None = None, progress=None, push_up: bool = False,
-           compression: str = "none", workers: int = 2, partitions: int = 1,
-           compression_interval: float = 4.0) -> IngestResult:
-    """Persist ``ds`` replayed endlessly into an ingress p-stream in ``storage``; no query runs.
+INGEST = EngineConfig(workers=2, ingress_partitions=1)  # ingest's threads by default
+FIVE_SECONDS = Replay(duration=5.0)
 
-    ``push_up``: the query's operators that persistence push-up moves before the p-stream
-    (§3.4) reduce each batch first; ``compression``: a scheme of
-    :data:`scabbard.compression.policy.SCHEMES` encodes it (``adaptive``: the paper's);
-    both on ``workers`` threads, as in the engine's persisted feed (the adaptive scheme
-    deciding every ``compression_interval`` seconds).  ``partitions``: ingress
-    partitions reading the source, each appending its own batches in turn
+
+def ingest(query: str, ds: Dataset, persist: PersistConfig, replay: Replay = FIVE_SECONDS,
+           engine: EngineConfig = INGEST, *, batch_rows: int | None = None,
+           progress=None) -> IngestResult:
+    """Persist ``ds`` replayed as ``replay`` says (endlessly for 5 s by default) into an
+    ingress p-stream as ``persist`` says; no query runs.
+
+    ``persist.push_up``: the query's operators that persistence push-up moves before the
+    p-stream (§3.4) reduce each batch first; ``persist.compression``: a scheme of
+    :data:`scabbard.compression.policy.SCHEMES` encodes it (``adaptive``: the paper's,
+    deciding every ``compression_interval`` seconds); both on the ``engine``'s workers, as in
+    its persisted feed.  ``engine.ingress_partitions``: ingress partitions reading the
+    source, each appending its own batches in turn
     (:func:`scabbard.ft.ingress.persisted_in_order`).  The tuples counted are the source's,
     the disk bytes those the storage wrote."""
-    engine = Engine(queries.get(query), ds.tables,
-                    EngineConfig(workers=workers, ingress_partitions=partitions), push_up=push_up)
+    compression = persist.compression or "none"
+    engine = Engine(queries.get(query), ds.tables, engine, push_up=persist.push_up)
     rows = batch_rows or engine.batch_rows_for(ReplaySource(ds, 1).tuples_per_ms())
-    source = ReplaySource(ds, rows, Replay(duration=seconds, max_tuples=max_tuples))
-    with BlockManager(storage, config) as bm:
+    source = ReplaySource(ds, rows, replay)
+    with BlockManager(persist.storage, persist.layout) as bm:
         pog = POG(bm)
         # a few p-units in flight: enough to overlap writes, few enough that the latency is the
         # write path's, not a queue's (64 in flight: the same throughput, 2-10x the latency)
@@ -104,7 +107,7 @@ def ingest(query: str, ds: Dataset, storage: str | Path, seconds: float | None =
                              max_bytes=8 * bm.config.bulk_bytes,
                              compress=Compression.scheme(
                                  engine.input_schema, compression,
-                                 **({"interval": compression_interval}
+                                 **({"interval": persist.compression_interval}
                                     if compression == "adaptive" else {})))
         feed = engine.feed(source, stream.compress)
         start_bytes, tuples, stored = bm.bytes_written, 0, 0
@@ -275,8 +278,8 @@ def _ours(q: str, ds: Dataset, settings: Settings, scratch: Path, partitions: in
     adaptive codecs when ``settings.reduced`` (else None); each into a folder removed after."""
     def one(name: str, **kw):
         folder = scratch / f"{q}-{name}{sfx}"
-        got = ingest(q, ds, folder, settings.seconds, workers=settings.workers,
-                     partitions=partitions, **kw)
+        got = ingest(q, ds, PersistConfig(folder, **kw), Replay(duration=settings.seconds),
+                     EngineConfig(workers=settings.workers, ingress_partitions=partitions))
         shutil.rmtree(folder, ignore_errors=True)
         return got
 

@@ -54,8 +54,8 @@ class Settings:
 def _measure(spark, label: str, settings: Settings, log: Callable[[str], None]) -> dict:
     """Warm up, then generate and query ``rounds`` times on ``spark``; one row of medians."""
     from scabbard.hadoopfs import to_uri
-    from scabbard.peers.spark import run_spark
-    from scabbard.workloads.generator import generate, make_params
+    from scabbard.peers.spark import Results, run_spark
+    from scabbard.workloads.generator import Datagen, generate, make_params
 
     spec = workloads.get(settings.workload).SPEC
     root = Path(settings.work).absolute() / label
@@ -66,11 +66,11 @@ def _measure(spark, label: str, settings: Settings, log: Callable[[str], None]) 
     gen, runs = [], []
     for r in range(settings.rounds + 1):  # round 0 warms the JVMs up (each executor its own)
         t0 = time.perf_counter()
-        ds = generate(spec, params, out=out, name="bench", force=True, spark=spark,
-                      progress=False)
+        ds = generate(spec, params,
+                      Datagen(out=out, name="bench", force=True, spark=spark, progress=False))
         seconds = time.perf_counter() - t0
         run = run_spark(query, ds, spark=spark, workdir=to_uri(root / f"work{r}"),
-                        output=to_uri(root / f"work{r}" / "result"), collect=False)
+                        results=Results(to_uri(root / f"work{r}" / "result"), False))
         log(f"  {label} round {r}{' (warm-up, not counted)' if r == 0 else ''}: generate "
             f"{ds.rows / seconds / 1e6:.3f} M tuples/s ({seconds:.1f} s), {query.name} "
             f"{run.tuples_per_s / 1e6:.3f} M tuples/s ({run.seconds:.1f} s streaming, "

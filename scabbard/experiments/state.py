@@ -189,10 +189,10 @@ def peer_run(system: str, ds, work: Path) -> dict:
 
     q = queries.get("DARWIN")
     if system == "spark-rocksdb":
-        from scabbard.peers.spark import run_spark
+        from scabbard.peers.spark import Results, run_spark
 
-        r = run_spark(q, ds, workdir=work / "spark", state_store="rocksdb", collect=False,
-                      output=work / "result")
+        r = run_spark(q, ds, workdir=work / "spark", state_store="rocksdb",
+                      results=Results(work / "result", False))
         return {"tuples": r.tuples, "seconds": r.seconds, "result_rows": r.rows}
     from scabbard.peers.flink import run_flink
 

@@ -29,7 +29,7 @@ import pandas as pd
 from scabbard.experiments import Common, prepared_dataset, recovery, scratch
 from scabbard.ft.modes import INTERVAL
 from scabbard.sim.config import Calibration, SimConfig, load
-from scabbard.sim.machine import LoadMeter, speed_probe, wait_quiet
+from scabbard.sim.machine import LoadMeter, Quiet, speed_probe, wait_quiet
 from scabbard.sim.model import simulate
 
 TARGETS = {"tuples/s": 15.0, "recovery s": 25.0}  # |error| % the issue asks for
@@ -133,7 +133,7 @@ def _least_disturbed(measure, settings: Settings, log):
     ``retries`` times); the least disturbed attempt is kept."""
     best = None
     for _ in range(settings.retries + 1):
-        wait_quiet(settings.quiet_cores, settings.quiet_timeout, log)
+        wait_quiet(Quiet(settings.quiet_cores, settings.quiet_timeout), log)
         got = measure()
         if best is None or (got[1].background_cores + got[1].stolen_cores
                             < best[1].background_cores + best[1].stolen_cores):
@@ -151,7 +151,7 @@ def validate_throughput(cal: Calibration, query: str, settings: Settings, root: 
     ds = prepared_dataset(query, settings.scale, settings.data_dir, 2, 1.0)
     rows = []
     for rc in settings.configs:
-        wait_quiet(settings.quiet_cores, settings.quiet_timeout, log)
+        wait_quiet(Quiet(settings.quiet_cores, settings.quiet_timeout), log)
         speed = core_speed(cal, query, log) if settings.probe else 1.0
         # the median of ``repeats`` runs: one run of a few seconds on a shared host varies
         # by tens of % (other machines' steal time); ``spread_pct`` says by how much
@@ -210,7 +210,7 @@ def validate_recovery(cal: Calibration, query: str, settings: Settings, root: Pa
                       log=print) -> list[dict]:
     """One kill and recovery, for real (notebook 04's experiment) and simulated."""
 
-    wait_quiet(settings.quiet_cores, settings.quiet_timeout, log)
+    wait_quiet(Quiet(settings.quiet_cores, settings.quiet_timeout), log)
     speed = core_speed(cal, query, log) if settings.probe else 1.0
     rs = recovery.Settings(query=query, scale=settings.scale, data_dir=settings.data_dir,
                            load=0.5, interval=settings.interval, seconds=settings.kill_seconds,

@@ -56,7 +56,12 @@ from scabbard.ft.spillstore import DurableSpills
 from scabbard.ft.state import QueryState
 from scabbard.outputs import metrics_log
 from scabbard.pog import POG
-from scabbard.pog.checkpoint import CheckpointController, CheckpointError, CheckpointStore
+from scabbard.pog.checkpoint import (
+    CheckpointController,
+    CheckpointError,
+    CheckpointStore,
+    Due,
+)
 from scabbard.query import Query
 from scabbard.storage import BlockManager, StorageError, folderlock
 from scabbard.storage import segment as seg_fmt
@@ -432,11 +437,11 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         if not (recover and persist_input):
             bm.forget_tails()  # the state is in; nothing more is read back
         controller = CheckpointController(
-            store, state, interval, sink=sink,
+            store, state, Due(interval, every_tasks), sink=sink,
             release=lambda rec: channels.release(pog, engine.plan, stores, rec,
                                                  (INGRESS, READER) if persist_input else None),
             trim_state=state.trim, on_event=metrics.event,
-            resumed=resume[0] if resume else None, every_tasks=every_tasks)
+            resumed=resume[0] if resume else None)
         at = None
         if resume is not None:  # the assembly starts where the checkpoint left it
             rec, (edges, graph) = resume

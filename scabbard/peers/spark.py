@@ -232,6 +232,33 @@ class SparkRun:
         return self.tuples / self.seconds if self.seconds > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class Results:
+    """What becomes of a Spark run's result rows: the executors write them to ``output`` as
+    Parquet (a folder or URI; None: not written), and ``collect`` brings them to the driver
+    as engine-style columns (a cluster's result need not fit there: ``collect=False``)."""
+
+    output: str | Path | None = None
+    collect: bool = True
+
+    def deliver(self, spark, query: Query, result) -> tuple[str | None, int | None, dict]:
+        """``result`` (a DataFrame of ``query``'s rows) written and collected: the output's
+        URI, the rows counted, the columns."""
+        out = to_uri(self.output) if self.output is not None else None
+        rows, cols = None, {}
+        if out is not None:  # uuids as canonical strings, as every result file has them
+            types = arrow_to_spark(query.schema, uuid_strings=True)
+            write_rows(uuid_strings(result, query.schema), types, out)
+            rows = spark.read.schema(types).parquet(out).count()
+        if self.collect:
+            cols = _to_columns(result, query.schema)
+            rows = len(cols[query.schema.names[0]])
+        return out, rows, cols
+
+
+COLLECT = Results()
+
+
 def _survivors(node: Node, df, relations: dict):
     """Rows through a plan prefix's σ, π and ⋈, each still carrying its source row as ``__orig_*``."""
     from pyspark.sql import functions as F
@@ -334,17 +361,16 @@ def _consume(node, stream, relations, i: int, work: Workdir) -> int:
 
 def run_spark(query: Query, dataset: Dataset | SharedDataset, spark=None,
               workdir: str | Path | None = None, checkpoint: str | Path | None = None,
-              output: str | Path | None = None, max_files_per_trigger: int | None = None,
-              collect: bool = True, state_store: str = "memory") -> SparkRun:
+              results: Results = COLLECT, max_files_per_trigger: int | None = None,
+              state_store: str = "memory") -> SparkRun:
     """Run ``query`` over ``dataset`` with Spark Structured Streaming; return its window results.
 
     ``dataset``: a local dataset, or one at a URI (:class:`SharedDataset`).  ``workdir``: a
     folder or URI every executor reaches (:class:`~scabbard.peers.spark_io.Workdir`); a
     temporary local folder by default, in local mode only.  ``checkpoint``: another parent
-    for the checkpoint locations.  ``output``: the executors also write the final rows
-    there as Parquet (a folder or URI).  ``collect=False``: the rows are not brought to the
-    driver (a cluster's result need not fit there; LRB2's 30 M rows do not), ``columns`` is
-    then empty.  ``max_files_per_trigger``: Parquet files per micro-batch (default: all).
+    for the checkpoint locations.  ``results``: where the final rows go (:class:`Results`;
+    by default collected to the driver - a cluster's result need not fit there, LRB2's 30 M
+    rows do not; without, ``columns`` is empty).  ``max_files_per_trigger``: Parquet files per micro-batch (default: all).
     ``state_store``: ``memory`` (Spark's default, on the heap) or ``rocksdb`` (on the local
     disk; a run resumed from a checkpoint keeps the store it started with).
     Started on the work folder of an unfinished run of the same query, it resumes.
@@ -361,14 +387,13 @@ def run_spark(query: Query, dataset: Dataset | SharedDataset, spark=None,
     many = windows_per_tuple(query) > MANY_WINDOWS
     settings = dict(INTERPRETED if many else {}, **{_STATE_STORE: STATE_STORES[state_store]})
     with _sql_settings(spark, settings):
-        return _run(query, data, spark, workdir, checkpoint, output, max_files_per_trigger,
-                    collect)
+        return _run(query, data, spark, (workdir, checkpoint), results, max_files_per_trigger)
 
 
-def _run(query, data, spark, workdir, checkpoint, output, max_files_per_trigger,
-         collect) -> SparkRun:
+def _run(query, data, spark, folders, results: Results, max_files_per_trigger) -> SparkRun:
     from pyspark.sql import functions as F
 
+    workdir, checkpoint = folders
     own = workdir is None
     if own and not spark.sparkContext.master.startswith("local"):
         raise ValueError(f"a run on {spark.sparkContext.master} needs a workdir every "
@@ -384,8 +409,7 @@ def _run(query, data, spark, workdir, checkpoint, output, max_files_per_trigger,
         if max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
         if stateless(query.node):
-            return _run_stateless(query, data, spark, reader, relations, work, output, collect,
-                                  t0)
+            return _run_stateless(query, data, spark, reader, relations, work, results, t0)
         SharedFS(spark).mkdirs(work.sentinel)
         # 1. the stream: the dataset's Parquet folder and the sentinel folder; count-based
         # windows' event time is each tuple's offset in the stream (ms = tuples)
@@ -418,18 +442,7 @@ def _run(query, data, spark, workdir, checkpoint, output, max_files_per_trigger,
         frames = {id(node): spark.read.schema(arrow_to_spark(node.schema)).parquet(work.branch(i))
                   for i, node in enumerate(branches)}
         # 3. per-window operators, as batch operations on complete windows
-        result = _post(query.node, frames)
-        out = to_uri(output) if output is not None else None
-        rows = None
-        if out is not None:  # uuids as canonical strings, as every result file has them
-            types = arrow_to_spark(query.schema, uuid_strings=True)
-            write_rows(uuid_strings(result, query.schema), types, out)
-            result = spark.read.schema(types).parquet(out)
-            rows = result.count()
-        cols = {}
-        if collect:
-            cols = _to_columns(result, query.schema)
-            rows = len(cols[query.schema.names[0]])
+        out, rows, cols = results.deliver(spark, query, _post(query.node, frames))
         return SparkRun(query.name, cols, data.rows, streaming, time.perf_counter() - t0, out,
                         rows, tuple(read))
     finally:
@@ -466,7 +479,8 @@ def _with_offset(types):
     return StructType([*types.fields, StructField(OFFSET, LongType(), False)])
 
 
-def _run_stateless(query, data, spark, reader, relations, work, output, collect, t0) -> SparkRun:
+def _run_stateless(query, data, spark, reader, relations, work, results: Results,
+                   t0) -> SparkRun:
     """A stateless query (σ, π, ⋈ relation) as one streaming query in append mode: its rows,
     each with its input offset, written as they come; read back in input order."""
     stream = reader.parquet(data.stream.parquet_folder).withColumn(OFFSET, offsets(spark, data))
@@ -482,14 +496,7 @@ def _run_stateless(query, data, spark, reader, relations, work, output, collect,
     types = arrow_to_spark(query.schema)
     result = (spark.read.schema(_with_offset(types)).parquet(work.branch(0))
               .orderBy(OFFSET).select(*query.schema.names))
-    out = to_uri(output) if output is not None else None
-    rows, cols = None, {}
-    if out is not None:  # uuids as canonical strings, as every result file has them
-        write_rows(uuid_strings(result, query.schema), arrow_to_spark(query.schema, True), out)
-        rows = spark.read.parquet(out).count()
-    if collect:
-        cols = _to_columns(result, query.schema)
-        rows = len(cols[query.schema.names[0]])
+    out, rows, cols = results.deliver(spark, query, result)
     return SparkRun(query.name, cols, data.rows, streaming, time.perf_counter() - t0, out, rows,
                     (rows_read(q),))
 

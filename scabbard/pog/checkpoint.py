@@ -250,6 +250,22 @@ class CheckpointStats:
     completed: list = field(default_factory=list)  # CheckpointRecord
 
 
+@dataclass(frozen=True)
+class Due:
+    """When a checkpoint is due: every ``interval`` seconds (None: not on a timer) and every
+    ``every_tasks`` tasks (deterministic markers; None: not by tasks)."""
+
+    interval: float | None = 1.0
+    every_tasks: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.interval is not None and not 0 < self.interval <= threading.TIMEOUT_MAX:
+            raise CheckpointError(f"checkpoint interval must be in (0, {threading.TIMEOUT_MAX:g}] "
+                                  f"seconds, got {self.interval}")
+        if self.every_tasks is not None and self.every_tasks < 1:
+            raise CheckpointError(f"every_tasks must be >= 1, got {self.every_tasks}")
+
+
 class CheckpointController:
     """Markers every ``interval`` seconds (and/or every ``every_tasks`` tasks), one checkpoint
     in flight, atomic records; the protocol is the module's.
@@ -263,18 +279,13 @@ class CheckpointController:
     ``finish(id)`` (the end of the stream: the rest of the output committed as epoch ``id``).
     """
 
-    def __init__(self, store: CheckpointStore, operator: FTOperator,
-                 interval: float | None = 1.0, sink: TwoPhaseSink | None = None,
+    def __init__(self, store: CheckpointStore, operator: FTOperator, due: Due = Due(),
+                 sink: TwoPhaseSink | None = None,
                  release: Callable[[CheckpointRecord], None] | None = None,
                  trim_state: Callable[[list], None] | None = None, on_event=None,
-                 resumed: CheckpointRecord | None = None, every_tasks: int | None = None):
-        if interval is not None and not 0 < interval <= threading.TIMEOUT_MAX:
-            raise CheckpointError(f"checkpoint interval must be in (0, {threading.TIMEOUT_MAX:g}] "
-                                  f"seconds, got {interval}")
-        if every_tasks is not None and every_tasks < 1:
-            raise CheckpointError(f"every_tasks must be >= 1, got {every_tasks}")
-        self.store, self.operator, self.interval = store, operator, interval
-        self.every_tasks = every_tasks
+                 resumed: CheckpointRecord | None = None):
+        self.store, self.operator = store, operator
+        self.interval, self.every_tasks = due.interval, due.every_tasks
         self.sink, self.release, self.trim_state = sink, release, trim_state
         self.on_event = on_event or (lambda name, **kw: None)
         self.stats = CheckpointStats()

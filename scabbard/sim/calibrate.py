@@ -53,8 +53,16 @@ from scabbard.sim.config import (
     SystemCosts,
     save,
 )
-from scabbard.sim.instrument import timed_run
-from scabbard.sim.machine import LoadMeter, describe, measure_system, speed_probe, wait_quiet
+from scabbard.sim.instrument import timed_config, timed_run
+from scabbard.sim.machine import (
+    QUIET,
+    LoadMeter,
+    Quiet,
+    describe,
+    measure_system,
+    speed_probe,
+    wait_quiet,
+)
 from scabbard.sim.persistence import engine_and_data as _engine_and_data
 from scabbard.sim.persistence import measure_persistence
 
@@ -130,15 +138,17 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
     from scabbard.engine.assembly import partition_columns
     from scabbard.engine.runtime import MIN_BATCH
     from scabbard.engine.sources import ReplaySource
+    from scabbard.ft.config import PersistConfig
 
     ds, engine = _engine_and_data(query, scale, data_dir)
     per_ms = ReplaySource(ds, 1).tuples_per_ms()
     rows = engine.batch_rows_for(per_ms)
-    timed_run(query, ds, 1, rows, min(1.0, seconds))  # warm: pages of the dataset
-    base = timed_run(query, ds, 1, rows, seconds)
+    one = timed_config(1, rows)
+    timed_run(query, ds, one, min(1.0, seconds))  # warm: pages of the dataset
+    base = timed_run(query, ds, one, seconds)
     sizes = sorted({2 * rows, MIN_BATCH, max(1, rows // 4)} - {rows}, reverse=True)
-    runs = [base] + [timed_run(query, ds, 1, n, seconds) for n in sizes]
-    two = timed_run(query, ds, 2, rows, seconds)
+    runs = [base] + [timed_run(query, ds, timed_config(1, n), seconds) for n in sizes]
+    two = timed_run(query, ds, timed_config(2, rows), seconds)
     persisted = {}
     folder = Path(tempfile.mkdtemp(prefix="scabbard-calibrate-", dir=str(data_dir)))
     try:
@@ -147,25 +157,28 @@ def measure_kernels(query: str, scale: str = "small", data_dir: str | Path = "da
             # or lose its core for a while (the least disturbed run is the engine's cost)
             tries = []
             for _ in range(2):
-                tries.append(timed_run(query, ds, 1, rows, seconds, folder / scheme, scheme))
+                tries.append(timed_run(query, ds, one, seconds,
+                                       PersistConfig(folder / scheme, compression=scheme)))
                 shutil.rmtree(folder / scheme, ignore_errors=True)
             persisted[scheme] = max(tries, key=lambda r: r["tuples_per_s"])
-        pushed = timed_run(query, ds, 1, rows, seconds, folder / "push-up", "none", push_up=True)
+        pushed = timed_run(query, ds, one, seconds, PersistConfig(folder / "push-up", True))
         # parallel ingress, two partitions: the partitions' threads, the turn, the dispatcher
-        ingress = {"none": timed_run(query, ds, 1, rows, seconds, ingress=2),
-                   "default": timed_run(query, ds, 1, rows, seconds, folder / "ingress",
-                                        "default", ingress=2)}
+        two_in = timed_config(1, rows, ingress=2)
+        ingress = {"none": timed_run(query, ds, two_in, seconds),
+                   "default": timed_run(query, ds, two_in, seconds,
+                                        PersistConfig(folder / "ingress", compression="default"))}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     # adaptive kernels: a first run compiles the optimised variants, the second
     # profiles, swaps and tries them - its variants' times per row; at least 32 tasks, the
     # phases before the optimised variant stays (warm, profile, trial) are 14
-    timed_run(query, ds, 1, rows, min(1.0, seconds), adaptive=True)
-    adaptive = timed_run(query, ds, 1, rows, seconds, adaptive=True,
+    compiled = timed_config(1, rows, adaptive=True)
+    timed_run(query, ds, compiled, min(1.0, seconds))
+    adaptive = timed_run(query, ds, compiled, seconds,
                          tuples=max(int(base["tuples_per_s"] * seconds), 32 * rows))
     # key-partitioned assembly, two partitions: the assembling thread runs the first and the
     # fixed part (split, merge, what cannot be partitioned), a pool thread the second
-    parted = (timed_run(query, ds, 1, rows, seconds, assembly="partitioned:2")
+    parted = (timed_run(query, ds, timed_config(1, rows, "partitioned:2"), seconds)
               if any(partition_columns(b) is not None for b in engine.plan.branches) else None)
     kind = base["long"] > 0.5
     same = [r for r in runs if (r["long"] > 0.5) == kind and r["tasks"] >= 2]
@@ -454,13 +467,12 @@ def _calibrate_query_in_child(kwargs: dict, log) -> tuple[QueryCosts, dict]:
 
 def calibrate(queries: Sequence[str] | None = None, scale: str = "small",
               data_dir: str | Path = "data", seconds: float = 2.0, tasks: int = 8,
-              out: str | Path | None = None, quiet_cores: float = 0.25,
-              quiet_timeout: float = 120.0, log=print) -> Calibration:
+              out: str | Path | None = None, quiet: Quiet = QUIET, log=print) -> Calibration:
     """Measure this machine and each query (default: all eleven); save to ``out``
     (None: not saved).  ``seconds``: each timed engine run (the fault-tolerant one at least
     2.5 s, for a few checkpoints); ``tasks``: batches per codec measurement.  Before each
-    query it waits (up to ``quiet_timeout`` s) for other processes to leave the cores alone
-    (at most ``quiet_cores`` busy)."""
+    query it waits (up to ``quiet.timeout`` s) for other processes to leave the cores alone
+    (at most ``quiet.cores`` busy)."""
     from scabbard import queries as qmod
 
     names = [q.upper() for q in (queries or qmod.NAMES)]
@@ -470,7 +482,7 @@ def calibrate(queries: Sequence[str] | None = None, scale: str = "small",
         raise ValueError(f"tasks must be >= 2, got {tasks}")
     if seconds <= 0:
         raise ValueError(f"seconds must be positive, got {seconds}")
-    background = [wait_quiet(quiet_cores, quiet_timeout, log)]
+    background = [wait_quiet(quiet, log)]
     s = measure_system(data_dir)
     log(f"disk: write {s['disk_write_mb_s']:,.0f} MB/s (the pool's bulk writes: "
         f"{s['pool_write_mb_s'] or 0:,.0f} MB/s, into fresh files "
@@ -478,7 +490,7 @@ def calibrate(queries: Sequence[str] | None = None, scale: str = "small",
         f"4 KiB write {s['disk_latency_ms']:.3f} ms; record commit {s['record_s'] * 1e3:.2f} ms")
     costs, extra, probes = {}, [], []
     for q in names:
-        background.append(wait_quiet(quiet_cores, quiet_timeout, log))
+        background.append(wait_quiet(quiet, log))
         probes.append(speed_probe())  # how fast the cores are while this query is measured
         with LoadMeter() as load:
             c, more = _calibrate_query_in_child(

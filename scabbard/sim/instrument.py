@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
 
 import numpy as np
 
@@ -57,39 +56,43 @@ class Probe:
         return sum(x[0] for x in c), sum(x[1] for x in c)
 
 
-def timed_run(query: str, ds, workers: int, rows: int, seconds: float,
-              storage: str | Path | None = None, compression: str = "none",
-              push_up: bool = False, assembly: str = "serial", ingress: int = 1,
-              adaptive: bool = False, tuples: int | None = None) -> dict:
-    """``run_query`` for ``seconds`` (NullSink, ``rows`` per task; with ``storage``, the input
-    persisted there, after persistence push-up with ``push_up``) with its parts timed:
+def timed_config(workers: int, rows: int, assembly: str = "serial", ingress: int = 1,
+                 adaptive: bool = False):
+    """The engine of a timed run: ``workers``, ``rows`` per task, the ``assembly`` mode,
+    ``ingress`` partitions, adaptive kernels compiled on the task's thread (``adaptive``)."""
+    from scabbard.engine import EngineConfig
+    from scabbard.engine.adaptive import AdaptivePolicy
+
+    return EngineConfig(workers=workers, batch_rows=rows, assembly=assembly,
+                        ingress_partitions=ingress,
+                        adaptive=AdaptivePolicy(background=False) if adaptive else None)
+
+
+def timed_run(query: str, ds, engine, seconds: float, persist=None,
+              tuples: int | None = None) -> dict:
+    """``run_persisted`` for ``seconds`` (NullSink, the ``engine``'s settings - see
+    :func:`timed_config`; with a :class:`~scabbard.ft.config.PersistConfig`, the input
+    persisted as it says) with its parts timed:
     seconds of CPU per tuple of each part, the throughput, the bytes written per tuple.
     ``work_s``: the fragments, boundaries and assembly per *input* tuple (with push-up the
-    tasks hold only what the pushed-up operators kept).  ``assembly``: the engine's mode;
-    ``partition_s`` is then the CPU its pool threads spent per tuple (the first partition's
-    is in ``assembly_s``).  ``ingress``: ingress partitions (parallel ingress); ``dispatch_s``
-    is the dispatcher's thread per tuple (the source it cuts itself included), ``ingress_s``
-    the partitions' threads and ``append_s`` their turns (per tuple), ``dispatch_task_s`` the
-    dispatcher per task.  ``other_s``: the CPU of no timed part.  ``adaptive``: adaptive
-    kernels (``--adaptive-kernels``), compiled on the task's thread (a variant is swapped in
-    after as many tasks in every run); ``kernels`` holds each branch's variants and their
-    time per row.  ``tuples``: run for that many tuples instead of ``seconds``."""
+    tasks hold only what the pushed-up operators kept).  With a partitioned assembly,
+    ``partition_s`` is the CPU its pool threads spent per tuple (the first partition's is in
+    ``assembly_s``).  With ingress partitions (parallel ingress), ``dispatch_s`` is the
+    dispatcher's thread per tuple (the source it cuts itself included), ``ingress_s`` the
+    partitions' threads and ``append_s`` their turns (per tuple), ``dispatch_task_s`` the
+    dispatcher per task.  ``other_s``: the CPU of no timed part.  With adaptive kernels
+    compiled on the task's thread (a variant is swapped in after as many tasks in every
+    run), ``kernels`` holds each branch's variants and their time per row.  ``tuples``: run for that many tuples instead of ``seconds``."""
     from scabbard import queries
-    from scabbard.engine import EngineConfig, NullSink, Replay
-    from scabbard.engine.adaptive import AdaptivePolicy
-    from scabbard.ft.config import PersistConfig
+    from scabbard.engine import NullSink, Replay
     from scabbard.ft.ingress import run_persisted
 
     probe = Probe()
     with probe.recording():
-        persist = PersistConfig(storage, push_up, compression) if storage else None
-        rep = run_persisted(queries.get(query), ds, persist, NullSink(),
-                            EngineConfig(workers=workers, batch_rows=rows, assembly=assembly,
-                                         ingress_partitions=ingress,
-                                         adaptive=AdaptivePolicy(background=False)
-                                         if adaptive else None),
+        rep = run_persisted(queries.get(query), ds, persist, NullSink(), engine,
                             Replay(None if tuples else seconds, tuples))
         cpu_total = _process_cpu_s() - (probe.cpu_at_start or _process_cpu_s())
+    rows = engine.batch_rows
     frag, n = probe.cpu_s("fragment")
     n = max(n, 1)
     per = {p: probe.cpu_s(p)[0] for p in probe.calls}
@@ -102,7 +105,7 @@ def timed_run(query: str, ds, workers: int, rows: int, seconds: float,
     tasks_dispatched = max(1, len(probe.calls["dispatch"]))
     longs = [c[2] for c in probe.calls["fragment"]]
     return {
-        "rows": rows, "workers": workers, "tuples": rep.summary.tuples,
+        "rows": rows, "workers": engine.workers, "tuples": rep.summary.tuples,
         "work_s": (frag + per["boundary"] + per["assembly"]) / max(1, rep.summary.tuples),
         "tuples_per_s": rep.summary.tuples_per_s,
         # the same run's tuples per second of the process's CPU: what the wall figure would

@@ -132,9 +132,22 @@ def background_load(seconds: float = 1.0) -> float:
     return m.background_cores
 
 
-def wait_quiet(max_cores: float = 0.25, timeout: float = 120.0, log=None) -> float:
-    """Wait (up to ``timeout`` s) until other processes use at most ``max_cores``; returns
-    the last background load seen (measurements proceed after the timeout, noted)."""
+@dataclass(frozen=True)
+class Quiet:
+    """A quiet enough machine: other processes keep at most ``cores`` busy; measurements wait
+    for it up to ``timeout`` seconds."""
+
+    cores: float = 0.25
+    timeout: float = 120.0
+
+
+QUIET = Quiet()
+
+
+def wait_quiet(quiet: Quiet = QUIET, log=None) -> float:
+    """Wait (up to ``quiet.timeout`` s) until other processes use at most ``quiet.cores``;
+    returns the last background load seen (measurements proceed after the timeout, noted)."""
+    max_cores, timeout = quiet.cores, quiet.timeout
     deadline = time.monotonic() + timeout
     said = False
     while True:

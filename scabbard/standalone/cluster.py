@@ -36,6 +36,7 @@ from pathlib import Path
 
 from scabbard import paths
 from scabbard.standalone.daemons import (
+    JVM,
     MASTER_CLASS,
     WORKER_CLASS,
     ClusterError,
@@ -218,7 +219,7 @@ class StandaloneCluster:
         daemon, proc = launch(
             "master", MASTER_CLASS,
             ["--host", s.host, "--port", str(s.port), "--webui-port", str(s.ui_port)],
-            self.folder, tag, java, s.daemon_heap, s.host,
+            JVM(java, s.daemon_heap, s.host, self.folder, tag),
             ("-Dspark.master.rest.enabled=false", "-Dspark.ui.killEnabled=false"))
         self._procs[daemon.pid] = proc
         st = ClusterState(tag, s.host, DaemonState("master", daemon.pid, 0, 0, str(daemon.log)),
@@ -241,7 +242,7 @@ class StandaloneCluster:
                 role, WORKER_CLASS,
                 ["--host", s.host, "--port", "0", "--webui-port", "0", "--cores", str(s.cores),
                  "--memory", s.memory, "--work-dir", str(home / "work"), st.master_url],
-                self.folder, st.tag, java, s.daemon_heap, s.host,
+                JVM(java, s.daemon_heap, s.host, self.folder, st.tag),
                 (f"-Dspark.local.dir={home / 'local'}",))
             self._procs[daemon.pid] = proc
             launched.append(daemon)

@@ -67,9 +67,23 @@ class Daemon:
             return ""
 
 
-def launch(role: str, cls: str, args: list[str], folder: Path, tag: str, java: str,
-           heap: str, host: str, java_options: tuple[str, ...] = ()) -> tuple[Daemon, subprocess.Popen]:
-    """Start daemon class ``cls`` with ``args``; its log is ``folder/<role>.log``."""
+@dataclass(frozen=True)
+class JVM:
+    """How a cluster's daemons run: ``java`` with ``heap`` each, bound to ``host``, their logs
+    in ``folder``, each tagged ``tag`` in its environment (what finds them again)."""
+
+    java: str
+    heap: str
+    host: str
+    folder: Path
+    tag: str
+
+
+def launch(role: str, cls: str, args: list[str], jvm: JVM,
+           java_options: tuple[str, ...] = ()) -> tuple[Daemon, subprocess.Popen]:
+    """Start daemon class ``cls`` with ``args`` as ``jvm`` says; its log is
+    ``<jvm.folder>/<role>.log``."""
+    java, heap, host, folder, tag = jvm.java, jvm.heap, jvm.host, jvm.folder, jvm.tag
     home = spark_home()
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / f"{role}.log"

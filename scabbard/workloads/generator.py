@@ -136,12 +136,12 @@ class WorkloadSpec:
                  **run: Any) -> Dataset:
         """Generate this workload's dataset: ``make_params`` then :func:`generate`.
 
-        ``run`` takes :func:`generate`'s keywords (``out``, ``name``, ``partitions``, ``master``,
-        ``force``, ``progress``, ``spark``...).
+        ``run`` takes the fields of :class:`Datagen` (``out``, ``name``, ``partitions``,
+        ``master``, ``force``, ``progress``, ``spark``...).
         """
         params = make_params(self, scale=scale, duration=duration, rate=rate, seed=seed,
                              **dict(options or {}))
-        return generate(self, params, **run)
+        return generate(self, params, Datagen(**run))
 
 
 def make_params(
@@ -310,52 +310,69 @@ def default_partitions(spark, params: GenParams) -> int:
     return max(1, min(2 * par, math.ceil(params.rows / 250_000)))
 
 
-def _generate_shared(spec: WorkloadSpec, params: GenParams, out: str, name: str, preset: bool,
-                     partitions: int | None, master: str, force: bool, parquet_codec: str,
-                     spark, log: Callable[[str], None]):
+def _quiet(line: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Datagen:
+    """Where and how :func:`generate` writes a dataset: under ``<out>/<workload>/<name>``
+    (``name``: the scale preset's, or one made of the parameters); by Spark on ``master``, or
+    the ``spark`` session given, ``partitions`` tasks per table (default: two per core,
+    each of at least 250,000 rows), Parquet compressed with ``parquet_codec``; ``force``
+    replaces a dataset that is there; ``progress`` bars; ``log`` gets a line per step."""
+
+    out: str | Path = "data"
+    name: str | None = None
+    partitions: int | None = None
+    master: str = "local[*]"
+    force: bool = False
+    progress: bool = True
+    parquet_codec: str = "snappy"
+    spark: Any = None
+    log: Callable[[str], None] = _quiet
+
+
+LOCAL = Datagen()
+
+
+def _generate_shared(spec: WorkloadSpec, params: GenParams, run: Datagen, name: str,
+                     preset: bool):
     """:func:`generate` onto a URI a cluster shares: the executors write every byte
     (:mod:`scabbard.workloads.shared_output`); the dataset is the one a local run writes."""
     from scabbard.hadoopfs import SharedFS, check_executors_can_write, join
     from scabbard.sparksession import SparkSettings, get_spark
     from scabbard.workloads import shared_output
 
+    spark, out = run.spark, to_uri(run.out)
     if spark is None:
-        spark = get_spark(SparkSettings(master=master, app_name=f"scabbard-datagen-{spec.name}"))
+        spark = get_spark(SparkSettings(master=run.master,
+                                        app_name=f"scabbard-datagen-{spec.name}"))
     fs = SharedFS(spark)
     final = join(out, spec.name, name)
     check_executors_can_write(spark, join(out, spec.name), "--data-root")
     fingerprint = code_fingerprint(spec)
-    if not force:
+    if not run.force:
         state, existing = shared_output.existing_dataset(fs, final, spec, params.to_dict(),
                                                          fingerprint)
-        if _keep(state, existing, final, spec, name, preset, log):
+        if _keep(state, existing, final, spec, name, preset, run.log):
             return shared_output.opened(fs, final, spec.schema)
-    partitions = partitions or default_partitions(spark, params)
+    partitions = run.partitions or default_partitions(spark, params)
     frames = spec.build(BuildContext(spark, params, partitions))
     expected = {"stream", *spec.tables}
     if set(frames) != expected:
         raise RuntimeError(f"{spec.name}.build returned {sorted(frames)}, expected {sorted(expected)}")
-    run = {"master": spark.sparkContext.master, "partitions": partitions}
-    return shared_output.generate_shared(spec, params.to_dict(), frames, spark, fs, final, run,
-                                         fingerprint, parquet_codec, log)
+    origin = shared_output.Origin(params.to_dict(), fingerprint, {
+        "master": spark.sparkContext.master, "partitions": partitions,
+        "parquet_codec": run.parquet_codec})
+    return shared_output.generate_shared(spec, frames, spark, final, origin, run.log)
 
 
-def generate(
-    spec: WorkloadSpec,
-    params: GenParams,
-    out: str | Path = "data",
-    name: str | None = None,
-    partitions: int | None = None,
-    master: str = "local[*]",
-    force: bool = False,
-    progress: bool = True,
-    parquet_codec: str = "snappy",
-    spark=None,
-    log: Callable[[str], None] = lambda s: None,
-) -> Dataset:
-    """Generate ``spec``'s dataset for ``params`` under ``<out>/<workload>/<name>``.
+def generate(spec: WorkloadSpec, params: GenParams, run: Datagen = LOCAL) -> Dataset:
+    """Generate ``spec``'s dataset for ``params`` where and how ``run`` says (by default
+    ``data/<workload>/<name>``, Spark in local mode).
 
-    ``out`` is a folder, or a URI a cluster shares (``file:///shared/data``,
+    ``run.out`` is a folder, or a URI a cluster shares (``file:///shared/data``,
     ``hdfs://nn/data``); with a URI or a cluster master the executors write every byte
     (:mod:`scabbard.workloads.shared_output`) and the dataset is the same as a local run's.
     It is returned as a :class:`~scabbard.data.Dataset` where the driver sees it as a
@@ -363,6 +380,8 @@ def generate(
     """
     from scabbard.sparksession import SparkSettings, get_spark
 
+    out, partitions, master, spark, log = run.out, run.partitions, run.master, run.spark, run.log
+    parquet_codec, progress, name = run.parquet_codec, run.progress, run.name
     if partitions is not None and partitions < 1:
         raise DatagenError(f"--partitions must be >= 1, got {partitions}")
     preset = name is None and default_name(spec, params) in spec.durations
@@ -370,13 +389,12 @@ def generate(
     if not name or "/" in name or name.startswith("."):
         raise DatagenError(f"--name {name!r} is not a valid folder name")
     if is_uri(out) or not (master if spark is None else spark.sparkContext.master).startswith("local"):
-        return _generate_shared(spec, params, to_uri(out), name, preset, partitions, master,
-                                force, parquet_codec, spark, log)
+        return _generate_shared(spec, params, run, name, preset)
     parent = Path(out) / spec.name
     final = parent / name
     check_writable(parent)
     remove_stale_stages(parent)
-    if not force:
+    if not run.force:
         state, existing = _existing(final, spec, params)
         if _keep(state, existing, final, spec, name, preset, log):
             return existing

@@ -28,6 +28,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from scabbard.data import open_dataset
@@ -80,15 +81,27 @@ def tidy_parquet(fs: SharedFS, folder: str, table: str) -> list[str]:
     return files
 
 
-def generate_shared(spec, params: dict, frames: Mapping, spark, fs: SharedFS, final: str,
-                    run: dict, fingerprint: str, parquet_codec: str,
+@dataclass(frozen=True)
+class Origin:
+    """What a dataset's manifest says made it: the generator's ``params``, its code's
+    ``fingerprint``, and the ``run`` (master, partitions, Parquet codec)."""
+
+    params: dict
+    fingerprint: str
+    run: dict
+
+
+def generate_shared(spec, frames: Mapping, spark, final: str, origin: Origin,
                     log: Callable[[str], None]):
     """Write the dataset of ``frames`` (the Spark DataFrames ``spec.build`` returned) to the
-    URI ``final`` (steps 2-5 of the module); ``run`` goes into the manifest's run section.
+    URI ``final`` (steps 2-5 of the module), Parquet compressed with
+    ``origin.run["parquet_codec"]``; ``origin`` goes into the manifest.
 
     Returns the local :class:`~scabbard.data.Dataset` for a ``file:`` URI, else a
     :class:`~scabbard.data.shared.SharedDataset`.
     """
+    fs = SharedFS(spark)
+    parquet_codec = origin.run["parquet_codec"]
     parent, name = final.rsplit("/", 1)
     for e in fs.list(parent):  # what an interrupted publish left aside
         if e.name.startswith(f".{name}.old-"):
@@ -111,11 +124,10 @@ def generate_shared(spec, params: dict, frames: Mapping, spark, fs: SharedFS, fi
             entries[tname]["parquet"] = [f[len(tdir) + 1:] for f in files]
         t_total = time.perf_counter() - t0
         manifest = build_manifest(
-            spec.name, name, params, entries.pop("stream"), entries, title=spec.title,
-            generator_version=spec.version, generator_code=fingerprint,
-            run={"created": datetime.now(UTC).isoformat(timespec="seconds"), **run,
-                 "spark_version": spark.version, "parquet_codec": parquet_codec,
-                 "seconds_total": round(t_total, 3)})
+            spec.name, name, origin.params, entries.pop("stream"), entries, title=spec.title,
+            generator_version=spec.version, generator_code=origin.fingerprint,
+            run={"created": datetime.now(UTC).isoformat(timespec="seconds"), **origin.run,
+                 "spark_version": spark.version, "seconds_total": round(t_total, 3)})
         # Step 5
         old = None
         if fs.exists(final):
