@@ -38,11 +38,12 @@ class SourceBatch:
     ingest_time: float  # time.perf_counter() units
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Replay:
     """How a run reads its dataset: endlessly (``loop``; copy ``k`` with its timestamps
     shifted) or once, until ``max_tuples`` tuples or ``duration`` seconds of wall time,
     whichever comes first, at most ``rate`` tuples a second (None: as fast as it is read).
+    Keywords only: three numbers in a row are too easy to pass in the wrong order.
     ``loop=None``: endless when ``duration`` or ``max_tuples`` bounds it, else once."""
 
     rate: float | None = None

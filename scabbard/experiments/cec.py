@@ -101,7 +101,7 @@ def response(samples: list, after: float) -> dict:
 def no_ft(query: str, ds, pace: Pace, settings: Settings) -> dict:
     """No fault tolerance (nothing persisted, results dropped), the same input."""
     samples, on = _samples()
-    src = ReplaySource(ds, pace.batch, Replay(pace.rate, pace.fill + settings.seconds))
+    src = ReplaySource(ds, pace.batch, Replay(rate=pace.rate, duration=pace.fill + settings.seconds))
     run_query(queries.get(query), ds, NullSink(), _config(settings, pace), watch=on,
               source=src)
     return {"sweep": "no FT", **response(samples, pace.fill)}

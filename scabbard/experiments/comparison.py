@@ -146,7 +146,7 @@ def _engine(query: str, ds, settings: Settings, folder: Path, ft: bool,
     q = queries.get(query)
     cfg = EngineConfig(workers=settings.workers)
     if not ft:
-        return run_query(q, ds, NullSink(), cfg, Replay(rate, settings.seconds)).summary
+        return run_query(q, ds, NullSink(), cfg, Replay(rate=rate, duration=settings.seconds)).summary
     shutil.rmtree(folder, ignore_errors=True)
     r = run_fault_tolerant(q, ds, folder / "storage", ClockedSink(folder / "output"), cfg,
                            interval=settings.interval, duration=settings.seconds, rate=rate)

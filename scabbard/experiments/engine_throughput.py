@@ -128,7 +128,7 @@ def measure_engine(query: str, ds: Dataset, settings: Settings) -> list[dict]:
     if settings.latency and best > 0:
         rate = settings.latency_fraction * best
         w = best_config.workers
-        r = run_query(q, ds, NullSink(), best_config, Replay(rate, settings.seconds))
+        r = run_query(q, ds, NullSink(), best_config, Replay(rate=rate, duration=settings.seconds))
         s = r.summary
         rows.append(_row(query, "scabbard@rate", w, s.tuples, s.seconds, ds.schema.row_bytes,
                          s.latency_ms, batch_rows=r.batch_rows, rate=rate,

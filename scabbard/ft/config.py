@@ -303,7 +303,7 @@ class RunConfig:
         endlessly for ``duration`` or up to ``max_tuples``, at most ``rate`` a second."""
         from scabbard.engine import Replay
 
-        return Replay(self.rate, self.duration, self.max_tuples)
+        return Replay(rate=self.rate, duration=self.duration, max_tuples=self.max_tuples)
 
     def argv(self) -> list[str]:
         """The ``scabbard run`` flags that make this configuration (the inverse of the

@@ -459,8 +459,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         # without: the source itself starts again at the checkpoint's offset
         source_start = _source_position(ingress) if persist_input else (replay_from or 0)
         source = ReplaySource(dataset, run["batch_rows"],
-                              Replay(run["rate"], duration, run["max_tuples"],
-                                     run.get("loop", True)),
+                              Replay(rate=run["rate"], duration=duration,
+                                     max_tuples=run["max_tuples"], loop=run.get("loop", True)),
                               source_start, run["started_at"], span=engine.spans_copies)
         if wrap_source is not None:
             source = wrap_source(source)

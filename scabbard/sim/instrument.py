@@ -90,7 +90,7 @@ def timed_run(query: str, ds, engine, seconds: float, persist=None,
     probe = Probe()
     with probe.recording():
         rep = run_persisted(queries.get(query), ds, persist, NullSink(), engine,
-                            Replay(None if tuples else seconds, tuples))
+                            Replay(duration=None if tuples else seconds, max_tuples=tuples))
         cpu_total = _process_cpu_s() - (probe.cpu_at_start or _process_cpu_s())
     rows = engine.batch_rows
     frag, n = probe.cpu_s("fragment")
