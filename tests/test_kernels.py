@@ -142,21 +142,21 @@ def assemble_in_chunks(partials, cuts, iops, fops, panes, slide, last_pane,
     pane, gid, cnt, iv, fv, gkeys = partials
     keys = gkeys[gid] if len(gid) else np.zeros((0, gkeys.shape[1]), np.int64)
     k, ni, nf = keys.shape[1], iv.shape[1], fv.shape[1]
-    ws, dqi, dqf = kw.ws_new(16, ni, nf)
+    ws, dqi, dqf = kw.new_window_state(16, ni, nf)
     table = ht.new_table(k, 16)
-    fifo = ka.fifo_new(ni, nf)
+    fifo = ka.new_pane_fifo(ni, nf)
     out = kr.out_new(k, ni, nf, 16)
     cur = np.array([np.iinfo(np.int64).min])
     rows = []
     bounds = [0, *cuts, len(pane)]
     for a, b in zip(bounds, bounds[1:], strict=False):
         upto = int(pane[b]) if b < len(pane) else last_pane
-        ws, dqi, dqf, table, fifo, out, m = ka.asm_feed(
+        ws, dqi, dqf, table, fifo, out, m = ka.assemble_partials(
             ws, dqi, dqf, table, fifo, out, cur, pane[a:b], keys[a:b], cnt[a:b], iv[a:b], fv[a:b],
             iops, fops, panes, slide, True, upto, 0, kr.selection(*select))
         rows.append(tuple(x[:m].copy() for x in out))
     if cur[0] != np.iinfo(np.int64).min:
-        out, m = ka.asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide,
+        out, m = ka.flush_windows(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide,
                               kr.selection(*select))
         rows.append(tuple(x[:m].copy() for x in out))
     return tuple(np.concatenate([r[i] for r in rows]) for i in range(6))
@@ -172,7 +172,7 @@ def assemble_partitioned(partials, cuts, iops, fops, panes, slide, last_pane, pa
     pane, gid, cnt, iv, fv, gkeys = partials
     keys = gkeys[gid] if len(gid) else np.zeros((0, gkeys.shape[1]), np.int64)
     k, ni, nf = keys.shape[1], iv.shape[1], fv.shape[1]
-    states = [[*kw.ws_new(16, ni, nf), ht.new_table(k, 16), ka.fifo_new(ni, nf),
+    states = [[*kw.new_window_state(16, ni, nf), ht.new_table(k, 16), ka.new_pane_fifo(ni, nf),
                kr.out_new(k, ni, nf, 16), np.array([np.iinfo(np.int64).min])]
               for _ in range(parts)]
     cols = np.asarray(columns, dtype=np.int64)
@@ -186,7 +186,7 @@ def assemble_partitioned(partials, cuts, iops, fops, panes, slide, last_pane, pa
         for p, st_ in enumerate(states):
             r = a + order[starts[p]:starts[p + 1]]
             ws, dqi, dqf, table, fifo, out, cur = st_
-            ws, dqi, dqf, table, fifo, out, m = ka.asm_feed(
+            ws, dqi, dqf, table, fifo, out, m = ka.assemble_partials(
                 ws, dqi, dqf, table, fifo, out, cur, pane[r], keys[r], cnt[r], iv[r], fv[r],
                 iops, fops, panes, slide, True, upto, 0, sel)
             st_[:6] = ws, dqi, dqf, table, fifo, out
@@ -195,7 +195,8 @@ def assemble_partitioned(partials, cuts, iops, fops, panes, slide, last_pane, pa
     raws = []
     for ws, dqi, dqf, table, fifo, out, cur in states:
         if cur[0] != np.iinfo(np.int64).min:
-            out, m = ka.asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide, sel)
+            out, m = ka.flush_windows(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide,
+                                      sel)
             raws.append(tuple(x[:m].copy() for x in out))
     if raws:
         merged.append(merge_windows(raws))
@@ -259,13 +260,13 @@ def test_the_assembler_keeps_one_partial_per_group_and_pane(s, raw_cuts):
     tasks = [pane_aggregate(ts[a:b], keys[a:b], ints[a:b], floats[a:b], iops, fops, slide)
              for a, b in zip([0, *cuts], [*cuts, n], strict=True)]
     k, ni, nf = keys.shape[1], len(iops), len(fops)
-    ws, dqi, dqf = kw.ws_new(16, ni, nf)
-    table, fifo = ht.new_table(k, 16), ka.fifo_new(ni, nf)
+    ws, dqi, dqf = kw.new_window_state(16, ni, nf)
+    table, fifo = ht.new_table(k, 16), ka.new_pane_fifo(ni, nf)
     out, cur = kr.out_new(k, ni, nf, 16), np.array([np.iinfo(np.int64).min])
     sel, rows = kr.selection(kr.ALL_GROUPS, 0), []
     for i, (pane, gid, cnt, iv, fv, gkeys) in enumerate(tasks):
         upto = int(tasks[i + 1][0][0]) if i + 1 < len(tasks) else int(pane[-1])
-        ws, dqi, dqf, table, fifo, out, m = ka.asm_feed(
+        ws, dqi, dqf, table, fifo, out, m = ka.assemble_partials(
             ws, dqi, dqf, table, fifo, out, cur, pane, gkeys[gid], cnt, iv, fv, iops, fops,
             panes, slide, True, upto, 0, sel)
         rows.append(tuple(x[:m].copy() for x in out))
@@ -273,7 +274,7 @@ def test_the_assembler_keeps_one_partial_per_group_and_pane(s, raw_cuts):
         live = {(int(p), tuple(table[1][g].tolist())) for p, g in
                 zip(fifo[0][head:tail], fifo[1][head:tail], strict=True)}
         assert tail - head == len(live), "a (pane, group) twice in the window state"
-    out, m = ka.asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide, sel)
+    out, m = ka.flush_windows(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide, sel)
     rows.append(tuple(x[:m].copy() for x in out))
     got = tuple(np.concatenate([r[i] for r in rows]) for i in range(6))
     first, last = int(ts[0]) // slide, int(ts[-1]) // slide

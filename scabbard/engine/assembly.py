@@ -40,9 +40,9 @@ class BranchAssembler:
         self.b = branch
         k = branch.key_width
         ni, nf = len(branch.iops), len(branch.fops)
-        self.ws, self.dqi, self.dqf = kw.ws_new(64, ni, nf)
+        self.ws, self.dqi, self.dqf = kw.new_window_state(64, ni, nf)
         self.table = ht.new_table(k, 64)
-        self.fifo = ka.fifo_new(ni, nf)
+        self.fifo = ka.new_pane_fifo(ni, nf)
         self.out = kr.out_new(k, ni, nf, 1024)
         self.cur = np.array([INT64_MIN], dtype=np.int64)
         self.sel = kr.selection(*branch.select)
@@ -51,7 +51,7 @@ class BranchAssembler:
 
     def _feed(self, e: Edges, emit: bool, upto: int, m: int) -> int:
         b = self.b
-        (self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out, m) = ka.asm_feed(
+        (self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out, m) = ka.assemble_partials(
             self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out, self.cur, e.pane,
             e.keys, e.cnt, e.ints, e.floats, b.iops, b.fops, b.panes, b.slide_ms, emit, upto, m,
             self.sel)
@@ -68,7 +68,7 @@ class BranchAssembler:
             return
         tail, last_pane = self.pending
         self.pending = None
-        ka.asm_reset(self.ws, self.dqi, self.dqf, self.fifo)
+        ka.reset_assembly(self.ws, self.dqi, self.dqf, self.fifo)
         self.table = ht.new_table(self.b.key_width, 64)
         self._feed(tail, False, last_pane, 0)
 
@@ -92,8 +92,9 @@ class BranchAssembler:
         b = self.b
         if self.cur[0] == INT64_MIN:
             return self._raw(0)
-        self.out, m = ka.asm_flush(self.ws, self.dqi, self.dqf, self.table, self.fifo, self.out,
-                                   self.cur, b.iops, b.fops, b.panes, b.slide_ms, self.sel)
+        self.out, m = ka.flush_windows(self.ws, self.dqi, self.dqf, self.table, self.fifo,
+                                       self.out, self.cur, b.iops, b.fops, b.panes, b.slide_ms,
+                                       self.sel)
         return self._raw(m)
 
 

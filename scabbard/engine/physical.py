@@ -73,7 +73,7 @@ class Branch:
     outputs: tuple[Output, ...]
     _kernel: object = None
     id: str = "window0"  # the operator's stable id (:func:`operators`)
-    # what each window emits (:func:`scabbard.kernels.rows.ws_emit`): all groups, the
+    # what each window emits (:func:`scabbard.kernels.rows.emit_window_rows`): all groups, the
     # largest by one aggregate when a keep-max is fused right above (:func:`fuse_keep_max`),
     # or the count of groups per value of some keys (:func:`fuse_rollup_count`)
     select: tuple[int, ...] = (kr.ALL_GROUPS, 0)

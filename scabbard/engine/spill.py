@@ -89,7 +89,7 @@ def export(a: BranchAssembler) -> Edges:
     """A partition's window state as pane partials: one row per (pane, group) of its windows,
     in pane order (what feeding them to a fresh state rebuilds)."""
     a._load_pending()
-    return Edges(*ka.fifo_entries(a.fifo, a.table))
+    return Edges(*ka.pane_fifo_partials(a.fifo, a.table))
 
 
 @dataclass

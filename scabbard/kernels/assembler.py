@@ -13,8 +13,14 @@ import numpy as np
 from scabbard.kernels import hashtable as ht
 from scabbard.kernels._jit import inline, kernel, scan
 from scabbard.kernels.aggregate import combine
-from scabbard.kernels.rows import out_new, out_reserve, rollup_table, ws_emit
-from scabbard.kernels.window import INT64_MIN, ws_add, ws_clear, ws_reserve, ws_sub
+from scabbard.kernels.rows import emit_window_rows, out_new, out_reserve, rollup_table
+from scabbard.kernels.window import (
+    INT64_MIN,
+    add_partial,
+    clear_window_state,
+    remove_partial,
+    reserve_window_state,
+)
 
 # -- the assembler's state machine (sequential, across tasks) -------------------------------------
 # The window's pane partials, oldest first, each (pane, group) ONCE: a partial of a group
@@ -38,7 +44,7 @@ class PaneFifo(NamedTuple):
 
 
 @kernel
-def fifo_new(ni: int, nf: int):
+def new_pane_fifo(ni: int, nf: int):
     n = 1024
     return PaneFifo(np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
                     np.empty(n, dtype=np.int64), np.empty((n, ni), dtype=np.int64),
@@ -47,7 +53,7 @@ def fifo_new(ni: int, nf: int):
 
 
 @kernel
-def fifo_groups(fifo, groups: int):
+def _fifo_room_for_groups(fifo, groups: int):
     """``fifo`` whose ``last`` has room for group ids < ``groups``."""
     last = fifo.last
     if groups <= last.shape[0]:
@@ -58,7 +64,7 @@ def fifo_groups(fifo, groups: int):
                     grown)
 
 
-def fifo_entries(fifo: PaneFifo, table) -> tuple[np.ndarray, ...]:
+def pane_fifo_partials(fifo: PaneFifo, table) -> tuple[np.ndarray, ...]:
     """The live entries of ``fifo``, oldest first, copied: pane, the group's keys (rows of
     ``table``'s keys), count, integer and float partials (a window state as pane partials,
     what feeding them to a fresh state rebuilds)."""
@@ -68,7 +74,7 @@ def fifo_entries(fifo: PaneFifo, table) -> tuple[np.ndarray, ...]:
 
 
 @kernel
-def fifo_reserve(fifo, extra: int):
+def _reserve_pane_fifo(fifo, extra: int):
     """``fifo`` with room for ``extra`` more entries (compacting or growing)."""
     f_p, f_g, f_c, f_i, f_f, ht_, last = fifo
     live = ht_[1] - ht_[0]
@@ -103,12 +109,13 @@ def _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m: int, io
     while ht_[0] < ht_[1] and f_p[ht_[0]] <= p - panes:
         h = ht_[0]
         g = f_g[h]
-        if ws_sub(ws, dqi, dqf, g, f_p[h], f_c[h], f_i, f_f, h, iops, fops):
+        if remove_partial(ws, dqi, dqf, g, f_p[h], f_c[h], f_i, f_f, h, iops, fops):
             ht.remove_in(slots, hashes, free, meta, g)
         ht_[0] += 1
     if emit and ws.nact[0] > 0:
         end = (p + 1) * slide
-        m = ws_emit(ws, dqi, dqf, tkeys, iops, fops, end - panes * slide, end, out, m, sel, rtab)
+        m = emit_window_rows(ws, dqi, dqf, tkeys, iops, fops, end - panes * slide, end, out, m,
+                             sel, rtab)
     return m
 
 
@@ -117,8 +124,9 @@ DONE, NEED_ROOM, NEED_OUT = 0, 1, 2
 
 
 @scan
-def asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_i, e_f, hi: int,
-             iops, fops, panes: int, slide: int, emit: bool, upto: int, sel, rtab) -> int:
+def _assemble_until_blocked(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt,
+                            e_i, e_f, hi: int, iops, fops, panes: int, slide: int, emit: bool,
+                            upto: int, sel, rtab) -> int:
     """Feed entries pos[0]..hi (pane order), then close panes < ``upto``.
 
     ``cur[0]`` is the open pane (the smallest not yet closed; INT64_MIN before any).
@@ -156,7 +164,7 @@ def asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_
                 pos[0], pos[1] = r, m
                 return NEED_ROOM
             g = ht.insert_in(slots, tkeys, hashes, free, meta, e_keys, r, h)
-        ws_add(ws, dqi, dqf, g, e_pane[r], e_cnt[r], e_i, e_f, r, iops, fops)
+        add_partial(ws, dqi, dqf, g, e_pane[r], e_cnt[r], e_i, e_f, r, iops, fops)
         t = last[g]
         if ht_[0] <= t < ht_[1] and f_g[t] == g and f_p[t] == e_pane[r]:
             f_c[t] += e_cnt[r]  # the group's partial of this pane: fold it in
@@ -179,8 +187,8 @@ def asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_
 
 
 @scan
-def asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes: int,
-                   slide: int, sel, rtab) -> int:
+def _flush_until_blocked(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes: int,
+                         slide: int, sel, rtab) -> int:
     """End of stream: close panes until the window is empty (NEED_OUT when full)."""
     slots, tkeys, hashes, free, meta = table
     ht_ = fifo.head_tail
@@ -198,30 +206,32 @@ def asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes: 
 
 
 @kernel
-def asm_reset(ws, dqi, dqf, fifo) -> None:
+def reset_assembly(ws, dqi, dqf, fifo) -> None:
     """Forget the window (before loading a long task's tail)."""
-    ws_clear(ws, dqi, dqf)
+    clear_window_state(ws, dqi, dqf)
     fifo.head_tail[0] = 0
     fifo.head_tail[1] = 0
 
 
 @kernel
-def asm_feed(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_f, iops, fops,
-             panes: int, slide: int, emit: bool, upto: int, m0: int, sel):
+def assemble_partials(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_f,
+                      iops, fops, panes: int, slide: int, emit: bool, upto: int, m0: int, sel):
     """Feed a batch of pane partials, then close panes < ``upto``; return the state and rows.
 
-    Drives :func:`asm_scan`, inserting new keys and growing the output when it blocks.
+    Drives :func:`_assemble_until_blocked`, inserting new keys and growing the output when
+    it blocks.
     With ``emit`` False panes close without emitting (loading a task's tail, whose
     windows the task emitted itself).
     """
     n = e_pane.shape[0]
-    ws, dqi, dqf = ws_reserve(ws, dqi, dqf, table.meta[1] + n, n)
-    fifo = fifo_groups(fifo_reserve(fifo, n), ws.cnt.shape[0])
+    ws, dqi, dqf = reserve_window_state(ws, dqi, dqf, table.meta[1] + n, n)
+    fifo = _fifo_room_for_groups(_reserve_pane_fifo(fifo, n), ws.cnt.shape[0])
     rtab = rollup_table(sel, ws.cnt.shape[0])
     pos = np.array([0, m0], dtype=np.int64)
     while True:
-        status = asm_scan(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys, e_cnt, e_i,
-                          e_f, n, iops, fops, panes, slide, emit, upto, sel, rtab)
+        status = _assemble_until_blocked(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_keys,
+                                         e_cnt, e_i, e_f, n, iops, fops, panes, slide, emit,
+                                         upto, sel, rtab)
         if status == DONE:
             break
         if status == NEED_ROOM:
@@ -232,12 +242,12 @@ def asm_feed(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_
 
 
 @kernel
-def asm_flush(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes: int, slide: int, sel):
+def flush_windows(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes: int, slide: int, sel):
     """End of stream: emit every window that still holds tuples; return (out, rows)."""
     pos = np.zeros(2, dtype=np.int64)
     rtab = rollup_table(sel, ws.cnt.shape[0])
-    while asm_flush_scan(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes,
-                         slide, sel, rtab) != DONE:
+    while _flush_until_blocked(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes,
+                               slide, sel, rtab) != DONE:
         out = out_reserve(out, 2 * out.start.shape[0] + ws.nact[0])
     return out, pos[1]
 

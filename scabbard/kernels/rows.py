@@ -1,6 +1,6 @@
 """Result rows of window kernels: the output buffers, the key helpers that read and write
 either kind of key columns, which groups a window emits (``selection``: all, the largest
-count / value, roll-ups) and the emission of one window from its state (``ws_emit``).
+count / value, roll-ups) and the emission of one window from its state (``emit_window_rows``).
 
 Split from :mod:`scabbard.kernels.window` (the window state) and
 :mod:`scabbard.kernels.assembler` (the sequential assembler), which both emit through it.
@@ -25,8 +25,8 @@ from scabbard.kernels.aggregate import SUM, _grow_rows
 # int32 keys - emission-bound queries such as LRB2, 30 result rows per input tuple, are bound
 # by the bytes they write).  The helpers below read and write either kind inside the kernels
 # (numba picks the code by the type).  They are not inlined at numba IR level
-# (``inline="always"``): so inlined into ws_emit, they made the min/max deque reads return
-# garbage (a random-query test found it); LLVM inlines them.
+# (``inline="always"``): so inlined into emit_window_rows, they made the min/max deque reads
+# return garbage (a random-query test found it); LLVM inlines them.
 
 
 def _generated(src: str, name: str, **env):
@@ -239,8 +239,8 @@ def _float_value(ws, dqf, fops, g: int, slot: int):
 
 
 @inline
-def ws_emit(ws, dqi, dqf, keys, iops, fops, start: int, end: int, out, m: int, sel,
-            rtab) -> int:
+def emit_window_rows(ws, dqi, dqf, keys, iops, fops, start: int, end: int, out, m: int, sel,
+                     rtab) -> int:
     """Write the rows of window [start, end) at row ``m`` (room reserved for one per active
     group): as ``sel`` says (above); ``rtab``: a ROLLUP_COUNT's :func:`rollup_table`."""
     sel_kind, sel_slot = sel[0], sel[1]

@@ -38,11 +38,11 @@ from scabbard.kernels._jit import inline, kernel, scan
 from scabbard.kernels.aggregate import MAX, SUM, _grow_rows
 from scabbard.kernels.rows import (
     ALL_GROUPS,
+    emit_window_rows,
     out_like,
     out_reserve,
     rollup_table,
     selection,
-    ws_emit,
 )
 
 INT64_MIN = np.iinfo(np.int64).min
@@ -62,7 +62,7 @@ class Deques(NamedTuple):
 
 
 @kernel
-def dq_new(groups: int, slots: int, values_like: np.ndarray):
+def _new_deques(groups: int, slots: int, values_like: np.ndarray):
     n = 64
     return Deques(np.full((groups, slots), -1, dtype=np.int64),
                   np.full((groups, slots), -1, dtype=np.int64),
@@ -72,7 +72,7 @@ def dq_new(groups: int, slots: int, values_like: np.ndarray):
 
 
 @kernel
-def dq_reserve(dq, groups: int, extra_nodes: int):
+def _reserve_deque_nodes(dq, groups: int, extra_nodes: int):
     """``dq`` with room for ``groups`` groups and ``extra_nodes`` more pushes per slot."""
     head, tail, val, pane, nxt, prv, free, meta = dq
     if groups > head.shape[0]:
@@ -98,7 +98,7 @@ def _dq_release(dq, node: int) -> None:
 
 
 @inline
-def dq_push(dq, g: int, s: int, p: int, v, is_max: bool) -> None:
+def _deque_push(dq, g: int, s: int, p: int, v, is_max: bool) -> None:
     """Append (pane p, value v), dropping the tail values ``v`` dominates (capacity reserved)."""
     head, tail, val, pane, nxt, prv, free, meta = dq
     t = tail[g, s]
@@ -124,7 +124,7 @@ def dq_push(dq, g: int, s: int, p: int, v, is_max: bool) -> None:
 
 
 @inline
-def dq_evict(dq, g: int, s: int, upto_pane: int) -> None:
+def _deque_evict(dq, g: int, s: int, upto_pane: int) -> None:
     """Drop front nodes of panes <= ``upto_pane``."""
     head, tail, val, pane, nxt, prv, free, meta = dq
     h = head[g, s]
@@ -155,17 +155,18 @@ class WindowState(NamedTuple):
 
 
 @kernel
-def ws_new(groups: int, ni: int, nf: int):
+def new_window_state(groups: int, ni: int, nf: int):
     groups = max(groups, 16)
     ws = WindowState(np.zeros(groups, dtype=np.int64), np.zeros((groups, ni), dtype=np.int64),
                      np.zeros((groups, nf), dtype=np.float64),
                      np.zeros((groups, nf), dtype=np.float64), np.empty(groups, dtype=np.int64),
                      np.full(groups, -1, dtype=np.int64), np.zeros(1, dtype=np.int64))
-    return ws, dq_new(groups, ni, np.zeros(1, dtype=np.int64)), dq_new(groups, nf, np.zeros(1))
+    return (ws, _new_deques(groups, ni, np.zeros(1, dtype=np.int64)),
+            _new_deques(groups, nf, np.zeros(1)))
 
 
 @kernel
-def ws_reserve(ws, dqi, dqf, groups: int, extra_nodes: int):
+def reserve_window_state(ws, dqi, dqf, groups: int, extra_nodes: int):
     """State with room for group ids < ``groups`` and ``extra_nodes`` deque pushes."""
     wcnt, wi, wf, wc, act, apos, nact = ws
     if groups > wcnt.shape[0]:
@@ -183,8 +184,8 @@ def ws_reserve(ws, dqi, dqf, groups: int, extra_nodes: int):
         p2 = np.full(n, -1, dtype=np.int64)
         p2[: apos.shape[0]] = apos
         ws = WindowState(w2, wi2, wf2, wc2, a2, p2, nact)
-    return (ws, dq_reserve(dqi, ws.cnt.shape[0], extra_nodes),
-            dq_reserve(dqf, ws.cnt.shape[0], extra_nodes))
+    return (ws, _reserve_deque_nodes(dqi, ws.cnt.shape[0], extra_nodes),
+            _reserve_deque_nodes(dqf, ws.cnt.shape[0], extra_nodes))
 
 
 @inline
@@ -199,7 +200,7 @@ def _kahan(wf, wc, g: int, j: int, x: float) -> None:
 
 
 @inline
-def ws_add(ws, dqi, dqf, g: int, p: int, cnt: int, src_i, src_f, row: int, iops, fops) -> None:
+def add_partial(ws, dqi, dqf, g: int, p: int, cnt: int, src_i, src_f, row: int, iops, fops) -> None:
     """Add the pane partial ``row`` of group ``g`` (pane ``p``)."""
     wcnt, wi, wf, wc, act, apos, nact = ws
     if wcnt[g] == 0:
@@ -211,12 +212,12 @@ def ws_add(ws, dqi, dqf, g: int, p: int, cnt: int, src_i, src_f, row: int, iops,
         if iops[j] == SUM:
             wi[g, j] += src_i[row, j]
         else:
-            dq_push(dqi, g, j, p, src_i[row, j], iops[j] == MAX)
+            _deque_push(dqi, g, j, p, src_i[row, j], iops[j] == MAX)
     for j in range(src_f.shape[1]):
         if fops[j] == SUM:
             _kahan(wf, wc, g, j, src_f[row, j])
         else:
-            dq_push(dqf, g, j, p, src_f[row, j], fops[j] == MAX)
+            _deque_push(dqf, g, j, p, src_f[row, j], fops[j] == MAX)
 
 
 @inline
@@ -225,11 +226,11 @@ def _deactivate(ws, dqi, dqf, g: int) -> None:
     wcnt[g] = 0
     for j in range(wi.shape[1]):
         wi[g, j] = 0
-        dq_evict(dqi, g, j, np.iinfo(np.int64).max)
+        _deque_evict(dqi, g, j, np.iinfo(np.int64).max)
     for j in range(wf.shape[1]):
         wf[g, j] = 0.0
         wc[g, j] = 0.0
-        dq_evict(dqf, g, j, np.iinfo(np.int64).max)
+        _deque_evict(dqf, g, j, np.iinfo(np.int64).max)
     last = act[nact[0] - 1]
     act[apos[g]] = last
     apos[last] = apos[g]
@@ -238,7 +239,8 @@ def _deactivate(ws, dqi, dqf, g: int) -> None:
 
 
 @inline
-def ws_sub(ws, dqi, dqf, g: int, p: int, cnt: int, src_i, src_f, row: int, iops, fops) -> bool:
+def remove_partial(ws, dqi, dqf, g: int, p: int, cnt: int, src_i, src_f, row: int, iops,
+                   fops) -> bool:
     """Evict the pane partial ``row`` of group ``g``; True if the group left the window."""
     wcnt, wi, wf, wc, act, apos, nact = ws
     wcnt[g] -= cnt
@@ -246,12 +248,12 @@ def ws_sub(ws, dqi, dqf, g: int, p: int, cnt: int, src_i, src_f, row: int, iops,
         if iops[j] == SUM:
             wi[g, j] -= src_i[row, j]
         else:
-            dq_evict(dqi, g, j, p)
+            _deque_evict(dqi, g, j, p)
     for j in range(src_f.shape[1]):
         if fops[j] == SUM:
             _kahan(wf, wc, g, j, -src_f[row, j])
         else:
-            dq_evict(dqf, g, j, p)
+            _deque_evict(dqf, g, j, p)
     if wcnt[g] != 0:
         return False
     _deactivate(ws, dqi, dqf, g)
@@ -259,7 +261,7 @@ def ws_sub(ws, dqi, dqf, g: int, p: int, cnt: int, src_i, src_f, row: int, iops,
 
 
 @kernel
-def ws_clear(ws, dqi, dqf) -> None:
+def clear_window_state(ws, dqi, dqf) -> None:
     """Empty the window (every group leaves)."""
     act, nact = ws.act, ws.nact
     while nact[0] > 0:
@@ -278,10 +280,11 @@ def _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes: in
     nact = ws.nact
     while p <= p_hi:
         while add < n and pp_pane[add] == p:
-            ws_add(ws, dqi, dqf, pp_gid[add], p, pp_cnt[add], pp_i, pp_f, add, iops, fops)
+            add_partial(ws, dqi, dqf, pp_gid[add], p, pp_cnt[add], pp_i, pp_f, add, iops, fops)
             add += 1
         while ev < add and pp_pane[ev] <= p - panes:
-            ws_sub(ws, dqi, dqf, pp_gid[ev], pp_pane[ev], pp_cnt[ev], pp_i, pp_f, ev, iops, fops)
+            remove_partial(ws, dqi, dqf, pp_gid[ev], pp_pane[ev], pp_cnt[ev], pp_i, pp_f, ev,
+                           iops, fops)
             ev += 1
         if nact[0] == 0:  # empty window: jump to the next pane with data
             p = pp_pane[add] if add < n else p_hi + 1
@@ -291,7 +294,7 @@ def _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes: in
                 pos[0], pos[1], pos[2], pos[3] = p, add, ev, m
                 return False
             end = (p + 1) * slide
-            m = ws_emit(ws, dqi, dqf, gkeys, iops, fops, end - rng, end, out, m, sel, rtab)
+            m = emit_window_rows(ws, dqi, dqf, gkeys, iops, fops, end - rng, end, out, m, sel, rtab)
         p += 1
         # pane p's partials are added next round; resuming at p must not re-add them
     pos[0], pos[1], pos[2], pos[3] = p, add, ev, m
@@ -301,9 +304,9 @@ def _task_scan(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops, panes: in
 @kernel
 def _windows_from_partials(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fops,
                            panes: int, slide: int, p_lo: int, p_hi: int, sel, proto):
-    ws, dqi, dqf = ws_new(gkeys.shape[0], pp_i.shape[1], pp_f.shape[1])
+    ws, dqi, dqf = new_window_state(gkeys.shape[0], pp_i.shape[1], pp_f.shape[1])
     rtab = rollup_table(sel, gkeys.shape[0])
-    ws, dqi, dqf = ws_reserve(ws, dqi, dqf, gkeys.shape[0], pp_pane.shape[0])
+    ws, dqi, dqf = reserve_window_state(ws, dqi, dqf, gkeys.shape[0], pp_pane.shape[0])
     # every partial lies in at most `panes` windows: room for all rows up front (np.empty
     # only reserves address space; pages are touched as rows are written)
     bound = min(pp_pane.shape[0] * panes, (p_hi - p_lo + 1) * gkeys.shape[0]) + 16
@@ -317,7 +320,8 @@ def _windows_from_partials(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fop
         # resume at the blocked pane: its partials are already in; only emission remains
         p, m = pos[0], pos[3]
         end = (p + 1) * slide
-        m = ws_emit(ws, dqi, dqf, gkeys, iops, fops, end - panes * slide, end, out, m, sel, rtab)
+        m = emit_window_rows(ws, dqi, dqf, gkeys, iops, fops, end - panes * slide, end, out, m,
+                             sel, rtab)
         pos[0], pos[3] = p + 1, m
     return out, pos[3]
 
@@ -328,7 +332,7 @@ def windows_from_partials(partials, iops, fops, panes: int, slide_ms: int, p_lo:
 
     ``partials`` is what :func:`scabbard.kernels.aggregate.pane_aggregate` returns; every
     pane the windows need must be complete in it.  Windows without tuples are skipped.
-    ``select``: what each window emits, (kind, slot, key columns...) (:func:`ws_emit`).
+    ``select``: what each window emits, (kind, slot, key columns...) (:func:`emit_window_rows`).
     ``key_dtypes``: the rows' keys as one column per key word of these types ("typed", see
     *result rows*), else one int64 matrix.
     """
