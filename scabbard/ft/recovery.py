@@ -279,6 +279,38 @@ class _CodeLoader:
         phases["code_loaded"] = self.done_at
 
 
+def _settings_recorded(cfg: RunConfig, engine: Engine, dataset: Dataset, sink, persist_at,
+                       recover: bool) -> dict:
+    """The settings ``run.json`` records: a new run's, with their defaults filled in; for a
+    recovery, the ones given (None: take the recorded one), compared with the record."""
+    ft, persist = cfg.ft, cfg.persist
+    durability = None if ft.durability is None else Durability.of(ft.durability).value
+    want = {"dataset": dataset_identity(dataset),
+            "batch_rows": engine.config.batch_rows, "rate": cfg.rate,
+            "max_tuples": cfg.max_tuples, "persist_input": ft.persist_input,
+            "push_up": persist.push_up, "compression": persist.compression,
+            "lossy_decimals": persist.lossy_decimals, "durability": durability,
+            "sink": sink.kind, "output": str(sink.path.resolve()),  # for messages only: the
+            # output is known by the run id it was claimed with (a moved folder recovers)
+            "persist_at": list(persist_at),
+            "checkpoint_mode": ft.checkpoint_mode,
+            "state_memory": cfg.state_memory}
+    if recover:
+        return want
+    # a new run: the defaults. The tasks of the query in memory (one sizing rule), each
+    # task's input at most a pool file of the ingress p-stream (one p-unit, or pieces:
+    # Engine.task_rows)
+    layout = persist.layout
+    return dict(want,
+                batch_rows=engine.task_rows(dataset, cfg.rate, engine.unit_rows(
+                    layout.file_bytes, layout.data_start)),
+                persist_input=ft.persist_input is not False,
+                compression=persist.compression or "none",
+                durability=durability or Durability.MACHINE.value,
+                checkpoint_mode=ft.checkpoint_mode or "full",
+                loop=cfg.duration is not None or cfg.max_tuples is not None)
+
+
 def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = False,
                         sink: ExactlyOnceSink | None = None, hooks: Hooks = Hooks(),
                         query: Query | None = None) -> FTReport:
@@ -308,18 +340,11 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         raise ConfigError("a fault-tolerant run needs an FTConfig and a PersistConfig")
     query = query or queries.get(cfg.query)
     sink = sink if sink is not None else open_output(ft.output, ft.sink)
-    io, standby, wrap_source = hooks.io, hooks.standby, hooks.wrap_source
-    storage, storage_config = persist.storage, persist.layout
-    rate, duration, max_tuples = cfg.rate, cfg.duration, cfg.max_tuples
-    push_up, compression, lossy_decimals = (persist.push_up, persist.compression,
-                                            persist.lossy_decimals)
-    compression_interval = persist.compression_interval
-    interval, every_tasks, aligned = ft.interval, ft.every_tasks, ft.aligned
-    persist_input, durability = ft.persist_input, ft.durability
+    io, storage = hooks.io, persist.storage
     faults.arm(ft.crash_at)
     phases = {"spawned": ft.spawned_at if ft.spawned_at is not None else float("nan"),
               "started": time.time()}
-    if push_up and persist_input is False:
+    if persist.push_up and ft.persist_input is False:
         raise ValueError("persistence push-up needs persisted input (it moves operators below "
                          "the ingress p-stream); without it the source replays the input")
     if dataset.schema.fingerprint != query.source.schema.fingerprint:
@@ -329,37 +354,19 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
     budget = cfg.state_memory
     spills = DurableSpills()  # a budget's spilled state: in the run's storage, once open
     config = cfg.engine_config(spills if budget is not None else None)
-    engine = Engine(query, dataset.tables, config, push_up=push_up, cut_after=persist_at)
-    want = {"dataset": dataset_identity(dataset),
-            "batch_rows": engine.config.batch_rows, "rate": rate, "max_tuples": max_tuples,
-            "persist_input": persist_input, "push_up": push_up, "compression": compression,
-            "lossy_decimals": lossy_decimals,
-            "durability": None if durability is None else Durability.of(durability).value,
-            "sink": sink.kind, "output": str(sink.path.resolve()),  # for messages only: the
-            # output is known by the run id it was claimed with (a moved folder recovers)
-            "persist_at": list(persist_at),
-            "checkpoint_mode": ft.checkpoint_mode,
-            "state_memory": budget}
-    if not recover:  # a new run: the defaults
-        # the tasks of the query in memory (one sizing rule), each task's input at most a
-        # pool file of the ingress p-stream (one p-unit, or pieces: Engine.task_rows)
-        want.update(
-            batch_rows=engine.task_rows(dataset, rate, engine.unit_rows(
-                storage_config.file_bytes, storage_config.data_start)),
-            persist_input=persist_input is not False, compression=compression or "none",
-            durability=want["durability"] or Durability.MACHINE.value,
-            checkpoint_mode=ft.checkpoint_mode or "full",
-            loop=duration is not None or max_tuples is not None)
+    engine = Engine(query, dataset.tables, config, push_up=persist.push_up,
+                    cut_after=persist_at)
+    want = _settings_recorded(cfg, engine, dataset, sink, persist_at, recover)
     durable = Durability.of(want["durability"] or Durability.MACHINE)
     # compiled code from numba's on-disk cache (a full batch: the long-task path too).  A
     # warm standby loads it before it waits; a cold restart loads it on a thread of its own
     # while this one opens the storage and loads the state (LLVM's loading of the cached
     # objects and the storage's reads leave the interpreter lock: both cores work)
     code = _CodeLoader(engine, ReplaySource(dataset, want["batch_rows"] or MIN_BATCH).peek(),
-                       writable=recover or standby is not None)  # the replay's kind of batch
-    if standby is not None:
+                       writable=recover or hooks.standby is not None)  # the replay's batches
+    if hooks.standby is not None:
         code.join(phases)
-        standby()
+        hooks.standby()
         phases["activated"] = time.time()
     else:
         code.start()
@@ -386,23 +393,23 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         if budget is not None and mode != "full":
             raise ConfigError(f"state under a memory budget is checkpointed by its spilled "
                               f"units, once each: checkpoint mode {mode!r} does not apply")
-        if recover and run.get("push_up", False) != push_up:
+        if recover and run.get("push_up", False) != persist.push_up:
             was = run.get("push_up")
             raise RunMismatch(f"{storage} holds a run {'with' if was else 'without'} "
                                   f"persistence push-up: recover it the same way "
                                   f"({'add' if was else 'drop'} --push-up)")
         metrics = engine.metrics((*metrics_log(cfg.metrics_log), *hooks.watch))
         sink.bind(io, durable, persist_at)
-        storage_config = dataclasses.replace(storage_config, sync=durable.flush)
+        layout = dataclasses.replace(persist.layout, sync=durable.flush)
     except BaseException:
         folderlock.unlock(held)
         raise
-    with BlockManager(storage, storage_config, io, lock=held) as bm, _closed_on_error(sink):
+    with BlockManager(storage, layout, io, lock=held) as bm, _closed_on_error(sink):
         pog = POG(bm)
         scheme = run.get("compression") or "none"
         compress = Compression.scheme(engine.input_schema, scheme, run.get("lossy_decimals"),
                                       on_event=metrics.event,
-                                      **({"interval": compression_interval}
+                                      **({"interval": persist.compression_interval}
                                          if scheme == "adaptive" else {}))
         ingress = ingress_stream(pog, engine, compress) if persist_input else None
         stores = channels.open_channels(pog, engine.plan, persist_at)
@@ -437,7 +444,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         if not (recover and persist_input):
             bm.forget_tails()  # the state is in; nothing more is read back
         controller = CheckpointController(
-            store, state, Due(interval, every_tasks), sink=sink,
+            store, state, Due(ft.interval, ft.every_tasks), sink=sink,
             release=lambda rec: channels.release(pog, engine.plan, stores, rec,
                                                  (INGRESS, READER) if persist_input else None),
             trim_state=state.trim, on_event=metrics.event,
@@ -453,17 +460,17 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                                              ft.max_replay_tuples), state, controller,
                               cut_at=at.input_end if at is not None else 0) \
             if mode == "eventual" else None
-        listener = CheckpointListener(state, controller, metrics, align=aligned,
+        listener = CheckpointListener(state, controller, metrics, align=ft.aligned,
                                       first_seq=at.seq + 1 if at is not None else 0, steps=steps)
         # with persisted input: replay what is stored, then continue the source after it;
         # without: the source itself starts again at the checkpoint's offset
         source_start = _source_position(ingress) if persist_input else (replay_from or 0)
         source = ReplaySource(dataset, run["batch_rows"],
-                              Replay(rate=run["rate"], duration=duration,
+                              Replay(rate=run["rate"], duration=cfg.duration,
                                      max_tuples=run["max_tuples"], loop=run.get("loop", True)),
                               source_start, run["started_at"], span=engine.spans_copies)
-        if wrap_source is not None:
-            source = wrap_source(source)
+        if hooks.wrap_source is not None:
+            source = hooks.wrap_source(source)
         feed = engine.feed(source)
         if persist_input:
             feed = PersistedFeed(pog, engine, source)
