@@ -90,11 +90,11 @@ class RunMismatch(CheckpointError, UserError):
     exit_code = EXIT_USAGE
 
 
-# settings a recovery must repeat (or leave out: None takes the recorded one); push-up is
-# checked on its own (it is a flag: leaving it out means "without")
-_SETTINGS = ("batch_rows", "rate", "max_tuples", "persist_input", "compression",
-             "lossy_decimals", "durability", "sink", "persist_at", "checkpoint_mode",
-             "state_memory")
+# a recovery must repeat every setting run.json records (or leave it out: None takes the
+# recorded one: :func:`_settings_recorded`) but these: the dataset is compared by its
+# identity, the output by the run id it was claimed with, push-up on its own (it is a flag:
+# leaving it out means "without")
+_NOT_REPEATED = ("dataset", "output", "push_up")
 
 
 def _differences(have: dict, want: dict) -> list[str]:
@@ -105,8 +105,8 @@ def _differences(have: dict, want: dict) -> list[str]:
         if a.get(key) != b[key]:
             out.append(f"the dataset's {key} ({a.get(key)!r} recorded from {a.get('path')}, "
                        f"{b[key]!r} in {b['path']})")
-    for key in _SETTINGS:
-        if want.get(key) is not None and have.get(key) != want[key]:
+    for key in (k for k in want if k not in _NOT_REPEATED):
+        if want[key] is not None and have.get(key) != want[key]:
             out.append(f"{key} {have.get(key)!r} recorded, {want[key]!r} given")
     return out
 
