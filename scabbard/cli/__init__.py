@@ -21,7 +21,7 @@ import os
 import sys
 
 from scabbard import __version__
-from scabbard.cli.errors import EXIT_FAILURE, EXIT_USAGE, CLIError, one_line
+from scabbard.cli.errors import EXIT_FAILURE, EXIT_USAGE, CLIError
 from scabbard.errors import ScabbardError
 
 __all__ = ["EXIT_FAILURE", "EXIT_USAGE", "CLIError", "Parser", "build_parser", "main"]
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ScabbardError as e:  # CLIError and every error of the package a person can act on
-        print(f"scabbard: error: {one_line(e)}", file=sys.stderr)
+        print(f"scabbard: error: {e.one_line()}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("scabbard: interrupted", file=sys.stderr)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from scabbard.errors import EXIT_FAILURE, EXIT_USAGE, UserError
 
-__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "CLIError", "one_line"]
+__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "CLIError"]
 
 
 class CLIError(UserError):
@@ -22,7 +22,3 @@ class CLIError(UserError):
     @property
     def code(self) -> int:
         return self.exit_code
-
-
-def one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())

@@ -188,18 +188,7 @@ def _explain_placement(query, ds, args) -> str:
     if not (args.rate > 0 and args.checkpoint_interval > 0):
         raise CLIError("--rate and --checkpoint-interval must be positive")
     m = pl.measure(query.name, ds, tuples=min(args.sample, 1 << 19))
-    best = pl.choose(m, args.rate, args.checkpoint_interval)
-    lines = [f"operator graph of {query.name}: the edges p-streams may sit on, with the bytes "
-             f"each carries per input tuple (measured on {m.tuples:,} tuples):", *m.describe(query),
-             "", f"placements at {args.rate:,.0f} tuples/s, a checkpoint every "
-             f"{args.checkpoint_interval:g} s (state {m.state_bytes / 1e6:.2f} MB each):",
-             f"  {'placement':<44}{'MB/s persisted':>16}{'recovery ms':>13}"]
-    for p in pl.placements(query):
-        e = pl.estimate(m, p, args.rate, args.checkpoint_interval)
-        mark = "  <- auto" if p == best.placement else ""
-        lines.append(f"  {e.label:<44}{e.bytes_per_s / 1e6:16.1f}{e.recovery_s * 1e3:13.0f}{mark}")
-    lines.append("  (without ingress the source replays: it must keep an interval of input)")
-    return "\n".join(lines)
+    return "\n".join(pl.explain(query, m, args.rate, args.checkpoint_interval))
 
 
 def _run_ingest(args) -> int:
@@ -220,10 +209,7 @@ def _run_ingest(args) -> int:
                batch_rows=args.batch,
                progress=lambda n, t: print(f"  {t:6.1f} s  {n / t / 1e6:8.2f} M tuples/s",
                                            flush=True))
-    print(f"\n{args.query} ingest: {r.tuples:,} tuples in {r.seconds:.2f} s = "
-          f"{r.tuples_per_s / 1e6:.2f} M tuples/s, {r.disk_mb_s:,.0f} MB/s to disk "
-          f"({r.row_mb_s:,.0f} MB/s of {r.row_bytes}-byte rows), {r.io_mode}; "
-          f"pool {r.pool_bytes / 1e6:.0f} MB in {store}")
+    print(f"\n{r} in {store}")
     return 0
 
 
@@ -422,15 +408,13 @@ def _run_query(args) -> int:
 
 def _run_engine(args, config, ds) -> int:
     from scabbard.engine.metrics import samples_to
-    from scabbard.ft.run import engine_config, open_run
+    from scabbard.ft.report import progress_line, run_summary
+    from scabbard.ft.run import open_run
     from scabbard.outputs import sink_for
 
-    def progress(s: dict) -> None:
+    def progress(sample: dict) -> None:
         if not args.quiet:
-            lat = s["latency_ms"]["p50"]
-            print(f"  {s['t']:7.1f} s  {s['tuples_per_s'] / 1e6:8.2f} M tuples/s  "
-                  f"{s['mb_per_s']:8.1f} MB/s  p50 {lat:7.1f} ms  results {s['result_rows']:,}",
-                  flush=True)
+            print(progress_line(sample), flush=True)
 
     if config.ft is not None:
         return _run_fault_tolerant(args, config, ds, progress)
@@ -438,92 +422,31 @@ def _run_engine(args, config, ds) -> int:
         print(f"persisting the input to {config.persist.storage}", flush=True)
     report = open_run(config, dataset=ds, sink=sink_for(args.output),
                       watch=(samples_to(progress),))
-    s = report.summary
-    lat = s.latency_ms
-    print(f"\n{config.query}: {s.tuples:,} tuples in {s.seconds:.2f} s = "
-          f"{s.tuples_per_s / 1e6:.2f} M tuples/s ({s.mb_per_s:.1f} MB/s), "
-          f"{engine_config(config).workers} workers, {report.batch_rows:,} tuples per task")
-    print(f"latency ms: p5 {lat['p5']}  p25 {lat['p25']}  p50 {lat['p50']}  p75 {lat['p75']}  "
-          f"p95 {lat['p95']}")
-    print(f"results: {s.result_rows:,} rows" + (f" -> {args.output}" if args.output else ""))
-    _print_spilled(report)
-    _print_kernels(report)
+    print("\n".join(run_summary(report, args.output)))
     return 0
-
-
-def _print_kernels(report) -> None:
-    """What adaptive compilation did, per window operator."""
-    for branch, st in getattr(report, "kernels", {}).items():
-        print(f"kernels of {branch}: tasks {st['generic']:,} generic, {st['instrumented']:,} "
-              f"instrumented, {st['optimised']:,} optimised; {st['swaps']} swaps, "
-              f"{st['deopts']} deoptimisations")
-
-
-def _print_spilled(report) -> None:
-    """What holding the state under its memory budget did, per window operator."""
-    for branch, st in getattr(report, "spilled", {}).items():
-        print(f"state of {branch} within {st['budget'] / 2**20:,.0f} MiB: "
-              f"{st['spills']:,} spills, {st['reloads']:,} reloads, "
-              f"{st.get('spilled_bytes', 0) / 1e6:,.1f} MB written, "
-              f"{st.get('reloaded_bytes', 0) / 1e6:,.1f} MB read back, "
-              f"at most {st['peak_bytes'] / 2**20:,.1f} MiB in memory")
 
 
 def _run_fault_tolerant(args, config, ds, progress) -> int:
     from scabbard.engine.metrics import samples_to
     from scabbard.ft.recovery import StandbyReleased
+    from scabbard.ft.report import ft_start_line, ft_summary
     from scabbard.ft.run import open_run
 
     standby = None
-    if args.standby:
+    if args.standby:  # the handshake with the process controller (scabbard.ft.controller)
         def standby() -> None:
             print("standby: ready", flush=True)
             if not sys.stdin.readline():
                 raise StandbyReleased  # stdin closed: the controller has no failure for us
-    what = "recovering" if args.recover else "starting"
-    ft = config.ft
-    mode = ft.checkpoint_mode or ("as recorded" if args.recover else "full")
-    print(f"{what} a fault-tolerant run: storage {config.persist.storage}, checkpoints every "
-          f"{ft.interval:g} s ({mode}), {ft.sink} exactly-once output to {ft.output}", flush=True)
+    print(ft_start_line(config, args.recover), flush=True)
     try:
         r = open_run(config, recover=args.recover, dataset=ds, watch=(samples_to(progress),),
                      standby=standby)
     except StandbyReleased:
         print("standby: released without taking over", flush=True)
         return 0
-    s = r.run.summary
-    for what in r.damage:
-        print(f"storage: {what}")
-    if r.resumed_from is not None or args.recover:
-        print(f"resumed from checkpoint {r.resumed_from}, replayed input from offset "
-              f"{r.replayed_from:,}" + _loaded(r.loaded))
-    times = [c.duration_s * 1e3 for c in r.checkpoints]
-    print(f"\n{config.query}: {s.tuples:,} tuples in {s.seconds:.2f} s = "
-          f"{s.tuples_per_s / 1e6:.2f} M tuples/s, {len(r.checkpoints)} checkpoints"
-          + (f" (avg {sum(times) / len(times):.1f} ms, state "
-             f"{r.checkpoints[-1].bytes / 1e6:.2f} MB)" if times else "")
-          + (f", {len(r.damage)} damaged or torn storage items dropped on opening"
-             if r.damage else ""))
-    if r.checkpoints:
-        panes = [c.operator.get("written", {}).get("panes", 0) for c in r.checkpoints]
-        print(f"checkpoints ({r.checkpoint_mode}): state written "
-              f"{r.state_bytes_written / max(s.seconds, 1e-9) / 1e6:.3f} MB/s, "
-              f"{sum(panes) / len(panes):,.1f} panes per checkpoint")
-    print(f"results: {s.result_rows:,} rows -> {ft.output}")
-    _print_spilled(r.run)
-    _print_kernels(r.run)
+    print("\n".join(ft_summary(r, config.ft.output, args.recover)))
     return 0
-
-
-def _loaded(loaded: dict) -> str:
-    if not loaded or loaded.get("bytes") is None:
-        return ""
-    replay = loaded.get("replay_tuples")
-    return (f"; state loaded: {loaded['bytes'] / 1e6:.3f} MB, {loaded['panes']:,} panes "
-            f"({loaded['runs']} runs of pane units) in {loaded['load_ms']:.1f} ms"
-            + (f", {loaded['spill_verified_bytes'] / 1e6:.3f} MB of spilled state verified "
-               f"(read back as its windows close)" if "spill_verified_bytes" in loaded else "")
-            + (f"; {replay:,} tuples to replay" if replay is not None else ""))
 
 
 def _run_spark(args, query) -> int:

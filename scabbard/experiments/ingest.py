@@ -70,6 +70,12 @@ class IngestResult:
     def row_mb_s(self) -> float:
         return self.tuples * self.row_bytes / self.seconds / 1e6
 
+    def __str__(self) -> str:
+        return (f"{self.query} ingest: {self.tuples:,} tuples in {self.seconds:.2f} s = "
+                f"{self.tuples_per_s / 1e6:.2f} M tuples/s, {self.disk_mb_s:,.0f} MB/s to disk "
+                f"({self.row_mb_s:,.0f} MB/s of {self.row_bytes}-byte rows), {self.io_mode}; "
+                f"pool {self.pool_bytes / 1e6:.0f} MB")
+
 
 def batch_rows_for(query: str, ds: Dataset) -> int:
     """The batch (p-unit) size the engine would use for ``query`` on ``ds``."""

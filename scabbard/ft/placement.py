@@ -355,3 +355,22 @@ def choose(m: Measured, rate: float, interval: float, write_mb_s: float = WRITE_
     if not fits:
         return estimate(m, (INGRESS,), rate, interval)
     return min(fits, key=lambda e: (round(e.recovery_s, 3), e.bytes_per_s))
+
+
+def explain(query, m: Measured, rate: float, interval: float) -> list[str]:
+    """The operator graph's edges with the bytes each carries (``m``), then every placement's
+    persisted rate and recovery time at ``rate`` tuples/s and a checkpoint every
+    ``interval`` s, the one :func:`choose` picks marked: ``scabbard explain``'s table."""
+    best = choose(m, rate, interval)
+    lines = [f"operator graph of {query.name}: the edges p-streams may sit on, with the bytes "
+             f"each carries per input tuple (measured on {m.tuples:,} tuples):",
+             *m.describe(query), "",
+             f"placements at {rate:,.0f} tuples/s, a checkpoint every {interval:g} s "
+             f"(state {m.state_bytes / 1e6:.2f} MB each):",
+             f"  {'placement':<44}{'MB/s persisted':>16}{'recovery ms':>13}"]
+    for p in placements(query):
+        e = estimate(m, p, rate, interval)
+        mark = "  <- auto" if p == best.placement else ""
+        lines.append(f"  {e.label:<44}{e.bytes_per_s / 1e6:16.1f}{e.recovery_s * 1e3:13.0f}{mark}")
+    lines.append("  (without ingress the source replays: it must keep an interval of input)")
+    return lines
