@@ -122,3 +122,10 @@ def prepared_dataset(query: str, scale: str, data_dir: str | Path, workers: int,
     run_query(queries.get(query), ds, NullSink(), EngineConfig(workers=workers),
               replay=Replay(duration=min(1.0, seconds)))
     return ds
+
+
+def wide():
+    """pandas prints a wide table whole (no wrapping, every column)."""
+    import pandas as pd
+
+    return pd.option_context("display.width", 250, "display.max_columns", None)

@@ -172,3 +172,15 @@ def plot(runs: pd.DataFrame, output_dir: str | None = None):
     axes[1].set_yscale("log")
     axes[0].legend(fontsize=7)
     return finish(fig, output_dir, "aligned.png")
+
+
+def bench(settings: Settings, out: Path, log=print) -> int:
+    """``scabbard bench aligned``: the runs' summary beside the paper's, the tables and
+    figure in ``out``."""
+    runs = run(settings, log=log)
+    log("\n" + summary(runs).round(2).T.to_string(header=False))
+    log(f"\npaper: {PAPER}")
+    csv = save(runs, out)
+    plot(runs, out)
+    log(f"\nresults: {csv}, figure: {Path(out) / 'aligned.png'}")
+    return 0

@@ -50,6 +50,7 @@ from scabbard.experiments import (
     prepared_dataset,
     save_tables,
     scratch,
+    wide,
 )
 from scabbard.ft.config import PersistConfig
 from scabbard.ft.modes import INTERVAL
@@ -324,3 +325,18 @@ def plot(table: pd.DataFrame, output_dir: str | None = None):
         bx.set_title("Checkpoint time vs state size (checkpoints only)")
         bx.legend(fontsize=8)
     return finish(fig, output_dir, "checkpointing.png", dpi=120)
+
+
+def bench(settings: Settings, out: Path, log=print) -> int:
+    """``scabbard bench checkpoints``: the runs, the table, the CPU per part, the headline,
+    the tables and figure in ``out``."""
+    runs = run(settings, log=log)
+    table = summary(runs)
+    with wide():
+        log("\n" + table.round(3).T.to_string(header=False))
+        log("\nCPU per input tuple, ns (medians):\n" + parts(runs).round(2).to_string(index=False))
+    log(headline(table))
+    csv = save(runs, out)
+    plot(table, out)
+    log(f"\nresults: {csv}, figure: {Path(out) / 'checkpointing.png'}")
+    return 0

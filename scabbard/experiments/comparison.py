@@ -355,3 +355,66 @@ def plot(runs: pd.DataFrame, output_dir: str | None = None):
     bx.set_title("Engine latency at 80% of its rate (after the paper's Fig. 7b)")
     bx.legend(fontsize=8)
     return finish(fig, output_dir, "system_comparison.png")
+
+
+def bench_peers(s7: Settings, out: Path, log=print) -> int:
+    """``scabbard bench peers``: Fig. 7a (the engine with fault tolerance against the FT
+    peers) and Fig. 8 (persisted ingest against Kafka++ and the broker) side by side, with
+    the progress of every step, the tables and figures in ``out``."""
+    import dataclasses
+
+    from scabbard.experiments import ingest
+    from scabbard.experiments.progress import Progress, clock, guesses_from
+    from scabbard.peers.flink import flink_available
+
+    if s7.flink and not flink_available():
+        log("note: Flink-FT is skipped: not installed here (no .venv-flink; `make peers` or "
+            "scripts/setup-flink.sh creates it)")
+        s7 = dataclasses.replace(s7, flink=False)
+    s8 = ingest.Settings(queries=s7.queries, scale=s7.scale, seconds=s7.seconds,
+                         with_query=False, disk_bytes=256 << 20, workers=s7.workers)
+    out = Path(out)
+    history = out / "steps.json"  # what each step took in the last run here
+    progress = Progress(guesses_from(steps(s7) + ingest.steps(s8), history), log)
+    log(f"{len(progress.steps)} steps over {len(s7.queries)} queries; about "
+        f"{clock(progress.left_s())} in all, as first guessed"
+        + (f" from the last run's {history}" if history.exists() else "")
+        + " (each step's line updates it)")
+    log("== Fig. 7a: throughput with fault tolerance, the engine vs the FT peers ==")
+    runs = run(s7, log=log, progress=progress)
+    fig7 = summary(runs)
+    log("\n== Fig. 8: persisted ingest, the engine vs Kafka++ vs the broker ==")
+    disk, table = ingest.run(s8, log=log, progress=progress)
+    fig8 = ingest.summary(disk, table)
+    log(f"\nall done in {clock(progress.elapsed_s)}")
+    progress.save(history)
+    log("\n== Fig. 7a (M tuples/s; FT over each peer) ==")
+    log(_fig7_table(fig7, runs).T.to_string())
+    for row in fig7[fig7["failed"] != ""].itertuples():
+        log(f"failed on {row.query}: {row.failed}")
+    log(f"\n== Fig. 8 (M tuples/s of source tuples, MB/s written to disk; disk: O_DIRECT "
+        f"write {disk['write_mb_s']:,.0f} MB/s, first write {disk['first_write_mb_s']:,.0f} "
+        f"MB/s) ==")
+    log(fig8.set_index("query").round(2).T.to_string())
+    log(f"\nFig. 7a: {headline(fig7)}")
+    log(f"Fig. 8: {ingest.broker_ratio(fig8)}")
+    log(f"paper: {PAPER}\npaper: {ingest.PAPER_PEERS}")
+    out.mkdir(parents=True, exist_ok=True)
+    side = fig7.merge(fig8, on="query")
+    side.to_csv(out / "side_by_side.csv", index=False)
+    save(runs, out / "fig7a")
+    ingest.save(disk, table, out / "fig8")
+    plot(runs, out / "fig7a")
+    ingest.plot(disk, table, out / "fig8")
+    log(f"\nresults: {out / 'side_by_side.csv'}, figures: {out}/fig7a, {out}/fig8")
+    return 0
+
+
+def _fig7_table(fig7, runs):
+    """Fig. 7a's figures for printing, per query: a peer that failed says ``failed`` (why is
+    printed below the table)."""
+    shown = fig7.drop(columns="failed").set_index("query").round(2).astype(object)
+    if "error" in runs:
+        for r in runs.dropna(subset=["error"]).itertuples():
+            shown.loc[r.query, f"{dict(SYSTEMS)[r.system]} M tuples/s"] = "failed"
+    return shown

@@ -168,3 +168,15 @@ def plot(table: pd.DataFrame, output_dir: str | None = None):
     ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.grid(True, which="both", alpha=0.3)
     return finish(fig, output_dir, "compression_tradeoffs.png")
+
+
+def bench(settings: Settings, out: Path, log=print) -> int:
+    """``scabbard bench codecs``: each codec's targets, the headline, the table and figure
+    in ``out``."""
+    table = run(settings, log=log)
+    log("\n" + targets(table).round(0).to_string(index=False))
+    log(headline(table))
+    csv = save(table, out)
+    plot(table, out)
+    log(f"\nresults: {csv}, figure: {Path(out) / 'compression_tradeoffs.png'}")
+    return 0

@@ -285,3 +285,14 @@ def plot(table: pd.DataFrame, output_dir: str | None = None):
     if output_dir is not None:
         fig.savefig(Path(output_dir) / "engine_throughput.png", dpi=110)
     return fig
+
+
+def bench(settings: Settings, log=print) -> int:
+    """``scabbard bench engine``: the runs, the comparison table, the figure, in
+    ``settings.output_dir``."""
+    table = run(settings, log=log)
+    log("\n" + comparison(table).to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    plot(table, settings.output_dir)
+    out = Path(settings.output_dir)
+    log(f"\nresults: {out / 'results.csv'}, figure: {out / 'engine_throughput.png'}")
+    return 0

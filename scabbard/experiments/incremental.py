@@ -238,3 +238,16 @@ def plot(table: pd.DataFrame, output_dir: str | None = None):
     bx.set_title("Checkpoint overhead (Scabbard-Chk, flat out)")
     bx.legend(fontsize=8)
     return finish(fig, output_dir, "incremental_checkpoints.png")
+
+
+def bench(settings: Settings, out: Path, log=print) -> int:
+    """``scabbard bench incremental``: both modes side by side, the ratios, the tables and
+    figure in ``out``."""
+    runs = run(settings, log=log)
+    table = summary(runs)
+    log("\n" + table.round(3).set_index("query").T.to_string())
+    log(headline(table, settings.speedup))
+    csv = save(runs, out)
+    plot(table, out)
+    log(f"\nresults: {csv}, figure: {Path(out) / 'incremental_checkpoints.png'}")
+    return 0

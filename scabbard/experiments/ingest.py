@@ -480,3 +480,13 @@ def plot(disk: dict, table: pd.DataFrame, output_dir: str | None = None):
         ax.set_title("Query throughput")
         ax.legend(fontsize=8)
     return finish(fig, output_dir, "ingest.png", dpi=120)
+
+
+def bench(settings: Settings, out: Path, log=print) -> int:
+    """``scabbard bench ingest``: the runs, their summary, the table and figure in ``out``."""
+    disk, table = run(settings, log=log)
+    log("\n" + summary(disk, table).round(2).to_string(index=False))
+    csv = save(disk, table, out)
+    plot(disk, table, out)
+    log(f"\nresults: {csv}, figure: {Path(out) / 'ingest.png'}")
+    return 0

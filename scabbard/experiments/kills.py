@@ -187,3 +187,15 @@ def headline(runs: pd.DataFrame) -> str:
             f"{int(runs['compared'].sum()):,} results compared: {int(runs['lost'].sum())} lost, "
             f"{int(runs['duplicated'].sum())} duplicated, {int(runs['different'].sum())} "
             f"different" + ("" if runs["ok"].all() else "  -- MISMATCH"))
+
+
+def bench(settings: Settings, out: Path, log=print) -> int:
+    """``scabbard bench kills``: the campaign, its headline, its runs in ``out``; 1 if any
+    configuration lost, duplicated or changed a result."""
+    from scabbard.experiments import save_tables
+
+    log(f"{len(plan(settings))} configurations x {settings.kills} kills")
+    runs = run(settings, log=log)
+    log(headline(runs))
+    log(f"results: {save_tables(out, runs=runs)}")
+    return 0 if runs["ok"].all() else 1

@@ -31,7 +31,7 @@ import pandas as pd
 
 from scabbard import queries, workloads
 from scabbard.engine import EngineConfig
-from scabbard.experiments import Common, finish, scratch
+from scabbard.experiments import Common, finish, scratch, wide
 from scabbard.ft.controller import Campaign, Controller, campaign_config
 from scabbard.ft.modes import INTERVAL
 from scabbard.ft.recovery import run_fault_tolerant
@@ -439,3 +439,15 @@ def restart_summary(runs: pd.DataFrame) -> pd.DataFrame:
         replayed = runs.groupby(["restart", "phase"], sort=False)["replay_tuples"].median()
         out["replay M tuples (median)"] = replayed / 1e6
     return out.reset_index()
+
+
+def bench_restarts(settings: Settings, rounds: int, out: Path, log=print) -> int:
+    """``scabbard bench restart``: ``rounds`` kills of each kind, their phases (medians),
+    the runs in ``out``/restarts.csv; 1 if any recovery was not exactly once."""
+    runs = restarts(settings, rounds, log=log)
+    with wide():
+        log("\n" + restart_summary(runs).round(1).to_string(index=False))
+    Path(out).mkdir(parents=True, exist_ok=True)
+    runs.to_csv(Path(out) / "restarts.csv", index=False)
+    log(f"\nresults: {Path(out) / 'restarts.csv'}")
+    return 0 if runs["exactly_once"].all() else 1
