@@ -262,6 +262,17 @@ def get_spark(settings: SparkSettings = SparkSettings()):
     return spark
 
 
+def stop_active_session() -> None:
+    """Stop this process's active Spark session, if Spark was ever loaded (its JVM then
+    leaves the cores to what runs next)."""
+    if "pyspark" in sys.modules:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        if spark is not None:
+            spark.stop()
+
+
 def jvm_pid(spark) -> int:
     """The process id of the session's driver JVM."""
     return int(spark._jvm.java.lang.ProcessHandle.current().pid())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from scabbard.cli.common import add_data_root, data_root, shared_flag
@@ -34,42 +33,8 @@ def add(sub) -> None:
 
 
 def _run_demo(args) -> int:
-    from scabbard.experiments import demo, report
-    from scabbard.experiments.progress import clock
-    from scabbard.experiments.reproduce import load_experiments, reproduce
+    from scabbard.experiments import demo
 
-    t0 = time.perf_counter()
-    root = data_root(args)
-    params = load_experiments()["demo"].parameters(args.scale)
-    s = demo.Settings(scale=params.get("scale", args.scale), data_dir=str(root))
-    print(f"[demo] datasets ({', '.join(demo.workloads_needed(s))}, scale {s.scale}) under "
-          f"{root}", flush=True)
-    print(demo.datasets(s).to_string(index=False), flush=True)
-    _stop_spark()  # its JVM is not needed while the notebook measures
-    print(f"[demo] datasets ready in {clock(time.perf_counter() - t0)}; now the demo notebook",
-          flush=True)
-    result = reproduce(only=["demo"], scale=args.scale,
-                       runs_dir=Path(args.output) if args.output else None, data_dir=root,
+    ok = demo.run_demo(args.scale, data_root(args), Path(args.output) if args.output else None,
                        log=lambda line: print(line, flush=True))
-    (r,) = result.results
-    print(f"\n[demo] {'done' if r.ok else 'FAILED: ' + r.error} in "
-          f"{clock(time.perf_counter() - t0)}")
-    print(f"report:   {result.run_dir / 'index.html'}")
-    print(f"notebook: {r.output.with_suffix('.html')}")
-    figures = report.figures(r.output.parent)
-    charts = sorted(p for p in r.output.parent.rglob("*.html") if p.suffix == ".html"
-                    and p != r.output.with_suffix(".html"))
-    print("figures:  " + ", ".join(str(f.relative_to(r.output.parent)) for f in figures))
-    print("interactive: " + ", ".join(str(c.relative_to(r.output.parent)) for c in charts))
-    return 0 if r.ok else EXIT_FAILURE
-
-
-def _stop_spark() -> None:
-    import sys
-
-    if "pyspark" in sys.modules:
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.getActiveSession()
-        if spark is not None:
-            spark.stop()
+    return 0 if ok else EXIT_FAILURE

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pandas as pd
 
@@ -218,3 +219,35 @@ def plot_what_if(table: pd.DataFrame, query: str, output_dir: str | None = None)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return finish(fig, output_dir, "what_if_cores.png")
+
+
+def run_demo(scale: str, data_dir: Path, runs_dir: Path | None = None, log=print) -> bool:
+    """``scabbard demo``: the datasets it needs (generated with Spark on first use), then the
+    demo notebook into a report under ``runs_dir`` (default: the project's runs folder);
+    where the report and its figures are.  True if the notebook ran to its end."""
+    from scabbard.experiments import report
+    from scabbard.experiments.progress import clock
+    from scabbard.experiments.reproduce import load_experiments, reproduce
+    from scabbard.sparksession import stop_active_session
+
+    t0 = time.perf_counter()
+    params = load_experiments()["demo"].parameters(scale)
+    s = Settings(scale=params.get("scale", scale), data_dir=str(data_dir))
+    log(f"[demo] datasets ({', '.join(workloads_needed(s))}, scale {s.scale}) under {data_dir}")
+    log(datasets(s).to_string(index=False))
+    stop_active_session()  # its JVM is not needed while the notebook measures
+    log(f"[demo] datasets ready in {clock(time.perf_counter() - t0)}; now the demo notebook")
+    result = reproduce(only=["demo"], scale=scale, runs_dir=runs_dir, data_dir=data_dir,
+                       log=log)
+    (r,) = result.results
+    log(f"\n[demo] {'done' if r.ok else 'FAILED: ' + r.error} in "
+        f"{clock(time.perf_counter() - t0)}")
+    log(f"report:   {result.run_dir / 'index.html'}")
+    log(f"notebook: {r.output.with_suffix('.html')}")
+    figures = report.figures(r.output.parent)
+    charts = sorted(p for p in r.output.parent.rglob("*.html") if p.suffix == ".html"
+                    and p != r.output.with_suffix(".html"))
+    log("figures:  " + ", ".join(str(f.relative_to(r.output.parent)) for f in figures))
+    log("interactive: " + ", ".join(str(c.relative_to(r.output.parent)) for c in charts))
+    return r.ok
+
