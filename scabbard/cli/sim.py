@@ -280,31 +280,13 @@ def run_validate(args) -> int:
 
 
 def run_speed(args) -> int:
-    import time
-
-    from scabbard.sim.config import PAPER_SSD, SimConfig
-    from scabbard.sim.model import simulate
-
     if not args.sim_seconds > 0:
         raise _error(f"--sim-seconds must be positive, got {args.sim_seconds}")
     cal = _load(args.calibration)
     names = _queries(args.queries) or list(cal.queries)
     _warn(args.calibration, cal)
-    hw = replace(PAPER_SSD, cores=args.cores)
-    print(f"{args.sim_seconds:g} s of a fault-tolerant run on {args.cores} cores, 950 MB/s SSD "
-          f"(target: under 10 s of wall time for 60 s on 16 cores)")
-    print(f"{'query':6} {'M tuples/s':>11} {'tasks':>9} {'wall s':>7}")
-    worst = 0.0
-    for q in names:
-        scheme = cal.costs(q).best_scheme
-        cfg = SimConfig(q, workers=args.cores, persist=True, compression=scheme,
-                        checkpoint_interval=1.0, duration=args.sim_seconds)
-        t0 = time.perf_counter()
-        r = simulate(cal, cfg, hw)
-        wall = time.perf_counter() - t0
-        worst = max(worst, wall)
-        print(f"{q:6} {r.tuples_per_s / 1e6:11.1f} {r.summary.tasks:9,d} {wall:7.2f}")
-    print(f"slowest: {worst:.2f} s of wall time")
+    report.speed(cal, names, args.cores, args.sim_seconds,
+                 log=lambda line: print(line, flush=True))
     return 0
 
 

@@ -53,3 +53,30 @@ def describe(result) -> str:
                                      if cfg.ingress_partitions > 1 else ""))
     lines.append(f"  simulated in   {result.wall_s:.2f} s of wall time")
     return "\n".join(lines)
+
+
+def speed(cal, queries, cores: int, seconds: float, log=print) -> float:
+    """``scabbard sim speed``: the simulator's own wall time for ``seconds`` of a
+    fault-tolerant run of each query on ``cores`` cores and the paper's SSD, a line each as
+    it comes; the slowest's, in seconds."""
+    import time
+    from dataclasses import replace
+
+    from scabbard.sim.config import PAPER_SSD, SimConfig
+    from scabbard.sim.model import simulate
+
+    hw = replace(PAPER_SSD, cores=cores)
+    log(f"{seconds:g} s of a fault-tolerant run on {cores} cores, 950 MB/s SSD "
+        f"(target: under 10 s of wall time for 60 s on 16 cores)")
+    log(f"{'query':6} {'M tuples/s':>11} {'tasks':>9} {'wall s':>7}")
+    worst = 0.0
+    for q in queries:
+        cfg = SimConfig(q, workers=cores, persist=True, compression=cal.costs(q).best_scheme,
+                        checkpoint_interval=1.0, duration=seconds)
+        t0 = time.perf_counter()
+        r = simulate(cal, cfg, hw)
+        wall = time.perf_counter() - t0
+        worst = max(worst, wall)
+        log(f"{q:6} {r.tuples_per_s / 1e6:11.1f} {r.summary.tasks:9,d} {wall:7.2f}")
+    log(f"slowest: {worst:.2f} s of wall time")
+    return worst
