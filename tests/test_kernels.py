@@ -4,6 +4,8 @@ Covers empty batches, a single key, all-distinct keys, windows spanning many
 batches, batch boundaries inside a pane, and incremental = batch for the assembler.
 """
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -373,6 +375,44 @@ def test_equi_join_matches_nested_loops(width, n, m, domain):
     rk = rng.integers(0, domain, (m, width + 1))
     li, ri = equi_join(lk, rk)
     assert list(zip(li.tolist(), ri.tolist(), strict=True)) == ref.equi_join_pairs(lk, rk)
+
+
+@given(st.sampled_from([1, 2]), st.integers(0, 300), st.sampled_from([5, 1 << 62]))
+@SETTINGS
+def test_the_inline_index_finds_the_relation_rows_the_generic_index_finds(width, n, domain):
+    """The optimised kernels' join index (keys inline in the slots, one multiplication a
+    hash): each key's row, -1 for a key the relation has not, one and two words, keys
+    dense (clustered slots) and spread."""
+    from scabbard.kernels.join import build_index, inline_index
+
+    rng = np.random.default_rng(n * 10 + width)
+    keys = np.unique(rng.integers(0, domain, (n, width)), axis=0)
+    rng.shuffle(keys)
+    asked = np.concatenate([keys, rng.integers(0, domain, (50, width)), -keys[:5] - 1])
+    expect = [next((r for r in range(len(keys)) if (keys[r] == q).all()), -1) for q in asked]
+    ix = inline_index(build_index(np.ascontiguousarray(keys, dtype=np.int64)))
+    assert _probe_inline(ix, np.ascontiguousarray(asked, dtype=np.int64)).tolist() == expect
+
+
+@functools.cache
+def _inline_prober():
+    from numba import njit
+
+    from scabbard.kernels.join import probe_inline1, probe_inline2
+
+    @njit
+    def probe_all(ix, q):
+        out = np.empty(q.shape[0], np.int64)
+        for i in range(q.shape[0]):
+            out[i] = probe_inline1(ix, q[i, 0]) if q.shape[1] == 1 else \
+                probe_inline2(ix, q[i, 0], q[i, 1])
+        return out
+
+    return probe_all
+
+
+def _probe_inline(ix, asked):
+    return _inline_prober()(ix, asked)
 
 
 def rollup(res, columns):

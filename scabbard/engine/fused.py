@@ -7,6 +7,9 @@ import re
 
 import numpy as np
 
+from scabbard.kernels.hashtable import KeyTable
+from scabbard.kernels.join import InlineIndex, inline_index
+
 _RELATION_KEY = re.compile(r"^r(\d+)_(\w+)\[j(\d+)(?:, ([01]))?\]$")
 
 
@@ -56,10 +59,26 @@ class RelationCodes:
         return (min(codes), max(codes)) if codes else None
 
 
+_INLINE: dict[int, tuple] = {}  # id of a relation's index -> (the index, its InlineIndex)
+
+
+def _inline(index: KeyTable) -> InlineIndex:
+    """The :class:`~scabbard.kernels.join.InlineIndex` of a relation's index, made once (a
+    relation's index lives as long as its engine; the entries made last are kept)."""
+    got = _INLINE.get(id(index))
+    if got is None or got[0] is not index:
+        if len(_INLINE) >= 64:
+            _INLINE.clear()
+        got = _INLINE[id(index)] = (index, inline_index(index))
+    return got[1]
+
+
 def fused_args(plan, rel_args: tuple, codes: RelationCodes | None) -> tuple:
-    """The relation arguments of ``plan``'s fused kernel: the front's, then the relation
-    codes it is indexed by (if it is)."""
-    return rel_args if plan.coded is None else (*rel_args, codes.codes)
+    """The relation arguments of ``plan``'s fused kernel: the front's, each relation's index
+    as the inline index the fused kernel probes, then the relation codes it is indexed by
+    (if it is)."""
+    args = tuple(_inline(a) if isinstance(a, KeyTable) else a for a in rel_args)
+    return args if plan.coded is None else (*args, codes.codes)
 
 
 def run_fused(kernel, b, plan, n: int, times: tuple, inputs: tuple, rel_args: tuple):

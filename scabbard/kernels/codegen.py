@@ -136,9 +136,11 @@ class FrontSpec:
         body += ["        m += 1", "    return m"]
         return _module("front", args, body)
 
-    def step_lines(self, fail: tuple[str, ...] = ("return -1",)) -> list[str]:
-        """The loop body's filters and probes: a row that fails one is skipped; first the
-        guards of the folded constants, which run ``fail`` on a row that breaks one."""
+    def step_lines(self, fail: tuple[str, ...] = ("return -1",),
+                   probes: tuple[str, str] = ("probe1", "probe2")) -> list[str]:
+        """The loop body's filters and probes (``probes``: the functions probing a relation
+        by one key word, by two): a row that fails one is skipped; first the guards of the
+        folded constants, which run ``fail`` on a row that breaks one."""
         body = []
         for c, dtype, v in self.consts:
             body += [f"        if c_{c}[i] != np.{dtype}({v}):",
@@ -158,7 +160,7 @@ class FrontSpec:
                     body += [f"        if not ({step[1]}):", "            continue"]
             else:
                 _, j, key = step
-                probe = "probe1" if len(key) == 1 else "probe2"
+                probe = probes[0] if len(key) == 1 else probes[1]
                 keyargs = ", ".join(f"np.int64({k})" for k in key)
                 body += [f"        j{j} = {probe}(rt_{j}, {keyargs})",
                          f"        if j{j} < 0:", "            continue"]
@@ -184,7 +186,9 @@ def _module(name: str, args: list[str], body: list[str]) -> str:
         f"# compiled against scabbard.kernels {kernels_digest()}",
         "import numpy as np",
         "from scabbard.kernels._jit import scan",
-        "from scabbard.kernels.join import probe1, probe2  # noqa: F401",
+        "from scabbard.kernels.join import (  # noqa: F401",
+        "    probe1, probe2, probe_inline1, probe_inline2,",
+        ")",
         "",
         "",
         "@scan",
@@ -210,7 +214,10 @@ class DenseSpec:
     :func:`scabbard.kernels.aggregate.pane_aggregate` does, row for row (group ids in order of
     first appearance), and returns their number; ``res[0]`` is the group count.  A row's
     event time is ``ts[i] + shift`` (``shift``: the argument after the front's and ``rc`` - a
-    replayed copy's, deferred as the generic fragment defers it)."""
+    replayed copy's, deferred as the generic fragment defers it).  Its joins probe each
+    relation's :class:`~scabbard.kernels.join.InlineIndex` (passed where the front takes the
+    relation's index), and its leading filters select a block of rows before the rest runs
+    on them (:meth:`_leading_filters`)."""
 
     front: FrontSpec
     iops: tuple[int, ...]
@@ -244,7 +251,9 @@ class DenseSpec:
                  "                acc_c[d] = 0", "                m += 1"]
         head, rest = self._leading_filters()
         body = ["    m = 0", "    groups = 0", "    nt = 0", "    pane = -9223372036854775808",
-                "    for i in range(n):", *rest.step_lines(("res[0] = groups", "return -1")),
+                "    for i in range(n):",
+                *rest.step_lines(("res[0] = groups", "return -1"),
+                                 ("probe_inline1", "probe_inline2")),
                 f"        p = (ts[i] + shift) // {self.slide}",
                 "        if p != pane:", *flush, "            nt = 0", "            pane = p"]
         guard = ["            res[0] = groups", "            return -1"]
