@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 
+from scabbard.kernels.codegen import BLOCK
 from scabbard.kernels.hashtable import KeyTable
 from scabbard.kernels.join import InlineIndex, inline_index
 
@@ -100,7 +101,8 @@ def run_fused(kernel, b, plan, n: int, times: tuple, inputs: tuple, rel_args: tu
     res = np.zeros(1, dtype=np.int64)
     m = kernel(n, ts, *inputs, *rel_args, np.int64(shift), gid_of, group_keys,
                np.zeros(size, np.int64), np.empty((size, ni), np.int64),
-               np.empty((size, nf), np.float64), np.empty(size, np.int64), *parts, res)
+               np.empty((size, nf), np.float64), np.empty(size, np.int64), *parts, res,
+               np.empty(BLOCK, np.int64))
     if m < 0:
         return None
     return (*(x[:m] for x in parts), group_keys[:res[0]].copy())

@@ -199,7 +199,9 @@ def _module(name: str, args: list[str], body: list[str]) -> str:
 
 
 SUM, MIN, MAX = 0, 1, 2  # as scabbard.kernels.aggregate's
-_BLOCK = 1024  # rows a fused kernel selects by its leading filters at a time
+# rows a fused kernel selects by its leading filters at a time, into its argument ``sel``
+# (its caller's: a kernel of the hot loop allocates nothing)
+BLOCK = 1024
 
 
 @dataclass(frozen=True)
@@ -241,7 +243,7 @@ class DenseSpec:
         f = self.front
         args = f.inputs() + (["rc"] if self.coded is not None else []) + ["shift"] \
             + ["gid_of", "group_keys", "acc_c", "acc_i", "acc_f", "touched", "o_pane", "o_gid",
-               "o_cnt", "o_i", "o_f", "res"]
+               "o_cnt", "o_i", "o_f", "res", "sel"]
         ni, nf = len(self.iops), len(self.fops)
         flush = ["            for t in range(nt):", "                d = touched[t]",
                  "                o_pane[m] = pane", "                o_gid[m] = gid_of[d]",
@@ -287,9 +289,8 @@ class DenseSpec:
                  "        acc_c[d] += 1"]
         if head:  # the leading filters first, a block of rows at a time, with no branch
             loop = body.index("    for i in range(n):")
-            body[loop:] = [f"    sel = np.empty({_BLOCK}, np.int64)",
-                           f"    for base in range(0, n, {_BLOCK}):",
-                           f"        end = min(n, base + {_BLOCK})", "        ns = 0",
+            body[loop:] = [f"    for base in range(0, n, {BLOCK}):",
+                           f"        end = min(n, base + {BLOCK})", "        ns = 0",
                            "        for i in range(base, end):", "            sel[ns] = i",
                            f"            ns += 1 if {head} else 0",
                            "        for s in range(ns):", "            i = sel[s]",
