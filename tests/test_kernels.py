@@ -377,7 +377,7 @@ def test_equi_join_matches_nested_loops(width, n, m, domain):
     assert list(zip(li.tolist(), ri.tolist(), strict=True)) == ref.equi_join_pairs(lk, rk)
 
 
-@given(st.sampled_from([1, 2]), st.integers(0, 300), st.sampled_from([5, 1 << 62]))
+@given(st.sampled_from([1, 2]), st.integers(1, 300), st.sampled_from([5, 1 << 62]))
 @SETTINGS
 def test_the_inline_index_finds_the_relation_rows_the_generic_index_finds(width, n, domain):
     """The optimised kernels' join index (keys inline in the slots, one multiplication a
