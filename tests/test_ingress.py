@@ -263,3 +263,20 @@ def test_the_checkpoints_bench_shows_the_cores_used_and_every_byte_stored(tiny, 
     stored = ft["disk_mb_per_s"] * 1e6 / ft["tuples_per_s"]  # bytes a tuple, results included
     results = ft["result_rows_per_s"] / ft["tuples_per_s"] * queries.get("CM2").schema.row_bytes
     assert results > 0 and stored >= ft["persisted_bytes_per_tuple"] + 0.9 * results, (stored, ft)
+
+
+def test_a_runs_second_half_is_measured_from_its_first_sample_past_half_its_seconds():
+    """``bench checkpoints``'s second-half throughput: from the first progress sample at or
+    after half the run to its end; events are not samples; a run with none past its half has
+    no second-half figure."""
+    from scabbard.experiments.checkpointing import SecondHalf
+
+    h = SecondHalf()
+    for t, n in ((0.5, 10), (1.0, 30), (1.5, 60), (2.0, 100)):
+        h.watch({"event": "sample", "t": t, "tuples": n})
+    h.watch({"event": "checkpoint", "t": 1.3, "tuples": 999})
+    assert h.rate(140, 2.4) == pytest.approx((140 - 60) / (2.4 - 1.5))
+    assert np.isnan(h.rate(140, 5.0))  # nothing at or after 2.5 s
+    p = SecondHalf()
+    p.sample(50, 1.0)  # ingest's progress(tuples, seconds)
+    assert p.rate(150, 1.5) == pytest.approx(100 / 0.5)
