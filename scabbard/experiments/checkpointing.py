@@ -312,6 +312,11 @@ def headline(table: pd.DataFrame) -> str:
         lines.append(f"{LABELS['ft_raw']}: {table[share].min():.0%}-{table[share].max():.0%} of "
                      f"the lower of no FT writing its results and raw persisted ingest "
                      f"(median {table[share].median():.0%})")
+    half = f"{share}, second halves"
+    if half in table:
+        lines.append(f"{LABELS['ft_raw']}, each run's second half: "
+                     f"{table[half].min():.0%}-{table[half].max():.0%} "
+                     f"(median {table[half].median():.0%})")
     for c in ("checkpoints", "ft_raw", "scabbard"):
         col = f"{LABELS[c]} checkpoint ms"
         if col in table and table[col].notna().any():
