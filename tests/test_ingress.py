@@ -280,3 +280,39 @@ def test_a_runs_second_half_is_measured_from_its_first_sample_past_half_its_seco
     p = SecondHalf()
     p.sample(50, 1.0)  # ingest's progress(tuples, seconds)
     assert p.rate(150, 1.5) == pytest.approx(100 / 0.5)
+
+
+def test_a_replay_source_says_whether_its_event_times_are_in_order():
+    """``ReplaySource.ordered``: the table's timestamps never decrease and a replayed copy
+    starts after the last (the first timestamp >= 0) - what lets the ingress's run-length
+    codec gallop over them; a table made otherwise is not taken at its word."""
+    good = table(5000)
+    assert ReplaySource(good, 1000).ordered
+    ts, key, value = good.columns
+    down = ts.copy()
+    down[2500], down[2501] = down[2501] + 1, down[2500]  # one pair out of order
+    for bad in (down, ts - ts[-1]):  # out of order; negative: a copy would start before
+        t = Table("stream", Path("."), SCHEMA, 5000, (bad, key, value), {"columns": []})
+        assert not ReplaySource(t, 1000).ordered
+
+
+def test_only_the_event_times_of_an_ordered_stream_are_encoded_as_ordered():
+    """``Compression(ordered_time=True)`` tells the codec of the first column (the event
+    times) and no other; without it no codec is told."""
+    from scabbard.compression.policy import Compression
+    from scabbard.compression.rle import RunLength
+
+    told = []
+
+    class Spy(RunLength):
+        def encode(self, values, shift=0, ordered=False):
+            told.append(ordered)
+            return super().encode(values, shift, ordered)
+
+    b = table(4000).batch(0, 4000)
+    for ordered in (True, False):
+        told.clear()
+        c = Compression(SCHEMA, (Spy(), Spy(), RunLength()), ordered_time=ordered)
+        stored = c(b)
+        assert told == [ordered, False]
+        assert [codec.name for codec, _ in stored][:2] == ["rle", "rle"]

@@ -99,6 +99,10 @@ class Compression:
     stats: dict[str, ColumnStats] = field(default_factory=dict)
     swaps: list[Swap] = field(default_factory=list)
     on_event: object = None  # called as on_event(kind, **fields): "codec" swaps, "fallback"s
+    # the stream's event times (its first column) never decrease in a batch - its source
+    # checked them (:attr:`scabbard.engine.sources.ReplaySource.ordered`): a codec that can
+    # use it (``takes_order``: run-length) finds their runs without reading them all
+    ordered_time: bool = False
 
     def __post_init__(self) -> None:
         if len(self.codecs) != len(self.schema.fields):
@@ -114,10 +118,11 @@ class Compression:
 
     @classmethod
     def scheme(cls, schema: Schema, name: str = "default", lossy_decimals: int | None = None,
-               on_event=None, **adaptive) -> Compression | None:
+               on_event=None, ordered_time: bool = False, **adaptive) -> Compression | None:
         """The compression of ``schema`` for a named scheme (None for ``"none"``); the
         adaptive scheme starts from the default one and re-selects as it goes
-        (``adaptive``: options of :class:`~scabbard.compression.adaptive.AdaptiveCompression`)."""
+        (``adaptive``: options of :class:`~scabbard.compression.adaptive.AdaptiveCompression`).
+        ``ordered_time``: see :attr:`ordered_time`."""
         if name not in SCHEMES:
             raise ValueError(f"unknown compression scheme {name!r} (choose from "
                              f"{', '.join(SCHEMES)})")
@@ -132,8 +137,9 @@ class Compression:
         if name == "adaptive":  # registered by scabbard.compression.adaptive (the package
             # imports it), which builds on this module: no import back
             return ADAPTIVE[0](schema, tuple(codecs), on_event=on_event,
-                               lossy_decimals=lossy_decimals, **adaptive)
-        return cls(schema, tuple(codecs), on_event=on_event)
+                               ordered_time=ordered_time, lossy_decimals=lossy_decimals,
+                               **adaptive)
+        return cls(schema, tuple(codecs), on_event=on_event, ordered_time=ordered_time)
 
     def swap(self, column: str, codec: Codec, reason: str = "") -> None:
         """Use ``codec`` for ``column`` from the next batch on (the query keeps running)."""
@@ -169,9 +175,11 @@ class Compression:
                 # a codec that takes a deferred shift reads the column where it lies
                 col = parts[0][0] if shifted else batch.column_array(i)
                 raw_bytes = col.nbytes
+                order = ({"ordered": True} if i == 0 and self.ordered_time and self.schema.stream
+                         and getattr(codec, "takes_order", False) else {})
                 try:
-                    payload = codec.encode(col, shift=parts[0][1]) if shifted \
-                        else codec.encode(col)
+                    payload = codec.encode(col, shift=parts[0][1], **order) if shifted \
+                        else codec.encode(col, **order)
                 except Unfit as e:  # deoptimisation: this batch with the generic codec
                     if shifted:
                         col = batch.column_array(i)

@@ -78,6 +78,56 @@ def _find_long_runs(v, values, lengths):
 
 
 @kernel
+def non_decreasing(v) -> bool:
+    """Whether ``v``'s values never decrease (one pass; what entitles a column to
+    :func:`_find_sorted_runs`)."""
+    for i in range(1, v.shape[0]):  # noqa: SIM110 (numba compiles no generator into all())
+        if v[i] < v[i - 1]:
+            return False
+    return True
+
+
+SORTED_MIN_RUN = 64  # runs shorter on average: galloping costs more than a scan
+
+
+@kernel
+def _find_sorted_runs(v, values, lengths):
+    """:func:`_find_long_runs` for a column whose values never decrease (a stream's event
+    times, checked by its source), reading a few values a run: from each run's start it
+    gallops (1, 2, 4 ... values on) to a value that differs, then halves back to the run's
+    end - SG's timestamps, runs of ~4,000: 0.06 against 0.34 ns a value, the column never
+    read from memory whole.  Returns the number of runs; -1 as soon as the runs are shorter
+    than :data:`SORTED_MIN_RUN` on average (by more than :data:`SHORT_SLACK` runs so far);
+    -2 where a run is followed by a smaller value (the column is not in order: scan it).
+    ``values`` and ``lengths`` hold :func:`long_runs_cap` runs."""
+    n = v.shape[0]
+    k, i = 0, 0
+    while i < n:
+        x = v[i]
+        lo, hi, step = i, i + 1, 1  # v[lo] == x; v[hi] differs, or hi is past the end
+        while hi < n and v[hi] == x:
+            lo = hi
+            step *= 2
+            hi = lo + step
+        hi = min(hi, n)
+        while hi - lo > 1:
+            mid = (lo + hi) >> 1
+            if v[mid] == x:
+                lo = mid
+            else:
+                hi = mid
+        if hi < n and v[hi] < x:
+            return -2
+        values[k] = x
+        lengths[k] = hi - i - 1
+        k += 1
+        if SORTED_MIN_RUN * k > hi + SORTED_MIN_RUN * SHORT_SLACK:
+            return -1
+        i = hi
+    return k
+
+
+@kernel
 def _expand_runs(values, lengths, out):
     """Inverse of :func:`_find_runs`; False if the lengths do not add up to ``out``."""
     n = out.shape[0]
@@ -135,10 +185,13 @@ class RunLength(Nested):
         raise CodecError(f"{self.name}: inner codec {inner} takes neither {dtype} nor its bits")
 
     takes_shift: ClassVar[bool] = True  # encode(values, shift): the runs are shift's to move
+    takes_order: ClassVar[bool] = True  # encode(values, ordered=True): the runs galloped to
 
-    def encode(self, values: np.ndarray, shift: int = 0) -> np.ndarray:
+    def encode(self, values: np.ndarray, shift: int = 0, ordered: bool = False) -> np.ndarray:
         """``values + shift`` encoded (``shift``: an integer column's deferred addend - a
-        replayed copy's timestamp shift - added to the run values only)."""
+        replayed copy's timestamp shift - added to the run values only).  ``ordered``: the
+        values are known never to decrease (a stream's event times its source checked), so
+        each run's end is found by galloping (:func:`_find_sorted_runs`), not by a scan."""
         values = np.asarray(values)
         dtype = values.dtype.name
         self.check_dtype(dtype)
@@ -152,7 +205,9 @@ class RunLength(Nested):
         v = np.require(bits, np.int64, "CA") if bits.dtype == np.int64 else bits.astype(np.int64)
         cap = long_runs_cap(len(v))  # long runs in one pass
         run_values, lengths = np.empty(cap, np.int64), np.empty(cap, np.int64)
-        runs = int(_find_long_runs(v, run_values, lengths))
+        runs = int(_find_sorted_runs(v, run_values, lengths)) if ordered else -1
+        if runs < 0:
+            runs = int(_find_long_runs(v, run_values, lengths))
         if runs > 0:
             run_values, lengths = run_values[:runs], lengths[:runs]
         else:

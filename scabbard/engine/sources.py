@@ -20,6 +20,7 @@ included.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import numpy as np
 
 from scabbard import timers
 from scabbard.batch import Batch, ReplayBatch, SpanBatch
+from scabbard.compression.rle import non_decreasing
 from scabbard.data import Dataset, Table
 
 
@@ -115,6 +117,17 @@ class ReplaySource:
     def peek(self) -> Batch:
         """The first batch, without starting the stream (for warming up)."""
         return self._batch(0, min(self.batch_rows, self.table.rows), 0, 0)
+
+    @functools.cached_property
+    def ordered(self) -> bool:
+        """Every batch's event times never decrease - checked here, once, in one pass over the
+        table's timestamps (a dataset's writer refuses decreasing ones, but a table may be
+        made otherwise), and a replayed copy, shifted by ``step``, starts after the last
+        one ends (its first timestamp >= 0).  A compressor may then find the runs of the
+        timestamps without reading them all (:attr:`Compression.ordered_time`)."""
+        ts = self.table.column("timestamp")
+        return (self.schema.index("timestamp") == 0 and int(ts[0]) >= 0
+                and bool(non_decreasing(np.asarray(ts))))
 
     def tuples_per_ms(self) -> float:
         """Average input tuples per ms of event time (to size batches)."""

@@ -23,6 +23,7 @@ deoptimises when the data breaks an assumption.  Here (:mod:`scabbard.engine.ada
 from __future__ import annotations
 
 import dataclasses
+import functools
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -34,6 +35,7 @@ import pandas as pd
 
 from scabbard import queries, workloads
 from scabbard.batch import Batch, ReplayBatch
+from scabbard.compression.rle import non_decreasing
 from scabbard.engine import EngineConfig, NullSink, Replay, run_query
 from scabbard.engine.adaptive import AdaptivePolicy
 from scabbard.engine.sources import ReplaySource, SourceBatch
@@ -155,6 +157,13 @@ class ChangedReplay(ReplaySource):
     def batches(self):
         self._t0 = time.perf_counter()
         yield from super().batches()
+
+    @functools.cached_property
+    def ordered(self) -> bool:
+        """:attr:`ReplaySource.ordered`, of the columns replayed before and after the change."""
+        at = self.schema.index("timestamp")
+        return at == 0 and all(int(c[at][0]) >= 0 and non_decreasing(np.asarray(c[at]))
+                               for c in (self.before, self.then))
 
     def columns_of(self, copy: int) -> tuple[np.ndarray, ...]:
         changed = (self.from_copy is not None and copy >= self.from_copy) or (

@@ -113,6 +113,7 @@ def ingest(query: str, ds: Dataset, persist: PersistConfig, replay: Replay = FIV
                              max_bytes=8 * bm.config.bulk_bytes,
                              compress=Compression.scheme(
                                  engine.input_schema, compression,
+                                 ordered_time=source.ordered,
                                  **({"interval": persist.compression_interval}
                                     if compression == "adaptive" else {})))
         feed = engine.feed(source, stream.compress)

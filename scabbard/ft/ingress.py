@@ -370,9 +370,9 @@ def run_persisted(query: Query, dataset: Dataset, persist: PersistConfig | None,
         compression = persist.compression or "none"
         adaptive = {"interval": persist.compression_interval} if compression == "adaptive" \
             else {}
-        ingress_stream(pog, engine, Compression.scheme(engine.input_schema, compression,
-                                                        persist.lossy_decimals,
-                                                        on_event=metrics.event, **adaptive))
+        ingress_stream(pog, engine, Compression.scheme(
+            engine.input_schema, compression, persist.lossy_decimals, on_event=metrics.event,
+            ordered_time=getattr(source, "ordered", False), **adaptive))
         report = engine.run(PersistedFeed(pog, engine, source), sink or NullSink(),
                             metrics=metrics, listener=InputRelease(pog, engine.horizon_ms))
         return dataclasses.replace(report, written_bytes=bm.bytes_written)

@@ -471,6 +471,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                               source_start, run["started_at"], span=engine.spans_copies)
         if hooks.wrap_source is not None:
             source = hooks.wrap_source(source)
+        if compress is not None:  # what its source checked of the event times' order
+            compress.ordered_time = getattr(source, "ordered", False)
         feed = engine.feed(source)
         if persist_input:
             feed = PersistedFeed(pog, engine, source)
