@@ -445,10 +445,10 @@ def test_rle_of_an_ordered_column_galloped_is_the_scanned_encoding(runs, shift):
 def test_rle_told_a_column_is_ordered_where_a_run_is_followed_by_less_scans_it():
     """A column said to be in order whose run is followed by a smaller value (a source's
     check gone wrong) is scanned: encoded as it is, not as the galloping saw it."""
-    from scabbard.compression.rle import _find_sorted_runs, long_runs_cap, non_decreasing
+    from scabbard.compression.rle import _find_sorted_runs, non_decreasing, sorted_runs_cap
 
     v = np.concatenate([np.full(5000, 7), np.full(5000, 3), np.full(5000, 9)]).astype(np.int64)
-    cap = long_runs_cap(len(v))
+    cap = sorted_runs_cap(len(v))
     assert _find_sorted_runs(v, np.empty(cap, np.int64), np.empty(cap, np.int64)) == -2
     p = RunLength().encode(v, ordered=True)
     assert np.array_equal(RunLength().decode(p, len(v), "int64"), v)
@@ -552,6 +552,10 @@ def test_every_kernel_compiles_one_signature():
             if dtype in c.accepts:
                 with contextlib.suppress(Unfit):
                     c.decode(c.encode(v), len(v), dtype)
+    for w in (np.arange(400), np.repeat(np.arange(4), 1000)):  # ordered: too short, galloped
+        ordered = RunLength().encode(w, ordered=True)
+        assert np.array_equal(RunLength().decode(ordered, len(w), "int64"), w)
+        assert rle.non_decreasing(w) and rle.non_decreasing(w.astype(np.int32))
     kernels = [f for m in (_intcore, ints, varlen, rle) for f in vars(m).values()
                if hasattr(f, "signatures") and f.targetoptions.get("inline") != "always"]
     kernels = list({id(f): f for f in kernels}.values())  # imported names counted once
