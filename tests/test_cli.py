@@ -374,3 +374,26 @@ def test_every_shown_flag_has_help_and_run_help_is_grouped():
     assert len(heads) == 6 and [help_text.index(h) for h in heads] == \
         sorted(help_text.index(h) for h in heads)
     assert "--spawned-at" not in help_text and "--crash-at" in help_text
+
+
+def test_every_bench_names_fields_its_settings_have_and_a_run_its_module_has():
+    """The benchmarks' table (scabbard.experiments.benches): each one's flags are fields of
+    its experiment's settings, with help; its run's module has what the run calls."""
+    import dataclasses
+
+    from scabbard.cli import bench
+    from scabbard.experiments.benches import BENCHES, BY_NAME
+
+    assert len({b.name for b in BENCHES}) == len(BENCHES)
+    for b in BENCHES:
+        fields = {f.name for f in dataclasses.fields(b.settings_class())}
+        assert set(b.options) <= fields, b.name
+        assert set(b.defaults) <= fields and set(b.helps) <= set(b.options), b.name
+        for name in b.options:
+            flag = bench.FLAGS.get(name, "--" + name.replace("_", "-"))
+            assert bench._help(name, flag, b.helps), (b.name, name)
+        exp = b.experiment()
+        missing = [n for n in b.needs() if not hasattr(exp, n)]
+        assert not missing, (b.name, missing)
+    broken = dataclasses.replace(BY_NAME["cluster"], module="kills")  # the check can fail
+    assert [n for n in broken.needs() if not hasattr(broken.experiment(), n)]

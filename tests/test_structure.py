@@ -301,7 +301,8 @@ def flag_declarations(sources: dict[str, str]) -> dict[str, list[str]]:
     """Where each flag is declared: a literal ``add_argument`` (the package's own parsers),
     :data:`scabbard.cli.common.SHARED`, a configuration field's metadata, or the benchmarks'
     settings table (a flag of its own there - one the others declare is only used)."""
-    from scabbard.cli import bench, common
+    from scabbard.cli import common
+    from scabbard.experiments import benches
     from scabbard.ft.config import FTConfig, PersistConfig, RunConfig
     from scabbard.ft.flags import flagged
 
@@ -311,13 +312,13 @@ def flag_declarations(sources: dict[str, str]) -> dict[str, list[str]]:
     for cls in (RunConfig, PersistConfig, FTConfig):
         for f, spec in flagged(cls):
             out.setdefault(spec["name"], []).append(f"{cls.__name__}.{f.name}")
-    for name in bench._HELP:
-        flag = bench._FLAGS.get(name, "--" + name.replace("_", "-"))
+    for name in benches.HELP:
+        flag = benches.FLAGS.get(name, "--" + name.replace("_", "-"))
         if flag not in out:  # the benchmarks' own: none of the others may declare it
-            out.setdefault(flag, []).append(f"scabbard.cli.bench._HELP[{name!r}]")
+            out.setdefault(flag, []).append(f"scabbard.experiments.benches.HELP[{name!r}]")
         elif not any(s.startswith(("scabbard.cli.common", "RunConfig", "PersistConfig",
                                    "FTConfig")) for s in out[flag]):
-            out[flag].append(f"scabbard.cli.bench._HELP[{name!r}]")
+            out[flag].append(f"scabbard.experiments.benches.HELP[{name!r}]")
     return out
 
 

@@ -63,6 +63,12 @@ class Settings(Common):
     workers: int = 2
     storage_dir: str | None = None
 
+    def __post_init__(self) -> None:
+        if any(k < 1 for k in self.batch_kib):
+            raise ValueError(f"batch_kib must be >= 1 each, got {list(self.batch_kib)}")
+        if not self.seconds > 0:
+            raise ValueError(f"seconds must be positive, got {self.seconds}")
+
 
 def _written() -> int:
     """Bytes this process has caused to be written to storage so far."""

@@ -40,6 +40,11 @@ class Settings:
     repeat: int = 3
     seed: int = 6
 
+    def __post_init__(self) -> None:
+        for name in ("rows", "repeat"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
 
 def _c(name: str, **kw) -> Codec:
     return codec_class(name)(**kw)

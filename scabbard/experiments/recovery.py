@@ -64,6 +64,11 @@ class Settings(Common):
     caught_up_factor: float = 1.25
     adaptive_kernels: bool = False  # every incarnation's --adaptive-kernels
     work_dir: str | None = None  # default: a scratch folder next to the data
+    rounds: int = 3  # kills of each kind (scabbard bench restart)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.rounds, int) and self.rounds >= 1):
+            raise ValueError(f"rounds must be a whole number >= 1, got {self.rounds!r}")
 
 
 @dataclass
@@ -441,10 +446,10 @@ def restart_summary(runs: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def bench_restarts(settings: Settings, rounds: int, out: Path, log=print) -> int:
-    """``scabbard bench restart``: ``rounds`` kills of each kind, their phases (medians),
-    the runs in ``out``/restarts.csv; 1 if any recovery was not exactly once."""
-    runs = restarts(settings, rounds, log=log)
+def bench_restarts(settings: Settings, out: Path, log=print) -> int:
+    """``scabbard bench restart``: ``settings.rounds`` kills of each kind, their phases
+    (medians), the runs in ``out``/restarts.csv; 1 if any recovery was not exactly once."""
+    runs = restarts(settings, settings.rounds, log=log)
     with wide():
         log("\n" + restart_summary(runs).round(1).to_string(index=False))
     Path(out).mkdir(parents=True, exist_ok=True)
