@@ -294,6 +294,11 @@ def test_a_replay_source_says_whether_its_event_times_are_in_order():
     for bad in (down, ts - ts[-1]):  # out of order; negative: a copy would start before
         t = Table("stream", Path("."), SCHEMA, 5000, (bad, key, value), {"columns": []})
         assert not ReplaySource(t, 1000).ordered
+    from scabbard.experiments.grizzly import ChangedReplay  # Fig. 12's: both column sets
+
+    cols = (ts.copy(), key.copy(), value.copy())
+    assert ChangedReplay(good, cols, cols, batch_rows=1000).ordered
+    assert not ChangedReplay(good, cols, (down, key.copy(), value.copy()), batch_rows=1000).ordered
 
 
 def test_only_the_event_times_of_an_ordered_stream_are_encoded_as_ordered():

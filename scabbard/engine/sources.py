@@ -71,6 +71,12 @@ class Replay:
 ONCE = Replay()
 
 
+def replays_in_order(ts) -> bool:
+    """Event times ``ts`` never decrease, and a copy of them replayed after the last (shifted
+    by the replay's step) starts after it ends: the first is >= 0 (one pass, in a kernel)."""
+    return len(ts) > 0 and int(ts[0]) >= 0 and bool(non_decreasing(np.asarray(ts)))
+
+
 class ReplaySource:
     """Replay a dataset's stream in batches of ``batch_rows`` as ``replay`` says (default:
     once; see :class:`Replay`).
@@ -125,9 +131,8 @@ class ReplaySource:
         made otherwise), and a replayed copy, shifted by ``step``, starts after the last
         one ends (its first timestamp >= 0).  A compressor may then find the runs of the
         timestamps without reading them all (:attr:`Compression.ordered_time`)."""
-        ts = self.table.column("timestamp")
-        return (self.schema.index("timestamp") == 0 and int(ts[0]) >= 0
-                and bool(non_decreasing(np.asarray(ts))))
+        return self.schema.index("timestamp") == 0 and replays_in_order(
+            self.table.column("timestamp"))
 
     def tuples_per_ms(self) -> float:
         """Average input tuples per ms of event time (to size batches)."""

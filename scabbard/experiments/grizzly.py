@@ -35,10 +35,9 @@ import pandas as pd
 
 from scabbard import queries, workloads
 from scabbard.batch import Batch, ReplayBatch
-from scabbard.compression.rle import non_decreasing
 from scabbard.engine import EngineConfig, NullSink, Replay, run_query
 from scabbard.engine.adaptive import AdaptivePolicy
-from scabbard.engine.sources import ReplaySource, SourceBatch
+from scabbard.engine.sources import ReplaySource, SourceBatch, replays_in_order
 from scabbard.experiments import Common, finish, save_tables
 from scabbard.query import Query, col, count, sum_
 from scabbard.schema import Field, Schema
@@ -162,8 +161,7 @@ class ChangedReplay(ReplaySource):
     def ordered(self) -> bool:
         """:attr:`ReplaySource.ordered`, of the columns replayed before and after the change."""
         at = self.schema.index("timestamp")
-        return at == 0 and all(int(c[at][0]) >= 0 and non_decreasing(np.asarray(c[at]))
-                               for c in (self.before, self.then))
+        return at == 0 and all(replays_in_order(c[at]) for c in (self.before, self.then))
 
     def columns_of(self, copy: int) -> tuple[np.ndarray, ...]:
         changed = (self.from_copy is not None and copy >= self.from_copy) or (
