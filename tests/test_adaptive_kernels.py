@@ -3,6 +3,7 @@ kernels, swapped while the query runs, with deoptimisation."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -690,3 +691,52 @@ def test_a_stage_lasts_its_seconds_whatever_its_tasks(tiny):
     assert report.kernels["window0"]["instrumented"] > 0
     with pytest.raises(ValueError, match="stage_seconds"):
         AdaptivePolicy(stage_seconds=-1)
+
+
+# -- the sampled profile ---------------------------------------------------------------------------
+def test_a_large_task_is_profiled_on_spread_slices_and_a_small_one_whole():
+    p = AdaptivePolicy(sample=0.125, sample_slices=16, sample_min_rows=1000)
+    assert p.slices(1000) == [(0, 1000)]
+    assert AdaptivePolicy(sample=1.0).slices(1 << 22) == [(0, 1 << 22)]
+    n = 1_000_003
+    s = p.slices(n)
+    assert len(s) == 16 and s[0][0] == 0 and s[-1][1] == n
+    assert all(0 <= a < z <= n for a, z in s)
+    assert all(z <= a2 for (_, z), (a2, _) in zip(s, s[1:], strict=False))  # in order, apart
+    assert sum(z - a for a, z in s) == pytest.approx(n / 8, rel=0.01)
+    with pytest.raises(ValueError):
+        AdaptivePolicy(sample=0)
+
+
+@pytest.mark.parametrize("distinct", [1, 10, 1000, 100_000])
+def test_the_sample_estimates_the_distinct_keys_and_the_heaviest_one(distinct):
+    """Uniform keys over ``distinct`` values, an eighth of 800 k rows sampled: the estimate
+    within a factor of two; one key given half the rows is seen holding about half."""
+    from scabbard.engine.profile import distinct_keys
+
+    rng = np.random.default_rng(distinct)
+    rows = 800_000
+    keys = rng.integers(0, distinct, rows).reshape(-1, 1)
+    est, top = distinct_keys(keys[::8], rows)
+    assert distinct / 2 <= est <= 2 * distinct, (distinct, est)
+    assert top == pytest.approx(1 / distinct, rel=0.5) if distinct <= 10 else top < 0.01
+    heavy = np.where(rng.random(rows) < 0.5, 7, keys[:, 0]).reshape(-1, 1)
+    share = 0.5 + (0.5 / distinct if distinct > 7 else 0)  # key 7 also drawn uniformly, or not
+    assert distinct_keys(heavy[::8], rows)[1] == pytest.approx(share, abs=0.02)
+    two_words = np.column_stack([keys[:, 0] % 2, keys[:, 0]])  # a uuid-like key of 2 words
+    assert distinct_keys(two_words[::8], rows)[0] == pytest.approx(est)
+
+
+@pytest.mark.parametrize("name", ["CM1", "YSB"])
+def test_a_sampled_profile_gives_the_generic_windows_and_says_what_it_saw(tiny, name, tmp_path):
+    """Every task sampled (a quarter of its rows, in four slices): the windows are the generic
+    kernels', a variant is still swapped in, and the profile in the ``optimise`` event counts
+    fewer rows sampled than it saw, with its distinct keys."""
+    q, ds = queries.get(name), tiny[queries.workload_of(name)]
+    policy = dataclasses.replace(SYNC, sample=0.25, sample_slices=4, sample_min_rows=0)
+    report, kernel, _ = _kernel_events(
+        q, ds, policy, lambda: ReplaySource(ds, batch_rows=4093), tmp_path)
+    assert report.kernels["window0"]["swaps"] >= 1
+    profile = next(e["profile"] for e in kernel if e["action"] == "optimise")
+    assert 0 < profile["sampled"] < profile["rows"] or profile["rows"] == 0
+    assert profile["distinct_keys"] >= 1 and 0 < profile["top_key_share"] <= 1

@@ -6,9 +6,13 @@ and the per-pane aggregation (:mod:`scabbard.kernels.aggregate`) - runs in one o
 variants, task by task (tasks are independent, so a switch between two tasks is free):
 
 * **generic**: today's kernels - the filters in the query's order, a hash table per task;
-* **instrumented**: the generic kernels plus a profile - every filter of a run of
-  consecutive filters evaluated on each row that reaches the run, so each one's selectivity
-  is measured whatever the order; each group-key word's smallest and largest value;
+* **instrumented**: the generic kernels plus a profile of a **sample** of the task's rows
+  (:attr:`AdaptivePolicy.sample`, in slices spread over the task; a small task whole) - every
+  filter of a run of consecutive filters evaluated on each sampled row that reaches the run,
+  so each one's selectivity is estimated whatever the order; the sampled keys' number of
+  distinct values (estimated for the whole task) and the share of the most frequent one (a
+  heavy hitter); and, over every row the generic kernels let through, each group-key word's
+  smallest and largest value (a pass over the keys: a dense range must hold them all);
 * **optimised**: the filters of each run ordered by measured selectivity (the most selective
   first), and - when the observed key range (widened by :attr:`AdaptivePolicy.margin`) holds
   at most :data:`~scabbard.kernels.aggregate.DENSE_MAX` groups - aggregation into a dense
@@ -59,6 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scabbard.engine.fused import RelationCodes, fused_args, run_fused
+from scabbard.engine.profile import Profile, column_ranges, distinct_keys
 from scabbard.kernels.aggregate import DENSE_MAX, key_range, pane_aggregate
 from scabbard.kernels.codegen import DenseSpec, compile_front
 
@@ -87,7 +92,9 @@ class AdaptivePolicy:
     selectivities, the keys' spread) though no guard failed (0: never); ``stage_seconds``:
     the generic and the instrumented stages last at least this long besides their tasks
     (Grizzly's last as long as a compilation, seconds: a figure's stages long enough to
-    see)."""
+    see); ``sample``: the share of an instrumented task's rows the profile evaluates every
+    filter on, in ``sample_slices`` slices spread over the task (1.0: every row, as a task
+    of at most ``sample_min_rows`` rows always is)."""
 
     warm_tasks: int = 2
     profile_tasks: int = 4
@@ -101,6 +108,9 @@ class AdaptivePolicy:
     slowdown: float = 2.0
     watch_tasks: int = 8
     stage_seconds: float = 0.0
+    sample: float = 0.125
+    sample_slices: int = 16
+    sample_min_rows: int = 1 << 16
 
     def __post_init__(self) -> None:
         if self.force not in (None, GENERIC, INSTRUMENTED):
@@ -108,10 +118,21 @@ class AdaptivePolicy:
         if min(self.warm_tasks, self.profile_tasks) < 0 or self.profile_tasks < 1 \
                 or self.reprofile < 1 or self.margin < 0 or self.trial_tasks < 0 \
                 or not 1 <= self.dense_max <= DENSE_MAX or self.watch_tasks < 1 \
-                or not (self.slowdown == 0 or self.slowdown > 1) or self.stage_seconds < 0:
+                or not (self.slowdown == 0 or self.slowdown > 1) or self.stage_seconds < 0 \
+                or not 0 < self.sample <= 1 or self.sample_slices < 1 or self.sample_min_rows < 0:
             raise ValueError("adaptive policy: tasks >= 1, margin >= 0, "
                              f"1 <= dense_max <= {DENSE_MAX:,}, slowdown 0 or > 1, "
-                             "stage_seconds >= 0")
+                             "stage_seconds >= 0, 0 < sample <= 1, sample_slices >= 1")
+
+    def slices(self, n: int) -> list[tuple[int, int]]:
+        """The row ranges of an ``n``-row task the instrumented variant profiles: ``sample``
+        of them in ``sample_slices`` slices spread evenly (all of a small task)."""
+        if self.sample >= 1 or n <= self.sample_min_rows:
+            return [(0, n)]
+        k = self.sample_slices
+        width = max(1, int(n * self.sample) // k)
+        starts = np.linspace(0, n - width, k).astype(np.int64)
+        return [(int(s), int(s) + width) for s in starts]
 
 
 @dataclass(frozen=True)
@@ -152,48 +173,6 @@ class Plan:
     @property
     def empty(self) -> bool:
         return self.order is None and self.lo is None and not self.consts
-
-
-class _Profile:
-    """What the instrumented tasks saw since profiling started."""
-
-    def __init__(self, steps: int, keys: int, columns: int):
-        self.tasks = 0
-        self.counts = np.zeros(2 * steps, dtype=np.int64)
-        self.lo = np.full(keys, np.iinfo(np.int64).max, dtype=np.int64)
-        self.hi = np.full(keys, np.iinfo(np.int64).min, dtype=np.int64)
-        self.rows = 0
-        # each input column's smallest and largest value (integer columns; None: another
-        # kind, or not seen yet), and its dtype: a column seen constant is folded
-        self.col_lo: list[int | None] = [None] * columns
-        self.col_hi: list[int | None] = [None] * columns
-        self.dtypes: list[str | None] = [None] * columns
-        # the smallest and largest relation code of the groups seen (:class:`RelationCodes`)
-        self.code_lo, self.code_hi = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-
-    def columns(self, ranges: list[tuple[str, int, int] | None]) -> None:
-        """Widen each integer column's range by a task's (:func:`column_ranges`)."""
-        for j, r in enumerate(ranges):
-            if r is None or self.dtypes[j] not in (None, r[0]):
-                self.dtypes[j] = "-"  # never folded
-                continue
-            dtype, lo, hi = r
-            self.dtypes[j] = dtype
-            self.col_lo[j] = lo if self.col_lo[j] is None else min(lo, self.col_lo[j])
-            self.col_hi[j] = hi if self.col_hi[j] is None else max(hi, self.col_hi[j])
-
-    def constants(self, names) -> tuple[tuple[str, str, int], ...]:
-        """The columns every profiled row held one value in."""
-        return tuple((c, d, lo) for c, d, lo, hi in zip(names, self.dtypes, self.col_lo,
-                                                        self.col_hi, strict=True)
-                     if d not in (None, "-") and lo == hi)
-
-
-def column_ranges(inputs: tuple) -> list[tuple[str, int, int] | None]:
-    """Each input column's dtype, smallest and largest value (None: not an integer column,
-    or no rows)."""
-    return [(x.dtype.name, int(x.min()), int(x.max()))
-            if x.ndim == 1 and x.dtype.kind in "iu" and len(x) else None for x in inputs]
 
 
 class AdaptiveBranch:
@@ -238,8 +217,8 @@ class AdaptiveBranch:
         self.codes: RelationCodes | None = None  # the keys' relation codes, if they have some
         self._coded = branch.key_width > 0  # whether they may (known at the first profile)
 
-    def _new_profile(self) -> _Profile:
-        return _Profile(len(self.spec.steps), self.b.key_width, len(self.spec.columns))
+    def _new_profile(self) -> Profile:
+        return Profile(len(self.spec.steps), self.b.key_width, len(self.spec.columns))
 
     def _event(self, action: str, **fields) -> None:
         if self.on_event is not None:
@@ -381,7 +360,19 @@ class AdaptiveBranch:
             if self.instrumented is None:
                 self.instrumented = compile_front(self._instrumented_spec(), self.cache_dir)
             counts = np.zeros(2 * len(self.spec.steps), dtype=np.int64)
-            m = self.instrumented(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f, counts)
+            slices = self.policy.slices(n)
+            if slices == [(0, n)]:  # the task whole: its output is the generic kernels'
+                m = self.instrumented(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f,
+                                      counts)
+                sampled = o_keys[:m].copy()
+            else:  # the filters on the sample's slices, then the task by the generic kernels
+                parts = []
+                for a, z in slices:
+                    got = self.instrumented(z - a, ts[a:z], *(x[a:z] for x in inputs),
+                                            *rel_args, o_ts, o_keys, o_i, o_f, counts)
+                    parts.append(o_keys[:got].copy())
+                sampled = np.concatenate(parts)
+                m = self.generic(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
             lo, hi = key_range(o_keys[:m])
             ranges = column_ranges(inputs)
             partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
@@ -390,7 +381,8 @@ class AdaptiveBranch:
                 self.codes = RelationCodes.of_branch(self.spec, rel_args)
                 self._coded = self.codes is not None
             codes = self.codes.range_of(partials[-1]) if self.codes is not None else None
-            self._profiled(counts, (lo, hi, codes), m, ranges, (ts, inputs, rel_args))
+            self._profiled(counts, (lo, hi, codes, sampled), m, ranges, (ts, inputs, rel_args),
+                           sum(z - a for a, z in slices))
             return partials
         m = self.generic(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
         return pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops, b.fops,
@@ -429,14 +421,21 @@ class AdaptiveBranch:
         return dataclasses.replace(self.spec, profile=True)
 
     # -- profile, optimise, swap, deoptimise -------------------------------------------------------
-    def _profiled(self, counts, keys: tuple, rows: int, ranges, sample) -> None:
-        """An instrumented task's profile: ``keys`` - its key words' smallest and largest
-        values, and its groups' smallest and largest relation code (or None)."""
-        lo, hi, codes = keys
+    def _profiled(self, counts, keys: tuple, rows: int, ranges, sample, sampled: int) -> None:
+        """An instrumented task's profile: ``counts`` of the filters over ``sampled`` rows;
+        ``keys`` - its key words' smallest and largest values, its groups' smallest and
+        largest relation code (or None), and the sampled rows' keys."""
+        lo, hi, codes, keys_sampled = keys
+        if self.b.key_width:  # outside the lock: a sort of at most 16 k keys
+            estimate = distinct_keys(keys_sampled, rows)
         with self.lock:
             pr = self.profile
             pr.tasks += 1
             pr.counts += counts
+            pr.sampled += sampled
+            if self.b.key_width:
+                pr.distinct, pr.top_share = (max(pr.distinct, estimate[0]),
+                                             max(pr.top_share, estimate[1]))
             pr.lo = np.minimum(pr.lo, lo)
             pr.hi = np.maximum(pr.hi, hi)
             if codes is not None:
@@ -456,14 +455,14 @@ class AdaptiveBranch:
             rejected = plan.like(self.rejected)
             if plan.empty or rejected:
                 # nothing to specialise (for now), or what lost its trial: the data may change
-                self._event("optimise", task=self.tasks, plan=None,
+                self._event("optimise", task=self.tasks, plan=None, profile=pr.describe(),
                             **({"rejected": plan.describe()} if rejected else {}))
                 self._enter(GENERIC)
                 self.next_profile = self.tasks + self.policy.reprofile  # the data may change
                 return
             self._optimise(plan, sample)
 
-    def _plan(self, pr: _Profile) -> Plan:
+    def _plan(self, pr: Profile) -> Plan:
         """The variant the profile asks for."""
         order = None
         runs = self.spec.runs()
@@ -498,7 +497,8 @@ class AdaptiveBranch:
         """Compile ``plan``'s variant (in the background) and swap it in when ready (with the
         lock held)."""
         self.plan, self.compiling = plan, True
-        self._event("optimise", task=self.tasks, plan=plan.describe())
+        self._event("optimise", task=self.tasks, plan=plan.describe(),
+                    profile=self.profile.describe())
         if self.phase != OPTIMISED:
             self._enter(GENERIC)  # the generic kernels run while it compiles
         ts, inputs, rel_args = sample
