@@ -69,6 +69,19 @@ def test_dense_aggregation_is_the_hash_aggregation_or_deoptimises(n, k, spans, l
     _assert_dense(got, want, outside)
 
 
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(0, 300), k=st.integers(1, 3), seed=st.integers(0, 99))
+def test_the_key_range_is_each_words_smallest_and_largest(rows, k, seed):
+    """``key_range`` (every instrumented task's pass over its keys): numpy's min and max per
+    word, on a slice of a larger buffer as the fronts' outputs are; no rows: lo > hi."""
+    buf = np.random.default_rng(seed).integers(-(1 << 62), 1 << 62, (rows + 7, k))
+    lo, hi = key_range(buf[:rows])
+    if rows:
+        assert list(lo) == list(buf[:rows].min(axis=0)) and list(hi) == list(buf[:rows].max(axis=0))
+    else:
+        assert (lo > hi).all()
+
+
 def test_a_dense_range_beyond_its_limit_is_refused():
     keys = np.zeros((4, 2), dtype=np.int64)
     ts = np.arange(4, dtype=np.int64)

@@ -68,6 +68,7 @@ from scabbard.kernels.aggregate import DENSE_MAX, key_range, pane_aggregate
 from scabbard.kernels.codegen import DenseSpec, compile_front
 
 GENERIC, INSTRUMENTED, OPTIMISED = "generic", "instrumented", "optimised"
+KEYS_SAMPLED = 1 << 12  # the sampled keys a task's distinct keys are estimated from
 TRIAL = "trial"  # the phase after a swap: optimised and generic tasks alternate, timed
 
 
@@ -108,7 +109,7 @@ class AdaptivePolicy:
     slowdown: float = 2.0
     watch_tasks: int = 8
     stage_seconds: float = 0.0
-    sample: float = 0.125
+    sample: float = 1 / 16
     sample_slices: int = 16
     sample_min_rows: int = 1 << 16
 
@@ -364,13 +365,13 @@ class AdaptiveBranch:
             if slices == [(0, n)]:  # the task whole: its output is the generic kernels'
                 m = self.instrumented(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f,
                                       counts)
-                sampled = o_keys[:m].copy()
+                sampled = o_keys[:m]  # read before the next task writes o_keys
             else:  # the filters on the sample's slices, then the task by the generic kernels
-                parts = []
-                for a, z in slices:
+                parts, per = [], KEYS_SAMPLED // len(slices) + 1
+                for a, z in slices:  # each slice's keys strided to its share of the count
                     got = self.instrumented(z - a, ts[a:z], *(x[a:z] for x in inputs),
                                             *rel_args, o_ts, o_keys, o_i, o_f, counts)
-                    parts.append(o_keys[:got].copy())
+                    parts.append(o_keys[:got:max(1, got // per)].copy())
                 sampled = np.concatenate(parts)
                 m = self.generic(n, ts, *inputs, *rel_args, o_ts, o_keys, o_i, o_f)
             lo, hi = key_range(o_keys[:m])

