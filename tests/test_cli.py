@@ -270,7 +270,7 @@ def test_bench_restart_summarises_each_phase_over_the_rounds(capsys):
 
 
 def test_mistakes_are_one_line_with_one_prefix_and_exit_2(capsys, tmp_path, monkeypatch):
-    """35 mistakes a user makes - argparse's errors of every subcommand, wrong names, values
+    """38 mistakes a user makes - argparse's errors of every subcommand, wrong names, values
     out of range, a missing dataset, a file given for a folder (dataset, storage, output),
     contradicting flags: one line, ``scabbard: error:``, exit 2 (no usage, no traceback)."""
     monkeypatch.chdir(tmp_path)
@@ -300,6 +300,9 @@ def test_mistakes_are_one_line_with_one_prefix_and_exit_2(capsys, tmp_path, monk
                  ["ingest", "--query", "NOPE"], ["bench", "checkpoints", "--configs", "nope"],
                  ["bench", "checkpoints", "--workers", "0"], ["sim", "run", "--query", "NOPE"],
                  ["sim", "run", "--query", "CM1", "--cores", "0"],
+                 ["sim", "run", "--query", "CM1", "--io-kb", "x"],
+                 ["sim", "run", "--query", "CM1", "--disk-mb-s", "-5"],
+                 ["sim", "speed", "--cores", "0", "--queries", "CM1"],
                  ["sim", "validate", "--calibration", "nonexist.json"],
                  ["spark", "nosuch"], ["check", "output", "--storage", str(tmp_path / "nope")]):
         try:

@@ -309,7 +309,9 @@ def flag_declarations(sources: dict[str, str]) -> dict[str, list[str]]:
     out = literal_flags(sources)
     for name in common.SHARED:
         out.setdefault(name, []).append("scabbard.cli.common.SHARED")
-    for cls in (RunConfig, PersistConfig, FTConfig):
+    from scabbard.sim.config import Hardware
+
+    for cls in (RunConfig, PersistConfig, FTConfig, Hardware):
         for f, spec in flagged(cls):
             out.setdefault(spec["name"], []).append(f"{cls.__name__}.{f.name}")
     for name in benches.HELP:

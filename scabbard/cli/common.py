@@ -16,7 +16,8 @@ Older spellings (``--out``, ``--root``, ``--data-dir``, ``--runs-dir``, ``--seco
 ``--exactly-once``, ``--persist``) still work as hidden aliases, so scripts keep running.
 
 Every flag is declared once: a flag several commands take is declared in :data:`SHARED` or,
-when it sets a field of a run's configuration, in that field (:mod:`scabbard.ft.flags`), and
+when it sets a field of a run's configuration (or of the simulator's hardware), in that field
+(:mod:`scabbard.ft.flags`), and
 each command adds it with :func:`shared_flag`, giving its own default (or a help that says what it
 means there) where its use differs.  ``tests/test_structure.py`` holds it.
 """
@@ -57,7 +58,6 @@ SHARED = {
                             help="dataset preset: tiny, small or full (default: small)"),
     "--calibration": lambda: dict(default=None, metavar="FILE", help=CALIBRATION_HELP),
     "--sim-seconds": lambda: dict(type=float, metavar="SECONDS", help="simulated seconds"),
-    "--cores": lambda: dict(type=int, help="cores"),
     "--tuples": lambda: dict(type=int, help="input tuples"),
     "--keys": lambda: dict(type=int, help="distinct keys"),
     "--event-seconds": lambda: dict(type=float, metavar="SECONDS",
@@ -89,8 +89,9 @@ def declared(name: str) -> dict:
         return SHARED[name]()
     from scabbard.ft.config import FTConfig, PersistConfig, RunConfig
     from scabbard.ft.flags import field_flag
+    from scabbard.sim.config import Hardware
 
-    kw = field_flag(name, RunConfig, PersistConfig, FTConfig)
+    kw = field_flag(name, RunConfig, PersistConfig, FTConfig, Hardware)
     if kw is None:
         raise KeyError(f"{name} is declared neither in SHARED nor by a configuration field")
     return kw

@@ -21,9 +21,10 @@ from pathlib import Path
 
 from scabbard import paths
 from scabbard.cli.common import add_data_root, data_root, hidden_alias, shared_flag
+from scabbard.ft.flags import Group, add_flags, flagged, given
 from scabbard.ft.modes import INTERVAL
 from scabbard.sim import report
-from scabbard.sim.config import SCHEMES
+from scabbard.sim.config import SCHEMES, Hardware
 
 PRESETS = ("this", "paper-ssd", "paper-remote", "paper-rdma")
 
@@ -182,20 +183,8 @@ def add_parser(subparsers) -> None:
     shared_flag(rp, "--calibration")
     rp.add_argument("--preset", default="this", choices=PRESETS,
                     help="hardware to start from (default: this)")
-    hw = rp.add_argument_group("hardware")
-    shared_flag(hw, "--cores")
-    hw.add_argument("--core-speed", type=float, metavar="X",
-                    help="each core's speed against the calibrated machine's (2: twice as fast)")
-    hw.add_argument("--disk-mb-s", type=float, metavar="MB_S", help="disk write bandwidth, MB/s")
-    hw.add_argument("--disk-read-mb-s", type=float, metavar="MB_S",
-                    help="disk read bandwidth, MB/s (default: as the write bandwidth)")
-    hw.add_argument("--iops", type=float, help="disk IOPS cap")
-    hw.add_argument("--io-kb", type=float, metavar="KIB",
-                    help="KiB one I/O covers for the IOPS count (remote block storage: 256)")
-    hw.add_argument("--disk-latency-ms", type=float, metavar="MS", help="latency per request")
-    hw.add_argument("--queue-depth", type=int, help="requests outstanding per process")
-    hw.add_argument("--network-gbps", type=float, metavar="GBPS",
-                    help="the input arrives over a link of this many Gbit/s (default: local)")
+    hw = rp.add_argument_group("hardware", "the preset's, unless given")  # Hardware's fields
+    add_flags({Group.HARDWARE: hw}, Hardware)
     run = rp.add_argument_group("the run")
     shared_flag(run, "--workers", help="worker threads (default: the cores)")
     shared_flag(run, "--batch", help="tuples per task (default: the engine's for the query)")
@@ -282,6 +271,8 @@ def run_validate(args) -> int:
 def run_speed(args) -> int:
     if not args.sim_seconds > 0:
         raise _error(f"--sim-seconds must be positive, got {args.sim_seconds}")
+    if args.cores < 1:
+        raise _error(f"--cores must be >= 1, got {args.cores}")
     cal = _load(args.calibration)
     names = _queries(args.queries) or list(cal.queries)
     _warn(args.calibration, cal)
@@ -291,40 +282,27 @@ def run_speed(args) -> int:
 
 
 def hardware_from_args(args, cal):
-    """The preset (or the calibrated machine) with the flags' changes."""
+    """The preset (or the calibrated machine) with the flags' changes (its fields')."""
     from scabbard.sim import config
 
     base = {"this": cal.hardware, "paper-ssd": config.PAPER_SSD,
             "paper-remote": config.PAPER_REMOTE_STORAGE,
             "paper-rdma": config.PAPER_RDMA_INGEST}[args.preset]
-    changes = {"cores": args.cores, "core_speed": args.core_speed,
-               "disk_write_mb_s": args.disk_mb_s,
-               "disk_read_mb_s": args.disk_read_mb_s, "disk_iops": args.iops,
-               "io_bytes": int(args.io_kb * 1024) if args.io_kb is not None else None,
-               "disk_latency_ms": args.disk_latency_ms, "queue_depth": args.queue_depth,
-               "network_mb_s": args.network_gbps * 1e9 / 8 / 1e6
-               if args.network_gbps is not None else None}
-    changes = {k: v for k, v in changes.items() if v is not None}
     try:
-        hw = replace(base, **changes)
+        return replace(base, **given(args, Hardware))
     except ValueError as e:
         raise _error(_flag_message(str(e))) from None
-    return hw
 
 
 def _flag_message(message: str) -> str:
     """``Hardware.disk_write_mb_s must ...`` -> ``--disk-mb-s must ...``."""
-    flags = {"Hardware.cores": "--cores", "Hardware.core_speed": "--core-speed",
-             "Hardware.disk_write_mb_s": "--disk-mb-s",
-             "Hardware.disk_read_mb_s": "--disk-read-mb-s", "Hardware.disk_iops": "--iops",
-             "Hardware.io_bytes": "--io-kb", "Hardware.disk_latency_ms": "--disk-latency-ms",
-             "Hardware.queue_depth": "--queue-depth", "Hardware.network_mb_s": "--network-gbps",
-             "SimConfig.workers": "--workers", "SimConfig.batch_rows": "--batch",
+    flags = {f"Hardware.{f.name}": s["name"] for f, s in flagged(Hardware)}
+    flags.update({"SimConfig.workers": "--workers", "SimConfig.batch_rows": "--batch",
              "SimConfig.duration": "--sim-seconds", "SimConfig.rate": "--rate",
              "SimConfig.fail_at": "--fail-at",
              "SimConfig.checkpoint_interval": "--checkpoint-interval",
              "SimConfig.assembly_parts": "--assembly-parts",
-             "SimConfig.ingress_partitions": "--ingress-partitions"}
+             "SimConfig.ingress_partitions": "--ingress-partitions"})
     for name, flag in flags.items():
         message = message.replace(name, flag)
     return message

@@ -39,6 +39,7 @@ class Group(enum.Enum):
     PERSISTENCE = "persistence"
     FAULT_TOLERANCE = "fault tolerance"
     OUTPUT = "output"
+    HARDWARE = "hardware"  # ``scabbard sim run``'s machine (scabbard.sim.config.Hardware)
 
 
 def flag(name: str, help: str, group: Group, *, type=None, metavar: str | None = None,

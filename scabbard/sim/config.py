@@ -24,6 +24,8 @@ import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from scabbard.ft.flags import Group, flag
+
 MB = 1e6
 # how the input is persisted, with measured costs: raw, the default codecs, and after
 # persistence push-up (σ, π below the p-stream, §3.4) raw, with the codecs, or lossy
@@ -41,6 +43,21 @@ def _non_negative(owner: str, **values) -> None:
     for name, v in values.items():
         if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
             raise ValueError(f"{owner}.{name} must be >= 0, got {v!r}")
+
+
+def kib(text: str) -> int:
+    """``--io-kb``'s value: KiB, as bytes."""
+    return int(float(text) * 1024)
+
+
+def gbps(text: str) -> float:
+    """``--network-gbps``'s value: Gbit/s, as MB/s."""
+    return float(text) * 1e9 / 8 / MB
+
+
+def _hw(name: str, help: str, type=float, metavar: str | None = None) -> dict:
+    """A :class:`Hardware` field's flag (``scabbard sim run``; :mod:`scabbard.ft.flags`)."""
+    return flag(name, help, Group.HARDWARE, type=type, metavar=metavar)
 
 
 @dataclass(frozen=True)
@@ -62,17 +79,28 @@ class Hardware:
     moment (:func:`scabbard.sim.machine.speed_probe`).
     """
 
-    cores: int
-    disk_write_mb_s: float
-    disk_read_mb_s: float | None = None  # None: as the write bandwidth
+    cores: int = field(metadata=_hw("--cores", "cores", int))
+    disk_write_mb_s: float = field(metadata=_hw("--disk-mb-s", "disk write bandwidth, MB/s",
+                                                metavar="MB_S"))
+    disk_read_mb_s: float | None = field(default=None, metadata=_hw(  # None: as the write's
+        "--disk-read-mb-s", "disk read bandwidth, MB/s (default: as the write bandwidth)",
+        metavar="MB_S"))
     disk_fresh_write_mb_s: float | None = None
-    disk_iops: float | None = None  # None: no IOPS limit
-    io_bytes: int | None = None  # bytes one I/O covers for the IOPS count (None: any size)
-    disk_latency_ms: float = 0.0
-    queue_depth: int = 32
-    network_mb_s: float | None = None
+    disk_iops: float | None = field(default=None, metadata=_hw("--iops", "disk IOPS cap"))
+    io_bytes: int | None = field(default=None, metadata=_hw(  # None: any size is one I/O
+        "--io-kb", "KiB one I/O covers for the IOPS count (remote block storage: 256)", kib,
+        "KIB"))
+    disk_latency_ms: float = field(default=0.0, metadata=_hw(
+        "--disk-latency-ms", "latency per request", metavar="MS"))
+    queue_depth: int = field(default=32, metadata=_hw(
+        "--queue-depth", "requests outstanding per process", int))
+    network_mb_s: float | None = field(default=None, metadata=_hw(
+        "--network-gbps", "the input arrives over a link of this many Gbit/s (default: local)",
+        gbps, "GBPS"))
     background_cores: float = 0.0
-    core_speed: float = 1.0  # the cores' speed relative to the calibrated machine's
+    core_speed: float = field(default=1.0, metadata=_hw(  # relative to the calibrated machine's
+        "--core-speed", "each core's speed against the calibrated machine's (2: twice as fast)",
+        metavar="X"))
     name: str = ""
 
     def __post_init__(self) -> None:
