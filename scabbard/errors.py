@@ -31,3 +31,17 @@ class UserError(ScabbardError):
 
 class Failure(ScabbardError):
     """Something failed while running (exit 1)."""
+
+
+class FlagError(UserError):
+    """A command's flags that cannot run - a value out of range, flags that contradict each
+    other - with its exit status (2 unless ``code`` says otherwise); the command line's
+    ``CLIError``, raised also where flags are read outside it (:mod:`scabbard.ft.command`)."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.exit_code = code
+
+    @property
+    def code(self) -> int:
+        return self.exit_code

@@ -25,11 +25,10 @@ means there) where its use differs.  ``tests/test_structure.py`` holds it.
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 from scabbard import paths
-from scabbard.cli.errors import CLIError
+from scabbard.ft.command import storage_dir, verify_mode  # noqa: F401 (the commands')
 from scabbard.ft.flags import parse_bytes  # noqa: F401 (the commands take it from here)
 
 
@@ -118,21 +117,6 @@ def add_data_root(p, what: str = "dataset root", metavar: str = "DIR", dest: str
 
 def data_root(args) -> Path:
     return paths.data_root(getattr(args, "data_root", None))
-
-
-def storage_dir(args, query: str) -> Path:
-    if args.storage:
-        return Path(args.storage)
-    return paths.storage_root() / f"{query}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def verify_mode(args) -> bool | str:
-    """The dataset check a command's flags ask for: ``--verify`` every time, ``--no-verify``
-    never, else once per change of the dataset's files (:func:`scabbard.data.open_dataset`)."""
-    always, never = getattr(args, "verify", False), getattr(args, "no_verify", False)
-    if always and never:
-        raise CLIError("--verify and --no-verify contradict each other: give one")
-    return True if always else False if never else "once"
 
 
 def query_dataset(args):

@@ -12,7 +12,6 @@ from scabbard.cli.common import (
     query_dataset,
     shared_flag,
     storage_dir,
-    verify_mode,
 )
 from scabbard.cli.errors import CLIError
 from scabbard.cli.spark_backend import reject_spark_flags
@@ -213,190 +212,26 @@ def _run_ingest(args) -> int:
     return 0
 
 
-# the fields of the configuration that the command's own flags set (the rest carry theirs)
-OWN_FLAGS = {"persist": "--storage", "output": "--output", "query": "--query", "data": "--data"}
-
-
 def config_from_args(args):
-    """The run's :class:`~scabbard.ft.config.RunConfig`: each field from its flag
-    (:mod:`scabbard.ft.flags`), the command's own flags by hand; flags that contradict each
-    other, or a value a field refuses, are a one-line CLIError."""
-    from scabbard.ft.config import ConfigError
+    """The run's :class:`~scabbard.ft.config.RunConfig` (:func:`scabbard.ft.command.from_flags`:
+    each field from its flag, the rules between them)."""
+    from scabbard.ft.command import from_flags
 
-    interval = _check_modes(args)
-    ft = interval is not None or args.recover
-    if args.output and not ft and not args.output.endswith((".parquet", ".csv")):
-        raise CLIError(f"--output {args.output}: use a .parquet or .csv file name (an "
-                       "exactly-once folder needs --checkpoint-interval)")
-    if args.output and ft and args.output.endswith((".parquet", ".csv")):
-        raise CLIError(f"--output {args.output}: with fault tolerance the output is an "
-                       "exactly-once folder, not a .parquet or .csv file")
-    if args.durability and not ft:
-        raise CLIError("--durability goes with --checkpoint-interval (or --recover)")
-    if args.storage and not (args.persist_input or ft):
-        raise CLIError("--storage is the folder for --persist-input; add --persist-input")
-    if ft and not args.output:
-        raise CLIError("fault tolerance needs an --output folder for exactly-once results")
-    if ft and not args.storage:
-        raise CLIError("fault tolerance needs a --storage folder (to recover from it later)")
-    for flag, folder in (("--storage", args.storage), ("--output", args.output if ft else None)):
-        if folder and Path(folder).exists() and not Path(folder).is_dir():
-            raise CLIError(f"{flag} {folder}: is a file; {flag} names a folder (it is made "
-                           f"if missing)")
-    if args.standby and not args.recover:
-        raise CLIError("--standby goes with --recover")
-    if (args.crash_at or args.spawned_at is not None) and not ft:
-        raise CLIError("--crash-at and --spawned-at go with --checkpoint-interval or --recover")
-    placement = _placement(args, ft)
-    # --persist-at without ingress: checkpoints only, the source replays the input
-    checkpoint_only = args.checkpoint_only or (placement is not None
-                                               and "ingress" not in placement)
-    reduces = args.push_up or args.compression not in (None, "none")
-    if reduces and not (args.persist_input or ft):
-        raise CLIError("--push-up and --compression reduce the persisted input: add "
-                       "--persist-input or --checkpoint-interval")
-    if reduces and checkpoint_only:
-        raise CLIError("no persisted input (--checkpoint-only, or --persist-at without "
-                       "ingress): --push-up and --compression have nothing to reduce")
-    try:
-        return _config(args, interval if ft else None, placement, checkpoint_only)
-    except ConfigError as e:
-        from scabbard.ft.config import FTConfig, PersistConfig, RunConfig
-        from scabbard.ft.flags import flag_name
-
-        flag = OWN_FLAGS.get(e.field) or next(
-            (f for c in (RunConfig, PersistConfig, FTConfig) if (f := flag_name(c, e.field))),
-            "--" + e.field.replace("_", "-"))
-        raise CLIError(f"{flag} {e.problem}") from None
-
-
-def _placement(args, ft: bool) -> list[str] | None:
-    """The edges ``--persist-at`` names (None: not given), checked against the other flags
-    that place p-streams."""
-    if args.checkpoint_only and not ft:
-        raise CLIError("--checkpoint-only goes with --checkpoint-interval")
-    if args.checkpoint_only and args.persist_input:
-        raise CLIError("--checkpoint-only and --persist-input contradict each other")
-    if args.placement and args.persist_at:
-        raise CLIError("--placement auto and --persist-at both place the p-streams: use one")
-    if args.placement and not ft:
-        raise CLIError("--placement goes with --checkpoint-interval (or --recover)")
-    if args.persist_at is None:
-        return None
-    placement = [e.strip() for e in args.persist_at.split(",") if e.strip()]
-    if not placement:
-        raise CLIError(f"--persist-at {args.persist_at!r} names no edge: give operator ids, "
-                       f"ingress or output, separated by commas")
-    if not ft:
-        raise CLIError("--persist-at goes with --checkpoint-interval (or --recover)")
-    if args.checkpoint_only:
-        raise CLIError("--checkpoint-only and --persist-at both place the p-streams: use "
-                       "--persist-at without ingress")
-    return placement
-
-
-def _config(args, interval: float | None, placement: list[str] | None, checkpoint_only: bool):
-    """The configuration from the checked flags (``interval`` None: no fault tolerance)."""
-    from scabbard.ft.config import FTConfig, PersistConfig, RunConfig
-    from scabbard.ft.flags import given
-
-    ft = interval is not None
-    persist = PersistConfig(**{
-        "storage": storage_dir(args, args.query), **given(args, PersistConfig),
-        "persist_at": tuple(e for e in placement or () if e != "ingress"),
-    }) if (args.persist_input or ft) else None
-    fault_tolerance = FTConfig(**{
-        **given(args, FTConfig), "output": Path(args.output), "interval": interval,
-        "persist_input": False if checkpoint_only else None,
-    }) if ft else None
-    return RunConfig(**given(args, RunConfig), query=args.query,
-                     data=Path(args.data) if args.data else None, verify=verify_mode(args),
-                     persist=persist, ft=fault_tolerance)
-
-
-def _check_modes(args) -> float | None:
-    """The checkpoint mode's flags: eventual's only with it; --checkpoint-period is the
-    interval in milliseconds (one of the two).  The interval in seconds (a recovery without
-    one: the default), None: no fault tolerance."""
-    eventual = [f for f, v in (("--checkpoint-period", args.checkpoint_period),
-                               ("--checkpoint-step", args.checkpoint_step),
-                               ("--max-unsaved-panes", args.max_unsaved_panes),
-                               ("--max-replay-tuples", args.max_replay_tuples)) if v is not None]
-    if eventual and args.checkpoint_mode != "eventual" and not args.recover:
-        raise CLIError(f"{eventual[0]} goes with --checkpoint-mode eventual")
-    if args.checkpoint_mode and not (args.checkpoint_interval is not None or args.recover
-                                     or args.checkpoint_period is not None):
-        raise CLIError("--checkpoint-mode goes with --checkpoint-interval (or "
-                       "--checkpoint-period, or --recover)")
-    interval = args.checkpoint_interval
-    if interval is not None and not interval > 0:
-        raise CLIError(f"--checkpoint-interval {interval:g}: a checkpoint interval is a "
-                       f"positive number of seconds")
-    if args.checkpoint_period is not None:
-        if interval is not None:
-            raise CLIError("--checkpoint-period and --checkpoint-interval both set how often a "
-                           "checkpoint is recorded: use one")
-        if not args.checkpoint_period > 0:
-            raise CLIError(f"--checkpoint-period must be positive, got {args.checkpoint_period}")
-        interval = args.checkpoint_period / 1e3
-    return INTERVAL if interval is None and args.recover else interval
-
-
-def _auto_placement(args, ds, interval: float) -> None:
-    """``--placement auto``: the placement the cost model chooses (a recovery: the run's own),
-    as if given with --persist-at."""
-    from scabbard.ft import placement as pl
-    from scabbard.ft.recovery import recorded_run
-
-    if args.recover:
-        run = recorded_run(args.storage) or {}
-        chosen = (("ingress",) if run.get("persist_input", True) else ()) + tuple(
-            run.get("persist_at") or ())
-        print(f"placement: the run's own ({', '.join(chosen)})", flush=True)
-    else:
-        m = pl.measure(args.query, ds, tuples=min(ds.rows, 1 << 18), workdir=args.storage and
-                       str(Path(args.storage).parent), push_up=args.push_up,
-                       compression=args.compression)
-        rate = args.rate or 1e6
-        best = pl.choose(m, rate, interval)
-        chosen = best.placement
-        print(f"placement (auto, at {rate:,.0f} tuples/s): {best.label} - "
-              f"{best.bytes_per_s / 1e6:.1f} MB/s persisted, recovery ~"
-              f"{best.recovery_s * 1e3:.0f} ms", flush=True)
-    args.placement = None
-    if chosen:
-        args.persist_at = ",".join(chosen)
-    else:  # nothing persisted: checkpoints only, the source replays the input
-        args.persist_at, args.checkpoint_only = None, True
-
-
-def _recorded_settings(args) -> None:
-    """A plain ``--recover`` continues with the p-streams its run placed and with push-up as
-    the run had it (``run.json``), as with every other setting; a ``--persist-at`` given then
-    must be the same."""
-    from scabbard.ft.recovery import recorded_run
-
-    run = recorded_run(args.storage) if args.storage else None
-    if run and run.get("push_up") and not args.push_up:
-        args.push_up = True  # the engine's plan is built with it before the run is opened
-    if not run or not run.get("persist_at") or args.persist_at is not None:
-        return
-    ingress = run.get("persist_input", True)
-    args.persist_at = ",".join((("ingress",) if ingress else ()) + tuple(run["persist_at"]))
-    if not ingress:  # a placement without the ingress is checkpoints only already
-        args.checkpoint_only = False
+    return from_flags(args)
 
 
 def _run_query(args) -> int:
     from scabbard import queries
+    from scabbard.ft import command
+    from scabbard.ft.recovery import recorded_run
 
     query = queries.get(args.query)
+    config = config_from_args(args)  # the flags checked before anything is measured
+    run = recorded_run(args.storage) if args.recover and args.storage else None
     if args.placement:
-        checked = config_from_args(args)  # the flags checked before anything is measured
-        _auto_placement(args, query_dataset(args), checked.ft.interval)
+        config = command.placed(config, _auto_placement(args, config, run))
     elif args.recover:
-        _recorded_settings(args)
-    config = config_from_args(args)
+        config = command.as_recorded(config, run, placement_given=args.persist_at is not None)
     if args.backend == "spark":
         return _run_spark(args, query)
     reject_spark_flags(args)
@@ -404,6 +239,27 @@ def _run_query(args) -> int:
     print(f"{query.name} on {ds.path} ({ds.rows:,} tuples, {ds.schema.size_label}), "
           f"backend {args.backend}", flush=True)
     return _run_engine(args, config, ds)
+
+
+def _auto_placement(args, config, run: dict | None) -> tuple[str, ...]:
+    """``--placement auto``: the edges the cost model chooses (a recovery: the run's own)."""
+    from scabbard.ft import placement as pl
+    from scabbard.ft.command import recorded_placement
+
+    if args.recover:
+        chosen = recorded_placement(run or {})
+        print(f"placement: the run's own ({', '.join(chosen)})", flush=True)
+        return chosen
+    p = config.persist
+    ds = query_dataset(args)
+    m = pl.measure(args.query, ds, tuples=min(ds.rows, 1 << 18),
+                   workdir=str(p.storage.parent), push_up=p.push_up, compression=p.compression)
+    rate = args.rate or 1e6
+    best = pl.choose(m, rate, config.ft.interval)
+    print(f"placement (auto, at {rate:,.0f} tuples/s): {best.label} - "
+          f"{best.bytes_per_s / 1e6:.1f} MB/s persisted, recovery ~"
+          f"{best.recovery_s * 1e3:.0f} ms", flush=True)
+    return tuple(best.placement)
 
 
 def _run_engine(args, config, ds) -> int:
