@@ -63,12 +63,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from scabbard.engine.fused import RelationCodes, fused_args, run_fused
-from scabbard.engine.profile import Profile, column_ranges, distinct_keys
+from scabbard.engine.profile import KEYS_SAMPLED, Profile, column_ranges, distinct_keys
 from scabbard.kernels.aggregate import DENSE_MAX, key_range, pane_aggregate
 from scabbard.kernels.codegen import DenseSpec, compile_front
 
 GENERIC, INSTRUMENTED, OPTIMISED = "generic", "instrumented", "optimised"
-KEYS_SAMPLED = 1 << 12  # the sampled keys a task's distinct keys are estimated from
 TRIAL = "trial"  # the phase after a swap: optimised and generic tasks alternate, timed
 
 

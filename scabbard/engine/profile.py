@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+KEYS_SAMPLED = 1 << 12  # the sampled keys a task's distinct keys are estimated from
+
 
 class Profile:
     """What the instrumented tasks saw since profiling started."""
@@ -50,7 +52,7 @@ class Profile:
                      if d not in (None, "-") and lo == hi)
 
 
-def distinct_keys(sampled: np.ndarray, rows: int, most: int = 4096) -> tuple[float, float]:
+def distinct_keys(sampled: np.ndarray, rows: int, most: int = KEYS_SAMPLED) -> tuple[float, float]:
     """From ``sampled`` keys (rows of key words) of ``rows`` output rows: the estimated
     number of distinct keys among all rows (the GEE estimator, Charikar et al., PODS 2000:
     the keys seen once in the sample scaled by sqrt(rows / sample), the others counted once),
