@@ -127,3 +127,36 @@ def test_a_value_a_field_refuses_names_the_flag(tmp_path, flags, message):
             "--output", str(tmp_path / "o"), *flags]
     with pytest.raises(CLIError, match=message):
         parsed(argv)
+
+
+def _fault_tolerant(tmp_path, **persist) -> RunConfig:
+    return RunConfig("LRB1", persist=PersistConfig(tmp_path / "s", **persist),
+                     ft=FTConfig(tmp_path / "o"))
+
+
+def test_a_placement_chosen_after_the_flags_gives_a_new_configuration(tmp_path):
+    from scabbard.errors import FlagError
+    from scabbard.ft.command import placed
+
+    config = _fault_tolerant(tmp_path)
+    both = placed(config, ("ingress", "window0"))
+    assert both.persist.persist_at == ("window0",) and both.ft.persist_input is None
+    assert placed(config, ()).ft.persist_input is False  # checkpoints only
+    assert placed(config, ("output",)).persist.persist_at == ("output",)
+    assert config == _fault_tolerant(tmp_path)  # the checked one is left as it was
+    with pytest.raises(FlagError, match="nothing to reduce"):
+        placed(_fault_tolerant(tmp_path, push_up=True), ("window0",))
+
+
+def test_a_plain_recovery_takes_the_recorded_placement_and_push_up(tmp_path):
+    from scabbard.ft.command import as_recorded
+
+    config = _fault_tolerant(tmp_path)
+    run = {"persist_at": ["window0"], "persist_input": False, "push_up": False}
+    recovered = as_recorded(config, run, placement_given=False)
+    assert recovered.persist.persist_at == ("window0",)
+    assert recovered.ft.persist_input is False
+    assert as_recorded(config, run, placement_given=True) == config  # the recovery checks it
+    pushed = as_recorded(config, {"push_up": True}, placement_given=False)
+    assert pushed.persist.push_up and pushed.persist.persist_at == ()
+    assert as_recorded(config, None, placement_given=False) == config
