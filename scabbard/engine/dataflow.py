@@ -1,0 +1,327 @@
+"""PipeFabric's partitioned dataflow: partition operators on threads of their own, fed by key
+through queues from the source, merged in order with punctuations.
+
+PipeFabric (GvDB 2019, §3) parallelises a stateful query by *partitioning its input*: a
+partitioning operator routes each tuple by a hash of its key to one of P long-lived
+partition operators, each a sequential instance of the window aggregation over its keys,
+running on a thread of its own; a merge puts their results back in order.  The engine's
+task-parallel mode (:mod:`scabbard.engine.execution`) instead gives every worker whole
+batches and assembles the windows they share in order; its partitioned *assembly*
+(:class:`~scabbard.engine.assembly.PartitionedAssembler`) splits only the pane partials, a
+fork-join per task.  Here, the input itself:
+
+* **the source** (the caller's thread) reads a batch, hashes each tuple's group key - the
+  source columns the query groups by - and hands every partition the row numbers of its
+  tuples with the batch (:func:`route`: one pass over the key columns; nothing is copied);
+* **a partition** (P threads, one queue each, bounded) gathers its rows, runs the branch's
+  front kernel and pane aggregation on them, and feeds the partials to a window state of its
+  own (:class:`~scabbard.engine.assembly.BranchAssembler`), which closes every window that
+  ends before the batch's last pane - **the batch's end is a punctuation**: a partition that
+  got no tuple of a batch still receives its panes and moves its windows on, so an idle
+  partition never holds the merge back (where PipeFabric's k-slack would wait a bound);
+* **the merge** (a thread) takes each batch's rows once every partition has delivered them,
+  window by window in window order (:func:`~scabbard.engine.assembly.merge_windows`), through
+  the branch's fused operators, to the sink.
+
+Results are the serial engine's, a window's rows in another order (tests).  It runs queries
+with one window aggregation whose group keys are source attributes (:func:`key_columns`
+refuses the others: a key computed from several rows' values, a joined relation's, none),
+in memory.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scabbard.engine.assembly import BranchAssembler, merge_windows
+from scabbard.engine.physical import eval_numpy
+from scabbard.engine.runtime import Engine, front_outputs
+from scabbard.engine.sources import ReplaySource
+from scabbard.engine.tasks import BranchPart, empty_edges, task_edges
+from scabbard.kernels import assembler as ka
+from scabbard.kernels import rows as kr
+from scabbard.kernels.aggregate import pane_aggregate
+from scabbard.query.expr import QueryError
+from scabbard.query.plan import Filter, Project, Source
+
+QUEUE_BATCHES = 4  # batches a partition's queue holds before the source waits for it
+_END = None
+
+
+class _Columns(Mapping):
+    """The columns of one level of a query's prefix (the source, a filter's, a projection's)
+    over a batch, each evaluated when a key asks for it (numpy, once a batch)."""
+
+    def __init__(self, node, batch):
+        self.node, self.batch, self.made = node, batch, {}
+        self.below = None if isinstance(node, Source) else _Columns(node.input, batch)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.made:
+            node = self.node
+            if isinstance(node, Source):
+                self.made[name] = self.batch.column(name)
+            elif isinstance(node, Project) and name != "timestamp":
+                expr = dict(node.columns)[name]
+                self.made[name] = eval_numpy(expr, self.below, node.input.schema)
+            else:  # a filter, or the timestamp a projection keeps
+                self.made[name] = self.below[name]
+        return self.made[name]
+
+    def __iter__(self):
+        return iter(self.node.schema.names)
+
+    def __len__(self) -> int:
+        return len(self.node.schema)
+
+
+def check_routable(branch) -> None:
+    """QueryError unless the branch's groups can be routed from its input tuples: keys
+    computed by σ and π from source attributes (not a joined relation's), at least one, and
+    every group's rows in one partition (a per-window count fused into the emission counts
+    groups by some of their keys)."""
+    node = branch.node
+    if not node.keys:
+        raise QueryError(f"{branch.id}: a global aggregate has one group: nothing to partition")
+    at = node.input
+    while not isinstance(at, Source):
+        if not isinstance(at, Filter | Project):
+            raise QueryError(f"{branch.id}: its groups' keys pass a {type(at).__name__}: a "
+                             f"partitioned dataflow routes tuples by keys their own "
+                             f"attributes give (selections and projections only)")
+        at = at.input
+    if branch.select[0] == kr.ROLLUP_COUNT:
+        raise QueryError(f"{branch.id}: a per-window count over its groups is not "
+                         f"partitioned by the groups' keys")
+
+
+def key_words(batch, branch) -> np.ndarray:
+    """Each tuple's group key as one int64 matrix, a row a tuple (a uuid: two words;
+    :func:`check_routable`'s keys)."""
+    node = branch.node
+    cols = _Columns(node.input, batch)
+    words = []
+    for _, e in node.keys:
+        a = np.asarray(eval_numpy(e, cols, node.input.schema))
+        if a.ndim == 2:  # a uuid: its two words
+            words.extend(np.ascontiguousarray(a).view(np.int64).T)
+        elif a.dtype.kind == "f":
+            words.append(a.astype(np.float64).view(np.int64))
+        else:
+            words.append(a.astype(np.int64, copy=False))
+    return np.stack(words, axis=1)
+
+
+def route(batch, branch, parts: int) -> list[np.ndarray]:
+    """Each partition's row numbers of ``batch``, in input order: a hash of each tuple's
+    group key (:func:`scabbard.kernels.assembler.partition_rows`, the partitioned assembly's
+    hash)."""
+    keys = key_words(batch, branch)
+    order, starts = ka.partition_rows(keys, np.arange(keys.shape[1], dtype=np.int64), parts)
+    return [order[lo:hi] for lo, hi in zip(starts[:-1].tolist(), starts[1:].tolist(),
+                                           strict=True)]
+
+
+@dataclass
+class DataflowReport:
+    """What a partitioned run did: input tuples, wall seconds, result rows, per partition the
+    tuples it aggregated; ``results``: the result columns when collected."""
+
+    parts: int
+    tuples: int = 0
+    seconds: float = 0.0
+    result_rows: int = 0
+    batches: int = 0
+    per_partition: list[int] = field(default_factory=list)
+    merged_before_end: int = 0  # result rows the merge passed on before the input ended
+    results: list[dict] | None = None
+
+    @property
+    def tuples_per_s(self) -> float:
+        return self.tuples / self.seconds if self.seconds > 0 else 0.0
+
+    def __str__(self) -> str:
+        shares = ", ".join(f"{t / max(1, self.tuples):.0%}" for t in self.per_partition)
+        return (f"{self.tuples:,} tuples in {self.seconds:.2f} s = "
+                f"{self.tuples_per_s / 1e6:.2f} M tuples/s, {self.parts} partitions "
+                f"({shares}), {self.result_rows:,} result rows")
+
+
+class _Partition:
+    """One partition operator: its queue, its window state, its thread."""
+
+    def __init__(self, flow: PartitionedDataflow, p: int):
+        self.flow, self.p = flow, p
+        self.inbox: queue.Queue = queue.Queue(QUEUE_BATCHES)
+        self.assembler = BranchAssembler(flow.branch)
+        self.tuples = 0
+        self.thread = threading.Thread(target=flow.guarded, args=(self.run,), daemon=True,
+                                       name=f"scabbard-partition-{p}")
+
+    def run(self) -> None:
+        flow, b = self.flow, self.flow.branch
+        kernel = b.kernel(flow.cache_dir)
+        k, ni, nf = b.key_width, len(b.iops), len(b.fops)
+        while True:
+            item = self.inbox.get()
+            if item is _END:
+                flow.merge_in.put((flow.end_seq, self.p, self.assembler.flush()))
+                return
+            seq, batch, rows, first, last = item
+            n = len(rows)
+            self.tuples += n
+            head = empty_edges(k, ni, nf)
+            if n:
+                ts, shift = flow.axis(batch)
+                o_ts, o_keys, o_i, o_f = front_outputs(n, k, ni, nf)
+                m = kernel(n, ts[rows], *(batch.column(c)[rows] for c in b.input_columns),
+                           *flow.rel_args, o_ts, o_keys, o_i, o_f)
+                partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops,
+                                          b.fops, b.slide_ms, ordered=True, shift=shift)
+                head = task_edges(partials, 0, len(partials[0]))
+            part = BranchPart(first, last, False, head, empty_edges(k, ni, nf), None)
+            flow.merge_in.put((seq, self.p, self.assembler.task(part)))
+
+
+class PartitionedDataflow:
+    """A query as P partition operators on threads of their own (see the module):
+    ``PartitionedDataflow(query, dataset, parts).run(source)``."""
+
+    def __init__(self, query, dataset, parts: int, collect: bool = False, config=None):
+        if parts < 1:
+            raise ValueError(f"parts must be >= 1, got {parts}")
+        self.engine = Engine(query, dataset.tables, config)
+        plan = self.engine.plan
+        if plan.selection is not None or len(plan.branches) != 1 or plan.graph:
+            raise QueryError(f"{query.name}: a partitioned dataflow runs one window "
+                             f"aggregation (and the operators fused above it)")
+        self.plan, self.branch = plan, plan.branches[0]
+        check_routable(self.branch)
+        self.rel_args = self.engine._relation_args[0]
+        self.cache_dir = self.engine.config.cache_dir
+        self.parts, self.collect = parts, collect
+        self.merge_in: queue.Queue = queue.Queue()
+        self.end_seq = -1
+        self.failed: BaseException | None = None
+        self.report = DataflowReport(parts, results=[] if collect else None)
+        self._ending = False
+
+    def axis(self, batch) -> tuple[np.ndarray, int]:
+        """The windows' axis of a batch's tuples: event time (``ts + shift``), or each
+        tuple's input offset (count-based windows)."""
+        if self.plan.rows:
+            return np.arange(batch.offset, batch.end, dtype=np.int64), 0
+        ts, shift = batch.event_time()
+        return ts, shift
+
+    def guarded(self, fn) -> None:
+        try:
+            fn()
+        except BaseException as e:  # the first failure stops the run; the caller raises it
+            if self.failed is None:
+                self.failed = e
+            self.merge_in.put((self.end_seq, -1, None))
+
+    def _merge(self) -> None:
+        """Each batch's rows once every partition gave them, in batch order."""
+        pending, nxt = {}, 0
+        while True:
+            seq, p, raw = self.merge_in.get()
+            if p < 0 or self.failed is not None:
+                return
+            got = pending.setdefault(seq, {})
+            got[p] = raw
+            while nxt in pending and len(pending[nxt]) == self.parts:
+                raws = pending.pop(nxt)
+                self._emit(merge_windows([raws[q] for q in range(self.parts)]))
+                if nxt == self.end_seq:
+                    return
+                nxt += 1
+
+    def _emit(self, raw) -> None:
+        """A batch's merged window rows through the branch's fused operators (a keep-max
+        fused into the emission again: each partition kept its own groups' largest)."""
+        if not len(raw[1]):
+            return
+        b = self.branch
+        cols = b.finalize(raw)
+        if b.select[0] != kr.ALL_GROUPS and b.emitted is not None:
+            cols = self.plan.operators[b.emitted].apply(cols)
+        cols = self.plan.post(0, cols)
+        n = len(cols["window_end"])
+        self.report.result_rows += n
+        if not self._ending:
+            self.report.merged_before_end += n
+        if self.collect and n:
+            self.report.results.append(cols)
+
+    def _put(self, inbox: queue.Queue, item) -> None:
+        """Into a partition's queue, waiting while it is full - unless the run failed (a
+        partition that stopped never empties its queue)."""
+        while self.failed is None:
+            try:
+                inbox.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def source(self, dataset, replay, batch_rows: int | None = None) -> ReplaySource:
+        rows = batch_rows or self.engine.task_rows(dataset, replay.rate)
+        return ReplaySource(dataset, rows, replay)
+
+    def run(self, source) -> DataflowReport:
+        """Read ``source`` to its end through the partitions; the report."""
+        b = self.branch
+        partitions = [_Partition(self, p) for p in range(self.parts)]
+        merger = threading.Thread(target=self.guarded, args=(self._merge,), daemon=True,
+                                  name="scabbard-merge")
+        for t in [merger] + [q.thread for q in partitions]:
+            t.start()
+        t0, seq = time.perf_counter(), 0
+        try:
+            for sb in source.batches():
+                if self.failed is not None:
+                    break
+                batch = sb.batch
+                if not len(batch):
+                    continue
+                if self.plan.rows:
+                    first, last = batch.offset, batch.end - 1
+                else:
+                    first, last = batch.event_edges()
+                first, last = first // b.slide_ms, last // b.slide_ms
+                for q, rows in zip(partitions, route(batch, b, self.parts),
+                                   strict=True):
+                    self._put(q.inbox, (seq, batch, rows, first, last))
+                self.report.tuples += len(batch)
+                seq += 1
+        finally:
+            self._ending = True  # (read by the merge: rows after it are the flush's)
+            self.end_seq = seq
+            for q in partitions:
+                self._put(q.inbox, _END)
+            for t in [merger] + [q.thread for q in partitions]:
+                while t.is_alive() and self.failed is None:
+                    t.join(0.1)
+        if self.failed is not None:
+            raise self.failed
+        self.report.seconds = time.perf_counter() - t0
+        self.report.batches = seq
+        self.report.per_partition = [q.tuples for q in partitions]
+        return self.report
+
+
+def run_partitioned(query, dataset, parts: int, replay=None, batch_rows: int | None = None,
+                    collect: bool = False) -> DataflowReport:
+    """Run ``query`` over ``dataset`` as a partitioned dataflow of ``parts`` partitions
+    (``replay``: a :class:`~scabbard.engine.Replay`, default once)."""
+    from scabbard.engine.sources import ONCE
+
+    flow = PartitionedDataflow(query, dataset, parts, collect=collect)
+    return flow.run(flow.source(dataset, replay or ONCE, batch_rows))

@@ -1,0 +1,122 @@
+"""PipeFabric's partitioned dataflow (:mod:`scabbard.engine.dataflow`): partition operators
+on threads of their own, fed by key from the source, merged in order with punctuations -
+the serial engine's results, and an idle partition never holds the merge back."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from scabbard import queries
+from scabbard.batch import Batch
+from scabbard.engine import Replay, run_query
+from scabbard.engine.dataflow import PartitionedDataflow, route, run_partitioned
+from scabbard.engine.sinks import CollectSink
+from scabbard.engine.sources import ArraySource, ReplaySource, SourceBatch
+from scabbard.query.expr import QueryError
+from tests.reference import assert_same_results
+
+
+def _frame(flow: PartitionedDataflow) -> pd.DataFrame:
+    schema, got = flow.plan.schema, flow.report.results
+    cols = {n: np.concatenate([c[n] for c in got]) if got else schema.field(n).empty(0)
+            for n in schema.names}
+    return Batch(schema, tuple(cols[n] for n in schema.names)).to_pandas()
+
+
+def _serial(q, ds, source) -> pd.DataFrame:
+    sink = CollectSink()
+    run_query(q, ds, sink, source=source)
+    return sink.to_pandas()
+
+
+@pytest.mark.parametrize("name", ["SG2", "LRB1", "LRB2", "NQ"])
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_the_partitioned_dataflow_gives_the_serial_engines_results(tiny, name, parts):
+    """Two replayed copies (the second's times shifted) in batches of 997 tuples: every
+    window's rows those of the serial engine, whatever the partitions."""
+    q, ds = queries.get(name), tiny[queries.workload_of(name)]
+    replay = Replay(max_tuples=2 * ds.rows)
+    want = _serial(q, ds, ReplaySource(ds, 997, replay))
+    flow = PartitionedDataflow(q, ds, parts, collect=True)
+    report = flow.run(ReplaySource(ds, 997, replay))
+    assert report.tuples == 2 * ds.rows and sum(report.per_partition) == report.tuples
+    assert len(want) > 0 and report.result_rows == len(want)
+    assert_same_results(_frame(flow), want, flow.plan.schema)
+
+
+def test_route_gives_every_tuple_to_one_partition_in_input_order(tiny):
+    q, ds = queries.get("LRB2"), tiny["lrb"]
+    flow = PartitionedDataflow(q, ds, 3)
+    batch = ReplaySource(ds, 5000).peek()
+    rows = route(batch, flow.branch, 3)
+    assert all(np.all(np.diff(r) > 0) for r in rows)
+    assert np.array_equal(np.sort(np.concatenate(rows)), np.arange(len(batch)))
+    assert all(len(r) for r in rows)  # LRB's thousands of keys reach each of the three
+    # a key's tuples in one partition: the vehicles of partition 0 are nobody else's
+    vehicle = batch.column("vehicle")
+    assert not set(vehicle[rows[0]].tolist()) & set(vehicle[rows[1]].tolist())
+
+
+def _one_key(ds, n: int) -> list[Batch]:
+    """LRB's first ``n``-tuple batches with every tuple one vehicle's on one segment."""
+    t = ds.stream
+    cols = {f: np.array(t.column(f)) for f in t.schema.names}
+    for name in ("vehicle", "highway", "direction", "position"):
+        cols[name][:] = cols[name][0]
+    whole = Batch(t.schema, tuple(cols[f] for f in t.schema.names))
+    return [Batch(t.schema, tuple(c[lo:lo + n] for c in whole.columns), lo)
+            for lo in range(0, t.rows, n)]
+
+
+class _Gated(ArraySource):
+    """Stops after batch ``gate`` until the dataflow has handed on a result row: windows
+    must flow while the input is still coming (the test fails after ``patience`` s)."""
+
+    def __init__(self, batches, gate: int, patience: float = 120.0):
+        super().__init__(batches)
+        self.gate, self.patience, self.flow, self.waited = gate, patience, None, None
+
+    def batches(self):
+        for seq, b in enumerate(self._batches):
+            yield SourceBatch(seq, b, time.perf_counter())
+            if seq == self.gate:
+                deadline = time.monotonic() + self.patience
+                while self.flow.report.result_rows == 0 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                self.waited = self.flow.report.result_rows
+
+
+def test_idle_partitions_do_not_hold_the_merge_back(tiny):
+    """Every tuple has one key, so three of four partitions never get one: each batch's end
+    still moves their windows on, and the windows the busy partition closes are handed on
+    before the next batch arrives - with the serial engine's results."""
+    q, ds = queries.get("LRB2"), tiny["lrb"]
+    batches = _one_key(ds, 997)
+    assert len(batches) > 8
+    want = _serial(q, ds, ArraySource(batches))
+    flow = PartitionedDataflow(q, ds, 4, collect=True)
+    source = _Gated(batches, gate=len(batches) // 2)
+    source.flow = flow
+    report = flow.run(source)
+    assert sorted(report.per_partition)[:3] == [0, 0, 0]
+    assert source.waited > 0, "no window handed on while the input was still coming"
+    assert_same_results(_frame(flow), want, flow.plan.schema)
+
+
+@pytest.mark.parametrize("name, why", [("SG1", "global aggregate"), ("SG3", "one window"),
+                                       ("LRB3", "per-window count"), ("YSB", "RelationJoin")])
+def test_queries_whose_groups_cannot_be_routed_are_refused(tiny, name, why):
+    q, ds = queries.get(name), tiny[queries.workload_of(name)]
+    with pytest.raises(QueryError, match=why):
+        PartitionedDataflow(q, ds, 2)
+
+
+def test_a_replay_for_a_duration_runs_through_the_partitions(tiny):
+    ds = tiny["lrb"]
+    report = run_partitioned(queries.get("LRB1"), ds, 2, Replay(max_tuples=3 * ds.rows))
+    assert report.tuples == 3 * ds.rows and report.batches >= 3
+    assert "2 partitions" in str(report)
