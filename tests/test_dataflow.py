@@ -120,3 +120,21 @@ def test_a_replay_for_a_duration_runs_through_the_partitions(tiny):
     report = run_partitioned(queries.get("LRB1"), ds, 2, Replay(max_tuples=3 * ds.rows))
     assert report.tuples == 3 * ds.rows and report.batches >= 3
     assert "2 partitions" in str(report)
+
+
+def test_the_partitioned_bench_runs_the_dataflow_beside_the_engine(tiny, tmp_path):
+    """``scabbard bench partitioned``'s measurement with ``dataflow`` among its modes: a row
+    per worker count where the groups can be routed, a line saying why not where not."""
+    from scabbard.experiments import partitioned as exp
+
+    s = exp.Settings(rows=20_000, keys=100, rate=5_000, seconds=0.3, workers=(1, 2),
+                     assembly=("serial", exp.DATAFLOW))
+    ds = exp.skew_dataset("uniform", s, tmp_path)
+    lines = []
+    rows = exp._measure(exp.skew_query(s), ds, "skew:uniform", s, lines.append)
+    flows = [r for r in rows if r["assembly"] == exp.DATAFLOW]
+    assert [r["workers"] for r in flows] == [1, 2]
+    assert all(r["tuples_per_s"] > 0 and r["result_rows"] > 0 for r in flows)
+    sg1 = exp._measure(queries.get("SG1"), tiny["sg"], "SG1", s, lines.append)
+    assert {r["assembly"] for r in sg1} == {"serial"}  # a global aggregate: one group
+    assert any("dataflow" in line and "not run" in line for line in lines)

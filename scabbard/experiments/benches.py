@@ -338,9 +338,10 @@ BENCHES = (
         out="bench-aligned"),
     Bench(
         "partitioned", module="partitioned",
-        summary="serial vs key-partitioned assembly: key skew (one key, Zipf, uniform) and the "
-                "queries",
-        description="In one run, side by side for every --assembly mode and 1 and 2 workers: a "
+        summary="serial vs key-partitioned assembly vs a partitioned dataflow: key skew (one "
+                "key, Zipf, uniform) and the queries",
+        description="In one run, side by side for every --assembly mode and 1 and 2 workers (a "
+                    "dataflow's partition threads): a "
                     "synthetic stream (an 8-byte key and a value) whose keys are one key, "
                     "Zipf-distributed or uniform over --keys keys, counted and summed per key "
                     "over a sliding window; then the paper's queries whose windows are assembled "
@@ -348,6 +349,10 @@ BENCHES = (
                     "and its gain over serial.  Writes results.csv, comparison.csv and "
                     "partitioned.png to --output.",
         options=("queries", "keys", "rows", "seconds", "scale", "assembly"),
+        helps={"assembly": "modes measured side by side: the task-parallel engine's assembly "
+                           "(serial, partitioned, partitioned:P) and dataflow (PipeFabric's "
+                           "partitioned dataflow: the input routed by key to a partition thread "
+                           "per worker; queries whose groups cannot be routed are skipped)"},
         out="bench-partitioned",
         run=tabled("comparison", "partitioned.png"),
         output_dir=True),

@@ -1,10 +1,13 @@
-"""Notebook 15 / ``scabbard bench partitioned``: serial vs key-partitioned assembly.
+"""Notebook 15 / ``scabbard bench partitioned``: serial vs key-partitioned assembly vs a
+partitioned dataflow.
 
 PipeFabric scales a stateful operator by partitioning its stream by key and merging the
 partitions' outputs in order.  Here the windows no task computes alone - every window of a
 query whose window spans more than a task - come from one sequential state per window
 operator (``serial``) or from P states, each holding the groups whose key hashes to it, run at
-once and merged by window end (``partitioned``).
+once and merged by window end (``partitioned``); or the query runs as PipeFabric's
+partitioned dataflow (``dataflow``, :mod:`scabbard.engine.dataflow`): its input routed by key
+to a partition thread per worker, each with its own window state, merged in order.
 
 Two measurements, each in one run, side by side:
 
@@ -45,6 +48,7 @@ SKEW_SCHEMA = Schema("skewed", (
     Field("value", "float64", "summed value"),
 ))
 DISTRIBUTIONS = ("one", "zipf", "uniform")
+DATAFLOW = "dataflow"
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,9 @@ class Settings(Common):
     range_s: int = 16
     slide_s: int = 1
     queries: Sequence[str] = ("SG2", "SG3", "NQ", "LRB2", "LRB3")
-    assembly: Sequence[str] = ("serial", "partitioned")
+    # "dataflow": PipeFabric's partitioned dataflow (scabbard.engine.dataflow), a partition
+    # thread a worker; the others are the task-parallel engine's assembly modes
+    assembly: Sequence[str] = ("serial", "partitioned", DATAFLOW)
     workers: Sequence[int] = (1, 2)
     seconds: float = 4.0
     output_dir: str = "."
@@ -74,7 +80,8 @@ class Settings(Common):
         for q in self.queries:
             queries.workload_of(q)
         for mode in self.assembly:
-            EngineConfig(assembly=mode)
+            if mode != DATAFLOW:
+                EngineConfig(assembly=mode)
         if min(self.keys, self.rows, self.rate, self.range_s, self.slide_s) < 1:
             raise ValueError("keys, rows, rate, range_s and slide_s must be positive")
 
@@ -114,14 +121,37 @@ def _measure(q: Query, ds: Dataset, workload: str, s: Settings, log) -> list[dic
     run_query(q, ds, NullSink(), EngineConfig(workers=1), Replay(duration=min(1.0, s.seconds)))  # warm
     for mode in s.assembly:
         for w in s.workers:
-            r = run_query(q, ds, NullSink(), EngineConfig(workers=w, assembly=mode),
-                          replay=Replay(duration=s.seconds))
-            m = r.summary
-            rows.append({"workload": workload, "assembly": mode, "workers": w,
-                         "tuples_per_s": m.tuples_per_s, "result_rows": m.result_rows,
-                         "batch_rows": r.batch_rows, "seconds": round(m.seconds, 3)})
-            log(f"{workload:12s} {mode:14s} {w} worker(s) {m.tuples_per_s / 1e6:8.2f} M tuples/s")
+            if mode == DATAFLOW:
+                row = _dataflow(q, ds, w, s, log)
+                if row is None:
+                    break
+            else:
+                r = run_query(q, ds, NullSink(), EngineConfig(workers=w, assembly=mode),
+                              replay=Replay(duration=s.seconds))
+                m = r.summary
+                row = {"tuples_per_s": m.tuples_per_s, "result_rows": m.result_rows,
+                       "batch_rows": r.batch_rows, "seconds": round(m.seconds, 3)}
+            rows.append({"workload": workload, "assembly": mode, "workers": w, **row})
+            log(f"{workload:12s} {mode:14s} {w} worker(s) "
+                f"{row['tuples_per_s'] / 1e6:8.2f} M tuples/s")
     return rows
+
+
+def _dataflow(q: Query, ds: Dataset, parts: int, s: Settings, log) -> dict | None:
+    """The query as a partitioned dataflow of ``parts`` partition threads (None: its groups
+    cannot be routed - said in the log)."""
+    from scabbard.engine.dataflow import PartitionedDataflow
+    from scabbard.query.expr import QueryError
+
+    try:
+        flow = PartitionedDataflow(q, ds, parts)
+    except QueryError as e:
+        log(f"{q.name:12s} {DATAFLOW:14s} not run: {e}")
+        return None
+    source = flow.source(ds, Replay(duration=s.seconds))
+    r = flow.run(source)
+    return {"tuples_per_s": r.tuples_per_s, "result_rows": r.result_rows,
+            "batch_rows": source.batch_rows, "seconds": round(r.seconds, 3)}
 
 
 def run(settings: Settings, log=print) -> pd.DataFrame:
