@@ -572,8 +572,10 @@ def test_check_output_tells_a_killed_recovered_run_from_a_damaged_output(tiny, t
     store, out = tmp_path / "s", tmp_path / "o"
     base = [sys.executable, "-m", "scabbard", "run", "--query", "CM1", "--data", str(ds.path),
             "--storage", str(store), "--output", str(out), "--checkpoint-interval", "0.1",
-            "--batch", "4000", "--max-tuples", str(6 * ds.rows), "--sink", "transactional",
-            "--rate", str(6 * ds.rows), "--quiet"]  # paced: ~10 checkpoints in its 1 s
+            "--batch", "4000", "--max-tuples", str(18 * ds.rows), "--sink", "transactional",
+            "--rate", str(6 * ds.rows), "--quiet"]  # paced: 3 s, ~30 checkpoints
+    # (the third commit comes while input is still due however slowly a loaded machine
+    # checkpoints: with 1 s of input a CI run once ended after two)
     check = [sys.executable, "-m", "scabbard", "check", "output", "--storage", str(store)]
     killed = subprocess.run(base + ["--crash-at", "checkpoint_commit:3"], capture_output=True,
                             text=True, timeout=300)

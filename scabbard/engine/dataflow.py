@@ -245,15 +245,11 @@ class PartitionedDataflow:
                 nxt += 1
 
     def _emit(self, raw) -> None:
-        """A batch's merged window rows through the branch's fused operators (a keep-max
-        fused into the emission again: each partition kept its own groups' largest)."""
+        """A batch's merged window rows through the branch's fused operators (a keep-max fused
+        into the emission runs again there: each partition kept its own groups' largest)."""
         if not len(raw[1]):
             return
-        b = self.branch
-        cols = b.finalize(raw)
-        if b.select[0] != kr.ALL_GROUPS and b.emitted is not None:
-            cols = self.plan.operators[b.emitted].apply(cols)
-        cols = self.plan.post(0, cols)
+        cols = self.plan.post(0, self.branch.finalize(raw))
         n = len(cols["window_end"])
         self.report.result_rows += n
         if not self._ending:
