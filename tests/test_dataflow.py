@@ -13,7 +13,7 @@ import pytest
 from scabbard import queries
 from scabbard.batch import Batch
 from scabbard.engine import Replay, run_query
-from scabbard.engine.dataflow import PartitionedDataflow, route, run_partitioned
+from scabbard.engine.dataflow import PartitionedDataflow, run_partitioned
 from scabbard.engine.sinks import CollectSink
 from scabbard.engine.sources import ArraySource, ReplaySource, SourceBatch
 from scabbard.query.expr import QueryError
@@ -52,7 +52,7 @@ def test_route_gives_every_tuple_to_one_partition_in_input_order(tiny):
     q, ds = queries.get("LRB2"), tiny["lrb"]
     flow = PartitionedDataflow(q, ds, 3)
     batch = ReplaySource(ds, 5000).peek()
-    rows = route(batch, flow.branch, 3)
+    rows = flow.router.route(batch, 3)
     assert all(np.all(np.diff(r) > 0) for r in rows)
     assert np.array_equal(np.sort(np.concatenate(rows)), np.arange(len(batch)))
     assert all(len(r) for r in rows)  # LRB's thousands of keys reach each of the three

@@ -10,10 +10,14 @@ batches and assembles the windows they share in order; its partitioned *assembly
 (:class:`~scabbard.engine.assembly.PartitionedAssembler`) splits only the pane partials, a
 fork-join per task.  Here, the input itself:
 
-* **the source** (the caller's thread) reads a batch, hashes each tuple's group key - the
-  source columns the query groups by - and hands every partition the row numbers of its
-  tuples with the batch (:func:`route`: one pass over the key columns; nothing is copied);
-* **a partition** (P threads, one queue each, bounded) gathers its rows, runs the branch's
+* **the source** (the caller's thread) routes each batch: a kernel generated for the query
+  (:class:`Router`: its selections, then its group keys computed - σ and π as the front
+  kernel computes them - for the tuples that pass) gives every surviving tuple's key, hashed
+  to one of P partitions (:func:`scabbard.kernels.assembler.partition_rows`, the partitioned
+  assembly's hash); each partition gets the batch and its row numbers through its queue
+  (bounded) - nothing is copied.  A key computed in numpy here made routing the run's serial
+  stage (the source busy nine tenths of an LRB1 run, py-spy);
+* **a partition** (P threads, one queue each) gathers its rows, runs the branch's
   front kernel and pane aggregation on them, and feeds the partials to a window state of its
   own (:class:`~scabbard.engine.assembly.BranchAssembler`), which closes every window that
   ends before the batch's last pane - **the batch's end is a punctuation**: a partition that
@@ -34,51 +38,24 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from scabbard.engine.assembly import BranchAssembler, merge_windows
-from scabbard.engine.physical import eval_numpy
+from scabbard.engine.frontcode import front, gen, inputs
 from scabbard.engine.runtime import Engine, front_outputs
 from scabbard.engine.sources import ReplaySource
 from scabbard.engine.tasks import BranchPart, empty_edges, task_edges
 from scabbard.kernels import assembler as ka
 from scabbard.kernels import rows as kr
 from scabbard.kernels.aggregate import pane_aggregate
-from scabbard.query.expr import QueryError
+from scabbard.kernels.codegen import FrontSpec, compile_front
+from scabbard.query.expr import QueryError, resolve
 from scabbard.query.plan import Filter, Project, Source
 
 QUEUE_BATCHES = 4  # batches a partition's queue holds before the source waits for it
 _END = None
-
-
-class _Columns(Mapping):
-    """The columns of one level of a query's prefix (the source, a filter's, a projection's)
-    over a batch, each evaluated when a key asks for it (numpy, once a batch)."""
-
-    def __init__(self, node, batch):
-        self.node, self.batch, self.made = node, batch, {}
-        self.below = None if isinstance(node, Source) else _Columns(node.input, batch)
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        if name not in self.made:
-            node = self.node
-            if isinstance(node, Source):
-                self.made[name] = self.batch.column(name)
-            elif isinstance(node, Project) and name != "timestamp":
-                expr = dict(node.columns)[name]
-                self.made[name] = eval_numpy(expr, self.below, node.input.schema)
-            else:  # a filter, or the timestamp a projection keeps
-                self.made[name] = self.below[name]
-        return self.made[name]
-
-    def __iter__(self):
-        return iter(self.node.schema.names)
-
-    def __len__(self) -> int:
-        return len(self.node.schema)
 
 
 def check_routable(branch) -> None:
@@ -101,31 +78,44 @@ def check_routable(branch) -> None:
                          f"partitioned by the groups' keys")
 
 
-def key_words(batch, branch) -> np.ndarray:
-    """Each tuple's group key as one int64 matrix, a row a tuple (a uuid: two words;
-    :func:`check_routable`'s keys)."""
-    node = branch.node
-    cols = _Columns(node.input, batch)
-    words = []
-    for _, e in node.keys:
-        a = np.asarray(eval_numpy(e, cols, node.input.schema))
-        if a.ndim == 2:  # a uuid: its two words
-            words.extend(np.ascontiguousarray(a).view(np.int64).T)
-        elif a.dtype.kind == "f":
-            words.append(a.astype(np.float64).view(np.int64))
-        else:
-            words.append(a.astype(np.int64, copy=False))
-    return np.stack(words, axis=1)
+class Router:
+    """A branch's routing kernel (see the module): its selections and its group keys, compiled
+    by :func:`scabbard.kernels.codegen.compile_front` in index mode."""
 
+    def __init__(self, branch, cache_dir):
+        check_routable(branch)
+        node = branch.node
+        f = front(node.input)
+        keys = []
+        for _, e in node.keys:
+            code = gen(resolve(e, node.input.schema), f.env)
+            f.codes.append(code)
+            keys.extend(code.text if code.uuid else [code.text])
+        self.columns, _ = inputs(f, node.input.source().schema, ("timestamp",))
+        self.times = any("timestamp" in c.deps for c in f.codes)  # a key or filter reads it
+        self.width = len(keys)
+        self.kernel = compile_front(FrontSpec(self.columns, (), tuple(f.steps), tuple(keys),
+                                              (), (), index=True), cache_dir)
 
-def route(batch, branch, parts: int) -> list[np.ndarray]:
-    """Each partition's row numbers of ``batch``, in input order: a hash of each tuple's
-    group key (:func:`scabbard.kernels.assembler.partition_rows`, the partitioned assembly's
-    hash)."""
-    keys = key_words(batch, branch)
-    order, starts = ka.partition_rows(keys, np.arange(keys.shape[1], dtype=np.int64), parts)
-    return [order[lo:hi] for lo, hi in zip(starts[:-1].tolist(), starts[1:].tolist(),
-                                           strict=True)]
+    def keys(self, batch) -> tuple[np.ndarray, np.ndarray]:
+        """The row numbers of the batch's tuples that pass the selections, and their group
+        keys (an int64 matrix, a row a tuple)."""
+        n = len(batch)
+        idx, keys = np.empty(n, dtype=np.int64), np.empty((n, self.width), dtype=np.int64)
+        ts = batch.timestamps if self.times else batch.event_time()[0]
+        m = self.kernel(n, ts, *(batch.column(c) for c in self.columns), idx, keys,
+                        np.empty((n, 0), np.int64), np.empty((n, 0), np.float64))
+        return idx[:m], keys[:m]
+
+    def route(self, batch, parts: int) -> list[np.ndarray]:
+        """Each partition's row numbers of ``batch`` (the tuples that pass the selections), in
+        input order."""
+        idx, keys = self.keys(batch)
+        if parts == 1:
+            return [idx]
+        order, starts = ka.partition_rows(keys, np.arange(self.width, dtype=np.int64), parts)
+        return [idx[order[lo:hi]] for lo, hi in zip(starts[:-1].tolist(), starts[1:].tolist(),
+                                                    strict=True)]
 
 
 @dataclass
@@ -161,8 +151,25 @@ class _Partition:
         self.inbox: queue.Queue = queue.Queue(QUEUE_BATCHES)
         self.assembler = BranchAssembler(flow.branch)
         self.tuples = 0
+        self.arrays: dict[str, np.ndarray] = {}
+        self.rows = 0  # the most rows a batch gave this partition
         self.thread = threading.Thread(target=flow.guarded, args=(self.run,), daemon=True,
                                        name=f"scabbard-partition-{p}")
+
+    def scratch(self, name: str, shape: tuple, dtype, rows: int = 0) -> np.ndarray:
+        """An array of this partition's, kept from batch to batch (grown to the rows a batch
+        needs: fresh arrays a batch cost page faults and the allocator's lock, which every
+        thread of the process shares)."""
+        a = self.arrays.get(name)
+        rows = max(rows, self.rows)
+        if a is None or len(a) < rows or a.shape[1:] != shape[1:] or a.dtype != dtype:
+            a = self.arrays[name] = np.empty((rows,) + tuple(shape[1:]), dtype)
+        return a
+
+    def gather(self, name: str, column: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``column[rows]`` into this partition's array for it."""
+        return np.take(column, rows, axis=0,
+                       out=self.scratch(name, column.shape, column.dtype)[:len(rows)])
 
     def run(self) -> None:
         flow, b = self.flow, self.flow.branch
@@ -175,13 +182,16 @@ class _Partition:
                 return
             seq, batch, rows, first, last = item
             n = len(rows)
+            self.rows = max(self.rows, n)
             self.tuples += n
             head = empty_edges(k, ni, nf)
             if n:
                 ts, shift = flow.axis(batch)
-                o_ts, o_keys, o_i, o_f = front_outputs(n, k, ni, nf)
-                m = kernel(n, ts[rows], *(batch.column(c)[rows] for c in b.input_columns),
-                           *flow.rel_args, o_ts, o_keys, o_i, o_f)
+                o_ts, o_keys, o_i, o_f = (self.scratch(f"o{j}", a.shape, a.dtype) for j, a in
+                                          enumerate(front_outputs(0, k, ni, nf)))
+                m = kernel(n, self.gather("ts", ts, rows),
+                           *(self.gather(c, batch.column(c), rows) for c in b.input_columns),
+                           *flow.rel_args, o_ts[:n], o_keys[:n], o_i[:n], o_f[:n])
                 partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops,
                                           b.fops, b.slide_ms, ordered=True, shift=shift)
                 head = task_edges(partials, 0, len(partials[0]))
@@ -202,7 +212,7 @@ class PartitionedDataflow:
             raise QueryError(f"{query.name}: a partitioned dataflow runs one window "
                              f"aggregation (and the operators fused above it)")
         self.plan, self.branch = plan, plan.branches[0]
-        check_routable(self.branch)
+        self.router = Router(self.branch, self.engine.config.cache_dir)
         self.rel_args = self.engine._relation_args[0]
         self.cache_dir = self.engine.config.cache_dir
         self.parts, self.collect = parts, collect
@@ -292,7 +302,7 @@ class PartitionedDataflow:
                 else:
                     first, last = batch.event_edges()
                 first, last = first // b.slide_ms, last // b.slide_ms
-                for q, rows in zip(partitions, route(batch, b, self.parts),
+                for q, rows in zip(partitions, self.router.route(batch, self.parts),
                                    strict=True):
                     self._put(q.inbox, (seq, batch, rows, first, last))
                 self.report.tuples += len(batch)
