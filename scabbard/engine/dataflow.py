@@ -49,6 +49,7 @@ from scabbard.engine.sources import ReplaySource
 from scabbard.engine.tasks import BranchPart, empty_edges, task_edges
 from scabbard.kernels import assembler as ka
 from scabbard.kernels import rows as kr
+from scabbard.kernels import window as kw
 from scabbard.kernels.aggregate import pane_aggregate
 from scabbard.kernels.codegen import FrontSpec, compile_front
 from scabbard.query.expr import QueryError, resolve
@@ -130,6 +131,7 @@ class DataflowReport:
     batches: int = 0
     per_partition: list[int] = field(default_factory=list)
     merged_before_end: int = 0  # result rows the merge passed on before the input ended
+    long_batches: int = 0  # partitions' batches whose own windows came from their partials
     results: list[dict] | None = None
 
     @property
@@ -153,6 +155,7 @@ class _Partition:
         self.tuples = 0
         self.arrays: dict[str, np.ndarray] = {}
         self.rows = 0  # the most rows a batch gave this partition
+        self.long = 0  # batches whose own windows came from their partials
         self.thread = threading.Thread(target=flow.guarded, args=(self.run,), daemon=True,
                                        name=f"scabbard-partition-{p}")
 
@@ -174,7 +177,7 @@ class _Partition:
     def run(self) -> None:
         flow, b = self.flow, self.flow.branch
         kernel = b.kernel(flow.cache_dir)
-        k, ni, nf = b.key_width, len(b.iops), len(b.fops)
+        k, ni, nf = self.widths = b.key_width, len(b.iops), len(b.fops)
         while True:
             item = self.inbox.get()
             if item is _END:
@@ -184,7 +187,6 @@ class _Partition:
             n = len(rows)
             self.rows = max(self.rows, n)
             self.tuples += n
-            head = empty_edges(k, ni, nf)
             if n:
                 ts, shift = flow.axis(batch)
                 o_ts, o_keys, o_i, o_f = (self.scratch(f"o{j}", a.shape, a.dtype) for j, a in
@@ -194,9 +196,37 @@ class _Partition:
                            *flow.rel_args, o_ts[:n], o_keys[:n], o_i[:n], o_f[:n])
                 partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops,
                                           b.fops, b.slide_ms, ordered=True, shift=shift)
-                head = task_edges(partials, 0, len(partials[0]))
-            part = BranchPart(first, last, False, head, empty_edges(k, ni, nf), None)
-            flow.merge_in.put((seq, self.p, self.assembler.task(part)))
+            else:
+                partials = None
+            flow.merge_in.put((seq, self.p, self.windows(partials, first, last)))
+
+    def windows(self, partials, first: int, last: int) -> tuple:
+        """The windows a batch's partials (None: no tuple of the partition) close, as window
+        rows in window order: those within the batch computed from its own partials, those it
+        shares with the batches before through the partition's window state - as the
+        engine's long tasks do - or, a batch shorter than a window and two panes, all of them
+        through the state."""
+        b, (k, ni, nf) = self.flow.branch, self.widths
+        none = empty_edges(k, ni, nf)
+        if last - first + 1 < b.long_panes:  # short: every window through the state
+            head = none if partials is None else task_edges(partials, 0, len(partials[0]))
+            return self.assembler.task(BranchPart(first, last, False, head, none, None))
+        if partials is None:
+            head = tail = none
+        else:
+            pane = partials[0]
+            head = task_edges(partials, 0, int(np.searchsorted(pane, first + b.panes)))
+            tail = task_edges(partials, int(np.searchsorted(pane, last - b.panes + 1)),
+                              len(pane))
+        self.long += 1
+        shared = self.assembler.task(BranchPart(first, last, True, head, tail, None))
+        if partials is None or first + b.panes > last - 1:
+            return shared
+        own = kw.windows_from_partials(partials, b.iops, b.fops, b.panes, b.slide_ms,
+                                       first + b.panes, last - 1, b.select)
+        if not len(shared[1]):
+            return own
+        return tuple(np.concatenate([x, y]) for x, y in zip(shared, own, strict=True))
 
 
 class PartitionedDataflow:
@@ -320,6 +350,7 @@ class PartitionedDataflow:
         self.report.seconds = time.perf_counter() - t0
         self.report.batches = seq
         self.report.per_partition = [q.tuples for q in partitions]
+        self.report.long_batches = sum(q.long for q in partitions)
         return self.report
 
 
