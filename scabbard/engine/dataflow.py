@@ -15,11 +15,13 @@ fork-join per task.  Here, the input itself:
   kernel computes them - for the tuples that pass) gives every surviving tuple's key, hashed
   to one of P partitions (:func:`scabbard.kernels.assembler.partition_rows`, the partitioned
   assembly's hash); each partition gets the batch and its row numbers through its queue
-  (bounded) - nothing is copied.  A key computed in numpy here made routing the run's serial
-  stage (the source busy nine tenths of an LRB1 run, py-spy);
+  (bounded) - nothing is copied.  (A first version computing the keys in numpy kept the
+  source busy nine tenths of an LRB1 run, py-spy: routing is the one serial stage);
 * **a partition** (P threads, one queue each) gathers its rows, runs the branch's
-  front kernel and pane aggregation on them, and feeds the partials to a window state of its
-  own (:class:`~scabbard.engine.assembly.BranchAssembler`), which closes every window that
+  front kernel and pane aggregation on them, computes the windows within the batch from its
+  partials and feeds the rest to a window state of its own
+  (:class:`~scabbard.engine.assembly.BranchAssembler`: the windows it shares with earlier
+  batches, or every window of a batch shorter than a window), closing every window that
   ends before the batch's last pane - **the batch's end is a punctuation**: a partition that
   got no tuple of a batch still receives its panes and moves its windows on, so an idle
   partition never holds the merge back (where PipeFabric's k-slack would wait a bound);
@@ -28,9 +30,9 @@ fork-join per task.  Here, the input itself:
   the branch's fused operators, to the sink.
 
 Results are the serial engine's, a window's rows in another order (tests).  It runs queries
-with one window aggregation whose group keys are source attributes (:func:`key_columns`
-refuses the others: a key computed from several rows' values, a joined relation's, none),
-in memory.
+with one window aggregation whose group keys σ and π compute from a tuple's own attributes
+(:func:`check_routable` refuses the others: a joined relation's key, a global aggregate, a
+count of groups fused into the emission), in memory.
 """
 
 from __future__ import annotations
