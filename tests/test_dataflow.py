@@ -142,3 +142,31 @@ def test_the_partitioned_bench_runs_the_dataflow_beside_the_engine(tiny, tmp_pat
     sg1 = exp._measure(queries.get("SG1"), tiny["sg"], "SG1", s, lines.append)
     assert {r["assembly"] for r in sg1} == {"serial"}  # a global aggregate: one group
     assert any("dataflow" in line and "not run" in line for line in lines)
+
+
+def test_a_failing_partition_fails_the_run_and_every_thread_ends(tiny, monkeypatch):
+    """A partition that raises: the run raises its error, no partition or merge thread is
+    left behind (each stops within its wait), and a flow runs once."""
+    import threading
+
+    from scabbard.engine import dataflow
+
+    calls = []
+    windows = dataflow._Partition.windows
+
+    def failing(self, *a):
+        calls.append(self.p)
+        if len(calls) == 5:
+            raise RuntimeError("disk on fire")
+        return windows(self, *a)
+
+    monkeypatch.setattr(dataflow._Partition, "windows", failing)
+    q, ds = queries.get("LRB2"), tiny["lrb"]
+    flow = PartitionedDataflow(q, ds, 3)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        flow.run(ReplaySource(ds, 997, Replay(max_tuples=4 * ds.rows)))
+    alive = [t.name for t in threading.enumerate()
+             if t.name.startswith(("scabbard-partition", "scabbard-merge"))]
+    assert alive == []
+    with pytest.raises(RuntimeError, match="runs once"):
+        flow.run(ReplaySource(ds, 997))

@@ -58,7 +58,8 @@ from scabbard.query.expr import QueryError, resolve
 from scabbard.query.plan import Filter, Project, Source
 
 QUEUE_BATCHES = 4  # batches a partition's queue holds before the source waits for it
-_END = None
+_END, _STOPPED = object(), object()  # a partition's end of input; the run failed elsewhere
+_FLUSH = -1  # the merge's key of the partitions' last windows (a batch's is its number)
 
 
 def check_routable(branch) -> None:
@@ -95,7 +96,6 @@ class Router:
             f.codes.append(code)
             keys.extend(code.text if code.uuid else [code.text])
         self.columns, _ = inputs(f, node.input.source().schema, ("timestamp",))
-        self.times = any("timestamp" in c.deps for c in f.codes)  # a key or filter reads it
         self.width = len(keys)
         self.kernel = compile_front(FrontSpec(self.columns, (), tuple(f.steps), tuple(keys),
                                               (), (), index=True), cache_dir)
@@ -105,8 +105,9 @@ class Router:
         keys (an int64 matrix, a row a tuple)."""
         n = len(batch)
         idx, keys = np.empty(n, dtype=np.int64), np.empty((n, self.width), dtype=np.int64)
-        ts = batch.timestamps if self.times else batch.event_time()[0]
-        m = self.kernel(n, ts, *(batch.column(c) for c in self.columns), idx, keys,
+        # the event times as the engine's front kernels get them (a replayed copy's shift
+        # deferred)
+        m = self.kernel(n, batch.event_time()[0], *(batch.column(c) for c in self.columns), idx, keys,
                         np.empty((n, 0), np.int64), np.empty((n, 0), np.float64))
         return idx[:m], keys[:m]
 
@@ -181,9 +182,11 @@ class _Partition:
         kernel = b.kernel(flow.cache_dir)
         k, ni, nf = self.widths = b.key_width, len(b.iops), len(b.fops)
         while True:
-            item = self.inbox.get()
+            item = flow.take(self.inbox)
+            if item is _STOPPED:  # the run failed elsewhere
+                return
             if item is _END:
-                flow.merge_in.put((flow.end_seq, self.p, self.assembler.flush()))
+                flow.put(flow.merge_in, (_FLUSH, self.p, self.assembler.flush()))
                 return
             seq, batch, rows, first, last = item
             n = len(rows)
@@ -191,16 +194,17 @@ class _Partition:
             self.tuples += n
             if n:
                 ts, shift = flow.axis(batch)
-                o_ts, o_keys, o_i, o_f = (self.scratch(f"o{j}", a.shape, a.dtype) for j, a in
-                                          enumerate(front_outputs(0, k, ni, nf)))
-                m = kernel(n, self.gather("ts", ts, rows),
-                           *(self.gather(c, batch.column(c), rows) for c in b.input_columns),
+                o_ts, o_keys, o_i, o_f = (self.scratch(f"out:{j}", a.shape, a.dtype)
+                                          for j, a in enumerate(front_outputs(0, k, ni, nf)))
+                m = kernel(n, self.gather("axis", ts, rows),
+                           *(self.gather(f"column:{c}", batch.column(c), rows)
+                             for c in b.input_columns),
                            *flow.rel_args, o_ts[:n], o_keys[:n], o_i[:n], o_f[:n])
                 partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops,
                                           b.fops, b.slide_ms, ordered=True, shift=shift)
             else:
                 partials = None
-            flow.merge_in.put((seq, self.p, self.windows(partials, first, last)))
+            flow.put(flow.merge_in, (seq, self.p, self.windows(partials, first, last)))
 
     def windows(self, partials, first: int, last: int) -> tuple:
         """The windows a batch's partials (None: no tuple of the partition) close, as window
@@ -248,9 +252,12 @@ class PartitionedDataflow:
         self.rel_args = self.engine._relation_args[0]
         self.cache_dir = self.engine.config.cache_dir
         self.parts, self.collect = parts, collect
-        self.merge_in: queue.Queue = queue.Queue()
+        # bounded: partitions ahead of the merge wait (their rows may be many an input tuple)
+        self.merge_in: queue.Queue = queue.Queue(QUEUE_BATCHES * parts)
+        self._ran = False
         self.end_seq = -1
         self.failed: BaseException | None = None
+        self._lock = threading.Lock()
         self.report = DataflowReport(parts, results=[] if collect else None)
         self._ending = False
 
@@ -266,25 +273,30 @@ class PartitionedDataflow:
         try:
             fn()
         except BaseException as e:  # the first failure stops the run; the caller raises it
+            self.fail(e)
+
+    def fail(self, e: BaseException) -> None:
+        with self._lock:
             if self.failed is None:
                 self.failed = e
-            self.merge_in.put((self.end_seq, -1, None))
 
     def _merge(self) -> None:
         """Each batch's rows once every partition gave them, in batch order."""
         pending, nxt = {}, 0
         while True:
-            seq, p, raw = self.merge_in.get()
-            if p < 0 or self.failed is not None:
+            item = self.take(self.merge_in)
+            if item is _STOPPED:
                 return
-            got = pending.setdefault(seq, {})
-            got[p] = raw
+            seq, p, raw = item
+            pending.setdefault(seq, {})[p] = raw
             while nxt in pending and len(pending[nxt]) == self.parts:
                 raws = pending.pop(nxt)
                 self._emit(merge_windows([raws[q] for q in range(self.parts)]))
-                if nxt == self.end_seq:
-                    return
                 nxt += 1
+            if nxt == self.end_seq and len(pending.get(_FLUSH, ())) == self.parts:
+                raws = pending.pop(_FLUSH)
+                self._emit(merge_windows([raws[q] for q in range(self.parts)]))
+                return
 
     def _emit(self, raw) -> None:
         """A batch's merged window rows through the branch's fused operators (a keep-max fused
@@ -299,15 +311,25 @@ class PartitionedDataflow:
         if self.collect and n:
             self.report.results.append(cols)
 
-    def _put(self, inbox: queue.Queue, item) -> None:
-        """Into a partition's queue, waiting while it is full - unless the run failed (a
-        partition that stopped never empties its queue)."""
+    def put(self, q: queue.Queue, item) -> None:
+        """Into a queue, waiting while it is full - unless the run failed (a thread that
+        stopped never empties its queue)."""
         while self.failed is None:
             try:
-                inbox.put(item, timeout=0.1)
+                q.put(item, timeout=0.1)
                 return
             except queue.Full:
                 continue
+
+    def take(self, q: queue.Queue):
+        """The next item of a queue, waiting while it is empty - :data:`_STOPPED` once the run
+        failed (whoever would fill it may have stopped)."""
+        while self.failed is None:
+            try:
+                return q.get(timeout=0.1)
+            except queue.Empty:
+                continue
+        return _STOPPED
 
     def source(self, dataset, replay, batch_rows: int | None = None) -> ReplaySource:
         rows = batch_rows or self.engine.task_rows(dataset, replay.rate)
@@ -315,6 +337,9 @@ class PartitionedDataflow:
 
     def run(self, source) -> DataflowReport:
         """Read ``source`` to its end through the partitions; the report."""
+        if self._ran:
+            raise RuntimeError("a PartitionedDataflow runs once: make another")
+        self._ran = True
         b = self.branch
         partitions = [_Partition(self, p) for p in range(self.parts)]
         merger = threading.Thread(target=self.guarded, args=(self._merge,), daemon=True,
@@ -336,17 +361,19 @@ class PartitionedDataflow:
                 first, last = first // b.slide_ms, last // b.slide_ms
                 for q, rows in zip(partitions, self.router.route(batch, self.parts),
                                    strict=True):
-                    self._put(q.inbox, (seq, batch, rows, first, last))
+                    self.put(q.inbox, (seq, batch, rows, first, last))
                 self.report.tuples += len(batch)
                 seq += 1
+        except BaseException as e:  # the threads stop too (a batch may be half handed out)
+            self.fail(e)
+            raise
         finally:
             self._ending = True  # (read by the merge: rows after it are the flush's)
             self.end_seq = seq
             for q in partitions:
-                self._put(q.inbox, _END)
+                self.put(q.inbox, _END)
             for t in [merger] + [q.thread for q in partitions]:
-                while t.is_alive() and self.failed is None:
-                    t.join(0.1)
+                t.join()  # each ends: at its end of input, or within 0.1 s of a failure
         if self.failed is not None:
             raise self.failed
         self.report.seconds = time.perf_counter() - t0
