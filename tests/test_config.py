@@ -160,3 +160,20 @@ def test_a_plain_recovery_takes_the_recorded_placement_and_push_up(tmp_path):
     pushed = as_recorded(config, {"push_up": True}, placement_given=False)
     assert pushed.persist.push_up and pushed.persist.persist_at == ()
     assert as_recorded(config, None, placement_given=False) == config
+
+
+def test_checkpoint_only_or_persist_input_against_a_placement_is_one_line(tmp_path):
+    """What ``--persist-at`` refuses, a placement chosen or recorded refuses too: naming the
+    flags, never a field."""
+    from scabbard.errors import FlagError
+    from scabbard.ft.command import as_recorded, placed
+
+    only = dataclasses.replace(_fault_tolerant(tmp_path), ft=FTConfig(
+        tmp_path / "o", persist_input=False))
+    with pytest.raises(FlagError, match="--checkpoint-only and the placement"):
+        placed(only, ("ingress", "window0"))
+    assert placed(only, ("window0",)).ft.persist_input is False
+    with pytest.raises(FlagError, match="--persist-input and the placement"):
+        placed(_fault_tolerant(tmp_path), (), persist_input_given=True)
+    with pytest.raises(FlagError, match="the run had push-up"):
+        as_recorded(only, {"push_up": True}, placement_given=True)

@@ -229,7 +229,8 @@ def _run_query(args) -> int:
     config = config_from_args(args)  # the flags checked before anything is measured
     run = recorded_run(args.storage) if args.recover and args.storage else None
     if args.placement:
-        config = command.placed(config, _auto_placement(args, config, run))
+        config = command.placed(config, _auto_placement(args, config, run),
+                                persist_input_given=args.persist_input)
     elif args.recover:
         config = command.as_recorded(config, run, placement_given=args.persist_at is not None)
     if args.backend == "spark":

@@ -63,10 +63,15 @@ def from_flags(args) -> RunConfig:
     try:
         return _config(args, interval if ft else None, placement, checkpoint_only)
     except ConfigError as e:
-        flag = OWN_FLAGS.get(e.field) or next(
-            (f for c in (RunConfig, PersistConfig, FTConfig) if (f := flag_name(c, e.field))),
-            "--" + e.field.replace("_", "-"))
-        raise FlagError(f"{flag} {e.problem}") from None
+        raise _flag_error(e) from None
+
+
+def _flag_error(e: ConfigError) -> FlagError:
+    """A field's refusal as the one line of the flag that sets it."""
+    flag = OWN_FLAGS.get(e.field) or next(
+        (f for c in (RunConfig, PersistConfig, FTConfig) if (f := flag_name(c, e.field))),
+        "--" + e.field.replace("_", "-"))
+    return FlagError(f"{flag} {e.problem}")
 
 
 def _check_outputs(args, ft: bool) -> None:
@@ -164,18 +169,30 @@ def _interval(args) -> float | None:
     return INTERVAL if interval is None and args.recover else interval
 
 
-def placed(config: RunConfig, chosen: tuple[str, ...]) -> RunConfig:
-    """``config`` (fault-tolerant) with the p-streams on the edges ``chosen`` names, as if
-    given with ``--persist-at`` (``ingress``: the input; nothing: checkpoints only, the
-    source replays the input)."""
-    ingress = "ingress" in chosen
+def placed(config: RunConfig, chosen: tuple[str, ...], *,
+           persist_input_given: bool = False) -> RunConfig:
+    """``config`` (fault-tolerant, no ``--persist-at`` given) with the p-streams on the edges
+    ``chosen`` names, as if given with ``--persist-at`` (``ingress``: the input; nothing:
+    checkpoints only, the source replays the input).  ``--checkpoint-only`` (the config's
+    ``persist_input`` False) and ``--persist-input`` (``persist_input_given``) must agree
+    with it, as with ``--persist-at``."""
+    ingress, where = "ingress" in chosen, ", ".join(chosen) or "nothing"
+    if ingress and config.ft.persist_input is False:
+        raise FlagError(f"--checkpoint-only and the placement ({where}) both place the "
+                        f"p-streams: use one")
+    if not ingress and persist_input_given:
+        raise FlagError(f"--persist-input and the placement ({where}) contradict each other: "
+                        f"it persists no input")
     if config.persist.reduces and not ingress:
-        raise FlagError("no persisted input (the placement chosen keeps no ingress p-stream): "
-                        "--push-up and --compression have nothing to reduce")
-    persist = dataclasses.replace(config.persist,
-                                  persist_at=tuple(e for e in chosen if e != "ingress"))
-    ft = dataclasses.replace(config.ft, persist_input=None if ingress else False)
-    return dataclasses.replace(config, persist=persist, ft=ft)
+        raise FlagError(f"no persisted input (the placement, {where}, keeps no ingress "
+                        f"p-stream): --push-up and --compression have nothing to reduce")
+    try:
+        persist = dataclasses.replace(config.persist,
+                                      persist_at=tuple(e for e in chosen if e != "ingress"))
+        ft = dataclasses.replace(config.ft, persist_input=None if ingress else False)
+        return dataclasses.replace(config, persist=persist, ft=ft)
+    except ConfigError as e:
+        raise _flag_error(e) from None
 
 
 def recorded_placement(run: dict) -> tuple[str, ...]:
@@ -193,8 +210,14 @@ def as_recorded(config: RunConfig, run: dict | None, *, placement_given: bool) -
         return config
     if run.get("push_up") and not config.persist.push_up:
         # the engine's plan is built with it before the run is opened
-        config = dataclasses.replace(
-            config, persist=dataclasses.replace(config.persist, push_up=True))
+        if config.ft.persist_input is False:
+            raise FlagError("no persisted input (--checkpoint-only, or --persist-at without "
+                            "ingress): the run had push-up, which reduces it")
+        try:
+            config = dataclasses.replace(
+                config, persist=dataclasses.replace(config.persist, push_up=True))
+        except ConfigError as e:
+            raise _flag_error(e) from None
     if run.get("persist_at") and not placement_given:
         config = placed(config, recorded_placement(run))
     return config
