@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from scabbard.engine.assembly import BranchAssembler, merge_windows
-from scabbard.engine.frontcode import front, gen, inputs
+from scabbard.engine.frontcode import front, group_key_codes, inputs
 from scabbard.engine.runtime import Engine, front_outputs
 from scabbard.engine.sources import ReplaySource
 from scabbard.engine.tasks import BranchPart, empty_edges, task_edges
@@ -54,7 +54,7 @@ from scabbard.kernels import rows as kr
 from scabbard.kernels import window as kw
 from scabbard.kernels.aggregate import pane_aggregate
 from scabbard.kernels.codegen import FrontSpec, compile_front
-from scabbard.query.expr import QueryError, resolve
+from scabbard.query.expr import QueryError
 from scabbard.query.plan import Filter, Project, Source
 
 QUEUE_BATCHES = 4  # batches a partition's queue holds before the source waits for it
@@ -90,11 +90,7 @@ class Router:
         check_routable(branch)
         node = branch.node
         f = front(node.input)
-        keys = []
-        for _, e in node.keys:
-            code = gen(resolve(e, node.input.schema), f.env)
-            f.codes.append(code)
-            keys.extend(code.text if code.uuid else [code.text])
+        keys = group_key_codes(node, f)
         self.columns, _ = inputs(f, node.input.source().schema, ("timestamp",))
         self.width = len(keys)
         self.kernel = compile_front(FrontSpec(self.columns, (), tuple(f.steps), tuple(keys),
@@ -107,8 +103,8 @@ class Router:
         idx, keys = np.empty(n, dtype=np.int64), np.empty((n, self.width), dtype=np.int64)
         # the event times as the engine's front kernels get them (a replayed copy's shift
         # deferred)
-        m = self.kernel(n, batch.event_time()[0], *(batch.column(c) for c in self.columns), idx, keys,
-                        np.empty((n, 0), np.int64), np.empty((n, 0), np.float64))
+        m = self.kernel(n, batch.event_time()[0], *(batch.column(c) for c in self.columns),
+                        idx, keys, np.empty((n, 0), np.int64), np.empty((n, 0), np.float64))
         return idx[:m], keys[:m]
 
     def route(self, batch, parts: int) -> list[np.ndarray]:
@@ -133,7 +129,6 @@ class DataflowReport:
     result_rows: int = 0
     batches: int = 0
     per_partition: list[int] = field(default_factory=list)
-    merged_before_end: int = 0  # result rows the merge passed on before the input ended
     long_batches: int = 0  # partitions' batches whose own windows came from their partials
     results: list[dict] | None = None
 
@@ -162,14 +157,13 @@ class _Partition:
         self.thread = threading.Thread(target=flow.guarded, args=(self.run,), daemon=True,
                                        name=f"scabbard-partition-{p}")
 
-    def scratch(self, name: str, shape: tuple, dtype, rows: int = 0) -> np.ndarray:
+    def scratch(self, name: str, shape: tuple, dtype) -> np.ndarray:
         """An array of this partition's, kept from batch to batch (grown to the rows a batch
         needs: fresh arrays a batch cost page faults and the allocator's lock, which every
         thread of the process shares)."""
         a = self.arrays.get(name)
-        rows = max(rows, self.rows)
-        if a is None or len(a) < rows or a.shape[1:] != shape[1:] or a.dtype != dtype:
-            a = self.arrays[name] = np.empty((rows,) + tuple(shape[1:]), dtype)
+        if a is None or len(a) < self.rows or a.shape[1:] != shape[1:] or a.dtype != dtype:
+            a = self.arrays[name] = np.empty((self.rows,) + tuple(shape[1:]), dtype)
         return a
 
     def gather(self, name: str, column: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -259,15 +253,13 @@ class PartitionedDataflow:
         self.failed: BaseException | None = None
         self._lock = threading.Lock()
         self.report = DataflowReport(parts, results=[] if collect else None)
-        self._ending = False
 
     def axis(self, batch) -> tuple[np.ndarray, int]:
         """The windows' axis of a batch's tuples: event time (``ts + shift``), or each
         tuple's input offset (count-based windows)."""
         if self.plan.rows:
             return np.arange(batch.offset, batch.end, dtype=np.int64), 0
-        ts, shift = batch.event_time()
-        return ts, shift
+        return batch.event_time()
 
     def guarded(self, fn) -> None:
         try:
@@ -290,24 +282,22 @@ class PartitionedDataflow:
             seq, p, raw = item
             pending.setdefault(seq, {})[p] = raw
             while nxt in pending and len(pending[nxt]) == self.parts:
-                raws = pending.pop(nxt)
-                self._emit(merge_windows([raws[q] for q in range(self.parts)]))
+                self._emit(pending.pop(nxt))
                 nxt += 1
             if nxt == self.end_seq and len(pending.get(_FLUSH, ())) == self.parts:
-                raws = pending.pop(_FLUSH)
-                self._emit(merge_windows([raws[q] for q in range(self.parts)]))
+                self._emit(pending.pop(_FLUSH))
                 return
 
-    def _emit(self, raw) -> None:
-        """A batch's merged window rows through the branch's fused operators (a keep-max fused
-        into the emission runs again there: each partition kept its own groups' largest)."""
+    def _emit(self, raws: dict) -> None:
+        """A batch's window rows, every partition's (``raws`` by partition), merged in window
+        order and through the branch's fused operators (a keep-max fused into the emission
+        runs again there: each partition kept its own groups' largest)."""
+        raw = merge_windows([raws[q] for q in range(self.parts)])
         if not len(raw[1]):
             return
         cols = self.plan.post(0, self.branch.finalize(raw))
         n = len(cols["window_end"])
         self.report.result_rows += n
-        if not self._ending:
-            self.report.merged_before_end += n
         if self.collect and n:
             self.report.results.append(cols)
 
@@ -368,7 +358,6 @@ class PartitionedDataflow:
             self.fail(e)
             raise
         finally:
-            self._ending = True  # (read by the merge: rows after it are the flush's)
             self.end_seq = seq
             for q in partitions:
                 self.put(q.inbox, _END)

@@ -121,3 +121,14 @@ def inputs(f: Front, source: Schema, skip: tuple[str, ...] = ()) -> tuple[tuple,
     relations = tuple((rj, tuple(c for c in rj.columns if (j, c) in rels))
                       for j, rj in enumerate(f.relations))
     return columns, relations
+
+
+def group_key_codes(node, f: Front) -> list[str]:
+    """The code of each group key word of window aggregation ``node`` over its prefix ``f``
+    (a uuid key: two words), recorded in ``f``'s codes (the inputs the kernel reads)."""
+    keys = []
+    for _, e in node.keys:
+        code = gen(resolve(e, node.input.schema), f.env)
+        f.codes.append(code)
+        keys.extend(code.text if code.uuid else [code.text])
+    return keys

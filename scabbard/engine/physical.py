@@ -166,11 +166,7 @@ def _key_columns(keys, fields) -> dict[str, np.ndarray]:
 
 def make_branch(node: WindowAggregate) -> Branch:
     front = frontcode.front(node.input)
-    keys = []
-    for _, e in node.keys:
-        code = gen(resolve(e, node.input.schema), front.env)
-        front.codes.append(code)
-        keys.extend(code.text if code.uuid else [code.text])
+    keys = frontcode.group_key_codes(node, front)
     ints, floats = [], []
     iops, fops = [], []
     outputs = []
