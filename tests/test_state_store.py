@@ -121,9 +121,11 @@ def _spilled_entries(root):
             for rec in records(root / "storage")]
 
 
-def _damage_then_fall_back(q, ds, root, n, mine, theirs, older):
-    """Damage a unit only the newest record (``mine``) lists, recover: the run resumes from
-    ``older`` and commits the failure-free output."""
+def _damage_then_fall_back(q, ds, root, n, mine, theirs, older, which=-1):
+    """Damage a unit only the newest record (``mine``) lists, recover: the recovery resumes
+    from the newest record (its units are not read up front), finds the damage behind the run
+    before anything commits, marks the record and recovers again, from ``older``, in the same
+    call; the output committed is the failure-free one."""
     from ftkit import damage_segment, failure_free
 
     from scabbard.engine.runtime import Engine
@@ -134,9 +136,11 @@ def _damage_then_fall_back(q, ds, root, n, mine, theirs, older):
     only_mine = sorted(set(map(tuple, mine["units"])) - set(map(tuple, theirs["units"])))
     assert only_mine
     schema = partials_schema(Engine(q, ds.tables).plan.branches[0], "spill-window0")
-    damage_segment(root / "storage", schema, only_mine[-1][1])
+    damage_segment(root / "storage", schema, only_mine[which][1])
     r = _ft(q, ds, root, recover=True)
     assert r.resumed_from == older.id
+    assert r.damage, "the damage found is reported"
+    return r
     v = compare(read_output(root / "output"), failure_free(q, ds, n), q.schema)
     assert v.ok, v
 
@@ -195,9 +199,10 @@ def test_spilled_units_leave_once_no_checkpoint_lists_them(tiny, tmp_path):
     assert spill["files"] * SMALL.file_bytes < written / 2  # most of it was released
 
 
-def test_a_damaged_spilled_unit_of_the_newest_checkpoint_falls_back(tiny, tmp_path):
-    """A unit only the newest record lists is damaged on disk: recovery verifies the listed
-    units first, so it falls back to the older record instead of failing mid-run."""
+@pytest.mark.parametrize("which", [-1, 0])
+def test_a_damaged_spilled_unit_of_the_newest_checkpoint_falls_back(tiny, tmp_path, which):
+    """A unit only the newest record lists is damaged on disk: the recovery falls back to the
+    older record (see ``_damage_then_fall_back``) instead of failing mid-run."""
     from ftkit import records
 
     from scabbard.engine.spill import MIN_STATE_MEMORY
@@ -207,7 +212,9 @@ def test_a_damaged_spilled_unit_of_the_newest_checkpoint_falls_back(tiny, tmp_pa
     _ft(q, ds, tmp_path, 40, max_tuples=n, state_memory=MIN_STATE_MEMORY)
     newest, older = records(tmp_path / "storage")[:2]
     (mine,), (theirs,) = _spilled_entries(tmp_path)[:2]
-    _damage_then_fall_back(q, ds, tmp_path, n, mine, theirs, older)
+    r = _damage_then_fall_back(q, ds, tmp_path, n, mine, theirs, older, which)
+    if which == 0:  # not the stream's tail (which opening the storage checks): found lazily
+        assert r.damage[0].startswith(f"checkpoint {newest.id}'s state is damaged"), r.damage
 
 
 def test_a_recovery_keeps_what_the_record_before_it_lists(tiny, tmp_path):
@@ -229,7 +236,8 @@ def test_a_recovery_keeps_what_the_record_before_it_lists(tiny, tmp_path):
     (st,) = rest.run.spilled.values()
     assert st["reloads"] > 0 and rest.resumed_from == newest.id
     assert records(tmp_path / "storage")[0].id == newest.id  # no record since
-    _damage_then_fall_back(q, ds, tmp_path, n, mine, theirs, older)
+    r = _damage_then_fall_back(q, ds, tmp_path, n, mine, theirs, older)
+    assert r.damage[0].startswith(f"checkpoint {newest.id}'s state is damaged"), r.damage
 
 
 def test_a_budget_with_incremental_checkpoints_is_refused(tiny, tmp_path):

@@ -336,9 +336,10 @@ def recovery(settings: Settings, log=print) -> pd.DataFrame:
     stopped halfway through the dataset (a window half full, every ``1/8`` of the way a
     checkpoint), then recovered and run over the next window's end.  One row per (keys,
     system, round): the state the last checkpoint holds, the checkpoints' median duration
-    and bytes written, the recovery's state load (for spilled state: the listed units read
-    back and verified, not kept) and the recovered run's processing time - which includes,
-    for spilled state, reading each partition back as its first window closes.  Saved as
+    and bytes written, the recovery's state load (for spilled state: the listed units found
+    stored, none read) and the recovered run's processing time - which includes, for
+    spilled state, reading each partition back as its first window closes and verifying
+    every listed unit behind the run.  Saved as
     ``recovery.csv``."""
     from scabbard import queries
     from scabbard.engine import EngineConfig

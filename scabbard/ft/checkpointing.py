@@ -66,4 +66,10 @@ class CheckpointListener:
         self.controller.abandon(marker.checkpoint_id)
 
     def stop(self, failed: bool) -> None:
+        if not failed:  # nothing commits before a recovery's spilled state is verified
+            try:
+                self.state.verified()
+            except BaseException:
+                self.controller.stop(wait=False)
+                raise
         self.controller.stop(wait=not failed)

@@ -61,6 +61,7 @@ from scabbard.pog.checkpoint import (
     CheckpointError,
     CheckpointStore,
     Due,
+    damaged_in,
 )
 from scabbard.query import Query
 from scabbard.storage import BlockManager, StorageError, folderlock
@@ -334,7 +335,31 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
     until every task before it is assembled and the state snapshotted); the paper's Flink++
     pairs them with the transactional sink.  ``cfg.ft.every_tasks``: also a checkpoint every
     that many tasks (deterministic markers).
+
+    A recovery that resumed from a record and then found the spilled state it lists damaged
+    (read back lazily, verified behind the run: nothing commits before it is) marks the
+    record and recovers again, falling back past it (:class:`DamagedCheckpoint`).
     """
+    marked: dict[int, str] = {}
+    while True:
+        try:
+            report = _open_once(cfg, dataset, recover=recover, sink=sink, hooks=hooks,
+                                query=query)
+            return dataclasses.replace(report, damage=[*marked.values(), *report.damage])
+        except BaseException as e:
+            damaged = damaged_in(e) if recover else None
+            if damaged is None or damaged.cid in marked:  # (marked: never resumed from again)
+                raise
+            marked[damaged.cid] = str(damaged)
+            sink = sink.fresh() if sink is not None else None  # the failed run closed it
+            log.warning("%s: it is marked and the run recovers again, from an older one",
+                        damaged)
+
+
+def _open_once(cfg: RunConfig, dataset: Dataset, *, recover: bool = False,
+                        sink: ExactlyOnceSink | None = None, hooks: Hooks = Hooks(),
+                        query: Query | None = None) -> FTReport:
+    """One attempt of :func:`open_fault_tolerant`."""
     ft, persist = cfg.ft, cfg.persist
     if ft is None or persist is None:
         raise ConfigError("a fault-tolerant run needs an FTConfig and a PersistConfig")
@@ -418,6 +443,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                            tuple(b.id for i, b in enumerate(engine.plan.branches)
                                  if engine.spills(i)))
         store = CheckpointStore(storage / "checkpoints", io=io, durability=durable)
+        state.on_damage = lambda cid, err: store.mark_damaged(cid, " ".join(str(err).split()))
         if recover:
             t_load = time.perf_counter()
             resume, replay_from, skipped = _resume(storage, store, state, bm, ingress, sink)
@@ -499,6 +525,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
         metrics.on_start = on_start
         report = engine.run(feed, sink, metrics=metrics, listener=listener, resume=at,
                             emit_after=committed, stores=stores)
+        if "spill_verified_bytes" in state.loaded:  # verified behind the run, now done
+            loaded["spill_verified_bytes"] = state.loaded["spill_verified_bytes"]
         if source.exhausted:
             write_atomic(io, storage / RUN_FILE,
                          json.dumps(dict(run, completed=time.time()), indent=1).encode(), durable)
@@ -517,6 +545,9 @@ def _resume(storage: Path, store: CheckpointStore, state: QueryState, bm: BlockM
     stored_from = bm.start(ingress.stream_id) if ingress is not None else 0
     for rec in records:
         try:
+            if (why_damaged := store.damaged(rec.id)) is not None:
+                raise CheckpointError(f"a recovery from it found its state damaged "
+                                      f"({why_damaged})")
             if stored_from > rec.input_end:
                 raise CheckpointError(f"its input from offset {rec.input_end} was "
                                       f"released (stored from {stored_from})")

@@ -120,6 +120,11 @@ class ExactlyOnceSink(Sink):
         self.durability = Durability.MACHINE
         self.layout: tuple[str, ...] = ()  # the clock's channel entries, in order
 
+    def fresh(self) -> ExactlyOnceSink:
+        """A sink of this kind on this folder, not yet opened (a run that failed closed this
+        one; a new attempt in the same process opens its own)."""
+        return type(self)(self.path)
+
     def bind(self, io: FileIO, durability: Durability, clock: tuple[str, ...] = ()) -> None:
         """The run's file I/O and durability (before :meth:`open`); ``clock``: the persisted
         channels a result's vector clock has an entry for, besides the input."""

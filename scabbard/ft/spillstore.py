@@ -21,6 +21,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,9 @@ import numpy as np
 from scabbard import faults
 from scabbard.batch import Batch
 from scabbard.engine.tasks import Edges, columns_edges, concat_edges, edges_columns, partials_schema
+from scabbard.pog.checkpoint import DamagedCheckpoint
 from scabbard.storage import BlockManager, StorageConfig
+from scabbard.storage.errors import StorageError, TrimmedError
 
 SPILL_FILE = 16 << 20  # the spill stream's pool files
 SPILL_PENDING = 8 << 20  # the spill stream's writes in flight (and buffers kept for reuse)
@@ -140,6 +143,8 @@ class DurableSpill(DiskSpill):
         self.pins: dict[int, list[tuple[int, int]]] = {}  # checkpoint id -> the units it lists
         self.taken: dict[int, tuple] = {}  # checkpoint id -> (parts, futures, bytes), unwritten
         self.marked_bytes = 0  # bytes_written at the last marker
+        self.suspect = None  # (checkpoint id, on damage) while a recovery's units are unverified
+        self._verifier: ThreadPoolExecutor | None = None
 
     def snapshot(self, marker, parts: dict) -> None:
         cid = marker.checkpoint_id
@@ -169,6 +174,50 @@ class DurableSpill(DiskSpill):
         with self.lock:
             self.live.update(ranges)
             self.pins[cid] = ranges
+
+    def check(self, parts: dict) -> None:
+        """Recovery: the units ``parts`` lists are still stored (none released, none past the
+        stream's durable end); their bytes are read and verified later, behind the run
+        (:meth:`verify_behind`) and as the windows need them.  Raises TrimmedError or
+        FileNotFoundError."""
+        start, end = self.bm.start(self.sid), self.bm.durable_end(self.sid)
+        for first, last in (r for units in parts.values() for r in units):
+            if first < start:
+                raise TrimmedError(f"{self.schema.name}: a listed unit at offset {first} was "
+                                   f"released (stored from {start})")
+            if last > end:
+                raise FileNotFoundError(f"{self.schema.name}: a listed unit ends at offset "
+                                        f"{last}, past what is stored ({end})")
+
+    def verify_behind(self, cid: int, parts: dict, damaged) -> Future:
+        """Read back and verify every unit of checkpoint ``cid``'s ``parts`` on a thread of
+        its own while the recovered run goes on; the future's result is their bytes.  Until
+        it is done a failed read of a unit - here or as a window needs it - calls
+        ``damaged(cid, error)`` first (the record is marked, so that the next recovery falls
+        back past it) and raises :class:`~scabbard.pog.checkpoint.DamagedCheckpoint`."""
+        self.suspect = (cid, damaged)
+        if self._verifier is None:
+            self._verifier = ThreadPoolExecutor(1, thread_name_prefix="spill-verify")
+
+        def run() -> int:
+            nbytes = self._suspected(self.verify, parts)
+            self.suspect = None
+            return nbytes
+        return self._verifier.submit(run)
+
+    def _suspected(self, fn, *args):
+        try:
+            return fn(*args)
+        except (StorageError, FileNotFoundError) as e:
+            suspect = self.suspect
+            if suspect is None:
+                raise
+            cid, damaged = suspect
+            damaged(cid, e)
+            raise DamagedCheckpoint(cid, " ".join(str(e).split())) from e
+
+    def read(self, ranges: list[tuple[int, int]]) -> Edges:
+        return self._suspected(super().read, ranges)
 
     def verify(self, parts: dict) -> int:
         """Read back every unit ``parts`` lists (one at a time: memory holds one), verified;
@@ -204,6 +253,9 @@ class DurableSpill(DiskSpill):
                    default=self.next)
 
     def close(self) -> None:  # the run's storage stays; its owner closes it
+        if self._verifier is not None:
+            self._verifier.shutdown(wait=True, cancel_futures=True)
+            self._verifier = None
         self.bm.flush(self.sid)
 
 

@@ -272,6 +272,10 @@ class QueryState(FTOperator):
         self.stepped = Written()  # eventual mode: the steps' writes since the last record
         self.loaded: dict = {}  # recovery: what load_state read
         self.loaded_spill: dict = {}  # recovery: per spilled window, its partitions' units
+        # recovery: the spilled units the record lists, read back and verified behind the run;
+        # no checkpoint commits before they are (the record before stays the fallback)
+        self.verifying: list[Future] = []
+        self.on_damage = lambda cid, err: None  # recovery: marks a record found damaged
 
     # -- tracking (the assembly's thread) ---------------------------------------------------------
     def after_task(self, r, clock: dict | None = None, graph=None) -> None:
@@ -313,6 +317,8 @@ class QueryState(FTOperator):
         for w, e in zip(self.windows, edges, strict=True):
             if isinstance(w, SpilledWindow):
                 w.store.adopt(self.loaded_spill[w.id], rec.id)
+                self.verifying.append(w.store.verify_behind(rec.id, self.loaded_spill[w.id],
+                                                            self.on_damage))
                 entry = fallback and next((p for p in fallback.state if p["stream"] == w.name),
                                           None)
                 if entry:
@@ -385,11 +391,21 @@ class QueryState(FTOperator):
                 out.add(w.write_incremental(snap.parts[i], last_ts, cid, snap.input_end))
         for j, op in enumerate(self.joins):
             out.add(Written(*op.write(op.columns(snap.parts[len(self.windows) + j]), cid)))
+        out.futures += self.verifying  # (done ones: nothing to wait for)
         steps, self.stepped = self.stepped, Written()
         snap.operator["written"] = {"mode": self.mode, "panes": out.panes + steps.panes,
                                     "units": out.units + steps.units,
                                     "step_bytes": steps.bytes}
         return out.parts, out.futures, out.bytes + steps.bytes
+
+    def verified(self) -> int:
+        """Wait for a recovery's verification of the spilled state it resumed with (raises
+        DamagedCheckpoint); the bytes it read.  A run ends with this before its sink commits
+        the rest of its output."""
+        nbytes = sum(f.result() for f in self.verifying)
+        if self.verifying:
+            self.loaded["spill_verified_bytes"] = nbytes
+        return nbytes
 
     def _by_operator(self, rec: CheckpointRecord) -> dict[str, list[list[dict]]]:
         """Per operator, per state stream of it, the parts the record lists (a window's pane
@@ -433,7 +449,7 @@ class QueryState(FTOperator):
                 part_columns(b, o.schemas[k], p, rec.id))
         cols = {o.id: [[np.concatenate(c) for c in zip(*got[o.id][k], strict=True)]
                        for k in range(len(o.schemas))] for o in self.operators.values()}
-        edges, self.loaded_spill, verified = [], {}, 0
+        edges, self.loaded_spill = [], {}
         for w in self.windows:
             if not isinstance(w, SpilledWindow):
                 edges.append(w.edges(cols[w.id][0]))
@@ -442,10 +458,10 @@ class QueryState(FTOperator):
             if entry is None:
                 raise ValueError(f"checkpoint {rec.id} holds no spilled state of {w.id} (a run "
                                  f"without a state memory budget)")
-            # read back lazily, as the windows close; verified now, so that a damaged unit
-            # makes recovery fall back to an older checkpoint, not fail the run later
+            # read back lazily, as the windows close, and verified behind the run once
+            # resumed (restore): only that they are still stored is checked now
             self.loaded_spill[w.id] = w.listed(entry)
-            verified += w.store.verify(self.loaded_spill[w.id])
+            w.store.check(self.loaded_spill[w.id])
             b = w.branch
             edges.append(concat_edges([], b.key_width, len(b.iops), len(b.fops)))
         graph = {}
@@ -459,8 +475,6 @@ class QueryState(FTOperator):
                        "panes": sum(count_panes(e.pane) for e in edges),
                        "runs": sum(1 for _, _, p in jobs if "panes" in p and p["end"] > p["first"]),
                        "parts": len(jobs)}
-        if self.spilled:
-            self.loaded["spill_verified_bytes"] = verified
         return edges, graph
 
     def trim(self, state: list) -> None:

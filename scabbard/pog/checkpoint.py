@@ -62,7 +62,7 @@ from scabbard import timers
 from scabbard.errors import Failure
 from scabbard.faults import crashpoint
 from scabbard.pog.markers import Marker, MarkerKind
-from scabbard.storage.fileio import OS, Durability, FileIO, write_new
+from scabbard.storage.fileio import OS, Durability, FileIO, write_atomic, write_new
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,28 @@ class CheckpointError(Failure, RuntimeError):
 
 class ProtocolError(CheckpointError):
     """A step taken out of its order: a bug, never a condition to recover from."""
+
+
+class DamagedCheckpoint(CheckpointError):
+    """A recovery resumed from checkpoint ``cid``, then found state it lists damaged (state
+    read lazily, as the run needs it): the record is marked (:meth:`CheckpointStore.
+    mark_damaged`) before this is raised, so the next recovery falls back past it."""
+
+    def __init__(self, cid: int, why: str):
+        super().__init__(f"checkpoint {cid}'s state is damaged ({why})")
+        self.cid = cid
+
+
+def damaged_in(err: BaseException | None) -> DamagedCheckpoint | None:
+    """The :class:`DamagedCheckpoint` ``err`` is or was caused by (a failed checkpoint or a
+    failed task wraps it), if any."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, DamagedCheckpoint):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
 
 
 class Status(enum.Enum):
@@ -171,6 +193,23 @@ class CheckpointStore:
             self.io.fsync_dir(self.path)
         for old in self._files()[:-self.keep]:
             self.io.unlink(old, missing_ok=True)
+            self.io.unlink(self._damage_file(int(old.stem[5:])), missing_ok=True)
+
+    def _damage_file(self, cid: int) -> Path:
+        return self.path / f"damaged-{cid:08d}.txt"
+
+    def mark_damaged(self, cid: int, why: str) -> None:
+        """Record ``cid`` is not to be recovered from again (a recovery found its state
+        damaged after resuming from it): a file beside it, written durably - the record
+        itself stays (the sink's committed epochs are named by the newest record)."""
+        write_atomic(self.io, self._damage_file(cid), why.encode(), self.durability)
+
+    def damaged(self, cid: int) -> str | None:
+        """Why record ``cid`` was marked damaged, or None."""
+        try:
+            return self._damage_file(cid).read_text()
+        except FileNotFoundError:
+            return None
 
     def highest_id(self) -> int:
         """The highest id any record file carries, readable or not (ids are never reused)."""
