@@ -17,12 +17,14 @@ from scabbard.pog.checkpoint import (
     CheckpointController,
     CheckpointError,
     CheckpointStore,
+    DamagedCheckpoint,
     Due,
     FTOperator,
     InFlight,
     ProtocolError,
     Snapshot,
     Status,
+    damaged_in,
 )
 from scabbard.schema import Field, Schema
 from scabbard.storage import StorageError, StorageLocked
@@ -132,6 +134,36 @@ def test_ids_are_never_reused_not_even_those_of_damaged_records(tmp_path):
     c, _, _ = controller(tmp_path, sink=sink)
     assert c.next_id == 10  # above the damaged record 7 and the sink's epoch 9
     c.stop(wait=False)
+
+
+def test_a_record_marked_damaged_stays_marked_until_gc_removes_both(tmp_path):
+    """A recovery that found a record's state damaged marks it; the mark is durable (a new
+    store on the folder sees it), the record itself stays, and GC removes the two together."""
+    c, _, _ = controller(tmp_path)
+    op = c.operator
+    ids = [checkpoint(c, op, seq) for seq in range(3)]
+    c.store.mark_damaged(ids[0], "corrupt segment at byte 4096")
+    again = CheckpointStore(tmp_path / "ck")
+    assert again.damaged(ids[0]) == "corrupt segment at byte 4096"
+    assert again.damaged(ids[1]) is None
+    assert [r.id for r in again.records()] == ids[::-1]
+    checkpoint(c, op, 3)  # keeps 3: the marked record goes, its mark with it
+    assert ids[0] not in [r.id for r in again.records()] and again.damaged(ids[0]) is None
+    c.stop()
+
+
+def test_damage_found_behind_a_run_is_found_through_the_errors_that_wrap_it():
+    cause = DamagedCheckpoint(12, "checksum mismatch")
+    assert str(cause) == "checkpoint 12's state is damaged (checksum mismatch)"
+    try:
+        try:
+            raise cause
+        except DamagedCheckpoint as e:
+            raise CheckpointError("checkpoint 13 failed") from e
+    except CheckpointError as wrapped:
+        assert damaged_in(wrapped) is cause
+    assert damaged_in(CheckpointError("a full disk")) is None
+    assert damaged_in(None) is None
 
 
 def _sink(tmp_path, io=None) -> TransactionalSink:

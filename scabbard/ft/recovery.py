@@ -343,8 +343,7 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
     marked: dict[int, str] = {}
     while True:
         try:
-            report = _open_once(cfg, dataset, recover=recover, sink=sink, hooks=hooks,
-                                query=query)
+            report = _open_once(cfg, dataset, recover, sink, hooks, query)
             return dataclasses.replace(report, damage=[*marked.values(), *report.damage])
         except BaseException as e:
             damaged = damaged_in(e) if recover else None
@@ -356,9 +355,8 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
                         damaged)
 
 
-def _open_once(cfg: RunConfig, dataset: Dataset, *, recover: bool = False,
-                        sink: ExactlyOnceSink | None = None, hooks: Hooks = Hooks(),
-                        query: Query | None = None) -> FTReport:
+def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnceSink | None,
+               hooks: Hooks, query: Query | None) -> FTReport:
     """One attempt of :func:`open_fault_tolerant`."""
     ft, persist = cfg.ft, cfg.persist
     if ft is None or persist is None:
