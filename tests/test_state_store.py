@@ -74,6 +74,42 @@ def test_darwin_state_is_held_within_its_budget(tiny, tmp_path, batch_rows):
     assert stats["spilled_bytes"] > MIN_STATE_MEMORY // 8
 
 
+@pytest.mark.parametrize("times", [1, 4, 16])
+def test_a_larger_budget_spills_larger_units(tiny, times):
+    """A spilled partition's shares wait in memory up to a quarter of the budget over all
+    (64) partitions, then go out as one unit: 64 KiB at the smallest budget and twice
+    it, 128 KiB at 4x, 512 KiB at 16x - fewer segments for the storage to open and the
+    records to list."""
+    from scabbard.engine.runtime import Engine
+    from scabbard.engine.spill import MIN_STATE_MEMORY, PARTS, WAITING, Spilled, SpillingAssembler
+    from scabbard.engine.tasks import empty_edges
+
+    class Store:
+        def __init__(self):
+            self.units = []
+
+        def write(self, e):
+            self.units.append(sum(x.nbytes for x in (e.pane, e.keys, e.cnt, e.ints, e.floats)))
+            return [(len(self.units) - 1, len(self.units))]
+
+    budget = times * MIN_STATE_MEMORY
+    want = max(WAITING, times * WAITING // 2)
+    branch = Engine(queries.get("DARWIN"), tiny["darwin"].tables).plan.branches[0]
+    a = SpillingAssembler(branch, PARTS, None, budget, open_store=lambda b: Store())
+    a.store = a._open()
+    a.spilled[0] = Spilled(cur=10)
+    one = empty_edges(branch.key_width, len(branch.iops), len(branch.fops))
+    share = type(one)(*(np.zeros((1000, *x.shape[1:]), x.dtype) for x in
+                        (one.pane, one.keys, one.cnt, one.ints, one.floats)))
+    size = sum(x.nbytes for x in (share.pane, share.keys, share.cnt, share.ints, share.floats))
+    for _ in range(2 * want // size + 2):
+        a._wait(0, share)
+    assert a.unit_bytes == want and a.store.units, "the shares went out"
+    assert min(a.store.units) >= want > size
+    assert a.store.units[0] < want + size
+    assert a.spilled[0].units == [(i, i + 1) for i in range(len(a.store.units))]
+
+
 def test_a_budget_makes_tasks_of_its_own_size_down_to_the_spilling_floor(tiny):
     """Under a budget a task's partials are a small part of it: DARWIN's 60 s windows would
     take the engine's largest batch, a 16 MiB budget takes the spilling floor, a large one
