@@ -138,7 +138,8 @@ def test_ids_are_never_reused_not_even_those_of_damaged_records(tmp_path):
 
 def test_a_record_marked_damaged_stays_marked_until_gc_removes_both(tmp_path):
     """A recovery that found a record's state damaged marks it; the mark is durable (a new
-    store on the folder sees it), the record itself stays, and GC removes the two together."""
+    store on the folder sees it), the record itself stays, GC keeps the 3 newest records a
+    recovery may use (marked ones not counted) and removes a record and its mark together."""
     c, _, _ = controller(tmp_path)
     op = c.operator
     ids = [checkpoint(c, op, seq) for seq in range(3)]
@@ -147,8 +148,12 @@ def test_a_record_marked_damaged_stays_marked_until_gc_removes_both(tmp_path):
     assert again.damaged(ids[0]) == "corrupt segment at byte 4096"
     assert again.damaged(ids[1]) is None
     assert [r.id for r in again.records()] == ids[::-1]
-    checkpoint(c, op, 3)  # keeps 3: the marked record goes, its mark with it
-    assert ids[0] not in [r.id for r in again.records()] and again.damaged(ids[0]) is None
+    c.store.mark_damaged(ids[2], "checksum mismatch")  # marked ones are not counted
+    ids.append(checkpoint(c, op, 3))
+    assert [r.id for r in again.records()] == ids[::-1]
+    ids.append(checkpoint(c, op, 4))  # 3 usable beside: the oldest goes, its mark with it
+    assert [r.id for r in again.records()] == ids[:0:-1] and again.damaged(ids[0]) is None
+    assert again.damaged(ids[2]) == "checksum mismatch"
     c.stop()
 
 

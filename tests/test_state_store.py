@@ -138,13 +138,13 @@ def test_a_budget_too_small_for_one_partition_is_refused_at_start(tiny):
 
 
 # -- fault tolerance: the spilled units are the checkpoint ------------------------------------------
-def _ft(q, ds, root, k=None, **kw):
+def _ft(q, ds, root, k=None, sink=None, **kw):
     from ftkit import SMALL, StopAfter
 
     from scabbard.ft.recovery import run_fault_tolerant
     from scabbard.ft.sinks import ClockedSink
 
-    return run_fault_tolerant(q, ds, root / "storage", ClockedSink(root / "output"),
+    return run_fault_tolerant(q, ds, root / "storage", (sink or ClockedSink)(root / "output"),
                               EngineConfig(workers=2, batch_rows=997), interval=None,
                               every_tasks=3, layout=SMALL,
                               wrap_source=(lambda s: StopAfter(s, k)) if k else None, **kw)
@@ -157,7 +157,7 @@ def _spilled_entries(root):
             for rec in records(root / "storage")]
 
 
-def _damage_then_fall_back(q, ds, root, n, mine, theirs, older, which=-1):
+def _damage_then_fall_back(q, ds, root, n, mine, theirs, older, which=-1, sink=None):
     """Damage a unit only the newest record (``mine``) lists, recover: the recovery resumes
     from the newest record (its units are not read up front), finds the damage behind the run
     before anything commits, marks the record and recovers again, from ``older``, in the same
@@ -173,12 +173,12 @@ def _damage_then_fall_back(q, ds, root, n, mine, theirs, older, which=-1):
     assert only_mine
     schema = partials_schema(Engine(q, ds.tables).plan.branches[0], "spill-window0")
     damage_segment(root / "storage", schema, only_mine[which][1])
-    r = _ft(q, ds, root, recover=True)
+    r = _ft(q, ds, root, recover=True, sink=sink)
     assert r.resumed_from == older.id
     assert r.damage, "the damage found is reported"
-    return r
     v = compare(read_output(root / "output"), failure_free(q, ds, n), q.schema)
     assert v.ok, v
+    return r
 
 
 # LRB1 (sliding: every partition back at every pane, 25 s) with the campaign: the default run
@@ -235,20 +235,23 @@ def test_spilled_units_leave_once_no_checkpoint_lists_them(tiny, tmp_path):
     assert spill["files"] * SMALL.file_bytes < written / 2  # most of it was released
 
 
-@pytest.mark.parametrize("which", [-1, 0])
-def test_a_damaged_spilled_unit_of_the_newest_checkpoint_falls_back(tiny, tmp_path, which):
+@pytest.mark.parametrize("which, kind", [(-1, "clocked"), (0, "clocked"), (0, "transactional")])
+def test_a_damaged_spilled_unit_of_the_newest_checkpoint_falls_back(tiny, tmp_path, which,
+                                                                    kind):
     """A unit only the newest record lists is damaged on disk: the recovery falls back to the
     older record (see ``_damage_then_fall_back``) instead of failing mid-run."""
     from ftkit import records
 
     from scabbard.engine.spill import MIN_STATE_MEMORY
+    from scabbard.ft.sinks import ClockedSink, TransactionalSink
 
+    sink = {"clocked": ClockedSink, "transactional": TransactionalSink}[kind]
     q, ds = queries.get("DARWIN"), tiny["darwin"]
     n = 2 * ds.rows
-    _ft(q, ds, tmp_path, 40, max_tuples=n, state_memory=MIN_STATE_MEMORY)
+    _ft(q, ds, tmp_path, 40, max_tuples=n, state_memory=MIN_STATE_MEMORY, sink=sink)
     newest, older = records(tmp_path / "storage")[:2]
     (mine,), (theirs,) = _spilled_entries(tmp_path)[:2]
-    r = _damage_then_fall_back(q, ds, tmp_path, n, mine, theirs, older, which)
+    r = _damage_then_fall_back(q, ds, tmp_path, n, mine, theirs, older, which, sink)
     if which == 0:  # not the stream's tail (which opening the storage checks): found lazily
         assert r.damage[0].startswith(f"checkpoint {newest.id}'s state is damaged"), r.damage
 

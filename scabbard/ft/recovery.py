@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -48,6 +47,7 @@ from scabbard.engine.sources import Replay, ReplaySource
 from scabbard.errors import EXIT_USAGE, UserError
 from scabbard.ft import channels
 from scabbard.ft.checkpointing import CheckpointListener
+from scabbard.ft.codeload import CodeLoader
 from scabbard.ft.config import ConfigError, RunConfig
 from scabbard.ft.eventual import EventualPolicy, EventualSteps
 from scabbard.ft.ingress import INGRESS, READER, PersistedFeed, ReplayFeed, ingress_stream
@@ -65,7 +65,6 @@ from scabbard.pog.checkpoint import (
 )
 from scabbard.query import Query
 from scabbard.storage import BlockManager, StorageError, folderlock
-from scabbard.storage import segment as seg_fmt
 from scabbard.storage.fileio import OS, Durability, FileIO, write_atomic
 
 log = logging.getLogger(__name__)
@@ -152,6 +151,15 @@ def _closed_on_error(sink: ExactlyOnceSink):
     except BaseException:
         sink.close()
         raise
+
+
+@contextmanager
+def _stopped(spills: DurableSpills):
+    """A recovery's verification of its spilled state stopped when the run ends, however."""
+    try:
+        yield
+    finally:
+        spills.stop_verifying()
 
 
 def _run_file(storage: Path, io: FileIO, query: Query, recover: bool, want: dict,
@@ -246,40 +254,6 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
                                query=query)
 
 
-class _CodeLoader:
-    """The engine's compiled code loaded (:meth:`Engine.warm_up`), on a thread of its own or
-    on the caller's; :meth:`join` records when it was done as the ``code_loaded`` phase and
-    raises its error, if any."""
-
-    def __init__(self, engine: Engine, batch, writable: bool = False):
-        self.engine, self.batch, self.writable = engine, batch, writable
-        self.thread: threading.Thread | None = None
-        self.done_at: float | None = None
-        self.error: BaseException | None = None
-
-    def _load(self) -> None:
-        try:
-            self.engine.warm_up(self.batch, self.writable)
-            if self.writable:  # a recovery persists and hashes from its first task on
-                seg_fmt.warm_up(self.batch)
-        except BaseException as e:  # noqa: BLE001 - raised by join()
-            self.error = e
-        self.done_at = time.time()
-
-    def start(self) -> None:
-        self.thread = threading.Thread(target=self._load, name="code-loading", daemon=True)
-        self.thread.start()
-
-    def join(self, phases: dict) -> None:
-        if self.thread is None and self.done_at is None:
-            self._load()
-        elif self.thread is not None:
-            self.thread.join()
-        if self.error is not None:
-            raise self.error
-        phases["code_loaded"] = self.done_at
-
-
 def _settings_recorded(cfg: RunConfig, engine: Engine, dataset: Dataset, sink, persist_at,
                        recover: bool) -> dict:
     """The settings ``run.json`` records: a new run's, with their defaults filled in; for a
@@ -340,17 +314,20 @@ def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = Fal
     (read back lazily, verified behind the run: nothing commits before it is) marks the
     record and recovers again, falling back past it (:class:`DamagedCheckpoint`).
     """
+    if cfg.ft is not None:
+        faults.arm(cfg.ft.crash_at)  # once: a crash point's count runs over every attempt
     marked: dict[int, str] = {}
     while True:
         try:
             report = _open_once(cfg, dataset, recover, sink, hooks, query)
             return dataclasses.replace(report, damage=[*marked.values(), *report.damage])
-        except BaseException as e:
+        except Exception as e:
             damaged = damaged_in(e) if recover else None
             if damaged is None or damaged.cid in marked:  # (marked: never resumed from again)
                 raise
             marked[damaged.cid] = str(damaged)
             sink = sink.fresh() if sink is not None else None  # the failed run closed it
+            hooks = dataclasses.replace(hooks, standby=None)  # it took over already
             log.warning("%s: it is marked and the run recovers again, from an older one",
                         damaged)
 
@@ -364,7 +341,6 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
     query = query or queries.get(cfg.query)
     sink = sink if sink is not None else open_output(ft.output, ft.sink)
     io, storage = hooks.io, persist.storage
-    faults.arm(ft.crash_at)
     phases = {"spawned": ft.spawned_at if ft.spawned_at is not None else float("nan"),
               "started": time.time()}
     if persist.push_up and ft.persist_input is False:
@@ -385,7 +361,7 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
     # warm standby loads it before it waits; a cold restart loads it on a thread of its own
     # while this one opens the storage and loads the state (LLVM's loading of the cached
     # objects and the storage's reads leave the interpreter lock: both cores work)
-    code = _CodeLoader(engine, ReplaySource(dataset, want["batch_rows"] or MIN_BATCH).peek(),
+    code = CodeLoader(engine, ReplaySource(dataset, want["batch_rows"] or MIN_BATCH).peek(),
                        writable=recover or hooks.standby is not None)  # the replay's batches
     if hooks.standby is not None:
         code.join(phases)
@@ -427,7 +403,8 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
     except BaseException:
         folderlock.unlock(held)
         raise
-    with BlockManager(storage, layout, io, lock=held) as bm, _closed_on_error(sink):
+    with BlockManager(storage, layout, io, lock=held) as bm, _closed_on_error(sink), \
+            _stopped(spills):
         pog = POG(bm)
         scheme = run.get("compression") or "none"
         compress = Compression.scheme(engine.input_schema, scheme, run.get("lossy_decimals"),
@@ -476,7 +453,7 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
         at = None
         if resume is not None:  # the assembly starts where the checkpoint left it
             rec, (edges, graph) = resume
-            older = [r for r in store.records() if r.id < rec.id]
+            older = [r for r in store.records() if r.id < rec.id and store.damaged(r.id) is None]
             state.restore(rec, edges, older[0] if older else None)
             at = Resume(rec.seq, rec.input_end, rec.operator["last_ts"], edges, rec.output, graph,
                         dict(state.loaded_spill))

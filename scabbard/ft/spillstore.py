@@ -21,7 +21,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +31,7 @@ from scabbard.batch import Batch
 from scabbard.engine.tasks import Edges, columns_edges, concat_edges, edges_columns, partials_schema
 from scabbard.pog.checkpoint import DamagedCheckpoint
 from scabbard.storage import BlockManager, StorageConfig
-from scabbard.storage.errors import StorageError, TrimmedError
+from scabbard.storage.errors import CorruptSegment, TrimmedError
 
 SPILL_FILE = 16 << 20  # the spill stream's pool files
 SPILL_PENDING = 8 << 20  # the spill stream's writes in flight (and buffers kept for reuse)
@@ -145,6 +145,7 @@ class DurableSpill(DiskSpill):
         self.marked_bytes = 0  # bytes_written at the last marker
         self.suspect = None  # (checkpoint id, on damage) while a recovery's units are unverified
         self._verifier: ThreadPoolExecutor | None = None
+        self._stopping = False
 
     def snapshot(self, marker, parts: dict) -> None:
         cid = marker.checkpoint_id
@@ -192,32 +193,45 @@ class DurableSpill(DiskSpill):
     def verify_behind(self, cid: int, parts: dict, damaged) -> Future:
         """Read back and verify every unit of checkpoint ``cid``'s ``parts`` on a thread of
         its own while the recovered run goes on; the future's result is their bytes.  Until
-        it is done a failed read of a unit - here or as a window needs it - calls
-        ``damaged(cid, error)`` first (the record is marked, so that the next recovery falls
-        back past it) and raises :class:`~scabbard.pog.checkpoint.DamagedCheckpoint`."""
-        self.suspect = (cid, damaged)
+        it is done a listed unit found damaged or missing - here or as a window reads it -
+        calls ``damaged(cid, error)`` first (the record is marked, so that the next recovery
+        falls back past it) and raises :class:`~scabbard.pog.checkpoint.DamagedCheckpoint`;
+        other failures (a full disk, a unit this run wrote) are the run's, not the record's."""
+        listed = {(int(f), int(e)) for units in parts.values() for f, e in units}
+        self.suspect = (cid, damaged, listed)
+        self._stopping = False
         if self._verifier is None:
             self._verifier = ThreadPoolExecutor(1, thread_name_prefix="spill-verify")
 
         def run() -> int:
-            nbytes = self._suspected(self.verify, parts)
+            nbytes = self._suspected(listed, self.verify, parts)
             self.suspect = None
             return nbytes
         return self._verifier.submit(run)
 
-    def _suspected(self, fn, *args):
+    def _suspected(self, ranges, fn, *args):
+        """``fn(*args)``, reading ``ranges``: damage found in a unit the unverified record
+        lists is the record's (see :meth:`verify_behind`)."""
         try:
             return fn(*args)
-        except (StorageError, FileNotFoundError) as e:
+        except (CorruptSegment, TrimmedError, FileNotFoundError) as e:
             suspect = self.suspect
-            if suspect is None:
+            if suspect is None or not suspect[2].intersection(ranges):
                 raise
-            cid, damaged = suspect
+            cid, damaged, _ = suspect
             damaged(cid, e)
             raise DamagedCheckpoint(cid, " ".join(str(e).split())) from e
 
     def read(self, ranges: list[tuple[int, int]]) -> Edges:
-        return self._suspected(super().read, ranges)
+        self.bm.flush(self.sid)  # (a failed write is this run's, never the record's)
+        return self._suspected({(int(f), int(e)) for f, e in ranges}, super().read, ranges)
+
+    def stop_verifying(self) -> None:
+        """The run is over (or failed): a verification still reading stops at its next unit."""
+        self._stopping = True
+        if self._verifier is not None:
+            self._verifier.shutdown(wait=True, cancel_futures=True)
+            self._verifier = None
 
     def verify(self, parts: dict) -> int:
         """Read back every unit ``parts`` lists (one at a time: memory holds one), verified;
@@ -231,6 +245,9 @@ class DurableSpill(DiskSpill):
                 runs.append([first, end])
         nbytes = 0
         for first, end in runs:
+            if self._stopping:
+                raise CancelledError(f"{self.schema.name}: the run stopped before its "
+                                     f"recovered state was verified")
             got = self.bm.load_bulk(self.sid, first, end)
             if sum(len(x) for x in got) != end - first:
                 raise FileNotFoundError(f"{self.schema.name}: {sum(len(x) for x in got)} of "
@@ -253,9 +270,7 @@ class DurableSpill(DiskSpill):
                    default=self.next)
 
     def close(self) -> None:  # the run's storage stays; its owner closes it
-        if self._verifier is not None:
-            self._verifier.shutdown(wait=True, cancel_futures=True)
-            self._verifier = None
+        self.stop_verifying()
         self.bm.flush(self.sid)
 
 
@@ -267,6 +282,11 @@ class DurableSpills:
     def __init__(self, bm: BlockManager | None = None):
         self.bm = bm  # the run's storage (set once it is open)
         self.stores: dict[str, DurableSpill] = {}
+
+    def stop_verifying(self) -> None:
+        """Every store's verification stopped (an attempt of a recovery ends)."""
+        for store in self.stores.values():
+            store.stop_verifying()
 
     def __call__(self, branch) -> DurableSpill:
         if branch.id not in self.stores:

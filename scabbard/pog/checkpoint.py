@@ -86,14 +86,14 @@ class DamagedCheckpoint(CheckpointError):
 
 
 def damaged_in(err: BaseException | None) -> DamagedCheckpoint | None:
-    """The :class:`DamagedCheckpoint` ``err`` is or was caused by (a failed checkpoint or a
-    failed task wraps it), if any."""
+    """The :class:`DamagedCheckpoint` ``err`` is or was raised from (a failed checkpoint
+    wraps it as its cause), if any - not one it was merely raised while handling."""
     seen = set()
     while err is not None and id(err) not in seen:
         if isinstance(err, DamagedCheckpoint):
             return err
         seen.add(id(err))
-        err = err.__cause__ or err.__context__
+        err = err.__cause__
     return None
 
 
@@ -191,9 +191,14 @@ class CheckpointStore:
         self.io.replace(tmp, self._file(rec.id))
         if self.durability.flush:
             self.io.fsync_dir(self.path)
-        for old in self._files()[:-self.keep]:
-            self.io.unlink(old, missing_ok=True)
-            self.io.unlink(self._damage_file(int(old.stem[5:])), missing_ok=True)
+        # the ``keep`` newest records a recovery may use, and any marked one among them
+        usable = [int(p.stem[5:]) for p in self._files()
+                  if not self._damage_file(int(p.stem[5:])).exists()]
+        for old in self._files():
+            cid = int(old.stem[5:])
+            if len(usable) >= self.keep and cid < usable[-self.keep]:
+                self.io.unlink(old, missing_ok=True)
+                self.io.unlink(self._damage_file(cid), missing_ok=True)
 
     def _damage_file(self, cid: int) -> Path:
         return self.path / f"damaged-{cid:08d}.txt"
