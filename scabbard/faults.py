@@ -15,7 +15,9 @@ handed to storage - by a checkpoint, or by an eventual step between records - th
 that lists them not yet written), ``spill_write`` (state under a memory budget: a key
 partition's units handed to storage as it is evicted, or its waiting shares), ``spill_read``
 (a spilled partition's units read back, before it is rebuilt: a prefetch), ``ingress_piece``
-(a task stored in pieces: one piece of its input handed to storage, the next not yet).
+(a task stored in pieces: one piece of its input handed to storage, the next not yet),
+``sink_write`` (the clocked sink: one piece of results stored, the next not yet - a window
+emitted in pieces, key partition by key partition, is cut there).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import signal
 import threading
 
 POINTS = ("checkpoint_state", "checkpoint_record", "checkpoint_commit", "recovery_replay",
-          "checkpoint_step", "spill_write", "spill_read", "ingress_piece")
+          "checkpoint_step", "spill_write", "spill_read", "ingress_piece", "sink_write")
 _armed = {"name": "", "left": 0}
 _lock = threading.Lock()
 

@@ -289,9 +289,28 @@ def test_a_budget_with_incremental_checkpoints_is_refused(tiny, tmp_path):
             checkpoint_mode="incremental")
 
 
+@pytest.mark.crash
+def test_a_kill_between_the_pieces_of_a_spilled_window_loses_none_of_it(tiny, tmp_path):
+    """Under a budget a window leaves in pieces, key partition by key partition; the clocked
+    sink stores each as it comes.  Killed after the 5th piece of a window: the next run
+    writes the whole window again and the output is exactly the failure-free run's."""
+    from scabbard.engine.spill import MIN_STATE_MEMORY
+    from scabbard.ft.controller import Controller, campaign_config
+
+    ds = tiny["darwin"]
+    n = 2 * ds.rows
+    c = Controller(campaign_config(
+        "DARWIN", ds.path, tmp_path, max_tuples=n, batch_rows=997, rate=n / 4,
+        state_memory=MIN_STATE_MEMORY, interval=0.2, sink="clocked"))
+    camp = c.run([None, None], crash_at=["sink_write:5", "sink_write:70"])
+    assert camp.crashes == 2, camp
+    assert camp.verdict.ok, camp.verdict
+
+
 @pytest.mark.slow
 @pytest.mark.crash
-def test_kills_while_state_is_spilled_and_read_back(tiny, tmp_path):
+@pytest.mark.parametrize("sink", ["transactional", "clocked"])
+def test_kills_while_state_is_spilled_and_read_back(tiny, tmp_path, sink):
     """Real processes, SIGKILLed while a key partition is evicted (its units handed to storage,
     no record yet), while a spilled partition is read back - in a run and in the first
     windows after a recovery - in a checkpoint's write and in a recovery's replay, then at
@@ -305,7 +324,7 @@ def test_kills_while_state_is_spilled_and_read_back(tiny, tmp_path):
     n = 4 * ds.rows
     c = Controller(campaign_config(
         "DARWIN", ds.path, tmp_path, max_tuples=n, batch_rows=997, rate=n / 6,
-        state_memory=MIN_STATE_MEMORY, interval=0.2, sink="transactional"))
+        state_memory=MIN_STATE_MEMORY, interval=0.2, sink=sink))
     rng = random.Random(19)
     camp = c.run([None] * 5 + [rng.uniform(1.0, 3.0)],
                  crash_at=["spill_write:40", "spill_read:3", "checkpoint_state:2",

@@ -218,8 +218,12 @@ class Execution:
         if n:
             span = timers.start()
             batch = self.engine._result_batch(cols)
-            self.clock = dict(clock, input_end=clock.get("input_end", 0),
-                              window_end=int(we[-1]))
+            done = int(we[-1])
+            if clock.get("piece"):  # a window in pieces: only the windows before its last
+                before = we[we < we[-1]]  # are whole - a crash before the rest commits none
+                done = int(before[-1]) if len(before) else self.clock["window_end"]
+            self.clock = dict({k: v for k, v in clock.items() if k != "piece"},
+                              input_end=clock.get("input_end", 0), window_end=done)
             if not self.clocked:
                 self.sink.write(batch)
             elif self.plan.selection is not None:  # each row's position: its input offset + 1
@@ -303,8 +307,8 @@ class Execution:
         top, meta = self.plan.top(lane.i), {"input_end": input_end}
         last = None
         for cols in pieces:
-            if last is not None:
-                self.graph.push(top, last, None, meta)
+            if last is not None:  # more rows of its last window may follow (see emit)
+                self.graph.push(top, last, None, dict(meta, piece=True))
             last = cols
         if last is None:  # nothing to emit, but the watermark moves on
             last = empty_columns(self.plan.operators[top].node.schema)

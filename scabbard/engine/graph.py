@@ -152,8 +152,9 @@ class Channel:
     def take(self) -> Item:
         item = self.items.popleft()
         item.check()
-        if item.cols is not None:
-            self.seen = merge_clocks(self.seen, item.clock)
+        if item.cols is not None:  # (a piece's flag is its own: see Execution.emit)
+            self.seen = merge_clocks(self.seen, {k: v for k, v in item.clock.items()
+                                                 if k != "piece"})
             if self.store is not None and len(item.cols["window_end"]):
                 self.store.taken(item)
                 self.consumed = item.offset + len(item.cols["window_end"])

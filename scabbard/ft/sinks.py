@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scabbard import faults
 from scabbard.batch import Batch
 from scabbard.engine.sinks import Sink
 from scabbard.ft.modes import EXACTLY_ONCE_SINKS
@@ -235,6 +236,7 @@ class ClockedSink(ExactlyOnceSink):
             self.rows += len(piece)
             self.complete = last
             lo = hi
+            faults.crashpoint("sink_write")
 
     def prepare(self, checkpoint_id: int) -> None:
         """Before a checkpoint is recorded, the output up to its cut must be stored."""
