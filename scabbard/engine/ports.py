@@ -147,6 +147,13 @@ class SpillStore(Protocol):
 
     bytes_written: int
     bytes_read: int
+    # a checkpoint writes a partition in memory's closed panes once (its engine keeps their
+    # units and lists them again) and its open panes every time; else the whole partition
+    incremental: bool
+
+    def attach(self, owner) -> None:
+        """The engine's state that writes here (``owner.save_closed()``: its partitions in
+        memory's closed panes written now - an eventual checkpoint's step)."""
 
     def write(self, e) -> list[tuple[int, int]]:
         """Append ``e``; the ranges that hold it."""

@@ -98,6 +98,23 @@ def export(a: BranchAssembler) -> Edges:
 
 
 @dataclass
+class Saved:
+    """A partition in memory's closed panes already written (incremental checkpoints): every
+    closed pane below ``upto`` its open windows need is in ``units`` - offset ranges, each
+    with the panes ``[lo, hi)`` it holds."""
+
+    upto: int
+    units: list = field(default_factory=list)  # (first, end, first pane, end pane)
+
+    def ranges(self) -> list[tuple[int, int]]:
+        return [(f, e) for f, e, _, _ in self.units]
+
+
+def _rows(e: Edges, lo: int, hi: int | None = None) -> Edges:
+    return Edges(e.pane[lo:hi], e.keys[lo:hi], e.cnt[lo:hi], e.ints[lo:hi], e.floats[lo:hi])
+
+
+@dataclass
 class Spilled:
     """A partition on disk: the open pane it stopped at, its units, its waiting shares."""
 
@@ -127,6 +144,7 @@ class SpillingAssembler(PartitionedAssembler):
         self.unit_bytes = max(WAITING, budget // (4 * parts))  # see WAITING
         self.store: SpillStore | None = None
         self.spilled: dict[int, Spilled] = {}
+        self.saved: dict[int, Saved] = {}  # partitions in memory: closed panes written once
         k, ni, nf = branch.key_width, len(branch.iops), len(branch.fops)
         # what one partial row can add: a window entry and a group (state, keys, table
         # slots), doubled as arrays grow by doubling
@@ -169,8 +187,11 @@ class SpillingAssembler(PartitionedAssembler):
         self.parts[i] = fresh
         if not len(state.pane):  # an empty window: only its arrays' room goes
             fresh.cur[0] = a.cur[0]
+            self._forget(i)
             return assembler_bytes(fresh)
-        self.spilled[i] = Spilled(int(a.cur[0]), self._open().write(state))
+        units, _ = self._write(i, state)
+        self.saved.pop(i, None)  # its closed panes' units are the spilled partition's now
+        self.spilled[i] = Spilled(int(a.cur[0]), units)
         self.stats["spills"] += 1
         return assembler_bytes(fresh)
 
@@ -218,6 +239,8 @@ class SpillingAssembler(PartitionedAssembler):
         s = self.spilled.pop(i)
         b = self.b
         e = concat_edges([units, *s.waiting], b.key_width, len(b.iops), len(b.fops))
+        if len(e.pane) and e.pane[0] <= s.cur - b.panes:  # panes no open window needs (an
+            e = _rows(e, int(np.searchsorted(e.pane, s.cur - b.panes + 1)))  # older unit's)
         a = self.parts[i]
         if len(e.pane):
             a._feed(e, False, s.cur, 0)
@@ -230,6 +253,7 @@ class SpillingAssembler(PartitionedAssembler):
     def _open(self) -> SpillStore:
         if self.store is None:
             self.store = self.open_store(self.b)
+            self.store.attach(self)
         return self.store
 
     def mark(self, marker) -> None:
@@ -248,12 +272,77 @@ class SpillingAssembler(PartitionedAssembler):
                     s.waiting, s.waiting_bytes = [], 0
                 parts[i] = list(s.units)
             else:
-                e = export(a)
-                parts[i] = store.write(e) if len(e.pane) else []
-                copies += parts[i]
+                parts[i], written = self._write(i, export(a))
+                copies += written
         store.snapshot(marker, parts)
         store.release(copies)  # the engine needs no copy: the checkpoint keeps them
         self._enforce(force=True)  # (a long task's tail, distributed, may be over the budget)
+
+    def _write(self, i: int, e: Edges) -> tuple[list, list]:
+        """Partition ``i``'s window state ``e`` (in memory) to the store: the units that hold
+        it, and those of them written now that nothing keeps (the open panes').  With
+        incremental checkpoints (``store.incremental``) its closed panes are written once -
+        those since the last write become a unit of their own, kept while an open window
+        needs them - and only the open panes' rows are written every time."""
+        store = self._open()
+        if not getattr(store, "incremental", False):
+            written = store.write(e) if len(e.pane) else []
+            return written, written
+        cut = self._save(i, e)
+        written = store.write(_rows(e, cut)) if cut < len(e.pane) else []
+        return self.saved[i].ranges() + written, written
+
+    def _save(self, i: int, e: Edges) -> int:
+        """Write partition ``i``'s closed panes ``e`` holds that no unit holds yet (panes
+        below :attr:`upto`, none of them changes again), forget the units no open window
+        needs; the row where ``e``'s open panes start."""
+        lo = self._needed()
+        saved = self.saved.setdefault(i, Saved(lo))
+        start = int(np.searchsorted(e.pane, max(saved.upto, lo)))
+        cut = int(np.searchsorted(e.pane, self.upto))
+        if cut > start:
+            saved.units += [(f, end, int(e.pane[start]), int(e.pane[cut - 1]) + 1)
+                            for f, end in self.store.write(_rows(e, start, cut))]
+        saved.upto = max(saved.upto, self.upto)
+        gone = [u for u in saved.units if u[3] <= lo]
+        if gone:
+            saved.units = [u for u in saved.units if u[3] > lo]
+            self.store.release([u[:2] for u in gone])
+        return cut
+
+    def _needed(self) -> int:
+        """The first pane an open window needs (no task yet: the first there is)."""
+        return max(self.upto, INT64_MIN + self.b.panes) - self.b.panes + 1
+
+    def _forget(self, i: int) -> None:
+        """Partition ``i``'s closed panes' units are not its any more."""
+        saved = self.saved.pop(i, None)
+        if saved is not None and saved.units:
+            self.store.release(saved.ranges())
+
+    def save_closed(self) -> int:
+        """Eventual checkpoints' step (between two markers, on the assembly's thread): every
+        partition in memory's panes closed since its last write, written now; the units."""
+        if not getattr(self._open(), "incremental", False):
+            return 0
+        self._distribute()
+        n = 0
+        for i, a in enumerate(self.parts):
+            saved = self.saved.get(i)
+            if i in self.spilled or (saved is not None and saved.upto >= self.upto):
+                continue
+            before = len(self.saved[i].units) if saved is not None else 0
+            self._save(i, export(a))
+            n += len(self.saved[i].units) - before
+        return n
+
+    def unsaved_panes(self) -> int:
+        """The most closed panes a partition in memory holds that no unit does (eventual
+        checkpoints' Q)."""
+        lo = self._needed()
+        saved = [self.saved[i].upto if i in self.saved else lo
+                 for i in range(len(self.parts)) if i not in self.spilled]
+        return max([self.upto - max(lo, s) for s in saved] + [0])
 
     def resume(self, parts: dict, last_pane: int) -> None:
         """Start from a checkpoint's state (:meth:`mark`): every partition spilled at the
@@ -262,6 +351,7 @@ class SpillingAssembler(PartitionedAssembler):
         self.pending = None
         self.spilled = {i: Spilled(last_pane, [tuple(r) for r in parts.get(i, ())])
                         for i in range(len(self.parts))}
+        self.saved = {}
         for a in self.parts:
             a.pending = None
         self.upto = last_pane
@@ -272,6 +362,8 @@ class SpillingAssembler(PartitionedAssembler):
         for i in [i for i in self.spilled if self.parts[i].pending is not None]:
             s = self.spilled.pop(i)  # a long task's tail is the whole state: the spill is old
             self.store.release(s.units)
+        for i in [i for i in self.saved if self.parts[i].pending is not None]:
+            self._forget(i)  # (so are the closed panes written before it)
 
     def skip(self, part: BranchPart) -> None:
         super().skip(part)
@@ -392,6 +484,7 @@ class SpillingAssembler(PartitionedAssembler):
         for i in range(len(self.parts)):
             if i in self.spilled:
                 next(reloaded)
+            self._forget(i)
             raws.append(self.parts[i].flush())
             fresh = BranchAssembler(self.b)  # done with it: its memory goes
             fresh.copy = False

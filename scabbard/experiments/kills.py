@@ -97,9 +97,6 @@ class Settings(Common):
                              f"{self.max_life}")
         from scabbard.engine import EngineConfig
 
-        if self.state_memory is not None and self.checkpoint_mode != "full":
-            raise ValueError("a state memory budget goes with full checkpoints (its spilled "
-                             "units are the checkpoint's state)")
         object.__setattr__(self, "ingress", tuple(self.ingress))
         for n in self.ingress:
             EngineConfig(ingress_partitions=n)  # a bad number fails before anything runs

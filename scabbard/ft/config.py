@@ -230,8 +230,9 @@ class RunConfig:
         "key partitions beyond it are spilled to disk as state p-units and read back when "
         "their windows close (default: no limit; at least 8M per window operator).  With "
         "fault tolerance the spilled units go to --storage and are the checkpoint's state: a "
-        "checkpoint lists them and writes only the partitions in memory, and recovery reads "
-        "them back as the windows close", _ENG, type=parse_bytes, metavar="BYTES"))
+        "checkpoint lists them and writes only the partitions in memory (with --checkpoint-mode "
+        "incremental or eventual only their open panes, closed panes once), and recovery "
+        "reads them back as the windows close", _ENG, type=parse_bytes, metavar="BYTES"))
     spill_dir: Path | None = field(default=None, metadata=flag(
         "--spill-dir", "where --state-memory spills without fault tolerance (default: the "
         "system's temporary folder)", _ENG, type=Path, metavar="DIR"))
@@ -267,11 +268,6 @@ class RunConfig:
         if self.state_memory is not None:
             from scabbard.engine.spill import MIN_STATE_MEMORY
 
-            if self.ft is not None and self.ft.checkpoint_mode not in (None, "full"):
-                raise ConfigError("state_memory", f"state under a memory budget is "
-                                                  f"checkpointed by its spilled units, once "
-                                                  f"each: checkpoint mode "
-                                                  f"{self.ft.checkpoint_mode!r} does not apply")
             if self.state_memory < MIN_STATE_MEMORY:
                 raise ConfigError("state_memory", f"{self.state_memory:,} bytes is too small "
                                                   f"to hold even one key partition's working "

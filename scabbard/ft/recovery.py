@@ -389,9 +389,7 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
         if budget is not None and engine.config.state_memory != budget:
             engine.config = dataclasses.replace(engine.config, state_memory=budget,
                                                 spill=spills)
-        if budget is not None and mode != "full":
-            raise ConfigError(f"state under a memory budget is checkpointed by its spilled "
-                              f"units, once each: checkpoint mode {mode!r} does not apply")
+        spills.incremental = mode != "full"  # closed panes written once
         if recover and run.get("push_up", False) != persist.push_up:
             was = run.get("push_up")
             raise RunMismatch(f"{storage} holds a run {'with' if was else 'without'} "

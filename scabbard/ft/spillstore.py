@@ -41,6 +41,8 @@ class DiskSpill:
     """A branch's spill stream: state p-units of pane partials, in a scratch folder of its own
     (removed at :meth:`close`)."""
 
+    incremental = False  # no checkpoints
+
     def __init__(self, branch, parent: str | Path | None = None, bm: BlockManager | None = None):
         self.branch = branch
         self.schema = partials_schema(branch, f"spill-{branch.id}")
@@ -59,6 +61,10 @@ class DiskSpill:
         self.bytes_written = self.bytes_read = 0
         self.futures: list = []  # appends not acknowledged yet
         self.lock = threading.Lock()
+        self.owner = None  # the engine's state that writes here
+
+    def attach(self, owner) -> None:
+        self.owner = owner
 
     def write(self, e: Edges) -> list[tuple[int, int]]:
         """Append ``e`` (pane-sorted) as units; their offset ranges."""
@@ -138,8 +144,9 @@ class DurableSpill(DiskSpill):
     """A window operator's spilled state in the run's storage (p-stream ``spill-<id>``): the
     units are its checkpoint too (see the module)."""
 
-    def __init__(self, branch, bm: BlockManager):
+    def __init__(self, branch, bm: BlockManager, incremental: bool = False):
         super().__init__(branch, bm=bm)
+        self.incremental = incremental  # incremental or eventual checkpoints
         self.pins: dict[int, list[tuple[int, int]]] = {}  # checkpoint id -> the units it lists
         self.taken: dict[int, tuple] = {}  # checkpoint id -> (parts, futures, bytes), unwritten
         self.marked_bytes = 0  # bytes_written at the last marker
@@ -281,6 +288,7 @@ class DurableSpills:
 
     def __init__(self, bm: BlockManager | None = None):
         self.bm = bm  # the run's storage (set once it is open)
+        self.incremental = False  # set with the run's checkpoint mode, before a store opens
         self.stores: dict[str, DurableSpill] = {}
 
     def stop_verifying(self) -> None:
@@ -290,6 +298,6 @@ class DurableSpills:
 
     def __call__(self, branch) -> DurableSpill:
         if branch.id not in self.stores:
-            self.stores[branch.id] = DurableSpill(branch, self.bm)
+            self.stores[branch.id] = DurableSpill(branch, self.bm, self.incremental)
         return self.stores[branch.id]
 

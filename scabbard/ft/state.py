@@ -214,6 +214,16 @@ class SpilledWindow:
     def after_task(self, part) -> None:  # the state is the engine's, under its budget
         pass
 
+    def step(self) -> Written:
+        """Eventual mode's step: the partitions in memory's panes closed since they were last
+        written, written now (the next marker lists them; their bytes count in its part)."""
+        owner = self.store.owner
+        return Written(units=owner.save_closed() if owner is not None else 0)
+
+    def unsaved(self) -> int:
+        owner = self.store.owner
+        return owner.unsaved_panes() if owner is not None else 0
+
     def part(self, taken: tuple, cid: int) -> Written:
         """The record's entry: every partition's units, and the writes they wait for."""
         parts, futures, nbytes = taken
@@ -252,9 +262,6 @@ class QueryState(FTOperator):
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"checkpoint mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if spilled and mode != "full":
-            raise ValueError(f"state under a memory budget is checkpointed by its spilled "
-                             f"units, once each: checkpoint mode {mode!r} does not apply")
         self.plan, self.bm, self.mode = plan, storage, mode
         # the branches ``spilled`` hold their state under a budget, in ``spills``' stores
         self.windows = [SpilledWindow(b, spills) if b.id in spilled
@@ -365,14 +372,17 @@ class QueryState(FTOperator):
 
     def unsaved_panes(self) -> int:
         """Closed panes the open windows need that no pane unit holds yet (eventual's Q)."""
-        return sum(w.unsaved(self.last_ts) for w in self.windows if w.log is not None)
+        return sum(w.unsaved() if isinstance(w, SpilledWindow) else w.unsaved(self.last_ts)
+                   for w in self.windows if w.log is not None or isinstance(w, SpilledWindow))
 
     def step(self) -> Written:
         """Eventual mode's step (on the assembly's thread): every window operator's panes
         closed since the last save, written as pane units now; the next record lists them."""
         out = Written()
         for w in self.windows:
-            if w.log is not None:
+            if isinstance(w, SpilledWindow):
+                out.add(w.step())
+            elif w.log is not None:
                 out.add(w.step(w.recent, self.last_ts, self.pv_in))
         self.stepped.add(Written(bytes=out.bytes, panes=out.panes, units=out.units))
         return out
