@@ -163,6 +163,21 @@ def test_machine_durability_survives_crash_states_with_the_adaptive_codecs(tiny)
     assert rep.explored == 30 and rep.ok, rep.summary()
 
 
+@pytest.mark.parametrize("mode, sink", [("eventual", "clocked"),
+                                        campaign("incremental", "transactional")])
+def test_machine_durability_survives_crash_states_of_spilled_state(tiny, mode, sink):
+    """LRB1 (sliding) with its window state under the smallest budget - partitions spilled,
+    read back, their closed panes written once by steps and markers, the records listing
+    the units - every explored machine crash recovers exactly."""
+    from scabbard.engine.spill import MIN_STATE_MEMORY
+
+    s = Settings("LRB1", sink=sink, durability="machine", states=16, tuples=20_000, seed=5,
+                 batch_rows=997, checkpoint_mode=mode, state_memory=MIN_STATE_MEMORY)
+    rep = Explorer(s, tiny["lrb"]).explore()
+    assert rep.explored == 16 and rep.ok, rep.summary()
+    assert rep.spilled["spills"] > 0 and rep.spilled["reloads"] > 0, rep.spilled
+
+
 def test_process_durability_is_shown_to_lose_results_after_a_machine_crash(tiny):
     """The explorer can fail: with nothing flushed, states where a record outlives the state
     or output it names exist, and recovery from them is wrong."""

@@ -67,6 +67,7 @@ class Settings:
     persist_at: tuple[str, ...] = ()  # p-streams between operators (--persist-at)
     ingress_partitions: int = 1  # the source read by this many threads (parallel ingress)
     checkpoint_mode: str = "full"  # or incremental, eventual (--checkpoint-mode)
+    state_memory: int | None = None  # window state under this budget, spilled (--state-memory)
     # crashes during recovery: each recovery of a crash state is recorded too, and this many
     # of its own crash states are recovered in turn - whose recoveries are crashed the same
     # way, down to ``nested_depth`` levels (0: recoveries run through)
@@ -90,6 +91,12 @@ class Settings:
                      "ingress_partitions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.state_memory is not None:
+            from scabbard.engine.spill import MIN_STATE_MEMORY
+
+            if self.state_memory < MIN_STATE_MEMORY:
+                raise ValueError(f"state_memory must be at least {MIN_STATE_MEMORY >> 20} MiB, "
+                                 f"got {self.state_memory:,} bytes")
 
 
 @dataclass
@@ -110,6 +117,7 @@ class Report:
     seconds: float = 0.0
     nested: Counter = field(default_factory=Counter)  # level -> crash states inside recoveries
     per_point: Counter = field(default_factory=Counter)  # crash point -> states explored
+    spilled: dict = field(default_factory=dict)  # the recorded run's spills and reloads
 
     @property
     def ok(self) -> bool:
@@ -121,6 +129,10 @@ class Report:
         if s.ingress_partitions > 1:
             placed += f", {s.ingress_partitions} ingress partitions"
         placed += f", {s.checkpoint_mode} checkpoints" if s.checkpoint_mode != "full" else ""
+        if s.state_memory:
+            sp = self.spilled
+            placed += (f", state within {s.state_memory >> 20} MiB ({sp.get('spills', 0):,} "
+                       f"spills, {sp.get('reloads', 0):,} reloads recorded)")
         lines = [f"{s.query} {s.sink} sink{placed}, {s.durability} durability: "
                  f"{self.explored:,} crash "
                  f"states explored ({', '.join(f'{v} {k}' for k, v in sorted(self.kinds.items()))})"
@@ -155,6 +167,7 @@ class Explorer:
         self.config = EngineConfig(workers=settings.workers, batch_rows=settings.batch_rows,
                                    ingress_partitions=settings.ingress_partitions)
         self.storage = STORAGE  # small files: each crash state copies them
+        self.report: Report | None = None
 
     def _run(self, root: Path, recover: bool, io=None):
         kw = {"io": io} if io is not None else {}
@@ -167,7 +180,8 @@ class Explorer:
                            push_up=self.s.push_up, persist_at=self.s.persist_at,
                            compression=None if recover else self.s.compression,
                            compression_interval=self.s.compression_interval,
-                           checkpoint_mode=None if recover else self.s.checkpoint_mode, **kw)
+                           checkpoint_mode=None if recover else self.s.checkpoint_mode,
+                           state_memory=self.s.state_memory, **kw)
 
     def expected(self) -> pd.DataFrame:
         return failure_free(self.query, self.ds, self.s.tuples, self.config)
@@ -182,7 +196,11 @@ class Explorer:
             root.mkdir(parents=True)
             io = RecordingIO(root)
             try:
-                self._run(root, recover=False, io=io)
+                r = self._run(root, recover=False, io=io)
+                if self.report is not None:
+                    for st in r.run.spilled.values():
+                        for k in ("spills", "reloads"):
+                            self.report.spilled[k] = self.report.spilled.get(k, 0) + st[k]
                 return FileSystemModel(io.ops)
             except UnitTooLarge as e:
                 if e.needed <= self.storage.file_bytes or e.needed > MAX_FILE:

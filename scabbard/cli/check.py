@@ -5,7 +5,8 @@ and the crash states of a fault-tolerant run (``crash-states``).
     scabbard check crash-states --query Q [--sink clocked|transactional] [--states N]
                                 [--seed S] [--durability machine|process] [--push-up]
                                 [--compression none|default|adaptive] [--persist-at EDGES]
-                                [--checkpoint-mode full|incremental|eventual] [--data DIR]
+                                [--checkpoint-mode full|incremental|eventual]
+                                [--state-memory BYTES] [--data DIR]
 
 :func:`add_parser` adds the ``check`` command to the ``scabbard`` parser's subcommands.
 """
@@ -54,6 +55,9 @@ def add_parser(subparsers) -> None:
     shared_flag(c, "--checkpoint-mode", default="full", help="the recorded run's checkpoints: "
         "full (default), incremental (closed panes written once, as pane units) or eventual (pane "
         "units also saved in steps between records), as 'scabbard run'")
+    shared_flag(c, "--state-memory", help="the recorded run's window state held within this "
+        "budget (e.g. 8M), the rest spilled to its storage as the checkpoint's units, as "
+        "'scabbard run'")
     shared_flag(c, "--tuples", default=60_000, help="input tuples of the recorded run (default 60,000)")
     shared_flag(c, "--batch", default=4000, help="tuples per task (default 4,000)")
     c.add_argument("--every", type=int, default=3, metavar="TASKS",
@@ -108,7 +112,8 @@ def _run_crash_states(args) -> int:
                             ingress_partitions=args.ingress_partitions,
                             persist_at=tuple(e.strip() for e in (args.persist_at or "").split(",")
                                              if e.strip() and e.strip() != "ingress"),
-                            checkpoint_mode=args.checkpoint_mode, nested=args.nested)
+                            checkpoint_mode=args.checkpoint_mode, nested=args.nested,
+                            state_memory=args.state_memory)
     except ValueError as e:
         raise CLIError(str(e)) from None
     ds = query_dataset(args)
