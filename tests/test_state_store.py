@@ -282,7 +282,9 @@ def test_a_recovery_keeps_what_the_record_before_it_lists(tiny, tmp_path):
     assert r.damage[0].startswith(f"checkpoint {newest.id}'s state is damaged"), r.damage
 
 
-@pytest.mark.parametrize("name, mode", [("LRB1", "eventual"), ("DARWIN", "incremental"),
+# LRB2 (COUNT over a 30 s sliding window: a pane's partials counted twice or lost changes
+# a result) with eventual steps; DARWIN (tumbling: no closed pane kept) incremental
+@pytest.mark.parametrize("name, mode", [("LRB2", "eventual"), ("DARWIN", "incremental"),
                                         campaign("LRB1", "incremental")])
 def test_spilled_state_with_incremental_or_eventual_checkpoints_recovers_exactly_once(
         tiny, tmp_path, name, mode):
@@ -302,7 +304,7 @@ def test_spilled_state_with_incremental_or_eventual_checkpoints_recovers_exactly
                 checkpoint_mode=mode)
     (st,) = first.run.spilled.values()
     assert st["spills"] > 0 and len(first.checkpoints) > 5
-    if mode == "eventual" and name == "LRB1":  # sliding: steps write the panes as they close
+    if mode == "eventual" and name != "DARWIN":  # sliding: steps write the panes as they close
         assert sum(c.operator["written"]["units"] for c in first.checkpoints) > 0
     rest = _ft(q, ds, tmp_path, 30, recover=True)
     assert rest.resumed_from is not None

@@ -40,7 +40,11 @@ run, whatever the budget (tests).
 state's checkpoint.  At a marker (:meth:`SpillingAssembler.mark`) a spilled partition writes
 its waiting shares and lists its units - already on disk, not written again - and a
 partition in memory is written out as units (a copy: it stays in memory); the store keeps
-what the checkpoint lists until a newer one no longer needs it.  Recovery
+what the checkpoint lists until a newer one no longer needs it.  With incremental (and
+eventual) checkpoints (``store.incremental``) a partition in memory writes its closed panes
+once - a unit kept (:class:`Saved`) while an open window needs it, listed again by every
+record after, reused by a spill - and only its open panes at each marker; eventual mode's
+steps write the panes closed since (:meth:`SpillingAssembler.save_closed`).  Recovery
 (:meth:`SpillingAssembler.resume`) starts with every partition spilled at the units the
 checkpoint listed, so nothing is read before the windows need it and memory stays within the
 budget while the input is replayed.
@@ -288,27 +292,28 @@ class SpillingAssembler(PartitionedAssembler):
         if not getattr(store, "incremental", False):
             written = store.write(e) if len(e.pane) else []
             return written, written
-        cut = self._save(i, e)
+        cut, _ = self._save(i, e)
         written = store.write(_rows(e, cut)) if cut < len(e.pane) else []
         return self.saved[i].ranges() + written, written
 
-    def _save(self, i: int, e: Edges) -> int:
+    def _save(self, i: int, e: Edges) -> tuple[int, int]:
         """Write partition ``i``'s closed panes ``e`` holds that no unit holds yet (panes
         below :attr:`upto`, none of them changes again), forget the units no open window
-        needs; the row where ``e``'s open panes start."""
+        needs; the row where ``e``'s open panes start, and the units written."""
         lo = self._needed()
         saved = self.saved.setdefault(i, Saved(lo))
+        upto = max(saved.upto, self.upto)  # (never below what is written already)
         start = int(np.searchsorted(e.pane, max(saved.upto, lo)))
-        cut = int(np.searchsorted(e.pane, self.upto))
-        if cut > start:
-            saved.units += [(f, end, int(e.pane[start]), int(e.pane[cut - 1]) + 1)
-                            for f, end in self.store.write(_rows(e, start, cut))]
-        saved.upto = max(saved.upto, self.upto)
+        cut = int(np.searchsorted(e.pane, upto))
+        written = self.store.write(_rows(e, start, cut)) if cut > start else []
+        saved.units += [(f, end, int(e.pane[start]), int(e.pane[cut - 1]) + 1)
+                        for f, end in written]
+        saved.upto = upto
         gone = [u for u in saved.units if u[3] <= lo]
         if gone:
             saved.units = [u for u in saved.units if u[3] > lo]
             self.store.release([u[:2] for u in gone])
-        return cut
+        return cut, len(written)
 
     def _needed(self) -> int:
         """The first pane an open window needs (no task yet: the first there is)."""
@@ -322,23 +327,25 @@ class SpillingAssembler(PartitionedAssembler):
 
     def save_closed(self) -> int:
         """Eventual checkpoints' step (between two markers, on the assembly's thread): every
-        partition in memory's panes closed since its last write, written now; the units."""
-        if not getattr(self._open(), "incremental", False):
+        partition in memory's panes closed since its last write, written now; the units.
+        Not after a long task: its tail is the whole state, not distributed yet (loading it
+        here would hold it all in memory, over the budget) - the next marker writes it."""
+        if not getattr(self._open(), "incremental", False) or self.pending is not None:
             return 0
-        self._distribute()
         n = 0
         for i, a in enumerate(self.parts):
             saved = self.saved.get(i)
-            if i in self.spilled or (saved is not None and saved.upto >= self.upto):
+            if i in self.spilled or a.pending is not None or (
+                    saved is not None and saved.upto >= self.upto):
                 continue
-            before = len(self.saved[i].units) if saved is not None else 0
-            self._save(i, export(a))
-            n += len(self.saved[i].units) - before
+            n += self._save(i, export(a))[1]
         return n
 
     def unsaved_panes(self) -> int:
         """The most closed panes a partition in memory holds that no unit does (eventual
-        checkpoints' Q)."""
+        checkpoints' Q; 0 after a long task, whose tail the next marker writes)."""
+        if self.pending is not None:
+            return 0
         lo = self._needed()
         saved = [self.saved[i].upto if i in self.saved else lo
                  for i in range(len(self.parts)) if i not in self.spilled]

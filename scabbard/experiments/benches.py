@@ -85,6 +85,8 @@ HELP = {
                "threads; a kill campaign: every incarnation's, in turn - each recovery reads the "
                "source with another number than the run it continues)",
     "keys": "distinct keys of the Zipf and uniform streams",
+    "darwin_keys": "DARWIN's distinct keys: its dataset generated at --scale with as many "
+                   "(default the workload's, 100,000)",
     "key_counts": "numbers of distinct keys (the window state's size), a dataset each",
     "systems": "systems measured side by side: engine (state in memory), engine-spill "
                "(state within --state-memory), engine-ft (checkpoints), engine-ft-spill "
@@ -519,8 +521,8 @@ BENCHES = (
                     "= 506) take about an hour here.",
         options=("queries", "sinks", "kills", "reduce_every", "reduced_with", "scale", "rate",
                  "interval", "min_life", "max_life", "work", "seed", "placements",
-                 "checkpoint_mode", "compression_interval", "state_memory", "adaptive_kernels",
-                 "assembly", "ingress"),
+                 "checkpoint_mode", "compression_interval", "state_memory", "darwin_keys",
+                 "adaptive_kernels", "assembly", "ingress"),
         out="bench-kills",
         epilog="Exit status 1 if any configuration lost, duplicated or changed a result."),
 )

@@ -72,6 +72,7 @@ class Settings(Common):
     ingress: Sequence[int] = ()
     checkpoint_mode: str = "full"  # of every configuration: full, incremental or eventual
     state_memory: int | None = None  # every incarnation's --state-memory (state spilled)
+    darwin_keys: int | None = None  # DARWIN's dataset generated with this many keys
     adaptive_kernels: bool = False  # every incarnation's --adaptive-kernels (variant swaps)
     # the adaptive compression's decision interval in every incarnation: well within its life,
     # so that specialised codecs, their fallbacks and swaps are in the p-streams it leaves
@@ -128,8 +129,12 @@ def plan(settings: Settings) -> list[Config]:
 
 
 def run_one(cfg: Config, settings: Settings, rng: random.Random) -> dict:
-    ds = workloads.dataset(queries.workload_of(cfg.query), settings.scale,
-                           root=settings.data_dir)
+    name = queries.workload_of(cfg.query)
+    if name == "darwin" and settings.darwin_keys is not None:
+        ds = workloads.get(name).SPEC.generate(scale=settings.scale, out=settings.data_dir,
+                                               options={"keys": settings.darwin_keys})
+    else:
+        ds = workloads.dataset(name, settings.scale, root=settings.data_dir)
     work = Path(settings.work) / cfg.name.replace(" ", "-")
     shutil.rmtree(work, ignore_errors=True)
     # the input lasts every planned life and restart, so that every kill lands on a run; a
