@@ -14,7 +14,7 @@ import numpy as np
 from scabbard import timers
 from scabbard.batch import Batch
 from scabbard.engine.assembly import at_once
-from scabbard.engine.graph import OperatorGraph, empty_columns
+from scabbard.engine.graph import OperatorGraph, clock_only, empty_columns
 from scabbard.engine.lanes import Job, Lane
 from scabbard.engine.metrics import Metrics, RunReport
 from scabbard.engine.ports import AssemblyListener, ClockedWriter, Resume
@@ -222,8 +222,8 @@ class Execution:
             if clock.get("piece"):  # a window in pieces: only the windows before its last
                 before = we[we < we[-1]]  # are whole - a crash before the rest commits none
                 done = int(before[-1]) if len(before) else self.clock["window_end"]
-            self.clock = dict({k: v for k, v in clock.items() if k != "piece"},
-                              input_end=clock.get("input_end", 0), window_end=done)
+            self.clock = dict(clock_only(clock), input_end=clock.get("input_end", 0),
+                              window_end=done)
             if not self.clocked:
                 self.sink.write(batch)
             elif self.plan.selection is not None:  # each row's position: its input offset + 1
@@ -307,6 +307,12 @@ class Execution:
         top, meta = self.plan.top(lane.i), {"input_end": input_end}
         last = None
         for cols in pieces:
+            if not len(cols["window_end"]):
+                # a piece its HAVING emptied: skipped, so that the last one pushed - whose
+                # clock names its windows whole - has rows (an empty one reaches no sink:
+                # its window's clock had stayed at the window before, and with every
+                # window so, at none)
+                continue
             if last is not None:  # more rows of its last window may follow (see emit)
                 self.graph.push(top, last, None, dict(meta, piece=True))
             last = cols

@@ -58,6 +58,16 @@ def split_columns(cols: dict, upto: int) -> tuple[dict, dict]:
     return {n: v[:k] for n, v in cols.items()}, {n: v[k:] for n, v in cols.items()}
 
 
+# a batch's flags beside its clock, not part of it: ``piece`` - more rows of its last window
+# follow (see Execution.emit)
+ITEM_FLAGS = ("piece",)
+
+
+def clock_only(clock: dict) -> dict:
+    """``clock`` without a batch's flags."""
+    return {k: v for k, v in clock.items() if k not in ITEM_FLAGS}
+
+
 def merge_clocks(*clocks: dict) -> dict:
     out: dict = {}
     for c in clocks:
@@ -152,9 +162,8 @@ class Channel:
     def take(self) -> Item:
         item = self.items.popleft()
         item.check()
-        if item.cols is not None:  # (a piece's flag is its own: see Execution.emit)
-            self.seen = merge_clocks(self.seen, {k: v for k, v in item.clock.items()
-                                                 if k != "piece"})
+        if item.cols is not None:  # (a batch's flags are its own)
+            self.seen = merge_clocks(self.seen, clock_only(item.clock))
             if self.store is not None and len(item.cols["window_end"]):
                 self.store.taken(item)
                 self.consumed = item.offset + len(item.cols["window_end"])
