@@ -64,10 +64,8 @@ class Execution:
                            engine.config.workers, engine.config.spill)
                       for i, (b, p, spill) in enumerate(zip(self.plan.branches, parts, spills,
                                                              strict=True))]
-        for lane in self.lanes:  # its fused operators take a window's rows in any pieces
-            lane.row_wise = (isinstance(lane.assembler, SpillingAssembler)
-                             and all(op.kind == "having" for op in self.plan.chains[lane.i]
-                                     if op.id != lane.branch.emitted))
+        for lane in self.lanes:
+            lane.row_wise = lane.pieces_reach_sink(self.plan, stores)
         # a stored batch of a persisted channel (or a task's persisted input) becomes durable
         # on the writer's thread: that thread hands the assembly a kick, and whoever
         # assembles then moves it on
@@ -307,12 +305,8 @@ class Execution:
         top, meta = self.plan.top(lane.i), {"input_end": input_end}
         last = None
         for cols in pieces:
-            if not len(cols["window_end"]):
-                # a piece its HAVING emptied: skipped, so that the last one pushed - whose
-                # clock names its windows whole - has rows (an empty one reaches no sink:
-                # its window's clock had stayed at the window before, and with every
-                # window so, at none)
-                continue
+            if not len(cols["window_end"]):  # its HAVING emptied it: the last one pushed,
+                continue  # whose clock names its windows whole, must reach the sink
             if last is not None:  # more rows of its last window may follow (see emit)
                 self.graph.push(top, last, None, dict(meta, piece=True))
             last = cols
@@ -471,6 +465,9 @@ class Execution:
         self.graph.restore(at.graph)
         self.next = self.next_seq = at.seq + 1
         self.clock = dict(at.clock) or self.clock
+        # (the sink may hold results past the checkpoint's: no clock written names less)
+        if self.clock.get("window_end", INT64_MIN) < self.emit_after:
+            self.clock = dict(self.clock, window_end=self.emit_after)
 
     def run(self) -> RunReport:
         engine, metrics = self.engine, self.metrics

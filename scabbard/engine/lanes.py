@@ -43,6 +43,18 @@ class Lane:
         self.last_seq = -1  # the last task assembled in the lane (tasks with nothing skip)
         self.row_wise = False  # windows given in pieces as made (spilling state; Execution)
 
+    def pieces_reach_sink(self, plan, stores) -> bool:
+        """Whether this lane's windows may leave in pieces as they are made: its state
+        spills, and the pieces reach the sink only through fused HAVINGs - an operator of
+        the graph (a HAVING left unfused by a p-stream, a rollup, a join) takes whole
+        windows, and a persisted channel stores each batch as whole windows (its resume
+        skips through the last one stored)."""
+        top = plan.top(self.i)
+        return (isinstance(self.assembler, SpillingAssembler)
+                and all(op.kind == "having" for op in plan.chains[self.i]
+                        if op.id != self.branch.emitted)
+                and plan.operators[top].output == "sink" and top not in (stores or {}))
+
     def claim(self, r: TaskResult, results: dict) -> list[tuple[Lane, TaskResult, TaskResult]]:
         """Boundaries finished task ``r`` completes in this lane (call with the lock held)."""
         if not r.parts[self.i].long:
