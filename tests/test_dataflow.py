@@ -50,6 +50,33 @@ def test_the_partitioned_dataflow_gives_the_serial_engines_results(tiny, name, p
     assert report.tuples == 2 * ds.rows and sum(report.per_partition) == report.tuples
     assert len(want) > 0 and report.result_rows == len(want)
     assert_same_results(_frame(flow), want, flow.plan.schema)
+    ends = np.concatenate([c["window_end"] for c in report.results])
+    assert np.all(ends[1:] >= ends[:-1])  # merged in window order
+
+
+@pytest.mark.parametrize("view_rows", [0, 1 << 30])
+def test_the_merge_orders_pieces_by_window_as_views_or_one_gathered_piece(monkeypatch,
+                                                                          view_rows):
+    """Each partition's pieces are in window order; the merge hands on every window's rows
+    partition by partition - as views of the pieces where windows have many rows, else
+    gathered into one piece - and loses, adds or reorders no row within a window's piece."""
+    from scabbard.engine import dataflow
+
+    monkeypatch.setattr(dataflow, "VIEW_ROWS", view_rows)
+    pieces = [{"window_end": np.array([1, 1, 3, 3, 3, 7]), "v": np.arange(6)},
+              {"window_end": np.array([3, 5, 5]), "v": np.arange(10, 13)},
+              {"window_end": np.array([7, 8]), "v": np.arange(20, 22)}]
+    out = dataflow.in_window_order(pieces)
+    end = np.concatenate([c["window_end"] for c in out])
+    v = np.concatenate([c["v"] for c in out])
+    assert end.tolist() == [1, 1, 3, 3, 3, 3, 5, 5, 7, 7, 8]
+    assert v.tolist() == [0, 1, 2, 3, 4, 10, 11, 12, 5, 20, 21]
+    if view_rows == 0:  # a piece per window and partition, each a view of its piece
+        owner = [pieces[i] for i in (0, 0, 1, 1, 0, 2, 2)]
+        assert len(out) == len(owner)
+        assert all(np.shares_memory(c["v"], p["v"]) for c, p in zip(out, owner, strict=True))
+    else:
+        assert len(out) == 1
 
 
 def test_route_gives_every_tuple_to_one_partition_in_input_order(tiny):

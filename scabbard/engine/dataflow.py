@@ -25,9 +25,14 @@ fork-join per task.  Here, the input itself:
   ends before the batch's last pane - **the batch's end is a punctuation**: a partition that
   got no tuple of a batch still receives its panes and moves its windows on, so an idle
   partition never holds the merge back (where PipeFabric's k-slack would wait a bound);
-* **the merge** (a thread) takes each batch's rows once every partition has delivered them,
-  window by window in window order (:func:`~scabbard.engine.assembly.merge_windows`), through
-  the branch's fused operators, to the sink.
+* **the merge** (a thread) takes each batch's rows once every partition has delivered them
+  and hands them on window by window in window order.  Where the fused operators judge each
+  row alone (HAVINGs), each partition has made its own result columns and applied them, and
+  the merge only orders: a window's rows partition by partition, as views where a window has
+  many rows a piece (:func:`in_window_order`; LRB2 emits 30 rows an input tuple, which a
+  merge that made every result column alone held to a quarter of the engine's throughput).
+  A keep-max needs every partition's rows of a window: the merge gathers them
+  (:func:`~scabbard.engine.assembly.merge_windows`) and runs the fused operators.
 
 Results are the serial engine's, a window's rows in another order (tests).  It runs queries
 with one window aggregation whose group keys σ and π compute from a tuple's own attributes
@@ -46,6 +51,7 @@ import numpy as np
 
 from scabbard.engine.assembly import BranchAssembler, merge_windows
 from scabbard.engine.frontcode import front, group_key_codes, inputs
+from scabbard.engine.physical import take, window_segments
 from scabbard.engine.runtime import Engine, front_outputs
 from scabbard.engine.sources import ReplaySource
 from scabbard.engine.tasks import BranchPart, empty_edges, task_edges
@@ -60,6 +66,7 @@ from scabbard.query.plan import Filter, Project, Source
 QUEUE_BATCHES = 4  # batches a partition's queue holds before the source waits for it
 _END, _STOPPED = object(), object()  # a partition's end of input; the run failed elsewhere
 _FLUSH = -1  # the merge's key of the partitions' last windows (a batch's is its number)
+VIEW_ROWS = 1024  # a window's rows a piece from which the merge hands on views, not copies
 
 
 def check_routable(branch) -> None:
@@ -180,7 +187,7 @@ class _Partition:
             if item is _STOPPED:  # the run failed elsewhere
                 return
             if item is _END:
-                flow.put(flow.merge_in, (_FLUSH, self.p, self.assembler.flush()))
+                flow.put(flow.merge_in, (_FLUSH, self.p, [flow.finish(self.assembler.flush())]))
                 return
             seq, batch, rows, first, last = item
             n = len(rows)
@@ -198,19 +205,20 @@ class _Partition:
                                           b.fops, b.slide_ms, ordered=True, shift=shift)
             else:
                 partials = None
-            flow.put(flow.merge_in, (seq, self.p, self.windows(partials, first, last)))
+            flow.put(flow.merge_in, (seq, self.p, [flow.finish(raw) for raw in
+                                                   self.windows(partials, first, last)]))
 
-    def windows(self, partials, first: int, last: int) -> tuple:
+    def windows(self, partials, first: int, last: int) -> list[tuple]:
         """The windows a batch's partials (None: no tuple of the partition) close, as window
-        rows in window order: those within the batch computed from its own partials, those it
-        shares with the batches before through the partition's window state - as the
-        engine's long tasks do - or, a batch shorter than a window and two panes, all of them
-        through the state."""
+        rows in window order, in pieces (each in window order, the next's windows after its):
+        those the batch shares with the batches before through the partition's window state, then
+        those within it computed from its own partials - as the engine's long tasks do - or,
+        a batch shorter than a window and two panes, all of them through the state."""
         b, (k, ni, nf) = self.flow.branch, self.widths
         none = empty_edges(k, ni, nf)
         if last - first + 1 < b.long_panes:  # short: every window through the state
             head = none if partials is None else task_edges(partials, 0, len(partials[0]))
-            return self.assembler.task(BranchPart(first, last, False, head, none, None))
+            return [self.assembler.task(BranchPart(first, last, False, head, none, None))]
         if partials is None:
             head = tail = none
         else:
@@ -221,12 +229,35 @@ class _Partition:
         self.long += 1
         shared = self.assembler.task(BranchPart(first, last, True, head, tail, None))
         if partials is None or first + b.panes > last - 1:
-            return shared
-        own = kw.windows_from_partials(partials, b.iops, b.fops, b.panes, b.slide_ms,
-                                       first + b.panes, last - 1, b.select)
-        if not len(shared[1]):
-            return own
-        return tuple(np.concatenate([x, y]) for x, y in zip(shared, own, strict=True))
+            return [shared]
+        return [shared, kw.windows_from_partials(partials, b.iops, b.fops, b.panes, b.slide_ms,
+                                                 first + b.panes, last - 1, b.select)]
+
+
+def in_window_order(pieces: list[dict]) -> list[dict]:
+    """Result columns of window rows (``pieces``, each in window order) as pieces in window
+    order: each window's rows piece by piece, as views - or, where the windows have fewer
+    rows a piece than :data:`VIEW_ROWS`, gathered into one piece (one sort of the window
+    ends, stable)."""
+    if len(pieces) <= 1:
+        return pieces
+    starts = [window_segments(c["window_end"]) for c in pieces]
+    ends = [c["window_end"][s] for c, s in zip(pieces, starts, strict=True)]
+    windows = np.unique(np.concatenate(ends))
+    rows = sum(len(c["window_end"]) for c in pieces)
+    if rows < VIEW_ROWS * len(windows) * len(pieces):
+        cols = {n: np.concatenate([c[n] for c in pieces]) for n in pieces[0]}
+        return [take(cols, np.argsort(cols["window_end"], kind="stable"))]
+    bounds = []  # per piece: each window's first row and end (equal: none of it)
+    for c, s, e in zip(pieces, starts, ends, strict=True):
+        edge = np.append(s, len(c["window_end"]))
+        at = np.searchsorted(e, windows)
+        hit = (at < len(e)) & (e[np.minimum(at, len(e) - 1)] == windows)
+        bounds.append((np.where(hit, edge[at], 0).tolist(),
+                       np.where(hit, edge[np.minimum(at + 1, len(edge) - 1)], 0).tolist()))
+    return [{n: v[lo[w]:hi[w]] for n, v in c.items()}
+            for w in range(len(windows)) for c, (lo, hi) in zip(pieces, bounds, strict=True)
+            if hi[w] > lo[w]]
 
 
 class PartitionedDataflow:
@@ -246,6 +277,8 @@ class PartitionedDataflow:
         self.rel_args = self.engine._relation_args[0]
         self.cache_dir = self.engine.config.cache_dir
         self.parts, self.collect = parts, collect
+        self.row_wise = all(op.kind == "having" for op in plan.chains[0]
+                            if op.id != self.branch.emitted)
         # bounded: partitions ahead of the merge wait (their rows may be many an input tuple)
         self.merge_in: queue.Queue = queue.Queue(QUEUE_BATCHES * parts)
         self._ran = False
@@ -288,18 +321,29 @@ class PartitionedDataflow:
                 self._emit(pending.pop(_FLUSH))
                 return
 
-    def _emit(self, raws: dict) -> None:
-        """A batch's window rows, every partition's (``raws`` by partition), merged in window
-        order and through the branch's fused operators (a keep-max fused into the emission
-        runs again there: each partition kept its own groups' largest)."""
-        raw = merge_windows([raws[q] for q in range(self.parts)])
-        if not len(raw[1]):
-            return
-        cols = self.plan.post(0, self.branch.finalize(raw))
-        n = len(cols["window_end"])
-        self.report.result_rows += n
-        if self.collect and n:
-            self.report.results.append(cols)
+    def finish(self, raw: tuple):
+        """A partition's piece of window rows as it leaves the partition: result columns
+        through the fused operators where each row's fate is its own (HAVINGs: the
+        partitions do that work at once, the merge only orders), else the rows as they
+        are (a keep-max needs every partition's rows of a window: the merge's work)."""
+        return self.plan.post(0, self.branch.finalize(raw)) if self.row_wise else raw
+
+    def _emit(self, pieces: dict) -> None:
+        """A batch's pieces of window rows, every partition's (by partition), merged in
+        window order (and through the branch's fused operators when the partitions did not
+        apply them: a keep-max fused into the emission runs again here, as each partition
+        kept its own groups' largest)."""
+        flat = [x for q in range(self.parts) for x in pieces[q]]
+        if self.row_wise:
+            out = in_window_order([c for c in flat if len(c["window_end"])])
+        else:
+            raw = merge_windows(flat)
+            out = [self.plan.post(0, self.branch.finalize(raw))] if len(raw[1]) else []
+        for cols in out:
+            n = len(cols["window_end"])
+            self.report.result_rows += n
+            if self.collect and n:
+                self.report.results.append(cols)
 
     def put(self, q: queue.Queue, item) -> None:
         """Into a queue, waiting while it is full - unless the run failed (a thread that
