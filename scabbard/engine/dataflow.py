@@ -120,9 +120,9 @@ class Router:
         idx, keys = self.keys(batch)
         if parts == 1:
             return [idx]
-        order, starts = ka.partition_rows(keys, np.arange(self.width, dtype=np.int64), parts)
-        return [idx[order[lo:hi]] for lo, hi in zip(starts[:-1].tolist(), starts[1:].tolist(),
-                                                    strict=True)]
+        routed, starts = ka.route_rows(idx, keys, parts)
+        return [routed[lo:hi] for lo, hi in zip(starts[:-1].tolist(), starts[1:].tolist(),
+                                                strict=True)]
 
 
 @dataclass
@@ -230,8 +230,10 @@ class _Partition:
         shared = self.assembler.task(BranchPart(first, last, True, head, tail, None))
         if partials is None or first + b.panes > last - 1:
             return [shared]
+        # typed keys where the partition makes the result columns (as the engine's tasks do)
+        typed = b.key_dtypes if self.flow.row_wise else None
         return [shared, kw.windows_from_partials(partials, b.iops, b.fops, b.panes, b.slide_ms,
-                                                 first + b.panes, last - 1, b.select)]
+                                                 first + b.panes, last - 1, b.select, typed)]
 
 
 def in_window_order(pieces: list[dict]) -> list[dict]:

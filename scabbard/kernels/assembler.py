@@ -279,6 +279,30 @@ def partition_rows(keys, cols, parts: int):
 
 
 @kernel
+def route_rows(rows, keys, parts: int):
+    """``rows`` (row numbers, one a row of ``keys``) by partition: a hash of each key row,
+    its high 32 bits mapped onto ``parts`` by a multiply and a shift (no division).  Returns
+    (routed, starts): partition p's are ``routed[starts[p]:starts[p + 1]]``, in their order
+    in ``rows``."""
+    n, k = keys.shape
+    pid = np.empty(n, dtype=np.int64)
+    starts = np.zeros(parts + 1, dtype=np.int64)
+    for r in range(n):
+        h = ht.hash_key(keys, r, k)
+        p = np.int64(((h >> np.uint64(32)) * np.uint64(parts)) >> np.uint64(32))
+        pid[r] = p
+        starts[p + 1] += 1
+    for p in range(parts):
+        starts[p + 1] += starts[p]
+    at = starts[:parts].copy()
+    routed = np.empty(n, dtype=np.int64)
+    for r in range(n):
+        routed[at[pid[r]]] = rows[r]
+        at[pid[r]] += 1
+    return routed, starts
+
+
+@kernel
 def merge_rows(s_t, e_t, k_t, c_t, i_t, f_t):
     """P partitions' window rows (tuples of each partition's column arrays: starts, ends, keys,
     counts, ints, floats - each partition's rows in window-end order) as one set of arrays in
