@@ -280,16 +280,19 @@ def partition_rows(keys, cols, parts: int):
 
 @kernel
 def route_rows(rows, keys, parts: int):
-    """``rows`` (row numbers, one a row of ``keys``) by partition: a hash of each key row,
-    its high 32 bits mapped onto ``parts`` by a multiply and a shift (no division).  Returns
+    """``rows`` (row numbers, one a row of ``keys``) by partition: a hash of each key row (a
+    multiply a key word), mapped onto ``parts`` by a multiply and a shift (no division).  Returns
     (routed, starts): partition p's are ``routed[starts[p]:starts[p + 1]]``, in their order
     in ``rows``."""
     n, k = keys.shape
     pid = np.empty(n, dtype=np.int64)
     starts = np.zeros(parts + 1, dtype=np.int64)
     for r in range(n):
-        h = ht.hash_key(keys, r, k)
-        p = np.int64(((h >> np.uint64(32)) * np.uint64(parts)) >> np.uint64(32))
+        h = np.uint64(ht.SEED)
+        for j in range(k):  # a multiply a word (Fibonacci hashing), the high half folded in
+            h = (h ^ np.uint64(keys[r, j])) * np.uint64(0x9E3779B97F4A7C15)
+        h ^= h >> np.uint64(32)
+        p = np.int64(((h & np.uint64(0xFFFFFFFF)) * np.uint64(parts)) >> np.uint64(32))
         pid[r] = p
         starts[p + 1] += 1
     for p in range(parts):
