@@ -92,6 +92,27 @@ def test_route_gives_every_tuple_to_one_partition_in_input_order(tiny):
     assert not set(vehicle[rows[0]].tolist()) & set(vehicle[rows[1]].tolist())
 
 
+@pytest.mark.parametrize("name", ["SG2", "LRB1", "NQ"])
+def test_a_partition_reads_its_rows_in_place_as_the_kernel_reads_them_copied(tiny, name):
+    """The front kernel in gather mode over a partition's row numbers writes what the
+    branch's own kernel writes over those rows copied out of the batch."""
+    from scabbard.engine.runtime import front_outputs
+
+    q, ds = queries.get(name), tiny[queries.workload_of(name)]
+    flow = PartitionedDataflow(q, ds, 2)
+    b, batch = flow.branch, ReplaySource(ds, 5000).peek()
+    ts, _ = flow.axis(batch)
+    dims = (b.key_width, len(b.iops), len(b.fops))
+    for rows in flow.router.route(batch, 2):
+        n = len(rows)
+        got, want = front_outputs(n, *dims), front_outputs(n, *dims)
+        m = flow.kernel(n, rows, ts, *(batch.column(c) for c in b.input_columns),
+                        *flow.rel_args, *got)
+        copied = (np.take(batch.column(c), rows, axis=0) for c in b.input_columns)
+        assert m == b.kernel(flow.cache_dir)(n, ts[rows], *copied, *flow.rel_args, *want) > 0
+        assert all(np.array_equal(x[:m], y[:m]) for x, y in zip(got, want, strict=True))
+
+
 def _one_key(ds, n: int) -> list[Batch]:
     """LRB's first ``n``-tuple batches with every tuple one vehicle's on one segment."""
     t = ds.stream

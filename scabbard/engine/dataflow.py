@@ -17,8 +17,9 @@ fork-join per task.  Here, the input itself:
   assembly's hash); each partition gets the batch and its row numbers through its queue
   (bounded) - nothing is copied.  (A first version computing the keys in numpy kept the
   source busy nine tenths of an LRB1 run, py-spy: routing is the one serial stage);
-* **a partition** (P threads, one queue each) gathers its rows, runs the branch's
-  front kernel and pane aggregation on them, computes the windows within the batch from its
+* **a partition** (P threads, one queue each) runs the branch's front kernel on its rows
+  of the batch where they are (``FrontSpec.gather``: a copy of them cost 3 ns a tuple on
+  LRB1) and pane aggregation on them, computes the windows within the batch from its
   partials and feeds the rest to a window state of its own
   (:class:`~scabbard.engine.assembly.BranchAssembler`: the windows it shares with earlier
   batches, or every window of a batch shorter than a window), closing every window that
@@ -45,7 +46,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -173,14 +174,9 @@ class _Partition:
             a = self.arrays[name] = np.empty((self.rows,) + tuple(shape[1:]), dtype)
         return a
 
-    def gather(self, name: str, column: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """``column[rows]`` into this partition's array for it."""
-        return np.take(column, rows, axis=0,
-                       out=self.scratch(name, column.shape, column.dtype)[:len(rows)])
-
     def run(self) -> None:
         flow, b = self.flow, self.flow.branch
-        kernel = b.kernel(flow.cache_dir)
+        kernel = flow.kernel
         k, ni, nf = self.widths = b.key_width, len(b.iops), len(b.fops)
         while True:
             item = flow.take(self.inbox)
@@ -197,9 +193,7 @@ class _Partition:
                 ts, shift = flow.axis(batch)
                 o_ts, o_keys, o_i, o_f = (self.scratch(f"out:{j}", a.shape, a.dtype)
                                           for j, a in enumerate(front_outputs(0, k, ni, nf)))
-                m = kernel(n, self.gather("axis", ts, rows),
-                           *(self.gather(f"column:{c}", batch.column(c), rows)
-                             for c in b.input_columns),
+                m = kernel(n, rows, ts, *(batch.column(c) for c in b.input_columns),
                            *flow.rel_args, o_ts[:n], o_keys[:n], o_i[:n], o_f[:n])
                 partials = pane_aggregate(o_ts[:m], o_keys[:m], o_i[:m], o_f[:m], b.iops,
                                           b.fops, b.slide_ms, ordered=True, shift=shift)
@@ -277,6 +271,9 @@ class PartitionedDataflow:
         self.plan, self.branch = plan, plan.branches[0]
         self.router = Router(self.branch, self.engine.config.cache_dir)
         self.rel_args = self.engine._relation_args[0]
+        # the branch's front kernel reading a partition's rows of a batch in place
+        self.kernel = compile_front(replace(self.branch.spec, gather=True),
+                                    self.engine.config.cache_dir)
         self.cache_dir = self.engine.config.cache_dir
         self.parts, self.collect = parts, collect
         self.row_wise = all(op.kind == "having" for op in plan.chains[0]

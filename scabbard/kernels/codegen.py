@@ -47,6 +47,9 @@ class FrontSpec:
     ``keys`` / ``ints`` / ``floats``: code of each output column.
     ``index``: ``out_ts`` receives each surviving tuple's row number in the batch instead of
     its timestamp (a stateless query gathers its plain columns by it).
+    ``gather``: the kernel reads the rows whose numbers its argument ``rows`` lists (``n`` of
+    them), in that order - a partition of the dataflow reads its rows of a batch in place,
+    never copied out first.
     """
 
     columns: tuple[str, ...]
@@ -56,6 +59,7 @@ class FrontSpec:
     ints: tuple[str, ...]
     floats: tuple[str, ...]
     index: bool = False
+    gather: bool = False
     # the instrumented variant (Grizzly): counts into ``prof`` how many rows reach
     # each run of consecutive filters (``prof[2 * f]``, at its first filter ``f``) and pass
     # each filter on its own (``prof[2 * f + 1]``: every filter of a run is evaluated, so
@@ -109,7 +113,8 @@ class FrontSpec:
 
     def inputs(self) -> list[str]:
         """The kernel's leading arguments: rows, timestamps, columns, relations."""
-        args = ["n", "ts", *(f"c_{c}" for c in self.columns)]
+        args = ["n", *(["rows"] if self.gather else []), "ts",
+                *(f"c_{c}" for c in self.columns)]
         for j, cols in enumerate(self.relations):
             args.append(f"rt_{j}")
             args.extend(f"r{j}_{c}" for c in cols)
@@ -118,7 +123,7 @@ class FrontSpec:
     def source(self) -> str:
         args = self.inputs() + ["out_ts", "out_keys", "out_i", "out_f"] \
             + (["prof"] if self.profile else [])
-        if self.index and not (self.profile or self.consts or self.keys or self.ints
+        if self.index and not (self.gather or self.profile or self.consts or self.keys or self.ints
                                or self.floats) and self.steps \
                 and all(st[0] == "filter" for st in self.steps):
             # filters alone, row numbers out: every row's number written, the count moved
@@ -128,7 +133,9 @@ class FrontSpec:
             body = ["    m = 0", "    for i in range(n):", "        out_ts[m] = i",
                     f"        m += 1 if {keep} else 0", "    return m"]
             return _module("front", args, body)
-        body = ["    m = 0", "    for i in range(n):", *self.step_lines()]
+        loop = ["    for r in range(n):", "        i = rows[r]"] if self.gather \
+            else ["    for i in range(n):"]
+        body = ["    m = 0", *loop, *self.step_lines()]
         body.append("        out_ts[m] = i" if self.index else "        out_ts[m] = ts[i]")
         body += [f"        out_keys[m, {k}] = np.int64({c})" for k, c in enumerate(self.keys)]
         body += [f"        out_i[m, {k}] = np.int64({c})" for k, c in enumerate(self.ints)]
