@@ -11,6 +11,7 @@ from scabbard.kernels import assembler as ka
 from scabbard.kernels import hashtable as ht
 from scabbard.kernels import rows as kr
 from scabbard.kernels import window as kw
+from scabbard.kernels.aggregate import key_ids
 
 
 def at_once(pool, fn, args: list[tuple]) -> list:
@@ -25,6 +26,19 @@ def at_once(pool, fn, args: list[tuple]) -> list:
     later = [pool.submit(timed, *a) for a in args[1:]]
     first = fn(*args[0])
     return [first] + [f.result() for f in later]
+
+
+def windows_between(b: physical.Branch, tail: Edges, head: Edges, lo: int, hi: int,
+                    key_dtypes=None) -> tuple:
+    """Branch ``b``'s windows ending at panes ``lo..hi`` from one long task's ``tail`` and
+    the next long task's ``head``: the windows neither task computes alone, independent of
+    every other task (``key_dtypes``: typed keys, see
+    :func:`scabbard.kernels.window.windows_from_partials`)."""
+    gid, gkeys = key_ids(np.concatenate([tail.keys, head.keys]))
+    return kw.windows_from_partials(
+        (np.concatenate([tail.pane, head.pane]), gid, np.concatenate([tail.cnt, head.cnt]),
+         np.concatenate([tail.ints, head.ints]), np.concatenate([tail.floats, head.floats]),
+         gkeys), b.iops, b.fops, b.panes, b.slide_ms, lo, hi, b.select, key_dtypes)
 
 
 class BranchAssembler:

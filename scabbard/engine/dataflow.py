@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from scabbard.engine.assembly import BranchAssembler, merge_windows
+from scabbard.engine.assembly import BranchAssembler, merge_windows, windows_between
 from scabbard.engine.frontcode import front, group_key_codes, inputs
 from scabbard.engine.physical import take, window_segments
 from scabbard.engine.runtime import Engine, front_outputs
@@ -162,6 +162,7 @@ class _Partition:
         self.arrays: dict[str, np.ndarray] = {}
         self.rows = 0  # the most rows a batch gave this partition
         self.long = 0  # batches whose own windows came from their partials
+        self.prev: tuple | None = None  # the last batch's tail and last pane, if it was long
         self.thread = threading.Thread(target=flow.guarded, args=(self.run,), daemon=True,
                                        name=f"scabbard-partition-{p}")
 
@@ -205,11 +206,13 @@ class _Partition:
     def windows(self, partials, first: int, last: int) -> list[tuple]:
         """The windows a batch's partials (None: no tuple of the partition) close, as window
         rows in window order, in pieces (each in window order, the next's windows after its):
-        those the batch shares with the batches before through the partition's window state, then
-        those within it computed from its own partials - as the engine's long tasks do - or,
-        a batch shorter than a window and two panes, all of them through the state."""
+        those the batch shares with the batch before - from that one's tail and this one's
+        head where both are long, else through the partition's window state - then those
+        within it from its own partials, as the engine's long tasks do; a batch shorter than a
+        window and two panes gives all of them through the state."""
         b, (k, ni, nf) = self.flow.branch, self.widths
         none = empty_edges(k, ni, nf)
+        prev, self.prev = self.prev, None
         if last - first + 1 < b.long_panes:  # short: every window through the state
             head = none if partials is None else task_edges(partials, 0, len(partials[0]))
             return [self.assembler.task(BranchPart(first, last, False, head, none, None))]
@@ -221,11 +224,18 @@ class _Partition:
             tail = task_edges(partials, int(np.searchsorted(pane, last - b.panes + 1)),
                               len(pane))
         self.long += 1
-        shared = self.assembler.task(BranchPart(first, last, True, head, tail, None))
-        if partials is None or first + b.panes > last - 1:
-            return [shared]
         # typed keys where the partition makes the result columns (as the engine's tasks do)
         typed = b.key_dtypes if self.flow.row_wise else None
+        part = BranchPart(first, last, True, head, tail, None)
+        if prev is None:
+            shared = self.assembler.task(part)
+        else:  # after a long batch: the windows between them from its tail and this head,
+            # as the engine's workers compute them (its tail is never loaded into the state)
+            shared = windows_between(b, prev[0], head, prev[1], first + b.panes - 1, typed)
+            self.assembler.skip(part)
+        self.prev = (tail, last)
+        if partials is None or first + b.panes > last - 1:
+            return [shared]
         return [shared, kw.windows_from_partials(partials, b.iops, b.fops, b.panes, b.slide_ms,
                                                  first + b.panes, last - 1, b.select, typed)]
 

@@ -30,7 +30,12 @@ import numpy as np
 from scabbard.batch import Batch
 from scabbard.data import Table
 from scabbard.engine import memory, physical
-from scabbard.engine.assembly import BranchAssembler, partition_columns, split_edges
+from scabbard.engine.assembly import (
+    BranchAssembler,
+    partition_columns,
+    split_edges,
+    windows_between,
+)
 from scabbard.engine.config import (  # noqa: F401 (the engine's settings, named here too)
     AUTO_MIN_WORKERS,
     INGRESS_WORKERS,
@@ -57,7 +62,7 @@ from scabbard.engine.tasks import (
     task_edges,
 )
 from scabbard.kernels import window as kw
-from scabbard.kernels.aggregate import global_aggregate, key_ids, pane_aggregate
+from scabbard.kernels.aggregate import global_aggregate, pane_aggregate
 from scabbard.kernels.join import build_index
 from scabbard.query import Query, QueryError, optimize
 
@@ -501,12 +506,7 @@ class Engine:
         lo, hi = max(p.last_pane, skip // b.slide_ms), c.first_pane + b.panes - 1
         if lo > hi:  # recovery: stored downstream already
             return None
-        t, h = p.tail, c.head
-        gid, gkeys = key_ids(np.concatenate([t.keys, h.keys]))
-        raw = kw.windows_from_partials(
-            (np.concatenate([t.pane, h.pane]), gid, np.concatenate([t.cnt, h.cnt]),
-             np.concatenate([t.ints, h.ints]), np.concatenate([t.floats, h.floats]), gkeys),
-            b.iops, b.fops, b.panes, b.slide_ms, lo, hi, b.select, b.key_dtypes)
+        raw = windows_between(b, p.tail, c.head, lo, hi, b.key_dtypes)
         return self.plan.post(i, b.finalize(raw))
 
     def _result_batch(self, cols: dict[str, np.ndarray]) -> Batch:
