@@ -14,8 +14,8 @@ fork-join per task.  Here, the input itself:
   (:class:`Router`: its selections, then its group keys computed - σ and π as the front
   kernel computes them - for the tuples that pass) gives every surviving tuple's key, hashed
   to one of P partitions (:func:`scabbard.kernels.assembler.route_rows`: a multiply a key
-  word, 6-7 ns a tuple with the keys); each partition gets the batch and its row numbers through its queue
-  (bounded) - nothing is copied.  (A first version computing the keys in numpy kept the
+  word, 6-7 ns a tuple with the keys); each partition gets the batch and its row numbers
+  through its queue (bounded) - nothing is copied.  (A first version computing the keys in numpy kept the
   source busy nine tenths of an LRB1 run, py-spy: routing is the one serial stage);
 * **a partition** (P threads, one queue each) runs the branch's front kernel on its rows
   of the batch where they are (``FrontSpec.gather``: a copy of them cost 3 ns a tuple on
