@@ -85,6 +85,8 @@ def test_a_larger_budget_spills_larger_units(tiny, times):
     from scabbard.engine.tasks import empty_edges
 
     class Store:
+        incremental = False  # (the port's: no checkpoints here)
+
         def __init__(self):
             self.units = []
 

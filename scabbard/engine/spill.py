@@ -289,7 +289,7 @@ class SpillingAssembler(PartitionedAssembler):
         those since the last write become a unit of their own, kept while an open window
         needs them - and only the open panes' rows are written every time."""
         store = self._open()
-        if not getattr(store, "incremental", False):
+        if not store.incremental:
             written = store.write(e) if len(e.pane) else []
             return written, written
         cut, _ = self._save(i, e)
