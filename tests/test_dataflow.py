@@ -38,8 +38,9 @@ def _serial(q, ds, source) -> pd.DataFrame:
 def test_the_partitioned_dataflow_gives_the_serial_engines_results(tiny, name, parts, batch):
     """Two replayed copies (the second's times shifted) in batches of 997 tuples, or of 64 k
     (most longer than a window: their own windows computed from their partials, the
-    windows between batches through each partition's state): every window's rows those of
-    the serial engine, whatever the partitions."""
+    windows between two long batches from the first's tail and the second's head, others
+    through each partition's state): every window's rows those of the serial engine,
+    whatever the partitions."""
     q, ds = queries.get(name), tiny[queries.workload_of(name)]
     replay = Replay(max_tuples=2 * ds.rows)
     want = _serial(q, ds, ReplaySource(ds, batch, replay))
@@ -157,6 +158,48 @@ def test_idle_partitions_do_not_hold_the_merge_back(tiny):
     assert sorted(report.per_partition)[:3] == [0, 0, 0]
     assert source.waited > 0, "no window handed on while the input was still coming"
     assert_same_results(_frame(flow), want, flow.plan.schema)
+
+
+def _four_second_windows(having: bool):
+    """LRB1's shape (a HAVING the partitions apply) or NQ's (a keep-max the merge runs) over
+    4 s windows of LRB's reports, which tiny batches outlast."""
+    from scabbard.query import Query, avg, col, count
+    from scabbard.workloads.lrb import SCHEMA
+
+    q = (Query.stream(SCHEMA, "lrb")
+         .select("highway", "direction", "speed", segment=col("position") // 5280)
+         .window(4, 1).group_by("highway", "direction", "segment"))
+    if having:
+        return q.aggregate(avg("speed").alias("avg_speed")).having(col("avg_speed") < 60)
+    return q.aggregate(count().alias("reports")).keep_max("reports")
+
+
+@pytest.mark.parametrize("having", [True, False], ids=["having", "keep_max"])
+@pytest.mark.parametrize("one_key", [False, True], ids=["keys", "one_key"])
+def test_long_batches_cut_mid_pane_give_the_serial_engines_results(tiny, having, one_key):
+    """Batches of 2,003 tuples (8 s of tiny LRB: longer than a 4 s window and two panes,
+    each cut inside a pane, so two batches share one) over 3 partitions: the windows between
+    two long batches come from the first's tail and the second's head, with a HAVING the
+    partitions apply or a keep-max the merge runs - and, every tuple one key's, two
+    partitions idle through long batches.  Every window's rows are the serial engine's, in
+    window order."""
+    q, ds = _four_second_windows(having), tiny["lrb"]
+
+    def source():
+        if one_key:
+            return ArraySource(_one_key(ds, 2003))
+        return ReplaySource(ds, 2003, Replay(max_tuples=2 * ds.rows))
+
+    want = _serial(q, ds, source())
+    flow = PartitionedDataflow(q, ds, 3, collect=True)
+    report = flow.run(source())
+    assert report.long_batches >= 3 * 10  # every partition's, idle or not
+    assert len(want) > 0 and report.result_rows == len(want)
+    assert_same_results(_frame(flow), want, flow.plan.schema)
+    ends = np.concatenate([c["window_end"] for c in report.results])
+    assert np.all(ends[1:] >= ends[:-1])
+    if one_key:
+        assert sorted(report.per_partition)[:2] == [0, 0]
 
 
 @pytest.mark.parametrize("name, why", [("SG1", "global aggregate"), ("SG3", "one window"),

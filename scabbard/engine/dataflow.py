@@ -20,9 +20,10 @@ fork-join per task.  Here, the input itself:
 * **a partition** (P threads, one queue each) runs the branch's front kernel on its rows
   of the batch where they are (``FrontSpec.gather``: a copy of them cost 3 ns a tuple on
   LRB1) and pane aggregation on them, computes the windows within the batch from its
-  partials and feeds the rest to a window state of its own
-  (:class:`~scabbard.engine.assembly.BranchAssembler`: the windows it shares with earlier
-  batches, or every window of a batch shorter than a window), closing every window that
+  partials, those it shares with the batch before from that one's tail and its own head
+  when both are long (as the engine's workers do), and the rest through a window state of
+  its own (:class:`~scabbard.engine.assembly.BranchAssembler`: after a short batch, or every
+  window of a batch shorter than a window), closing every window that
   ends before the batch's last pane - **the batch's end is a punctuation**: a partition that
   got no tuple of a batch still receives its panes and moves its windows on, so an idle
   partition never holds the merge back (where PipeFabric's k-slack would wait a bound);
@@ -251,7 +252,7 @@ def in_window_order(pieces: list[dict]) -> list[dict]:
     ends = [c["window_end"][s] for c, s in zip(pieces, starts, strict=True)]
     windows = np.unique(np.concatenate(ends))
     rows = sum(len(c["window_end"]) for c in pieces)
-    if rows < VIEW_ROWS * len(windows) * len(pieces):
+    if rows < VIEW_ROWS * sum(len(s) for s in starts):  # rows a view, were each a view
         cols = {n: np.concatenate([c[n] for c in pieces]) for n in pieces[0]}
         return [take(cols, np.argsort(cols["window_end"], kind="stable"))]
     bounds = []  # per piece: each window's first row and end (equal: none of it)
