@@ -160,6 +160,29 @@ def test_idle_partitions_do_not_hold_the_merge_back(tiny):
     assert_same_results(_frame(flow), want, flow.plan.schema)
 
 
+def test_the_planner_gives_one_key_one_partition_and_spread_keys_a_worker_each(tiny, tmp_path):
+    """Without a partition count the dataflow plans one from its first batch: LRB2's
+    thousands of vehicles spread over both workers' partitions; a dataset whose tuples are
+    one vehicle's gets one partition (a second would idle); the plan's rule on its own."""
+    from scabbard.data import write_dataset
+    from scabbard.engine import EngineConfig
+    from scabbard.engine.dataflow import plan_parts
+
+    q, ds = queries.get("LRB2"), tiny["lrb"]
+    flow = PartitionedDataflow(q, ds, None, config=EngineConfig(workers=2))
+    assert flow.parts == 2 and flow.loads[0] == 1.0 and flow.loads[1] < 0.6
+    one = _one_key(ds, ds.rows)[0]
+    single = write_dataset(tmp_path / "one", one.schema, one.columns, workload="lrb",
+                           parquet=False)
+    flow = PartitionedDataflow(q, single, None, config=EngineConfig(workers=2))
+    assert flow.parts == 1 and flow.loads == [1.0, 1.0]
+    report = run_partitioned(q, single, None, config=EngineConfig(workers=2))
+    assert report.parts == 1 and report.tuples == ds.rows
+    assert plan_parts([1.0, 0.5, 0.34, 0.25]) == 4
+    assert plan_parts([1.0, 0.52, 0.5, 0.49]) == 2  # within 10 % of the fastest
+    assert plan_parts([1.0, 0.9]) == 1
+
+
 def _four_second_windows(having: bool):
     """LRB1's shape (a HAVING the partitions apply) or NQ's (a keep-max the merge runs) over
     4 s windows of LRB's reports, which tiny batches outlast."""

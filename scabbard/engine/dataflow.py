@@ -36,6 +36,11 @@ fork-join per task.  Here, the input itself:
   A keep-max needs every partition's rows of a window: the merge gathers them
   (:func:`~scabbard.engine.assembly.merge_windows`) and runs the fused operators.
 
+P is given, or planned (:func:`plan_parts`): on the dataset's first batch the router tells
+the busiest partition's share of the tuples for 1 to ``workers`` partitions, and the plan
+takes the fewest partitions within 10 % of the fastest (one key: one partition; keys spread
+evenly: a worker each).
+
 Results are the serial engine's, a window's rows in another order (tests).  It runs queries
 with one window aggregation whose group keys σ and π compute from a tuple's own attributes
 (:func:`check_routable` refuses the others: a joined relation's key, a global aggregate, a
@@ -116,6 +121,15 @@ class Router:
                         idx, keys, np.empty((n, 0), np.int64), np.empty((n, 0), np.float64))
         return idx[:m], keys[:m]
 
+    def loads(self, batch, most: int) -> list[float]:
+        """For 1 to ``most`` partitions, the busiest one's share of the batch's tuples that
+        pass the selections (1.0 where none does)."""
+        idx, keys = self.keys(batch)
+        if not len(idx):
+            return [1.0] * most
+        return [float(np.diff(ka.route_rows(idx, keys, p)[1]).max()) / len(idx)
+                for p in range(1, most + 1)]
+
     def route(self, batch, parts: int) -> list[np.ndarray]:
         """Each partition's row numbers of ``batch`` (the tuples that pass the selections), in
         input order."""
@@ -125,6 +139,15 @@ class Router:
         routed, starts = ka.route_rows(idx, keys, parts)
         return [routed[lo:hi] for lo, hi in zip(starts[:-1].tolist(), starts[1:].tolist(),
                                                 strict=True)]
+
+
+def plan_parts(loads: list[float], within: float = 0.9) -> int:
+    """The fewest partitions whose run is within ``within`` of the fastest choice's, from
+    ``loads[P - 1]``: the busiest of P partitions' share of the tuples (a partition's work is
+    its tuples, so P partitions take that share of one's time - one key: 1.0 at every P, and
+    one partition is as fast as any; keys spread evenly: 1 / P)."""
+    speed = [1.0 / max(x, 1e-9) for x in loads]
+    return next(p for p, v in enumerate(speed, 1) if v >= within * max(speed))
 
 
 @dataclass
@@ -271,8 +294,8 @@ class PartitionedDataflow:
     """A query as P partition operators on threads of their own (see the module):
     ``PartitionedDataflow(query, dataset, parts).run(source)``."""
 
-    def __init__(self, query, dataset, parts: int, collect: bool = False, config=None):
-        if parts < 1:
+    def __init__(self, query, dataset, parts: int | None, collect: bool = False, config=None):
+        if parts is not None and parts < 1:
             raise ValueError(f"parts must be >= 1, got {parts}")
         self.engine = Engine(query, dataset.tables, config)
         plan = self.engine.plan
@@ -286,6 +309,10 @@ class PartitionedDataflow:
         self.kernel = compile_front(replace(self.branch.spec, gather=True),
                                     self.engine.config.cache_dir)
         self.cache_dir = self.engine.config.cache_dir
+        if parts is None:  # planned on the dataset's first batch, at most a worker each
+            sample = ReplaySource(dataset, self.engine.task_rows(dataset)).peek()
+            self.loads = self.router.loads(sample, self.engine.config.workers)
+            parts = plan_parts(self.loads)
         self.parts, self.collect = parts, collect
         self.row_wise = all(op.kind == "having" for op in plan.chains[0]
                             if op.id != self.branch.emitted)
@@ -426,11 +453,13 @@ class PartitionedDataflow:
         return self.report
 
 
-def run_partitioned(query, dataset, parts: int, replay=None, batch_rows: int | None = None,
-                    collect: bool = False) -> DataflowReport:
-    """Run ``query`` over ``dataset`` as a partitioned dataflow of ``parts`` partitions
-    (``replay``: a :class:`~scabbard.engine.Replay`, default once)."""
+def run_partitioned(query, dataset, parts: int | None, replay=None,
+                    batch_rows: int | None = None, collect: bool = False,
+                    config=None) -> DataflowReport:
+    """Run ``query`` over ``dataset`` as a partitioned dataflow of ``parts`` partitions (None:
+    as many as :func:`plan_parts` finds worth it on the first batch, at most the config's
+    workers; ``replay``: a :class:`~scabbard.engine.Replay`, default once)."""
     from scabbard.engine.sources import ONCE
 
-    flow = PartitionedDataflow(query, dataset, parts, collect=collect)
+    flow = PartitionedDataflow(query, dataset, parts, collect=collect, config=config)
     return flow.run(flow.source(dataset, replay or ONCE, batch_rows))
