@@ -15,8 +15,9 @@ fork-join per task.  Here, the input itself:
   kernel computes them - for the tuples that pass) gives every surviving tuple's key, hashed
   to one of P partitions (:func:`scabbard.kernels.assembler.route_rows`: a multiply a key
   word, 6-7 ns a tuple with the keys); each partition gets the batch and its row numbers
-  through its queue (bounded) - nothing is copied.  (A first version computing the keys in numpy kept the
-  source busy nine tenths of an LRB1 run, py-spy: routing is the one serial stage);
+  through its queue (bounded) - nothing is copied.  (A first version computing the keys in
+  numpy kept the source busy nine tenths of an LRB1 run, py-spy: routing is the one serial
+  stage);
 * **a partition** (P threads, one queue each) runs the branch's front kernel on its rows
   of the batch where they are (``FrontSpec.gather``: a copy of them cost 3 ns a tuple on
   LRB1) and pane aggregation on them, computes the windows within the batch from its
@@ -272,12 +273,12 @@ def in_window_order(pieces: list[dict]) -> list[dict]:
     if len(pieces) <= 1:
         return pieces
     starts = [window_segments(c["window_end"]) for c in pieces]
-    ends = [c["window_end"][s] for c, s in zip(pieces, starts, strict=True)]
-    windows = np.unique(np.concatenate(ends))
     rows = sum(len(c["window_end"]) for c in pieces)
     if rows < VIEW_ROWS * sum(len(s) for s in starts):  # rows a view, were each a view
         cols = {n: np.concatenate([c[n] for c in pieces]) for n in pieces[0]}
         return [take(cols, np.argsort(cols["window_end"], kind="stable"))]
+    ends = [c["window_end"][s] for c, s in zip(pieces, starts, strict=True)]
+    windows = np.unique(np.concatenate(ends))
     bounds = []  # per piece: each window's first row and end (equal: none of it)
     for c, s, e in zip(pieces, starts, ends, strict=True):
         edge = np.append(s, len(c["window_end"]))
@@ -309,6 +310,7 @@ class PartitionedDataflow:
         self.kernel = compile_front(replace(self.branch.spec, gather=True),
                                     self.engine.config.cache_dir)
         self.cache_dir = self.engine.config.cache_dir
+        self.loads: list[float] | None = None  # the plan's busiest shares (P planned)
         if parts is None:  # planned on the dataset's first batch, at most a worker each
             sample = ReplaySource(dataset, self.engine.task_rows(dataset)).peek()
             self.loads = self.router.loads(sample, self.engine.config.workers)

@@ -253,6 +253,21 @@ def flush_windows(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes: int, s
 
 
 # -- key-partitioned assembly ---------------------------------------------------------------------
+@inline
+def _by_partition(pid, starts, parts: int, values):
+    """``values`` (one a row) grouped by each row's partition ``pid``, each partition's in
+    their order (a counting sort); ``starts`` holds partition p's row count at ``p + 1`` and
+    becomes the partitions' offsets."""
+    for p in range(parts):
+        starts[p + 1] += starts[p]
+    at = starts[:parts].copy()
+    out = np.empty(pid.shape[0], dtype=np.int64)
+    for r in range(pid.shape[0]):
+        out[at[pid[r]]] = values[r]
+        at[pid[r]] += 1
+    return out
+
+
 @kernel
 def partition_rows(keys, cols, parts: int):
     """Rows of ``keys`` by partition: the hash of their columns ``cols``, from its high bits (a
@@ -268,22 +283,15 @@ def partition_rows(keys, cols, parts: int):
         p = np.int64((h >> np.uint64(32)) % np.uint64(parts))
         pid[r] = p
         starts[p + 1] += 1
-    for p in range(parts):
-        starts[p + 1] += starts[p]
-    at = starts[:parts].copy()
-    order = np.empty(n, dtype=np.int64)
-    for r in range(n):
-        order[at[pid[r]]] = r
-        at[pid[r]] += 1
-    return order, starts
+    return _by_partition(pid, starts, parts, np.arange(n)), starts
 
 
 @kernel
 def route_rows(rows, keys, parts: int):
     """``rows`` (row numbers, one a row of ``keys``) by partition: a hash of each key row (a
-    multiply a key word), mapped onto ``parts`` by a multiply and a shift (no division).  Returns
-    (routed, starts): partition p's are ``routed[starts[p]:starts[p + 1]]``, in their order
-    in ``rows``."""
+    multiply a key word), mapped onto ``parts`` by a multiply and a shift (no division).
+    Returns (routed, starts): partition p's are ``routed[starts[p]:starts[p + 1]]``, in their
+    order in ``rows``."""
     n, k = keys.shape
     pid = np.empty(n, dtype=np.int64)
     starts = np.zeros(parts + 1, dtype=np.int64)
@@ -295,14 +303,7 @@ def route_rows(rows, keys, parts: int):
         p = np.int64(((h & np.uint64(0xFFFFFFFF)) * np.uint64(parts)) >> np.uint64(32))
         pid[r] = p
         starts[p + 1] += 1
-    for p in range(parts):
-        starts[p + 1] += starts[p]
-    at = starts[:parts].copy()
-    routed = np.empty(n, dtype=np.int64)
-    for r in range(n):
-        routed[at[pid[r]]] = rows[r]
-        at[pid[r]] += 1
-    return routed, starts
+    return _by_partition(pid, starts, parts, rows), starts
 
 
 @kernel
