@@ -77,16 +77,19 @@ def run_configs(draw):
     persist = None if kind == "in memory" else draw(
         persist_configs(ft is not None, checkpoint_only))
     full = ft is None or ft.checkpoint_mode in (None, "full")
+    assembly = draw(st.sampled_from(["auto", "serial", "partitioned", "partitioned:3",
+                                     "dataflow", "dataflow:2"]))
+    engine_only = not assembly.startswith("dataflow")  # a dataflow's state is in memory
     return RunConfig(
         draw(st.sampled_from(queries.ALL)), data=draw(maybe(paths)), rate=draw(maybe(positive)),
         duration=draw(maybe(positive)), max_tuples=draw(maybe(counts)),
         workers=draw(maybe(st.integers(1, MAX_WORKERS))), batch_rows=draw(maybe(counts)),
         metrics_interval=draw(positive), metrics_log=draw(maybe(paths)),
         verify=draw(st.sampled_from(["once", True, False])), persist=persist, ft=ft,
-        assembly=draw(st.sampled_from(["auto", "serial", "partitioned", "partitioned:3"])),
-        ingress_partitions=draw(maybe(st.integers(1, 64))),
-        state_memory=draw(maybe(st.integers(MIN_STATE_MEMORY, 1 << 50))) if full else None,
-        spill_dir=draw(maybe(paths)), adaptive_kernels=draw(st.booleans()))
+        assembly=assembly, ingress_partitions=draw(maybe(st.integers(1, 64))),
+        state_memory=draw(maybe(st.integers(MIN_STATE_MEMORY, 1 << 50)))
+        if full and engine_only else None,
+        spill_dir=draw(maybe(paths)), adaptive_kernels=draw(st.booleans()) and engine_only)
 
 
 def parsed(argv: list[str]) -> RunConfig:

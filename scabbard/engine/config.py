@@ -29,7 +29,9 @@ class EngineConfig:
     metrics_interval: float = 0.5
     # the windows no task computes alone: one sequential state per branch ("serial"), its
     # groups split by key between partitions run at once ("partitioned[:P]", P = workers), or
-    # partitioned where that is expected to help ("auto", Engine.assembly_parts)
+    # partitioned where that is expected to help ("auto", Engine.assembly_parts); or the
+    # window operator as PipeFabric's partitioned dataflow ("dataflow[:P]", engine/dataflow.py:
+    # its input routed by key to P partition threads; P planned from the first batch)
     assembly: str = "auto"
     # the source read by this many threads (parallel ingress, engine/ingress.py); None: one
     # per INGRESS_WORKERS workers (Engine.ingress_partitions)
@@ -73,7 +75,7 @@ class EngineConfig:
             raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
 
 
-ASSEMBLY_MODES = ("serial", "partitioned", "auto")
+ASSEMBLY_MODES = ("serial", "partitioned", "auto", "dataflow")
 # by default, one ingress partition per this many workers: the dispatcher's share of a tuple
 # (the persisted input's push-up, codecs and p-unit; 2-7 ns here) is at most a quarter
 # of the cheapest query's work on the other threads (CM2: fragment and codecs, ~6 ns), so a
@@ -84,13 +86,13 @@ AUTO_MIN_WORKERS = 4  # `auto` partitions from this many workers on (see Engine.
 
 
 def parse_assembly(text: str) -> tuple[str, int | None]:
-    """``serial`` | ``partitioned`` | ``partitioned:P`` | ``auto`` -> (mode, P or None)."""
+    """``serial`` | ``partitioned[:P]`` | ``auto`` | ``dataflow[:P]`` -> (mode, P or None)."""
     mode, _, n = str(text).partition(":")
-    if mode not in ASSEMBLY_MODES or (mode != "partitioned" and n):
-        raise ValueError(f"assembly must be serial, partitioned, partitioned:P or auto, "
+    if mode not in ASSEMBLY_MODES or (mode not in ("partitioned", "dataflow") and n):
+        raise ValueError(f"assembly must be serial, partitioned[:P], auto or dataflow[:P], "
                          f"got {text!r}")
     if not n:
         return mode, None
     if not n.isdigit() or int(n) < 1:
-        raise ValueError(f"partitioned:P needs a whole number of partitions >= 1, got {n!r}")
+        raise ValueError(f"{mode}:P needs a whole number of partitions >= 1, got {n!r}")
     return mode, int(n)

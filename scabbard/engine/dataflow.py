@@ -52,17 +52,28 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
+from concurrent import futures
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from scabbard.engine.assembly import BranchAssembler, merge_windows, windows_between
+from scabbard.engine.config import EngineConfig
+from scabbard.engine.execution import Execution
 from scabbard.engine.frontcode import front, group_key_codes, inputs
 from scabbard.engine.physical import take, window_segments
 from scabbard.engine.runtime import Engine, front_outputs
+from scabbard.engine.sinks import Sink
 from scabbard.engine.sources import ReplaySource
-from scabbard.engine.tasks import BranchPart, empty_edges, task_edges
+from scabbard.engine.tasks import (
+    INT64_MIN,
+    BranchPart,
+    Edges,
+    TaskResult,
+    concat_edges,
+    empty_edges,
+    task_edges,
+)
 from scabbard.kernels import assembler as ka
 from scabbard.kernels import rows as kr
 from scabbard.kernels import window as kw
@@ -71,9 +82,7 @@ from scabbard.kernels.codegen import FrontSpec, compile_front
 from scabbard.query.expr import QueryError
 from scabbard.query.plan import Filter, Project, Source
 
-QUEUE_BATCHES = 4  # batches a partition's queue holds before the source waits for it
 _END, _STOPPED = object(), object()  # a partition's end of input; the run failed elsewhere
-_FLUSH = -1  # the merge's key of the partitions' last windows (a batch's is its number)
 VIEW_ROWS = 1024  # a window's rows a piece from which the merge hands on views, not copies
 
 
@@ -176,19 +185,94 @@ class DataflowReport:
                 f"({shares}), {self.result_rows:,} result rows")
 
 
+class Dataflow:
+    """An engine's window operator as a partitioned dataflow (see the module): its router, the
+    partitions' front kernel, P (given, or planned on ``sample``, a batch of the input)."""
+
+    def __init__(self, engine, parts: int | None, sample=None):
+        if parts is not None and parts < 1:
+            raise ValueError(f"parts must be >= 1, got {parts}")
+        plan = engine.plan
+        if plan.selection is not None or len(plan.branches) != 1 or plan.graph:
+            raise QueryError(f"{engine.query.name}: a partitioned dataflow runs one window "
+                             f"aggregation (and the operators fused above it)")
+        if engine.adaptive is not None or engine.spills(0):
+            raise QueryError(f"{engine.query.name}: a partitioned dataflow holds its window "
+                             f"state in memory and runs the generic kernels (no state memory "
+                             f"budget, no adaptive kernels)")
+        self.engine, self.plan, self.branch = engine, plan, plan.branches[0]
+        self.cache_dir = engine.config.cache_dir
+        self.router = Router(self.branch, self.cache_dir)
+        self.rel_args = engine._relation_args[0]
+        # the branch's front kernel reading a partition's rows of a batch in place
+        self.kernel = compile_front(replace(self.branch.spec, gather=True), self.cache_dir)
+        self.loads: list[float] | None = None  # the plan's busiest shares (P planned)
+        if parts is None:  # planned on the input's first batch, at most a worker each
+            self.loads = self.router.loads(sample, engine.config.workers)
+            parts = plan_parts(self.loads)
+        self.parts = parts
+        self.row_wise = all(op.kind == "having" for op in plan.chains[0]
+                            if op.id != self.branch.emitted)
+        self.per_partition, self.long_batches = [0] * parts, 0  # of the last run
+
+    def axis(self, batch) -> tuple[np.ndarray, int]:
+        """The windows' axis of a batch's tuples: event time (``ts + shift``), or each
+        tuple's input offset (count-based windows)."""
+        if self.plan.rows:
+            return np.arange(batch.offset, batch.end, dtype=np.int64), 0
+        return batch.event_time()
+
+    def finish(self, raw: tuple):
+        """A partition's piece of window rows as it leaves the partition: result columns
+        through the fused operators where each row's fate is its own (HAVINGs: the
+        partitions do that work at once, the merge only orders), else the rows as they
+        are (a keep-max needs every partition's rows of a window: the merge's work)."""
+        return self.plan.post(0, self.branch.finalize(raw)) if self.row_wise else raw
+
+    def merged(self, pieces: list) -> list[dict]:
+        """A batch's pieces of window rows, every partition's (by partition), as result
+        columns in window order (through the branch's fused operators when the partitions
+        did not apply them: a keep-max fused into the emission runs again here, as each
+        partition kept its own groups' largest)."""
+        if self.row_wise:
+            return in_window_order([c for c in pieces if len(c["window_end"])])
+        raw = merge_windows(pieces)
+        return [self.plan.post(0, self.branch.finalize(raw))] if len(raw[1]) else []
+
+    def route_edges(self, e) -> list:
+        """Pane partials (a checkpoint's) split by partition as their keys' tuples are."""
+        if self.parts == 1:
+            return [e]
+        routed, starts = ka.route_rows(np.arange(len(e.pane), dtype=np.int64), e.keys,
+                                       self.parts)
+        return [Edges(*(np.ascontiguousarray(c[routed[lo:hi]]) for c in
+                        (e.pane, e.keys, e.cnt, e.ints, e.floats)))
+                for lo, hi in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True)]
+
+    def union_edges(self, edges: list):
+        """The partitions' pane partials at a batch's edge as the serial engine's: one piece,
+        in pane order (a checkpoint's state)."""
+        b = self.branch
+        e = concat_edges([x for x in edges if len(x.pane)], b.key_width, len(b.iops),
+                         len(b.fops))
+        if len(e.pane) > 1 and np.any(e.pane[1:] < e.pane[:-1]):
+            order = np.argsort(e.pane, kind="stable")
+            e = Edges(e.pane[order], e.keys[order], e.cnt[order], e.ints[order],
+                      e.floats[order])
+        return e
+
+
 class _Partition:
     """One partition operator: its queue, its window state, its thread."""
 
-    def __init__(self, flow: PartitionedDataflow, p: int):
-        self.flow, self.p = flow, p
-        self.inbox: queue.Queue = queue.Queue(QUEUE_BATCHES)
-        self.assembler = BranchAssembler(flow.branch)
-        self.tuples = 0
+    def __init__(self, run: DataflowExecution, p: int):
+        self.run, self.flow, self.p = run, run.flow, p
+        self.inbox: queue.Queue = queue.Queue()  # bounded by the run's tasks in flight
+        self.assembler = BranchAssembler(self.flow.branch)
         self.arrays: dict[str, np.ndarray] = {}
         self.rows = 0  # the most rows a batch gave this partition
-        self.long = 0  # batches whose own windows came from their partials
         self.prev: tuple | None = None  # the last batch's tail and last pane, if it was long
-        self.thread = threading.Thread(target=flow.guarded, args=(self.run,), daemon=True,
+        self.thread = threading.Thread(target=run.guarded, args=(self.loop,), daemon=True,
                                        name=f"scabbard-partition-{p}")
 
     def scratch(self, name: str, shape: tuple, dtype) -> np.ndarray:
@@ -200,21 +284,26 @@ class _Partition:
             a = self.arrays[name] = np.empty((self.rows,) + tuple(shape[1:]), dtype)
         return a
 
-    def run(self) -> None:
-        flow, b = self.flow, self.flow.branch
+    def resume(self, e, last: int) -> None:
+        """Start as after a long batch ending at pane ``last`` whose tail is ``e``."""
+        self.prev = (e, last)
+        self.assembler.pending = (e, last)
+
+    def loop(self) -> None:
+        run, flow, b = self.run, self.flow, self.flow.branch
         kernel = flow.kernel
         k, ni, nf = self.widths = b.key_width, len(b.iops), len(b.fops)
         while True:
-            item = flow.take(self.inbox)
+            item = run.take(self.inbox)
             if item is _STOPPED:  # the run failed elsewhere
                 return
             if item is _END:
-                flow.put(flow.merge_in, (_FLUSH, self.p, [flow.finish(self.assembler.flush())]))
+                run.merge_in.put((_END, self.p, None))
                 return
             seq, batch, rows, first, last = item
             n = len(rows)
             self.rows = max(self.rows, n)
-            self.tuples += n
+            flow.per_partition[self.p] += n
             if n:
                 ts, shift = flow.axis(batch)
                 o_ts, o_keys, o_i, o_f = (self.scratch(f"out:{j}", a.shape, a.dtype)
@@ -225,22 +314,24 @@ class _Partition:
                                           b.fops, b.slide_ms, ordered=True, shift=shift)
             else:
                 partials = None
-            flow.put(flow.merge_in, (seq, self.p, [flow.finish(raw) for raw in
-                                                   self.windows(partials, first, last)]))
+            pieces, edges = self.windows(partials, first, last)
+            run.merge_in.put((seq, self.p, ([flow.finish(raw) for raw in pieces], edges)))
 
-    def windows(self, partials, first: int, last: int) -> list[tuple]:
+    def windows(self, partials, first: int, last: int) -> tuple[list[tuple], tuple]:
         """The windows a batch's partials (None: no tuple of the partition) close, as window
         rows in window order, in pieces (each in window order, the next's windows after its):
         those the batch shares with the batch before - from that one's tail and this one's
         head where both are long, else through the partition's window state - then those
         within it from its own partials, as the engine's long tasks do; a batch shorter than a
-        window and two panes gives all of them through the state."""
+        window and two panes gives all of them through the state.  With them, the pane
+        partials at the batch's two edges (a checkpoint's state)."""
         b, (k, ni, nf) = self.flow.branch, self.widths
         none = empty_edges(k, ni, nf)
         prev, self.prev = self.prev, None
         if last - first + 1 < b.long_panes:  # short: every window through the state
             head = none if partials is None else task_edges(partials, 0, len(partials[0]))
-            return [self.assembler.task(BranchPart(first, last, False, head, none, None))]
+            return [self.assembler.task(BranchPart(first, last, False, head, none, None))], \
+                (head, none)
         if partials is None:
             head = tail = none
         else:
@@ -248,7 +339,7 @@ class _Partition:
             head = task_edges(partials, 0, int(np.searchsorted(pane, first + b.panes)))
             tail = task_edges(partials, int(np.searchsorted(pane, last - b.panes + 1)),
                               len(pane))
-        self.long += 1
+        self.flow.long_batches += 1
         # typed keys where the partition makes the result columns (as the engine's tasks do)
         typed = b.key_dtypes if self.flow.row_wise else None
         part = BranchPart(first, last, True, head, tail, None)
@@ -260,9 +351,10 @@ class _Partition:
             self.assembler.skip(part)
         self.prev = (tail, last)
         if partials is None or first + b.panes > last - 1:
-            return [shared]
+            return [shared], (head, tail)
         return [shared, kw.windows_from_partials(partials, b.iops, b.fops, b.panes, b.slide_ms,
-                                                 first + b.panes, last - 1, b.select, typed)]
+                                                 first + b.panes, last - 1, b.select,
+                                                 typed)], (head, tail)
 
 
 def in_window_order(pieces: list[dict]) -> list[dict]:
@@ -291,118 +383,181 @@ def in_window_order(pieces: list[dict]) -> list[dict]:
             if hi[w] > lo[w]]
 
 
-class PartitionedDataflow:
-    """A query as P partition operators on threads of their own (see the module):
-    ``PartitionedDataflow(query, dataset, parts).run(source)``."""
+class _HandOut:
+    """The dispatcher's queue of a dataflow's run: a task put here is persisted (when its
+    feed persists input), routed and handed to the partitions at once, on the dispatcher's
+    thread (the run's tasks in flight bound the partitions' queues)."""
 
-    def __init__(self, query, dataset, parts: int | None, collect: bool = False, config=None):
-        if parts is not None and parts < 1:
-            raise ValueError(f"parts must be >= 1, got {parts}")
-        self.engine = Engine(query, dataset.tables, config)
-        plan = self.engine.plan
-        if plan.selection is not None or len(plan.branches) != 1 or plan.graph:
-            raise QueryError(f"{query.name}: a partitioned dataflow runs one window "
-                             f"aggregation (and the operators fused above it)")
-        self.plan, self.branch = plan, plan.branches[0]
-        self.router = Router(self.branch, self.engine.config.cache_dir)
-        self.rel_args = self.engine._relation_args[0]
-        # the branch's front kernel reading a partition's rows of a batch in place
-        self.kernel = compile_front(replace(self.branch.spec, gather=True),
-                                    self.engine.config.cache_dir)
-        self.cache_dir = self.engine.config.cache_dir
-        self.loads: list[float] | None = None  # the plan's busiest shares (P planned)
-        if parts is None:  # planned on the dataset's first batch, at most a worker each
-            sample = ReplaySource(dataset, self.engine.task_rows(dataset)).peek()
-            self.loads = self.router.loads(sample, self.engine.config.workers)
-            parts = plan_parts(self.loads)
-        self.parts, self.collect = parts, collect
-        self.row_wise = all(op.kind == "having" for op in plan.chains[0]
-                            if op.id != self.branch.emitted)
-        # bounded: partitions ahead of the merge wait (their rows may be many an input tuple)
-        self.merge_in: queue.Queue = queue.Queue(QUEUE_BATCHES * parts)
-        self._ran = False
-        self.end_seq = -1
-        self.failed: BaseException | None = None
-        self._lock = threading.Lock()
-        self.report = DataflowReport(parts, results=[] if collect else None)
+    def __init__(self, run: DataflowExecution):
+        self.run = run
 
-    def axis(self, batch) -> tuple[np.ndarray, int]:
-        """The windows' axis of a batch's tuples: event time (``ts + shift``), or each
-        tuple's input offset (count-based windows)."""
-        if self.plan.rows:
-            return np.arange(batch.offset, batch.end, dtype=np.int64), 0
-        return batch.event_time()
+    def put(self, job) -> None:
+        self.run.hand_out(job)
+
+
+class DataflowExecution(Execution):
+    """One run of an engine whose window operator is a partitioned dataflow (see the module):
+    the engine's dispatcher, feed, persisted input, checkpoint markers, operator graph and
+    sink (:class:`~scabbard.engine.execution.Execution`), with the partitions' threads and
+    the merge's in place of the workers.  The merge assembles each task in task order once
+    every partition gave its windows: through the graph to the sink, the listener told of it
+    with the partitions' pane partials at its edges as one (a checkpoint's state is the
+    serial engine's, and a recovery routes it back to the partitions by key)."""
+
+    def __init__(self, flow: Dataflow, feed, sink, metrics, listener=None, resume=None,
+                 emit_after: int = INT64_MIN, stores: dict | None = None):
+        if stores:
+            raise QueryError(f"{flow.engine.query.name}: a partitioned dataflow persists its "
+                             f"input only (no p-stream on another edge)")
+        super().__init__(flow.engine, feed, sink, metrics, listener, resume, emit_after, stores)
+        self.flow = flow
+        flow.per_partition, flow.long_batches = [0] * flow.parts, 0
+        self.partitions = [_Partition(self, p) for p in range(flow.parts)]
+        self.merge_in: queue.Queue = queue.Queue()
+        self.handed: dict = {}  # tasks handed to the partitions, not yet assembled
+        self.tasks = _HandOut(self)
+        self._pieces: list = []  # the task being assembled's windows (see _lane_windows)
+
+    def _threads(self) -> list[threading.Thread]:
+        merge = threading.Thread(target=self.guarded, args=(self._merge,), daemon=True,
+                                 name="scabbard-merge")
+        return [merge] + [q.thread for q in self.partitions]
+
+    def _stop_threads(self, threads) -> None:
+        for q in self.partitions:
+            q.inbox.put(_END)
 
     def guarded(self, fn) -> None:
         try:
             fn()
-        except BaseException as e:  # the first failure stops the run; the caller raises it
-            self.fail(e)
-
-    def fail(self, e: BaseException) -> None:
-        with self._lock:
-            if self.failed is None:
-                self.failed = e
-
-    def _merge(self) -> None:
-        """Each batch's rows once every partition gave them, in batch order."""
-        pending, nxt = {}, 0
-        while True:
-            item = self.take(self.merge_in)
-            if item is _STOPPED:
-                return
-            seq, p, raw = item
-            pending.setdefault(seq, {})[p] = raw
-            while nxt in pending and len(pending[nxt]) == self.parts:
-                self._emit(pending.pop(nxt))
-                nxt += 1
-            if nxt == self.end_seq and len(pending.get(_FLUSH, ())) == self.parts:
-                self._emit(pending.pop(_FLUSH))
-                return
-
-    def finish(self, raw: tuple):
-        """A partition's piece of window rows as it leaves the partition: result columns
-        through the fused operators where each row's fate is its own (HAVINGs: the
-        partitions do that work at once, the merge only orders), else the rows as they
-        are (a keep-max needs every partition's rows of a window: the merge's work)."""
-        return self.plan.post(0, self.branch.finalize(raw)) if self.row_wise else raw
-
-    def _emit(self, pieces: dict) -> None:
-        """A batch's pieces of window rows, every partition's (by partition), merged in
-        window order (and through the branch's fused operators when the partitions did not
-        apply them: a keep-max fused into the emission runs again here, as each partition
-        kept its own groups' largest)."""
-        flat = [x for q in range(self.parts) for x in pieces[q]]
-        if self.row_wise:
-            out = in_window_order([c for c in flat if len(c["window_end"])])
-        else:
-            raw = merge_windows(flat)
-            out = [self.plan.post(0, self.branch.finalize(raw))] if len(raw[1]) else []
-        for cols in out:
-            n = len(cols["window_end"])
-            self.report.result_rows += n
-            if self.collect and n:
-                self.report.results.append(cols)
-
-    def put(self, q: queue.Queue, item) -> None:
-        """Into a queue, waiting while it is full - unless the run failed (a thread that
-        stopped never empties its queue)."""
-        while self.failed is None:
-            try:
-                q.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
+        except BaseException as e:  # the first failure stops the run; run() raises it
+            self._failed(e)
 
     def take(self, q: queue.Queue):
         """The next item of a queue, waiting while it is empty - :data:`_STOPPED` once the run
         failed (whoever would fill it may have stopped)."""
-        while self.failed is None:
+        while self.error is None:
             try:
                 return q.get(timeout=0.1)
             except queue.Empty:
                 continue
         return _STOPPED
+
+    def restore(self, at) -> None:
+        super().restore(at)
+        last = at.last_ts // self.flow.branch.slide_ms
+        for q, e in zip(self.partitions, self.flow.route_edges(at.edges[0]), strict=True):
+            q.resume(e, last)
+
+    def hand_out(self, job) -> None:
+        """Task ``job`` (dispatched): its input persisted when the feed persists it, then
+        its rows routed to the partitions; the merge assembles it once they gave its
+        windows."""
+        flow, b = self.flow, self.flow.branch
+        batch, staged = job.batch, None
+        if job.unit is not None:  # push-up, codecs and its segment; stored in order
+            staged = self.writer.write(job.unit, batch, self.engine.reduce)
+            batch = staged.batch
+        n = len(batch)
+        tuples = len(job.batch) if staged is not None else job.source_tuples or n
+        if not n:  # nothing survived push-up: the merge moves its marker on
+            r = TaskResult(job.seq, tuples, job.ingest_time, [], batch.offset, empty=True)
+            r.marker, r.staged = job.marker, staged
+            self.handed[job.seq] = r
+            self.merge_in.put((job.seq, -1, None))
+            return
+        t_first, t_last = ((batch.offset, batch.end - 1) if self.plan.rows
+                           else batch.event_edges())
+        first, last = t_first // b.slide_ms, t_last // b.slide_ms
+        none = empty_edges(b.key_width, len(b.iops), len(b.fops))
+        part = BranchPart(first, last, last - first + 1 >= b.long_panes, none, none, None)
+        r = TaskResult(job.seq, tuples, job.ingest_time, [part], batch.end, t_last)
+        r.marker, r.staged = job.marker, staged
+        self.handed[job.seq] = r
+        for q, rows in zip(self.partitions, flow.router.route(batch, flow.parts), strict=True):
+            q.inbox.put((job.seq, batch, rows, first, last))
+
+    def _merge(self) -> None:
+        """Each task assembled once every partition gave its windows, in task order."""
+        pending: dict[int, dict] = {}
+        ended = 0
+        while True:
+            item = self.take(self.merge_in)
+            if item is _STOPPED:
+                return
+            seq, p, got = item
+            if seq is _END:
+                ended += 1
+                if ended == self.flow.parts:
+                    return
+                continue
+            pending.setdefault(seq, {})[p] = got
+            while (r := self.handed.get(self.next)) is not None and \
+                    len(pending.get(r.seq, ())) == (1 if r.empty else self.flow.parts):
+                if not self._assemble(r, pending.pop(r.seq)):
+                    return
+
+    def _assemble(self, r: TaskResult, got: dict) -> bool:
+        """Task ``r`` to the sink (once its persisted input is durable); False if the run
+        failed meanwhile."""
+        if r.staged is not None:
+            while not r.staged.done.done():
+                if self.error is not None:
+                    return False
+                futures.wait([r.staged.done], timeout=0.1)
+            r.staged.done.result()  # a failed write fails the run here
+        with self.assembly_lock:
+            if r.empty:
+                self.skip_empty(r)
+            else:
+                by = [got[p] for p in range(self.flow.parts)]
+                self._pieces = self.flow.merged([x for pieces, _ in by for x in pieces])
+                if self.listener is not None:  # the state a checkpoint takes at this task
+                    part = r.parts[0]
+                    part.head = self.flow.union_edges([e[0] for _, e in by])
+                    part.tail = self.flow.union_edges([e[1] for _, e in by])
+                self.assemble(r)
+            del self.handed[r.seq]
+            self.next += 1
+        return True
+
+    def _lane_windows(self, lane, r):
+        pieces, self._pieces = self._pieces, []
+        return iter(pieces)
+
+    def _final(self, lane) -> dict:
+        raw = merge_windows([q.assembler.flush() for q in self.partitions])
+        return self.plan.post(0, self.flow.branch.finalize(raw))
+
+class _Reported(Sink):
+    """A standalone dataflow's sink: result rows counted in its report as they come (and kept,
+    when it collects them)."""
+
+    def __init__(self, report: DataflowReport):
+        self.report = report
+
+    def write(self, batch) -> None:
+        self.report.result_rows += len(batch)
+        if self.report.results is not None and len(batch):
+            self.report.results.append(dict(zip(batch.schema.names, batch.columns,
+                                                strict=True)))
+
+
+class PartitionedDataflow(Dataflow):
+    """A query over a dataset as a partitioned dataflow of its own, in memory:
+    ``PartitionedDataflow(query, dataset, parts).run(source)`` - the engine's run with
+    ``assembly="dataflow[:P]"``, its result rows counted (or collected) in a report."""
+
+    def __init__(self, query, dataset, parts: int | None, collect: bool = False, config=None):
+        if parts is not None and parts < 1:
+            raise ValueError(f"parts must be >= 1, got {parts}")
+        mode = "dataflow" if parts is None else f"dataflow:{parts}"
+        engine = Engine(query, dataset.tables, replace(config or EngineConfig(), assembly=mode))
+        sample = None if parts is not None else \
+            ReplaySource(dataset, engine.task_rows(dataset)).peek()
+        super().__init__(engine, parts, sample)
+        self._ran = False
+        self.report = DataflowReport(self.parts, results=[] if collect else None)
 
     def source(self, dataset, replay, batch_rows: int | None = None) -> ReplaySource:
         rows = batch_rows or self.engine.task_rows(dataset, replay.rate)
@@ -413,46 +568,13 @@ class PartitionedDataflow:
         if self._ran:
             raise RuntimeError("a PartitionedDataflow runs once: make another")
         self._ran = True
-        b = self.branch
-        partitions = [_Partition(self, p) for p in range(self.parts)]
-        merger = threading.Thread(target=self.guarded, args=(self._merge,), daemon=True,
-                                  name="scabbard-merge")
-        for t in [merger] + [q.thread for q in partitions]:
-            t.start()
-        t0, seq = time.perf_counter(), 0
-        try:
-            for sb in source.batches():
-                if self.failed is not None:
-                    break
-                batch = sb.batch
-                if not len(batch):
-                    continue
-                if self.plan.rows:
-                    first, last = batch.offset, batch.end - 1
-                else:
-                    first, last = batch.event_edges()
-                first, last = first // b.slide_ms, last // b.slide_ms
-                for q, rows in zip(partitions, self.router.route(batch, self.parts),
-                                   strict=True):
-                    self.put(q.inbox, (seq, batch, rows, first, last))
-                self.report.tuples += len(batch)
-                seq += 1
-        except BaseException as e:  # the threads stop too (a batch may be half handed out)
-            self.fail(e)
-            raise
-        finally:
-            self.end_seq = seq
-            for q in partitions:
-                self.put(q.inbox, _END)
-            for t in [merger] + [q.thread for q in partitions]:
-                t.join()  # each ends: at its end of input, or within 0.1 s of a failure
-        if self.failed is not None:
-            raise self.failed
-        self.report.seconds = time.perf_counter() - t0
-        self.report.batches = seq
-        self.report.per_partition = [q.tuples for q in partitions]
-        self.report.long_batches = sum(q.long for q in partitions)
-        return self.report
+        run = DataflowExecution(self, self.engine.feed(source), _Reported(self.report),
+                                self.engine.metrics())
+        m = run.run().summary
+        r = self.report
+        r.tuples, r.seconds, r.batches = m.tuples, m.seconds, m.tasks
+        r.per_partition, r.long_batches = list(self.per_partition), self.long_batches
+        return r
 
 
 def run_partitioned(query, dataset, parts: int | None, replay=None,

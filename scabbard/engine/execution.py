@@ -15,7 +15,7 @@ from scabbard import timers
 from scabbard.batch import Batch
 from scabbard.engine.assembly import at_once
 from scabbard.engine.graph import OperatorGraph, clock_only, empty_columns
-from scabbard.engine.lanes import Job, Lane
+from scabbard.engine.lanes import Job, Lane, close_spilled
 from scabbard.engine.metrics import Metrics, RunReport
 from scabbard.engine.ports import AssemblyListener, ClockedWriter, Resume
 from scabbard.engine.sinks import Sink
@@ -153,12 +153,16 @@ class Execution:
             self.drain()
             return True
         except BaseException as e:  # surface in run(); stop the source
-            if self.error is None:  # the first error is the run's (others follow it)
-                self.error = e
-            self.feed.stop()
-            if self.writer is not None:
-                self.writer.stop()
+            self._failed(e)
             return False
+
+    def _failed(self, e: BaseException) -> None:
+        """A thread failed: the first error is the run's; the source and the writer stop."""
+        if self.error is None:
+            self.error = e
+        self.feed.stop()
+        if self.writer is not None:
+            self.writer.stop()
 
     # -- the operator graph's channels ----------------------------------------------------------
     def _kick(self) -> None:
@@ -171,11 +175,7 @@ class Execution:
         try:
             self.drain()
         except BaseException as e:  # noqa: BLE001 - surfaced by run()
-            if self.error is None:
-                self.error = e
-            self.feed.stop()
-            if self.writer is not None:
-                self.writer.stop()
+            self._failed(e)
 
     def _reached(self, where: str, marker, snapshot, pv: dict) -> None:
         """Operator ``where`` of the graph took the marker on every input (Alg. 1)."""
@@ -430,18 +430,27 @@ class Execution:
         checkpoint completes gets the marker due)."""
         return self.error is None and self.carried is None
 
-    def _stop_worker(self, threads) -> None:
-        """Queue one worker's end; if the workers all stopped (they failed) with tasks still
-        queued, those are dropped so that the end fits."""
-        while True:
-            try:
-                self.tasks.put(None, timeout=0.1)
-                return
-            except queue.Full:
-                if not any(t.is_alive() for t in threads):
-                    with contextlib.suppress(queue.Empty):
-                        while True:
-                            self.tasks.get_nowait()
+    def _threads(self) -> list[threading.Thread]:
+        """The run's threads beside the dispatcher's: its workers."""
+        return [threading.Thread(target=self.worker, name=f"worker-{i}", daemon=True)
+                for i in range(self.engine.config.workers)]
+
+    def _stop_threads(self, threads) -> None:
+        """Queue each worker's end (tasks still queued dropped if every worker stopped)."""
+        for _ in threads:
+            while True:
+                try:
+                    self.tasks.put(None, timeout=0.1)
+                    break
+                except queue.Full:
+                    if not any(t.is_alive() for t in threads):
+                        with contextlib.suppress(queue.Empty):
+                            while True:
+                                self.tasks.get_nowait()
+
+    def _final(self, lane: Lane) -> dict:
+        """The end of the stream: the windows ``lane``'s state holds, as result columns."""
+        return self.plan.post(lane.i, lane.branch.finalize(lane.assembler.flush()))
 
     def restore(self, at: Resume) -> None:
         """Start after task ``at.seq``, as if it had just been assembled (a long task whose
@@ -473,8 +482,7 @@ class Execution:
         engine, metrics = self.engine, self.metrics
         cfg = engine.config
         self.sink.open(engine.schema)
-        threads = [threading.Thread(target=self.worker, name=f"worker-{i}", daemon=True)
-                   for i in range(cfg.workers if self.pool is None else 0)]
+        threads = self._threads() if self.pool is None else []
         engine.warm_up(self.feed.peek())
         if engine.adaptive is not None:
             engine.adaptive.listen(metrics.event)
@@ -507,8 +515,7 @@ class Execution:
                 self.error = e
             self.feed.stop()
         finally:
-            for _ in threads:
-                self._stop_worker(threads)
+            self._stop_threads(threads)
             for t in threads:
                 t.join()
             if self.pool is not None:  # the shared workers finish this run's tasks
@@ -531,9 +538,7 @@ class Execution:
             try:
                 if self.listener is None or self.feed.exhausted:
                     for lane in self.lanes:
-                        final = self.plan.post(lane.i,
-                                               lane.branch.finalize(lane.assembler.flush()))
-                        self._push(lane, [final], INT64_MAX, self.clock["input_end"])
+                        self._push(lane, [self._final(lane)], INT64_MAX, self.clock["input_end"])
                 self._finish_graph()
             except BaseException as e:  # a persisted channel failed: fail-stop
                 self.error = e
@@ -550,19 +555,10 @@ class Execution:
             self._kicker.shutdown(wait=True)
         if self._partitions is not None:
             self._partitions.shutdown(wait=True)
-        spilled = self._close_state()
+        spilled = close_spilled(self.lanes)
         return RunReport(engine.query.name, metrics.stop(), self.feed.batch_rows, cfg.workers,
                          spilled=spilled,
                          kernels=engine.adaptive.stats() if engine.adaptive is not None else {})
-
-    def _close_state(self) -> dict:
-        """Spilled state removed; per branch, what spilling did (empty without a budget)."""
-        out = {}
-        for lane in self.lanes:
-            if isinstance(lane.assembler, SpillingAssembler):
-                lane.assembler.close()
-                out[lane.branch.id] = dict(lane.assembler.stats)
-        return out
 
     def _drain_all(self) -> None:
         """The end of the run: assemble every task, waiting for the input of each to be
@@ -589,7 +585,7 @@ class Execution:
             self._kicker.shutdown(wait=False)
         if self._partitions is not None:
             self._partitions.shutdown(wait=False)
-        self._close_state()
+        close_spilled(self.lanes)
         if self.listener is not None:
             self.listener.stop(failed=True)
         try:

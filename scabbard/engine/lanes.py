@@ -75,3 +75,13 @@ class Lane:
         """A worker is computing ``r``'s boundary in this lane (call with the lock held)."""
         return (r.parts[self.i].long and self.prev_long and r.seq in self.claimed
                 and r.seq not in self.boundaries)
+
+
+def close_spilled(lanes: list[Lane]) -> dict:
+    """Spilled state removed; per branch, what spilling did (empty without a budget)."""
+    out = {}
+    for lane in lanes:
+        if isinstance(lane.assembler, SpillingAssembler):
+            lane.assembler.close()
+            out[lane.branch.id] = dict(lane.assembler.stats)
+    return out

@@ -470,7 +470,7 @@ class Engine:
             from scabbard.engine.spill import PARTS
 
             return PARTS
-        if mode == "serial":
+        if mode in ("serial", "dataflow"):  # (a dataflow's partitions hold the windows)
             return 1
         if mode == "auto":
             per_ms = getattr(self, "tuples_per_ms", None)
@@ -547,6 +547,12 @@ class Engine:
         if not hasattr(feed, "tasks"):
             feed = self.feed(feed)
         metrics = metrics or self.metrics()
+        if parse_assembly(self.config.assembly)[0] == "dataflow":
+            from scabbard.engine.dataflow import Dataflow, DataflowExecution
+
+            flow = Dataflow(self, parse_assembly(self.config.assembly)[1], feed.peek())
+            return DataflowExecution(flow, feed, sink, metrics, listener, resume, emit_after,
+                                     stores).run()
         return Execution(self, feed, sink, metrics, listener, resume, emit_after, stores).run()
 
     def metrics(self, watch: Sequence = ()) -> Metrics:

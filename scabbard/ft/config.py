@@ -219,7 +219,10 @@ class RunConfig:
         "operator), partitioned[:P] (its groups split by key hash between P partitions "
         "assembled at once, merged in window order; P: --workers) or auto (default: "
         "partitioned with 4+ workers where tasks are too short for windows of their own, "
-        "else serial)", _ENG, metavar="MODE"))
+        "else serial); or dataflow[:P]: the window operator as PipeFabric's partitioned "
+        "dataflow, its input routed by key to P partition threads (default: planned from the "
+        "first batch, at most --workers), merged in order - with fault tolerance too",
+        _ENG, metavar="MODE"))
     ingress_partitions: int | None = field(default=None, metadata=flag(
         "--ingress-partitions", "read the source with N threads, each its share of the "
         "batches (split by offset ranges), each appending its own to the ingress p-stream in "
@@ -262,9 +265,13 @@ class RunConfig:
                                          f"process), got {self.workers}")
 
         try:
-            parse_assembly(self.assembly)
+            mode, _ = parse_assembly(self.assembly)
         except ValueError as e:
             raise ConfigError("assembly", str(e).removeprefix("assembly ")) from None
+        if mode == "dataflow" and (self.state_memory is not None or self.adaptive_kernels):
+            raise ConfigError("assembly", "dataflow holds its window state in memory and runs "
+                                          "the generic kernels: not with --state-memory or "
+                                          "--adaptive-kernels")
         if self.state_memory is not None:
             from scabbard.engine.spill import MIN_STATE_MEMORY
 
