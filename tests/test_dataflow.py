@@ -13,7 +13,7 @@ import pytest
 from scabbard import queries
 from scabbard.batch import Batch
 from scabbard.engine import Replay, run_query
-from scabbard.engine.dataflow import PartitionedDataflow, run_partitioned
+from scabbard.engine.flowrun import PartitionedDataflow, run_partitioned
 from scabbard.engine.sinks import CollectSink
 from scabbard.engine.sources import ArraySource, ReplaySource, SourceBatch
 from scabbard.query.expr import QueryError
@@ -97,7 +97,7 @@ def test_route_gives_every_tuple_to_one_partition_in_input_order(tiny):
 def test_a_partition_reads_its_rows_in_place_as_the_kernel_reads_them_copied(tiny, name):
     """The front kernel in gather mode over a partition's row numbers writes what the
     branch's own kernel writes over those rows copied out of the batch."""
-    from scabbard.engine.runtime import front_outputs
+    from scabbard.engine.tasks import front_outputs
 
     q, ds = queries.get(name), tiny[queries.workload_of(name)]
     flow = PartitionedDataflow(q, ds, 2)
@@ -233,6 +233,23 @@ def test_queries_whose_groups_cannot_be_routed_are_refused(tiny, name, why):
         PartitionedDataflow(q, ds, 2)
 
 
+def test_a_p_stream_on_an_edge_a_budget_or_adaptive_kernels_are_refused(tiny):
+    """The dataflow persists its input only and holds its state in memory with the generic
+    kernels: anything else is one line's error before a thread starts."""
+    from scabbard.engine import EngineConfig
+    from scabbard.engine.adaptive import AdaptivePolicy
+    from scabbard.engine.dataflow import Dataflow
+    from scabbard.engine.runtime import Engine
+
+    q, ds = queries.get("LRB1"), tiny["lrb"]
+    cut = Engine(q, ds.tables, cut_after=frozenset({"window0"}))
+    with pytest.raises(QueryError, match="persists its input only"):
+        Dataflow(cut, 2)
+    adaptive = Engine(q, ds.tables, EngineConfig(adaptive=AdaptivePolicy()))
+    with pytest.raises(QueryError, match="generic kernels"):
+        Dataflow(adaptive, 2)
+
+
 def test_a_replay_for_a_duration_runs_through_the_partitions(tiny):
     ds = tiny["lrb"]
     report = run_partitioned(queries.get("LRB1"), ds, 2, Replay(max_tuples=3 * ds.rows))
@@ -263,10 +280,10 @@ def test_a_failing_partition_fails_the_run_and_every_thread_ends(tiny, monkeypat
     left behind (each stops within its wait), and a flow runs once."""
     import threading
 
-    from scabbard.engine import dataflow
+    from scabbard.engine import dataflow as dataflow_run
 
     calls = []
-    windows = dataflow._Partition.windows
+    windows = dataflow_run._Partition.windows
 
     def failing(self, *a):
         calls.append(self.p)
@@ -274,7 +291,7 @@ def test_a_failing_partition_fails_the_run_and_every_thread_ends(tiny, monkeypat
             raise RuntimeError("disk on fire")
         return windows(self, *a)
 
-    monkeypatch.setattr(dataflow._Partition, "windows", failing)
+    monkeypatch.setattr(dataflow_run._Partition, "windows", failing)
     q, ds = queries.get("LRB2"), tiny["lrb"]
     flow = PartitionedDataflow(q, ds, 3)
     with pytest.raises(RuntimeError, match="disk on fire"):

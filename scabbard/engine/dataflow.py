@@ -10,12 +10,12 @@ batches and assembles the windows they share in order; its partitioned *assembly
 (:class:`~scabbard.engine.assembly.PartitionedAssembler`) splits only the pane partials, a
 fork-join per task.  Here, the input itself:
 
-* **the source** (the caller's thread) routes each batch: a kernel generated for the query
+* **the dispatcher** routes each batch: a kernel generated for the query
   (:class:`Router`: its selections, then its group keys computed - σ and π as the front
   kernel computes them - for the tuples that pass) gives every surviving tuple's key, hashed
   to one of P partitions (:func:`scabbard.kernels.assembler.route_rows`: a multiply a key
   word, 6-7 ns a tuple with the keys); each partition gets the batch and its row numbers
-  through its queue (bounded) - nothing is copied.  (A first version computing the keys in
+  through its queue (the run's tasks in flight bound it) - nothing is copied.  (A first version computing the keys in
   numpy kept the source busy nine tenths of an LRB1 run, py-spy: routing is the one serial
   stage);
 * **a partition** (P threads, one queue each) runs the branch's front kernel on its rows
@@ -45,7 +45,18 @@ evenly: a worker each).
 Results are the serial engine's, a window's rows in another order (tests).  It runs queries
 with one window aggregation whose group keys σ and π compute from a tuple's own attributes
 (:func:`check_routable` refuses the others: a joined relation's key, a global aggregate, a
-count of groups fused into the emission), in memory.
+count of groups fused into the emission), its state in memory.
+
+It is a mode of the engine's run (``EngineConfig(assembly="dataflow[:P]")``, ``--assembly``):
+:class:`DataflowExecution` is the engine's :class:`~scabbard.engine.execution.Execution` with
+the partitions' threads and the merge's in place of the workers - its dispatcher persists a
+task's input when the feed persists it, then routes it; its merge assembles the tasks in task
+order through the operator graph to the sink.  So checkpoint markers, the exactly-once sinks
+and recovery are the engine's: the state a checkpoint takes is the partitions' pane partials
+at a task's edges as one (the serial engine's), and a recovery routes it back to the
+partitions by key - to any P, or to the task-parallel engine.
+:class:`~scabbard.engine.flowrun.PartitionedDataflow` runs it on a dataset of its own (tests,
+``scabbard bench partitioned``).
 """
 
 from __future__ import annotations
@@ -53,18 +64,14 @@ from __future__ import annotations
 import queue
 import threading
 from concurrent import futures
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
 from scabbard.engine.assembly import BranchAssembler, merge_windows, windows_between
-from scabbard.engine.config import EngineConfig
 from scabbard.engine.execution import Execution
 from scabbard.engine.frontcode import front, group_key_codes, inputs
 from scabbard.engine.physical import take, window_segments
-from scabbard.engine.runtime import Engine, front_outputs
-from scabbard.engine.sinks import Sink
-from scabbard.engine.sources import ReplaySource
 from scabbard.engine.tasks import (
     INT64_MIN,
     BranchPart,
@@ -72,6 +79,7 @@ from scabbard.engine.tasks import (
     TaskResult,
     concat_edges,
     empty_edges,
+    front_outputs,
     task_edges,
 )
 from scabbard.kernels import assembler as ka
@@ -82,7 +90,6 @@ from scabbard.kernels.codegen import FrontSpec, compile_front
 from scabbard.query.expr import QueryError
 from scabbard.query.plan import Filter, Project, Source
 
-_END, _STOPPED = object(), object()  # a partition's end of input; the run failed elsewhere
 VIEW_ROWS = 1024  # a window's rows a piece from which the merge hands on views, not copies
 
 
@@ -160,31 +167,6 @@ def plan_parts(loads: list[float], within: float = 0.9) -> int:
     return next(p for p, v in enumerate(speed, 1) if v >= within * max(speed))
 
 
-@dataclass
-class DataflowReport:
-    """What a partitioned run did: input tuples, wall seconds, result rows, per partition the
-    tuples it aggregated; ``results``: the result columns when collected."""
-
-    parts: int
-    tuples: int = 0
-    seconds: float = 0.0
-    result_rows: int = 0
-    batches: int = 0
-    per_partition: list[int] = field(default_factory=list)
-    long_batches: int = 0  # partitions' batches whose own windows came from their partials
-    results: list[dict] | None = None
-
-    @property
-    def tuples_per_s(self) -> float:
-        return self.tuples / self.seconds if self.seconds > 0 else 0.0
-
-    def __str__(self) -> str:
-        shares = ", ".join(f"{t / max(1, self.tuples):.0%}" for t in self.per_partition)
-        return (f"{self.tuples:,} tuples in {self.seconds:.2f} s = "
-                f"{self.tuples_per_s / 1e6:.2f} M tuples/s, {self.parts} partitions "
-                f"({shares}), {self.result_rows:,} result rows")
-
-
 class Dataflow:
     """An engine's window operator as a partitioned dataflow (see the module): its router, the
     partitions' front kernel, P (given, or planned on ``sample``, a batch of the input)."""
@@ -193,6 +175,9 @@ class Dataflow:
         if parts is not None and parts < 1:
             raise ValueError(f"parts must be >= 1, got {parts}")
         plan = engine.plan
+        if engine.cut_after:
+            raise QueryError(f"{engine.query.name}: a partitioned dataflow persists its input "
+                             f"only (no p-stream on another edge)")
         if plan.selection is not None or len(plan.branches) != 1 or plan.graph:
             raise QueryError(f"{engine.query.name}: a partitioned dataflow runs one window "
                              f"aggregation (and the operators fused above it)")
@@ -260,6 +245,54 @@ class Dataflow:
             e = Edges(e.pane[order], e.keys[order], e.cnt[order], e.ints[order],
                       e.floats[order])
         return e
+
+def in_window_order(pieces: list[dict]) -> list[dict]:
+    """Result columns of window rows (``pieces``, each in window order) as pieces in window
+    order: each window's rows piece by piece, as views - or, where the windows have fewer
+    rows a piece than :data:`VIEW_ROWS`, gathered into one piece (one sort of the window
+    ends, stable)."""
+    if len(pieces) <= 1:
+        return pieces
+    starts = [window_segments(c["window_end"]) for c in pieces]
+    rows = sum(len(c["window_end"]) for c in pieces)
+    if rows < VIEW_ROWS * sum(len(s) for s in starts):  # rows a view, were each a view
+        cols = {n: np.concatenate([c[n] for c in pieces]) for n in pieces[0]}
+        return [take(cols, np.argsort(cols["window_end"], kind="stable"))]
+    ends = [c["window_end"][s] for c, s in zip(pieces, starts, strict=True)]
+    windows = np.unique(np.concatenate(ends))
+    bounds = []  # per piece: each window's first row and end (equal: none of it)
+    for c, s, e in zip(pieces, starts, ends, strict=True):
+        edge = np.append(s, len(c["window_end"]))
+        at = np.searchsorted(e, windows)
+        hit = (at < len(e)) & (e[np.minimum(at, len(e) - 1)] == windows)
+        bounds.append((np.where(hit, edge[at], 0).tolist(),
+                       np.where(hit, edge[np.minimum(at + 1, len(edge) - 1)], 0).tolist()))
+    return [{n: v[lo[w]:hi[w]] for n, v in c.items()}
+            for w in range(len(windows)) for c, (lo, hi) in zip(pieces, bounds, strict=True)
+            if hi[w] > lo[w]]
+
+_END, _STOPPED = object(), object()  # a partition's end of input; the run failed elsewhere
+
+
+class _Union(Edges):
+    """The partitions' pane partials at a task's edge as one (:meth:`Dataflow.union_edges`),
+    merged when first read: the state a checkpoint may take - most never are (a long task's
+    tail is replaced by the next's; merged on the merge thread a task, SG2's tails held it
+    a third of its time)."""
+
+    def __init__(self, flow: Dataflow, parts: list):  # (not the dataclass's fields)
+        self._flow, self._parts, self._whole = flow, parts, None
+
+    def _merged(self) -> Edges:
+        if self._whole is None:
+            self._whole = self._flow.union_edges(self._parts)
+        return self._whole
+
+    pane = property(lambda self: self._merged().pane)
+    keys = property(lambda self: self._merged().keys)
+    cnt = property(lambda self: self._merged().cnt)
+    ints = property(lambda self: self._merged().ints)
+    floats = property(lambda self: self._merged().floats)
 
 
 class _Partition:
@@ -357,32 +390,6 @@ class _Partition:
                                                  typed)], (head, tail)
 
 
-def in_window_order(pieces: list[dict]) -> list[dict]:
-    """Result columns of window rows (``pieces``, each in window order) as pieces in window
-    order: each window's rows piece by piece, as views - or, where the windows have fewer
-    rows a piece than :data:`VIEW_ROWS`, gathered into one piece (one sort of the window
-    ends, stable)."""
-    if len(pieces) <= 1:
-        return pieces
-    starts = [window_segments(c["window_end"]) for c in pieces]
-    rows = sum(len(c["window_end"]) for c in pieces)
-    if rows < VIEW_ROWS * sum(len(s) for s in starts):  # rows a view, were each a view
-        cols = {n: np.concatenate([c[n] for c in pieces]) for n in pieces[0]}
-        return [take(cols, np.argsort(cols["window_end"], kind="stable"))]
-    ends = [c["window_end"][s] for c, s in zip(pieces, starts, strict=True)]
-    windows = np.unique(np.concatenate(ends))
-    bounds = []  # per piece: each window's first row and end (equal: none of it)
-    for c, s, e in zip(pieces, starts, ends, strict=True):
-        edge = np.append(s, len(c["window_end"]))
-        at = np.searchsorted(e, windows)
-        hit = (at < len(e)) & (e[np.minimum(at, len(e) - 1)] == windows)
-        bounds.append((np.where(hit, edge[at], 0).tolist(),
-                       np.where(hit, edge[np.minimum(at + 1, len(edge) - 1)], 0).tolist()))
-    return [{n: v[lo[w]:hi[w]] for n, v in c.items()}
-            for w in range(len(windows)) for c, (lo, hi) in zip(pieces, bounds, strict=True)
-            if hi[w] > lo[w]]
-
-
 class _HandOut:
     """The dispatcher's queue of a dataflow's run: a task put here is persisted (when its
     feed persists input), routed and handed to the partitions at once, on the dispatcher's
@@ -406,9 +413,6 @@ class DataflowExecution(Execution):
 
     def __init__(self, flow: Dataflow, feed, sink, metrics, listener=None, resume=None,
                  emit_after: int = INT64_MIN, stores: dict | None = None):
-        if stores:
-            raise QueryError(f"{flow.engine.query.name}: a partitioned dataflow persists its "
-                             f"input only (no p-stream on another edge)")
         super().__init__(flow.engine, feed, sink, metrics, listener, resume, emit_after, stores)
         self.flow = flow
         flow.per_partition, flow.long_batches = [0] * flow.parts, 0
@@ -511,11 +515,14 @@ class DataflowExecution(Execution):
                 self.skip_empty(r)
             else:
                 by = [got[p] for p in range(self.flow.parts)]
-                self._pieces = self.flow.merged([x for pieces, _ in by for x in pieces])
+                pieces = self.flow.merged([x for pieces, _ in by for x in pieces])
+                # one piece to the sink: a write a piece made SG2's Parquet output 3x slower
+                self._pieces = pieces if len(pieces) < 2 else \
+                    [{n: np.concatenate([c[n] for c in pieces]) for n in pieces[0]}]
                 if self.listener is not None:  # the state a checkpoint takes at this task
                     part = r.parts[0]
-                    part.head = self.flow.union_edges([e[0] for _, e in by])
-                    part.tail = self.flow.union_edges([e[1] for _, e in by])
+                    part.head = _Union(self.flow, [e[0] for _, e in by])
+                    part.tail = _Union(self.flow, [e[1] for _, e in by])
                 self.assemble(r)
             del self.handed[r.seq]
             self.next += 1
@@ -528,62 +535,3 @@ class DataflowExecution(Execution):
     def _final(self, lane) -> dict:
         raw = merge_windows([q.assembler.flush() for q in self.partitions])
         return self.plan.post(0, self.flow.branch.finalize(raw))
-
-class _Reported(Sink):
-    """A standalone dataflow's sink: result rows counted in its report as they come (and kept,
-    when it collects them)."""
-
-    def __init__(self, report: DataflowReport):
-        self.report = report
-
-    def write(self, batch) -> None:
-        self.report.result_rows += len(batch)
-        if self.report.results is not None and len(batch):
-            self.report.results.append(dict(zip(batch.schema.names, batch.columns,
-                                                strict=True)))
-
-
-class PartitionedDataflow(Dataflow):
-    """A query over a dataset as a partitioned dataflow of its own, in memory:
-    ``PartitionedDataflow(query, dataset, parts).run(source)`` - the engine's run with
-    ``assembly="dataflow[:P]"``, its result rows counted (or collected) in a report."""
-
-    def __init__(self, query, dataset, parts: int | None, collect: bool = False, config=None):
-        if parts is not None and parts < 1:
-            raise ValueError(f"parts must be >= 1, got {parts}")
-        mode = "dataflow" if parts is None else f"dataflow:{parts}"
-        engine = Engine(query, dataset.tables, replace(config or EngineConfig(), assembly=mode))
-        sample = None if parts is not None else \
-            ReplaySource(dataset, engine.task_rows(dataset)).peek()
-        super().__init__(engine, parts, sample)
-        self._ran = False
-        self.report = DataflowReport(self.parts, results=[] if collect else None)
-
-    def source(self, dataset, replay, batch_rows: int | None = None) -> ReplaySource:
-        rows = batch_rows or self.engine.task_rows(dataset, replay.rate)
-        return ReplaySource(dataset, rows, replay)
-
-    def run(self, source) -> DataflowReport:
-        """Read ``source`` to its end through the partitions; the report."""
-        if self._ran:
-            raise RuntimeError("a PartitionedDataflow runs once: make another")
-        self._ran = True
-        run = DataflowExecution(self, self.engine.feed(source), _Reported(self.report),
-                                self.engine.metrics())
-        m = run.run().summary
-        r = self.report
-        r.tuples, r.seconds, r.batches = m.tuples, m.seconds, m.tasks
-        r.per_partition, r.long_batches = list(self.per_partition), self.long_batches
-        return r
-
-
-def run_partitioned(query, dataset, parts: int | None, replay=None,
-                    batch_rows: int | None = None, collect: bool = False,
-                    config=None) -> DataflowReport:
-    """Run ``query`` over ``dataset`` as a partitioned dataflow of ``parts`` partitions (None:
-    as many as :func:`plan_parts` finds worth it on the first batch, at most the config's
-    workers; ``replay``: a :class:`~scabbard.engine.Replay`, default once)."""
-    from scabbard.engine.sources import ONCE
-
-    flow = PartitionedDataflow(query, dataset, parts, collect=collect, config=config)
-    return flow.run(flow.source(dataset, replay or ONCE, batch_rows))

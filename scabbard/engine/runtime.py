@@ -59,6 +59,7 @@ from scabbard.engine.tasks import (
     Edges,
     TaskResult,
     empty_edges,
+    front_outputs,
     task_edges,
 )
 from scabbard.kernels import window as kw
@@ -108,13 +109,6 @@ STATELESS_BATCH = 1 << 19  # a stateless query's tasks: no windows to size them 
 PIECE_ROWS = 1 << 17
 
 
-def front_outputs(n: int, k: int, ni: int, nf: int) -> tuple[np.ndarray, ...]:
-    """Room for a front kernel's output of ``n`` rows: timestamps, ``k`` key words, ``ni``
-    int and ``nf`` float aggregate inputs per row."""
-    return (np.empty(n, dtype=np.int64), np.empty((n, k), dtype=np.int64),
-            np.empty((n, ni), dtype=np.int64), np.empty((n, nf), dtype=np.float64))
-
-
 class Engine:
     """Runs one query: ``Engine(query, relations).run(source, sink)``."""
 
@@ -125,7 +119,7 @@ class Engine:
         projections before the ingress p-stream (:attr:`reduce`), the rest after it.
         ``cut_after``: operators whose output edge stays an edge (a p-stream will sit on it:
         nothing is fused above them)."""
-        self.query = query
+        self.query, self.cut_after = query, frozenset(cut_after)
         self.config = config or EngineConfig()
         memory.tune(self.config.allocator)
         self.pushup = optimize.push_up(query.node) if push_up else None

@@ -110,3 +110,10 @@ def concat_edges(parts: list[Edges], key_width: int, ints: int, floats: int) -> 
         return parts[0]
     return Edges(*(np.concatenate([getattr(p, f) for p in parts])
                    for f in ("pane", "keys", "cnt", "ints", "floats")))
+
+
+def front_outputs(n: int, k: int, ni: int, nf: int) -> tuple[np.ndarray, ...]:
+    """Room for a front kernel's output of ``n`` rows: timestamps, ``k`` key words, ``ni``
+    int and ``nf`` float aggregate inputs per row."""
+    return (np.empty(n, dtype=np.int64), np.empty((n, k), dtype=np.int64),
+            np.empty((n, ni), dtype=np.int64), np.empty((n, nf), dtype=np.float64))

@@ -140,7 +140,7 @@ def _measure(q: Query, ds: Dataset, workload: str, s: Settings, log) -> list[dic
 def _dataflow(q: Query, ds: Dataset, parts: int, s: Settings, log) -> dict | None:
     """The query as a partitioned dataflow of ``parts`` partition threads (None: its groups
     cannot be routed - said in the log)."""
-    from scabbard.engine.dataflow import PartitionedDataflow
+    from scabbard.engine.flowrun import PartitionedDataflow
     from scabbard.query.expr import QueryError
 
     try:
