@@ -33,7 +33,7 @@ def _serial(q, ds, source) -> pd.DataFrame:
     return sink.to_pandas()
 
 
-@pytest.mark.parametrize("name", ["SG2", "LRB1", "LRB2", "NQ"])
+@pytest.mark.parametrize("name", ["SG2", "LRB1", "LRB2", "NQ", "LRB-ROWS"])
 @pytest.mark.parametrize("parts, batch", [(1, 997), (2, 997), (3, 997), (2, 1 << 16)])
 def test_the_partitioned_dataflow_gives_the_serial_engines_results(tiny, name, parts, batch):
     """Two replayed copies (the second's times shifted) in batches of 997 tuples, or of 64 k
@@ -248,6 +248,20 @@ def test_a_p_stream_on_an_edge_a_budget_or_adaptive_kernels_are_refused(tiny):
     adaptive = Engine(q, ds.tables, EngineConfig(adaptive=AdaptivePolicy()))
     with pytest.raises(QueryError, match="generic kernels"):
         Dataflow(adaptive, 2)
+
+
+def test_a_fault_tolerant_dataflow_of_a_query_it_cannot_route_makes_nothing(tiny, tmp_path):
+    """A global aggregate as a fault-tolerant dataflow: refused in one line before a storage
+    or an output folder is made."""
+    from scabbard.engine import EngineConfig
+    from scabbard.ft.recovery import run_fault_tolerant
+    from scabbard.ft.sinks import ClockedSink
+
+    q, ds = queries.get("SG1"), tiny["sg"]
+    with pytest.raises(QueryError, match="global aggregate"):
+        run_fault_tolerant(q, ds, tmp_path / "store", ClockedSink(tmp_path / "out"),
+                           EngineConfig(workers=2, assembly="dataflow"), interval=0.1)
+    assert not (tmp_path / "store").exists() and not (tmp_path / "out").exists()
 
 
 def test_a_replay_for_a_duration_runs_through_the_partitions(tiny):

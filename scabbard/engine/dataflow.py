@@ -117,8 +117,9 @@ class Router:
     """A branch's routing kernel (see the module): its selections and its group keys, compiled
     by :func:`scabbard.kernels.codegen.compile_front` in index mode."""
 
-    def __init__(self, branch, cache_dir):
+    def __init__(self, branch, cache_dir, rows: bool = False):
         check_routable(branch)
+        self.rows = rows  # count-based windows: a tuple's place on their axis is its offset
         node = branch.node
         f = front(node.input)
         keys = group_key_codes(node, f)
@@ -132,9 +133,11 @@ class Router:
         keys (an int64 matrix, a row a tuple)."""
         n = len(batch)
         idx, keys = np.empty(n, dtype=np.int64), np.empty((n, self.width), dtype=np.int64)
-        # the event times as the engine's front kernels get them (a replayed copy's shift
-        # deferred)
-        m = self.kernel(n, batch.event_time()[0], *(batch.column(c) for c in self.columns),
+        # the windows' axis as the engine's front kernels get it (a replayed copy's shift
+        # deferred; count-based windows: input offsets)
+        ts = (np.arange(batch.offset, batch.end, dtype=np.int64) if self.rows
+              else batch.event_time()[0])
+        m = self.kernel(n, ts, *(batch.column(c) for c in self.columns),
                         idx, keys, np.empty((n, 0), np.int64), np.empty((n, 0), np.float64))
         return idx[:m], keys[:m]
 
@@ -167,6 +170,24 @@ def plan_parts(loads: list[float], within: float = 0.9) -> int:
     return next(p for p, v in enumerate(speed, 1) if v >= within * max(speed))
 
 
+def check_dataflow(engine) -> None:
+    """QueryError unless ``engine``'s query runs as a partitioned dataflow: one window
+    aggregation whose groups can be routed (:func:`check_routable`), its input the only
+    persisted stream, its state in memory, the generic kernels."""
+    plan, name = engine.plan, engine.query.name
+    if engine.cut_after:
+        raise QueryError(f"{name}: a partitioned dataflow persists its input only (no "
+                         f"p-stream on another edge)")
+    if plan.selection is not None or len(plan.branches) != 1 or plan.graph:
+        raise QueryError(f"{name}: a partitioned dataflow runs one window aggregation (and "
+                         f"the operators fused above it)")
+    if engine.adaptive is not None or engine.spills(0):
+        raise QueryError(f"{name}: a partitioned dataflow holds its window state in memory "
+                         f"and runs the generic kernels (no state memory budget, no adaptive "
+                         f"kernels)")
+    check_routable(plan.branches[0])
+
+
 class Dataflow:
     """An engine's window operator as a partitioned dataflow (see the module): its router, the
     partitions' front kernel, P (given, or planned on ``sample``, a batch of the input)."""
@@ -174,20 +195,11 @@ class Dataflow:
     def __init__(self, engine, parts: int | None, sample=None):
         if parts is not None and parts < 1:
             raise ValueError(f"parts must be >= 1, got {parts}")
+        check_dataflow(engine)
         plan = engine.plan
-        if engine.cut_after:
-            raise QueryError(f"{engine.query.name}: a partitioned dataflow persists its input "
-                             f"only (no p-stream on another edge)")
-        if plan.selection is not None or len(plan.branches) != 1 or plan.graph:
-            raise QueryError(f"{engine.query.name}: a partitioned dataflow runs one window "
-                             f"aggregation (and the operators fused above it)")
-        if engine.adaptive is not None or engine.spills(0):
-            raise QueryError(f"{engine.query.name}: a partitioned dataflow holds its window "
-                             f"state in memory and runs the generic kernels (no state memory "
-                             f"budget, no adaptive kernels)")
         self.engine, self.plan, self.branch = engine, plan, plan.branches[0]
         self.cache_dir = engine.config.cache_dir
-        self.router = Router(self.branch, self.cache_dir)
+        self.router = Router(self.branch, self.cache_dir, bool(plan.rows))
         self.rel_args = engine._relation_args[0]
         # the branch's front kernel reading a partition's rows of a batch in place
         self.kernel = compile_front(replace(self.branch.spec, gather=True), self.cache_dir)
@@ -198,7 +210,8 @@ class Dataflow:
         self.parts = parts
         self.row_wise = all(op.kind == "having" for op in plan.chains[0]
                             if op.id != self.branch.emitted)
-        self.per_partition, self.long_batches = [0] * parts, 0  # of the last run
+        self.per_partition = [0] * parts  # of the last run: tuples each partition took
+        self.longs = [0] * parts  # and its batches whose own windows came from their partials
 
     def axis(self, batch) -> tuple[np.ndarray, int]:
         """The windows' axis of a batch's tuples: event time (``ts + shift``), or each
@@ -372,7 +385,7 @@ class _Partition:
             head = task_edges(partials, 0, int(np.searchsorted(pane, first + b.panes)))
             tail = task_edges(partials, int(np.searchsorted(pane, last - b.panes + 1)),
                               len(pane))
-        self.flow.long_batches += 1
+        self.flow.longs[self.p] += 1
         # typed keys where the partition makes the result columns (as the engine's tasks do)
         typed = b.key_dtypes if self.flow.row_wise else None
         part = BranchPart(first, last, True, head, tail, None)
@@ -415,7 +428,7 @@ class DataflowExecution(Execution):
                  emit_after: int = INT64_MIN, stores: dict | None = None):
         super().__init__(flow.engine, feed, sink, metrics, listener, resume, emit_after, stores)
         self.flow = flow
-        flow.per_partition, flow.long_batches = [0] * flow.parts, 0
+        flow.per_partition, flow.longs = [0] * flow.parts, [0] * flow.parts
         self.partitions = [_Partition(self, p) for p in range(flow.parts)]
         self.merge_in: queue.Queue = queue.Queue()
         self.handed: dict = {}  # tasks handed to the partitions, not yet assembled
@@ -527,6 +540,11 @@ class DataflowExecution(Execution):
             del self.handed[r.seq]
             self.next += 1
         return True
+
+    def _drain_all(self) -> None:
+        super()._drain_all()
+        if self.handed and self.error is None:
+            raise RuntimeError(f"tasks {sorted(self.handed)} were never assembled")
 
     def _lane_windows(self, lane, r):
         pieces, self._pieces = self._pieces, []

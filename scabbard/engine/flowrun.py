@@ -82,7 +82,7 @@ class PartitionedDataflow(Dataflow):
         m = run.run().summary
         r = self.report
         r.tuples, r.seconds, r.batches = m.tuples, m.seconds, m.tasks
-        r.per_partition, r.long_batches = list(self.per_partition), self.long_batches
+        r.per_partition, r.long_batches = list(self.per_partition), sum(self.longs)
         return r
 
 

@@ -473,6 +473,14 @@ class Engine:
             return self.config.workers if short and self.config.workers >= AUTO_MIN_WORKERS else 1
         return n if n is not None else max(2, self.config.workers)
 
+    def check_assembly(self) -> None:
+        """QueryError if the query cannot run in the configured assembly mode (a partitioned
+        dataflow's limits: :func:`scabbard.engine.dataflow.check_dataflow`)."""
+        if parse_assembly(self.config.assembly)[0] == "dataflow":
+            from scabbard.engine.dataflow import check_dataflow
+
+            check_dataflow(self)
+
     def spills(self, i: int) -> bool:
         """Branch ``i``'s window state is held under a memory budget (``state_memory``): key
         partitions spilled to disk beyond it.  A branch without group keys holds one group

@@ -355,6 +355,7 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
     config = cfg.engine_config(spills if budget is not None else None)
     engine = Engine(query, dataset.tables, config, push_up=persist.push_up,
                     cut_after=persist_at)
+    engine.check_assembly()  # before anything is made in the storage or output folders
     want = _settings_recorded(cfg, engine, dataset, sink, persist_at, recover)
     durable = Durability.of(want["durability"] or Durability.MACHINE)
     # compiled code from numba's on-disk cache (a full batch: the long-task path too).  A
