@@ -80,6 +80,21 @@ def test_the_merge_orders_pieces_by_window_as_views_or_one_gathered_piece(monkey
         assert len(out) == 1
 
 
+def test_small_pieces_go_to_the_sink_joined_and_large_ones_as_they_are():
+    from scabbard.engine.dataflow import coalesce
+
+    sizes = [10, 30, 100, 5, 5, 60, 1]
+    pieces, at = [], 0
+    for n in sizes:
+        pieces.append({"window_end": np.arange(at, at + n), "v": np.arange(at, at + n) * 2})
+        at += n
+    out = coalesce(pieces, least=64)
+    assert [len(c["window_end"]) for c in out] == [40, 100, 70, 1]
+    assert np.shares_memory(out[1]["v"], pieces[2]["v"])  # large: the piece itself
+    assert np.array_equal(np.concatenate([c["v"] for c in out]), np.arange(at) * 2)
+    assert coalesce([]) == []
+
+
 def test_route_gives_every_tuple_to_one_partition_in_input_order(tiny):
     q, ds = queries.get("LRB2"), tiny["lrb"]
     flow = PartitionedDataflow(q, ds, 3)

@@ -91,6 +91,7 @@ from scabbard.query.expr import QueryError
 from scabbard.query.plan import Filter, Project, Source
 
 VIEW_ROWS = 1024  # a window's rows a piece from which the merge hands on views, not copies
+SINK_ROWS = 1 << 20  # rows from which a piece goes to the sink alone (smaller ones joined)
 
 
 def check_routable(branch) -> None:
@@ -285,6 +286,34 @@ def in_window_order(pieces: list[dict]) -> list[dict]:
             if hi[w] > lo[w]]
 
 _END, _STOPPED = object(), object()  # a partition's end of input; the run failed elsewhere
+
+
+def coalesce(pieces: list[dict], least: int | None = None) -> list[dict]:
+    """Result columns in pieces (in order) as pieces of at least ``least`` rows (default
+    :data:`SINK_ROWS`) where they were smaller: consecutive small ones joined, a large one
+    left as it is (a view: not copied), the last possibly smaller."""
+    least = SINK_ROWS if least is None else least
+    out, run, n = [], [], 0
+
+    def flush():
+        if run:
+            out.append(run[0] if len(run) == 1 else
+                       {k: np.concatenate([c[k] for c in run]) for k in run[0]})
+            run.clear()
+
+    for c in pieces:
+        m = len(c["window_end"])
+        if m >= least:
+            flush()
+            out.append(c)
+            continue
+        run.append(c)
+        n += m
+        if n >= least:
+            flush()
+            n = 0
+    flush()
+    return out
 
 
 class _Union(Edges):
@@ -528,10 +557,10 @@ class DataflowExecution(Execution):
                 self.skip_empty(r)
             else:
                 by = [got[p] for p in range(self.flow.parts)]
-                pieces = self.flow.merged([x for pieces, _ in by for x in pieces])
-                # one piece to the sink: a write a piece made SG2's Parquet output 3x slower
-                self._pieces = pieces if len(pieces) < 2 else \
-                    [{n: np.concatenate([c[n] for c in pieces]) for n in pieces[0]}]
+                # small pieces joined: a sink write (a Parquet row group) a window's piece
+                # made SG2's output 3x slower; pieces of a million rows go as they are
+                self._pieces = coalesce(self.flow.merged([x for pieces, _ in by
+                                                          for x in pieces]))
                 if self.listener is not None:  # the state a checkpoint takes at this task
                     part = r.parts[0]
                     part.head = _Union(self.flow, [e[0] for _, e in by])
