@@ -92,7 +92,7 @@ def test_small_pieces_go_to_the_sink_joined_and_large_ones_as_they_are():
     assert [len(c["window_end"]) for c in out] == [40, 100, 70, 1]
     assert np.shares_memory(out[1]["v"], pieces[2]["v"])  # large: the piece itself
     assert np.array_equal(np.concatenate([c["v"] for c in out]), np.arange(at) * 2)
-    assert coalesce([]) == []
+    assert coalesce([], 64) == []
 
 
 def test_route_gives_every_tuple_to_one_partition_in_input_order(tiny):

@@ -19,6 +19,9 @@ class Sink:
 
     schema: Schema
     rows: int = 0
+    # the fewest rows a write is worth (a Parquet row group a write): a producer of many
+    # small pieces (a partitioned dataflow's merge) joins them up to it; 0: any
+    least_rows: int = 0
 
     def open(self, schema: Schema) -> None:
         self.schema = schema
