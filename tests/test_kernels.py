@@ -144,10 +144,10 @@ def assemble_in_chunks(partials, cuts, iops, fops, panes, slide, last_pane,
     pane, gid, cnt, iv, fv, gkeys = partials
     keys = gkeys[gid] if len(gid) else np.zeros((0, gkeys.shape[1]), np.int64)
     k, ni, nf = keys.shape[1], iv.shape[1], fv.shape[1]
-    ws, dqi, dqf = kw.new_window_state(16, ni, nf)
-    table = ht.new_table(k, 16)
-    fifo = ka.new_pane_fifo(ni, nf)
-    out = kr.out_new(k, ni, nf, 16)
+    ws, dqi, dqf = kw.empty_window_state(16, ni, nf)
+    table = ht.empty_key_table(k, 16)
+    fifo = ka.empty_pane_fifo(ni, nf)
+    out = kr.empty_result_rows(k, ni, nf, 16)
     cur = np.array([np.iinfo(np.int64).min])
     rows = []
     bounds = [0, *cuts, len(pane)]
@@ -174,8 +174,8 @@ def assemble_partitioned(partials, cuts, iops, fops, panes, slide, last_pane, pa
     pane, gid, cnt, iv, fv, gkeys = partials
     keys = gkeys[gid] if len(gid) else np.zeros((0, gkeys.shape[1]), np.int64)
     k, ni, nf = keys.shape[1], iv.shape[1], fv.shape[1]
-    states = [[*kw.new_window_state(16, ni, nf), ht.new_table(k, 16), ka.new_pane_fifo(ni, nf),
-               kr.out_new(k, ni, nf, 16), np.array([np.iinfo(np.int64).min])]
+    states = [[*kw.empty_window_state(16, ni, nf), ht.empty_key_table(k, 16), ka.empty_pane_fifo(ni, nf),
+               kr.empty_result_rows(k, ni, nf, 16), np.array([np.iinfo(np.int64).min])]
               for _ in range(parts)]
     cols = np.asarray(columns, dtype=np.int64)
     sel = kr.selection(*select)
@@ -262,9 +262,9 @@ def test_the_assembler_keeps_one_partial_per_group_and_pane(s, raw_cuts):
     tasks = [pane_aggregate(ts[a:b], keys[a:b], ints[a:b], floats[a:b], iops, fops, slide)
              for a, b in zip([0, *cuts], [*cuts, n], strict=True)]
     k, ni, nf = keys.shape[1], len(iops), len(fops)
-    ws, dqi, dqf = kw.new_window_state(16, ni, nf)
-    table, fifo = ht.new_table(k, 16), ka.new_pane_fifo(ni, nf)
-    out, cur = kr.out_new(k, ni, nf, 16), np.array([np.iinfo(np.int64).min])
+    ws, dqi, dqf = kw.empty_window_state(16, ni, nf)
+    table, fifo = ht.empty_key_table(k, 16), ka.empty_pane_fifo(ni, nf)
+    out, cur = kr.empty_result_rows(k, ni, nf, 16), np.array([np.iinfo(np.int64).min])
     sel, rows = kr.selection(kr.ALL_GROUPS, 0), []
     for i, (pane, gid, cnt, iv, fv, gkeys) in enumerate(tasks):
         upto = int(tasks[i + 1][0][0]) if i + 1 < len(tasks) else int(pane[-1])
@@ -346,7 +346,7 @@ def test_the_largest_groups_per_window_are_those_of_all_groups(s, span, raw_cuts
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(st.lists(st.tuples(st.sampled_from(["add", "del"]), st.integers(0, 60)), max_size=400))
 def test_hash_table_behaves_like_a_dict(ops):
-    table = ht.new_table(2, 4)
+    table = ht.empty_key_table(2, 4)
     model: dict[tuple, int] = {}
     for op, v in ops:
         key = np.array([[v, v * 7 - 3]], dtype=np.int64)

@@ -235,6 +235,56 @@ def test_the_index_check_finds_an_index(tmp_path, monkeypatch):
     assert _kernel_state_indexed("scabbard.indexing") == ["scabbard.indexing:2"] * 2
 
 
+# -- every kernel called from outside the kernels is checked (issue 46) -------------------------
+def kernels_called_compiled(module: str) -> list[str]:
+    """What ``module`` takes from ``scabbard.kernels`` that is a compiled kernel (a numba
+    dispatcher) rather than its validating wrapper: ``kernels-module.name`` each."""
+    import importlib
+
+    from numba.core.dispatcher import Dispatcher
+
+    tree = ast.parse(MODULES[module].read_text())
+    taken: set[tuple[str, str]] = set()
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.startswith("scabbard.kernels"):
+            for a in node.names:
+                if f"{node.module}.{a.name}" in MODULES:  # a module: its uses below
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+                else:
+                    taken.add((node.module, a.name))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("scabbard.kernels") and a.asname:
+                    aliases[a.asname] = a.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in aliases:
+            taken.add((aliases[node.value.id], node.attr))
+    return sorted(f"{m}.{name}" for m, name in taken
+                  if isinstance(getattr(importlib.import_module(m), name, None), Dispatcher))
+
+
+def test_nothing_outside_the_kernels_calls_a_compiled_kernel_unchecked():
+    """A module outside ``scabbard.kernels`` calls the kernels' validating wrappers
+    (:mod:`scabbard.kernels._check`), never a compiled kernel: compiled without bounds
+    checks, a kernel given an array one row short writes past its end."""
+    assert [f"{m}: {k}" for m in MODULES if not m.startswith("scabbard.kernels")
+            for k in kernels_called_compiled(m)] == []
+
+
+def test_the_compiled_kernel_check_finds_one(tmp_path, monkeypatch):
+    src = tmp_path / "caller.py"
+    src.write_text("from scabbard.kernels.hashtable import new_table, empty_key_table\n"
+                   "from scabbard.kernels import assembler as ka\n"
+                   "def f():\n"
+                   "    return new_table(1, 8), empty_key_table(1, 8), ka._route_rows, ka.route_rows\n")
+    monkeypatch.setitem(MODULES, "scabbard.caller", src)
+    assert kernels_called_compiled("scabbard.caller") == [
+        "scabbard.kernels.assembler._route_rows", "scabbard.kernels.hashtable.new_table"]
+
+
 # -- size ------------------------------------------------------------------------------------------
 MAX_MODULE_LINES = 600
 MAX_PARAMETERS = 8

@@ -54,10 +54,10 @@ class BranchAssembler:
         self.b = branch
         k = branch.key_width
         ni, nf = len(branch.iops), len(branch.fops)
-        self.ws, self.dqi, self.dqf = kw.new_window_state(64, ni, nf)
-        self.table = ht.new_table(k, 64)
-        self.fifo = ka.new_pane_fifo(ni, nf)
-        self.out = kr.out_new(k, ni, nf, 1024)
+        self.ws, self.dqi, self.dqf = kw.empty_window_state(64, ni, nf)
+        self.table = ht.empty_key_table(k, 64)
+        self.fifo = ka.empty_pane_fifo(ni, nf)
+        self.out = kr.empty_result_rows(k, ni, nf, 1024)
         self.cur = np.array([INT64_MIN], dtype=np.int64)
         self.sel = kr.selection(*branch.select)
         self.pending: tuple[Edges, int] | None = None  # a long task's tail, not yet loaded
@@ -83,7 +83,7 @@ class BranchAssembler:
         tail, last_pane = self.pending
         self.pending = None
         ka.reset_assembly(self.ws, self.dqi, self.dqf, self.fifo)
-        self.table = ht.new_table(self.b.key_width, 64)
+        self.table = ht.empty_key_table(self.b.key_width, 64)
         self._feed(tail, False, last_pane, 0)
 
     def task(self, part: BranchPart, emit: bool = True):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scabbard.kernels import _check as check
 from scabbard.kernels import hashtable as ht
 from scabbard.kernels._jit import inline, kernel, scan
 
@@ -401,6 +402,14 @@ def dense_pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide_ms: int, lo, 
     row for row (group ids in order of first appearance, as the hash table hands them out);
     ``None`` when a key fails the guard - the caller runs :func:`pane_aggregate` instead
     (deoptimisation).  At most :data:`DENSE_MAX` groups."""
+    check.arrays("dense_pane_aggregate", np.int64, 1, ts=ts, iops=iops, fops=fops)
+    check.arrays("dense_pane_aggregate", np.int64, 2, keys=keys, ivals=ivals)
+    check.arrays("dense_pane_aggregate", np.float64, 2, fvals=fvals)
+    check.require("dense_pane_aggregate", len(keys) == len(ivals) == len(fvals) == len(ts),
+                  "ts, keys, ivals and fvals must have one row each")
+    check.require("dense_pane_aggregate", (ivals.shape[1], fvals.shape[1])
+                  == (len(iops), len(fops)), "one operation per int and float slot")
+    check.counts("dense_pane_aggregate", slide_ms=slide_ms)
     lo = np.ascontiguousarray(lo, dtype=np.int64)
     span = np.ascontiguousarray(span, dtype=np.int64)
     if len(lo) != keys.shape[1] or len(span) != len(lo) or np.any(span < 1) \
@@ -411,10 +420,15 @@ def dense_pane_aggregate(ts, keys, ivals, fvals, iops, fops, slide_ms: int, lo, 
     return None if m < 0 else parts
 
 
-@kernel
 def key_range(keys):
-    """Per key word, the smallest and largest value (the instrumented variant's profile of a
-    task's group keys); ``lo > hi`` for no rows."""
+    """Per key word of ``keys`` (int64 rows x words), the smallest and largest value (the
+    instrumented variant's profile of a task's group keys); ``lo > hi`` for no rows."""
+    check.arrays("key_range", np.int64, 2, keys=keys)
+    return _key_range(keys)
+
+
+@kernel
+def _key_range(keys):
     k = keys.shape[1]
     lo = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
     hi = np.full(k, np.iinfo(np.int64).min, dtype=np.int64)

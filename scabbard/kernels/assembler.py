@@ -10,12 +10,21 @@ from typing import NamedTuple
 
 import numpy as np
 
+from scabbard.kernels import _check as check
 from scabbard.kernels import hashtable as ht
 from scabbard.kernels._jit import inline, kernel, scan
 from scabbard.kernels.aggregate import combine
-from scabbard.kernels.rows import emit_window_rows, out_new, out_reserve, rollup_table
+from scabbard.kernels.rows import (
+    ResultRows,
+    emit_window_rows,
+    out_new,
+    out_reserve,
+    rollup_table,
+)
 from scabbard.kernels.window import (
     INT64_MIN,
+    Deques,
+    WindowState,
     add_partial,
     clear_window_state,
     remove_partial,
@@ -44,7 +53,7 @@ class PaneFifo(NamedTuple):
 
 
 @kernel
-def new_pane_fifo(ni: int, nf: int):
+def _new_pane_fifo(ni: int, nf: int):
     n = 1024
     return PaneFifo(np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
                     np.empty(n, dtype=np.int64), np.empty((n, ni), dtype=np.int64),
@@ -68,6 +77,8 @@ def pane_fifo_partials(fifo: PaneFifo, table) -> tuple[np.ndarray, ...]:
     """The live entries of ``fifo``, oldest first, copied: pane, the group's keys (rows of
     ``table``'s keys), count, integer and float partials (a window state as pane partials,
     what feeding them to a fresh state rebuilds)."""
+    check.states("pane_fifo_partials", PaneFifo, fifo=fifo)
+    check.states("pane_fifo_partials", ht.KeyTable, table=table)
     h0, h1 = (int(x) for x in fifo.head_tail)
     return (fifo.pane[h0:h1].copy(), table.keys[fifo.gid[h0:h1]], fifo.cnt[h0:h1].copy(),
             fifo.ints[h0:h1].copy(), fifo.floats[h0:h1].copy())
@@ -206,23 +217,18 @@ def _flush_until_blocked(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, p
 
 
 @kernel
-def reset_assembly(ws, dqi, dqf, fifo) -> None:
-    """Forget the window (before loading a long task's tail)."""
+def _reset_assembly(ws, dqi, dqf, fifo) -> None:
+    """The kernel of :func:`reset_assembly`."""
     clear_window_state(ws, dqi, dqf)
     fifo.head_tail[0] = 0
     fifo.head_tail[1] = 0
 
 
 @kernel
-def assemble_partials(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_f,
-                      iops, fops, panes: int, slide: int, emit: bool, upto: int, m0: int, sel):
-    """Feed a batch of pane partials, then close panes < ``upto``; return the state and rows.
-
-    Drives :func:`_assemble_until_blocked`, inserting new keys and growing the output when
-    it blocks.
-    With ``emit`` False panes close without emitting (loading a task's tail, whose
-    windows the task emitted itself).
-    """
+def _assemble_partials(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_f,
+                       iops, fops, panes: int, slide: int, emit: bool, upto: int, m0: int, sel):
+    """The kernel of :func:`assemble_partials`: drives :func:`_assemble_until_blocked`,
+    inserting new keys and growing the output when it blocks."""
     n = e_pane.shape[0]
     ws, dqi, dqf = reserve_window_state(ws, dqi, dqf, table.meta[1] + n, n)
     fifo = _fifo_room_for_groups(_reserve_pane_fifo(fifo, n), ws.cnt.shape[0])
@@ -242,8 +248,9 @@ def assemble_partials(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt
 
 
 @kernel
-def flush_windows(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes: int, slide: int, sel):
-    """End of stream: emit every window that still holds tuples; return (out, rows)."""
+def _flush_windows(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes: int, slide: int,
+                   sel):
+    """The kernel of :func:`flush_windows`."""
     pos = np.zeros(2, dtype=np.int64)
     rtab = rollup_table(sel, ws.cnt.shape[0])
     while _flush_until_blocked(ws, dqi, dqf, table, fifo, out, pos, cur, iops, fops, panes,
@@ -269,10 +276,8 @@ def _by_partition(pid, starts, parts: int, values):
 
 
 @kernel
-def partition_rows(keys, cols, parts: int):
-    """Rows of ``keys`` by partition: the hash of their columns ``cols``, from its high bits (a
-    partition's own hash table uses the low ones), mod ``parts``.  Returns (order, starts):
-    partition p's rows are ``order[starts[p]:starts[p + 1]]``, in their original order."""
+def _partition_rows(keys, cols, parts: int):
+    """The kernel of :func:`partition_rows`."""
     n = keys.shape[0]
     pid = np.empty(n, dtype=np.int64)
     starts = np.zeros(parts + 1, dtype=np.int64)
@@ -287,11 +292,8 @@ def partition_rows(keys, cols, parts: int):
 
 
 @kernel
-def route_rows(rows, keys, parts: int):
-    """``rows`` (row numbers, one a row of ``keys``) by partition: a hash of each key row (a
-    multiply a key word), mapped onto ``parts`` by a multiply and a shift (no division).
-    Returns (routed, starts): partition p's are ``routed[starts[p]:starts[p + 1]]``, in their
-    order in ``rows``."""
+def _route_rows(rows, keys, parts: int):
+    """The kernel of :func:`route_rows`."""
     n, k = keys.shape
     pid = np.empty(n, dtype=np.int64)
     starts = np.zeros(parts + 1, dtype=np.int64)
@@ -307,11 +309,8 @@ def route_rows(rows, keys, parts: int):
 
 
 @kernel
-def merge_rows(s_t, e_t, k_t, c_t, i_t, f_t):
-    """P partitions' window rows (tuples of each partition's column arrays: starts, ends, keys,
-    counts, ints, floats - each partition's rows in window-end order) as one set of arrays in
-    window-end order: window by window, each partition's rows of it in partition order.  One
-    pass, no sort; the output is allocated once."""
+def _merge_rows(s_t, e_t, k_t, c_t, i_t, f_t):
+    """The kernel of :func:`merge_rows`."""
     parts = len(e_t)
     n = 0
     for p in range(parts):
@@ -347,3 +346,131 @@ def merge_rows(s_t, e_t, k_t, c_t, i_t, f_t):
                 r += 1
             pos[p] = r
     return o_s[:m], o_e[:m], o_k[:m], o_c[:m], o_i[:m], o_f[:m]
+
+
+# -- what Python calls: the kernels above behind the checks of scabbard.kernels._check -----------
+def empty_pane_fifo(ints: int, floats: int) -> PaneFifo:
+    """An assembler's empty window of pane partials with ``ints`` integer and ``floats`` float
+    aggregate slots."""
+    _sizes("empty_pane_fifo", ints=ints, floats=floats)
+    return _new_pane_fifo(ints, floats)
+
+
+def _sizes(kernel: str, **named) -> None:
+    for name, n in named.items():
+        check.require(kernel, isinstance(n, int | np.integer) and 0 <= n,
+                      f"{name} must be an integer >= 0, got {n!r}")
+
+
+def _assembler_state(kernel: str, ws, dqi, dqf, table, fifo, out, cur, iops, fops,
+                     sel) -> None:
+    """The assembler's state, as its constructors made it, and the operations it folds by."""
+    check.states(kernel, WindowState, ws=ws)
+    check.states(kernel, Deques, dqi=dqi, dqf=dqf)
+    check.states(kernel, ht.KeyTable, table=table)
+    check.states(kernel, PaneFifo, fifo=fifo)
+    check.states(kernel, ResultRows, out=out)
+    check.arrays(kernel, np.int64, 1, cur=cur, iops=iops, fops=fops, sel=sel)
+    check.require(kernel, cur.size == 1, f"cur must hold one pane, got {cur.size}")
+    check.require(kernel, sel.size >= 2, "sel must be a selection (kind, slot, columns...)")
+    ni, nf = ws.ints.shape[1], ws.sums.shape[1]
+    check.require(kernel, (len(iops), len(fops)) == (ni, nf) == (fifo.ints.shape[1],
+                                                                  fifo.floats.shape[1]),
+                  f"the window state has {ni} int and {nf} float slots, the fifo "
+                  f"{fifo.ints.shape[1]} and {fifo.floats.shape[1]}, the operations "
+                  f"{len(iops)} and {len(fops)}")
+    check.require(kernel, isinstance(out.keys, np.ndarray) and out.keys.ndim == 2
+                  and out.keys.shape[1] == table.keys.shape[1],
+                  f"out's keys must be a matrix of the table's {table.keys.shape[1]} words")
+
+
+def reset_assembly(ws, dqi, dqf, fifo) -> None:
+    """Forget the window (before loading a long task's tail)."""
+    check.states("reset_assembly", WindowState, ws=ws)
+    check.states("reset_assembly", Deques, dqi=dqi, dqf=dqf)
+    check.states("reset_assembly", PaneFifo, fifo=fifo)
+    _reset_assembly(ws, dqi, dqf, fifo)
+
+
+def assemble_partials(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_f,
+                      iops, fops, panes: int, slide: int, emit: bool, upto: int, m0: int, sel):
+    """Feed a batch of pane partials (``e_pane``, ``e_keys`` ... in pane order), then close
+    panes < ``upto``; return the state and the rows written to ``out`` (from row ``m0``).
+
+    With ``emit`` False panes close without emitting (loading a task's tail, whose windows
+    the task emitted itself).  The state (``ws`` ... ``out``) is what the kernel returns:
+    the caller keeps the returned one (it may have grown).
+    """
+    name = "assemble_partials"
+    _assembler_state(name, ws, dqi, dqf, table, fifo, out, cur, iops, fops, sel)
+    check.arrays(name, np.int64, 1, e_pane=e_pane, e_cnt=e_cnt)
+    check.arrays(name, np.int64, 2, e_keys=e_keys, e_i=e_i)
+    check.arrays(name, np.float64, 2, e_f=e_f)
+    n = len(e_pane)
+    check.require(name, len(e_keys) == len(e_cnt) == len(e_i) == len(e_f) == n,
+                  f"the partials' columns must have one row each, got {len(e_pane)}, "
+                  f"{len(e_keys)}, {len(e_cnt)}, {len(e_i)}, {len(e_f)}")
+    check.require(name, (e_keys.shape[1], e_i.shape[1], e_f.shape[1])
+                  == (table.keys.shape[1], len(iops), len(fops)),
+                  f"the partials have {e_keys.shape[1]} key words, {e_i.shape[1]} int and "
+                  f"{e_f.shape[1]} float slots; the state {table.keys.shape[1]}, {len(iops)} "
+                  f"and {len(fops)}")
+    check.counts(name, panes=panes, slide=slide)
+    check.require(name, 0 <= m0 <= len(out.start), f"m0 must be a row of out, got {m0}")
+    return _assemble_partials(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i,
+                              e_f, iops, fops, panes, slide, bool(emit), upto, m0, sel)
+
+
+def flush_windows(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes: int, slide: int, sel):
+    """End of stream: emit every window that still holds tuples; return (out, rows)."""
+    _assembler_state("flush_windows", ws, dqi, dqf, table, fifo, out, cur, iops, fops, sel)
+    check.counts("flush_windows", panes=panes, slide=slide)
+    return _flush_windows(ws, dqi, dqf, table, fifo, out, cur, iops, fops, panes, slide, sel)
+
+
+def partition_rows(keys, cols, parts: int):
+    """Rows of ``keys`` (int64 rows x words) by partition: the hash of their columns ``cols``,
+    from its high bits (a partition's own hash table uses the low ones), mod ``parts``.
+    Returns (order, starts): partition p's rows are ``order[starts[p]:starts[p + 1]]``, in
+    their original order."""
+    check.arrays("partition_rows", np.int64, 2, keys=keys)
+    check.arrays("partition_rows", np.int64, 1, cols=cols)
+    check.counts("partition_rows", parts=parts)
+    check.require("partition_rows", bool(np.all((cols >= 0) & (cols < keys.shape[1]))),
+                  f"cols must be columns of keys' {keys.shape[1]}, got {cols.tolist()}")
+    return _partition_rows(keys, cols, parts)
+
+
+def route_rows(rows, keys, parts: int):
+    """``rows`` (int64 row numbers, one a row of ``keys``) by partition: a hash of each key row
+    (a multiply a key word), mapped onto ``parts`` by a multiply and a shift (no division).
+    Returns (routed, starts): partition p's are ``routed[starts[p]:starts[p + 1]]``, in their
+    order in ``rows``."""
+    check.arrays("route_rows", np.int64, 1, rows=rows)
+    check.arrays("route_rows", np.int64, 2, keys=keys)
+    check.counts("route_rows", parts=parts)
+    check.require("route_rows", len(rows) == len(keys),
+                  f"one row number a key row: {len(rows)} rows, {len(keys)} keys")
+    return _route_rows(rows, keys, parts)
+
+
+def merge_rows(s_t, e_t, k_t, c_t, i_t, f_t):
+    """P partitions' window rows (tuples of each partition's column arrays: starts, ends, keys,
+    counts, ints, floats - each partition's rows in window-end order) as one set of arrays in
+    window-end order: window by window, each partition's rows of it in partition order.  One
+    pass, no sort; the output is allocated once."""
+    parts = len(e_t)
+    check.require("merge_rows", parts >= 1 and all(len(t) == parts for t in (s_t, k_t, c_t,
+                                                                            i_t, f_t)),
+                  "one tuple of arrays a column, each with one array a partition")
+    for p in range(parts):
+        check.arrays("merge_rows", np.int64, 1, starts=s_t[p], ends=e_t[p], counts=c_t[p])
+        check.arrays("merge_rows", np.int64, 2, keys=k_t[p], ints=i_t[p])
+        check.arrays("merge_rows", np.float64, 2, floats=f_t[p])
+        n = len(e_t[p])
+        check.require("merge_rows", all(len(t[p]) == n for t in (s_t, k_t, c_t, i_t, f_t)),
+                      f"partition {p}'s columns must have one row each")
+        check.require("merge_rows", (k_t[p].shape[1], i_t[p].shape[1], f_t[p].shape[1])
+                      == (k_t[0].shape[1], i_t[0].shape[1], f_t[0].shape[1]),
+                      f"partition {p}'s columns must be as wide as partition 0's")
+    return _merge_rows(tuple(s_t), tuple(e_t), tuple(k_t), tuple(c_t), tuple(i_t), tuple(f_t))

@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from scabbard.kernels import _check as check
 from scabbard.kernels._jit import inline, kernel
 
 EMPTY = -1
@@ -211,6 +212,15 @@ def remove_in(slots, hashes, free, meta, gid: int) -> None:
 def remove(table, gid: int) -> None:
     """Delete ``gid``'s key (backward-shift deletion) and recycle the gid."""
     remove_in(table.slots, table.hashes, table.free, table.meta, gid)
+
+
+def empty_key_table(words: int, capacity: int) -> KeyTable:
+    """An empty table for keys of ``words`` int64 words (0: one empty key) with room for
+    ``capacity`` gids before growing (``new_table``, from Python)."""
+    check.require("empty_key_table", isinstance(words, int | np.integer) and words >= 0,
+                  f"words must be an integer >= 0, got {words!r}")
+    check.counts("empty_key_table", capacity=capacity)
+    return new_table(words, capacity)
 
 
 def live(table) -> int:

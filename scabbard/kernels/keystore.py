@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scabbard.kernels import _check as check
 from scabbard.kernels._jit import inline, kernel, scan
 
 EMPTY = np.iinfo(np.int64).min  # a free slot's key: the one key a store refuses
@@ -91,10 +92,8 @@ def _point(slot_keys, slot_records, dirty, k, record, mask):
 
 
 @scan
-def index_find(slot_keys, slot_records, delta_keys, delta_records, keys, out):
-    """``out[i]``: the newest record of ``keys[i]`` in the index or its delta (the log a
-    recovery scanned: records are numbered in order, the larger is the newer), or -1 for a
-    key neither holds."""
+def _index_find(slot_keys, slot_records, delta_keys, delta_records, keys, out):
+    """The kernel of :func:`index_find`."""
     for i in range(keys.size):
         out[i] = _find(slot_keys, slot_records, keys[i])
     if delta_keys.size > 1:  # a delta (one slot: none)
@@ -103,10 +102,8 @@ def index_find(slot_keys, slot_records, delta_keys, delta_records, keys, out):
 
 
 @scan
-def index_put(slot_keys, slot_records, dirty, delta_keys, keys, first_record):
-    """Point ``keys[i]`` at record ``first_record + i`` (a later duplicate wins); the number of
-    keys new to the store (in neither the index nor the keys of its delta).  The caller
-    keeps the index at most half full."""
+def _index_put(slot_keys, slot_records, dirty, delta_keys, keys, first_record):
+    """The kernel of :func:`index_put`."""
     mask = slot_keys.size - 1
     added = 0
     for i in range(keys.size):
@@ -116,9 +113,8 @@ def index_put(slot_keys, slot_records, dirty, delta_keys, keys, first_record):
 
 
 @scan
-def count_new(slot_keys, delta_keys, keys):
-    """How many of ``keys`` neither the index nor its delta holds (a key twice in ``keys``
-    counts twice: an upper bound, for sizing)."""
+def _count_new(slot_keys, delta_keys, keys):
+    """The kernel of :func:`count_new`."""
     n = 0
     for i in range(keys.size):
         n += not _has(slot_keys, keys[i]) and not _has(delta_keys, keys[i])
@@ -126,8 +122,8 @@ def count_new(slot_keys, delta_keys, keys):
 
 
 @scan
-def merge_delta(slot_keys, slot_records, dirty, delta_keys, delta_records):
-    """The delta's entries into the index where they are newer (its keys are counted)."""
+def _merge_delta(slot_keys, slot_records, dirty, delta_keys, delta_records):
+    """The kernel of :func:`merge_delta`."""
     mask = slot_keys.size - 1
     for i in range(delta_keys.size):
         k = delta_keys[i]
@@ -136,12 +132,9 @@ def merge_delta(slot_keys, slot_records, dirty, delta_keys, delta_records):
 
 
 @scan
-def append_records(slot_keys, slot_records, dirty, delta_keys, keys, values, first_record, out,
+def _append_records(slot_keys, slot_records, dirty, delta_keys, keys, values, first_record, out,
                    at):
-    """Records ``first_record ...`` for ``keys`` and ``values`` (int64[n, width], the values'
-    bits) into ``out`` from word ``at`` on, and the index pointed at them (a later duplicate
-    wins): the number of keys new to the index, or -1 (nothing done) if a key is
-    :data:`EMPTY`.  The caller keeps the index at most half full."""
+    """The kernel of :func:`append_records`."""
     for i in range(keys.size):
         if keys[i] == EMPTY:
             return -1
@@ -153,12 +146,12 @@ def append_records(slot_keys, slot_records, dirty, delta_keys, keys, values, fir
         for j in range(width):
             out[w + 1 + j] = values[i, j]
         out[w + rw - 1] = _check(out, w, width, first_record + i)
-    return index_put(slot_keys, slot_records, dirty, delta_keys, keys, first_record)
+    return _index_put(slot_keys, slot_records, dirty, delta_keys, keys, first_record)
 
 
 @kernel
-def index_grow(slot_keys, slot_records, capacity):
-    """The index's entries in new arrays of ``capacity`` slots (a power of two)."""
+def _index_grow(slot_keys, slot_records, capacity):
+    """The kernel of :func:`index_grow`."""
     keys = np.full(capacity, EMPTY, np.int64)
     records = np.zeros(capacity, np.int64)
     mask = capacity - 1
@@ -178,15 +171,10 @@ def index_grow(slot_keys, slot_records, capacity):
 
 
 @scan
-def read_values(slot_keys, slot_records, delta_keys, delta_records, keys, log, tail, tail_first,
+def _read_values(slot_keys, slot_records, delta_keys, delta_records, keys, log, tail, tail_first,
                 end, records, out):
-    """Each key's newest record into ``records`` (-1: the index does not hold the key) and
-    its value into ``out[i]`` (int64[n, width]; a missing key's row left alone), from the
-    written ``log`` (records ``0 ..``) or, from record ``tail_first`` to ``end``, from the
-    ``tail`` not written yet.  Every record read from the log is verified against its check
-    word and its key (a damaged index entry points elsewhere): the index of the first that
-    fails, else -2."""
-    index_find(slot_keys, slot_records, delta_keys, delta_records, keys, records)
+    """The kernel of :func:`read_values`."""
+    _index_find(slot_keys, slot_records, delta_keys, delta_records, keys, records)
     width = out.shape[1]
     rw = width + 2
     for i in range(records.size):
@@ -209,11 +197,8 @@ def read_values(slot_keys, slot_records, delta_keys, delta_records, keys, log, t
 
 
 @scan
-def scan_records(log, first, end, width, slot_keys, slot_records, dirty, added, room):
-    """Records ``first .. end`` of ``log`` into the index (recovery: the log past what the
-    index's file holds), ``added[0]`` counting the keys new to it, until ``room`` keys are
-    new (the caller sizes the index for them); the first record whose check fails is
-    returned as ``-1 - record``; else the record it stopped before."""
+def _scan_records(log, first, end, width, slot_keys, slot_records, dirty, added, room):
+    """The kernel of :func:`scan_records`."""
     rw = width + 2
     mask = slot_keys.size - 1
     for r in range(first, end):
@@ -224,3 +209,133 @@ def scan_records(log, first, end, width, slot_keys, slot_records, dirty, added, 
             return -1 - r
         added[0] += _point(slot_keys, slot_records, dirty, log[at], r, mask)
     return end
+
+
+# -- what Python calls: the kernels above behind the checks of scabbard.kernels._check -----------
+def _index(kernel: str, slot_keys, slot_records, dirty=None) -> None:
+    """An index as :class:`scabbard.storage.keystore.KeyStore` keeps one: two int64 arrays of
+    the same power of two of slots (and a byte a page of them)."""
+    check.arrays(kernel, np.int64, 1, slot_keys=slot_keys, slot_records=slot_records)
+    check.power_of_two(kernel, slot_keys=slot_keys)
+    check.require(kernel, slot_records.size == slot_keys.size,
+                  f"slot_records must have slot_keys' {slot_keys.size} slots, got "
+                  f"{slot_records.size}")
+    if dirty is not None:
+        check.arrays(kernel, np.uint8, 1, dirty=dirty)
+        pages = -(-slot_keys.size // PAGE_SLOTS)
+        check.require(kernel, dirty.size >= pages,
+                      f"dirty must have a byte for each of the {pages} pages, got {dirty.size}")
+
+
+def _delta(kernel: str, delta_keys, delta_records=None) -> None:
+    """A recovery's delta of the index (one :data:`EMPTY` slot: none)."""
+    check.arrays(kernel, np.int64, 1, delta_keys=delta_keys)
+    check.power_of_two(kernel, delta_keys=delta_keys)
+    if delta_records is not None:
+        check.arrays(kernel, np.int64, 1, delta_records=delta_records)
+        check.require(kernel, delta_records.size == delta_keys.size,
+                      "delta_records must have delta_keys' slots")
+
+
+def index_find(slot_keys, slot_records, delta_keys, delta_records, keys, out) -> None:
+    """``out[i]``: the newest record of ``keys[i]`` in the index or its delta (the log a
+    recovery scanned: records are numbered in order, the larger is the newer), or -1 for a
+    key neither holds."""
+    _index("index_find", slot_keys, slot_records)
+    _delta("index_find", delta_keys, delta_records)
+    check.arrays("index_find", np.int64, 1, keys=keys, out=out)
+    check.require("index_find", out.size >= keys.size, "out must have a slot a key")
+    _index_find(slot_keys, slot_records, delta_keys, delta_records, keys, out)
+
+
+def index_put(slot_keys, slot_records, dirty, delta_keys, keys, first_record: int) -> int:
+    """Point ``keys[i]`` at record ``first_record + i`` (a later duplicate wins); the number of
+    keys new to the store (in neither the index nor the keys of its delta).  The caller
+    keeps the index at most half full."""
+    _index("index_put", slot_keys, slot_records, dirty)
+    _delta("index_put", delta_keys)
+    check.arrays("index_put", np.int64, 1, keys=keys)
+    return _index_put(slot_keys, slot_records, dirty, delta_keys, keys, first_record)
+
+
+def count_new_keys(slot_keys, delta_keys, keys) -> int:
+    """How many of ``keys`` neither the index nor its delta holds (a key twice in ``keys``
+    counts twice: an upper bound, for sizing)."""
+    check.arrays("count_new_keys", np.int64, 1, slot_keys=slot_keys, keys=keys)
+    check.power_of_two("count_new_keys", slot_keys=slot_keys)
+    _delta("count_new_keys", delta_keys)
+    return _count_new(slot_keys, delta_keys, keys)
+
+
+def merge_delta(slot_keys, slot_records, dirty, delta_keys, delta_records) -> None:
+    """The delta's entries into the index where they are newer (its keys are counted)."""
+    _index("merge_delta", slot_keys, slot_records, dirty)
+    _delta("merge_delta", delta_keys, delta_records)
+    _merge_delta(slot_keys, slot_records, dirty, delta_keys, delta_records)
+
+
+def append_records(slot_keys, slot_records, dirty, delta_keys, keys, values, first_record: int,
+                   out, at: int) -> int:
+    """Records ``first_record ...`` for ``keys`` and ``values`` (int64[n, width], the values'
+    bits) into ``out`` from word ``at`` on, and the index pointed at them (a later duplicate
+    wins): the number of keys new to the index, or -1 (nothing done) if a key is
+    :data:`EMPTY`.  The caller keeps the index at most half full."""
+    name = "append_records"
+    _index(name, slot_keys, slot_records, dirty)
+    _delta(name, delta_keys)
+    check.arrays(name, np.int64, 1, keys=keys, out=out)
+    check.arrays(name, np.int64, 2, values=values)
+    check.require(name, len(values) == keys.size, "values must have a row a key")
+    end = at + keys.size * (values.shape[1] + 2)
+    check.require(name, 0 <= at and end <= out.size,
+                  f"out must hold words {at} to {end}, it has {out.size}")
+    return _append_records(slot_keys, slot_records, dirty, delta_keys, keys, values,
+                           first_record, out, at)
+
+
+def index_grow(slot_keys, slot_records, capacity: int):
+    """The index's entries in new arrays of ``capacity`` slots (a power of two)."""
+    _index("index_grow", slot_keys, slot_records)
+    check.require("index_grow", isinstance(capacity, int | np.integer) and capacity >= 1
+                  and capacity & (capacity - 1) == 0 and capacity >= slot_keys.size,
+                  f"capacity must be a power of two >= {slot_keys.size}, got {capacity!r}")
+    return _index_grow(slot_keys, slot_records, capacity)
+
+
+def read_values(slot_keys, slot_records, delta_keys, delta_records, keys, log, tail,
+                tail_first: int, end: int, records, out) -> int:
+    """Each key's newest record into ``records`` (-1: the index does not hold the key) and
+    its value into ``out[i]`` (int64[n, width]; a missing key's row left alone), from the
+    written ``log`` (records ``0 ..``) or, from record ``tail_first`` to ``end``, from the
+    ``tail`` not written yet.  Every record read from the log is verified against its check
+    word and its key (a damaged index entry points elsewhere): the index of the first that
+    fails, else -2."""
+    name = "read_values"
+    _index(name, slot_keys, slot_records)
+    _delta(name, delta_keys, delta_records)
+    check.arrays(name, np.int64, 1, keys=keys, log=log, tail=tail, records=records)
+    check.arrays(name, np.int64, 2, out=out)
+    check.require(name, records.size == keys.size == len(out),
+                  "records and out must have a slot and a row a key")
+    rw = out.shape[1] + 2
+    check.require(name, 0 <= tail_first <= end and tail_first * rw <= log.size
+                  and (end - tail_first) * rw <= tail.size,
+                  f"the log must hold records 0 to {tail_first} and the tail {tail_first} "
+                  f"to {end}")
+    return _read_values(slot_keys, slot_records, delta_keys, delta_records, keys, log, tail,
+                        tail_first, end, records, out)
+
+
+def scan_records(log, first: int, end: int, width: int, slot_keys, slot_records, dirty,
+                 added, room: int) -> int:
+    """Records ``first .. end`` of ``log`` into the index (recovery: the log past what the
+    index's file holds), ``added[0]`` counting the keys new to it, until ``room`` keys are
+    new (the caller sizes the index for them); the first record whose check fails is
+    returned as ``-1 - record``; else the record it stopped before."""
+    name = "scan_records"
+    _index(name, slot_keys, slot_records, dirty)
+    check.arrays(name, np.int64, 1, log=log, added=added)
+    check.require(name, added.size >= 1, "added must hold the count")
+    check.require(name, 0 <= first <= end and end * (width + 2) <= log.size,
+                  f"the log must hold records {first} to {end}")
+    return _scan_records(log, first, end, width, slot_keys, slot_records, dirty, added, room)

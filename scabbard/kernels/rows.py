@@ -14,6 +14,7 @@ import numpy as np
 from numba import literal_unroll, types
 from numba.extending import overload
 
+from scabbard.kernels import _check as check
 from scabbard.kernels import hashtable as ht
 from scabbard.kernels._jit import inline, kernel
 from scabbard.kernels.aggregate import SUM, _grow_rows
@@ -116,6 +117,10 @@ def split_words(keys: np.ndarray, words: list[int], dtypes: list) -> list[np.nda
     (rows x words, int64), as ``dtypes[c]`` - in one pass over the rows.  A column at a time
     (``keys[:, j].astype``) reads the whole matrix once per column, with a stride: for LRB2's
     30 result rows per input tuple that was 0.3 us of the fragment's 0.8 us per tuple."""
+    check.arrays("split_words", np.int64, 2, keys=keys)
+    check.require("split_words", len(words) == len(dtypes)
+                  and all(0 <= w < keys.shape[1] for w in words),
+                  f"one dtype a word of keys' {keys.shape[1]}, got words {list(words)}")
     outs = tuple(np.empty(keys.shape[0], d) for d in dtypes)
     if outs:  # on no rows too: the warm-up's empty windows compile it for the run
         _split_words(keys, np.asarray(words, dtype=np.int64), outs)
@@ -158,6 +163,14 @@ def out_reserve(out, need: int):
     return ResultRows(_grow_rows(out.start, n), _grow_rows(out.end, n), grow_keys(out.keys, n),
                       _grow_rows(out.count, n), _grow_rows(out.ints, n),
                       _grow_rows(out.floats, n))
+
+
+def empty_result_rows(words: int, ints: int, floats: int, rows: int) -> ResultRows:
+    """Room for ``rows`` result rows of ``words`` key words, ``ints`` integer and ``floats``
+    float aggregates, keys as one int64 matrix (``out_new``, from Python)."""
+    check.require("empty_result_rows", min(words, ints, floats, rows) >= 0,
+                  f"sizes must be >= 0, got {words}, {ints}, {floats}, {rows}")
+    return out_new(words, ints, floats, rows)
 
 
 # What a window emits, an int64 array ``sel`` = (kind, slot, key columns...):

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from scabbard.kernels import _check as check
 from scabbard.kernels._jit import inline, kernel, scan
 from scabbard.kernels.aggregate import MAX, SUM, _grow_rows
 from scabbard.kernels.rows import (
@@ -163,6 +164,15 @@ def new_window_state(groups: int, ni: int, nf: int):
                      np.full(groups, -1, dtype=np.int64), np.zeros(1, dtype=np.int64))
     return (ws, _new_deques(groups, ni, np.zeros(1, dtype=np.int64)),
             _new_deques(groups, nf, np.zeros(1)))
+
+
+def empty_window_state(groups: int, ints: int, floats: int) -> tuple:
+    """An empty window state (and its two deques) with room for ``groups`` groups of ``ints``
+    integer and ``floats`` float aggregate slots: ``(WindowState, Deques, Deques)``."""
+    check.counts("empty_window_state", groups=groups)
+    check.require("empty_window_state", min(ints, floats) >= 0,
+                  f"slots must be >= 0, got {ints} int and {floats} float")
+    return new_window_state(groups, ints, floats)
 
 
 @kernel
@@ -336,9 +346,15 @@ def windows_from_partials(partials, iops, fops, panes: int, slide_ms: int, p_lo:
     ``key_dtypes``: the rows' keys as one column per key word of these types ("typed", see
     *result rows*), else one int64 matrix.
     """
+    name = "windows_from_partials"
+    check.require(name, len(partials) == 6, "partials must be pane_aggregate's six arrays")
     pane, gid, cnt, iv, fv, gkeys = partials
-    if panes < 1 or slide_ms < 1:
-        raise ValueError("panes and slide must be positive")
+    check.arrays(name, np.int64, 1, pane=pane, gid=gid, count=cnt)
+    check.arrays(name, np.int64, 2, ints=iv, keys=gkeys)
+    check.arrays(name, np.float64, 2, floats=fv)
+    check.require(name, len(gid) == len(cnt) == len(iv) == len(fv) == len(pane),
+                  "the partials' columns must have one row each")
+    check.counts(name, panes=panes, slide_ms=slide_ms)
     iops = np.ascontiguousarray(iops, dtype=np.int64)
     fops = np.ascontiguousarray(fops, dtype=np.int64)
     proto = (np.zeros((0, gkeys.shape[1]), np.int64) if key_dtypes is None

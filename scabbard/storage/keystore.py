@@ -147,7 +147,7 @@ class KeyStore:
         if n == 0:
             return
         if 2 * (self.count + n) > self.slot_keys.size:  # near full: count what is new
-            new = k.count_new(self.slot_keys, self.delta_keys, keys)
+            new = k.count_new_keys(self.slot_keys, self.delta_keys, keys)
             if 2 * (self.count + new) > self.slot_keys.size:
                 self._grow(self.count + new)
         rw = self.record_words
