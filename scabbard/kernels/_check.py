@@ -8,7 +8,9 @@ int is expected fails deep in numba's typing.  So every kernel a module outside
 the dimensions of each array, the sizes that must agree, the state's kind - and calls the
 compiled kernel; a wrong argument is one line naming the kernel and the argument
 (:class:`KernelArgumentError`).  The checks look at shapes and types only, never at every
-value: a few microseconds a call, on calls made once a task or a batch.
+value, and format a message only for an error: about a microsecond a call.  A state that
+outlives its calls (a key store's index) is checked once for the arrays it is made of
+(:class:`Checked`), the call's own arguments every call.
 """
 
 from __future__ import annotations
@@ -28,11 +30,26 @@ def _describe(a) -> str:
 
 def arrays(kernel: str, dtype, ndim: int, **named) -> None:
     """Each of ``named`` is a numpy array of ``dtype`` with ``ndim`` dimensions."""
-    dtype = np.dtype(dtype)
+    want = _DTYPES.get(dtype) or np.dtype(dtype)
     for name, a in named.items():
-        if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == ndim):
-            raise KernelArgumentError(f"{kernel}: {name} must be a {dtype} array of {ndim} "
-                                      f"dimension{'s' if ndim > 1 else ''}, got {_describe(a)}")
+        if isinstance(a, np.ndarray) and (a.dtype is want or a.dtype == want) \
+                and a.ndim == ndim:
+            continue
+        raise KernelArgumentError(f"{kernel}: {name} must be a {want} array of {ndim} "
+                                  f"dimension{'s' if ndim > 1 else ''}, got {_describe(a)}")
+
+
+_DTYPES = {t: np.dtype(t) for t in (np.int64, np.float64, np.uint8, np.uint64)}
+
+
+def plain(dtype, ndim: int, *arrays) -> bool:
+    """Whether each of ``arrays`` is a plain numpy array of ``dtype`` with ``ndim``
+    dimensions: the test of a call made per record (:func:`arrays` says which is not)."""
+    want = _DTYPES[dtype]
+    for a in arrays:
+        if a.__class__ is not np.ndarray or a.dtype is not want or a.ndim != ndim:
+            return False
+    return True
 
 
 def states(kernel: str, kind: type, **named) -> None:
@@ -43,21 +60,39 @@ def states(kernel: str, kind: type, **named) -> None:
                                       f"{type(value).__name__}")
 
 
-def require(kernel: str, holds: bool, message: str) -> None:
-    """``message`` (what the arguments must be) unless ``holds``."""
+def require(kernel: str, holds: bool, message) -> None:
+    """``message`` (what the arguments must be; a function giving it, so that it is only
+    formatted for an error) unless ``holds``."""
     if not holds:
-        raise KernelArgumentError(f"{kernel}: {message}")
+        raise KernelArgumentError(f"{kernel}: {message() if callable(message) else message}")
 
 
 def counts(kernel: str, **named) -> None:
     """Each of ``named`` is an integer >= 1 (a count the kernel sizes by)."""
     for name, n in named.items():
-        require(kernel, isinstance(n, int | np.integer) and not isinstance(n, bool) and n >= 1,
-                f"{name} must be an integer >= 1, got {n!r}")
+        if not (isinstance(n, int | np.integer) and not isinstance(n, bool) and n >= 1):
+            raise KernelArgumentError(f"{kernel}: {name} must be an integer >= 1, got {n!r}")
 
 
 def power_of_two(kernel: str, **named) -> None:
     """Each of ``named`` is an array whose size is a power of two (an open-addressed index)."""
     for name, a in named.items():
-        require(kernel, a.size >= 1 and a.size & (a.size - 1) == 0,
-                f"{name} must have a power of two of slots, got {a.size}")
+        if not (a.size >= 1 and a.size & (a.size - 1) == 0):
+            raise KernelArgumentError(f"{kernel}: {name} must have a power of two of slots, "
+                                      f"got {a.size}")
+
+
+class Checked:
+    """The last pair of arrays a check passed, held (so neither is freed and its id reused):
+    the same pair again - a store's index between two of its calls - is not checked again.
+    An array changes its dtype or dimensions only by being replaced."""
+
+    def __init__(self):
+        self._last: tuple = (None, None)
+
+    def seen(self, a, b) -> bool:
+        last = self._last
+        return last[0] is a and last[1] is b
+
+    def passed(self, a, b) -> None:
+        self._last = (a, b)

@@ -359,7 +359,7 @@ def empty_pane_fifo(ints: int, floats: int) -> PaneFifo:
 def _sizes(kernel: str, **named) -> None:
     for name, n in named.items():
         check.require(kernel, isinstance(n, int | np.integer) and 0 <= n,
-                      f"{name} must be an integer >= 0, got {n!r}")
+                      lambda name=name, n=n: f"{name} must be an integer >= 0, got {n!r}")
 
 
 def _assembler_state(kernel: str, ws, dqi, dqf, table, fifo, out, cur, iops, fops,
@@ -371,17 +371,17 @@ def _assembler_state(kernel: str, ws, dqi, dqf, table, fifo, out, cur, iops, fop
     check.states(kernel, PaneFifo, fifo=fifo)
     check.states(kernel, ResultRows, out=out)
     check.arrays(kernel, np.int64, 1, cur=cur, iops=iops, fops=fops, sel=sel)
-    check.require(kernel, cur.size == 1, f"cur must hold one pane, got {cur.size}")
+    check.require(kernel, cur.size == 1, lambda: f"cur must hold one pane, got {cur.size}")
     check.require(kernel, sel.size >= 2, "sel must be a selection (kind, slot, columns...)")
     ni, nf = ws.ints.shape[1], ws.sums.shape[1]
     check.require(kernel, (len(iops), len(fops)) == (ni, nf) == (fifo.ints.shape[1],
                                                                   fifo.floats.shape[1]),
-                  f"the window state has {ni} int and {nf} float slots, the fifo "
+                  lambda: f"the window state has {ni} int and {nf} float slots, the fifo "
                   f"{fifo.ints.shape[1]} and {fifo.floats.shape[1]}, the operations "
                   f"{len(iops)} and {len(fops)}")
     check.require(kernel, isinstance(out.keys, np.ndarray) and out.keys.ndim == 2
                   and out.keys.shape[1] == table.keys.shape[1],
-                  f"out's keys must be a matrix of the table's {table.keys.shape[1]} words")
+                  lambda: f"out's keys must be a matrix of the table's {table.keys.shape[1]} words")
 
 
 def reset_assembly(ws, dqi, dqf, fifo) -> None:
@@ -408,15 +408,15 @@ def assemble_partials(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt
     check.arrays(name, np.float64, 2, e_f=e_f)
     n = len(e_pane)
     check.require(name, len(e_keys) == len(e_cnt) == len(e_i) == len(e_f) == n,
-                  f"the partials' columns must have one row each, got {len(e_pane)}, "
+                  lambda: f"the partials' columns must have one row each, got {len(e_pane)}, "
                   f"{len(e_keys)}, {len(e_cnt)}, {len(e_i)}, {len(e_f)}")
     check.require(name, (e_keys.shape[1], e_i.shape[1], e_f.shape[1])
                   == (table.keys.shape[1], len(iops), len(fops)),
-                  f"the partials have {e_keys.shape[1]} key words, {e_i.shape[1]} int and "
+                  lambda: f"the partials have {e_keys.shape[1]} key words, {e_i.shape[1]} int and "
                   f"{e_f.shape[1]} float slots; the state {table.keys.shape[1]}, {len(iops)} "
                   f"and {len(fops)}")
     check.counts(name, panes=panes, slide=slide)
-    check.require(name, 0 <= m0 <= len(out.start), f"m0 must be a row of out, got {m0}")
+    check.require(name, 0 <= m0 <= len(out.start), lambda: f"m0 must be a row of out, got {m0}")
     return _assemble_partials(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i,
                               e_f, iops, fops, panes, slide, bool(emit), upto, m0, sel)
 
@@ -437,7 +437,7 @@ def partition_rows(keys, cols, parts: int):
     check.arrays("partition_rows", np.int64, 1, cols=cols)
     check.counts("partition_rows", parts=parts)
     check.require("partition_rows", bool(np.all((cols >= 0) & (cols < keys.shape[1]))),
-                  f"cols must be columns of keys' {keys.shape[1]}, got {cols.tolist()}")
+                  lambda: f"cols must be columns of keys' {keys.shape[1]}, got {cols.tolist()}")
     return _partition_rows(keys, cols, parts)
 
 
@@ -450,7 +450,7 @@ def route_rows(rows, keys, parts: int):
     check.arrays("route_rows", np.int64, 2, keys=keys)
     check.counts("route_rows", parts=parts)
     check.require("route_rows", len(rows) == len(keys),
-                  f"one row number a key row: {len(rows)} rows, {len(keys)} keys")
+                  lambda: f"one row number a key row: {len(rows)} rows, {len(keys)} keys")
     return _route_rows(rows, keys, parts)
 
 
@@ -469,8 +469,8 @@ def merge_rows(s_t, e_t, k_t, c_t, i_t, f_t):
         check.arrays("merge_rows", np.float64, 2, floats=f_t[p])
         n = len(e_t[p])
         check.require("merge_rows", all(len(t[p]) == n for t in (s_t, k_t, c_t, i_t, f_t)),
-                      f"partition {p}'s columns must have one row each")
+                      lambda p=p: f"partition {p}'s columns must have one row each")
         check.require("merge_rows", (k_t[p].shape[1], i_t[p].shape[1], f_t[p].shape[1])
                       == (k_t[0].shape[1], i_t[0].shape[1], f_t[0].shape[1]),
-                      f"partition {p}'s columns must be as wide as partition 0's")
+                      lambda p=p: f"partition {p}'s columns must be as wide as partition 0's")
     return _merge_rows(tuple(s_t), tuple(e_t), tuple(k_t), tuple(c_t), tuple(i_t), tuple(f_t))

@@ -218,7 +218,7 @@ def empty_key_table(words: int, capacity: int) -> KeyTable:
     """An empty table for keys of ``words`` int64 words (0: one empty key) with room for
     ``capacity`` gids before growing (``new_table``, from Python)."""
     check.require("empty_key_table", isinstance(words, int | np.integer) and words >= 0,
-                  f"words must be an integer >= 0, got {words!r}")
+                  lambda: f"words must be an integer >= 0, got {words!r}")
     check.counts("empty_key_table", capacity=capacity)
     return new_table(words, capacity)
 

@@ -103,7 +103,7 @@ def inline_index(table: ht.KeyTable) -> InlineIndex:
     rows for the same keys)."""
     check.states("inline_index", ht.KeyTable, table=table)
     check.require("inline_index", table.keys.shape[1] in (1, 2),
-                  f"an inline index keys one or two words, the table {table.keys.shape[1]}")
+                  lambda: f"an inline index keys one or two words, the table {table.keys.shape[1]}")
     n = int(table.meta[1])
     bits = max(4, int(4 * n - 1).bit_length())  # at least 4 slots a key
     ix = InlineIndex(np.zeros((1 << bits, 2), np.int64), np.full(1 << bits, -1, np.int64),

@@ -212,29 +212,38 @@ def _scan_records(log, first, end, width, slot_keys, slot_records, dirty, added,
 
 
 # -- what Python calls: the kernels above behind the checks of scabbard.kernels._check -----------
+_INDEX, _PAGES, _DELTA_KEYS, _DELTA, _LOG = (check.Checked() for _ in range(5))
+
+
 def _index(kernel: str, slot_keys, slot_records, dirty=None) -> None:
     """An index as :class:`scabbard.storage.keystore.KeyStore` keeps one: two int64 arrays of
     the same power of two of slots (and a byte a page of them)."""
-    check.arrays(kernel, np.int64, 1, slot_keys=slot_keys, slot_records=slot_records)
-    check.power_of_two(kernel, slot_keys=slot_keys)
-    check.require(kernel, slot_records.size == slot_keys.size,
-                  f"slot_records must have slot_keys' {slot_keys.size} slots, got "
-                  f"{slot_records.size}")
-    if dirty is not None:
+    if not _INDEX.seen(slot_keys, slot_records):
+        check.arrays(kernel, np.int64, 1, slot_keys=slot_keys, slot_records=slot_records)
+        check.power_of_two(kernel, slot_keys=slot_keys)
+        check.require(kernel, slot_records.size == slot_keys.size,
+                      lambda: f"slot_records must have slot_keys' {slot_keys.size} slots, "
+                      f"got {slot_records.size}")
+        _INDEX.passed(slot_keys, slot_records)
+    if dirty is not None and not _PAGES.seen(dirty, slot_keys):
         check.arrays(kernel, np.uint8, 1, dirty=dirty)
         pages = -(-slot_keys.size // PAGE_SLOTS)
-        check.require(kernel, dirty.size >= pages,
-                      f"dirty must have a byte for each of the {pages} pages, got {dirty.size}")
+        check.require(kernel, dirty.size >= pages, lambda: f"dirty must have a byte for each "
+                      f"of the {pages} pages, got {dirty.size}")
+        _PAGES.passed(dirty, slot_keys)
 
 
 def _delta(kernel: str, delta_keys, delta_records=None) -> None:
     """A recovery's delta of the index (one :data:`EMPTY` slot: none)."""
-    check.arrays(kernel, np.int64, 1, delta_keys=delta_keys)
-    check.power_of_two(kernel, delta_keys=delta_keys)
-    if delta_records is not None:
+    if not _DELTA_KEYS.seen(delta_keys, None):
+        check.arrays(kernel, np.int64, 1, delta_keys=delta_keys)
+        check.power_of_two(kernel, delta_keys=delta_keys)
+        _DELTA_KEYS.passed(delta_keys, None)
+    if delta_records is not None and not _DELTA.seen(delta_keys, delta_records):
         check.arrays(kernel, np.int64, 1, delta_records=delta_records)
         check.require(kernel, delta_records.size == delta_keys.size,
                       "delta_records must have delta_keys' slots")
+        _DELTA.passed(delta_keys, delta_records)
 
 
 def index_find(slot_keys, slot_records, delta_keys, delta_records, keys, out) -> None:
@@ -243,7 +252,8 @@ def index_find(slot_keys, slot_records, delta_keys, delta_records, keys, out) ->
     key neither holds."""
     _index("index_find", slot_keys, slot_records)
     _delta("index_find", delta_keys, delta_records)
-    check.arrays("index_find", np.int64, 1, keys=keys, out=out)
+    if not check.plain(np.int64, 1, keys, out):
+        check.arrays("index_find", np.int64, 1, keys=keys, out=out)
     check.require("index_find", out.size >= keys.size, "out must have a slot a key")
     _index_find(slot_keys, slot_records, delta_keys, delta_records, keys, out)
 
@@ -283,12 +293,13 @@ def append_records(slot_keys, slot_records, dirty, delta_keys, keys, values, fir
     name = "append_records"
     _index(name, slot_keys, slot_records, dirty)
     _delta(name, delta_keys)
-    check.arrays(name, np.int64, 1, keys=keys, out=out)
-    check.arrays(name, np.int64, 2, values=values)
-    check.require(name, len(values) == keys.size, "values must have a row a key")
+    if not (check.plain(np.int64, 1, keys, out) and check.plain(np.int64, 2, values)):
+        check.arrays(name, np.int64, 1, keys=keys, out=out)
+        check.arrays(name, np.int64, 2, values=values)
     end = at + keys.size * (values.shape[1] + 2)
-    check.require(name, 0 <= at and end <= out.size,
-                  f"out must hold words {at} to {end}, it has {out.size}")
+    if not (len(values) == keys.size and 0 <= at and end <= out.size):
+        check.require(name, len(values) == keys.size, "values must have a row a key")
+        check.require(name, False, f"out must hold words {at} to {end}, it has {out.size}")
     return _append_records(slot_keys, slot_records, dirty, delta_keys, keys, values,
                            first_record, out, at)
 
@@ -298,7 +309,7 @@ def index_grow(slot_keys, slot_records, capacity: int):
     _index("index_grow", slot_keys, slot_records)
     check.require("index_grow", isinstance(capacity, int | np.integer) and capacity >= 1
                   and capacity & (capacity - 1) == 0 and capacity >= slot_keys.size,
-                  f"capacity must be a power of two >= {slot_keys.size}, got {capacity!r}")
+                  lambda: f"capacity must be a power of two >= {slot_keys.size}, got {capacity!r}")
     return _index_grow(slot_keys, slot_records, capacity)
 
 
@@ -313,15 +324,18 @@ def read_values(slot_keys, slot_records, delta_keys, delta_records, keys, log, t
     name = "read_values"
     _index(name, slot_keys, slot_records)
     _delta(name, delta_keys, delta_records)
-    check.arrays(name, np.int64, 1, keys=keys, log=log, tail=tail, records=records)
-    check.arrays(name, np.int64, 2, out=out)
-    check.require(name, records.size == keys.size == len(out),
-                  "records and out must have a slot and a row a key")
+    if not (check.plain(np.int64, 1, keys, records) and check.plain(np.int64, 2, out)
+            and _LOG.seen(log, tail)):
+        check.arrays(name, np.int64, 1, keys=keys, log=log, tail=tail, records=records)
+        check.arrays(name, np.int64, 2, out=out)
+        _LOG.passed(log, tail)
     rw = out.shape[1] + 2
-    check.require(name, 0 <= tail_first <= end and tail_first * rw <= log.size
-                  and (end - tail_first) * rw <= tail.size,
-                  f"the log must hold records 0 to {tail_first} and the tail {tail_first} "
-                  f"to {end}")
+    if not (records.size == keys.size == len(out) and 0 <= tail_first <= end
+            and tail_first * rw <= log.size and (end - tail_first) * rw <= tail.size):
+        check.require(name, records.size == keys.size == len(out),
+                      "records and out must have a slot and a row a key")
+        check.require(name, False, f"the log must hold records 0 to {tail_first} and the "
+                      f"tail {tail_first} to {end}")
     return _read_values(slot_keys, slot_records, delta_keys, delta_records, keys, log, tail,
                         tail_first, end, records, out)
 
@@ -337,5 +351,5 @@ def scan_records(log, first: int, end: int, width: int, slot_keys, slot_records,
     check.arrays(name, np.int64, 1, log=log, added=added)
     check.require(name, added.size >= 1, "added must hold the count")
     check.require(name, 0 <= first <= end and end * (width + 2) <= log.size,
-                  f"the log must hold records {first} to {end}")
+                  lambda: f"the log must hold records {first} to {end}")
     return _scan_records(log, first, end, width, slot_keys, slot_records, dirty, added, room)

@@ -120,7 +120,7 @@ def split_words(keys: np.ndarray, words: list[int], dtypes: list) -> list[np.nda
     check.arrays("split_words", np.int64, 2, keys=keys)
     check.require("split_words", len(words) == len(dtypes)
                   and all(0 <= w < keys.shape[1] for w in words),
-                  f"one dtype a word of keys' {keys.shape[1]}, got words {list(words)}")
+                  lambda: f"one dtype a word of keys' {keys.shape[1]}, got words {list(words)}")
     outs = tuple(np.empty(keys.shape[0], d) for d in dtypes)
     if outs:  # on no rows too: the warm-up's empty windows compile it for the run
         _split_words(keys, np.asarray(words, dtype=np.int64), outs)
@@ -169,7 +169,7 @@ def empty_result_rows(words: int, ints: int, floats: int, rows: int) -> ResultRo
     """Room for ``rows`` result rows of ``words`` key words, ``ints`` integer and ``floats``
     float aggregates, keys as one int64 matrix (``out_new``, from Python)."""
     check.require("empty_result_rows", min(words, ints, floats, rows) >= 0,
-                  f"sizes must be >= 0, got {words}, {ints}, {floats}, {rows}")
+                  lambda: f"sizes must be >= 0, got {words}, {ints}, {floats}, {rows}")
     return out_new(words, ints, floats, rows)
 
 

@@ -171,7 +171,7 @@ def empty_window_state(groups: int, ints: int, floats: int) -> tuple:
     integer and ``floats`` float aggregate slots: ``(WindowState, Deques, Deques)``."""
     check.counts("empty_window_state", groups=groups)
     check.require("empty_window_state", min(ints, floats) >= 0,
-                  f"slots must be >= 0, got {ints} int and {floats} float")
+                  lambda: f"slots must be >= 0, got {ints} int and {floats} float")
     return new_window_state(groups, ints, floats)
 
 
