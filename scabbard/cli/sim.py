@@ -205,6 +205,10 @@ def add_parser(subparsers) -> None:
     run.add_argument("--assembly-parts", type=int, default=1, metavar="P",
                      help="the engine's --assembly partitioned:P (the windows' groups split "
                           "between P partitions run at once; default 1: serial)")
+    run.add_argument("--dataflow-parts", type=int, default=0, metavar="P",
+                     help="the engine's --assembly dataflow:P: P partition threads fed by key "
+                          "from the dispatcher, merged in order (its costs from `scabbard sim "
+                          "calibrate`; default 0: the task-parallel engine)")
     shared_flag(run, "--ingress-partitions", default=1, help="the engine's --ingress-partitions: "
         "the source read by N threads, each cutting its batches and appending them in turn, the "
         "dispatcher only handing tasks out (default 1: the dispatcher does it all)")
@@ -302,6 +306,7 @@ def _flag_message(message: str) -> str:
              "SimConfig.fail_at": "--fail-at",
              "SimConfig.checkpoint_interval": "--checkpoint-interval",
              "SimConfig.assembly_parts": "--assembly-parts",
+             "SimConfig.dataflow_parts": "--dataflow-parts",
              "SimConfig.ingress_partitions": "--ingress-partitions"})
     for name, flag in flags.items():
         message = message.replace(name, flag)
@@ -322,7 +327,7 @@ def run_sim(args) -> int:
                         persist=args.persist_input, compression=args.compression,
                         checkpoint_interval=args.checkpoint_interval or None,
                         duration=args.sim_seconds, rate=args.rate, fail_at=args.fail_at,
-                        assembly_parts=args.assembly_parts,
+                        assembly_parts=args.assembly_parts, dataflow_parts=args.dataflow_parts,
                         ingress_partitions=args.ingress_partitions,
                         adaptive_kernels=args.adaptive_kernels)
         cal.costs(query)

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from concurrent import futures
 from dataclasses import replace
 
@@ -71,6 +72,7 @@ import numpy as np
 from scabbard.engine.assembly import BranchAssembler, merge_windows, windows_between
 from scabbard.engine.execution import Execution
 from scabbard.engine.frontcode import front, group_key_codes, inputs
+from scabbard.engine.metrics import CpuSpent
 from scabbard.engine.physical import take, window_segments
 from scabbard.engine.tasks import (
     INT64_MIN,
@@ -144,10 +146,15 @@ class Router:
     def loads(self, batch, most: int) -> list[float]:
         """For 1 to ``most`` partitions, the busiest one's share of the batch's tuples that
         pass the selections (1.0 where none does)."""
+        return [max(shares) for shares in self.shares(batch, most)]
+
+    def shares(self, batch, most: int) -> list[list[float]]:
+        """For 1 to ``most`` partitions, each partition's share of the batch's tuples that
+        pass the selections (all on the first where none does)."""
         idx, keys = self.keys(batch)
         if not len(idx):
-            return [1.0] * most
-        return [float(np.diff(ka.route_rows(idx, keys, p)[1]).max()) / len(idx)
+            return [[1.0] + [0.0] * (p - 1) for p in range(1, most + 1)]
+        return [(np.diff(ka.route_rows(idx, keys, p)[1]) / len(idx)).tolist()
                 for p in range(1, most + 1)]
 
     def route(self, batch, parts: int) -> list[np.ndarray]:
@@ -212,6 +219,7 @@ class Dataflow:
                             if op.id != self.branch.emitted)
         self.per_partition = [0] * parts  # of the last run: tuples each partition took
         self.longs = [0] * parts  # and its batches whose own windows came from their partials
+        self.cpu = CpuSpent(parts)  # and the CPU seconds of its parts (the simulator's costs)
 
     def axis(self, batch) -> tuple[np.ndarray, int]:
         """The windows' axis of a batch's tuples: event time (``ts + shift``), or each
@@ -371,6 +379,7 @@ class _Partition:
             if item is _STOPPED:  # the run failed elsewhere
                 return
             if item is _END:
+                flow.cpu.partitions[self.p] = time.thread_time()  # the thread's own, all of it
                 run.merge_in.put((_END, self.p, None))
                 return
             seq, batch, rows, first, last = item
@@ -456,6 +465,7 @@ class DataflowExecution(Execution):
         super().__init__(flow.engine, feed, sink, metrics, listener, resume, emit_after, stores)
         self.flow = flow
         flow.per_partition, flow.longs = [0] * flow.parts, [0] * flow.parts
+        flow.cpu = CpuSpent(flow.parts)
         self.partitions = [_Partition(self, p) for p in range(flow.parts)]
         self.merge_in: queue.Queue = queue.Queue()
         self.handed: dict = {}  # tasks handed to the partitions, not yet assembled
@@ -518,7 +528,10 @@ class DataflowExecution(Execution):
         r = TaskResult(job.seq, tuples, job.ingest_time, [part], batch.end, t_last)
         r.marker, r.staged = job.marker, staged
         self.handed[job.seq] = r
-        for q, rows in zip(self.partitions, flow.router.route(batch, flow.parts), strict=True):
+        started = time.thread_time()
+        routed = flow.router.route(batch, flow.parts)
+        flow.cpu.route += time.thread_time() - started
+        for q, rows in zip(self.partitions, routed, strict=True):
             q.inbox.put((job.seq, batch, rows, first, last))
 
     def _merge(self) -> None:
@@ -533,6 +546,7 @@ class DataflowExecution(Execution):
             if seq is _END:
                 ended += 1
                 if ended == self.flow.parts:
+                    self.flow.cpu.merge = time.thread_time()
                     return
                 continue
             pending.setdefault(seq, {})[p] = got

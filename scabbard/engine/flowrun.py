@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from scabbard.engine.config import EngineConfig
 from scabbard.engine.dataflow import Dataflow, DataflowExecution
+from scabbard.engine.metrics import CpuSpent
 from scabbard.engine.runtime import Engine
 from scabbard.engine.sinks import Sink
 from scabbard.engine.sources import ReplaySource
@@ -27,6 +28,7 @@ class DataflowReport:
     per_partition: list[int] = field(default_factory=list)
     long_batches: int = 0  # partitions' batches whose own windows came from their partials
     results: list[dict] | None = None
+    cpu: CpuSpent | None = None  # the CPU seconds of its parts
 
     @property
     def tuples_per_s(self) -> float:
@@ -83,6 +85,7 @@ class PartitionedDataflow(Dataflow):
         r = self.report
         r.tuples, r.seconds, r.batches = m.tuples, m.seconds, m.tasks
         r.per_partition, r.long_batches = list(self.per_partition), sum(self.longs)
+        r.cpu = self.cpu
         return r
 
 

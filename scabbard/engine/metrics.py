@@ -163,3 +163,17 @@ class RunReport:
     written_bytes: int = 0  # persisted (segments acknowledged by the storage), if any
     spilled: dict = field(default_factory=dict)  # per branch under a state budget: spills...
     kernels: dict = field(default_factory=dict)  # per branch, adaptive kernels: tasks per variant
+
+
+@dataclass
+class CpuSpent:
+    """The CPU seconds a dataflow's run spent in its parts: routing (on the dispatcher's
+    thread), each partition's thread and the merge's."""
+
+    parts: int
+    route: float = 0.0
+    partitions: list[float] = field(default_factory=list)
+    merge: float = 0.0
+
+    def __post_init__(self):
+        self.partitions = self.partitions or [0.0] * self.parts

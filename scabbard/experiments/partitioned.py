@@ -216,33 +216,45 @@ def plot(table: pd.DataFrame, output_dir: str | None = None):
 SERIAL_MATTERS_NS = 1.0
 
 def simulated(calibration: str | Path | None, names: Sequence[str], cores: Sequence[int] = (1, 2, 4, 8, 16),
-              seconds: float = 10.0, interval: float = INTERVAL) -> pd.DataFrame:
+              seconds: float = 10.0, interval: float = INTERVAL, data_dir: str | Path | None = None,
+              scale: str = "small") -> pd.DataFrame:
     """Per query and core count on the paper's server (16 cores, its SSD), fault tolerance on
     (input persisted as Scabbard persists it, checkpoints every ``interval``; the source read
     by as many ingress partitions as the engine uses by default): throughput with
-    the serial assembly and with one partition per core - the calibrated simulator, whose
-    partitioned assembly costs were measured here (``scabbard sim calibrate``; None: this
-    package's calibration, ``scabbard.paths.calibration()``)."""
+    the serial assembly, with one assembly partition per core, and as a partitioned dataflow
+    of one partition thread per core - the calibrated simulator, whose partitioned costs were
+    measured here (``scabbard sim calibrate``; None: this package's calibration,
+    ``scabbard.paths.calibration()``).  A query the calibration has no dataflow costs for has
+    them measured now on its dataset under ``data_dir`` (None: no dataflow line)."""
     from dataclasses import replace
 
     from scabbard.engine.runtime import INGRESS_WORKERS
     from scabbard.experiments.simulated import default_calibration
     from scabbard.sim import PAPER_SSD, SimConfig, simulate
     from scabbard.sim import load as load_calibration
+    from scabbard.sim.config import DataflowCosts
+    from scabbard.sim.dataflow import measure_dataflow
 
     cal = load_calibration(calibration or default_calibration())
     rows = []
     for q in [n.upper() for n in names if n.upper() in cal.queries]:
         costs = cal.costs(q)
+        if costs.dataflow is None and data_dir is not None:
+            measured = measure_dataflow(q, scale, data_dir, most=max(cores))
+            if measured is not None:
+                costs = cal.queries[q] = replace(costs, dataflow=DataflowCosts(**measured))
         for n in cores:
             hw = replace(PAPER_SSD, cores=n)
-            for mode, parts in (("serial", 1), ("partitioned", n)):
+            for mode, parts in (("serial", 1), ("partitioned", n), (DATAFLOW, n)):
                 if mode == "partitioned" and (costs.partition_share <= 0
                                               or costs.assembly_ns_tuple < SERIAL_MATTERS_NS):
                     continue  # nothing to partition, or a serial part that cannot bind
+                if mode == DATAFLOW and costs.dataflow is None:
+                    continue
                 cfg = SimConfig(q, workers=n, persist=True, compression=costs.best_scheme,
                                 checkpoint_interval=interval, duration=seconds,
-                                assembly_parts=parts,
+                                assembly_parts=parts if mode == "partitioned" else 1,
+                                dataflow_parts=parts if mode == DATAFLOW else 0,
                                 ingress_partitions=max(1, n // INGRESS_WORKERS))
                 r = simulate(cal, cfg, hw)
                 busy = r.utilisation
@@ -252,6 +264,9 @@ def simulated(calibration: str | Path | None, names: Sequence[str], cores: Seque
                              # the dispatcher's reading, or the ingress partitions' threads
                              "source_core_busy": n * (busy.get("cores_source", 0.0)
                                                       + busy.get("cores_ingress", 0.0)),
+                             # the dataflow's routing (the dispatcher's) and its partitions'
+                             "route_core_busy": n * busy.get("cores_route", 0.0),
+                             "partition_cores_busy": n * busy.get("cores_partition", 0.0),
                              "disk_busy": busy.get("disk", 0.0)})
     table = pd.DataFrame(rows)
     if len(table):
@@ -268,12 +283,13 @@ def plot_simulated(table: pd.DataFrame, output_dir: str | None = None):
     def draw(ax):
         for k, (q, g) in enumerate(table.groupby("query", sort=False)):
             color = f"C{k % 10}"
-            for mode, style in (("serial", "--"), ("partitioned", "-")):
+            for mode, style in (("serial", "--"), ("partitioned", "-"), (DATAFLOW, ":")):
                 sel = g[g["assembly"] == mode]
                 if len(sel):
                     ax.plot(sel["cores"], sel["tuples_per_s"] / 1e6, style, color=color,
                             marker="o", label=f"{q} {mode}"
-                            if mode == "partitioned" or len(g) == len(sel) else None)
+                            if mode != "serial" or len(g) == len(sel) else None)
 
     return simulated_cores_figure(output_dir, "partitioned_simulated.png",
-                                  "Serial (dashed) vs partitioned assembly, 1-16 cores", draw)
+                                  "Serial (dashed) vs partitioned assembly vs dataflow (dotted), "
+                                  "1-16 cores", draw)

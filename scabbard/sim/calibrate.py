@@ -53,6 +53,7 @@ from scabbard.sim.config import (
     SystemCosts,
     save,
 )
+from scabbard.sim.dataflow import measure_dataflow
 from scabbard.sim.instrument import timed_config, timed_run
 from scabbard.sim.machine import (
     QUIET,
@@ -401,6 +402,7 @@ def calibrate_query(query: str, scale: str = "small", data_dir: str | Path = "da
     p = measure_persistence(query, scale, data_dir, tasks)
     f = measure_fault_tolerance(query, scale, data_dir, ft_seconds, read_mb_s=read_mb_s,
                                 decode_ns=p["none"]["decode_ns"])
+    flow = measure_dataflow(query, scale, data_dir, kernel_seconds)
     r = f["recovery"]
     measured = {"checkpoint_ms": f["checkpoint_ms"], "checkpoints": f["checkpoints"],
                 "recovery": r,
@@ -437,7 +439,7 @@ def calibrate_query(query: str, scale: str = "small", data_dir: str | Path = "da
         ingress_ns_tuple=k["ingress"]["ingress_ns_tuple"],
         dispatch_ns_task=k["ingress"]["dispatch_ns_task"],
         adaptive_saving_ns_tuple=k["adaptive"]["saving_ns_tuple"],
-        measured=measured)
+        dataflow=flow, measured=measured)
     costs = replace(costs, restart_warmup_s=_restart_warmup(costs, r, f))
     log(f"{query:5} fragment {costs.fragment_ns_tuple:7.1f} ns/t (+{costs.fragment_ns_task / 1e3:7.1f}"
         f" us/task, x{costs.fragment_shared:.2f} shared)  assembly {costs.assembly_ns_tuple:6.2f} ns/t  source "

@@ -164,6 +164,34 @@ class PersistCosts:
 
 
 @dataclass(frozen=True)
+class DataflowCosts:
+    """A query as PipeFabric's partitioned dataflow (``--assembly dataflow:P``), per input
+    tuple, measured with two partitions (:func:`scabbard.sim.dataflow.measure_dataflow`):
+    the dispatcher's routing, the partitions' work in all (front, pane aggregation, their
+    windows), the merge's; and the partitions' shares of the tuples for 1, 2, ...
+    partitions, the router's on the dataset's first batches."""
+
+    route_ns: float
+    partitions_ns: float
+    merge_ns: float
+    shares: list[list[float]]
+
+    def __post_init__(self) -> None:
+        _non_negative("DataflowCosts", route_ns=self.route_ns,
+                      partitions_ns=self.partitions_ns, merge_ns=self.merge_ns)
+        if not self.shares or any(len(s) != p for p, s in enumerate(self.shares, 1)):
+            raise ValueError("DataflowCosts.shares: a share a partition, for 1, 2, ... "
+                             "partitions")
+
+    def shares_of(self, parts: int) -> list[float]:
+        """The ``parts`` partitions' shares of the tuples (measured up to len(shares))."""
+        if parts > len(self.shares):
+            raise ValueError(f"the calibration measured the dataflow's shares up to "
+                             f"{len(self.shares)} partitions, not {parts}")
+        return self.shares[parts - 1]
+
+
+@dataclass(frozen=True)
 class QueryCosts:
     """Measured costs of one query on one core (ns; ``*_task`` per task, ``*_tuple`` per tuple).
 
@@ -222,8 +250,12 @@ class QueryCosts:
     # dispatcher, or an ingress partition); a run that only computes defers it to the
     # fragment, which adds the shift at no cost (``scabbard.batch.ReplayBatch``)
     shift_ns_tuple: float = 0.0
+    # as a partitioned dataflow (None: not measured, or its groups cannot be routed)
+    dataflow: DataflowCosts | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.dataflow, dict):
+            object.__setattr__(self, "dataflow", DataflowCosts(**self.dataflow))
         _positive("QueryCosts", row_bytes=self.row_bytes, batch_rows=self.batch_rows,
                   fragment_shared=self.fragment_shared)
         _non_negative("QueryCosts", source_ns_tuple=self.source_ns_tuple,
@@ -389,6 +421,9 @@ class SimConfig:
     # the engine's --adaptive-kernels: the fragments in their optimised variants (what the
     # calibration measured them to save; the profiling and trial tasks are not modelled)
     adaptive_kernels: bool = False
+    # the engine's --assembly dataflow:P - P partition threads fed by key from the dispatcher,
+    # merged in order (0: the task-parallel engine; sim/dataflow.py)
+    dataflow_parts: int = 0
 
     def __post_init__(self) -> None:
         from scabbard.queries import NAMES
@@ -402,6 +437,9 @@ class SimConfig:
         if not isinstance(self.assembly_parts, int) or self.assembly_parts < 1:
             raise ValueError(f"SimConfig.assembly_parts must be an integer >= 1, "
                              f"got {self.assembly_parts!r}")
+        if not isinstance(self.dataflow_parts, int) or self.dataflow_parts < 0:
+            raise ValueError(f"SimConfig.dataflow_parts must be an integer >= 0, "
+                             f"got {self.dataflow_parts!r}")
         if not isinstance(self.ingress_partitions, int) or self.ingress_partitions < 1:
             raise ValueError(f"SimConfig.ingress_partitions must be an integer >= 1, "
                              f"got {self.ingress_partitions!r}")

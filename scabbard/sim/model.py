@@ -16,7 +16,9 @@ What runs, as in :mod:`scabbard.engine.runtime` (paper §2.3, §4.1) and
   function on a core; whichever finishes the next task in order assembles it and
   every following finished one (the serial **assembly**), still on its core - or, with
   ``assembly_parts`` P > 1 (``--assembly partitioned:P``), its share of P key partitions
-  plus the split and merge there, the other P - 1 partitions at once on other cores;
+  plus the split and merge there, the other P - 1 partitions at once on other cores; or,
+  with ``dataflow_parts`` P (``--assembly dataflow:P``), P partition threads fed by key and a
+  merge instead of the workers (:mod:`scabbard.sim.dataflow`);
 * every ``checkpoint_interval`` seconds a **checkpoint marker** goes with the next
   dispatched task; when that task is assembled the state is cut (a copy, on the
   assembling core) and written asynchronously as state p-units, then the record is
@@ -40,6 +42,7 @@ import simpy
 
 from scabbard.engine.metrics import Summary, percentiles_ms
 from scabbard.sim.config import MB, Calibration, Hardware, SimConfig
+from scabbard.sim.dataflow import DataflowThreads
 from scabbard.sim.ingress import ParallelIngress
 from scabbard.sim.pstream import END, PStreamThreads, Task
 from scabbard.sim.resources import CPU, Disk, Queue, Semaphore, Signal
@@ -247,6 +250,7 @@ class _Engine(PStreamThreads):
         self.assembling = False
         self.outstanding = 0
         self.workers_left = cfg.workers
+        self.flow = DataflowThreads(self, cfg.dataflow_parts) if cfg.dataflow_parts else None
         self.procs: list[simpy.Process] = []
         self.ft = _Checkpointing(cfg.checkpoint_interval) if cfg.checkpoint_interval else None
         if self.ft is not None:
@@ -300,7 +304,9 @@ class _Engine(PStreamThreads):
 
     def start(self) -> None:
         cfg = self.cfg
-        for _ in range(cfg.workers):
+        if self.flow is not None:  # the partitioned dataflow's threads (sim/dataflow.py)
+            self.flow.start()
+        for _ in range(cfg.workers if self.flow is None else 0):
             self.spawn(self.worker())
         self.spawn(self.dispatcher())
         if cfg.persist:
@@ -379,10 +385,15 @@ class _Engine(PStreamThreads):
             self.run.next_checkpoint += 1
         yield from self.window.acquire()
         self.outstanding += 1
-        yield from self.tasks.put(task)
+        if self.flow is not None:
+            yield from self.flow.hand_out(task)
+        else:
+            yield from self.tasks.put(task)
 
     def finish_dispatch(self):
-        for _ in range(self.cfg.workers):
+        if self.flow is not None:
+            yield from self.flow.finish()
+        for _ in range(self.cfg.workers if self.flow is None else 0):
             yield from self.tasks.put(END)
 
     def replay_stored(self):

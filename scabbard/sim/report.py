@@ -15,7 +15,9 @@ def describe(result) -> str:
         disk += f", {hw.disk_latency_ms:g} ms"
     net = f", ingest over {hw.network_mb_s * 8 / 1e3:g} Gb/s" if hw.network_mb_s else ""
     lines = [
-        f"{cfg.query} on {hw.cores} cores ({cfg.workers} workers), disk {disk}{net}"
+        f"{cfg.query} on {hw.cores} cores ("
+        f"{f'a dataflow of {cfg.dataflow_parts} partitions' if cfg.dataflow_parts else ''}"
+        f"{'' if cfg.dataflow_parts else f'{cfg.workers} workers'}), disk {disk}{net}"
         f"{' - ' + hw.name if hw.name else ''}",
         f"  input {'persisted' if cfg.persist else 'not persisted'}"
         f"{', compression ' + cfg.compression if cfg.persist else ''}"
