@@ -87,3 +87,46 @@ def test_the_dataflow_costs_are_measured_on_the_real_dataflow(tiny, data_root):
     assert all(sum(s) == pytest.approx(1.0) for s in got["shares"])
     DataflowCosts(**got)
     assert measure_dataflow("YSB", "tiny", data_root, seconds=0.5) is None  # a join's key
+
+
+def test_a_recovered_dataflow_pays_the_restart_warm_up():
+    """A recovered life's first task pays what the warm-up did not load, on a partition as
+    on a worker: the recovery takes that much longer."""
+    def recovery_s(warmup: float) -> float:
+        cal = flow_cal(even(2))
+        cal.queries["SG2"] = replace(cal.costs("SG2"), restart_warmup_s=warmup)
+        cfg = SimConfig("SG2", workers=2, dataflow_parts=2, persist=True,
+                        checkpoint_interval=0.5, duration=3.0, fail_at=1.5)
+        return simulate(cal, cfg, Hardware(cores=2, disk_write_mb_s=1000.0)).recovery[
+            "recovery_s"]
+
+    assert recovery_s(0.5) - recovery_s(0.0) == pytest.approx(0.5, abs=0.05)
+
+
+def test_the_dataflow_is_refused_with_assembly_partitions_or_adaptive_kernels():
+    for other in ({"assembly_parts": 2}, {"adaptive_kernels": True}):
+        with pytest.raises(ValueError, match="generic kernels and no assembly partitions"):
+            SimConfig("SG2", workers=2, dataflow_parts=2, **other)
+
+
+def test_a_checked_key_stores_arrays_are_not_held_once_it_is_gone():
+    """The key store's wrappers remember the arrays they checked (scabbard.kernels._check.
+    Checked) weakly: a closed store's index is freed, and new arrays are checked again."""
+    import gc
+    import weakref
+
+    import numpy as np
+
+    from scabbard.kernels import _check as check
+
+    seen = check.Checked()
+    a, b = np.zeros(4), np.zeros(4)
+    seen.passed(a, b)
+    assert seen.seen(a, b) and not seen.seen(b, a)
+    gone = weakref.ref(a)
+    del a
+    gc.collect()
+    assert gone() is None  # not kept alive by the check
+    assert not seen.seen(np.zeros(4), b)
+    seen.passed(b, None)
+    assert seen.seen(b, None) and not seen.seen(b, np.zeros(1))

@@ -249,8 +249,9 @@ def simulated(calibration: str | Path | None, names: Sequence[str], cores: Seque
                 if mode == "partitioned" and (costs.partition_share <= 0
                                               or costs.assembly_ns_tuple < SERIAL_MATTERS_NS):
                     continue  # nothing to partition, or a serial part that cannot bind
-                if mode == DATAFLOW and costs.dataflow is None:
-                    continue
+                if mode == DATAFLOW and (costs.dataflow is None
+                                         or n > len(costs.dataflow.shares)):
+                    continue  # not measured (or not for this many partitions)
                 cfg = SimConfig(q, workers=n, persist=True, compression=costs.best_scheme,
                                 checkpoint_interval=interval, duration=seconds,
                                 assembly_parts=parts if mode == "partitioned" else 1,

@@ -15,6 +15,8 @@ outlives its calls (a key store's index) is checked once for the arrays it is ma
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 
@@ -83,16 +85,32 @@ def power_of_two(kernel: str, **named) -> None:
 
 
 class Checked:
-    """The last pair of arrays a check passed, held (so neither is freed and its id reused):
-    the same pair again - a store's index between two of its calls - is not checked again.
-    An array changes its dtype or dimensions only by being replaced."""
+    """The last pair of arrays a check passed, held weakly (a closed store's arrays are
+    freed): the same pair again - a store's index between two of its calls - is not checked
+    again.  An array changes its dtype or dimensions only by being replaced."""
 
     def __init__(self):
-        self._last: tuple = (None, None)
+        self._last: tuple = (_dead, _dead)
 
     def seen(self, a, b) -> bool:
         last = self._last
-        return last[0] is a and last[1] is b
+        return last[0]() is a and last[1]() is b
 
     def passed(self, a, b) -> None:
-        self._last = (a, b)
+        self._last = (_ref(a), _ref(b))
+
+
+def _dead():
+    return _GONE
+
+
+_GONE = object()  # what a freed array's reference gives: no argument is it
+
+
+def _ref(a):
+    """A weak reference to array ``a`` (None: a reference that gives None), giving
+    :data:`_GONE` once the array is freed."""
+    if a is None:
+        return lambda: None
+    ref = weakref.ref(a)
+    return lambda: _GONE if (x := ref()) is None else x

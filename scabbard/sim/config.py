@@ -440,6 +440,10 @@ class SimConfig:
         if not isinstance(self.dataflow_parts, int) or self.dataflow_parts < 0:
             raise ValueError(f"SimConfig.dataflow_parts must be an integer >= 0, "
                              f"got {self.dataflow_parts!r}")
+        if self.dataflow_parts and (self.assembly_parts > 1 or self.adaptive_kernels):
+            raise ValueError("SimConfig.dataflow_parts runs the generic kernels and no "
+                             "assembly partitions, as the engine's dataflow does: leave "
+                             "assembly_parts at 1 and adaptive_kernels off")
         if not isinstance(self.ingress_partitions, int) or self.ingress_partitions < 1:
             raise ValueError(f"SimConfig.ingress_partitions must be an integer >= 1, "
                              f"got {self.ingress_partitions!r}")

@@ -70,7 +70,10 @@ class DataflowThreads:
                 self.ended += 1
                 self.wake.notify()
                 return
-            yield from e.cpu.run(task.n * self.shares[p] * self.part_s * e.work, "partition")
+            # a recovered life's first task pays what the warm-up did not load (as a worker's)
+            warmup, e.warmup = e.warmup, 0.0
+            yield from e.cpu.run(task.n * self.shares[p] * self.part_s * e.work + warmup,
+                                 "partition")
             self.parts_done[task.seq] = self.parts_done.get(task.seq, 0) + 1
             self.wake.notify()
 
