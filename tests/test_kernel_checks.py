@@ -120,6 +120,17 @@ BAD = {
         lambda: ks.read_values(*_index()[:2], NONE, np.zeros(1, I64), np.arange(3, dtype=I64),
                                np.zeros(5, I64), np.zeros(0, I64), 2, 2, np.zeros(3, I64),
                                np.zeros((3, 1), I64)),
+    "assemble_partials: sel's slot 1 is not one of the 1 its kind reads":
+        lambda: ka.assemble_partials(*_assembler(), *_partials(), np.zeros(1, I64),
+                                     np.zeros(1, I64), 2, 1000, True, 3, 0,
+                                     kr.selection(kr.MAX_INT, 1)),
+    "flush_windows: sel's key columns [0, 1] are not among the 1 key words":
+        lambda: ka.flush_windows(*_assembler(), np.zeros(1, I64), np.zeros(1, I64), 2, 1000,
+                                 kr.selection(kr.ROLLUP_COUNT, 0, 0, 1)),
+    "windows_from_partials: sel must be a selection":
+        lambda: kw.windows_from_partials(kg.pane_aggregate(
+            np.arange(2, dtype=I64), np.zeros((2, 1), I64), np.zeros((2, 0), I64),
+            np.zeros((2, 0)), [], [], 10), [], [], 1, 10, 0, 1, select=(9, 0)),
     "scan_records: the log must hold records 0 to 4":
         lambda: ks.scan_records(np.zeros(11, I64), 0, 4, 1, *_index(), np.zeros(1, I64), 8),
 }
@@ -149,3 +160,17 @@ def test_the_checked_kernels_still_compute():
     assert records.tolist() == [0, 1, 2] and (values == 1).all()
     routed, starts = ka.route_rows(np.arange(5, dtype=I64), np.arange(5, dtype=I64)[:, None], 2)
     assert sorted(routed.tolist()) == list(range(5)) and starts[-1] == 5
+
+
+def test_a_key_store_read_into_an_array_of_another_shape_is_refused(tmp_path):
+    """``KeyStore.get(keys, out)``: ``out`` one row a key, the store's width - another width
+    would read each record's words at the wrong place (a false "damaged")."""
+    from scabbard.storage.keystore import KeyStore
+
+    store = KeyStore(tmp_path / "kv", 2)
+    store.put(np.arange(3, dtype=I64), np.ones((3, 2)))
+    with pytest.raises(ValueError, match=r"out: float64\[3, 2\] \(a row a key\), got float64"):
+        store.get(np.arange(3, dtype=I64), np.zeros((3, 3)))
+    values, found = store.get(np.arange(3, dtype=I64), np.zeros((3, 2)))
+    assert found.all() and (values == 1).all()
+    store.close()

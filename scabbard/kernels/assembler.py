@@ -16,6 +16,7 @@ from scabbard.kernels._jit import inline, kernel, scan
 from scabbard.kernels.aggregate import combine
 from scabbard.kernels.rows import (
     ResultRows,
+    check_selection,
     emit_window_rows,
     out_new,
     out_reserve,
@@ -372,8 +373,8 @@ def _assembler_state(kernel: str, ws, dqi, dqf, table, fifo, out, cur, iops, fop
     check.states(kernel, ResultRows, out=out)
     check.arrays(kernel, np.int64, 1, cur=cur, iops=iops, fops=fops, sel=sel)
     check.require(kernel, cur.size == 1, lambda: f"cur must hold one pane, got {cur.size}")
-    check.require(kernel, sel.size >= 2, "sel must be a selection (kind, slot, columns...)")
     ni, nf = ws.ints.shape[1], ws.sums.shape[1]
+    check_selection(kernel, sel, table.keys.shape[1], ni, nf)
     check.require(kernel, (len(iops), len(fops)) == (ni, nf) == (fifo.ints.shape[1],
                                                                   fifo.floats.shape[1]),
                   lambda: f"the window state has {ni} int and {nf} float slots, the fifo "

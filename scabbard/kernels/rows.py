@@ -188,6 +188,22 @@ def selection(kind: int = ALL_GROUPS, slot: int = 0, *columns: int) -> np.ndarra
     return np.array([kind, slot, *columns], dtype=np.int64)
 
 
+def check_selection(kernel: str, sel: np.ndarray, words: int, ints: int, floats: int) -> None:
+    """``sel`` (an int64 array) is an emission of windows with ``words`` key words, ``ints``
+    integer and ``floats`` float slots: its kind one of the five, its slot and key columns
+    theirs (a wrong one would read past the window state's rows)."""
+    check.require(kernel, sel.size >= 2 and ALL_GROUPS <= sel[0] <= ROLLUP_COUNT,
+                  "sel must be a selection (kind, slot, columns...)")
+    kind, slot, columns = int(sel[0]), int(sel[1]), sel[2:]
+    slots = {MAX_INT: ints, MAX_FLOAT: floats}.get(kind)
+    check.require(kernel, slots is None or 0 <= slot < slots,
+                  lambda: f"sel's slot {slot} is not one of the {slots} its kind reads")
+    inside = bool(((columns >= 0) & (columns < words)).all())  # (none: one group a window)
+    check.require(kernel, kind != ROLLUP_COUNT or inside,
+                  lambda: f"sel's key columns {columns.tolist()} are not among the {words} "
+                  f"key words")
+
+
 @kernel
 def rollup_table(sel, groups: int):
     """The scratch hash table of a ROLLUP_COUNT emission over up to ``groups`` groups:

@@ -39,6 +39,7 @@ from scabbard.kernels._jit import inline, kernel, scan
 from scabbard.kernels.aggregate import MAX, SUM, _grow_rows
 from scabbard.kernels.rows import (
     ALL_GROUPS,
+    check_selection,
     emit_window_rows,
     out_like,
     out_reserve,
@@ -359,8 +360,10 @@ def windows_from_partials(partials, iops, fops, panes: int, slide_ms: int, p_lo:
     fops = np.ascontiguousarray(fops, dtype=np.int64)
     proto = (np.zeros((0, gkeys.shape[1]), np.int64) if key_dtypes is None
              else tuple(np.zeros(0, d) for d in key_dtypes))
+    sel = selection(*select)
+    check_selection(name, sel, gkeys.shape[1], iv.shape[1], fv.shape[1])
     out, m = _windows_from_partials(pane, gid, cnt, iv, fv, gkeys, iops, fops, panes, slide_ms,
-                                    p_lo, p_hi, selection(*select), proto)
+                                    p_lo, p_hi, sel, proto)
     keys = out.keys[:m] if key_dtypes is None else tuple(c[:m] for c in out.keys)
     return out.start[:m], out.end[:m], keys, out.count[:m], out.ints[:m], out.floats[:m]
 

@@ -217,6 +217,11 @@ class KeyStore:
         keys = np.asarray(keys, np.int64)
         if out is None:
             out = np.zeros((keys.size, self.width), np.float64)
+        elif not (isinstance(out, np.ndarray) and out.dtype == np.float64
+                  and out.shape == (keys.size, self.width)):
+            raise ValueError(f"out: float64[{keys.size}, {self.width}] (a row a key), "
+                             f"got {getattr(out, 'dtype', type(out).__name__)} "
+                             f"{getattr(out, 'shape', '')}")
         records = np.empty(keys.size, np.int64)
         bad = k.read_values(self.slot_keys, self.slot_records, self.delta_keys,
                             self.delta_records, keys, self.log, self.tail, self.tail_first,
