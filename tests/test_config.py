@@ -180,3 +180,71 @@ def test_checkpoint_only_or_persist_input_against_a_placement_is_one_line(tmp_pa
         placed(_fault_tolerant(tmp_path), (), persist_input_given=True)
     with pytest.raises(FlagError, match="the run had push-up"):
         as_recorded(only, {"push_up": True}, placement_given=True)
+
+
+# the settings a recovery must repeat or leave out (run.json records them): a new one is a
+# field marked recorded - and a line here
+RECORDED = {"rate", "max_tuples", "batch_rows", "state_memory", "push_up", "compression",
+            "lossy_decimals", "persist_at", "sink", "durability", "persist_input",
+            "checkpoint_mode"}
+IDENTITY = {"checksum": "c", "schema": "s", "rows": 1, "workload": "w", "params": {},
+            "path": "/d"}
+
+
+def _recorded_fields(config: RunConfig):
+    return [(part, f) for part in (config, config.persist, config.ft)
+            for f in dataclasses.fields(part) if "recorded" in f.metadata]
+
+
+@settings(max_examples=200, deadline=None)
+@given(run_configs())
+def test_run_json_is_the_configuration_a_recovery_runs_with(config):
+    """A fresh run records each recorded setting under its field's name (None: the default it
+    runs with); a recovery that leaves them out runs with the recorded ones, one that gives
+    them again is accepted, one that gives another value of any is refused naming it."""
+    import json
+    import tempfile
+
+    from scabbard.ft import runfile
+    from scabbard.storage.fileio import OS, Durability
+
+    if config.ft is None:
+        return
+    assert {f.name for _, f in _recorded_fields(config)} == RECORDED
+    record = json.loads(json.dumps(runfile.settings(config, fresh=True)))
+    assert set(record) == RECORDED and None not in (
+        record["durability"], record["persist_input"], record["checkpoint_mode"],
+        record["compression"])
+    blank = dataclasses.replace(
+        config, rate=None, max_tuples=None, batch_rows=None, state_memory=None,
+        persist=dataclasses.replace(config.persist, compression=None, lossy_decimals=None),
+        ft=dataclasses.replace(config.ft, durability=None, persist_input=None,
+                               checkpoint_mode=None))
+    recovered = runfile.as_run(blank, record)
+    for part, f in _recorded_fields(recovered):
+        value = getattr(part, f.name)
+        assert (list(value) if isinstance(value, tuple) else value) == record[f.name], f.name
+    with tempfile.TemporaryDirectory() as folder:
+        storage = Path(folder)
+        want = {"dataset": IDENTITY, "output": "/o", **record}
+        runfile.open_run_file(storage, OS, "Q", False, want, Durability.PROCESS)
+        given_again = {"dataset": IDENTITY, "output": "/o",
+                       **runfile.settings(config, fresh=False)}
+        runfile.open_run_file(storage, OS, "Q", True, given_again, Durability.PROCESS)
+        for name in RECORDED - {"push_up"}:  # (push-up: the recovery's own message)
+            other = dict(given_again, **{name: ["another"]})
+            with pytest.raises(runfile.RunMismatch, match=f"{name} .* recorded, "):
+                runfile.open_run_file(storage, OS, "Q", True, other, Durability.PROCESS)
+
+
+def test_a_record_of_an_older_build_without_a_setting_runs_as_that_build_did(tmp_path):
+    """A run.json written before a setting was recorded: the value runs had then (process
+    durability, persisted input, full checkpoints, no compression, no push-up)."""
+    from scabbard.ft import runfile
+
+    config = _fault_tolerant(tmp_path)
+    old = runfile.as_run(config, {"batch_rows": 4096, "rate": None, "max_tuples": 10})
+    assert (old.ft.durability, old.ft.persist_input, old.ft.checkpoint_mode) == (
+        "process", True, "full")
+    assert (old.persist.compression, old.persist.push_up) == ("none", False)
+    assert (old.batch_rows, old.max_tuples, old.state_memory) == (4096, 10, None)

@@ -347,7 +347,8 @@ def test_a_fault_tolerant_dataflow_stopped_and_recovered_gives_the_failure_free_
     from ftkit import SMALL, StopAfter, failure_free
 
     from scabbard.engine import EngineConfig
-    from scabbard.ft.recovery import recorded_run, run_fault_tolerant
+    from scabbard.ft.recovery import run_fault_tolerant
+    from scabbard.ft.runfile import recorded_run
     from scabbard.ft.sinks import ClockedSink, TransactionalSink, read_output
     from scabbard.ft.verify import compare
 

@@ -39,7 +39,8 @@ from scabbard.data import Dataset
 from scabbard.engine import EngineConfig
 from scabbard.ft.ingress import INGRESS
 from scabbard.ft.modes import EXACTLY_ONCE_SINKS
-from scabbard.ft.recovery import recorded_run, run_fault_tolerant
+from scabbard.ft.recovery import run_fault_tolerant
+from scabbard.ft.runfile import recorded_run
 from scabbard.ft.sinks import open_output, read_output
 from scabbard.ft.verify import compare, failure_free, prefix_problem
 from scabbard.storage import RecordingIO, StorageConfig, UnitTooLarge

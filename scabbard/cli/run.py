@@ -223,7 +223,7 @@ def config_from_args(args):
 def _run_query(args) -> int:
     from scabbard import queries
     from scabbard.ft import command
-    from scabbard.ft.recovery import recorded_run
+    from scabbard.ft.runfile import recorded_run
 
     query = queries.get(args.query)
     config = config_from_args(args)  # the flags checked before anything is measured

@@ -49,6 +49,14 @@ class ConfigError(UserError, ValueError):
         self.field, self.problem = field, problem
 
 
+def recorded(meta: dict | None = None, **values) -> dict:
+    """A field's metadata (``meta``: its flag's) marked as a setting ``run.json`` records and
+    a recovery repeats or leaves out (:mod:`scabbard.ft.runfile`); ``new=``: what a fresh run
+    records where the field is None, ``old=``: what a record of an older build without the
+    field had."""
+    return {**(meta or {}), "recorded": values}
+
+
 def _positive(name: str, value, integer: bool = False) -> None:
     if value is None:
         return
@@ -66,27 +74,28 @@ class PersistConfig:
     storage: Path = field(metadata=flag(
         "--storage", "storage folder for --persist-input / checkpoints (default: "
         "storage/<QUERY>-<time> in the project folder)", _PER, metavar="DIR"))
-    push_up: bool = field(default=False, metadata=flag(
+    push_up: bool = field(default=False, metadata=recorded(old=False, meta=flag(
         "--push-up", "persistence push-up (paper §3.4): selections and projections run before "
         "the ingress p-stream, which then stores only the tuples and attributes the query "
-        "needs (see 'scabbard explain')", _PER))
+        "needs (see 'scabbard explain')", _PER)))
     # None: "none", or as recorded (recovery)
-    compression: str | None = field(default=None, metadata=flag(
+    compression: str | None = field(default=None, metadata=recorded(
+        new="none", old="none", meta=flag(
         "--compression", "compress the persisted p-stream per column (§5): default = the "
         "paper's starting scheme (delta-of-delta timestamps, Simple-8b ints, XOR floats); "
         "adaptive = profile and switch codecs while running (default none; a recovery takes "
-        "the run's own)", _PER, choices=SCHEMES))
-    lossy_decimals: int | None = field(default=None, metadata=flag(
+        "the run's own)", _PER, choices=SCHEMES)))
+    lossy_decimals: int | None = field(default=None, metadata=recorded(meta=flag(
         "--lossy-decimals", "with --compression: store float columns with N decimals (error "
         "<= 0.5e-N), as integers; batches that cannot be (NaN, inf) fall back to lossless XOR",
-        _PER, type=int, metavar="N"))
+        _PER, type=int, metavar="N")))
     compression_interval: float = field(default=4.0, metadata=flag(
         "--compression-interval", "with --compression adaptive: seconds between re-selections "
         "(default 4, the paper's)", _PER, type=float, metavar="SECONDS"))
     layout: StorageConfig = field(default_factory=StorageConfig)  # the pool's files
     # --persist-at: edges between operators with p-streams (the command's own flag: it also
     # names the ingress, which is FTConfig.persist_input)
-    persist_at: tuple[str, ...] = ()
+    persist_at: tuple[str, ...] = field(default=(), metadata=recorded())
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "storage", Path(self.storage))
@@ -114,10 +123,10 @@ class FTConfig:
     """Fault tolerance: checkpoints and exactly-once output to ``output``."""
 
     output: Path  # --output (the command's own flag: without fault tolerance a results file)
-    sink: str = field(default="clocked", metadata=flag(
+    sink: str = field(default="clocked", metadata=recorded(meta=flag(
         "--sink", "the exactly-once sink: clocked (default: results stored at once with their "
         "vector clock, duplicates dropped on replay) or transactional (two-phase commit with "
-        "each checkpoint)", _FT, choices=EXACTLY_ONCE_SINKS))
+        "each checkpoint)", _FT, choices=EXACTLY_ONCE_SINKS)))
     # None: none on a timer (every_tasks, or eventual's steps)
     interval: float | None = field(default=INTERVAL, metadata=flag(
         "--checkpoint-interval", "fault tolerance: persist the input, checkpoint the operator "
@@ -125,12 +134,14 @@ class FTConfig:
         "--persist-input)", _FT, type=float, metavar="SECONDS"))
     every_tasks: int | None = None  # a checkpoint every that many tasks (deterministic)
     # None: machine, or as recorded (recovery)
-    durability: str | None = field(default=None, metadata=flag(
+    durability: str | None = field(default=None, metadata=recorded(
+        new="machine", old="process", meta=flag(
         "--durability", "with --checkpoint-interval: machine (the default) flushes everything "
         "a checkpoint record or an acknowledgement depends on to the device first (fdatasync "
         "after the O_DIRECT writes, directories fsynced): the run survives power loss; "
-        "process only survives the engine being killed", _FT, choices=DURABILITIES))
-    persist_input: bool | None = None  # False: --checkpoint-only; None: as recorded / True
+        "process only survives the engine being killed", _FT, choices=DURABILITIES)))
+    # False: --checkpoint-only; None: as recorded / True
+    persist_input: bool | None = field(default=None, metadata=recorded(new=True, old=True))
     aligned: bool = False  # Flink-style aligned checkpoints (the paper's Flink++)
     crash_at: str | None = field(default=None, metadata=flag(
         "--crash-at", "failure injection (the test harness and scabbard.ft.controller use "
@@ -140,13 +151,14 @@ class FTConfig:
     spawned_at: float | None = field(default=None, metadata=flag(
         "--spawned-at", argparse.SUPPRESS, _FT, type=float, metavar="UNIX_TIME"))
     # None: full, or as recorded (recovery)
-    checkpoint_mode: str | None = field(default=None, metadata=flag(
+    checkpoint_mode: str | None = field(default=None, metadata=recorded(
+        new="full", old="full", meta=flag(
         "--checkpoint-mode", "with --checkpoint-interval: full (the default) writes every "
         "pane the open windows need at every checkpoint; incremental writes a closed pane "
         "once, as an immutable pane unit, and a checkpoint only the panes closed since and the "
         "open one; eventual (CEC) also saves closed panes in steps every --checkpoint-step ms "
         "between the records, one every --checkpoint-period (a recovery takes the run's own)",
-        _FT, choices=CHECKPOINT_MODES))
+        _FT, choices=CHECKPOINT_MODES)))
     step_ms: float = field(default=10.0, metadata=flag(
         "--checkpoint-step", "--checkpoint-mode eventual: save the panes closed since the last "
         "save every MS milliseconds, CEC's CI (default 10)", _FT, type=float, metavar="MS"))
@@ -194,17 +206,17 @@ class RunConfig:
 
     query: str
     data: Path | None = None  # the dataset folder (None: the query's small default)
-    rate: float | None = field(default=None, metadata=flag(
-        "--rate", "input rate limit, tuples per second", _IN, type=float))
+    rate: float | None = field(default=None, metadata=recorded(meta=flag(
+        "--rate", "input rate limit, tuples per second", _IN, type=float)))
     duration: float | None = field(default=None, metadata=flag(
         "--duration", "replay the dataset endlessly for this long (wall time)", _IN, type=float,
         metavar="SECONDS"))
-    max_tuples: int | None = field(default=None, metadata=flag(
-        "--max-tuples", "stop after this many input tuples", _IN, type=int))
+    max_tuples: int | None = field(default=None, metadata=recorded(meta=flag(
+        "--max-tuples", "stop after this many input tuples", _IN, type=int)))
     workers: int | None = field(default=None, metadata=flag(
         "--workers", "worker threads (default: one per core)", _ENG, type=int))
-    batch_rows: int | None = field(default=None, metadata=flag(
-        "--batch", "tuples per task (default: per query)", _ENG, type=int, metavar="ROWS"))
+    batch_rows: int | None = field(default=None, metadata=recorded(meta=flag(
+        "--batch", "tuples per task (default: per query)", _ENG, type=int, metavar="ROWS")))
     metrics_interval: float = field(default=0.5, metadata=flag(
         "--metrics-interval", "seconds between metrics samples (default 0.5)", _OUT, type=float,
         metavar="SECONDS"))
@@ -228,14 +240,14 @@ class RunConfig:
         "batches (split by offset ranges), each appending its own to the ingress p-stream in "
         "turn, so that no one thread touches every tuple (default: one per 4 workers; 1: the "
         "dispatcher reads it).  A recovery may use another N", _ENG, type=int, metavar="N"))
-    state_memory: int | None = field(default=None, metadata=flag(
+    state_memory: int | None = field(default=None, metadata=recorded(meta=flag(
         "--state-memory", "hold at most this much window state in memory (e.g. 256M, 2G): "
         "key partitions beyond it are spilled to disk as state p-units and read back when "
         "their windows close (default: no limit; at least 8M per window operator).  With "
         "fault tolerance the spilled units go to --storage and are the checkpoint's state: a "
         "checkpoint lists them and writes only the partitions in memory (with --checkpoint-mode "
         "incremental or eventual only their open panes, closed panes once), and recovery "
-        "reads them back as the windows close", _ENG, type=parse_bytes, metavar="BYTES"))
+        "reads them back as the windows close", _ENG, type=parse_bytes, metavar="BYTES")))
     spill_dir: Path | None = field(default=None, metadata=flag(
         "--spill-dir", "where --state-memory spills without fault tolerance (default: the "
         "system's temporary folder)", _ENG, type=Path, metavar="DIR"))

@@ -148,7 +148,7 @@ class Controller:
             return None
 
     def completed(self) -> bool:
-        from scabbard.ft.recovery import recorded_run
+        from scabbard.ft.runfile import recorded_run
 
         run = recorded_run(self.storage)
         return run is not None and "completed" in run

@@ -29,10 +29,8 @@ events), from the moment the process was spawned (``FTConfig.spawned_at``, ``run
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
-import uuid
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,13 +42,13 @@ from scabbard.data import Dataset
 from scabbard.engine.ports import Resume
 from scabbard.engine.runtime import MIN_BATCH, Engine, EngineConfig, RunReport
 from scabbard.engine.sources import Replay, ReplaySource
-from scabbard.errors import EXIT_USAGE, UserError
-from scabbard.ft import channels
+from scabbard.ft import channels, runfile
 from scabbard.ft.checkpointing import CheckpointListener
 from scabbard.ft.codeload import CodeLoader
 from scabbard.ft.config import ConfigError, RunConfig
 from scabbard.ft.eventual import EventualPolicy, EventualSteps
 from scabbard.ft.ingress import INGRESS, READER, PersistedFeed, ReplayFeed, ingress_stream
+from scabbard.ft.runfile import RunMismatch, dataset_identity
 from scabbard.ft.sinks import NO_WINDOW, ExactlyOnceSink, open_output
 from scabbard.ft.spillstore import DurableSpills
 from scabbard.ft.state import QueryState
@@ -65,50 +63,13 @@ from scabbard.pog.checkpoint import (
 )
 from scabbard.query import Query
 from scabbard.storage import BlockManager, StorageError, folderlock
-from scabbard.storage.fileio import OS, Durability, FileIO, write_atomic
+from scabbard.storage.fileio import OS, Durability, FileIO
 
 log = logging.getLogger(__name__)
-RUN_FILE = "run.json"
 
 
 class StandbyReleased(Exception):
     """A warm standby was told it will not be needed (it exits without touching storage)."""
-
-
-def dataset_identity(dataset: Dataset) -> dict:
-    """What makes a dataset the same input: its manifest checksum, schema, size, parameters."""
-    return {"workload": dataset.workload, "name": dataset.name, "checksum": dataset.checksum,
-            "schema": dataset.schema.fingerprint, "rows": dataset.rows,
-            "params": dataset.params, "path": str(dataset.path)}
-
-
-class RunMismatch(CheckpointError, UserError):
-    """The flags and folders given do not match the run stored there (another query,
-    dataset or setting; ``--recover`` missing or of nothing; another run's output): a person
-    fixes it by giving the run's own, so it is a user error (exit 2)."""
-
-    exit_code = EXIT_USAGE
-
-
-# a recovery must repeat every setting run.json records (or leave it out: None takes the
-# recorded one: :func:`_settings_recorded`) but these: the dataset is compared by its
-# identity, the output by the run id it was claimed with, push-up on its own (it is a flag:
-# leaving it out means "without")
-_NOT_REPEATED = ("dataset", "output", "push_up")
-
-
-def _differences(have: dict, want: dict) -> list[str]:
-    """The recorded run's dataset and settings against this start's; one phrase each."""
-    out = []
-    a, b = have.get("dataset", {}), want["dataset"]
-    for key in ("checksum", "schema", "rows", "workload", "params"):
-        if a.get(key) != b[key]:
-            out.append(f"the dataset's {key} ({a.get(key)!r} recorded from {a.get('path')}, "
-                       f"{b[key]!r} in {b['path']})")
-    for key in (k for k in want if k not in _NOT_REPEATED):
-        if want[key] is not None and have.get(key) != want[key]:
-            out.append(f"{key} {have.get(key)!r} recorded, {want[key]!r} given")
-    return out
 
 
 def _own_output(sink: ExactlyOnceSink, run: dict, rec, recover: bool) -> None:
@@ -162,49 +123,6 @@ def _stopped(spills: DurableSpills):
         spills.stop_verifying()
 
 
-def _run_file(storage: Path, io: FileIO, query: Query, recover: bool, want: dict,
-              durability: Durability) -> dict:
-    """Create ``run.json`` for a new run, or check a recovery against it (one line each);
-    the caller holds the storage folder's lock."""
-    path = storage / RUN_FILE
-    if recover:
-        if not path.is_file():
-            raise RunMismatch(f"{storage} holds no run to recover ({RUN_FILE} is missing); "
-                                  f"start one without --recover")
-        have = _read_run(path)
-        if have["query"] != query.name:
-            raise RunMismatch(f"{storage} holds a run of {have['query']}, not {query.name}")
-        diff = _differences(have, want)
-        if diff:
-            raise RunMismatch(f"{storage} holds a run with other input or settings: "
-                                  + "; ".join(diff) + ". Recover it with what it was started with")
-        return have
-    if path.is_file():
-        raise RunMismatch(f"{storage} already holds a run of {_read_run(path)['query']}: "
-                              f"add --recover to continue it, or choose an empty --storage "
-                              f"folder")
-    doc = {"query": query.name, "started_at": time.time(), "run_id": uuid.uuid4().hex, **want}
-    write_atomic(io, path, json.dumps(doc, indent=1).encode(), durability)
-    return doc
-
-
-def recorded_run(storage: str | Path) -> dict | None:
-    """The run recorded in ``storage`` (None if none was; raises CheckpointError if its
-    ``run.json`` is damaged).  ``"completed" in it``: the run consumed all its input."""
-    path = Path(storage) / RUN_FILE
-    return _read_run(path) if path.is_file() else None
-
-
-def _read_run(path: Path) -> dict:
-    try:
-        doc = json.loads(path.read_text())
-        if not isinstance(doc, dict) or not isinstance(doc.get("query"), str):
-            raise ValueError("not a run description")
-        return doc
-    except (ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path} is damaged ({e}): the run cannot be identified") from None
-
-
 @dataclass(frozen=True)
 class Hooks:
     """What a caller plugs into a fault-tolerant run beside its configuration.
@@ -256,34 +174,20 @@ def run_fault_tolerant(query: Query, dataset: Dataset, storage: str | Path,
 
 def _settings_recorded(cfg: RunConfig, engine: Engine, dataset: Dataset, sink, persist_at,
                        recover: bool) -> dict:
-    """The settings ``run.json`` records: a new run's, with their defaults filled in; for a
-    recovery, the ones given (None: take the recorded one), compared with the record."""
-    ft, persist = cfg.ft, cfg.persist
-    durability = None if ft.durability is None else Durability.of(ft.durability).value
-    want = {"dataset": dataset_identity(dataset),
-            "batch_rows": engine.config.batch_rows, "rate": cfg.rate,
-            "max_tuples": cfg.max_tuples, "persist_input": ft.persist_input,
-            "push_up": persist.push_up, "compression": persist.compression,
-            "lossy_decimals": persist.lossy_decimals, "durability": durability,
-            "sink": sink.kind, "output": str(sink.path.resolve()),  # for messages only: the
-            # output is known by the run id it was claimed with (a moved folder recovers)
-            "persist_at": list(persist_at),
-            "checkpoint_mode": ft.checkpoint_mode,
-            "state_memory": cfg.state_memory}
-    if recover:
-        return want
-    # a new run: the defaults. The tasks of the query in memory (one sizing rule), each
-    # task's input at most a pool file of the ingress p-stream (one p-unit, or pieces:
-    # Engine.task_rows)
-    layout = persist.layout
-    return dict(want,
-                batch_rows=engine.task_rows(dataset, cfg.rate, engine.unit_rows(
-                    layout.file_bytes, layout.data_start)),
-                persist_input=ft.persist_input is not False,
-                compression=persist.compression or "none",
-                durability=durability or Durability.MACHINE.value,
-                checkpoint_mode=ft.checkpoint_mode or "full",
-                loop=cfg.duration is not None or cfg.max_tuples is not None)
+    """What ``run.json`` records (:mod:`scabbard.ft.runfile`): a new run's settings, with
+    their defaults filled in; for a recovery, the ones given (None: take the recorded one),
+    compared with the record."""
+    batch_rows = engine.config.batch_rows
+    if not recover:  # the tasks of the query in memory (one sizing rule), each task's input
+        # at most a pool file of the ingress p-stream (one p-unit, or pieces: Engine.task_rows)
+        layout = cfg.persist.layout
+        batch_rows = engine.task_rows(dataset, cfg.rate, engine.unit_rows(
+            layout.file_bytes, layout.data_start))
+    want = {"dataset": dataset_identity(dataset), "output": str(sink.path.resolve()),
+            **runfile.settings(cfg, fresh=not recover, batch_rows=batch_rows,
+                               sink=sink.kind, persist_at=persist_at)}
+    return want if recover else dict(
+        want, loop=cfg.duration is not None or cfg.max_tuples is not None)
 
 
 def open_fault_tolerant(cfg: RunConfig, dataset: Dataset, *, recover: bool = False,
@@ -382,20 +286,21 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
         io.fsync_dir(storage.parent)
     held = folderlock.lock(storage / "LOCK", f"storage folder {storage}")
     try:  # until the BlockManager holds it
-        run = _run_file(storage, io, query, recover, want, durable)
-        durable = Durability.of(run.get("durability", Durability.PROCESS.value))
-        persist_input = run.get("persist_input", True)  # a recovered run keeps its mode
-        mode = run.get("checkpoint_mode") or "full"  # and its checkpoint mode
-        budget = run.get("state_memory")  # and its state memory budget
-        if budget is not None and engine.config.state_memory != budget:
-            engine.config = dataclasses.replace(engine.config, state_memory=budget,
-                                                spill=spills)
-        spills.incremental = mode != "full"  # closed panes written once
+        run = runfile.open_run_file(storage, io, query.name, recover, want, durable)
         if recover and run.get("push_up", False) != persist.push_up:
             was = run.get("push_up")
             raise RunMismatch(f"{storage} holds a run {'with' if was else 'without'} "
                                   f"persistence push-up: recover it the same way "
                                   f"({'add' if was else 'drop'} --push-up)")
+        cfg = runfile.as_run(cfg, run)  # a recovered run keeps its settings
+        ft, persist = cfg.ft, cfg.persist
+        durable = Durability.of(ft.durability)
+        persist_input, mode = ft.persist_input, ft.checkpoint_mode or "full"
+        budget = cfg.state_memory  # the run's state memory budget
+        if budget is not None and engine.config.state_memory != budget:
+            engine.config = dataclasses.replace(engine.config, state_memory=budget,
+                                                spill=spills)
+        spills.incremental = mode != "full"  # closed panes written once
         metrics = engine.metrics((*metrics_log(cfg.metrics_log), *hooks.watch))
         sink.bind(io, durable, persist_at)
         layout = dataclasses.replace(persist.layout, sync=durable.flush)
@@ -405,8 +310,8 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
     with BlockManager(storage, layout, io, lock=held) as bm, _closed_on_error(sink), \
             _stopped(spills):
         pog = POG(bm)
-        scheme = run.get("compression") or "none"
-        compress = Compression.scheme(engine.input_schema, scheme, run.get("lossy_decimals"),
+        scheme = persist.compression or "none"
+        compress = Compression.scheme(engine.input_schema, scheme, persist.lossy_decimals,
                                       on_event=metrics.event,
                                       **({"interval": persist.compression_interval}
                                          if scheme == "adaptive" else {}))
@@ -465,9 +370,9 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
         # with persisted input: replay what is stored, then continue the source after it;
         # without: the source itself starts again at the checkpoint's offset
         source_start = _source_position(ingress) if persist_input else (replay_from or 0)
-        source = ReplaySource(dataset, run["batch_rows"],
-                              Replay(rate=run["rate"], duration=cfg.duration,
-                                     max_tuples=run["max_tuples"], loop=run.get("loop", True)),
+        source = ReplaySource(dataset, cfg.batch_rows,
+                              Replay(rate=cfg.rate, duration=cfg.duration,
+                                     max_tuples=cfg.max_tuples, loop=run.get("loop", True)),
                               source_start, run["started_at"], span=engine.spans_copies)
         if hooks.wrap_source is not None:
             source = hooks.wrap_source(source)
@@ -502,8 +407,7 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
         if "spill_verified_bytes" in state.loaded:  # verified behind the run, now done
             loaded["spill_verified_bytes"] = state.loaded["spill_verified_bytes"]
         if source.exhausted:
-            write_atomic(io, storage / RUN_FILE,
-                         json.dumps(dict(run, completed=time.time()), indent=1).encode(), durable)
+            runfile.mark_completed(storage, io, run, durable)
         return FTReport(report, list(controller.stats.completed),
                         resume[0].id if resume else None, replay_from, damage, loaded, mode,
                         bm.bytes_written, source_start)

@@ -111,7 +111,7 @@ def verify_run(storage, output=None) -> RunCheck:
     from scabbard import queries
     from scabbard.data import DatasetError, open_dataset
     from scabbard.engine import EngineConfig
-    from scabbard.ft.recovery import RunMismatch, recorded_run
+    from scabbard.ft.runfile import RunMismatch, recorded_run
     from scabbard.ft.sinks import read_output
 
     run = recorded_run(storage)
