@@ -248,3 +248,16 @@ def test_a_record_of_an_older_build_without_a_setting_runs_as_that_build_did(tmp
         "process", True, "full")
     assert (old.persist.compression, old.persist.push_up) == ("none", False)
     assert (old.batch_rows, old.max_tuples, old.state_memory) == (4096, 10, None)
+
+
+def test_a_setting_given_that_does_not_go_with_a_recorded_one_is_refused_in_one_line(tmp_path):
+    """A checkpoint step given to the recovery of a run of full checkpoints: refused, naming
+    the recorded setting (the recovery would otherwise run without what was asked)."""
+    from scabbard.ft import runfile
+
+    config = _fault_tolerant(tmp_path)
+    step = dataclasses.replace(config, ft=dataclasses.replace(config.ft, step_ms=5.0))
+    with pytest.raises(runfile.RunMismatch, match="recorded settings and those given do not "
+                                                  "go together: checkpoint_mode must be eventual"):
+        runfile.as_run(step, {"checkpoint_mode": "full"})
+    assert runfile.as_run(step, {"checkpoint_mode": "eventual"}).ft.checkpoint_mode == "eventual"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from scabbard.data import Dataset
 from scabbard.errors import EXIT_USAGE, UserError
-from scabbard.ft.config import RunConfig
+from scabbard.ft.config import ConfigError, RunConfig
 from scabbard.pog.checkpoint import CheckpointError
 from scabbard.storage.fileio import Durability, FileIO, write_atomic
 
@@ -77,15 +77,21 @@ def settings(cfg: RunConfig, *, fresh: bool, **resolved) -> dict:
 
 def as_run(cfg: RunConfig, run: dict) -> RunConfig:
     """``cfg`` with ``run``'s recorded settings in their fields (a record of an older build
-    without one: the value its mark says such a run had, else ``cfg``'s)."""
+    without one: the value its mark says such a run had, else ``cfg``'s); RunMismatch where a
+    setting given does not go with a recorded one."""
     parts: dict[str, dict] = {"": {}, "persist": {}, "ft": {}}
     for part, f, mark in _recorded(cfg):
         if f.name in run or "old" in mark:
             value = run.get(f.name, mark.get("old"))
             where = "" if part is cfg else "persist" if part is cfg.persist else "ft"
             parts[where][f.name] = tuple(value) if isinstance(value, list) else value
-    changed = {k: dataclasses.replace(getattr(cfg, k), **v) for k, v in parts.items() if k and v}
-    return dataclasses.replace(cfg, **parts[""], **changed)
+    try:
+        changed = {k: dataclasses.replace(getattr(cfg, k), **v)
+                   for k, v in parts.items() if k and v}
+        return dataclasses.replace(cfg, **parts[""], **changed)
+    except ConfigError as e:  # e.g. a checkpoint step given to a run of full checkpoints
+        raise RunMismatch(f"the run's recorded settings and those given do not go together: "
+                          f"{e}") from None
 
 
 def _differences(have: dict, want: dict) -> list[str]:
