@@ -130,3 +130,8 @@ def test_a_checked_key_stores_arrays_are_not_held_once_it_is_gone():
     assert not seen.seen(np.zeros(4), b)
     seen.passed(b, None)
     assert seen.seen(b, None) and not seen.seen(b, np.zeros(1))
+    c = np.zeros(2)
+    seen.passed(b, c)
+    del c
+    gc.collect()
+    assert not seen.seen(b, None)  # a freed array is not the None a call gives

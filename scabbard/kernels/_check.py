@@ -90,27 +90,29 @@ class Checked:
     again.  An array changes its dtype or dimensions only by being replaced."""
 
     def __init__(self):
-        self._last: tuple = (_dead, _dead)
+        self._a = self._b = _NOTHING
 
     def seen(self, a, b) -> bool:
-        last = self._last
-        return last[0]() is a and last[1]() is b
+        if a is None or b is None:  # (a freed array's reference gives None too)
+            return (self._a is _NONE if a is None else self._a() is a) and (
+                self._b is _NONE if b is None else self._b() is b)
+        return self._a() is a and self._b() is b
 
     def passed(self, a, b) -> None:
-        self._last = (_ref(a), _ref(b))
+        self._a, self._b = _ref(a), _ref(b)
 
 
-def _dead():
+_GONE = object()  # what no reference gives: no argument is it
+
+
+def _NOTHING():
     return _GONE
 
 
-_GONE = object()  # what a freed array's reference gives: no argument is it
+def _NONE():
+    return None
 
 
 def _ref(a):
-    """A weak reference to array ``a`` (None: a reference that gives None), giving
-    :data:`_GONE` once the array is freed."""
-    if a is None:
-        return lambda: None
-    ref = weakref.ref(a)
-    return lambda: _GONE if (x := ref()) is None else x
+    """A weak reference to array ``a`` (None: one that gives None)."""
+    return _NONE if a is None else weakref.ref(a)
