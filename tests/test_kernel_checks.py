@@ -174,3 +174,18 @@ def test_a_key_store_read_into_an_array_of_another_shape_is_refused(tmp_path):
     values, found = store.get(np.arange(3, dtype=I64), np.zeros((3, 2)))
     assert found.all() and (values == 1).all()
     store.close()
+
+
+def test_a_store_array_replaced_between_two_calls_is_checked_again():
+    """The key store's wrappers check its index, delta and log once while they stay the same
+    arrays: a call with one of them replaced - by an array of another kind - is refused,
+    after a call that passed with the others."""
+    keys, values, out = np.arange(2, dtype=I64), np.zeros((2, 1), I64), np.zeros(6, I64)
+    slot_keys, slot_records, dirty = _index()
+    assert ks.append_records(slot_keys, slot_records, dirty, NONE, keys, values, 0, out, 0) == 2
+    for bad in (np.full(1, -1, np.int32), np.full(3, ks.EMPTY, I64)):
+        with pytest.raises(ks.check.KernelArgumentError, match="append_records: delta_keys"):
+            ks.append_records(slot_keys, slot_records, dirty, bad, keys, values, 0, out, 0)
+    with pytest.raises(ks.check.KernelArgumentError, match="read_values: delta_records"):
+        ks.read_values(slot_keys, slot_records, NONE, np.zeros(2, I64), keys, out,
+                       np.zeros(6, I64), 0, 0, np.zeros(2, I64), np.zeros((2, 1), I64))

@@ -213,6 +213,10 @@ def _scan_records(log, first, end, width, slot_keys, slot_records, dirty, added,
 
 # -- what Python calls: the kernels above behind the checks of scabbard.kernels._check -----------
 _INDEX, _PAGES, _DELTA_KEYS, _DELTA, _LOG = (check.Checked() for _ in range(5))
+# a put's and a get's index, delta and log, checked together as they were last (two pairs
+# each: both seen means the four arrays are the ones the last full check passed)
+_PUT, _GET = (check.Checked(), check.Checked()), (check.Checked(), check.Checked())
+_I64 = np.dtype(np.int64)
 
 
 def _index(kernel: str, slot_keys, slot_records, dirty=None) -> None:
@@ -291,9 +295,15 @@ def append_records(slot_keys, slot_records, dirty, delta_keys, keys, values, fir
     wins): the number of keys new to the index, or -1 (nothing done) if a key is
     :data:`EMPTY`.  The caller keeps the index at most half full."""
     name = "append_records"
-    _index(name, slot_keys, slot_records, dirty)
-    _delta(name, delta_keys)
-    if not (check.plain(np.int64, 1, keys, out) and check.plain(np.int64, 2, values)):
+    a, b = _PUT
+    if not (a.seen(slot_keys, dirty) and b.seen(slot_records, delta_keys)):
+        _index(name, slot_keys, slot_records, dirty)
+        _delta(name, delta_keys)
+        a.passed(slot_keys, dirty)
+        b.passed(slot_records, delta_keys)
+    if not (keys.__class__ is out.__class__ is values.__class__ is np.ndarray
+            and keys.dtype is out.dtype is values.dtype is _I64
+            and keys.ndim == out.ndim == 1 and values.ndim == 2):  # (one test: a call a record)
         check.arrays(name, np.int64, 1, keys=keys, out=out)
         check.arrays(name, np.int64, 2, values=values)
     end = at + keys.size * (values.shape[1] + 2)
@@ -322,10 +332,15 @@ def read_values(slot_keys, slot_records, delta_keys, delta_records, keys, log, t
     word and its key (a damaged index entry points elsewhere): the index of the first that
     fails, else -2."""
     name = "read_values"
-    _index(name, slot_keys, slot_records)
-    _delta(name, delta_keys, delta_records)
-    if not (check.plain(np.int64, 1, keys, records) and check.plain(np.int64, 2, out)
-            and _LOG.seen(log, tail)):
+    a, b = _GET
+    if not (a.seen(slot_keys, delta_keys) and b.seen(slot_records, delta_records)):
+        _index(name, slot_keys, slot_records)
+        _delta(name, delta_keys, delta_records)
+        a.passed(slot_keys, delta_keys)
+        b.passed(slot_records, delta_records)
+    if not (keys.__class__ is records.__class__ is out.__class__ is np.ndarray
+            and keys.dtype is records.dtype is out.dtype is _I64
+            and keys.ndim == records.ndim == 1 and out.ndim == 2 and _LOG.seen(log, tail)):
         check.arrays(name, np.int64, 1, keys=keys, log=log, tail=tail, records=records)
         check.arrays(name, np.int64, 2, out=out)
         _LOG.passed(log, tail)

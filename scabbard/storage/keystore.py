@@ -55,6 +55,7 @@ LOG = "log"
 _INDEX_MAGIC = 0x5844_4E49_5344_4B02  # "KSDINDX", version 2
 _HEAD = 512  # words of the index file's header page
 _FIRST_SLOTS = 1024
+_I64, _F64 = np.dtype(np.int64), np.dtype(np.float64)
 
 
 def _random_access(mapped: np.memmap) -> np.ndarray:
@@ -135,9 +136,9 @@ class KeyStore:
     def put(self, keys: np.ndarray, values: np.ndarray) -> None:
         """Store ``values[i]`` (``width`` float64 words) as ``keys[i]``'s value (a later
         duplicate in the same call wins)."""
-        if type(keys) is not np.ndarray or keys.dtype != np.int64:
+        if keys.__class__ is not np.ndarray or keys.dtype is not _I64:
             keys = np.asarray(keys, np.int64)
-        if type(values) is not np.ndarray or values.dtype != np.float64 or \
+        if values.__class__ is not np.ndarray or values.dtype is not _F64 or \
                 not values.flags.c_contiguous:
             values = np.ascontiguousarray(values, np.float64)
         n = keys.size
