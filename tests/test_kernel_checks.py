@@ -131,6 +131,13 @@ BAD = {
         lambda: kw.windows_from_partials(kg.pane_aggregate(
             np.arange(2, dtype=I64), np.zeros((2, 1), I64), np.zeros((2, 0), I64),
             np.zeros((2, 0)), [], [], 10), [], [], 1, 10, 0, 1, select=(9, 0)),
+    "append_records: keys must be a int64 array of 1 dimension, got int64 array of shape (2, 1)":
+        lambda: ks.append_records(*_index(), NONE, np.zeros((2, 1), I64), np.zeros((2, 1), I64),
+                                  0, np.zeros(8, I64), 0),
+    "read_values: out must be a int64 array of 2 dimensions, got int64 array of shape (2,)":
+        lambda: ks.read_values(*_index()[:2], NONE, np.zeros(1, I64), np.arange(2, dtype=I64),
+                               np.zeros(8, I64), np.zeros(8, I64), 0, 0, np.zeros(2, I64),
+                               np.zeros(2, I64)),
     "scan_records: the log must hold records 0 to 4":
         lambda: ks.scan_records(np.zeros(11, I64), 0, 4, 1, *_index(), np.zeros(1, I64), 8),
 }

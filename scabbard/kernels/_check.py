@@ -42,6 +42,7 @@ def arrays(kernel: str, dtype, ndim: int, **named) -> None:
 
 
 _DTYPES = {t: np.dtype(t) for t in (np.int64, np.float64, np.uint8, np.uint64)}
+_INT64 = _DTYPES[np.int64]
 
 
 def plain(dtype, ndim: int, *arrays) -> bool:
@@ -52,6 +53,14 @@ def plain(dtype, ndim: int, *arrays) -> bool:
         if a.__class__ is not np.ndarray or a.dtype is not want or a.ndim != ndim:
             return False
     return True
+
+
+def int64_rows(a, b, two) -> bool:
+    """Whether ``a`` and ``b`` are plain int64 arrays of one dimension and ``two`` of two: the
+    one test of a key store's call, made per record (:func:`arrays` says which is not)."""
+    return (a.__class__ is b.__class__ is two.__class__ is np.ndarray
+            and a.dtype is b.dtype is two.dtype is _INT64
+            and a.ndim == b.ndim == 1 and two.ndim == 2)
 
 
 def states(kernel: str, kind: type, **named) -> None:

@@ -216,7 +216,6 @@ _INDEX, _PAGES, _DELTA_KEYS, _DELTA, _LOG = (check.Checked() for _ in range(5))
 # a put's and a get's index, delta and log, checked together as they were last (two pairs
 # each: both seen means the four arrays are the ones the last full check passed)
 _PUT, _GET = (check.Checked(), check.Checked()), (check.Checked(), check.Checked())
-_I64 = np.dtype(np.int64)
 
 
 def _index(kernel: str, slot_keys, slot_records, dirty=None) -> None:
@@ -301,9 +300,7 @@ def append_records(slot_keys, slot_records, dirty, delta_keys, keys, values, fir
         _delta(name, delta_keys)
         a.passed(slot_keys, dirty)
         b.passed(slot_records, delta_keys)
-    if not (keys.__class__ is out.__class__ is values.__class__ is np.ndarray
-            and keys.dtype is out.dtype is values.dtype is _I64
-            and keys.ndim == out.ndim == 1 and values.ndim == 2):  # (one test: a call a record)
+    if not check.int64_rows(keys, out, values):
         check.arrays(name, np.int64, 1, keys=keys, out=out)
         check.arrays(name, np.int64, 2, values=values)
     end = at + keys.size * (values.shape[1] + 2)
@@ -338,9 +335,7 @@ def read_values(slot_keys, slot_records, delta_keys, delta_records, keys, log, t
         _delta(name, delta_keys, delta_records)
         a.passed(slot_keys, delta_keys)
         b.passed(slot_records, delta_records)
-    if not (keys.__class__ is records.__class__ is out.__class__ is np.ndarray
-            and keys.dtype is records.dtype is out.dtype is _I64
-            and keys.ndim == records.ndim == 1 and out.ndim == 2 and _LOG.seen(log, tail)):
+    if not (check.int64_rows(keys, records, out) and _LOG.seen(log, tail)):
         check.arrays(name, np.int64, 1, keys=keys, log=log, tail=tail, records=records)
         check.arrays(name, np.int64, 2, out=out)
         _LOG.passed(log, tail)
