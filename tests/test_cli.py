@@ -205,26 +205,28 @@ def test_bench_flags_are_the_experiments_settings(command):
     import dataclasses
     import importlib
 
-    from scabbard.cli import bench, build_parser
+    from scabbard.cli import build_parser
+    from scabbard.cli.settings import settings_from
 
     exp = importlib.import_module(f"scabbard.experiments.{BENCH_SETTINGS[command]}")
     args = build_parser("bench").parse_args(["bench", command])
     extra = {"output_dir": args.out} if command == "engine" else {}
     overrides = {"rounds": 2} if command == "checkpoints" else {}
-    got = bench._settings(exp.Settings, args, **extra)
+    got = settings_from(exp.Settings, args, **extra)
     assert got == dataclasses.replace(exp.Settings(), **extra, **overrides)
     flags = set(vars(args)) - {"command", "bench_cmd", "func", "out"}
     assert flags and flags <= {f.name for f in dataclasses.fields(exp.Settings)}
 
 
 def test_bench_flags_reach_the_settings_and_bad_values_are_one_line(capsys):
-    from scabbard.cli import bench, build_parser
+    from scabbard.cli import build_parser
+    from scabbard.cli.settings import settings_from
     from scabbard.experiments import kills
 
     args = build_parser("bench").parse_args(
         ["bench", "kills", "--queries", "cm1", "lrb3", "--sinks", "transactional", "--kills",
          "3", "--min", "0.5", "--max", "2", "--compression-interval", "0.25"])
-    s = bench._settings(kills.Settings, args)
+    s = settings_from(kills.Settings, args)
     assert (s.queries, s.sinks, s.kills, s.min_life, s.max_life, s.compression_interval) == (
         ("CM1", "LRB3"), ("transactional",), 3, 0.5, 2.0, 0.25)
     assert main(["bench", "kills", "--kills", "0"]) == 2
@@ -235,13 +237,14 @@ def test_bench_flags_reach_the_settings_and_bad_values_are_one_line(capsys):
 def test_bench_kills_reduces_every_configuration_with_the_scheme_asked():
     """``--reduce-every 1 --reduced-with adaptive``: every configuration with push-up and the
     adaptive codecs; by default the adaptive and the default scheme take turns."""
-    from scabbard.cli import bench, build_parser
+    from scabbard.cli import build_parser
+    from scabbard.cli.settings import settings_from
     from scabbard.experiments import kills
 
     args = build_parser("bench").parse_args(
         ["bench", "kills", "--queries", "cm1", "cm2", "ysb", "--sinks", "clocked",
          "--reduce-every", "1", "--reduced-with", "adaptive"])
-    plan = kills.plan(bench._settings(kills.Settings, args))
+    plan = kills.plan(settings_from(kills.Settings, args))
     assert [(c.push_up, c.compression) for c in plan] == [(True, "adaptive")] * 3
     turns = kills.plan(kills.Settings(queries=("CM1", "CM2"), sinks=("clocked",),
                                       reduce_every=1))
@@ -386,7 +389,7 @@ def test_every_bench_names_fields_its_settings_have_and_a_run_its_module_has():
     its experiment's settings, with help; its run's module has what the run calls."""
     import dataclasses
 
-    from scabbard.cli import bench
+    from scabbard.cli.settings import flag_of, help_of
     from scabbard.experiments.benches import BENCHES, BY_NAME
 
     assert len({b.name for b in BENCHES}) == len(BENCHES)
@@ -395,8 +398,8 @@ def test_every_bench_names_fields_its_settings_have_and_a_run_its_module_has():
         assert set(b.options) <= fields, b.name
         assert set(b.defaults) <= fields and set(b.helps) <= set(b.options), b.name
         for name in b.options:
-            flag = bench.FLAGS.get(name, "--" + name.replace("_", "-"))
-            assert bench._help(name, flag, b.helps), (b.name, name)
+            flag = flag_of(name)
+            assert help_of(name, flag, b.helps), (b.name, name)
         exp = b.experiment()
         missing = [n for n in b.needs() if not hasattr(exp, n)]
         assert not missing, (b.name, missing)

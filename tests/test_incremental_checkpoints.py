@@ -430,13 +430,14 @@ def test_cec_recovery_time_ends_with_the_replay_or_the_state_load():
 
 
 def test_bench_kills_and_the_controller_take_the_checkpoint_mode(tmp_path):
-    from scabbard.cli import bench, build_parser
+    from scabbard.cli import build_parser
+    from scabbard.cli.settings import settings_from
     from scabbard.experiments import kills
     from scabbard.ft.controller import Controller, campaign_config
 
     args = build_parser("bench").parse_args(["bench", "kills", "--queries", "sg1", "lrb1",
                                              "--checkpoint-mode", "eventual"])
-    plan = kills.plan(bench._settings(kills.Settings, args))
+    plan = kills.plan(settings_from(kills.Settings, args))
     assert {c.checkpoint_mode for c in plan} == {"eventual"} and "eventual" in plan[0].name
     with pytest.raises(ValueError, match="checkpoint_mode"):
         kills.Settings(checkpoint_mode="sometimes")

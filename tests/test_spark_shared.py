@@ -65,13 +65,14 @@ def test_spark_backend_flags_are_checked(capsys, args, message):
 
 
 def test_bench_cluster_flags_are_its_settings(capsys):
-    from scabbard.cli import bench, build_parser
+    from scabbard.cli import build_parser
+    from scabbard.cli.settings import settings_from
     from scabbard.experiments import scaleout
 
     parser = build_parser("bench")
-    assert bench._settings(scaleout.Settings, parser.parse_args(["bench", "cluster"])) == \
+    assert settings_from(scaleout.Settings, parser.parse_args(["bench", "cluster"])) == \
         scaleout.Settings()
-    s = bench._settings(scaleout.Settings, parser.parse_args(
+    s = settings_from(scaleout.Settings, parser.parse_args(
         ["bench", "cluster", "--workload", "lrb", "--query", "lrb1", "--tuples", "5000"]))
     assert (s.workload, s.query, s.tuples) == ("lrb", "LRB1", 5000)
     assert main(["bench", "cluster", "--query", "CM1"]) == 2

@@ -4,33 +4,14 @@ run its entry in :mod:`scabbard.experiments.benches` names (the flags are declar
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from scabbard.cli.errors import CLIError
+from scabbard.cli.settings import settings_from
 
 
 def _log(line: str) -> None:
     print(line, flush=True)
-
-
-def settings_from(settings, args, **extra):
-    """The experiment's ``settings`` from the flags :func:`_options` declared (and ``extra``);
-    a value the settings refuse is a one-line error, the field it names first named by its
-    flag."""
-    from scabbard.experiments.benches import FLAGS
-
-    names = {f.name for f in dataclasses.fields(settings)}
-    given = {k: (tuple(v) if isinstance(v, list) else v) for k, v in vars(args).items()
-             if k in names}
-    try:
-        return settings(**{**given, **extra})
-    except ValueError as e:
-        field, _, rest = str(e).partition(" ")
-        if field in given:
-            flag = FLAGS.get(field, "--" + field.replace("_", "-"))
-            raise CLIError(f"{flag} {rest}") from None
-        raise CLIError(str(e)) from None
 
 
 def run_datagen(args) -> int:
