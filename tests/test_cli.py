@@ -405,3 +405,26 @@ def test_every_bench_names_fields_its_settings_have_and_a_run_its_module_has():
         assert not missing, (b.name, missing)
     broken = dataclasses.replace(BY_NAME["cluster"], module="kills")  # the check can fail
     assert [n for n in broken.needs() if not hasattr(broken.experiment(), n)]
+
+
+def test_crash_states_flags_are_the_explorers_settings(capsys):
+    """``check crash-states``: with no flag its settings are the explorer's defaults; each
+    flag reaches its field; a value the settings refuse is one line naming the flag."""
+    from scabbard.check import Settings
+    from scabbard.cli import build_parser
+    from scabbard.cli.check import crash_settings
+
+    def parsed(*flags):
+        return crash_settings(build_parser("check").parse_args(
+            ["check", "crash-states", "--query", "cm1", *flags]))
+
+    assert parsed() == Settings("CM1")
+    s = parsed("--states", "7", "--every", "2", "--batch", "500", "--state-memory", "8M",
+               "--sink", "transactional", "--nested", "1", "--push-up", "--persist-at",
+               "ingress,window0")
+    assert (s.states, s.every_tasks, s.batch_rows, s.state_memory, s.sink, s.nested,
+            s.push_up, s.persist_at) == (7, 2, 500, 8 << 20, "transactional", 1, True,
+                                         ("window0",))
+    assert main(["check", "crash-states", "--query", "CM1", "--states", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("scabbard: error: --states must be >= 1") and err.count("\n") == 1

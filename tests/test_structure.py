@@ -347,6 +347,20 @@ def literal_flags(sources: dict[str, str]) -> dict[str, list[str]]:
     return out
 
 
+def settings_flags(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Each flag a ``settings_flags(p, Settings, "name", ...)`` call names, with where."""
+    from scabbard.cli.settings import flag_of
+
+    out: dict[str, list[str]] = {}
+    for m, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "settings_flags":
+                for a in node.args[2:]:
+                    if isinstance(a, ast.Constant):
+                        out.setdefault(flag_of(a.value), []).append(f"{m}:{node.lineno}")
+    return out
+
+
 def flag_declarations(sources: dict[str, str]) -> dict[str, list[str]]:
     """Where each flag is declared: a literal ``add_argument`` (the package's own parsers),
     :data:`scabbard.cli.common.SHARED`, a configuration field's metadata, or the benchmarks'
@@ -361,9 +375,14 @@ def flag_declarations(sources: dict[str, str]) -> dict[str, list[str]]:
         out.setdefault(name, []).append("scabbard.cli.common.SHARED")
     from scabbard.sim.config import Hardware
 
+    shared = set(common.SHARED)
     for cls in (RunConfig, PersistConfig, FTConfig, Hardware):
         for f, spec in flagged(cls):
             out.setdefault(spec["name"], []).append(f"{cls.__name__}.{f.name}")
+            shared.add(spec["name"])
+    for flag, where in settings_flags(sources).items():  # a command's settings' own flags
+        if flag not in shared:
+            out.setdefault(flag, []).extend(where)
     for name in benches.HELP:
         flag = benches.FLAGS.get(name, "--" + name.replace("_", "-"))
         if flag not in out:  # the benchmarks' own: none of the others may declare it
@@ -387,3 +406,6 @@ def test_the_flag_check_finds_a_flag_declared_twice():
     assert found["--scale"] == ["a:1", "b:1"] and found["--own"] == ["b:2"]
     twice = flag_declarations({"a": 'p.add_argument("--query")'})["--query"]
     assert twice == ["a:1", "scabbard.cli.common.SHARED"]
+    own = 'settings_flags(p, S, "states", "seed")\nq.add_argument("--states")'
+    assert flag_declarations({"c": own})["--states"] == ["c:2", "c:1"]
+    assert flag_declarations({"c": own})["--seed"] == ["scabbard.cli.common.SHARED"]

@@ -16,9 +16,35 @@ from __future__ import annotations
 import time
 
 from scabbard.cli.common import shared_flag
+from scabbard.cli.settings import settings_flags, settings_from
+
+# what the recorded run's settings mean here (the flags: scabbard.cli.settings)
+_HELP = {
+    "sink": "the exactly-once sink", "durability": "the recorded run's durability",
+    "push_up": "persistence push-up (§3.4)",
+    "compression": "compress the persisted input (§5); adaptive: its codecs re-picked at every "
+                   "batch of the recorded run",
+    "checkpoint_mode": "the recorded run's checkpoints: full, incremental (closed panes written "
+                       "once, as pane units) or eventual (pane units also saved in steps "
+                       "between records), as 'scabbard run'",
+    "state_memory": "the recorded run's window state held within this budget (e.g. 8M), the "
+                    "rest spilled to its storage as the checkpoint's units, as 'scabbard run'",
+    "ingress_partitions": "the recorded run's source read by N threads, each appending its "
+                          "own batches in turn",
+    "tuples": "input tuples of the recorded run", "batch_rows": "tuples per task",
+    "every_tasks": "a checkpoint every N tasks",
+    "states": "crash states to explore, sampled when there are more",
+    "seed": "seed of the sampling",
+    "nested": "crash recoveries too: each crash state's recovery is recorded and N of its own "
+              "crash states (a machine crash during the recovery) are checked and recovered "
+              "in turn, whose recoveries are crashed the same way - two levels deep (0: "
+              "recoveries run through)",
+}
 
 
 def add_parser(subparsers) -> None:
+    from scabbard.check import Settings
+
     p = subparsers.add_parser("check", help="check the fault-tolerance core beyond a killed process",
                               description="Checks of the fault-tolerance core.")
     sub = p.add_subparsers(dest="check_cmd", required=True, metavar="CHECK")
@@ -40,35 +66,11 @@ def add_parser(subparsers) -> None:
                 "exists."),
     )
     shared_flag(c, "--query")
-    shared_flag(c, "--sink", default="clocked", help="the exactly-once sink (default clocked)")
-    c.add_argument("--states", type=int, default=1000, help="crash states to explore "
-                   "(sampled when there are more; default 1000)")
-    shared_flag(c, "--seed", help="seed of the sampling (default 0)")
-    shared_flag(c, "--durability", default="machine", help="the recorded run's durability "
-        "(default machine)")
-    shared_flag(c, "--push-up", help="persistence push-up (§3.4)")
-    shared_flag(c, "--compression", choices=("none", "default", "adaptive"), default="none",
-        help="compress the persisted input (§5); adaptive: its codecs re-picked at every batch of "
-        "the recorded run")
+    settings_flags(c, Settings, "sink", "durability", "push_up", "compression",
+                   "checkpoint_mode", "state_memory", "ingress_partitions", "tuples",
+                   "batch_rows", "every_tasks", "states", "seed", "nested", helps=_HELP)
     shared_flag(c, "--persist-at", help="p-streams between operators besides the ingress "
         "(operator ids, or output: before the sink), as 'scabbard run --persist-at'")
-    shared_flag(c, "--checkpoint-mode", default="full", help="the recorded run's checkpoints: "
-        "full (default), incremental (closed panes written once, as pane units) or eventual (pane "
-        "units also saved in steps between records), as 'scabbard run'")
-    shared_flag(c, "--state-memory", help="the recorded run's window state held within this "
-        "budget (e.g. 8M), the rest spilled to its storage as the checkpoint's units, as "
-        "'scabbard run'")
-    shared_flag(c, "--tuples", default=60_000, help="input tuples of the recorded run (default 60,000)")
-    shared_flag(c, "--batch", default=4000, help="tuples per task (default 4,000)")
-    c.add_argument("--every", type=int, default=3, metavar="TASKS",
-                   help="a checkpoint every TASKS tasks (default 3)")
-    shared_flag(c, "--ingress-partitions", default=1, help="the recorded run's source read by N "
-        "threads, each appending its own batches in turn (default 1)")
-    c.add_argument("--nested", type=int, default=0, metavar="N",
-                   help="crash recoveries too: each crash state's recovery is recorded and N "
-                        "of its own crash states (a machine crash during the recovery) are "
-                        "checked and recovered in turn, whose recoveries are crashed the same "
-                        "way - two levels deep (default 0: recoveries run through)")
     shared_flag(c, "--data")
     c.set_defaults(func=_run_crash_states)
     o = sub.add_parser(
@@ -99,32 +101,29 @@ def _run_output_check(args) -> int:
     return 0 if check.ok else 1
 
 
-def _run_crash_states(args) -> int:
-    from scabbard.check import Explorer, Settings
-    from scabbard.cli.common import query_dataset
-    from scabbard.cli.errors import CLIError
+def crash_settings(args):
+    """The explorer's settings from ``check crash-states``'s flags."""
+    from scabbard.check import Settings
 
-    try:
-        settings = Settings(args.query, sink=args.sink, durability=args.durability,
-                            states=args.states, seed=args.seed, tuples=args.tuples,
-                            batch_rows=args.batch, every_tasks=args.every,
-                            push_up=args.push_up, compression=args.compression,
-                            ingress_partitions=args.ingress_partitions,
-                            persist_at=tuple(e.strip() for e in (args.persist_at or "").split(",")
-                                             if e.strip() and e.strip() != "ingress"),
-                            checkpoint_mode=args.checkpoint_mode, nested=args.nested,
-                            state_memory=args.state_memory)
-    except ValueError as e:
-        raise CLIError(str(e)) from None
+    edges = tuple(e.strip() for e in (args.persist_at or "").split(",")
+                  if e.strip() and e.strip() != "ingress")
+    return settings_from(Settings, args, persist_at=edges)
+
+
+def _run_crash_states(args) -> int:
+    from scabbard.check import Explorer
+    from scabbard.cli.common import query_dataset
+
+    settings = crash_settings(args)
     ds = query_dataset(args)
     t0 = time.perf_counter()
-    print(f"recording a {args.tuples:,}-tuple run of {args.query} ({args.sink} sink, "
-          f"{args.durability} durability) on {ds.path}, then exploring {args.states:,} crash "
-          f"states", flush=True)
-    step = max(1, args.states // 20)
+    print(f"recording a {settings.tuples:,}-tuple run of {settings.query} ({settings.sink} sink, "
+          f"{settings.durability} durability) on {ds.path}, then exploring "
+          f"{settings.states:,} crash states", flush=True)
+    step = max(1, settings.states // 20)
 
     def progress(rep) -> None:
-        if rep.explored % step == 0 or rep.explored == args.states:
+        if rep.explored % step == 0 or rep.explored == settings.states:
             print(f"  {rep.explored:6,} states  {len(rep.violations):5,} violations  "
                   f"{time.perf_counter() - t0:7.0f} s", flush=True)
 

@@ -77,7 +77,7 @@ def _add(p, name: str, default, helps) -> None:
     p.add_argument(flag, dest=name, type=kind, nargs="+" if many else None,
                    default=list(default) if many else default,
                    choices=CHOICES.get(name) or shared.get("choices"),
-                   metavar=shared.get("metavar"),
+                   metavar=shared.get("metavar") or ("N" if kind is int else None),
                    help=f"{help_of(name, flag, helps)} (default {shown})")
     if name in ALIASES:
         hidden_alias(p, ALIASES[name], dest=name, type=kind, nargs="+" if many else None)

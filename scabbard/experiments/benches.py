@@ -133,7 +133,8 @@ HELP = {
                "adaptive codecs)",
 }
 FLAGS = {"with_query": "--no-query", "batch_kib": "--batch-kb", "min_life": "--min",
-          "max_life": "--max", "seconds": "--duration", "worker_counts": "--workers"}
+          "max_life": "--max", "seconds": "--duration", "worker_counts": "--workers",
+          "batch_rows": "--batch", "every_tasks": "--every"}
 ALIASES = {"seconds": "--seconds"}  # the old spellings, hidden
 CHOICES = {"scale": ("tiny", "small", "full"), "sinks": EXACTLY_ONCE_SINKS,
             "placements": ("alternate", "all", "none"),
