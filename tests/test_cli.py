@@ -428,3 +428,25 @@ def test_crash_states_flags_are_the_explorers_settings(capsys):
     assert main(["check", "crash-states", "--query", "CM1", "--states", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("scabbard: error: --states must be >= 1") and err.count("\n") == 1
+
+
+def test_cluster_and_validation_flags_are_their_settings():
+    """``spark up`` and ``sim validate``: no flag gives the settings' defaults, each flag its
+    field (the defaults are written once, in the settings)."""
+    from scabbard.cli import build_parser, spark
+    from scabbard.cli.settings import settings_from
+    from scabbard.experiments import validation
+    from scabbard.standalone import ClusterSettings
+
+    parse = build_parser().parse_args
+    assert spark._settings(parse(["spark", "up"])) == ClusterSettings()
+    s = spark._settings(parse(["spark", "up", "--ui-port", "0", "--memory", "1g",
+                               "--timeout", "9"]))
+    assert (s.ui_port, s.memory, s.timeout) == (0, "1g", 9.0)
+    assert spark._settings(parse(["spark", "status"])) == ClusterSettings()
+    assert str(spark._settings(parse(["spark", "down", "--folder", "c"])).folder) == "c"
+    v = validation.Settings
+    assert settings_from(v, parse(["sim", "validate"])) == v()
+    s = settings_from(v, parse(["sim", "validate", "--no-kill", "--repeats", "5", "--duration",
+                                "2", "--queries", "sm"]))
+    assert (s.kill, s.repeats, s.seconds, s.queries) == (False, 5, 2.0, ("SM",))

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from scabbard import paths
 from scabbard.cli.common import add_data_root, data_root, hidden_alias, shared_flag
+from scabbard.cli.settings import settings_flags, settings_from
 from scabbard.ft.flags import Group, add_flags, flagged, given
 from scabbard.ft.modes import INTERVAL
 from scabbard.sim import report
@@ -73,6 +74,18 @@ def _warn(path: str | None, cal) -> None:
     warning = elsewhere_warning(path or str(paths.calibration()), cal.machine)
     if warning:
         print(f"scabbard: warning: {warning}", file=sys.stderr)
+
+
+_VALIDATE_HELP = {
+    "queries": "queries to validate", "scale": "the datasets the real runs read",
+    "seconds": "wall seconds per real run", "kill": "throughput only, no kill",
+    "repeats": "real runs per configuration; their median is compared",
+    "retries": "runs measured while other processes kept the cores busy are repeated up to "
+               "this many times",
+    "probe": "scale the CPU costs by how fast a speed probe finds the cores now against at "
+             "calibration (off by default: on this shared host the probe varied by 50%% "
+             "within minutes and made predictions worse)",
+}
 
 
 def add_parser(subparsers) -> None:
@@ -132,23 +145,12 @@ def add_parser(subparsers) -> None:
         epilog="About two minutes per query (three runs of each configuration).  Rows measured while other processes kept cores "
                "busy say so (background_cores).",
     )
-    shared_flag(vp, "--queries", help="queries to validate (default: CM1 LRB1 YSB)")
+    from scabbard.experiments.validation import Settings
+
     shared_flag(vp, "--calibration")
-    shared_flag(vp, "--scale", help="the datasets the real runs read (default small)")
-    add_data_root(vp)
-    hidden_alias(vp, "--data", dest="data_root")
-    shared_flag(vp, "--duration", default=3.0, help="wall seconds per real run (default 3)")
-    hidden_alias(vp, "--seconds", dest="duration", type=float)
-    vp.add_argument("--no-kill", action="store_true", help="throughput only, no kill")
-    vp.add_argument("--repeats", type=int, default=3,
-                    help="real runs per configuration; their median is compared (default 3)")
-    vp.add_argument("--retries", type=int, default=2,
-                    help="runs measured while other processes kept the cores busy are repeated "
-                         "up to this many times (default 2)")
-    vp.add_argument("--probe", action="store_true",
-                    help="scale the CPU costs by how fast a speed probe finds the cores now "
-                         "against at calibration (off by default: on this shared host the "
-                         "probe varied by 50%% within minutes and made predictions worse)")
+    settings_flags(vp, Settings, "queries", "scale", "seconds", "kill", "repeats", "retries",
+                   "probe", helps=_VALIDATE_HELP)
+    hidden_alias(vp, "--data", dest="data_dir")
     shared_flag(vp, "--output", metavar="FILE", help="also write the table as CSV")
     hidden_alias(vp, "--out", dest="output")
     vp.set_defaults(func=run_validate)
@@ -245,20 +247,12 @@ def run_calibrate(args) -> int:
 def run_validate(args) -> int:
     from scabbard.experiments.validation import Settings, format_table, summary, validate
 
-    if not args.duration > 0:
-        raise _error(f"--duration must be positive, got {args.duration}")
-    if args.repeats < 1:
-        raise _error(f"--repeats must be >= 1, got {args.repeats}")
-    if args.retries < 0:
-        raise _error(f"--retries must be >= 0, got {args.retries}")
+    settings = settings_from(Settings, args)
     cal = _load(args.calibration)
-    names = _queries(args.queries)
+    names = _queries(list(settings.queries))
     _warn(args.calibration, cal)
     try:
-        table = validate(names, cal, Settings(scale=args.scale, data_dir=str(data_root(args)),
-                                              seconds=args.duration, kill=not args.no_kill,
-                                              retries=args.retries, repeats=args.repeats,
-                                              probe=args.probe))
+        table = validate(names, cal, settings)
     except ValueError as e:
         raise _error(str(e)) from None
     print()

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
 import json
-from pathlib import Path
 
 from scabbard.cli.common import shared_flag
-from scabbard.cli.errors import CLIError
+from scabbard.cli.settings import settings_flags, settings_from
 
 EXIT_NOT_RUNNING = 3  # `status` of a cluster that is not running (as service managers do)
+
+
+_HELP = {"workers": "workers", "cores": "cores per worker",
+         "memory": "memory per worker for its executors",
+         "port": "the master's port (0: any free port)",
+         "ui_port": "the master's web UI port (0: any free port)",
+         "timeout": "seconds to wait for each daemon to start and register"}
 
 
 def add(sub) -> None:
@@ -38,20 +45,14 @@ def add(sub) -> None:
                              description="Show what runs: the master's URL and web UI, each "
                                          "worker's process and state, running applications.")
     for q in (up, down, status):
-        q.add_argument("--folder", metavar="DIR",
+        q.add_argument("--folder", metavar="DIR", default=argparse.SUPPRESS,
                        help="the cluster's folder: state, logs, workers' scratch (default: "
                             "spark-cluster in the project folder, $SCABBARD_HOME or the "
                             "checkout - the same whatever the current folder)")
-    shared_flag(up, "--workers", default=2, help="workers (default 2)")
-    shared_flag(up, "--cores", default=1, help="cores per worker (default 1)")
-    up.add_argument("--memory", default="2g", help="memory per worker for its executors "
-                                                   "(default 2g)")
-    up.add_argument("--port", type=int, default=7077,
-                    help="the master's port (default 7077; 0: any free port)")
-    up.add_argument("--ui-port", type=int, default=8080,
-                    help="the master's web UI port (default 8080; 0: any free port)")
-    up.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS",
-                    help="how long to wait for each daemon to start and register (default 180)")
+    from scabbard.standalone import ClusterSettings
+
+    settings_flags(up, ClusterSettings, "workers", "cores", "memory", "port", "ui_port",
+                   "timeout", helps=_HELP)
     shared_flag(status, "--json", help="print the status as JSON")
     p.set_defaults(func=_run)
 
@@ -59,14 +60,7 @@ def add(sub) -> None:
 def _settings(args):
     from scabbard.standalone import ClusterSettings
 
-    fields = {"folder": Path(args.folder)} if args.folder else {}
-    if args.spark_cmd == "up":
-        fields.update(workers=args.workers, cores=args.cores, memory=args.memory,
-                      port=args.port, ui_port=args.ui_port, timeout=args.timeout)
-    try:
-        return ClusterSettings(**fields)
-    except ValueError as e:
-        raise CLIError(str(e)) from None
+    return settings_from(ClusterSettings, args)  # --folder too, when given
 
 
 def _show(status: dict) -> None:
@@ -91,7 +85,7 @@ def _run(args) -> int:
         _show(cluster.status())
         print(f"\nuse it:  --master {st.master_url}   (e.g. scabbard run --query YSB --backend "
               f"spark --master {st.master_url} --workdir {cluster.folder / 'work'})")
-        print(f"stop it: scabbard spark down --folder {args.folder}")
+        print(f"stop it: scabbard spark down --folder {cluster.folder}")
         return 0
     if args.spark_cmd == "down":
         state = cluster.state

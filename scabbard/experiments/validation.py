@@ -70,6 +70,14 @@ class Settings(Common):
     repeats: int = 3  # real runs per configuration: the median is compared
     work_dir: str | None = None
 
+    def __post_init__(self) -> None:
+        if not self.seconds > 0:
+            raise ValueError(f"seconds must be positive, got {self.seconds}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+        if self.retries < 0:
+            raise ValueError(f"retries must be >= 0, got {self.retries}")
+
 
 def _row(query: str, config: str, metric: str, predicted: float, measured: float,
          idle: float | None = None, load: LoadMeter | None = None, note: str = "") -> dict:
