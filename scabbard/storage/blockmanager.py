@@ -26,7 +26,9 @@ docs/design.md, paper §4.2.  One storage folder per query run::
   durability) once it was also flushed (``fdatasync``), so it survives power loss;
   new pool files and ``streams.json`` are then made durable in their directory too.
 * Opening an existing folder rebuilds every stream's list from the file headers
-  and segment headers; the tail of each stream is verified in full and a torn
+  and the sealed files' segment indexes (:mod:`scabbard.storage.fileindex`; a file
+  without a usable one: its segment headers); the tail of each stream is verified in
+  full and a torn
   last segment is dropped.  A pool file whose header cannot be read, or whose
   offsets end before a hole after which the stream continues (a released file
   whose zeroed header a machine crash lost), is moved to ``quarantine/``, never

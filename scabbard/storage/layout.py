@@ -84,6 +84,7 @@ class _File:
     write_pos: int = 0  # next free byte (reserved, maybe not yet written)
     sealed: bool = False
     header_written: bool = False
+    indexed: bool = False  # its segment index (storage/fileindex.py) is written or being so
     inflight: int = 0  # segments reserved in it, not yet written
     segs: list[_Seg] = field(default_factory=list)
     # the bytes from ``tail[0]`` to the end of the sealed tail that opening the folder read and

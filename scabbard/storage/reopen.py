@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scabbard.storage import folderlock
+from scabbard.storage import fileindex, folderlock
 from scabbard.storage import segment as seg_fmt
 from scabbard.storage.checksum import checksum
 from scabbard.storage.errors import (
@@ -192,6 +192,10 @@ class FolderScan:
         f.stream, f.epoch, f.first, f.end = stream, epoch, first, first
         f.header_written = True
         self._epoch = max(self._epoch, epoch)
+        f.sealed = True
+        if self._indexed(f, size):
+            self._scanned.setdefault(stream, []).append(f)
+            return
         pos = self.config.data_start
         # the headers come from reads of SCAN_BYTES (many a header a read) while segments are
         # small; past a segment longer than that, a read of the next header's page alone (an
@@ -218,8 +222,28 @@ class FolderScan:
             pos += h.segment_len
             last = h.segment_len
         f.write_pos = pos
-        f.sealed = True
         self._scanned.setdefault(stream, []).append(f)
+
+    def _indexed(self, f: _File, size: int) -> bool:
+        """Take ``f``'s segments from its index (storage/fileindex.py) when the index is
+        whole, names the incarnation the file's header names, and the file's first segment
+        is that incarnation's; else False (the file is scanned)."""
+        ix = fileindex.read(self.io, fileindex.path_of(f.path))
+        if ix is None or (ix.stream, ix.epoch, ix.first) != (f.stream, f.epoch, f.first) \
+                or not len(ix.segs) or ix.write_pos > size:
+            return False
+        first, _, pos, length = (int(v) for v in ix.segs[0])
+        try:
+            h = seg_fmt.parse_header(self._pread(f, pos, PAGE), str(f.path), pos,
+                                     file_len=size)
+        except (CorruptSegment, FormatVersionError):
+            return False
+        if (h.stream_id, h.epoch, h.first_offset, h.segment_len) != \
+                (f.stream, f.epoch, first, length):
+            return False
+        f.segs = [_Seg(*row) for row in ix.segs.tolist()]
+        f.end, f.write_pos, f.indexed = ix.end, ix.write_pos, True
+        return True
 
     def _quarantine(self, f: _File, why: str) -> None:
         """Move an unreadable pool file to ``quarantine/``: out of the pool, never reused
@@ -266,6 +290,8 @@ class FolderScan:
             zeros = seg_fmt.aligned_empty(PAGE)
             zeros[:] = 0
             self._pwritev(f, [zeros], f.segs[keep].pos)
+        if keep < len(f.segs):
+            f.indexed = False  # its index (if any) lists the dropped tail: written anew
         del f.segs[keep:]
         if buf is not None and keep > i + 1:  # what recovery reads next, kept (forget_tails)
             f.tail = (base, buf[:f.segs[-1].pos + f.segs[-1].length - base])
@@ -287,6 +313,7 @@ class FolderScan:
                 # ``prev``): the newer file holds them; ``prev`` keeps what comes before.  Older
                 # data is never given up here: recovery may need it
                 prev.segs = [g for g in prev.segs if g.first + g.count <= f.first]
+                prev.indexed = False  # its index (if any) lists what ``f`` holds now
                 prev.end = prev.segs[-1].first + prev.segs[-1].count if prev.segs \
                     else prev.first
             if chain and f.first > chain[-1].end:
@@ -302,6 +329,11 @@ class FolderScan:
             chain.append(f)
         if chain:
             self._verify_tail(s, chain[-1])
+            if not self.read_only:  # the next opening reads these files' indexes
+                self._write_indexes([(g.path, fileindex.of_file(g)) for g in chain
+                                     if not g.indexed and g.segs])
+            for g in chain:
+                g.indexed = True
             s.files.extend(chain)
             s.start = chain[0].first
             s.next_offset = s.durable = chain[-1].end

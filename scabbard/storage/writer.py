@@ -10,11 +10,13 @@ import logging
 import os
 import struct
 from concurrent.futures import Future
+from pathlib import Path
 
 import numpy as np
 
 from scabbard import timers
 from scabbard.batch import Batch
+from scabbard.storage import fileindex
 from scabbard.storage import segment as seg_fmt
 from scabbard.storage.checksum import checksum
 from scabbard.storage.errors import (
@@ -50,6 +52,7 @@ class GroupCommitWriter:
         f = self._free.popleft() if self._free else self._create_file()
         f.stream, f.epoch, f.first, f.end = s.id, self._next_epoch(), first, first
         f.write_pos, f.sealed, f.header_written, f.segs = self.config.data_start, False, False, []
+        f.indexed = False
         s.files.append(f)
         if not self._free and self._spare is None and not self._closed:
             self._spare = self._grower.submit(self._make_spare)
@@ -212,12 +215,38 @@ class GroupCommitWriter:
                     f.end = p.first + p.count
                     f.inflight -= 1
                 s.durable = f.end
+                whole = self._whole_files(s)
             with s.cond:
                 s.pending_bytes -= size
                 s.cond.notify_all()
             for p in chunk:
                 self._recycle(p.full)
                 p.future.set_result(p.first + p.count)
+            self._write_indexes(whole)
+
+    def _whole_files(self, s: _Stream) -> list[tuple[Path, fileindex.FileIndex]]:
+        """The indexes of ``s``'s files that are sealed and whose every segment is written
+        (and flushed) but that have none yet, from the newest back (call with the lock held;
+        they are marked indexed here, so each is written once)."""
+        out = []
+        for f in reversed(s.files):
+            if f.indexed:
+                break
+            if f.sealed and f.inflight == 0 and f.segs:
+                f.indexed = True
+                out.append((f.path, fileindex.of_file(f)))
+        return out
+
+    def _write_indexes(self, indexes: list[tuple[Path, fileindex.FileIndex]]) -> None:
+        """Write each index beside its pool file; one that cannot be written costs the next
+        opening a scan of that file, nothing else."""
+        if self.config.discard or self.read_only:
+            return
+        for path, ix in indexes:
+            try:
+                fileindex.write(self.io, fileindex.path_of(path), ix)
+            except OSError as e:
+                log.debug("no segment index for %s: %s", path, e)
 
     def _io_error(self, e: BaseException, s: _Stream) -> BaseException:
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
