@@ -57,7 +57,7 @@ def reopened(tmp_path, io: FileIO | None = None):
 
 def test_sealed_files_are_indexed_and_opening_reads_the_indexes_not_the_segments(tmp_path):
     end = stored(tmp_path)
-    pool = tmp_path / "pool"
+    pool = tmp_path / "index"
     assert len(list(pool.glob("*.idx"))) >= 5  # every sealed file's, written by the writer
     io = CountingIO()
     with reopened(tmp_path, io) as bm:
@@ -87,7 +87,7 @@ def test_a_torn_stale_or_foreign_index_is_not_taken(tmp_path):
     end = stored(tmp_path)
     with reopened(tmp_path) as bm:
         want = layout(bm)
-    pool = tmp_path / "pool"
+    pool = tmp_path / "index"
     first, second, third, fourth = sorted(pool.glob("*.idx"))[:4]
     data = bytearray(first.read_bytes())
     data[70] ^= 1  # torn: its checksum fails

@@ -285,6 +285,8 @@ def test_trim_returns_files_to_the_pool_and_disk_stays_bounded(tmp_path):
         assert max(sizes) <= 4 * cfg.file_bytes
         disk = sum(p.stat().st_size for p in (tmp_path / "pool").iterdir())
         assert disk == bm.pool_bytes
+        pool_ids = {p.stem for p in (tmp_path / "pool").iterdir()}
+        assert {p.stem for p in (tmp_path / "index").iterdir()} <= pool_ids  # one a file
     with BlockManager(tmp_path, cfg) as bm:  # what was released stays released
         sid = bm.stream("in", SCHEMA)
         assert bm.start(sid) > 0 and bm.durable_end(sid) == off

@@ -5,6 +5,7 @@ docs/design.md, paper §4.2.  One storage folder per query run::
     <dir>/LOCK            flock'ed by the engine that owns the folder (holds its pid)
     <dir>/streams.json    stream name -> id and schema fingerprint
     <dir>/pool/f000000.seg ...   pre-allocated files of ``file_bytes`` each
+    <dir>/index/f000000.idx ...  a sealed file's segments (storage/fileindex.py)
 
 * Each p-stream owns a **circular list** of pool files mapping its offsets to
   files: appends go to the last file, a full file takes the next free one from

@@ -2,8 +2,8 @@
 segment's header (docs/design.md, "Opening a storage folder").
 
 When a pool file is sealed (its stream went on in the next file) and every segment in it is
-acknowledged - with machine durability, flushed - the writer writes ``pool/fNNNNNN.idx``
-beside it: the file's incarnation (stream, epoch, first offset) and each segment's first
+acknowledged - with machine durability, flushed - the writer writes ``index/fNNNNNN.idx``
+for it: the file's incarnation (stream, epoch, first offset) and each segment's first
 offset, tuple count, position and length, under one checksum.  Opening the folder then reads
 one index and the file's first two pages instead of scanning every segment header, so it
 takes time in the number of files, not in the bytes or segments stored (Darwin's "state that
@@ -34,6 +34,7 @@ MAGIC = b"SCABIDX1"
 # magic, version, 0, stream, epoch, first offset, end offset, write position, segments
 _HEAD = struct.Struct("<8sHHIQQQQQ")
 VERSION = 1
+FOLDER = "index"  # beside pool/
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,9 @@ def of_file(f) -> FileIndex:
 
 
 def path_of(pool_file: Path) -> Path:
-    """The index beside a pool file (``f000012.seg`` -> ``f000012.idx``)."""
-    return pool_file.with_suffix(".idx")
+    """A pool file's index: ``<dir>/pool/f000012.seg`` -> ``<dir>/index/f000012.idx`` (one
+    a pool file, written over when the file is reused: as bounded as the pool)."""
+    return pool_file.parent.parent / FOLDER / pool_file.with_suffix(".idx").name
 
 
 def encode(ix: FileIndex) -> bytes:

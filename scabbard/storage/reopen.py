@@ -49,6 +49,7 @@ class FolderScan:
         fresh = not (self.path / "pool").is_dir()
         try:
             io.mkdir(self.path / "pool")
+            io.mkdir(self.path / fileindex.FOLDER)  # a hint: its name is not flushed
             if fresh and self.config.sync:
                 io.fsync_dir(self.path)
                 io.fsync_dir(self.path.parent)
