@@ -139,3 +139,26 @@ def test_an_index_round_trips_and_refuses_other_versions():
     other[8:10] = struct.pack("<H", 2)
     assert fileindex.decode(bytes(other)) is None
     assert fileindex.decode(data[:-1]) is None
+
+
+def test_a_recovery_opens_its_storage_by_the_indexes_and_gives_the_failure_free_output(
+        tiny, tmp_path):
+    """A fault-tolerant run stopped part-way, its sealed files indexed as it ran; the
+    recovery opens the storage by them (its report says how long that took) and the output
+    is the failure-free run's."""
+    from ftkit import CFG, SMALL, StopAfter, failure_free, query
+
+    from scabbard.ft.recovery import run_fault_tolerant
+    from scabbard.ft.sinks import ClockedSink, read_output
+    from scabbard.ft.verify import compare
+
+    q, ds = query("CM1", tiny)
+    store, out, n = tmp_path / "store", tmp_path / "out", 6 * ds.rows
+    run_fault_tolerant(q, ds, store, ClockedSink(out), CFG, interval=None, every_tasks=3,
+                       max_tuples=n, layout=SMALL, wrap_source=lambda s: StopAfter(s, 30))
+    indexed = {p.stem for p in (store / "index").glob("*.idx")}
+    assert len(indexed) >= 3, indexed
+    r = run_fault_tolerant(q, ds, store, ClockedSink(out), CFG, interval=None, every_tasks=3,
+                           max_tuples=n, layout=SMALL, recover=True)
+    assert r.resumed_from is not None and r.loaded["open_ms"] > 0
+    assert compare(read_output(out), failure_free(q, ds, n), q.schema).ok

@@ -307,8 +307,10 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
     except BaseException:
         folderlock.unlock(held)
         raise
+    t_open = time.perf_counter()
     with BlockManager(storage, layout, io, lock=held) as bm, _closed_on_error(sink), \
             _stopped(spills):
+        open_ms = round((time.perf_counter() - t_open) * 1e3, 2)  # the storage opened
         pog = POG(bm)
         scheme = persist.compression or "none"
         compress = Compression.scheme(engine.input_schema, scheme, persist.lossy_decimals,
@@ -329,7 +331,7 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
             t_channels = time.perf_counter()
             channels.resume_channels(stores, resume[0] if resume else None)
             done = time.perf_counter()
-            loaded = dict(state.loaded, load_ms=round((done - t_load) * 1e3, 2),
+            loaded = dict(state.loaded, open_ms=open_ms, load_ms=round((done - t_load) * 1e3, 2),
                           replay_tuples=ingress.end - replay_from if persist_input else None,
                           channel_rows={n: s.start["end"] - s.start["consumed"]
                                         for n, s in stores.items()},
