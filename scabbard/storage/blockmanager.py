@@ -56,6 +56,7 @@ import numpy as np
 
 from scabbard.batch import Batch
 from scabbard.schema import Schema
+from scabbard.storage import fileindex
 from scabbard.storage import segment as seg_fmt
 from scabbard.storage.devices import EmulatedDevice
 from scabbard.storage.errors import (
@@ -362,6 +363,7 @@ class BlockManager(FolderScan, GroupCommitWriter):
         self._closed = True
         try:
             self.flush()
+            self._index_tails()
         finally:
             self._grower.shutdown(wait=True)
             self._pool.shutdown(wait=True)
@@ -369,6 +371,17 @@ class BlockManager(FolderScan, GroupCommitWriter):
             for f in self._files.values():
                 self.io.close(f.fd)
             self._unlock()
+
+    def _index_tails(self) -> None:
+        """At a clean close, each stream's last file is indexed too (the next opening seals
+        it): that opening reads no segment header but those of the tails it verifies."""
+        with self._lock:
+            tails = [f for s in self._streams.values() for f in list(s.files)[-1:]
+                     if not f.indexed and f.segs and f.inflight == 0]
+            for f in tails:
+                f.indexed = True
+            indexes = [(f.path, fileindex.of_file(f)) for f in tails]
+        self._write_indexes(indexes)
 
     def __enter__(self) -> BlockManager:
         return self

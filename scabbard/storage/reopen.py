@@ -283,7 +283,8 @@ class FolderScan:
                 seg_fmt.decode(buf[seg.pos - base:seg.pos - base + seg.length], s.schema,
                                str(f.path), seg.pos, copy=False)
             except CorruptSegment as e:
-                self.torn.append(str(e))
+                if e.problem != "no segment (zeros)":  # zeros: never written, as a scan has it
+                    self.torn.append(str(e))
                 keep = j
                 break
         if keep < len(f.segs) and not self.read_only:  # erase the torn segment's header:
