@@ -166,3 +166,56 @@ def test_a_recovery_opens_its_storage_by_the_indexes_and_gives_the_failure_free_
                            max_tuples=n, layout=SMALL, recover=True)
     assert r.resumed_from is not None and r.loaded["open_ms"] > 0
     assert compare(read_output(out), failure_free(q, ds, n), q.schema).ok
+
+
+def test_the_reopen_bench_opens_the_same_stream_both_ways(tmp_path):
+    from scabbard.experiments import reopen
+
+    s = reopen.Settings(sizes_mb=(3,), segment_kib=8, rounds=2, cold=False,
+                        data_dir=str(tmp_path), output_dir=str(tmp_path / "out"))
+    runs = reopen.run(s, log=lambda line: None)
+    assert sorted(runs["how"]) == ["index", "index", "scan", "scan"]
+    assert runs["segments"].nunique() == 1 and runs["segments"].iloc[0] > 300
+    t = reopen.table(runs)
+    assert list(t["stored_mb"]) == [3] and (t["scan_ms"] > 0).all() and (t["index_ms"] > 0).all()
+    assert (tmp_path / "out" / "results.csv").is_file()
+
+
+def test_a_released_file_loses_its_index_and_no_later_epoch_repeats_one(tmp_path):
+    """Trim removes a released file's index; an index left behind (a removal a crash lost)
+    is removed at the next opening, and its epoch is never handed out again there."""
+    import shutil
+
+    with BlockManager(tmp_path, SMALL) as bm:
+        sid = bm.stream("in", SCHEMA)
+        end = fill(bm, sid, 0, 80, rows=100)
+        first = bm._by_id[sid].files[0]
+        kept = fileindex.read(FileIO(), fileindex.path_of(first.path))
+        assert kept is not None
+        shutil.copy(fileindex.path_of(first.path), tmp_path / "kept.idx")
+        assert bm.trim(sid, end - 200) > 0
+        assert not fileindex.path_of(first.path).exists()  # removed with the release
+    stale = fileindex.path_of(first.path)
+    fileindex.write(FileIO(), stale, fileindex.FileIndex(
+        kept.stream, 10_000, kept.first, kept.end, kept.write_pos, kept.segs))
+    with reopened(tmp_path) as bm:
+        assert bm._epoch >= 10_000
+        assert not stale.exists()  # the released file's index, removed at opening
+        assert bm.durable_end(bm.stream("in", SCHEMA)) == end
+
+
+def test_opening_with_machine_durability_flushes_the_tail_it_takes(tmp_path):
+    """A tail written but not flushed when its run stopped is the stream's once opened: it
+    is flushed before an index names it or another file continues it."""
+    import dataclasses
+
+    from scabbard.storage.fileio import RecordingIO
+
+    stored(tmp_path)
+    io = RecordingIO(tmp_path)
+    base = io.record_existing()  # the folder as it is: a durable base, not this opening's
+    with BlockManager(tmp_path, dataclasses.replace(SMALL, sync=True), io=io) as bm:
+        bm.stream("in", SCHEMA)
+        tail = bm._streams["in"].files[-1].path.name
+        synced = [op for op in io.ops[base:] if op.kind == "sync" and op.path.endswith(tail)]
+    assert synced, [op.describe() for op in io.ops][:20]

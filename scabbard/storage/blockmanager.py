@@ -105,6 +105,7 @@ class BlockManager(FolderScan, GroupCommitWriter):
         self._streams: dict[str, _Stream] = {}
         self._by_id: dict[int, _Stream] = {}
         self._scanned: dict[int, list[_File]] = {}
+        self._indexes: dict = {}  # pool file name -> its segment index, read at opening
         self._registry: dict[str, dict] = {}
         self._epoch = 0
         self._buffers: list[np.ndarray] = []
@@ -335,6 +336,7 @@ class BlockManager(FolderScan, GroupCommitWriter):
         for f in files:
             if not self.read_only:
                 self._pwritev(f, [zeros], 0)  # the file no longer claims any data
+                fileindex.remove(self.io, f.path)  # nor its index (a hint: not flushed)
             with self._lock:
                 f.stream, f.segs, f.header_written, f.tail = -1, [], False, None
                 self._free.append(f)
@@ -378,8 +380,8 @@ class BlockManager(FolderScan, GroupCommitWriter):
         with self._lock:
             tails = [f for s in self._streams.values() for f in list(s.files)[-1:]
                      if not f.indexed and f.segs and f.inflight == 0]
-            for f in tails:
-                f.indexed = True
+            for f in tails:  # sealed: an append racing the close goes to another file
+                f.indexed = f.sealed = True
             indexes = [(f.path, fileindex.of_file(f)) for f in tails]
         self._write_indexes(indexes)
 

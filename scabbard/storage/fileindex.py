@@ -21,6 +21,7 @@ Segment data is still verified where it is read, by its own checksum.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ MAGIC = b"SCABIDX1"
 # magic, version, 0, stream, epoch, first offset, end offset, write position, segments
 _HEAD = struct.Struct("<8sHHIQQQQQ")
 VERSION = 1
+log = logging.getLogger(__name__)
 FOLDER = "index"  # beside pool/
 
 
@@ -92,11 +94,20 @@ def write(io, path: Path, ix: FileIndex) -> None:
         io.close(fd)
 
 
+def remove(io, pool_file: Path) -> None:
+    """Remove a pool file's index (the file was released); a failure leaves a stale index,
+    which names an incarnation no header will name again."""
+    try:
+        io.unlink(path_of(pool_file), missing_ok=True)
+    except OSError as e:
+        log.debug("stale segment index of %s left: %s", pool_file, e)
+
+
 def read(io, path: Path) -> FileIndex | None:
     """The index at ``path``, or None when there is none or it is not whole."""
     try:
         fd = io.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+    except OSError:  # none, or none readable: the file is scanned
         return None
     try:
         size = io.size(fd)

@@ -83,9 +83,15 @@ class FolderScan:
                                    f"reopened") from None
         existing = sorted(p for p in (self.path / "pool").glob("f*.seg")
                           if p.stem[1:].isdigit())
+        # every index, a free file's too: no incarnation made from here on takes an epoch
+        # one of them names (an epoch is otherwise rebuilt from the headers alone)
+        self._indexes = {p.stem: ix for p in (self.path / fileindex.FOLDER).glob("f*.idx")
+                         if (ix := fileindex.read(io, p)) is not None}
+        self._epoch = max([self._epoch, *(ix.epoch for ix in self._indexes.values())])
         try:
             for p in existing:
                 self._scan_file(self._open_file(int(p.stem[1:]), p))
+            self._indexes = {}  # taken or not, each was for the scan just done
             if not existing and not self.read_only:
                 for _ in range(self.config.pool_files):
                     self._free.append(self._create_file())
@@ -177,6 +183,8 @@ class FolderScan:
         head = self._pread(f, 0, PAGE)
         if len(head) < _FILE_HEADER.size or not head[:_FILE_HEADER.size].any():
             self._free.append(f)
+            if f.path.stem in self._indexes and not self.read_only:
+                fileindex.remove(self.io, f.path)  # a released file's
             return
         if bytes(head[:8]) != FILE_MAGIC:
             self._quarantine(f, "no pool-file header (bad magic)")
@@ -229,7 +237,7 @@ class FolderScan:
         """Take ``f``'s segments from its index (storage/fileindex.py) when the index is
         whole, names the incarnation the file's header names, and the file's first segment
         is that incarnation's; else False (the file is scanned)."""
-        ix = fileindex.read(self.io, fileindex.path_of(f.path))
+        ix = self._indexes.get(f.path.stem)
         if ix is None or (ix.stream, ix.epoch, ix.first) != (f.stream, f.epoch, f.first) \
                 or not len(ix.segs) or ix.write_pos > size:
             return False
@@ -294,6 +302,7 @@ class FolderScan:
             self._pwritev(f, [zeros], f.segs[keep].pos)
         if keep < len(f.segs):
             f.indexed = False  # its index (if any) lists the dropped tail: written anew
+            f.write_pos = f.segs[keep].pos
         del f.segs[keep:]
         if buf is not None and keep > i + 1:  # what recovery reads next, kept (forget_tails)
             f.tail = (base, buf[:f.segs[-1].pos + f.segs[-1].length - base])
@@ -331,6 +340,11 @@ class FolderScan:
             chain.append(f)
         if chain:
             self._verify_tail(s, chain[-1])
+            if self.config.sync and not self.read_only:
+                # what was written but not yet flushed when the last run stopped is taken as
+                # the stream's: flushed now, before an index names it or a later file
+                # continues it (a power loss would otherwise open a hole behind the tail)
+                self.io.fdatasync(chain[-1].fd)
             if not self.read_only:  # the next opening reads these files' indexes
                 self._write_indexes([(g.path, fileindex.of_file(g)) for g in chain
                                      if not g.indexed and g.segs])

@@ -245,7 +245,7 @@ class GroupCommitWriter:
         for path, ix in indexes:
             try:
                 fileindex.write(self.io, fileindex.path_of(path), ix)
-            except OSError as e:
+            except Exception as e:  # whatever it is, the writer goes on: a hint is lost
                 log.debug("no segment index for %s: %s", path, e)
 
     def _io_error(self, e: BaseException, s: _Stream) -> BaseException:
