@@ -93,6 +93,8 @@ HELP = {
                "(checkpoints of state within --state-memory), spark-rocksdb, flink-rocksdb",
     "event_seconds": "event seconds of each dataset",
     "record_counts": "records each store is prefilled with, a size each",
+    "sizes_mb": "MB stored, a folder each", "segment_kib": "KiB a segment",
+    "cold": "keep the page cache (it is dropped before each opening by default)",
     "stores": "key-value stores measured side by side: keystore (the engine's per-key store), "
               "rocksdb (RocksDB in-process, through rocksdict)",
     "ops": "inserts and gets measured after the prefill",
@@ -457,6 +459,20 @@ BENCHES = (
         options=("key_counts", "event_seconds", "rate", "rounds", "state_memory"),
         out="bench-state-recovery",
         run=recovery_bench("recovery.csv", "state_recovery.png", 2),
+        output_dir=True),
+    Bench(
+        "reopen", module="reopen",
+        summary="opening a storage folder: the sealed files' segment indexes vs a scan of "
+                "every segment header",
+        description="Per stored size, a folder filled once with a stream of small segments, "
+                    "then opened --rounds times each way, alternating: its indexes removed (a "
+                    "scan of every segment header, as every opening was before them) and with "
+                    "them; the page cache dropped before each opening (root only).  Prints "
+                    "each opening and the medians; writes results.csv, runs.csv and "
+                    "reopen.png to --output.",
+        options=("sizes_mb", "segment_kib", "rounds", "cold"),
+        out="bench-reopen",
+        run=tabled("table", "reopen.png"),
         output_dir=True),
     Bench(
         "keyvalue", module="keyvalue",
