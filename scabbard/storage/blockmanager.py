@@ -105,7 +105,6 @@ class BlockManager(FolderScan, GroupCommitWriter):
         self._streams: dict[str, _Stream] = {}
         self._by_id: dict[int, _Stream] = {}
         self._scanned: dict[int, list[_File]] = {}
-        self._indexes: dict = {}  # pool file name -> its segment index, read at opening
         self._registry: dict[str, dict] = {}
         self._epoch = 0
         self._buffers: list[np.ndarray] = []
@@ -378,11 +377,11 @@ class BlockManager(FolderScan, GroupCommitWriter):
         """At a clean close, each stream's last file is indexed too (the next opening seals
         it): that opening reads no segment header but those of the tails it verifies."""
         with self._lock:
-            tails = [f for s in self._streams.values() for f in list(s.files)[-1:]
-                     if not f.indexed and f.segs and f.inflight == 0]
+            tails = [s.files[-1] for s in self._streams.values()
+                     if s.files and s.files[-1].inflight == 0]
             for f in tails:  # sealed: an append racing the close goes to another file
-                f.indexed = f.sealed = True
-            indexes = [(f.path, fileindex.of_file(f)) for f in tails]
+                f.sealed = True
+            indexes = self._claim_indexes(tails)
         self._write_indexes(indexes)
 
     def __enter__(self) -> BlockManager:

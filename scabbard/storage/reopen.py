@@ -85,13 +85,12 @@ class FolderScan:
                           if p.stem[1:].isdigit())
         # every index, a free file's too: no incarnation made from here on takes an epoch
         # one of them names (an epoch is otherwise rebuilt from the headers alone)
-        self._indexes = {p.stem: ix for p in (self.path / fileindex.FOLDER).glob("f*.idx")
-                         if (ix := fileindex.read(io, p)) is not None}
-        self._epoch = max([self._epoch, *(ix.epoch for ix in self._indexes.values())])
+        indexes = {p.stem: ix for p in (self.path / fileindex.FOLDER).glob("f*.idx")
+                   if (ix := fileindex.read(io, p)) is not None}
+        self._epoch = max([self._epoch, *(ix.epoch for ix in indexes.values())])
         try:
             for p in existing:
-                self._scan_file(self._open_file(int(p.stem[1:]), p))
-            self._indexes = {}  # taken or not, each was for the scan just done
+                self._scan_file(self._open_file(int(p.stem[1:]), p), indexes.get(p.stem))
             if not existing and not self.read_only:
                 for _ in range(self.config.pool_files):
                     self._free.append(self._create_file())
@@ -175,7 +174,7 @@ class FolderScan:
             done += got
         return buf[:done]
 
-    def _scan_file(self, f: _File) -> None:
+    def _scan_file(self, f: _File, ix: fileindex.FileIndex | None = None) -> None:
         """Rebuild what one pool file holds.  A file whose header is zero (never used, or
         released) is free; one whose header cannot be read is quarantined - it may hold data
         recovery needs, so it is never overwritten."""
@@ -183,7 +182,7 @@ class FolderScan:
         head = self._pread(f, 0, PAGE)
         if len(head) < _FILE_HEADER.size or not head[:_FILE_HEADER.size].any():
             self._free.append(f)
-            if f.path.stem in self._indexes and not self.read_only:
+            if ix is not None and not self.read_only:
                 fileindex.remove(self.io, f.path)  # a released file's
             return
         if bytes(head[:8]) != FILE_MAGIC:
@@ -202,7 +201,7 @@ class FolderScan:
         f.header_written = True
         self._epoch = max(self._epoch, epoch)
         f.sealed = True
-        if self._indexed(f, size):
+        if self._indexed(f, size, ix):
             self._scanned.setdefault(stream, []).append(f)
             return
         pos = self.config.data_start
@@ -233,11 +232,10 @@ class FolderScan:
         f.write_pos = pos
         self._scanned.setdefault(stream, []).append(f)
 
-    def _indexed(self, f: _File, size: int) -> bool:
-        """Take ``f``'s segments from its index (storage/fileindex.py) when the index is
-        whole, names the incarnation the file's header names, and the file's first segment
+    def _indexed(self, f: _File, size: int, ix: fileindex.FileIndex | None) -> bool:
+        """Take ``f``'s segments from its index ``ix`` (storage/fileindex.py; read whole)
+        when it names the incarnation the file's header names and the file's first segment
         is that incarnation's; else False (the file is scanned)."""
-        ix = self._indexes.get(f.path.stem)
         if ix is None or (ix.stream, ix.epoch, ix.first) != (f.stream, f.epoch, f.first) \
                 or not len(ix.segs) or ix.write_pos > size:
             return False
@@ -345,11 +343,7 @@ class FolderScan:
                 # the stream's: flushed now, before an index names it or a later file
                 # continues it (a power loss would otherwise open a hole behind the tail)
                 self.io.fdatasync(chain[-1].fd)
-            if not self.read_only:  # the next opening reads these files' indexes
-                self._write_indexes([(g.path, fileindex.of_file(g)) for g in chain
-                                     if not g.indexed and g.segs])
-            for g in chain:
-                g.indexed = True
+            self._write_indexes(self._claim_indexes(chain))  # the next opening reads them
             s.files.extend(chain)
             s.start = chain[0].first
             s.next_offset = s.durable = chain[-1].end

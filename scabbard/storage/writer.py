@@ -225,16 +225,25 @@ class GroupCommitWriter:
             self._write_indexes(whole)
 
     def _whole_files(self, s: _Stream) -> list[tuple[Path, fileindex.FileIndex]]:
-        """The indexes of ``s``'s files that are sealed and whose every segment is written
-        (and flushed) but that have none yet, from the newest back (call with the lock held;
-        they are marked indexed here, so each is written once)."""
-        out = []
+        """The indexes to write of ``s``'s files that are sealed and whose every segment is
+        written (and flushed), from the newest back to one indexed already (call with the
+        lock held)."""
+        whole = []
         for f in reversed(s.files):
             if f.indexed:
                 break
-            if f.sealed and f.inflight == 0 and f.segs:
-                f.indexed = True
-                out.append((f.path, fileindex.of_file(f)))
+            if f.sealed and f.inflight == 0:
+                whole.append(f)
+        return self._claim_indexes(whole)
+
+    @staticmethod
+    def _claim_indexes(files) -> list[tuple[Path, fileindex.FileIndex]]:
+        """Mark ``files`` indexed (call with the lock held, or before anyone else sees them)
+        and return the indexes to write: of those not indexed yet that hold segments - each
+        is written once."""
+        out = [(f.path, fileindex.of_file(f)) for f in files if not f.indexed and f.segs]
+        for f in files:
+            f.indexed = True
         return out
 
     def _write_indexes(self, indexes: list[tuple[Path, fileindex.FileIndex]]) -> None:
