@@ -450,3 +450,122 @@ def test_cluster_and_validation_flags_are_their_settings():
     s = settings_from(v, parse(["sim", "validate", "--no-kill", "--repeats", "5", "--duration",
                                 "2", "--queries", "sm"]))
     assert (s.kill, s.repeats, s.seconds, s.queries) == (False, 5, 2.0, ("SM",))
+
+
+def test_a_settings_fields_help_is_its_flags():
+    """A settings field's ``metadata["help"]`` is its flag's help, unless the command gives
+    its own; the explorer's, the cluster's and the validation's are their fields'."""
+    import argparse
+    from dataclasses import dataclass, field
+
+    from scabbard.cli.settings import settings_flags
+
+    @dataclass(frozen=True)
+    class S:
+        depth: int = field(default=3, metadata={"help": "how deep it goes"})
+        width: int = field(default=2, metadata={"help": "how wide"})
+
+    p = argparse.ArgumentParser()
+    settings_flags(p, S, "depth", "width", helps={"width": "the command's own"})
+    text = " ".join(p.format_help().split())
+    assert "how deep it goes (default 3)" in text and "the command's own (default 2)" in text
+    assert "how wide" not in text
+    helps = _helps()
+    assert "crash states to explore, sampled when there are more (default 1000)" \
+        in helps["scabbard check crash-states"]
+    assert "cores per worker (default 1)" in helps["scabbard spark up"]
+    assert "real runs per configuration; their median is compared (default 3)" \
+        in helps["scabbard sim validate"]
+
+
+def _helps() -> dict[str, str]:
+    """Each command's ``--help``, whitespace collapsed, by its name."""
+    import argparse
+
+    from scabbard.cli import build_parser
+
+    out = {}
+
+    def walk(p, name):
+        out[name] = " ".join(p.format_help().split())
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for n, sub in a.choices.items():
+                    walk(sub, f"{name} {n}")
+
+    walk(build_parser(), "scabbard")
+    return out
+
+
+def test_datagen_takes_each_workloads_own_options_from_its_generator():
+    """``datagen``'s workload options are the generators' :class:`Option`\\ s: each is a
+    flag with its help and default, and its value reaches the option."""
+    from scabbard import workloads
+    from scabbard.cli import build_parser
+
+    options = [(w, o) for w in workloads.ALL for o in workloads.get(w).SPEC.options]
+    assert len(options) >= 8
+    text = _helps()["scabbard datagen"]
+    parse = build_parser("datagen").parse_args
+    for w, o in options:
+        assert f"--{o.flag}" in text and o.help.split(" (")[0] in text, o
+        value = o.type(7)
+        assert getattr(parse(["datagen", w, f"--{o.flag}", str(value)]), o.name) == value
+
+
+def test_sim_run_flags_are_the_simulated_runs_fields(tmp_path, capsys):
+    """``sim run``: each flag sets its :class:`SimConfig` field (the engine's flags, declared
+    once, taken with the simulator's choices and defaults); a value the configuration
+    refuses is one line naming the flag."""
+    import json
+
+    from scabbard.cli import build_parser, main
+    from scabbard.ft.flags import flagged, given
+    from scabbard.sim.config import SCHEMES, SimConfig
+
+    parse = build_parser("sim").parse_args
+    args = parse(["sim", "run", "--query", "CM1", "--workers", "3", "--batch", "512",
+                  "--compression", "push-up+adaptive", "--no-persist-input", "--sim-seconds",
+                  "2", "--fail-at", "1", "--assembly-parts", "2", "--adaptive-kernels"])
+    assert given(args, SimConfig) == {
+        "workers": 3, "batch_rows": 512, "compression": "push-up+adaptive", "persist": False,
+        "duration": 2.0, "fail_at": 1.0, "assembly_parts": 2, "adaptive_kernels": True}
+    assert given(parse(["sim", "run", "--query", "CM1"]), SimConfig) == {}
+    assert {s["name"] for _, s in flagged(SimConfig)} <= set(_helps()["scabbard sim run"]
+                                                            .replace("[", " ").split())
+    choices = next(a.choices for a in _actions(build_parser("sim"), "sim", "run")
+                   if a.dest == "compression")
+    assert tuple(choices) == SCHEMES
+    assert main(["sim", "run", "--query", "CM1", "--checkpoint-interval", "0", "--fail-at",
+                 "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("scabbard: error: --fail-at needs a fault-tolerant run: set "
+                          "--checkpoint-interval") and err.count("\n") == 1
+    assert main(["sim", "run", "--query", "CM1", "--assembly-parts", "0"]) == 2
+    assert "--assembly-parts must be an integer >= 1" in capsys.readouterr().err
+    assert main(["sim", "run", "--query", "CM1", "--sim-seconds", "1", "--json",
+                 "--checkpoint-interval", "0", "--no-persist-input"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["config"]["persist"], doc["config"]["checkpoint_interval"]) == (False, None)
+
+
+def _actions(parser, *path):
+    import argparse
+
+    for name in path:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[name]
+    return parser._actions
+
+
+def test_a_configurations_message_names_its_flags_longest_field_first():
+    from dataclasses import dataclass, field
+
+    from scabbard.ft.flags import Group, flag, in_flags
+
+    @dataclass(frozen=True)
+    class C:
+        rate: float = field(default=1.0, metadata=flag("--rate", "r", Group.ENGINE))
+        rate_cap: float = field(default=1.0, metadata=flag("--cap", "c", Group.ENGINE))
+
+    assert in_flags("C.rate_cap must exceed C.rate", C) == "--cap must exceed --rate"

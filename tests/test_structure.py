@@ -373,13 +373,14 @@ def flag_declarations(sources: dict[str, str]) -> dict[str, list[str]]:
     out = literal_flags(sources)
     for name in common.SHARED:
         out.setdefault(name, []).append("scabbard.cli.common.SHARED")
-    from scabbard.sim.config import Hardware
+    from scabbard.sim.config import Hardware, SimConfig
 
     shared = set(common.SHARED)
-    for cls in (RunConfig, PersistConfig, FTConfig, Hardware):
+    for cls in (RunConfig, PersistConfig, FTConfig, Hardware, SimConfig):
         for f, spec in flagged(cls):
-            out.setdefault(spec["name"], []).append(f"{cls.__name__}.{f.name}")
-            shared.add(spec["name"])
+            if not spec["shared"]:  # a shared one is a use of a flag declared elsewhere
+                out.setdefault(spec["name"], []).append(f"{cls.__name__}.{f.name}")
+                shared.add(spec["name"])
     for flag, where in settings_flags(sources).items():  # a command's settings' own flags
         if flag not in shared:
             out.setdefault(flag, []).extend(where)
@@ -395,8 +396,14 @@ def flag_declarations(sources: dict[str, str]) -> dict[str, list[str]]:
 
 def test_no_flag_is_declared_twice():
     sources = {m: p.read_text() for m, p in MODULES.items() if m not in OTHER_PROGRAMS}
-    twice = {f: where for f, where in flag_declarations(sources).items() if len(where) > 1}
+    declarations = flag_declarations(sources)
+    twice = {f: where for f, where in declarations.items() if len(where) > 1}
     assert not twice, twice
+    from scabbard.ft.flags import flagged
+    from scabbard.sim.config import SimConfig
+
+    uses = [s["name"] for _, s in flagged(SimConfig) if s["shared"]]
+    assert uses and not [u for u in uses if u not in declarations]  # each declared somewhere
 
 
 def test_the_flag_check_finds_a_flag_declared_twice():

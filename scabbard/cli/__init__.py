@@ -51,7 +51,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     from scabbard.cli import bench, data, datagen, demo, reproduce, run
 
-    datagen.add(sub)
+    datagen.add(sub, full=command in (None, "datagen"))
     run.add_run(sub)
     run.add_ingest(sub)
     run.add_explain(sub)

@@ -18,29 +18,6 @@ import time
 from scabbard.cli.common import shared_flag
 from scabbard.cli.settings import settings_flags, settings_from
 
-# what the recorded run's settings mean here (the flags: scabbard.cli.settings)
-_HELP = {
-    "sink": "the exactly-once sink", "durability": "the recorded run's durability",
-    "push_up": "persistence push-up (§3.4)",
-    "compression": "compress the persisted input (§5); adaptive: its codecs re-picked at every "
-                   "batch of the recorded run",
-    "checkpoint_mode": "the recorded run's checkpoints: full, incremental (closed panes written "
-                       "once, as pane units) or eventual (pane units also saved in steps "
-                       "between records), as 'scabbard run'",
-    "state_memory": "the recorded run's window state held within this budget (e.g. 8M), the "
-                    "rest spilled to its storage as the checkpoint's units, as 'scabbard run'",
-    "ingress_partitions": "the recorded run's source read by N threads, each appending its "
-                          "own batches in turn",
-    "tuples": "input tuples of the recorded run", "batch_rows": "tuples per task",
-    "every_tasks": "a checkpoint every N tasks",
-    "states": "crash states to explore, sampled when there are more",
-    "seed": "seed of the sampling",
-    "nested": "crash recoveries too: each crash state's recovery is recorded and N of its own "
-              "crash states (a machine crash during the recovery) are checked and recovered "
-              "in turn, whose recoveries are crashed the same way - two levels deep (0: "
-              "recoveries run through)",
-}
-
 
 def add_parser(subparsers) -> None:
     from scabbard.check import Settings
@@ -68,7 +45,7 @@ def add_parser(subparsers) -> None:
     shared_flag(c, "--query")
     settings_flags(c, Settings, "sink", "durability", "push_up", "compression",
                    "checkpoint_mode", "state_memory", "ingress_partitions", "tuples",
-                   "batch_rows", "every_tasks", "states", "seed", "nested", helps=_HELP)
+                   "batch_rows", "every_tasks", "states", "seed", "nested")
     shared_flag(c, "--persist-at", help="p-streams between operators besides the ingress "
         "(operator ids, or output: before the sink), as 'scabbard run --persist-at'")
     shared_flag(c, "--data")

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from scabbard import paths
-from scabbard.cli.common import add_data_root, hidden_alias, shared_flag
+from scabbard.cli.common import SHARED, add_data_root, hidden_alias, shared_flag
 from scabbard.cli.errors import CLIError
 
 
 # -- datagen -----------------------------------------------------------------------------------
-def add(sub) -> None:
+def add(sub, full: bool = True) -> None:
+    """The ``datagen`` command; with ``full``, each workload's own flags (the workloads are
+    imported)."""
     from scabbard.workloads import ALL
 
     p = sub.add_parser(
@@ -49,24 +51,23 @@ def add(sub) -> None:
                    choices=("snappy", "zstd", "lz4", "gzip", "none"),
                    help="Parquet compression (default: snappy)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    g = p.add_argument_group("workload options")
-    g.add_argument("--xways", type=int, help="lrb: expressways (default: one per 1,000 reports/s)")
-    g.add_argument("--plugs", type=int, help="sg: smart plugs (default 2,125)")
-    g.add_argument("--houses", type=int, help="sg: houses (default 40)")
-    g.add_argument("--machines", type=int, help="cm: machines (default 12,500)")
-    g.add_argument("--campaigns", type=int, help="ysb: campaigns of 10 ads (default 100)")
-    shared_flag(g, "--change-at", help="sm: event time at which the integer readings change "
-                "distribution")
-    shared_flag(g, "--keys", help="darwin: distinct keys, the window state's size (default "
-                "100,000)")
-    g.add_argument("--auctions", type=int,
-                   help="nexmark: auctions in flight that bids go to, NQ's key space (default "
-                        "100, Beam's)")
     p.set_defaults(func=_run_datagen)
+    if full:
+        _workload_options(p.add_argument_group("workload options"))
 
 
-_OPTION_FLAGS = ("xways", "plugs", "houses", "machines", "campaigns", "change_at", "keys",
-                 "auctions")
+def _workload_options(g) -> None:
+    """Each workload's own parameters (its generator's options) as flags."""
+    from scabbard import workloads
+
+    for name in workloads.ALL:
+        for o in workloads.get(name).SPEC.options:
+            default = "" if o.default is None else f" (default {o.default:,})"
+            text = f"{name}: {o.help}{default}".replace("%", "%%")
+            if f"--{o.flag}" in SHARED:  # a flag other commands take too
+                shared_flag(g, f"--{o.flag}", dest=o.name, help=text)
+            else:
+                g.add_argument(f"--{o.flag}", dest=o.name, type=o.type, help=text)
 
 
 def _run_datagen(args) -> int:
@@ -74,7 +75,8 @@ def _run_datagen(args) -> int:
     from scabbard.workloads.generator import Datagen, check_writable, generate, make_params
 
     names = workloads.NAMES if args.workload == "all" else (args.workload,)
-    given = {k: getattr(args, k) for k in _OPTION_FLAGS if getattr(args, k) is not None}
+    options = {o.name for w in workloads.ALL for o in workloads.get(w).SPEC.options}
+    given = {k: getattr(args, k) for k in options if getattr(args, k) is not None}
     plans = []
     for name in names:
         try:

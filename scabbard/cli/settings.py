@@ -5,8 +5,9 @@ them.
 :func:`settings_flags` adds a flag for each field named: the flag is the field's name
 (``--min-life``; a True default becomes ``--no-<name>``; :data:`FLAGS` names the others), its
 type, choices and default the field's (or a shared declaration's, when a run's flag of that
-name exists: ``--sink``, ``--compression``...), its help the command's, the benchmarks'
-table's (:data:`scabbard.experiments.benches.HELP`) or the shared declaration's.
+name exists: ``--sink``, ``--compression``...), its help the command's, the field's own
+(``metadata={"help": ...}``), the benchmarks' table's
+(:data:`scabbard.experiments.benches.HELP`) or the shared declaration's.
 :func:`settings_from` builds the settings from the parsed flags; a value the settings refuse
 is one line naming its flag.
 """
@@ -36,6 +37,8 @@ def settings_flags(p, settings, *names: str, out: str | None = None, helps=None,
     default, under the project's runs folder.  A settings class's ``data_dir`` is always a
     flag, ``--data-root``."""
     fields = {f.name: f for f in dataclasses.fields(settings)}
+    helps = {**{n: f.metadata["help"] for n, f in fields.items() if "help" in f.metadata},
+             **(helps or {})}  # a field's own help, unless the command's says otherwise
 
     def default_of(name: str):
         f = fields[name]

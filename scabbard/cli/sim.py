@@ -11,7 +11,6 @@ input, as every other command does.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -20,12 +19,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from scabbard import paths
-from scabbard.cli.common import add_data_root, data_root, hidden_alias, shared_flag
+from scabbard.cli.common import add_data_root, data_root, declared, hidden_alias, shared_flag
 from scabbard.cli.settings import settings_flags, settings_from
-from scabbard.ft.flags import Group, add_flags, flagged, given
+from scabbard.ft.flags import Group, add_flags, given, in_flags
 from scabbard.ft.modes import INTERVAL
 from scabbard.sim import report
-from scabbard.sim.config import SCHEMES, Hardware
+from scabbard.sim.config import Hardware, SimConfig
 
 PRESETS = ("this", "paper-ssd", "paper-remote", "paper-rdma")
 
@@ -76,16 +75,8 @@ def _warn(path: str | None, cal) -> None:
         print(f"scabbard: warning: {warning}", file=sys.stderr)
 
 
-_VALIDATE_HELP = {
-    "queries": "queries to validate", "scale": "the datasets the real runs read",
-    "seconds": "wall seconds per real run", "kill": "throughput only, no kill",
-    "repeats": "real runs per configuration; their median is compared",
-    "retries": "runs measured while other processes kept the cores busy are repeated up to "
-               "this many times",
-    "probe": "scale the CPU costs by how fast a speed probe finds the cores now against at "
-             "calibration (off by default: on this shared host the probe varied by 50%% "
-             "within minutes and made predictions worse)",
-}
+# what the experiments' common settings mean here
+_VALIDATE_HELP = {"queries": "queries to validate", "scale": "the datasets the real runs read"}
 
 
 def add_parser(subparsers) -> None:
@@ -185,38 +176,12 @@ def add_parser(subparsers) -> None:
     shared_flag(rp, "--calibration")
     rp.add_argument("--preset", default="this", choices=PRESETS,
                     help="hardware to start from (default: this)")
-    hw = rp.add_argument_group("hardware", "the preset's, unless given")  # Hardware's fields
-    add_flags({Group.HARDWARE: hw}, Hardware)
+    hw = rp.add_argument_group("hardware", "the preset's, unless given")
     run = rp.add_argument_group("the run")
-    shared_flag(run, "--workers", help="worker threads (default: the cores)")
-    shared_flag(run, "--batch", help="tuples per task (default: the engine's for the query)")
-    shared_flag(run, "--sim-seconds", default=10.0, help="simulated seconds of input (default 10)")
+    add_flags({Group.HARDWARE: hw, Group.SIM_RUN: run}, Hardware, SimConfig, shared=declared)
     hidden_alias(run, "--duration", dest="sim_seconds", type=float)
-    shared_flag(run, "--rate", help="input rate cap, tuples/s")
-    shared_flag(run, "--persist-input", action=argparse.BooleanOptionalAction, default=True,
-        help="persist the input in the ingress p-stream (default) or not")
     hidden_alias(run, "--persist", dest="persist_input", action="store_true")
     hidden_alias(run, "--no-persist", dest="persist_input", action="store_false")
-    shared_flag(run, "--compression", default="none", choices=SCHEMES,
-        help="how the input is persisted: raw (none), the default codecs, or after persistence "
-        "push-up (raw, codecs, lossy floats); default: none")
-    shared_flag(run, "--checkpoint-interval", default=INTERVAL, help="checkpoint every SECONDS "
-        "(default 1; 0: no checkpoints)")
-    run.add_argument("--fail-at", type=float, metavar="SECONDS",
-                     help="kill the engine at this simulated second and recover")
-    run.add_argument("--assembly-parts", type=int, default=1, metavar="P",
-                     help="the engine's --assembly partitioned:P (the windows' groups split "
-                          "between P partitions run at once; default 1: serial)")
-    run.add_argument("--dataflow-parts", type=int, default=0, metavar="P",
-                     help="the engine's --assembly dataflow:P: P partition threads fed by key "
-                          "from the dispatcher, merged in order (its costs from `scabbard sim "
-                          "calibrate`; default 0: the task-parallel engine)")
-    shared_flag(run, "--ingress-partitions", default=1, help="the engine's --ingress-partitions: "
-        "the source read by N threads, each cutting its batches and appending them in turn, the "
-        "dispatcher only handing tasks out (default 1: the dispatcher does it all)")
-    shared_flag(run, "--adaptive-kernels", help="the engine's --adaptive-kernels: each fragment "
-        "at the time its optimised variant took in the calibration (filters reordered, dense "
-        "aggregation; nothing saved where the variant lost its trial)")
     rp.add_argument("--timeline", action="store_true", help="also print the 0.5 s timeline")
     shared_flag(rp, "--json")
     rp.set_defaults(func=run_sim)
@@ -289,46 +254,27 @@ def hardware_from_args(args, cal):
     try:
         return replace(base, **given(args, Hardware))
     except ValueError as e:
-        raise _error(_flag_message(str(e))) from None
-
-
-def _flag_message(message: str) -> str:
-    """``Hardware.disk_write_mb_s must ...`` -> ``--disk-mb-s must ...``."""
-    flags = {f"Hardware.{f.name}": s["name"] for f, s in flagged(Hardware)}
-    flags.update({"SimConfig.workers": "--workers", "SimConfig.batch_rows": "--batch",
-             "SimConfig.duration": "--sim-seconds", "SimConfig.rate": "--rate",
-             "SimConfig.fail_at": "--fail-at",
-             "SimConfig.checkpoint_interval": "--checkpoint-interval",
-             "SimConfig.assembly_parts": "--assembly-parts",
-             "SimConfig.dataflow_parts": "--dataflow-parts",
-             "SimConfig.ingress_partitions": "--ingress-partitions"})
-    for name, flag in flags.items():
-        message = message.replace(name, flag)
-    return message
+        raise _error(in_flags(str(e), Hardware)) from None
 
 
 def run_sim(args) -> int:
-    from scabbard.sim.config import SimConfig
     from scabbard.sim.model import simulate
 
     (query,) = _queries([args.query])
     cal = _load(args.calibration)
     hw = hardware_from_args(args, cal)
-    if args.checkpoint_interval is not None and args.checkpoint_interval < 0:
-        raise _error(f"--checkpoint-interval must be >= 0, got {args.checkpoint_interval}")
+    # the run's defaults here: the cores, persisted input, checkpoints every second
+    run = {"workers": hw.cores, "persist": True, "checkpoint_interval": INTERVAL,
+           **given(args, SimConfig)}
+    if run["checkpoint_interval"] == 0:
+        run["checkpoint_interval"] = None  # --checkpoint-interval 0: no checkpoints
     try:
-        cfg = SimConfig(query, workers=args.workers or hw.cores, batch_rows=args.batch,
-                        persist=args.persist_input, compression=args.compression,
-                        checkpoint_interval=args.checkpoint_interval or None,
-                        duration=args.sim_seconds, rate=args.rate, fail_at=args.fail_at,
-                        assembly_parts=args.assembly_parts, dataflow_parts=args.dataflow_parts,
-                        ingress_partitions=args.ingress_partitions,
-                        adaptive_kernels=args.adaptive_kernels)
+        cfg = SimConfig(query, **run)
         cal.costs(query)
         _warn(args.calibration, cal)
         result = simulate(cal, cfg, hw)
     except ValueError as e:
-        raise _error(_flag_message(str(e))) from None
+        raise _error(in_flags(str(e), SimConfig)) from None
     if args.json:
         print(json.dumps(result.as_dict(), indent=1, default=_jsonable))
         return 0

@@ -11,13 +11,6 @@ from scabbard.cli.settings import settings_flags, settings_from
 EXIT_NOT_RUNNING = 3  # `status` of a cluster that is not running (as service managers do)
 
 
-_HELP = {"workers": "workers", "cores": "cores per worker",
-         "memory": "memory per worker for its executors",
-         "port": "the master's port (0: any free port)",
-         "ui_port": "the master's web UI port (0: any free port)",
-         "timeout": "seconds to wait for each daemon to start and register"}
-
-
 def add(sub) -> None:
     p = sub.add_parser(
         "spark",
@@ -52,7 +45,7 @@ def add(sub) -> None:
     from scabbard.standalone import ClusterSettings
 
     settings_flags(up, ClusterSettings, "workers", "cores", "memory", "port", "ui_port",
-                   "timeout", helps=_HELP)
+                   "timeout")
     shared_flag(status, "--json", help="print the status as JSON")
     p.set_defaults(func=_run)
 

@@ -56,18 +56,24 @@ CONFIGS = (RunConfig("1 worker", 1), RunConfig("2 workers", 2),
 @dataclass(frozen=True)
 class Settings(Common):
     queries: Sequence[str] = ("CM1", "LRB1", "YSB")
-    seconds: float = 3.0  # per real run
+    seconds: float = field(default=3.0, metadata={"help": "wall seconds per real run"})
     configs: Sequence[RunConfig] = field(default=CONFIGS)
-    kill: bool = True
+    kill: bool = field(default=True, metadata={"help": "throughput only, no kill"})
     kill_at: float = 5.0  # seconds after the process started
     kill_seconds: float = 12.0  # of input, at half the sustainable rate
     kill_batch: int = 262_144
     interval: float = INTERVAL
     quiet_cores: float = 0.25  # wait for other processes to use at most this many cores
     quiet_timeout: float = 60.0
-    retries: int = 2  # a run others disturbed (> quiet_cores busy meanwhile) is repeated
-    probe: bool = False  # scale the CPU costs by a speed probe now against at calibration
-    repeats: int = 3  # real runs per configuration: the median is compared
+    retries: int = field(default=2, metadata={"help": (
+        "runs measured while other processes kept the cores busy are repeated up to this many "
+        "times")})
+    probe: bool = field(default=False, metadata={"help": (
+        "scale the CPU costs by how fast a speed probe finds the cores now against at "
+        "calibration (off by default: on this shared host the probe varied by 50%% within "
+        "minutes and made predictions worse)")})
+    repeats: int = field(default=3, metadata={"help": (
+        "real runs per configuration; their median is compared")})
     work_dir: str | None = None
 
     def __post_init__(self) -> None:

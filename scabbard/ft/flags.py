@@ -7,6 +7,10 @@ from the fields (:func:`add_flags`) and reads them back into fields (:func:`give
 process controller writes a configuration as the flags that make it (:func:`field_argv`).
 A new setting costs one field and its help.  The few flags that are not one field each
 (``--output``, ``--persist-at``, ``--checkpoint-only``, ``--verify``) are the command's own.
+The simulator's machine (:class:`~scabbard.sim.config.Hardware`) and run
+(:class:`~scabbard.sim.config.SimConfig`) are configurations too; a simulated run's field
+takes the engine's flag of the same setting (``shared``: ``--workers``, ``--compression``...)
+with its own help, and :func:`in_flags` names a configuration's error by its flags.
 """
 
 from __future__ import annotations
@@ -40,14 +44,20 @@ class Group(enum.Enum):
     FAULT_TOLERANCE = "fault tolerance"
     OUTPUT = "output"
     HARDWARE = "hardware"  # ``scabbard sim run``'s machine (scabbard.sim.config.Hardware)
+    SIM_RUN = "the run"  # ``scabbard sim run``'s run (scabbard.sim.config.SimConfig)
 
 
 def flag(name: str, help: str, group: Group, *, type=None, metavar: str | None = None,
-         choices: tuple[str, ...] | None = None) -> dict:
+         choices: tuple[str, ...] | None = None, shared: bool = False,
+         negatable: bool = False) -> dict:
     """A field's metadata: the flag ``name`` sets it (``type`` reads the text; a boolean
-    field's flag takes no value); ``help=argparse.SUPPRESS`` hides it."""
+    field's flag takes no value, or with ``negatable`` has its ``--no-`` form too);
+    ``help=argparse.SUPPRESS`` hides it.  ``shared``: the flag is declared elsewhere (by
+    another configuration's field, or the commands' shared flags) and this field only takes
+    its value - ``help`` (and ``choices``, if given) say what it means here."""
     return {"flag": {"name": name, "help": help, "group": group, "type": type,
-                     "metavar": metavar, "choices": choices}}
+                     "metavar": metavar, "choices": choices, "shared": shared,
+                     "negatable": negatable}}
 
 
 def flagged(cls) -> list[tuple[dataclasses.Field, dict]]:
@@ -71,21 +81,40 @@ def field_flag(name: str, *classes) -> dict | None:
     None."""
     for cls in classes:
         for f, s in flagged(cls):
-            if s["name"] != name:
+            if s["name"] != name or s["shared"]:
                 continue
             if f.type in (bool, "bool"):
-                return {"action": "store_true", "help": s["help"]}
+                return {"action": argparse.BooleanOptionalAction if s["negatable"]
+                        else "store_true", "help": s["help"]}
             kw = {k: s[k] for k in ("type", "metavar", "choices") if s[k] is not None}
             return {**kw, "help": s["help"]}
     return None
 
 
-def add_flags(groups: dict[Group, argparse._ActionsContainer], *classes) -> None:
+def add_flags(groups: dict[Group, argparse._ActionsContainer], *classes,
+              shared=None) -> None:
     """The flags of ``classes``' fields, each in its group; every default is None (the
-    field's own default applies unless the flag is given)."""
+    field's own default applies unless the flag is given).  ``shared(name)``: add_argument's
+    keywords of a flag declared elsewhere, for the fields that take one (:func:`flag`)."""
     for cls in classes:
         for _, s in flagged(cls):
-            groups[s["group"]].add_argument(s["name"], default=None, **field_flag(s["name"], cls))
+            kw = field_flag(s["name"], cls)
+            if s["shared"]:  # the declaration's keywords, the help and negation this field's
+                kw = {**shared(s["name"]), "help": s["help"]}
+                if s["choices"]:
+                    kw["choices"] = s["choices"]
+                if s["negatable"]:
+                    kw["action"] = argparse.BooleanOptionalAction
+            groups[s["group"]].add_argument(s["name"], default=None, **kw)
+
+
+def in_flags(message: str, *classes) -> str:
+    """A configuration's error message in its flags' names: ``Hardware.disk_write_mb_s must
+    ...`` -> ``--disk-mb-s must ...``."""
+    names = {f"{cls.__name__}.{f.name}": s["name"] for cls in classes for f, s in flagged(cls)}
+    for name in sorted(names, key=len, reverse=True):  # a field's name before its prefix's
+        message = message.replace(name, names[name])
+    return message
 
 
 def given(args, cls) -> dict:

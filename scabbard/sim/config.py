@@ -60,6 +60,12 @@ def _hw(name: str, help: str, type=float, metavar: str | None = None) -> dict:
     return flag(name, help, Group.HARDWARE, type=type, metavar=metavar)
 
 
+def _run(name: str, help: str, negatable: bool = False, choices=None) -> dict:
+    """A :class:`SimConfig` field set by the engine's flag of that name (``scabbard sim run``:
+    declared by the run's configuration or the commands' shared flags)."""
+    return flag(name, help, Group.SIM_RUN, shared=True, negatable=negatable, choices=choices)
+
+
 @dataclass(frozen=True)
 class Hardware:
     """A machine to simulate.  Bandwidths in MB/s (10^6 bytes/s).
@@ -400,30 +406,53 @@ class SimConfig:
     """
 
     query: str
-    workers: int
-    batch_rows: int | None = None  # None: the engine's default for the query (calibrated)
-    persist: bool = False
-    compression: str = "none"
-    checkpoint_interval: float | None = None
-    duration: float = 10.0
-    rate: float | None = None
-    fail_at: float | None = None
+    workers: int = field(metadata=_run("--workers", "worker threads (default: the cores)"))
+    # None: the engine's default for the query (calibrated)
+    batch_rows: int | None = field(default=None, metadata=_run(
+        "--batch", "tuples per task (default: the engine's for the query)"))
+    persist: bool = field(default=False, metadata=_run(
+        "--persist-input", "persist the input in the ingress p-stream (default) or not",
+        negatable=True))
+    compression: str = field(default="none", metadata=_run(
+        "--compression", "how the input is persisted: raw (none), the default codecs, or "
+        "after persistence push-up (raw, codecs, lossy floats); default: none", choices=SCHEMES))
+    checkpoint_interval: float | None = field(default=None, metadata=_run(
+        "--checkpoint-interval", "checkpoint every SECONDS (default 1; 0: no checkpoints)"))
+    duration: float = field(default=10.0, metadata=_run(
+        "--sim-seconds", "simulated seconds of input (default 10)"))
+    rate: float | None = field(default=None, metadata=_run(
+        "--rate", "input rate cap, tuples/s"))
+    fail_at: float | None = field(default=None, metadata=flag(
+        "--fail-at", "kill the engine at this simulated second and recover", Group.SIM_RUN,
+        type=float, metavar="SECONDS"))
     max_tuples: int | None = None
     bulk_bytes: int | None = None  # group commit's largest write (None: the engine's)
     source_lead: float = 0.0
     timeline_interval: float = 0.5
     # the engine's --assembly: its windows' groups split between this many partitions, run
     # at once (1: serial)
-    assembly_parts: int = 1
+    assembly_parts: int = field(default=1, metadata=flag(
+        "--assembly-parts", "the engine's --assembly partitioned:P (the windows' groups split "
+        "between P partitions run at once; default 1: serial)", Group.SIM_RUN, type=int,
+        metavar="P"))
     # the engine's --ingress-partitions: the source read by this many threads (1: the
     # dispatcher reads it)
-    ingress_partitions: int = 1
+    ingress_partitions: int = field(default=1, metadata=_run(
+        "--ingress-partitions", "the engine's --ingress-partitions: the source read by N "
+        "threads, each cutting its batches and appending them in turn, the dispatcher only "
+        "handing tasks out (default 1: the dispatcher does it all)"))
     # the engine's --adaptive-kernels: the fragments in their optimised variants (what the
     # calibration measured them to save; the profiling and trial tasks are not modelled)
-    adaptive_kernels: bool = False
+    adaptive_kernels: bool = field(default=False, metadata=_run(
+        "--adaptive-kernels", "the engine's --adaptive-kernels: each fragment at the time its "
+        "optimised variant took in the calibration (filters reordered, dense aggregation; "
+        "nothing saved where the variant lost its trial)"))
     # the engine's --assembly dataflow:P - P partition threads fed by key from the dispatcher,
     # merged in order (0: the task-parallel engine; sim/dataflow.py)
-    dataflow_parts: int = 0
+    dataflow_parts: int = field(default=0, metadata=flag(
+        "--dataflow-parts", "the engine's --assembly dataflow:P: P partition threads fed by "
+        "key from the dispatcher, merged in order (its costs from `scabbard sim calibrate`; "
+        "default 0: the task-parallel engine)", Group.SIM_RUN, type=int, metavar="P"))
 
     def __post_init__(self) -> None:
         from scabbard.queries import NAMES
@@ -443,7 +472,8 @@ class SimConfig:
         if self.dataflow_parts and (self.assembly_parts > 1 or self.adaptive_kernels):
             raise ValueError("SimConfig.dataflow_parts runs the generic kernels and no "
                              "assembly partitions, as the engine's dataflow does: leave "
-                             "assembly_parts at 1 and adaptive_kernels off")
+                             "SimConfig.assembly_parts at 1 and SimConfig.adaptive_kernels "
+                             "off")
         if not isinstance(self.ingress_partitions, int) or self.ingress_partitions < 1:
             raise ValueError(f"SimConfig.ingress_partitions must be an integer >= 1, "
                              f"got {self.ingress_partitions!r}")
@@ -467,7 +497,7 @@ class SimConfig:
             _positive("SimConfig", fail_at=self.fail_at)
             if self.checkpoint_interval is None:
                 raise ValueError("SimConfig.fail_at needs a fault-tolerant run: set "
-                                 "checkpoint_interval")
+                                 "SimConfig.checkpoint_interval")
             if self.max_tuples is None and self.fail_at >= self.duration:
                 raise ValueError(f"SimConfig.fail_at ({self.fail_at}) must come before the "
                                  f"end of the input (duration {self.duration})")

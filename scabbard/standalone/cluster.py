@@ -56,14 +56,17 @@ class ClusterSettings:
     """What cluster to start.  Ports 0 take any free port (the ports bound are read back)."""
 
     folder: Path = field(default_factory=lambda: paths.spark_cluster())  # <home>/spark-cluster
-    workers: int = 2
-    cores: int = 1  # per worker
-    memory: str = "2g"  # per worker, for its executors
+    workers: int = field(default=2, metadata={"help": "workers"})
+    cores: int = field(default=1, metadata={"help": "cores per worker"})
+    memory: str = field(default="2g", metadata={"help": "memory per worker for its executors"})
     host: str = "127.0.0.1"
-    port: int = 7077  # the master's
-    ui_port: int = 8080  # the master's web UI (its JSON status page is /json/)
+    port: int = field(default=7077, metadata={"help": "the master's port (0: any free port)"})
+    # the master's web UI (its JSON status page is /json/)
+    ui_port: int = field(default=8080, metadata={
+        "help": "the master's web UI port (0: any free port)"})
     daemon_heap: str = "512m"
-    timeout: float = 180.0  # bound of every wait, seconds
+    timeout: float = field(default=180.0, metadata={  # bound of every wait
+        "help": "seconds to wait for each daemon to start and register"})
 
     def __post_init__(self):
         object.__setattr__(self, "folder", Path(self.folder))
