@@ -544,3 +544,36 @@ def test_a_spilling_window_of_many_keys_leaves_partition_by_partition_in_the_sam
     assert list(streamed) == list(merged)
     for name in merged:
         np.testing.assert_array_equal(streamed[name], merged[name], err_msg=name)
+
+
+def test_the_end_of_the_streams_spilling_window_leaves_partition_by_partition_in_order(
+        tiny, tmp_path, monkeypatch):
+    """At the end of the stream the window still open (a tumbling window's one) leaves key
+    partition by key partition as each is reloaded and flushed, not merged whole first: the
+    same rows in the same order as merged."""
+    from scabbard.engine import spill
+
+    q, ds = queries.get("DARWIN"), tiny["darwin"]
+    pieces = []
+    real = spill.SpillingAssembler.flush_pieces
+    monkeypatch.setattr(spill.SpillingAssembler, "flush_pieces",
+                        lambda self: (pieces.append(len(r[1])) or r for r in real(self)))
+
+    def rows(in_pieces: bool):
+        if not in_pieces:
+            monkeypatch.setattr(spill.SpillingAssembler, "flushes_in_pieces", lambda self: False)
+        sink, work = CollectSink(), tmp_path / str(in_pieces)
+        work.mkdir()
+        run_query(q, ds, sink=sink, config=EngineConfig(
+            workers=2, batch_rows=997, state_memory=spill.MIN_STATE_MEMORY,
+            spill=disk_spill(work)))
+        return sink.columns()
+
+    streamed = rows(True)
+    last = int((streamed["window_end"] == streamed["window_end"][-1]).sum())
+    assert len(pieces) > 10 and sum(pieces) == last and max(pieces) < last // 10
+    n = len(pieces)
+    merged = rows(False)
+    assert len(pieces) == n and list(streamed) == list(merged)  # merged whole: no piece
+    for name in merged:
+        np.testing.assert_array_equal(streamed[name], merged[name], err_msg=name)

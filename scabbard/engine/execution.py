@@ -538,7 +538,8 @@ class Execution:
             try:
                 if self.listener is None or self.feed.exhausted:
                     for lane in self.lanes:
-                        self._push(lane, [self._final(lane)], INT64_MAX, self.clock["input_end"])
+                        pieces = lane.final_pieces(self.plan) or [self._final(lane)]
+                        self._push(lane, pieces, INT64_MAX, self.clock["input_end"])
                 self._finish_graph()
             except BaseException as e:  # a persisted channel failed: fail-stop
                 self.error = e

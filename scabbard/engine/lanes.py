@@ -55,6 +55,15 @@ class Lane:
                         if op.id != self.branch.emitted)
                 and plan.operators[top].output == "sink" and top not in (stores or {}))
 
+    def final_pieces(self, plan):
+        """The end of the stream's windows as result columns, key partition by key partition
+        as each is flushed, where they may leave as they are made and its state gives them in
+        window order (a tumbling window's under a budget: never in memory whole); else None."""
+        if not (self.row_wise and self.assembler.flushes_in_pieces()):
+            return None
+        return (plan.post(self.i, self.branch.finalize(raw))
+                for raw in self.assembler.flush_pieces())
+
     def claim(self, r: TaskResult, results: dict) -> list[tuple[Lane, TaskResult, TaskResult]]:
         """Boundaries finished task ``r`` completes in this lane (call with the lock held)."""
         if not r.parts[self.i].long:

@@ -485,18 +485,47 @@ class SpillingAssembler(PartitionedAssembler):
         self._enforce()
 
     def flush(self):
+        """The end of the stream: the windows every partition holds, merged in window order."""
+        return merge_windows(list(self._flushed()))
+
+    def flushes_in_pieces(self) -> bool:
+        """Whether :meth:`flush_pieces` gives the end's windows in :meth:`flush`'s order: a
+        tumbling window's (every partition holds at most the one window the last pane is
+        in - each partition's windows close with the stream's time, spilled or not)."""
+        return self.b.panes == 1
+
+    def flush_pieces(self):
+        """The end of the stream's windows key partition by key partition, each reloaded,
+        flushed and let go before the next comes back - a window of many keys is never in
+        memory whole, as with :meth:`pieces`.  Only where :meth:`flushes_in_pieces`: a
+        piece holding another window than the first's is an error of the engine's."""
+        end = None
+        for raw in self._flushed():
+            if not len(raw[1]):
+                continue
+            ends = np.unique(raw[1])
+            if end is None:
+                end = ends[0]
+            if len(ends) != 1 or ends[0] != end:
+                raise AssertionError(f"the end of the stream's windows in pieces: a partition "
+                                     f"holds windows ending at {ends.tolist()}, not {end}")
+            yield raw
+
+    def _flushed(self):
+        """Each partition's windows at the end of the stream, in partition order, as views of
+        buffers no one uses again: the spilled ones reloaded in turn, each partition replaced
+        by an empty one once flushed (its memory goes)."""
         self._distribute()
-        raws = []
         reloaded = self._reloaded(sorted(self.spilled))
         for i in range(len(self.parts)):
             if i in self.spilled:
                 next(reloaded)
             self._forget(i)
-            raws.append(self.parts[i].flush())
-            fresh = BranchAssembler(self.b)  # done with it: its memory goes
+            raw = self.parts[i].flush()
+            fresh = BranchAssembler(self.b)
             fresh.copy = False
             self.parts[i] = fresh
-        return merge_windows(raws)
+            yield raw
 
     def close(self) -> None:
         if self._reader is not None:
