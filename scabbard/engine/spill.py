@@ -29,7 +29,9 @@ and ``EngineConfig.state_memory`` bounds the bytes their arrays hold:
   still needed);
 * **emit**: a task that closes one window hands its rows on partition by partition as each
   is run (:meth:`SpillingAssembler.pieces`, in the order the merged window would have), so
-  no partition's buffers wait for the others and no merged copy of the window is made.
+  no partition's buffers wait for the others and no merged copy of the window is made; so
+  does the end of the stream's open window when it is the only one (a tumbling window's:
+  :meth:`SpillingAssembler.flush_pieces`).
 
 The budget covers the window state's arrays (capacity, as the process's resident memory sees
 them) and the shares waiting in memory; the rest of the engine - tasks in flight, input
