@@ -49,46 +49,43 @@ STORAGE = StorageConfig(file_bytes=1 << 20, pool_files=2, bulk_bytes=1 << 18)
 MAX_FILE = 64 << 20  # the largest pool file a recording grows to (a window's results)
 
 
-def _help(text: str) -> dict:
-    return {"help": text}  # a field's help in ``scabbard check crash-states --help``
-
-
 @dataclass(frozen=True)
 class Settings:
-    """A crash-state exploration: the run recorded, and how many of its crash states."""
+    """A crash-state exploration: the run recorded, and how many of its crash states (a
+    field's ``help`` is its flag's in ``scabbard check crash-states``)."""
 
     query: str
-    sink: str = field(default="clocked", metadata=_help("the exactly-once sink"))
-    durability: str = field(default="machine", metadata=_help("the recorded run's durability"))
-    states: int = field(default=1000, metadata=_help(
-        "crash states to explore, sampled when there are more"))
-    seed: int = field(default=0, metadata=_help("seed of the sampling"))
-    tuples: int = field(default=60_000, metadata=_help("input tuples of the recorded run"))
-    batch_rows: int = field(default=4000, metadata=_help("tuples per task"))
-    every_tasks: int = field(default=3, metadata=_help("a checkpoint every N tasks"))
+    sink: str = field(default="clocked", metadata={"help": "the exactly-once sink"})
+    durability: str = field(default="machine", metadata={"help": "the recorded run's durability"})
+    states: int = field(default=1000, metadata={"help":
+        "crash states to explore, sampled when there are more"})
+    seed: int = field(default=0, metadata={"help": "seed of the sampling"})
+    tuples: int = field(default=60_000, metadata={"help": "input tuples of the recorded run"})
+    batch_rows: int = field(default=4000, metadata={"help": "tuples per task"})
+    every_tasks: int = field(default=3, metadata={"help": "a checkpoint every N tasks"})
     workers: int = 2
-    push_up: bool = field(default=False, metadata=_help("persistence push-up (§3.4)"))
-    compression: str = field(default="none", metadata=_help(
+    push_up: bool = field(default=False, metadata={"help": "persistence push-up (§3.4)"})
+    compression: str = field(default="none", metadata={"help":
         "compress the persisted input (§5); adaptive: its codecs re-picked at every batch of "
-        "the recorded run"))
+        "the recorded run"})
     # the adaptive compression decides at every batch: the recorded run (a second or less)
     # holds every codec its rules pick, their swaps and fallbacks, as the same data gives
     compression_interval: float = 1e-6
     persist_at: tuple[str, ...] = ()  # p-streams between operators (--persist-at)
-    ingress_partitions: int = field(default=1, metadata=_help(
-        "the recorded run's source read by N threads, each appending its own batches in turn"))
-    checkpoint_mode: str = field(default="full", metadata=_help(
+    ingress_partitions: int = field(default=1, metadata={"help":
+        "the recorded run's source read by N threads, each appending its own batches in turn"})
+    checkpoint_mode: str = field(default="full", metadata={"help":
         "the recorded run's checkpoints: full, incremental (closed panes written once, as pane "
         "units) or eventual (pane units also saved in steps between records), as 'scabbard "
-        "run'"))
-    state_memory: int | None = field(default=None, metadata=_help(
+        "run'"})
+    state_memory: int | None = field(default=None, metadata={"help":
         "the recorded run's window state held within this budget (e.g. 8M), the rest spilled "
-        "to its storage as the checkpoint's units, as 'scabbard run'"))
-    nested: int = field(default=0, metadata=_help(
+        "to its storage as the checkpoint's units, as 'scabbard run'"})
+    nested: int = field(default=0, metadata={"help":
         "crash recoveries too: each crash state's recovery is recorded and N of its own crash "
         "states (a machine crash during the recovery) are checked and recovered in turn, "
         "whose recoveries are crashed the same way - two levels deep (0: recoveries run "
-        "through)"))
+        "through)"})
     nested_depth: int = 2  # how deep ``nested`` goes
 
     def __post_init__(self) -> None:

@@ -60,14 +60,13 @@ def _workload_options(g) -> None:
     """Each workload's own parameters (its generator's options) as flags."""
     from scabbard import workloads
 
-    for name in workloads.ALL:
-        for o in workloads.get(name).SPEC.options:
-            default = "" if o.default is None else f" (default {o.default:,})"
-            text = f"{name}: {o.help}{default}".replace("%", "%%")
-            if f"--{o.flag}" in SHARED:  # a flag other commands take too
-                shared_flag(g, f"--{o.flag}", dest=o.name, help=text)
-            else:
-                g.add_argument(f"--{o.flag}", dest=o.name, type=o.type, help=text)
+    for name, o in workloads.options():
+        default = "" if o.default is None else f" (default {o.default:,})"
+        text = f"{name}: {o.help}{default}".replace("%", "%%")
+        if f"--{o.flag}" in SHARED:  # a flag other commands take too
+            shared_flag(g, f"--{o.flag}", dest=o.name, help=text)
+        else:
+            g.add_argument(f"--{o.flag}", dest=o.name, type=o.type, help=text)
 
 
 def _run_datagen(args) -> int:
@@ -75,8 +74,8 @@ def _run_datagen(args) -> int:
     from scabbard.workloads.generator import Datagen, check_writable, generate, make_params
 
     names = workloads.NAMES if args.workload == "all" else (args.workload,)
-    options = {o.name for w in workloads.ALL for o in workloads.get(w).SPEC.options}
-    given = {k: getattr(args, k) for k in options if getattr(args, k) is not None}
+    given = {o.name: getattr(args, o.name) for _, o in workloads.options()
+             if getattr(args, o.name) is not None}
     plans = []
     for name in names:
         try:

@@ -98,8 +98,9 @@ def add_flags(groups: dict[Group, argparse._ActionsContainer], *classes,
     keywords of a flag declared elsewhere, for the fields that take one (:func:`flag`)."""
     for cls in classes:
         for _, s in flagged(cls):
-            kw = field_flag(s["name"], cls)
-            if s["shared"]:  # the declaration's keywords, the help and negation this field's
+            if not s["shared"]:
+                kw = field_flag(s["name"], cls)
+            else:  # the declaration's keywords, the help, choices and negation this field's
                 kw = {**shared(s["name"]), "help": s["help"]}
                 if s["choices"]:
                     kw["choices"] = s["choices"]

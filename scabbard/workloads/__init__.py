@@ -53,3 +53,9 @@ def dataset(name: str, scale: str = "small", root: str = "data", seed: int = 0,
         return spec.generate(scale=scale, seed=seed, out=root, progress=progress)
     params = make_params(spec, scale=scale, seed=seed)
     return open_dataset(dataset_path(root, spec.name, default_name(spec, params)), schema=spec.schema)
+
+
+def options() -> list[tuple[str, object]]:
+    """Every workload's own generator options (:class:`~scabbard.workloads.generator.Option`),
+    with the workload's name, in :data:`ALL`'s order (each workload module is imported)."""
+    return [(name, o) for name in ALL for o in get(name).SPEC.options]
