@@ -596,3 +596,55 @@ def test_calibrate_writes_this_machines_file_and_a_calibration_from_elsewhere_wa
     other.write_text(json.dumps(dict(doc, machine=dict(describe(), cpu="Some Other CPU"))))
     with pytest.warns(UserWarning, match="measured on another machine .*cpu Some Other CPU"):
         warn_if_elsewhere(other)
+
+
+# -- the commands' work (scabbard.sim.session) ---------------------------------------------------
+def test_calibrate_into_keeps_the_queries_it_did_not_measure(tmp_path, monkeypatch):
+    from scabbard.sim import calibrate, session
+
+    old = calibration()
+    old = replace(old, queries={"LRB1": replace(old.queries["CM1"], query="LRB1")})
+    path = save(old, tmp_path / "cal.json")
+    monkeypatch.setattr(calibrate, "calibrate", lambda *a, **kw: calibration(fragment_ns=7.0))
+    cal = session.calibrate_into(path, ["CM1"], "tiny", str(tmp_path), 1.0, 1.0)
+    assert set(cal.queries) == {"CM1", "LRB1"} and load(path) == cal
+    assert cal.queries["CM1"] == calibration(fragment_ns=7.0).queries["CM1"]
+    path.write_text('{"format": 0}')  # an old format: replaced, not merged
+    assert set(session.calibrate_into(path, ["CM1"], "tiny", "", 1.0, 1.0).queries) == {"CM1"}
+
+
+def test_simulate_query_defaults_to_the_cores_persisted_input_and_checkpoints(tmp_path):
+    from scabbard.sim import session
+
+    cal = calibration()
+    hw = session.hardware("paper-ssd", cal, {"cores": 4})
+    assert hw.cores == 4 and hw.disk_write_mb_s == PAPER_SSD.disk_write_mb_s
+    assert session.hardware("this", cal, {}) == cal.hardware
+    doc = json.loads(session.simulate_query(cal, None, "CM1", hw, {"duration": 2.0},
+                                            as_json=True))
+    assert doc["config"]["workers"] == 4 and doc["config"]["persist"] is True
+    assert doc["config"]["checkpoint_interval"] == 1.0
+    doc = json.loads(session.simulate_query(cal, None, "CM1", hw, {
+        "duration": 2.0, "checkpoint_interval": 0}, as_json=True))
+    assert doc["config"]["checkpoint_interval"] is None
+    text = session.simulate_query(cal, None, "CM1", hw, {"duration": 2.0}, timeline=True)
+    assert text.startswith("CM1 on 4 cores") and "\n\n" in text and "tuples_per_s" in text
+    with pytest.raises(ValueError, match="SimConfig.workers"):
+        session.simulate_query(cal, None, "CM1", hw, {"workers": 0})
+
+
+def test_the_validation_report_shows_the_table_the_summary_and_writes_the_csv(tmp_path):
+    import pandas as pd
+
+    from scabbard.experiments import validation
+
+    rows = [validation._row("CM1", "1w", "tuples/s", 2e6, 2.1e6),
+            validation._row("CM1", "2w", "tuples/s", 4e6, 3e6)]
+    table = pd.DataFrame([{**r, "spread_pct": 1.0, "core_speed": 1.0} for r in rows])
+    text = validation.report(table)
+    assert text.startswith("\n") and "M tuples/s" in text and "written" not in text
+    assert text.split("\n\n")[1].splitlines()[0].split() == [
+        "metric", "rows", "median_abs_error_pct", "max_abs_error_pct", "within", "target_pct"]
+    text = validation.report(table, str(tmp_path / "out" / "v.csv"))
+    assert text.endswith(f"\n\nwritten to {tmp_path / 'out' / 'v.csv'}")
+    assert len(pd.read_csv(tmp_path / "out" / "v.csv")) == 2

@@ -11,69 +11,12 @@ input, as every other command does.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import math
-import sys
-from dataclasses import replace
-from pathlib import Path
-
-from scabbard import paths
 from scabbard.cli.common import add_data_root, data_root, declared, hidden_alias, shared_flag
+from scabbard.cli.errors import CLIError
 from scabbard.cli.settings import settings_flags, settings_from
 from scabbard.ft.flags import Group, add_flags, given, in_flags
-from scabbard.ft.modes import INTERVAL
-from scabbard.sim import report
+from scabbard.sim import report, session
 from scabbard.sim.config import Hardware, SimConfig
-
-PRESETS = ("this", "paper-ssd", "paper-remote", "paper-rdma")
-
-
-def _error(message: str):
-    from scabbard.cli.errors import CLIError
-
-    return CLIError(message)
-
-
-def _queries(names: list[str] | None) -> list[str] | None:
-    from scabbard import queries
-
-    if not names:
-        return None
-    out = []
-    for n in names:
-        try:
-            queries.workload_of(n)
-        except queries.UnknownQueryError as e:
-            raise _error(str(e)) from None
-        out.append(n.upper())
-    return out
-
-
-def _load(path: str | None):
-    """The calibration at ``path`` (None: :func:`scabbard.paths.calibration`); :func:`_warn`
-    says, once the command's arguments are checked, when it was measured on another
-    machine (an error stays the one line it is)."""
-    from scabbard.sim.config import load
-
-    path = path or str(paths.calibration())
-    try:
-        cal = load(path)
-    except FileNotFoundError as e:
-        raise _error(str(e)) from None
-    except (ValueError, KeyError, TypeError) as e:
-        raise _error(f"{path} is not a usable calibration file ({e}): calibrate again") from None
-    return cal
-
-
-def _warn(path: str | None, cal) -> None:
-    """A warning on stderr when the calibration was measured on another machine."""
-    from scabbard.sim.machine import elsewhere_warning
-
-    warning = elsewhere_warning(path or str(paths.calibration()), cal.machine)
-    if warning:
-        print(f"scabbard: warning: {warning}", file=sys.stderr)
-
 
 # what the experiments' common settings mean here
 _VALIDATE_HELP = {"queries": "queries to validate", "scale": "the datasets the real runs read"}
@@ -174,7 +117,7 @@ def add_parser(subparsers) -> None:
     )
     shared_flag(rp, "--query", choices=None)  # the calibration names the queries it has
     shared_flag(rp, "--calibration")
-    rp.add_argument("--preset", default="this", choices=PRESETS,
+    rp.add_argument("--preset", default="this", choices=session.PRESETS,
                     help="hardware to start from (default: this)")
     hw = rp.add_argument_group("hardware", "the preset's, unless given")
     run = rp.add_argument_group("the run")
@@ -189,103 +132,53 @@ def add_parser(subparsers) -> None:
 
 # -- handlers ------------------------------------------------------------------------------------------
 def run_calibrate(args) -> int:
-    from scabbard.sim.calibrate import calibrate
-    from scabbard.sim.config import load, merge, save
-    from scabbard.sim.machine import Quiet
-
     if not args.duration > 0:
-        raise _error(f"--duration must be positive, got {args.duration}")
-    names = _queries(args.queries)
-    cal = calibrate(names, scale=args.scale, data_dir=str(data_root(args)), seconds=args.duration,
-                    out=None, quiet=Quiet(timeout=args.quiet_timeout))
-    out = Path(args.output) if args.output else paths.shipped_calibration() \
-        if args.replace_shipped else paths.local_calibration()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.is_file():
-        with contextlib.suppress(ValueError, KeyError, TypeError):  # an old format: replaced
-            cal = merge(load(out), cal)
-    save(cal, out)
+        raise CLIError(f"--duration must be positive, got {args.duration}")
+    out = session.calibration_file(args.output, args.replace_shipped)
+    cal = session.calibrate_into(out, session.query_names(args.queries), args.scale,
+                                 str(data_root(args)), args.duration, args.quiet_timeout)
     print(f"calibration ({', '.join(cal.queries)}) written to {out}")
     return 0
 
 
 def run_validate(args) -> int:
-    from scabbard.experiments.validation import Settings, format_table, summary, validate
+    from scabbard.experiments.validation import Settings, report, validate
 
     settings = settings_from(Settings, args)
-    cal = _load(args.calibration)
-    names = _queries(list(settings.queries))
-    _warn(args.calibration, cal)
+    cal = session.calibration(args.calibration)
+    names = session.query_names(list(settings.queries))
+    session.warn_elsewhere(args.calibration, cal)
     try:
         table = validate(names, cal, settings)
     except ValueError as e:
-        raise _error(str(e)) from None
-    print()
-    print(format_table(table))
-    print()
-    print(summary(table).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.output, index=False)
-        print(f"\nwritten to {args.output}")
+        raise CLIError(str(e)) from None
+    print(report(table, args.output))
     return 0
 
 
 def run_speed(args) -> int:
     if not args.sim_seconds > 0:
-        raise _error(f"--sim-seconds must be positive, got {args.sim_seconds}")
+        raise CLIError(f"--sim-seconds must be positive, got {args.sim_seconds}")
     if args.cores < 1:
-        raise _error(f"--cores must be >= 1, got {args.cores}")
-    cal = _load(args.calibration)
-    names = _queries(args.queries) or list(cal.queries)
-    _warn(args.calibration, cal)
+        raise CLIError(f"--cores must be >= 1, got {args.cores}")
+    cal = session.calibration(args.calibration)
+    names = session.query_names(args.queries) or list(cal.queries)
+    session.warn_elsewhere(args.calibration, cal)
     report.speed(cal, names, args.cores, args.sim_seconds,
                  log=lambda line: print(line, flush=True))
     return 0
 
 
-def hardware_from_args(args, cal):
-    """The preset (or the calibrated machine) with the flags' changes (its fields')."""
-    from scabbard.sim import config
-
-    base = {"this": cal.hardware, "paper-ssd": config.PAPER_SSD,
-            "paper-remote": config.PAPER_REMOTE_STORAGE,
-            "paper-rdma": config.PAPER_RDMA_INGEST}[args.preset]
-    try:
-        return replace(base, **given(args, Hardware))
-    except ValueError as e:
-        raise _error(in_flags(str(e), Hardware)) from None
-
-
 def run_sim(args) -> int:
-    from scabbard.sim.model import simulate
-
-    (query,) = _queries([args.query])
-    cal = _load(args.calibration)
-    hw = hardware_from_args(args, cal)
-    # the run's defaults here: the cores, persisted input, checkpoints every second
-    run = {"workers": hw.cores, "persist": True, "checkpoint_interval": INTERVAL,
-           **given(args, SimConfig)}
-    if run["checkpoint_interval"] == 0:
-        run["checkpoint_interval"] = None  # --checkpoint-interval 0: no checkpoints
+    (query,) = session.query_names([args.query])
+    cal = session.calibration(args.calibration)
     try:
-        cfg = SimConfig(query, **run)
-        cal.costs(query)
-        _warn(args.calibration, cal)
-        result = simulate(cal, cfg, hw)
+        hw = session.hardware(args.preset, cal, given(args, Hardware))
     except ValueError as e:
-        raise _error(in_flags(str(e), SimConfig)) from None
-    if args.json:
-        print(json.dumps(result.as_dict(), indent=1, default=_jsonable))
-        return 0
-    print(report.describe(result))
-    if args.timeline:
-        print()
-        print(result.timeline.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+        raise CLIError(in_flags(str(e), Hardware)) from None
+    try:
+        print(session.simulate_query(cal, args.calibration, query, hw, given(args, SimConfig),
+                                     as_json=args.json, timeline=args.timeline))
+    except ValueError as e:
+        raise CLIError(in_flags(str(e), SimConfig)) from None
     return 0
-
-
-def _jsonable(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return str(v)

@@ -1,0 +1,140 @@
+"""The ``scabbard sim`` commands' work, given their flags' values: which calibration, which
+queries, the calibration measured and kept, the hardware a run simulates on, one query
+simulated and described (:mod:`scabbard.cli.sim` parses the flags; notebook code can call the
+same functions).
+
+An input a person can fix is a :class:`scabbard.errors.FlagError` (one line, exit 2), as the
+command line's own; a configuration the simulator refuses is its ``ValueError``, which the
+command line names in its flags.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from scabbard import paths
+from scabbard.errors import FlagError
+from scabbard.ft.modes import INTERVAL
+from scabbard.sim import report
+from scabbard.sim.config import Calibration, Hardware, SimConfig
+
+# the hardware ``scabbard sim run --preset`` starts from
+PRESETS = ("this", "paper-ssd", "paper-remote", "paper-rdma")
+
+
+def query_names(names: list[str] | None) -> list[str] | None:
+    """The queries ``names`` in upper case (None: none given); an unknown one is a
+    :class:`FlagError`."""
+    from scabbard import queries
+
+    if not names:
+        return None
+    out = []
+    for n in names:
+        try:
+            queries.workload_of(n)
+        except queries.UnknownQueryError as e:
+            raise FlagError(str(e)) from None
+        out.append(n.upper())
+    return out
+
+
+def calibration(path: str | None) -> Calibration:
+    """The calibration at ``path`` (None: :func:`scabbard.paths.calibration`); a missing or
+    unusable file is a :class:`FlagError` saying what to do.  :func:`warn_elsewhere` says,
+    once the command's arguments are checked, when it was measured on another machine."""
+    from scabbard.sim.config import load
+
+    path = path or str(paths.calibration())
+    try:
+        return load(path)
+    except FileNotFoundError as e:
+        raise FlagError(str(e)) from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise FlagError(f"{path} is not a usable calibration file ({e}): calibrate "
+                        "again") from None
+
+
+def warn_elsewhere(path: str | None, cal: Calibration) -> None:
+    """A warning on stderr when the calibration at ``path`` (None: this machine's) was
+    measured on another machine."""
+    from scabbard.sim.machine import elsewhere_warning
+
+    warning = elsewhere_warning(path or str(paths.calibration()), cal.machine)
+    if warning:
+        print(f"scabbard: warning: {warning}", file=sys.stderr)
+
+
+def calibration_file(output: str | None, replace_shipped: bool) -> Path:
+    """Where ``scabbard sim calibrate`` writes: ``output``, else the package's own file
+    (``replace_shipped``), else this machine's."""
+    if output:
+        return Path(output)
+    return paths.shipped_calibration() if replace_shipped else paths.local_calibration()
+
+
+def calibrate_into(out: Path, names: list[str] | None, scale: str, data_dir: str,
+                   seconds: float, quiet_timeout: float) -> Calibration:
+    """Measure the queries ``names`` (None: all) and write the calibration to ``out``, with
+    the queries already in it and not measured now kept (a file of an older format is
+    replaced); the calibration written."""
+    from scabbard.sim.calibrate import calibrate
+    from scabbard.sim.config import load, merge, save
+    from scabbard.sim.machine import Quiet
+
+    cal = calibrate(names, scale=scale, data_dir=data_dir, seconds=seconds, out=None,
+                    quiet=Quiet(timeout=quiet_timeout))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.is_file():
+        with contextlib.suppress(ValueError, KeyError, TypeError):  # an old format: replaced
+            cal = merge(load(out), cal)
+    save(cal, out)
+    return cal
+
+
+def hardware(preset: str, cal: Calibration, changes: dict) -> Hardware:
+    """The hardware of ``preset`` (one of :data:`PRESETS`; ``this``: the calibrated machine)
+    with the fields ``changes`` names replaced; ValueError if the result is no machine."""
+    from scabbard.sim import config
+
+    base = {"this": cal.hardware, "paper-ssd": config.PAPER_SSD,
+            "paper-remote": config.PAPER_REMOTE_STORAGE,
+            "paper-rdma": config.PAPER_RDMA_INGEST}[preset]
+    return replace(base, **changes)
+
+
+def simulate_query(cal: Calibration, path: str | None, query: str, hw: Hardware,
+                   changes: dict, as_json: bool = False, timeline: bool = False) -> str:
+    """``scabbard sim run``: ``query`` simulated on ``hw`` with the calibration ``cal`` (read
+    from ``path``) and the run's fields ``changes`` names - by default the cores as workers,
+    persisted input, checkpoints every second (an interval of 0: none) - as the text it
+    prints: :func:`scabbard.sim.report.describe` (and the 0.5 s timeline), or JSON.  A
+    configuration the simulator refuses is its ValueError, raised before it runs."""
+    from scabbard.sim.model import simulate
+
+    run = {"workers": hw.cores, "persist": True, "checkpoint_interval": INTERVAL, **changes}
+    if run["checkpoint_interval"] == 0:
+        run["checkpoint_interval"] = None  # --checkpoint-interval 0: no checkpoints
+    cfg = SimConfig(query, **run)
+    cal.costs(query)
+    warn_elsewhere(path, cal)
+    result = simulate(cal, cfg, hw)
+    if as_json:
+        return json.dumps(result.as_dict(), indent=1, default=_jsonable)
+    text = report.describe(result)
+    if timeline:
+        text += "\n\n" + result.timeline.to_string(index=False,
+                                                    float_format=lambda v: f"{v:,.2f}")
+    return text
+
+
+def _jsonable(v):
+    """A value JSON has no type for: None for a float that is not finite, else its text."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return str(v)
