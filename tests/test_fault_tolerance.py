@@ -746,3 +746,42 @@ def test_a_recovery_loads_every_kernel_its_replay_runs_before_the_clock_starts(t
 
     assert loads(writable=True) == 0
     assert loads(writable=False) > 0  # without it the replay's first task loads its kernels
+
+
+def test_run_and_report_logs_the_start_progress_and_a_released_standby(tmp_path, monkeypatch):
+    """``scabbard run``'s lines (scabbard.ft.run.run_and_report): a warm standby says it is
+    ready, waits for a line on stdin, and when stdin closes ends saying so; the progress lines
+    come from the metrics samples unless quiet."""
+    import io
+
+    from scabbard.ft import run as ft_run
+    from scabbard.ft.command import from_flags
+    from scabbard.ft.report import progress_line
+
+    sample = {"event": "sample", "t": 1.0, "tuples_per_s": 2e6, "mb_per_s": 3.0,
+              "latency_ms": {"p50": 4.0}, "result_rows": 5}
+
+    def open_run(config, *, recover=False, dataset=None, sink=None, watch=(), standby=None):
+        for w in watch:
+            w(sample)
+        standby()
+        raise AssertionError("the standby was not released")
+
+    monkeypatch.setattr(ft_run, "open_run", open_run)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    from scabbard.cli import build_parser
+
+    args = build_parser("run").parse_args(["run", "--query", "CM1", "--recover", "--storage",
+                                           str(tmp_path / "s"), "--output", str(tmp_path / "o"),
+                                           "--checkpoint-interval", "1"])
+    config = from_flags(args)
+    for quiet in (False, True):
+        lines = []
+        ft_run.run_and_report(config, None, recover=True, standby=True, quiet=quiet,
+                              log=lines.append)
+        assert lines[0].startswith("recovering a fault-tolerant run: storage")
+        assert lines[1:] == [*([] if quiet else [progress_line(sample)]),
+                             "standby: ready", "standby: released without taking over"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("go\n"))
+    with pytest.raises(AssertionError, match="not released"):
+        ft_run.run_and_report(config, None, recover=True, standby=True, log=lambda _: None)

@@ -376,3 +376,13 @@ def test_notebook_11_tables_leave_out_a_placement_no_kill_landed_on():
     assert list(best(t)["placement"]) == ["ingress", "ingress", "ingress+per_window0"]
     assert auto_against_best(t)["auto / best"].isna().all()
     assert predicted_vs_measured(t)["predicted / measured"].iloc[0] == pytest.approx(1.25)
+
+
+def test_explain_query_without_a_dataset_gives_the_plans_and_how_to_make_one(tmp_path):
+    from scabbard.ft.placement import explain_query
+
+    parts = list(explain_query("CM1", None, tmp_path, 1000, 2, 0.0, 0.0))
+    assert len(parts) == 2 and "push-up" in parts[0]
+    assert parts[1] == (f"(no dataset at {tmp_path / 'cm' / 'small'}: generate one with "
+                        "'scabbard datagen cm' or pass --data to measure selectivity and "
+                        "compression)")

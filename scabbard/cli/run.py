@@ -3,16 +3,7 @@ without fault tolerance; pure persisted ingest; the plan before and after push-u
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-from scabbard.cli.common import (
-    add_data_root,
-    hidden_alias,
-    query_dataset,
-    shared_flag,
-    storage_dir,
-)
+from scabbard.cli.common import add_data_root, hidden_alias, query_dataset, shared_flag, storage_dir
 from scabbard.cli.errors import CLIError
 from scabbard.cli.spark_backend import reject_spark_flags
 from scabbard.ft.config import FTConfig, PersistConfig, RunConfig
@@ -157,58 +148,27 @@ def add_explain(sub) -> None:
 
 
 def _run_explain(args) -> int:
-    from scabbard import queries, workloads
     from scabbard.cli.common import data_root
-    from scabbard.data import dataset_path, open_dataset
-    from scabbard.engine.pushup import explain, footprint
+    from scabbard.ft.placement import explain_query
 
     if args.sample < 1:
         raise CLIError(f"--sample must be >= 1, got {args.sample}")
-    query = queries.get(args.query)
-    workload = queries.workload_of(args.query)
-    path = args.data or dataset_path(data_root(args), workload, "small")
-    ds = None
-    if args.data or (Path(path) / "manifest.json").is_file():
-        ds = open_dataset(path, schema=workloads.get(workload).SCHEMA)
-    decimals = None if args.lossy_decimals < 0 else args.lossy_decimals
-    print(explain(query, footprint(query, ds, rows=args.sample, lossy_decimals=decimals)))
-    if ds is None:
-        print(f"(no dataset at {path}: generate one with 'scabbard datagen {workload}' or pass "
-              f"--data to measure selectivity and compression)")
-        return 0
-    print()
-    print(_explain_placement(query, ds, args))
+    for part in explain_query(args.query, args.data, data_root(args), args.sample,
+                              args.lossy_decimals, args.rate, args.checkpoint_interval):
+        print(part)
     return 0
 
 
-def _explain_placement(query, ds, args) -> str:
-    from scabbard.ft import placement as pl
-
-    if not (args.rate > 0 and args.checkpoint_interval > 0):
-        raise CLIError("--rate and --checkpoint-interval must be positive")
-    m = pl.measure(query.name, ds, tuples=min(args.sample, 1 << 19))
-    return "\n".join(pl.explain(query, m, args.rate, args.checkpoint_interval))
-
-
 def _run_ingest(args) -> int:
-    import dataclasses
-
-    from scabbard.engine import Replay
-    from scabbard.experiments.ingest import INGEST, ingest
+    from scabbard.experiments.ingest import ingest_for
 
     if not args.duration > 0:
         raise CLIError(f"--duration must be positive, got {args.duration}")
     if args.ingress_partitions < 1:
         raise CLIError(f"--ingress-partitions must be >= 1, got {args.ingress_partitions}")
-    ds = query_dataset(args)
-    store = storage_dir(args, args.query)
-    print(f"ingest of {ds.path} for {args.query} into {store} for {args.duration:g} s", flush=True)
-    r = ingest(args.query, ds, PersistConfig(store), Replay(duration=args.duration),
-               dataclasses.replace(INGEST, ingress_partitions=args.ingress_partitions),
-               batch_rows=args.batch,
-               progress=lambda n, t: print(f"  {t:6.1f} s  {n / t / 1e6:8.2f} M tuples/s",
-                                           flush=True))
-    print(f"\n{r} in {store}")
+    print(ingest_for(args.query, query_dataset(args), storage_dir(args, args.query),
+                     args.duration, args.ingress_partitions, args.batch,
+                     log=lambda line: print(line, flush=True)))
     return 0
 
 
@@ -251,58 +211,17 @@ def _auto_placement(args, config, run: dict | None) -> tuple[str, ...]:
         chosen = recorded_placement(run or {})
         print(f"placement: the run's own ({', '.join(chosen)})", flush=True)
         return chosen
-    p = config.persist
-    ds = query_dataset(args)
-    m = pl.measure(args.query, ds, tuples=min(ds.rows, 1 << 18),
-                   workdir=str(p.storage.parent), push_up=p.push_up, compression=p.compression)
-    rate = args.rate or 1e6
-    best = pl.choose(m, rate, config.ft.interval)
-    print(f"placement (auto, at {rate:,.0f} tuples/s): {best.label} - "
-          f"{best.bytes_per_s / 1e6:.1f} MB/s persisted, recovery ~"
-          f"{best.recovery_s * 1e3:.0f} ms", flush=True)
-    return tuple(best.placement)
+    chosen, line = pl.auto(args.query, query_dataset(args), config.persist,
+                           args.rate or 1e6, config.ft.interval)
+    print(line, flush=True)
+    return chosen
 
 
 def _run_engine(args, config, ds) -> int:
-    from scabbard.engine.metrics import samples_to
-    from scabbard.ft.report import progress_line, run_summary
-    from scabbard.ft.run import open_run
-    from scabbard.outputs import sink_for
+    from scabbard.ft.run import run_and_report
 
-    def progress(sample: dict) -> None:
-        if not args.quiet:
-            print(progress_line(sample), flush=True)
-
-    if config.ft is not None:
-        return _run_fault_tolerant(args, config, ds, progress)
-    if config.persist is not None:
-        print(f"persisting the input to {config.persist.storage}", flush=True)
-    report = open_run(config, dataset=ds, sink=sink_for(args.output),
-                      watch=(samples_to(progress),))
-    print("\n".join(run_summary(report, args.output)))
-    return 0
-
-
-def _run_fault_tolerant(args, config, ds, progress) -> int:
-    from scabbard.engine.metrics import samples_to
-    from scabbard.ft.recovery import StandbyReleased
-    from scabbard.ft.report import ft_start_line, ft_summary
-    from scabbard.ft.run import open_run
-
-    standby = None
-    if args.standby:  # the handshake with the process controller (scabbard.ft.controller)
-        def standby() -> None:
-            print("standby: ready", flush=True)
-            if not sys.stdin.readline():
-                raise StandbyReleased  # stdin closed: the controller has no failure for us
-    print(ft_start_line(config, args.recover), flush=True)
-    try:
-        r = open_run(config, recover=args.recover, dataset=ds, watch=(samples_to(progress),),
-                     standby=standby)
-    except StandbyReleased:
-        print("standby: released without taking over", flush=True)
-        return 0
-    print("\n".join(ft_summary(r, config.ft.output, args.recover)))
+    run_and_report(config, ds, args.output, recover=args.recover, standby=args.standby,
+                   quiet=args.quiet)
     return 0
 
 

@@ -87,6 +87,21 @@ INGEST = EngineConfig(workers=2, ingress_partitions=1)  # ingest's threads by de
 FIVE_SECONDS = Replay(duration=5.0)
 
 
+def ingest_for(query: str, ds: Dataset, store: Path, seconds: float, ingress_partitions: int,
+               batch_rows: int | None = None, log=print) -> str:
+    """``scabbard ingest``: :func:`ingest` of ``ds`` replayed for ``seconds`` into ``store``
+    with ``ingress_partitions`` reading the source; ``log`` is given the line it starts with
+    and one with the rate so far every second; the result's line, naming ``store``."""
+    import dataclasses
+
+    log(f"ingest of {ds.path} for {query} into {store} for {seconds:g} s")
+    r = ingest(query, ds, PersistConfig(store), Replay(duration=seconds),
+               dataclasses.replace(INGEST, ingress_partitions=ingress_partitions),
+               batch_rows=batch_rows,
+               progress=lambda n, t: log(f"  {t:6.1f} s  {n / t / 1e6:8.2f} M tuples/s"))
+    return f"\n{r} in {store}"
+
+
 def ingest(query: str, ds: Dataset, persist: PersistConfig, replay: Replay = FIVE_SECONDS,
            engine: EngineConfig = INGEST, *, batch_rows: int | None = None,
            progress=None) -> IngestResult:

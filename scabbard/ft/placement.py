@@ -45,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +55,7 @@ from scabbard import queries, timers
 from scabbard.data import Dataset
 from scabbard.engine import EngineConfig, physical
 from scabbard.engine.sources import StopAfter
+from scabbard.errors import FlagError
 from scabbard.ft.channels import OUTPUT, stream_name
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import DiscardSink
@@ -374,3 +376,52 @@ def explain(query, m: Measured, rate: float, interval: float) -> list[str]:
         lines.append(f"  {e.label:<44}{e.bytes_per_s / 1e6:16.1f}{e.recovery_s * 1e3:13.0f}{mark}")
     lines.append("  (without ingress the source replays: it must keep an interval of input)")
     return lines
+
+
+def auto(query_name: str, dataset: Dataset, persist, rate: float,
+         interval: float) -> tuple[tuple[str, ...], str]:
+    """``scabbard run --placement auto``: the edges :func:`choose` picks at ``rate`` tuples/s
+    and a checkpoint every ``interval`` s, measured (:func:`measure`) on up to 262,144 tuples
+    of ``dataset`` with ``persist``'s push-up and compression, scratch files beside its
+    storage; with the line that says so."""
+    m = measure(query_name, dataset, tuples=min(dataset.rows, 1 << 18),
+                workdir=str(persist.storage.parent), push_up=persist.push_up,
+                compression=persist.compression)
+    best = choose(m, rate, interval)
+    return tuple(best.placement), (
+        f"placement (auto, at {rate:,.0f} tuples/s): {best.label} - "
+        f"{best.bytes_per_s / 1e6:.1f} MB/s persisted, recovery ~{best.recovery_s * 1e3:.0f} ms")
+
+
+def explain_query(name: str, data: str | None, root: Path, sample: int,
+                  lossy_decimals: int, rate: float, interval: float) -> Iterator[str]:
+    """``scabbard explain``'s text, part by part as each is measured: query ``name``'s plan
+    before and after push-up with the bytes persisted per input tuple
+    (:func:`scabbard.engine.pushup.explain`, measured on the first ``sample`` tuples of the
+    dataset ``data``, else of its small one under ``root`` if generated; floats also with
+    ``lossy_decimals``, -1: not), then - with a dataset - a blank line and the placements
+    priced at ``rate`` tuples/s and a checkpoint every ``interval`` s (:func:`explain`);
+    without one, how to make one.  A rate or interval not positive is a FlagError, raised
+    after the plans (as the placements are only priced with a dataset)."""
+    from scabbard import workloads
+    from scabbard.data import dataset_path, open_dataset
+    from scabbard.engine.pushup import explain as plans
+    from scabbard.engine.pushup import footprint
+
+    query = queries.get(name)
+    workload = queries.workload_of(name)
+    path = data or dataset_path(root, workload, "small")
+    ds = None
+    if data or (Path(path) / "manifest.json").is_file():
+        ds = open_dataset(path, schema=workloads.get(workload).SCHEMA)
+    decimals = None if lossy_decimals < 0 else lossy_decimals
+    yield plans(query, footprint(query, ds, rows=sample, lossy_decimals=decimals))
+    if ds is None:
+        yield (f"(no dataset at {path}: generate one with 'scabbard datagen {workload}' or "
+               f"pass --data to measure selectivity and compression)")
+        return
+    yield ""
+    if not (rate > 0 and interval > 0):
+        raise FlagError("--rate and --checkpoint-interval must be positive")
+    m = measure(query.name, ds, tuples=min(sample, 1 << 19))
+    yield "\n".join(explain(query, m, rate, interval))
