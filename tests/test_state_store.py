@@ -546,6 +546,39 @@ def test_a_spilling_window_of_many_keys_leaves_partition_by_partition_in_the_sam
         np.testing.assert_array_equal(streamed[name], merged[name], err_msg=name)
 
 
+def test_a_spilling_windows_pieces_reach_the_sink_before_the_next_partition_comes_back(
+        tiny, tmp_path, monkeypatch):
+    """A window of many keys leaves partition by partition all the way to the sink: each
+    piece is written before the next spilled partition is read back, so the window is never
+    whole in memory, in the operator graph's channels either."""
+    from scabbard.engine import spill
+
+    q, ds = queries.get("DARWIN"), tiny["darwin"]
+    reloads, seen = [0], []
+    real = spill.SpillingAssembler._reload
+
+    def reload(self, i, units):
+        reloads[0] += 1
+        return real(self, i, units)
+    monkeypatch.setattr(spill.SpillingAssembler, "_reload", reload)
+
+    class Watching(CollectSink):
+        def write(self, batch):
+            super().write(batch)
+            if len(batch):  # the window it ends with, and the partitions read back by then
+                seen.append((int(batch.column("window_end")[-1]), reloads[0]))
+
+    sink = Watching()
+    run_query(q, ds, sink=sink, config=EngineConfig(
+        workers=2, batch_rows=997, state_memory=spill.MIN_STATE_MEMORY,
+        spill=disk_spill(tmp_path)))
+    by_window: dict[int, set] = {}
+    for end, n in seen:
+        by_window.setdefault(end, set()).add(n)
+    # every window whose pieces came back from disk reached the sink while they did
+    assert len(by_window) > 2 and all(len(ns) > 10 for ns in list(by_window.values())[:-1])
+
+
 def test_the_end_of_the_streams_spilling_window_leaves_partition_by_partition_in_order(
         tiny, tmp_path, monkeypatch):
     """At the end of the stream the window still open (a tumbling window's one) leaves key

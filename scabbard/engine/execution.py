@@ -299,20 +299,23 @@ class Execution:
         if internal:
             yield internal
 
-    def _push(self, lane: Lane, pieces, watermark: int, input_end: int) -> None:
-        """A lane's windows into its channel of the operator graph, each piece as it comes;
-        the last carries the watermark (nothing to emit: an empty piece carries it)."""
+    def _push(self, lane: Lane, pieces, watermark: int, input_end: int) -> int:
+        """A lane's windows into the operator graph, each piece moved on to the sink as it
+        comes (a spilling window of many keys is never whole in memory); the last carries the
+        watermark (nothing to emit: an empty piece carries it).  The rows that reached it."""
         top, meta = self.plan.top(lane.i), {"input_end": input_end}
-        last = None
+        last, rows = None, 0
         for cols in pieces:
             if not len(cols["window_end"]):  # its HAVING emptied it: the last one pushed,
                 continue  # whose clock names its windows whole, must reach the sink
             if last is not None:  # more rows of its last window may follow (see emit)
                 self.graph.push(top, last, None, dict(meta, piece=True))
+                rows += self._pump()
             last = cols
         if last is None:  # nothing to emit, but the watermark moves on
             last = empty_columns(self.plan.operators[top].node.schema)
         self.graph.push(top, last, watermark, meta)
+        return rows
 
     def skip_empty(self, r: TaskResult) -> None:
         """A task nothing of whose input survived push-up: no windows move; its marker goes
@@ -329,11 +332,10 @@ class Execution:
             self.writer.assembled(r.staged)
         if self.carried is not None and r.marker is None:
             r.marker, self.carried = self.carried, None
+        rows = 0  # every window ending at or before the task's last pane is complete:
         for lane in self.lanes:
-            pieces = self._lane_windows(lane, r)
-            # every window ending at or before the task's last pane is complete
-            self._push(lane, pieces, r.parts[lane.i].last_pane * lane.branch.slide_ms,
-                       r.end_offset)
+            rows += self._push(lane, self._lane_windows(lane, r),
+                               r.parts[lane.i].last_pane * lane.branch.slide_ms, r.end_offset)
         if r.rows is not None:  # a stateless query: the task's rows, positioned by offset
             self.graph.push(self.plan.selection.id, r.rows, r.end_offset,
                             {"input_end": r.end_offset})
@@ -346,7 +348,7 @@ class Execution:
         if r.marker is not None:  # the windows took it at the task; it follows their output
             for producer in self.plan.producers:
                 self.graph.mark(producer, r.marker)
-        rows = self._pump()
+        rows += self._pump()
         while True:  # back-pressure: what waits to be stored in the channels is bounded
             waiting, oldest = self.graph.backlog()
             if waiting <= BACKLOG_BYTES:
@@ -539,7 +541,8 @@ class Execution:
                 if self.listener is None or self.feed.exhausted:
                     for lane in self.lanes:
                         pieces = lane.final_pieces(self.plan) or [self._final(lane)]
-                        self._push(lane, pieces, INT64_MAX, self.clock["input_end"])
+                        rows = self._push(lane, pieces, INT64_MAX, self.clock["input_end"])
+                        self.metrics.add_result_rows(rows)
                 self._finish_graph()
             except BaseException as e:  # a persisted channel failed: fail-stop
                 self.error = e
