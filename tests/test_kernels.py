@@ -515,3 +515,23 @@ def test_a_kernel_loads_from_the_cache_without_numba_refreshing_its_registries(t
     loaded = run("and-compile")
     assert loaded[0].split() == ["90", "1", "False"], loaded  # from the cache, registries untouched
     assert loaded[1] == "12.0", loaded
+
+
+def test_the_window_state_keeps_deque_room_only_for_min_and_max_slots():
+    """A partial may push a value on each MIN/MAX slot's deque, so room for a push per
+    partial is kept for those slots; a SUM slot never pushes and its deque keeps no room
+    (a state of many keys summed holds no node pool beside its sums)."""
+    from scabbard.kernels.aggregate import MIN, SUM
+
+    n = 10_000
+    pane, keys = np.zeros(n, np.int64), np.arange(n, dtype=np.int64).reshape(n, 1)
+    cnt, iv, fv = np.ones(n, np.int64), np.ones((n, 1), np.int64), np.ones((n, 1), np.float64)
+    iops, fops = np.array([SUM], np.int64), np.array([MIN], np.int64)
+    ws, dqi, dqf = kw.empty_window_state(16, 1, 1)
+    table, fifo = ht.empty_key_table(1, 16), ka.empty_pane_fifo(1, 1)
+    out, cur = kr.empty_result_rows(1, 1, 1, 16), np.array([np.iinfo(np.int64).min])
+    ws, dqi, dqf, *_ = ka.assemble_partials(
+        ws, dqi, dqf, table, fifo, out, cur, pane, keys, cnt, iv, fv, iops, fops, 1, 1000,
+        True, 0, 0, kr.selection(kr.ALL_GROUPS, 0))
+    assert len(dqf.val) >= n  # the MIN slot: a node per partial
+    assert len(dqi.val) < 1024  # the SUM slot: none kept

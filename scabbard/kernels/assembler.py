@@ -231,7 +231,7 @@ def _assemble_partials(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cn
     """The kernel of :func:`assemble_partials`: drives :func:`_assemble_until_blocked`,
     inserting new keys and growing the output when it blocks."""
     n = e_pane.shape[0]
-    ws, dqi, dqf = reserve_window_state(ws, dqi, dqf, table.meta[1] + n, n)
+    ws, dqi, dqf = reserve_window_state(ws, dqi, dqf, table.meta[1] + n, n, iops, fops)
     fifo = _fifo_room_for_groups(_reserve_pane_fifo(fifo, n), ws.cnt.shape[0])
     rtab = rollup_table(sel, ws.cnt.shape[0])
     pos = np.array([0, m0], dtype=np.int64)

@@ -74,8 +74,13 @@ def _new_deques(groups: int, slots: int, values_like: np.ndarray):
 
 
 @kernel
-def _reserve_deque_nodes(dq, groups: int, extra_nodes: int):
-    """``dq`` with room for ``groups`` groups and ``extra_nodes`` more pushes per slot."""
+def _reserve_deque_nodes(dq, groups: int, extra_nodes: int, ops):
+    """``dq`` with room for ``groups`` groups and ``extra_nodes`` more pushes per slot whose
+    operation ``ops`` pushes (MIN, MAX: a SUM slot's deque stays empty, no room is kept)."""
+    pushing = 0
+    for j in range(ops.shape[0]):
+        if ops[j] != SUM:
+            pushing += 1
     head, tail, val, pane, nxt, prv, free, meta = dq
     if groups > head.shape[0]:
         n = max(groups, 2 * head.shape[0])
@@ -84,8 +89,8 @@ def _reserve_deque_nodes(dq, groups: int, extra_nodes: int):
         t2 = np.full((n, tail.shape[1]), -1, dtype=np.int64)
         t2[: tail.shape[0]] = tail
         head, tail = h2, t2
-    need = meta[0] + extra_nodes * head.shape[1]  # a push per slot per partial, at most
-    if head.shape[1] > 0 and need > val.shape[0]:
+    need = meta[0] + extra_nodes * pushing  # a push per MIN/MAX slot per partial, at most
+    if pushing > 0 and need > val.shape[0]:
         n = max(need, 2 * val.shape[0])
         val, pane = _grow_rows(val, n), _grow_rows(pane, n)
         nxt, prv, free = _grow_rows(nxt, n), _grow_rows(prv, n), _grow_rows(free, n)
@@ -177,8 +182,9 @@ def empty_window_state(groups: int, ints: int, floats: int) -> tuple:
 
 
 @kernel
-def reserve_window_state(ws, dqi, dqf, groups: int, extra_nodes: int):
-    """State with room for group ids < ``groups`` and ``extra_nodes`` deque pushes."""
+def reserve_window_state(ws, dqi, dqf, groups: int, extra_nodes: int, iops, fops):
+    """State with room for group ids < ``groups`` and ``extra_nodes`` deque pushes of each
+    MIN/MAX slot of ``iops`` and ``fops``."""
     wcnt, wi, wf, wc, act, apos, nact = ws
     if groups > wcnt.shape[0]:
         n = max(groups, 2 * wcnt.shape[0])
@@ -195,8 +201,8 @@ def reserve_window_state(ws, dqi, dqf, groups: int, extra_nodes: int):
         p2 = np.full(n, -1, dtype=np.int64)
         p2[: apos.shape[0]] = apos
         ws = WindowState(w2, wi2, wf2, wc2, a2, p2, nact)
-    return (ws, _reserve_deque_nodes(dqi, ws.cnt.shape[0], extra_nodes),
-            _reserve_deque_nodes(dqf, ws.cnt.shape[0], extra_nodes))
+    return (ws, _reserve_deque_nodes(dqi, ws.cnt.shape[0], extra_nodes, iops),
+            _reserve_deque_nodes(dqf, ws.cnt.shape[0], extra_nodes, fops))
 
 
 @inline
@@ -317,7 +323,8 @@ def _windows_from_partials(pp_pane, pp_gid, pp_cnt, pp_i, pp_f, gkeys, iops, fop
                            panes: int, slide: int, p_lo: int, p_hi: int, sel, proto):
     ws, dqi, dqf = new_window_state(gkeys.shape[0], pp_i.shape[1], pp_f.shape[1])
     rtab = rollup_table(sel, gkeys.shape[0])
-    ws, dqi, dqf = reserve_window_state(ws, dqi, dqf, gkeys.shape[0], pp_pane.shape[0])
+    ws, dqi, dqf = reserve_window_state(ws, dqi, dqf, gkeys.shape[0], pp_pane.shape[0], iops,
+                                        fops)
     # every partial lies in at most `panes` windows: room for all rows up front (np.empty
     # only reserves address space; pages are touched as rows are written)
     bound = min(pp_pane.shape[0] * panes, (p_hi - p_lo + 1) * gkeys.shape[0]) + 16
