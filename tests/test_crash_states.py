@@ -309,3 +309,30 @@ def test_removing_a_flush_is_caught(tiny, monkeypatch, sink, kind, where, states
     s = Settings("CM1", sink=sink, durability="machine", states=states, tuples=tuples, seed=7)
     rep = Explorer(s, tiny["cm"]).explore()
     assert rep.violations, f"removing the {where or 'data'} flush was not caught: {rep.summary()}"
+
+
+def test_explore_says_what_it_records_and_its_progress_every_twentieth(monkeypatch):
+    """``scabbard check crash-states``'s lines (scabbard.check.crashstates.explore)."""
+    from types import SimpleNamespace
+
+    from scabbard.check import crashstates
+
+    class Fake:
+        def __init__(self, settings, dataset):
+            self.s = settings
+
+        def explore(self, progress):
+            rep = crashstates.Report(self.s)
+            for n in range(1, self.s.states + 1):
+                rep.explored = n
+                progress(rep)
+            return rep
+
+    monkeypatch.setattr(crashstates, "Explorer", Fake)
+    lines = []
+    rep = crashstates.explore(Settings("CM1", states=45), SimpleNamespace(path="d"), lines.append)
+    assert rep.explored == 45 and rep.ok
+    assert lines[0] == ("recording a 60,000-tuple run of CM1 (clocked sink, machine durability) "
+                        "on d, then exploring 45 crash states")
+    assert [int(x.split()[0]) for x in lines[1:]] == [2 * i for i in range(1, 23)] + [45]
+    assert all(x.split()[1:4:2] == ["states", "violations"] for x in lines[1:])

@@ -353,3 +353,22 @@ def _kind(problem: str) -> str:
 
 def _line(e: BaseException) -> str:
     return f"{type(e).__name__}: " + " ".join(str(e).split())[:300]
+
+
+def explore(settings: Settings, dataset: Dataset, log=print) -> Report:
+    """``scabbard check crash-states``: a line to ``log`` saying what is recorded and how many
+    crash states are explored, then :meth:`Explorer.explore` with a progress line - states
+    explored, violations, seconds since the start - every twentieth of ``settings.states``
+    and at the last; its report."""
+    t0 = time.perf_counter()
+    log(f"recording a {settings.tuples:,}-tuple run of {settings.query} ({settings.sink} sink, "
+        f"{settings.durability} durability) on {dataset.path}, then exploring "
+        f"{settings.states:,} crash states")
+    step = max(1, settings.states // 20)
+
+    def progress(rep: Report) -> None:
+        if rep.explored % step == 0 or rep.explored == settings.states:
+            log(f"  {rep.explored:6,} states  {len(rep.violations):5,} violations  "
+                f"{time.perf_counter() - t0:7.0f} s")
+
+    return Explorer(settings, dataset).explore(progress)

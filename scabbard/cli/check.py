@@ -13,8 +13,6 @@ and the crash states of a fault-tolerant run (``crash-states``).
 
 from __future__ import annotations
 
-import time
-
 from scabbard.cli.common import shared_flag
 from scabbard.cli.settings import settings_flags, settings_from
 
@@ -88,22 +86,10 @@ def crash_settings(args):
 
 
 def _run_crash_states(args) -> int:
-    from scabbard.check import Explorer
+    from scabbard.check.crashstates import explore
     from scabbard.cli.common import query_dataset
 
     settings = crash_settings(args)
-    ds = query_dataset(args)
-    t0 = time.perf_counter()
-    print(f"recording a {settings.tuples:,}-tuple run of {settings.query} ({settings.sink} sink, "
-          f"{settings.durability} durability) on {ds.path}, then exploring "
-          f"{settings.states:,} crash states", flush=True)
-    step = max(1, settings.states // 20)
-
-    def progress(rep) -> None:
-        if rep.explored % step == 0 or rep.explored == settings.states:
-            print(f"  {rep.explored:6,} states  {len(rep.violations):5,} violations  "
-                  f"{time.perf_counter() - t0:7.0f} s", flush=True)
-
-    report = Explorer(settings, ds).explore(progress)
+    report = explore(settings, query_dataset(args), log=lambda line: print(line, flush=True))
     print(report.summary())
     return 0 if report.ok else 1
