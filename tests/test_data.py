@@ -314,3 +314,28 @@ def test_any_manifest_opens_or_fails_with_a_dataset_error(ysb_dataset, data):
             open_dataset(ds.path)
     finally:
         _rewrite(ds, good)
+
+
+def test_listing_shows_each_dataset_and_a_damaged_one_as_invalid(ysb_dataset, tmp_path):
+    from scabbard.data import listing
+
+    assert listing(tmp_path / "none") == (f"no datasets under {tmp_path / 'none'}/ (make them "
+                                          "with `scabbard datagen`)")
+    ds = ysb_dataset[0]
+    lines = listing(tmp_path).splitlines()
+    assert lines[0].split() == ["dataset", "rows", "MB", "checksum"]
+    assert lines[1].split() == ["ysb/x", "1,000", f"{ds.stream.nbytes / 1e6:.1f}",
+                                ds.checksum[:19]]
+    (ds.path / "stream" / "columns" / "timestamp.bin").write_bytes(b"")
+    assert listing(tmp_path).splitlines()[1].startswith(f"{'ysb/x':<36} INVALID: ")
+
+
+def test_check_dataset_opens_it_against_its_workloads_schema(ysb_dataset):
+    ds = ysb_dataset[0]
+    assert workloads.check_dataset(ds) == (f"{ds.path}: ysb 1,000 rows, 1 side tables; sizes "
+                                           "and schema valid (--verify for checksums)")
+    assert workloads.check_dataset(ds, verify=True).endswith("; checksums verified")
+    other = write_dataset(ds.path.parent / "y", SM.SCHEMA, random_columns(SM.SCHEMA, 10),
+                          workload="ysb")
+    with pytest.raises(DatasetError, match="schema does not match"):
+        workloads.check_dataset(other)

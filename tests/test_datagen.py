@@ -288,3 +288,32 @@ def test_each_workload_module_exposes_its_generator(spark, tiny, data_root):
     ds = lrb.SPEC.generate(scale="tiny", out=data_root, spark=spark, progress=False)
     assert ds.checksum == tiny["lrb"].checksum and ds.schema is not None
     assert lrb.SCHEMA.row_bytes == 32 and len(lrb.SCHEMA.fields) == 7
+
+
+def test_datagen_plans_all_workloads_with_their_own_options_and_sums_them_up(tmp_path):
+    """``scabbard datagen``'s work (scabbard.workloads.generator): the plan, the output root,
+    the table it ends with."""
+    from types import SimpleNamespace
+
+    from scabbard import workloads
+    from scabbard.workloads import generator as gen
+
+    plans = workloads.plan("all", {"xways": 3}, "tiny")
+    assert [spec.name for spec, _ in plans] == list(workloads.NAMES)
+    assert {spec.name: dict(p.options).get("xways") for spec, p in plans}["lrb"] == 3
+    with pytest.raises(gen.DatagenError, match="--xways does not apply to workload 'cm'"):
+        workloads.plan("cm", {"xways": 3})
+    with pytest.raises(workloads.UnknownWorkloadError):
+        workloads.plan("nope", {})
+    assert gen.output_root("hdfs://nn/data") == "hdfs://nn/data"
+    assert gen.output_root(str(tmp_path / "d")) == str(tmp_path / "d")
+    assert (tmp_path / "d").is_dir()
+
+    def made(rows, secs):
+        return SimpleNamespace(rows=rows, manifest={"run": {"seconds_total": secs}},
+                               stream=SimpleNamespace(nbytes=2_000_000), path="p")
+
+    assert gen.summary([("sg", made(1_000_000, 2.0)), ("cm", made(10, None))]).splitlines() == [
+        "workload          rows  MB (rows)  seconds M tuples/s  path",
+        "sg           1,000,000        2.0      2.0       0.50  p",
+        "cm                  10        2.0      0.0          -  p"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from scabbard.cli.common import add_data_root, data_root, hidden_alias, shared_flag
 
@@ -24,39 +23,21 @@ def add(sub) -> None:
 
 
 def _run_data_list(args) -> int:
-    from scabbard.data import DatasetError, open_dataset
+    from scabbard.data import listing
 
-    root = Path(data_root(args))
-    found = sorted(p.parent for p in root.glob("*/*/manifest.json"))
-    if not found:
-        print(f"no datasets under {root}/ (make them with `scabbard datagen`)")
-        return 0
-    print(f"{'dataset':<36} {'rows':>12} {'MB':>9}  checksum")
-    for path in found:
-        try:
-            ds = open_dataset(path)
-            print(f"{str(path.relative_to(root)):<36} {ds.rows:>12,} {ds.stream.nbytes / 1e6:>9.1f}  "
-                  f"{ds.checksum[:19]}")
-        except DatasetError as e:
-            print(f"{str(path.relative_to(root)):<36} INVALID: {e}")
+    print(listing(data_root(args)))
     return 0
 
 
 def _run_data_check(args) -> int:
-    from scabbard import workloads
     from scabbard.cli.errors import EXIT_FAILURE
     from scabbard.data import DatasetError, open_dataset
+    from scabbard.workloads import check_dataset
 
     ds = open_dataset(args.path, verify=False)  # not a dataset folder: a mistaken path (exit 2)
     try:
-        expected = workloads.get(ds.workload).SCHEMA
-    except workloads.UnknownWorkloadError:
-        expected = None
-    try:
-        ds = open_dataset(args.path, schema=expected, verify=args.verify)
+        print(check_dataset(ds, args.verify))
     except DatasetError as e:  # the check's verdict: this dataset is damaged (exit 1)
         print(f"scabbard: error: {e.one_line()}", file=sys.stderr)
         return EXIT_FAILURE
-    what = "checksums verified" if args.verify else "sizes and schema valid (--verify for checksums)"
-    print(f"{ds.path}: {ds.workload} {ds.rows:,} rows, {len(ds.tables)} side tables; {what}")
     return 0

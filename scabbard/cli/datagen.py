@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from scabbard import paths
 from scabbard.cli.common import SHARED, add_data_root, hidden_alias, shared_flag
 from scabbard.cli.errors import CLIError
 
@@ -71,55 +68,20 @@ def _workload_options(g) -> None:
 
 def _run_datagen(args) -> int:
     from scabbard import workloads
-    from scabbard.workloads.generator import Datagen, check_writable, generate, make_params
+    from scabbard.cli.spark_backend import parse_conf
+    from scabbard.workloads import generator as gen
 
-    names = workloads.NAMES if args.workload == "all" else (args.workload,)
     given = {o.name: getattr(args, o.name) for _, o in workloads.options()
              if getattr(args, o.name) is not None}
-    plans = []
-    for name in names:
-        try:
-            module = workloads.get(name)
-        except workloads.UnknownWorkloadError as e:
-            raise CLIError(str(e)) from None
-        spec = module.SPEC
-        opts = given
-        if args.workload == "all":
-            opts = {k: v for k, v in given.items() if k in {o.name for o in spec.options}}
-        params = make_params(spec, scale=args.scale, duration=args.duration, rate=args.rate,
-                             seed=args.seed, **opts)
-        plans.append((spec, params))
+    plans = workloads.plan(args.workload, given, args.scale, args.duration, args.rate, args.seed)
     if args.workload == "all" and args.name:
         raise CLIError("--name names one dataset; it cannot be used with 'all'")
     if args.partitions is not None and args.partitions < 1:
         raise CLIError(f"--partitions must be >= 1, got {args.partitions}")
-    from scabbard.cli.spark_backend import parse_conf
-    from scabbard.hadoopfs import is_uri
-
     conf = parse_conf(args.conf)
-    root = args.data_root if args.data_root and is_uri(args.data_root) \
-        else str(paths.data_root(args.data_root))
-    if not is_uri(root):
-        check_writable(Path(root))
-
-    spark = None
-    rows = []
-    for spec, params in plans:
-        if spark is None:
-            from scabbard.sparksession import SparkSettings, get_spark
-
-            spark = get_spark(SparkSettings(master=args.master, app_name="scabbard-datagen",
-                                            extra=conf))
-        ds = generate(spec, params,
-                      Datagen(out=root, name=args.name, partitions=args.partitions,
-                              master=args.master, force=args.force, progress=not args.no_progress,
-                              parquet_codec=args.parquet_codec, spark=spark,
-                              log=lambda s: print(s, flush=True)))
-        run = ds.manifest.get("run", {})
-        rows.append((spec.name, ds.rows, ds.stream.nbytes / 1e6, run.get("seconds_total"), ds.path))
-    print()
-    print(f"{'workload':<9} {'rows':>12} {'MB (rows)':>10} {'seconds':>8} {'M tuples/s':>10}  path")
-    for name, n, mb, secs, path in rows:
-        rate = f"{n / secs / 1e6:10.2f}" if secs else f"{'-':>10}"
-        print(f"{name:<9} {n:>12,} {mb:>10.1f} {secs or 0:>8.1f} {rate}  {path}")
+    run = gen.Datagen(out=gen.output_root(args.data_root), name=args.name,
+                      partitions=args.partitions, master=args.master, force=args.force,
+                      progress=not args.no_progress, parquet_codec=args.parquet_codec,
+                      log=lambda s: print(s, flush=True))
+    print(f"\n{gen.summary(gen.generate_all(plans, run, conf))}")
     return 0

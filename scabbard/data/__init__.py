@@ -452,3 +452,22 @@ def write_dataset(
         shutil.rmtree(stage, ignore_errors=True)
         raise
     return open_dataset(path)
+
+
+def listing(root: str | Path) -> str:
+    """``scabbard data list``: every dataset under ``root`` (``<workload>/<name>``) with its
+    rows, MB and checksum, a damaged one's error instead; a line saying there are none."""
+    root = Path(root)
+    found = sorted(p.parent for p in root.glob("*/*/manifest.json"))
+    if not found:
+        return f"no datasets under {root}/ (make them with `scabbard datagen`)"
+    lines = [f"{'dataset':<36} {'rows':>12} {'MB':>9}  checksum"]
+    for path in found:
+        name = str(path.relative_to(root))
+        try:
+            ds = open_dataset(path)
+            lines.append(f"{name:<36} {ds.rows:>12,} {ds.stream.nbytes / 1e6:>9.1f}  "
+                         f"{ds.checksum[:19]}")
+        except DatasetError as e:
+            lines.append(f"{name:<36} INVALID: {e}")
+    return "\n".join(lines)

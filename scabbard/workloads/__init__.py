@@ -59,3 +59,38 @@ def options() -> list[tuple[str, object]]:
     """Every workload's own generator options (:class:`~scabbard.workloads.generator.Option`),
     with the workload's name, in :data:`ALL`'s order (each workload module is imported)."""
     return [(name, o) for name in ALL for o in get(name).SPEC.options]
+
+
+def check_dataset(ds, verify: bool = False) -> str:
+    """``scabbard data check``'s verdict on the dataset ``ds`` (opened, unverified): opened
+    again against its workload's schema (if the workload is known here), its sizes checked,
+    every checksum with ``verify``; the line that says what is valid.  A check that fails:
+    a :class:`scabbard.data.DatasetError`."""
+    from scabbard.data import open_dataset
+
+    try:
+        expected = get(ds.workload).SCHEMA
+    except UnknownWorkloadError:
+        expected = None
+    ds = open_dataset(ds.path, schema=expected, verify=verify)
+    what = "checksums verified" if verify else "sizes and schema valid (--verify for checksums)"
+    return f"{ds.path}: {ds.workload} {ds.rows:,} rows, {len(ds.tables)} side tables; {what}"
+
+
+def plan(workload: str, given: dict, scale: str | None = None, duration: float | None = None,
+         rate: float | None = None, seed: int = 0) -> list[tuple]:
+    """What ``scabbard datagen WORKLOAD`` makes: pairs of the workload's spec and its
+    parameters, checked (:func:`~scabbard.workloads.generator.make_params`, with the options
+    ``given``); ``all``: each workload of :data:`NAMES`, with those options given that are its
+    own.  An unknown workload is a :class:`UnknownWorkloadError`."""
+    from scabbard.workloads.generator import make_params
+
+    out = []
+    for name in NAMES if workload == "all" else (workload,):
+        spec = get(name).SPEC
+        opts = given
+        if workload == "all":
+            opts = {k: v for k, v in given.items() if k in {o.name for o in spec.options}}
+        out.append((spec, make_params(spec, scale=scale, duration=duration, rate=rate,
+                                      seed=seed, **opts)))
+    return out

@@ -23,7 +23,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -443,3 +443,46 @@ def generate(spec: WorkloadSpec, params: GenParams, run: Datagen = LOCAL) -> Dat
         f"({params.rows / t_total / 1e6:.2f} M tuples/s) -> {final}"
     )
     return open_dataset(final, schema=spec.schema)
+
+
+# -- scabbard datagen ----------------------------------------------------------------------------
+def output_root(data_root: str | None) -> str:
+    """Where ``scabbard datagen`` writes: a URI as given, else the folder
+    :func:`scabbard.paths.data_root` names, created and found writable (else a
+    :class:`DatagenError`)."""
+    from scabbard import paths
+
+    if data_root and is_uri(data_root):
+        return data_root
+    root = str(paths.data_root(data_root))
+    check_writable(Path(root))
+    return root
+
+
+def generate_all(plans: list[tuple[WorkloadSpec, GenParams]], run: Datagen,
+                 conf: tuple[tuple[str, str], ...] = ()) -> list[tuple[str, Dataset]]:
+    """Each dataset of ``plans`` (:func:`scabbard.workloads.plan`) generated as ``run`` says, on one Spark
+    session started for the first (on ``run.master``, with the settings ``conf``); each with
+    its workload's name."""
+    from scabbard.sparksession import SparkSettings, get_spark
+
+    spark, out = None, []
+    for spec, params in plans:
+        if spark is None:
+            spark = get_spark(SparkSettings(master=run.master, app_name="scabbard-datagen",
+                                            extra=conf))
+        out.append((spec.name, generate(spec, params, replace(run, spark=spark))))
+    return out
+
+
+def summary(made: list[tuple[str, Dataset]]) -> str:
+    """``scabbard datagen``'s table: per dataset (:func:`generate_all`) its workload, rows,
+    MB of rows, the seconds its generation took and their rate, its folder."""
+    lines = [f"{'workload':<9} {'rows':>12} {'MB (rows)':>10} {'seconds':>8} {'M tuples/s':>10}"
+             "  path"]
+    for name, ds in made:
+        n, secs = ds.rows, ds.manifest.get("run", {}).get("seconds_total")
+        rate = f"{n / secs / 1e6:10.2f}" if secs else f"{'-':>10}"
+        lines.append(f"{name:<9} {n:>12,} {ds.stream.nbytes / 1e6:>10.1f} {secs or 0:>8.1f} "
+                     f"{rate}  {ds.path}")
+    return "\n".join(lines)
