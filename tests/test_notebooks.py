@@ -131,3 +131,17 @@ def test_reproduce_shows_progress_with_an_estimate(tmp_path, monkeypatch):
     assert "    | a line the notebook printed" in lines
     assert (report.run_dir / "index.html").is_file()
     assert (tmp_path / "reproduce-steps-tiny.json").is_file()  # the next run's estimates
+
+
+def test_the_report_summary_lists_each_notebook_and_the_report(tmp_path):
+    from scabbard.experiments.reproduce import Report, Result
+
+    ok = Result("00_datasets", True, 12.34, tmp_path / "00")
+    bad = Result("05_x", False, 1.0, tmp_path / "05", "boom")
+    text = Report(tmp_path, (ok, bad)).summary()
+    assert text.splitlines() == [
+        "", f"run folder: {tmp_path}",
+        f"  00_datasets                  ok         12.3 s  {tmp_path / '00'}",
+        f"  05_x                         FAILED      1.0 s  {tmp_path / '05'}", "    boom",
+        f"report:     {tmp_path / 'index.html'}"]
+    assert not Report(tmp_path, (ok, bad)).ok and Report(tmp_path, (ok,)).ok

@@ -52,11 +52,5 @@ def _run_reproduce(args) -> int:
         data_dir=Path(args.data_root) if args.data_root else None,
         log=lambda s: print(s, flush=True), jobs=args.jobs,
     )
-    failed = [r for r in report.results if not r.ok]
-    print(f"\nrun folder: {report.run_dir}")
-    for r in report.results:
-        print(f"  {r.name:<28} {'ok' if r.ok else 'FAILED':<7} {r.seconds:7.1f} s  {r.output}")
-        if not r.ok:
-            print(f"    {r.error}")
-    print(f"report:     {report.run_dir / 'index.html'}")
-    return EXIT_FAILURE if failed else 0
+    print(report.summary())
+    return 0 if report.ok else EXIT_FAILURE

@@ -82,6 +82,23 @@ class Report:
     run_dir: Path
     results: tuple[Result, ...]
 
+    @property
+    def ok(self) -> bool:
+        """Every notebook ran."""
+        return all(r.ok for r in self.results)
+
+    def summary(self) -> str:
+        """``scabbard reproduce``'s last lines: the run folder, a line per notebook (ok or
+        FAILED with its error, seconds, output folder), the report's page."""
+        lines = [f"\nrun folder: {self.run_dir}"]
+        for r in self.results:
+            lines.append(f"  {r.name:<28} {'ok' if r.ok else 'FAILED':<7} {r.seconds:7.1f} s  "
+                         f"{r.output}")
+            if not r.ok:
+                lines.append(f"    {r.error}")
+        lines.append(f"report:     {self.run_dir / 'index.html'}")
+        return "\n".join(lines)
+
 
 def load_experiments(root: Path | None = None) -> dict[str, Experiment]:
     """All parameter files shipped with the package, by name; their notebooks are looked up
