@@ -52,3 +52,37 @@ def test_an_unreachable_master_is_one_clear_line(capsys, tmp_path):
         err = capsys.readouterr().err
         assert err.startswith("scabbard: error: cannot reach the Spark master "
                               "spark://127.0.0.1:1") and "Connection refused" in err
+
+
+def test_the_reports_show_the_master_workers_and_applications(tmp_path):
+    """``scabbard spark``'s lines (scabbard.standalone.report), from a status dict."""
+    from types import SimpleNamespace
+
+    from scabbard.standalone import report
+
+    status = {"running": True, "master_url": "spark://127.0.0.1:7077", "master_pid": 11,
+              "master": False, "ui_url": "http://127.0.0.1:8080", "applications": ["app"],
+              "workers": [{"role": "worker-1", "pid": 12, "process": True, "state": "ALIVE",
+                           "cores": 2, "memory_mb": 1024},
+                          {"role": "worker-2", "pid": 13, "process": False, "state": "DEAD",
+                           "cores": None, "memory_mb": None}]}
+    assert report.status_text(tmp_path, status).splitlines() == [
+        f"Spark standalone cluster in {tmp_path}:",
+        "  master   spark://127.0.0.1:7077  (pid 11, not answering)",
+        "  web UI   http://127.0.0.1:8080",
+        "  worker-1 pid 12       ALIVE, 2 cores, 1024 MB",
+        "  worker-2 pid 13       process gone",
+        "  running: app"]
+    assert report.status_text(tmp_path, {"running": False}) == \
+        f"no cluster running in {tmp_path}"
+    gone = SimpleNamespace(folder=tmp_path, state=None, down=lambda: [])
+    assert report.down(gone) == f"no cluster in {tmp_path}"
+    ran = SimpleNamespace(folder=tmp_path, state=object(), down=lambda: [21, 22])
+    assert report.down(ran) == f"stopped the cluster in {tmp_path}: 2 JVMs (21, 22)"
+    st = SimpleNamespace(workers=[1, 2], master_url="spark://h:1")
+    up = SimpleNamespace(folder=tmp_path, up=lambda: st, status=lambda: status)
+    lines = report.up(up).splitlines()
+    assert lines[0] == f"Spark standalone cluster up in {tmp_path} (2 workers):"
+    assert lines[1:6] == report.status_lines(status) and lines[6] == ""
+    assert lines[7].startswith("use it:  --master spark://h:1   (e.g. scabbard run")
+    assert lines[8:] == [f"stop it: scabbard spark down --folder {tmp_path}"]

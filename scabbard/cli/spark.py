@@ -56,45 +56,13 @@ def _settings(args):
     return settings_from(ClusterSettings, args)  # --folder too, when given
 
 
-def _show(status: dict) -> None:
-    print(f"  master   {status['master_url']}  (pid {status['master_pid']}"
-          f"{'' if status['master'] else ', not answering'})")
-    print(f"  web UI   {status['ui_url']}")
-    for w in status["workers"]:
-        state = w["state"] if w["process"] else "process gone"
-        print(f"  {w['role']:<8} pid {w['pid']:<8} {state}"
-              + (f", {w['cores']} cores, {w['memory_mb']} MB" if w["cores"] else ""))
-    if status["applications"]:
-        print(f"  running: {', '.join(status['applications'])}")
-
-
 def _run(args) -> int:
-    from scabbard.standalone import StandaloneCluster
+    from scabbard.standalone import StandaloneCluster, report
 
     cluster = StandaloneCluster(_settings(args))
-    if args.spark_cmd == "up":
-        st = cluster.up()
-        print(f"Spark standalone cluster up in {cluster.folder} ({len(st.workers)} workers):")
-        _show(cluster.status())
-        print(f"\nuse it:  --master {st.master_url}   (e.g. scabbard run --query YSB --backend "
-              f"spark --master {st.master_url} --workdir {cluster.folder / 'work'})")
-        print(f"stop it: scabbard spark down --folder {cluster.folder}")
-        return 0
-    if args.spark_cmd == "down":
-        state = cluster.state
-        stopped = cluster.down()
-        if state is None:
-            print(f"no cluster in {cluster.folder}")
-        else:
-            print(f"stopped the cluster in {cluster.folder}: {len(stopped)} JVMs "
-                  f"({', '.join(map(str, stopped)) or 'none left'})")
+    if args.spark_cmd in ("up", "down"):
+        print((report.up if args.spark_cmd == "up" else report.down)(cluster))
         return 0
     status = cluster.status()
-    if args.json:
-        print(json.dumps(status, indent=2))
-    elif not status["running"]:
-        print(f"no cluster running in {cluster.folder}")
-    else:
-        print(f"Spark standalone cluster in {cluster.folder}:")
-        _show(status)
+    print(json.dumps(status, indent=2) if args.json else report.status_text(cluster.folder, status))
     return 0 if status["running"] else EXIT_NOT_RUNNING

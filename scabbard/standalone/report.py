@@ -1,0 +1,54 @@
+"""What ``scabbard spark up|down|status`` print about the cluster
+(:class:`~scabbard.standalone.cluster.StandaloneCluster`): each function starts, stops or asks
+the cluster and gives the lines to show."""
+
+from __future__ import annotations
+
+from scabbard.standalone.cluster import StandaloneCluster
+
+
+def status_lines(status: dict) -> list[str]:
+    """A running cluster's :meth:`~StandaloneCluster.status`: the master (its URL and pid,
+    whether it answers), the web UI, each worker's process and state (cores and memory as the
+    master sees them), the running applications."""
+    lines = [f"  master   {status['master_url']}  (pid {status['master_pid']}"
+             f"{'' if status['master'] else ', not answering'})",
+             f"  web UI   {status['ui_url']}"]
+    for w in status["workers"]:
+        state = w["state"] if w["process"] else "process gone"
+        lines.append(f"  {w['role']:<8} pid {w['pid']:<8} {state}"
+                     + (f", {w['cores']} cores, {w['memory_mb']} MB" if w["cores"] else ""))
+    if status["applications"]:
+        lines.append(f"  running: {', '.join(status['applications'])}")
+    return lines
+
+
+def up(cluster: StandaloneCluster) -> str:
+    """``scabbard spark up``: start ``cluster`` (or complete it) and say what runs, how to use
+    it and how to stop it."""
+    st = cluster.up()
+    return "\n".join([
+        f"Spark standalone cluster up in {cluster.folder} ({len(st.workers)} workers):",
+        *status_lines(cluster.status()),
+        f"\nuse it:  --master {st.master_url}   (e.g. scabbard run --query YSB --backend "
+        f"spark --master {st.master_url} --workdir {cluster.folder / 'work'})",
+        f"stop it: scabbard spark down --folder {cluster.folder}"])
+
+
+def down(cluster: StandaloneCluster) -> str:
+    """``scabbard spark down``: stop ``cluster``'s JVMs and say which (or that there was no
+    cluster)."""
+    state = cluster.state
+    stopped = cluster.down()
+    if state is None:
+        return f"no cluster in {cluster.folder}"
+    return (f"stopped the cluster in {cluster.folder}: {len(stopped)} JVMs "
+            f"({', '.join(map(str, stopped)) or 'none left'})")
+
+
+def status_text(folder, status: dict) -> str:
+    """``scabbard spark status`` of the cluster in ``folder``: :func:`status_lines` under a
+    heading, or that none runs."""
+    if not status["running"]:
+        return f"no cluster running in {folder}"
+    return "\n".join([f"Spark standalone cluster in {folder}:", *status_lines(status)])
