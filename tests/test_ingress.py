@@ -321,3 +321,25 @@ def test_only_the_event_times_of_an_ordered_stream_are_encoded_as_ordered():
         stored = c(b)
         assert told == [ordered, False]
         assert [codec.name for codec, _ in stored][:2] == ["rle", "rle"]
+
+
+def test_the_synclog_bench_runs_each_query_then_the_sweep(tmp_path, monkeypatch):
+    """``scabbard bench synclog`` (experiments.ingest.synclog_bench): a line per query, then
+    the batch sizes of the sweep (none for NONE); the scratch partitions removed after."""
+    from scabbard import workloads
+    from scabbard.experiments.ingest import synclog_bench
+    from scabbard.peers import synclog
+
+    monkeypatch.setattr(workloads, "dataset", lambda name, scale, root: name)
+    monkeypatch.setattr(synclog, "ingest", lambda q, ds, folder, secs, size, producers:
+                        synclog.SyncLogResult(q, size, producers, 1, 1.0, 1, 1,
+                                              {"p50": 0.0, "p95": 0.0}))
+    lines = []
+    synclog_bench(["CM1", "YSB"], "tiny", tmp_path / "d", 1.0, 8, 2, "SG1", log=lines.append)
+    assert [x.split()[:3] for x in lines] == [
+        ["CM1", "batch", "8"], ["YSB", "batch", "8"], ["batch", "size", "sweep,"],
+        *[["SG1", "batch", str(kb)] for kb in (64, 256, 1024, 4096, 16384)]]
+    assert lines[2] == "\nbatch size sweep, SG1:" and list((tmp_path / "d").iterdir()) == []
+    lines.clear()
+    synclog_bench(["CM1"], "tiny", tmp_path / "d", 1.0, 8, 2, "NONE", log=lines.append)
+    assert len(lines) == 1

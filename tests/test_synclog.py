@@ -147,3 +147,13 @@ def test_a_write_that_fails_midway_acknowledges_nothing_and_leaves_no_torn_frame
     frames = list(read_partition(tmp_path / "p.log"))
     assert [(f[0], f[1]) for f in frames] == [(0, 300), (300, 250)]
     assert _same(from_rows(SCHEMA, frames[1][2], 300), later)
+
+
+def test_the_result_line_says_the_rates_and_the_latency():
+    """``scabbard bench synclog``'s line of a result (SyncLogResult.line)."""
+    from scabbard.peers import synclog
+
+    r = synclog.SyncLogResult("CM1", 1 << 20, 2, 4_000_000, 2.0, 64, 300_000_000,
+                              {"p50": 1.5, "p95": 3.25})
+    assert r.line() == ("CM1   batch   1024 KiB     2.00 M tuples/s      128 MB/s of rows     "
+                        "150 MB/s to disk  latency ms p50    1.50  p95    3.25")

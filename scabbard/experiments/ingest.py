@@ -102,6 +102,28 @@ def ingest_for(query: str, ds: Dataset, store: Path, seconds: float, ingress_par
     return f"\n{r} in {store}"
 
 
+def synclog_bench(names: Sequence[str], scale: str, root: Path, seconds: float,
+                  batch_kib: int, producers: int, sweep_query: str, log=print) -> None:
+    """``scabbard bench synclog``: the synchronous log's ingest
+    (:func:`scabbard.peers.synclog.ingest`) of each query's dataset at ``scale`` under
+    ``root`` for ``seconds``, ``batch_kib`` KiB a batch, ``producers`` threads; then for
+    ``sweep_query`` (``NONE``: none) batches of 64 KiB to 16 MiB; a line each to ``log``
+    (:meth:`~scabbard.peers.synclog.SyncLogResult.line`).  Partitions in a scratch folder
+    under ``root``, removed after."""
+    import tempfile
+
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="scabbard-synclog-", dir=root) as folder:
+        for q in names:
+            ds = workloads.dataset(queries.workload_of(q), scale, root=str(root))
+            log(synclog.ingest(q, ds, folder, seconds, batch_kib << 10, producers).line())
+        if sweep_query != "NONE":
+            ds = workloads.dataset(queries.workload_of(sweep_query), scale, root=str(root))
+            log(f"\nbatch size sweep, {sweep_query}:")
+            for kb in (64, 256, 1024, 4096, 16384):
+                log(synclog.ingest(sweep_query, ds, folder, seconds, kb << 10, producers).line())
+
+
 def ingest(query: str, ds: Dataset, persist: PersistConfig, replay: Replay = FIVE_SECONDS,
            engine: EngineConfig = INGEST, *, batch_rows: int | None = None,
            progress=None) -> IngestResult:

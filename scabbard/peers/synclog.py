@@ -186,6 +186,16 @@ class SyncLogResult:
     def disk_mb_s(self) -> float:
         return self.disk_bytes / self.seconds / 1e6
 
+    def line(self) -> str:
+        """One line: the query, the batch size, tuples/s, MB/s of rows and to disk, the
+        append-to-acknowledgement latency's p50 and p95 (``scabbard bench synclog``)."""
+        lat = self.latency_ms
+        return (f"{self.query:5} batch {self.batch_bytes >> 10:6} KiB  "
+                f"{self.tuples_per_s / 1e6:7.2f} M tuples/s  "
+                f"{self.tuples_per_s * self.row_bytes / 1e6:7.0f} MB/s of rows  "
+                f"{self.disk_mb_s:6.0f} MB/s to disk  latency ms p50 {lat['p50']:7.2f}  "
+                f"p95 {lat['p95']:7.2f}")
+
 
 def ingest(query: str, dataset, folder: str | Path, seconds: float = 3.0,
            batch_bytes: int = 1 << 20, producers: int = 2, codec: int = LZ4) -> SyncLogResult:
