@@ -48,3 +48,25 @@ def get(name: str) -> Query:
 
 def all_queries() -> dict[str, Query]:
     return {n: get(n) for n in NAMES}
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)
+
+
+def dataset(name: str, data=None, root="data", verify: bool | str = "once", log=_log):
+    """The dataset query ``name`` runs on (what ``scabbard run``, ``ingest`` and ``check``
+    read): the folder ``data``, else its workload's small one under ``root`` - generated
+    first, saying so to ``log``, when missing; opened against the workload's schema
+    (``verify``: :func:`scabbard.data.open_dataset`'s)."""
+    from scabbard.data import dataset_path, open_dataset
+
+    workload = workload_of(name)
+    schema = workloads.get(workload).SCHEMA
+    if data:
+        return open_dataset(data, schema=schema, verify=verify)
+    path = dataset_path(root, workload, "small")
+    if not (path / "manifest.json").is_file():
+        log(f"{path} not found: generating it (scabbard datagen {workload} --scale small)")
+        workloads.get(workload).SPEC.generate(scale="small", out=str(root), log=log)
+    return open_dataset(path, schema=schema, verify=verify)

@@ -83,3 +83,33 @@ def test_windows_in_seconds_and_tumbling_default():
     w = q.node.window
     assert (w.range_ms, w.slide_ms, w.tumbling, w.panes) == (10_000, 10_000, True, 1)
     assert cm_stream().window(0.5, 0.25).aggregate(count()).node.window.panes == 2
+
+
+def test_a_querys_dataset_is_the_one_named_or_its_small_one_generated_first(tmp_path,
+                                                                            monkeypatch):
+    """queries.dataset (what ``scabbard run`` reads): ``--data``'s folder, else the
+    workload's small dataset under the root, generated (and said so) when missing."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from scabbard.data import DatasetError, write_dataset
+
+    def generate(scale, out, log):
+        log("generated")
+        cols = tuple(np.zeros(3, dtype=f.numpy_dtype) if f.dtype != "uuid"
+                     else np.zeros((3, 2), dtype=np.uint64) for f in cm.SCHEMA.fields)
+        write_dataset(tmp_path / "root" / "cm" / scale, cm.SCHEMA, cols, workload="cm")
+
+    fake = SimpleNamespace(SCHEMA=cm.SCHEMA, SPEC=SimpleNamespace(generate=generate))
+    monkeypatch.setattr(queries.workloads, "get", lambda name: fake)
+    lines = []
+    ds = queries.dataset("CM1", None, tmp_path / "root", log=lines.append)
+    assert ds.rows == 3 and ds.path == tmp_path / "root" / "cm" / "small"
+    assert lines == [f"{ds.path} not found: generating it (scabbard datagen cm --scale small)",
+                     "generated"]
+    assert queries.dataset("CM1", None, tmp_path / "root", log=lines.append).rows == 3
+    assert len(lines) == 2  # there now: not generated again
+    assert queries.dataset("CM2", str(ds.path), "elsewhere").path == ds.path
+    with pytest.raises(DatasetError):
+        queries.dataset("CM1", str(tmp_path / "none"))

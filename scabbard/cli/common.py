@@ -121,22 +121,7 @@ def data_root(args) -> Path:
 
 def query_dataset(args):
     """The dataset ``--data`` names, or the query's small default under the data root
-    (generated on first use)."""
-    from scabbard import queries, workloads
-    from scabbard.data import dataset_path, open_dataset
+    (generated on first use): :func:`scabbard.queries.dataset`."""
+    from scabbard import queries
 
-    workload = queries.workload_of(args.query)
-    schema = workloads.get(workload).SCHEMA
-    verify = verify_mode(args)
-    if args.data:
-        ds = open_dataset(args.data, schema=schema, verify=verify)
-    else:
-        root = data_root(args)
-        path = dataset_path(root, workload, "small")
-        if not (path / "manifest.json").is_file():
-            print(f"{path} not found: generating it (scabbard datagen {workload} --scale small)",
-                  flush=True)
-            spec = workloads.get(workload).SPEC
-            spec.generate(scale="small", out=str(root), log=lambda s: print(s, flush=True))
-        ds = open_dataset(path, schema=schema, verify=verify)
-    return ds
+    return queries.dataset(args.query, args.data, data_root(args), verify_mode(args))
