@@ -3,12 +3,11 @@
 With a cluster master (``spark://``, ``yarn``, ``k8s://``) every location is a URI the
 executors reach: ``--data`` (a dataset folder or URI), ``--workdir`` (checkpoints, the
 branches' windows, the results) and ``--output``.  The executors read and write them; the
-driver collects nothing.  A run on the work folder of one that stopped resumes it.
+driver collects nothing.  A run on the work folder of one that stopped resumes it.  Here:
+the flags, checked; the run is :func:`scabbard.peers.spark_backend.run_backend`.
 """
 
 from __future__ import annotations
-
-import tempfile
 
 from scabbard.cli.errors import CLIError
 
@@ -34,22 +33,10 @@ def reject_spark_flags(args) -> None:
         raise CLIError(f"{', '.join(given)} apply to --backend spark")
 
 
-def _dataset(args, spark):
-    from scabbard import queries, workloads
-    from scabbard.cli.common import query_dataset
-    from scabbard.data.shared import open_shared_dataset
-    from scabbard.hadoopfs import SharedFS, is_uri
-
-    if args.data and is_uri(args.data):
-        schema = workloads.get(queries.workload_of(args.query)).SCHEMA
-        return open_shared_dataset(SharedFS(spark), args.data, schema)
-    return query_dataset(args)
-
-
 def run_spark_backend(args, query) -> int:
-    from scabbard.hadoopfs import check_executors_can_write, join
-    from scabbard.peers.spark import Results, run_spark
-    from scabbard.sparksession import SparkSettings, get_spark
+    from scabbard.cli.common import query_dataset
+    from scabbard.peers.spark_backend import run_backend
+    from scabbard.sparksession import SparkSettings
 
     if args.persist_input or args.checkpoint_interval is not None or args.recover:
         raise CLIError("--persist-input, --checkpoint-interval and --recover apply to the "
@@ -69,21 +56,6 @@ def run_spark_backend(args, query) -> int:
         raise CLIError(f"--master {args.master} runs on a cluster: give --workdir URI, a folder "
                        "every executor and the driver reach (a shared folder, hdfs://..., "
                        "s3a://...)")
-    spark = get_spark(settings)
-    if args.spark_ui:
-        print(f"Spark UI: {spark.sparkContext.uiWebUrl} (bound to {args.spark_ui})", flush=True)
-    ds = _dataset(args, spark)
-    print(f"{query.name} on {ds.path} ({ds.rows:,} tuples, {ds.schema.size_label}), "
-          f"backend spark", flush=True)
-    with tempfile.TemporaryDirectory(prefix="scabbard-spark-") as tmp:
-        workdir = args.workdir or tmp
-        if args.workdir:
-            check_executors_can_write(spark, args.workdir, "--workdir")
-        out = args.output or join(workdir, "result")
-        run = run_spark(query, ds, spark=spark, workdir=workdir, results=Results(out, False))
-    print(f"\n{query.name} (Spark Structured Streaming, {spark.sparkContext.master}): "
-          f"{run.tuples:,} tuples in {run.seconds:.2f} s = {run.tuples_per_s / 1e6:.3f} M tuples/s "
-          f"(streaming part; {run.seconds_total:.2f} s in all)")
-    shown = run.output if args.workdir or args.output else "(not kept: give --output or --workdir)"
-    print(f"results: {run.rows:,} rows, written by the executors -> {shown}")
+    print(run_backend(query, settings, args.data, lambda: query_dataset(args), args.workdir,
+                      args.output))
     return 0
