@@ -183,6 +183,7 @@ def config_from_args(args):
 def _run_query(args) -> int:
     from scabbard import queries
     from scabbard.ft import command
+    from scabbard.ft.run import run_and_report
     from scabbard.ft.runfile import recorded_run
 
     query = queries.get(args.query)
@@ -194,12 +195,16 @@ def _run_query(args) -> int:
     elif args.recover:
         config = command.as_recorded(config, run, placement_given=args.persist_at is not None)
     if args.backend == "spark":
-        return _run_spark(args, query)
+        from scabbard.cli.spark_backend import run_spark_backend
+
+        return run_spark_backend(args, query)
     reject_spark_flags(args)
     ds = query_dataset(args)
     print(f"{query.name} on {ds.path} ({ds.rows:,} tuples, {ds.schema.size_label}), "
           f"backend {args.backend}", flush=True)
-    return _run_engine(args, config, ds)
+    run_and_report(config, ds, args.output, recover=args.recover, standby=args.standby,
+                   quiet=args.quiet)
+    return 0
 
 
 def _auto_placement(args, config, run: dict | None) -> tuple[str, ...]:
@@ -215,17 +220,3 @@ def _auto_placement(args, config, run: dict | None) -> tuple[str, ...]:
                            args.rate or 1e6, config.ft.interval)
     print(line, flush=True)
     return chosen
-
-
-def _run_engine(args, config, ds) -> int:
-    from scabbard.ft.run import run_and_report
-
-    run_and_report(config, ds, args.output, recover=args.recover, standby=args.standby,
-                   quiet=args.quiet)
-    return 0
-
-
-def _run_spark(args, query) -> int:
-    from scabbard.cli.spark_backend import run_spark_backend
-
-    return run_spark_backend(args, query)
