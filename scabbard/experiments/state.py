@@ -54,7 +54,8 @@ class Settings:
     key_counts: Sequence[int] = (10_000, 1_000_000)
     systems: Sequence[str] = SYSTEMS
     event_seconds: float = 300.0  # the dataset: five 60 s windows
-    rate: float = 40_000.0  # tuples per event second (2.4 M per window)
+    rate: float = field(default=40_000.0, metadata={  # 2.4 M tuples per window
+        "help": "the dataset's tuples per event second (a 60 s window holds 60 times as many)"})
     rounds: int = 1
     workers: int = 2
     interval: float = INTERVAL  # engine-ft: checkpoint interval, seconds
