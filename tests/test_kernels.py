@@ -535,3 +535,26 @@ def test_the_window_state_keeps_deque_room_only_for_min_and_max_slots():
         True, 0, 0, kr.selection(kr.ALL_GROUPS, 0))
     assert len(dqf.val) >= n  # the MIN slot: a node per partial
     assert len(dqi.val) < 1024  # the SUM slot: none kept
+
+
+def test_the_window_state_grows_with_its_groups_not_with_the_partials_fed():
+    """Feeding many partials of few groups (a reloaded partition: a key's partials of many
+    tasks) keeps room for the groups and their (pane, group) entries, not for every partial
+    fed: the state's arrays stay near the groups' size."""
+    from scabbard.kernels.aggregate import SUM
+
+    n, groups = 100_000, 1_000
+    pane = np.repeat(np.arange(4, dtype=np.int64), n // 4)  # four panes, each of every group
+    keys = (np.arange(n, dtype=np.int64) % groups).reshape(n, 1)
+    cnt, iv, fv = np.ones(n, np.int64), np.ones((n, 1), np.int64), np.zeros((n, 0), np.float64)
+    iops, fops = np.array([SUM], np.int64), np.zeros(0, np.int64)
+    ws, dqi, dqf = kw.empty_window_state(16, 1, 0)
+    table, fifo = ht.empty_key_table(1, 16), ka.empty_pane_fifo(1, 0)
+    out, cur = kr.empty_result_rows(1, 1, 0, 16), np.array([np.iinfo(np.int64).min])
+    ws, dqi, dqf, table, fifo, out, m = ka.assemble_partials(
+        ws, dqi, dqf, table, fifo, out, cur, pane, keys, cnt, iv, fv, iops, fops, 4, 1000,
+        False, 0, 0, kr.selection(kr.ALL_GROUPS, 0))
+    assert len(ws.cnt) <= 4 * groups and len(fifo.last) <= 4 * groups
+    assert len(fifo.pane) <= 4 * 4 * groups  # an entry per (pane, group), room doubled
+    head, tail = fifo.head_tail
+    assert tail - head == 4 * groups and int(ws.cnt.sum()) == n  # every partial is in

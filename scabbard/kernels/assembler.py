@@ -132,7 +132,7 @@ def _close(ws, dqi, dqf, slots, tkeys, hashes, free, meta, fifo, out, m: int, io
 
 
 # blocked-scan outcomes
-DONE, NEED_ROOM, NEED_OUT = 0, 1, 2
+DONE, NEED_ROOM, NEED_OUT, NEED_FIFO = 0, 1, 2, 3
 
 
 @scan
@@ -143,7 +143,8 @@ def _assemble_until_blocked(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_
 
     ``cur[0]`` is the open pane (the smallest not yet closed; INT64_MIN before any).
     pos = (next entry, rows written).  Returns DONE, or NEED_ROOM (the key table is full) /
-    NEED_OUT (the output may not hold the next window) for the driver.
+    NEED_OUT (the output may not hold the next window) / NEED_FIFO (the pane FIFO is full)
+    for the driver.
     """
     slots, tkeys, hashes, free, meta = table
     f_p, f_g, f_c, f_i, f_f, ht_, last = fifo
@@ -176,9 +177,13 @@ def _assemble_until_blocked(ws, dqi, dqf, table, fifo, out, pos, cur, e_pane, e_
                 pos[0], pos[1] = r, m
                 return NEED_ROOM
             g = ht.insert_in(slots, tkeys, hashes, free, meta, e_keys, r, h)
-        add_partial(ws, dqi, dqf, g, e_pane[r], e_cnt[r], e_i, e_f, r, iops, fops)
         t = last[g]
-        if ht_[0] <= t < ht_[1] and f_g[t] == g and f_p[t] == e_pane[r]:
+        fold = ht_[0] <= t < ht_[1] and f_g[t] == g and f_p[t] == e_pane[r]
+        if not fold and ht_[1] >= f_p.shape[0]:  # (the row again once there is room: its
+            pos[0], pos[1] = r, m  # group, inserted, is found then)
+            return NEED_FIFO
+        add_partial(ws, dqi, dqf, g, e_pane[r], e_cnt[r], e_i, e_f, r, iops, fops)
+        if fold:
             f_c[t] += e_cnt[r]  # the group's partial of this pane: fold it in
             for j in range(e_i.shape[1]):
                 f_i[t, j] = combine(iops[j], f_i[t, j], e_i[r, j])
@@ -229,10 +234,12 @@ def _reset_assembly(ws, dqi, dqf, fifo) -> None:
 def _assemble_partials(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cnt, e_i, e_f,
                        iops, fops, panes: int, slide: int, emit: bool, upto: int, m0: int, sel):
     """The kernel of :func:`assemble_partials`: drives :func:`_assemble_until_blocked`,
-    inserting new keys and growing the output when it blocks."""
+    growing the key table (and the group-indexed state with it), the pane FIFO and the output
+    when it blocks - as the groups come, not by the rows fed: a reloaded partition's many
+    partials of few groups hold room for its groups only."""
     n = e_pane.shape[0]
-    ws, dqi, dqf = reserve_window_state(ws, dqi, dqf, table.meta[1] + n, n, iops, fops)
-    fifo = _fifo_room_for_groups(_reserve_pane_fifo(fifo, n), ws.cnt.shape[0])
+    ws, dqi, dqf = reserve_window_state(ws, dqi, dqf, table.keys.shape[0], n, iops, fops)
+    fifo = _fifo_room_for_groups(fifo, ws.cnt.shape[0])
     rtab = rollup_table(sel, ws.cnt.shape[0])
     pos = np.array([0, m0], dtype=np.int64)
     while True:
@@ -241,8 +248,13 @@ def _assemble_partials(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cn
                                          upto, sel, rtab)
         if status == DONE:
             break
-        if status == NEED_ROOM:
+        if status == NEED_ROOM:  # group ids stay below the table's capacity of ids
             table = ht.grow(table)
+            ws, dqi, dqf = reserve_window_state(ws, dqi, dqf, table.keys.shape[0], 0, iops, fops)
+            fifo = _fifo_room_for_groups(fifo, ws.cnt.shape[0])
+            rtab = rollup_table(sel, ws.cnt.shape[0])
+        elif status == NEED_FIFO:
+            fifo = _reserve_pane_fifo(fifo, 64)  # (compacted, or doubled)
         else:
             out = out_reserve(out, 2 * out.start.shape[0] + ws.nact[0])
     return ws, dqi, dqf, table, fifo, out, pos[1]
