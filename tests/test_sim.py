@@ -620,17 +620,22 @@ def test_simulate_query_defaults_to_the_cores_persisted_input_and_checkpoints(tm
     hw = session.hardware("paper-ssd", cal, {"cores": 4})
     assert hw.cores == 4 and hw.disk_write_mb_s == PAPER_SSD.disk_write_mb_s
     assert session.hardware("this", cal, {}) == cal.hardware
-    doc = json.loads(session.simulate_query(cal, None, "CM1", hw, {"duration": 2.0},
-                                            as_json=True))
+    def strict(c):  # JSON has no NaN or Infinity
+        raise AssertionError(f"{c} in the JSON")
+
+    result = session.simulate_query(cal, None, "CM1", hw, {"duration": 2.0})
+    doc = json.loads(session.describe(result, as_json=True), parse_constant=strict)
     assert doc["config"]["workers"] == 4 and doc["config"]["persist"] is True
     assert doc["config"]["checkpoint_interval"] == 1.0
-    doc = json.loads(session.simulate_query(cal, None, "CM1", hw, {
-        "duration": 2.0, "checkpoint_interval": 0}, as_json=True))
+    doc = json.loads(session.describe(session.simulate_query(cal, None, "CM1", hw, {
+        "duration": 2.0, "checkpoint_interval": 0}), as_json=True), parse_constant=strict)
     assert doc["config"]["checkpoint_interval"] is None
-    text = session.simulate_query(cal, None, "CM1", hw, {"duration": 2.0}, timeline=True)
+    text = session.describe(result, timeline=True)
     assert text.startswith("CM1 on 4 cores") and "\n\n" in text and "tuples_per_s" in text
     with pytest.raises(ValueError, match="SimConfig.workers"):
         session.simulate_query(cal, None, "CM1", hw, {"workers": 0})
+    assert session._finite({"a": float("nan"), "b": (float("-inf"), 1.0, "x")}) == {
+        "a": None, "b": [None, 1.0, "x"]}
 
 
 def test_the_validation_report_shows_the_table_the_summary_and_writes_the_csv(tmp_path):
@@ -645,6 +650,6 @@ def test_the_validation_report_shows_the_table_the_summary_and_writes_the_csv(tm
     assert text.startswith("\n") and "M tuples/s" in text and "written" not in text
     assert text.split("\n\n")[1].splitlines()[0].split() == [
         "metric", "rows", "median_abs_error_pct", "max_abs_error_pct", "within", "target_pct"]
-    text = validation.report(table, str(tmp_path / "out" / "v.csv"))
-    assert text.endswith(f"\n\nwritten to {tmp_path / 'out' / 'v.csv'}")
+    line = validation.save_csv(table, str(tmp_path / "out" / "v.csv"))
+    assert line == f"written to {tmp_path / 'out' / 'v.csv'}"
     assert len(pd.read_csv(tmp_path / "out" / "v.csv")) == 2

@@ -142,7 +142,7 @@ def run_calibrate(args) -> int:
 
 
 def run_validate(args) -> int:
-    from scabbard.experiments.validation import Settings, report, validate
+    from scabbard.experiments.validation import Settings, report, save_csv, validate
 
     settings = settings_from(Settings, args)
     cal = session.calibration(args.calibration)
@@ -152,7 +152,9 @@ def run_validate(args) -> int:
         table = validate(names, cal, settings)
     except ValueError as e:
         raise CLIError(str(e)) from None
-    print(report(table, args.output))
+    print(report(table))  # the table shown before anything can fail to be written
+    if args.output:
+        print("\n" + save_csv(table, args.output))
     return 0
 
 
@@ -177,8 +179,8 @@ def run_sim(args) -> int:
     except ValueError as e:
         raise CLIError(in_flags(str(e), Hardware)) from None
     try:
-        print(session.simulate_query(cal, args.calibration, query, hw, given(args, SimConfig),
-                                     as_json=args.json, timeline=args.timeline))
+        result = session.simulate_query(cal, args.calibration, query, hw, given(args, SimConfig))
     except ValueError as e:
         raise CLIError(in_flags(str(e), SimConfig)) from None
+    print(session.describe(result, as_json=args.json, timeline=args.timeline))
     return 0

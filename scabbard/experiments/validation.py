@@ -325,14 +325,15 @@ def format_table(table: pd.DataFrame) -> str:
                              na_rep="-")
 
 
-def report(table: pd.DataFrame, csv: str | None = None) -> str:
+def report(table: pd.DataFrame) -> str:
     """``scabbard sim validate``'s text: a blank line, the table (:func:`format_table`), a
-    blank line, the summary per metric (:func:`summary`); with ``csv``, the table is also
-    written there as CSV and the text ends saying so."""
-    text = "\n".join(["", format_table(table), "",
+    blank line, the summary per metric (:func:`summary`)."""
+    return "\n".join(["", format_table(table), "",
                       summary(table).to_string(index=False, float_format=lambda v: f"{v:.1f}")])
-    if csv:
-        Path(csv).parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(csv, index=False)
-        text += f"\n\nwritten to {csv}"
-    return text
+
+
+def save_csv(table: pd.DataFrame, csv: str) -> str:
+    """The table written to ``csv`` (its folder made); the line that says so."""
+    Path(csv).parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(csv, index=False)
+    return f"written to {csv}"

@@ -1,9 +1,11 @@
 """Open a run from its :class:`~scabbard.ft.config.RunConfig`, fresh or recovering.
 
-:func:`open_run` is the one entry point the command line uses: a query in memory
+:func:`open_run` is the one entry point of every run: a query in memory
 (:func:`scabbard.engine.run_query`), with its input persisted
 (:func:`scabbard.ft.ingress.run_persisted`), or fault-tolerant
-(:func:`scabbard.ft.recovery.open_fault_tolerant`), as the configuration says.
+(:func:`scabbard.ft.recovery.open_fault_tolerant`), as the configuration says;
+:func:`run_and_report` is ``scabbard run``'s: :func:`open_run` with the progress lines, the
+warm standby's handshake and the closing summary the command prints.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@
 * :mod:`scabbard.sim.calibrate` - the costs, measured on this machine with the real code;
 * :mod:`scabbard.experiments.validation` - the real engine and the model side by side (it
   runs experiments, so it lives with them: the simulator imports nothing of them);
-* :mod:`scabbard.sim.session` - the work of ``scabbard sim calibrate|run`` (:mod:`scabbard.cli.sim`
-  parses their flags); :mod:`~scabbard.sim.report` the predictions as text.
+* :mod:`scabbard.sim.session` - the work of ``scabbard sim calibrate|validate|speed|run``
+  (:mod:`scabbard.cli.sim` parses their flags); :mod:`~scabbard.sim.report` the predictions
+  as text.
 """
 
 from scabbard.sim.config import (

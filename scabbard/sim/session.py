@@ -109,12 +109,12 @@ def hardware(preset: str, cal: Calibration, changes: dict) -> Hardware:
 
 
 def simulate_query(cal: Calibration, path: str | None, query: str, hw: Hardware,
-                   changes: dict, as_json: bool = False, timeline: bool = False) -> str:
+                   changes: dict):
     """``scabbard sim run``: ``query`` simulated on ``hw`` with the calibration ``cal`` (read
     from ``path``) and the run's fields ``changes`` names - by default the cores as workers,
-    persisted input, checkpoints every second (an interval of 0: none) - as the text it
-    prints: :func:`scabbard.sim.report.describe` (and the 0.5 s timeline), or JSON.  A
-    configuration the simulator refuses is its ValueError, raised before it runs."""
+    persisted input, checkpoints every second (an interval of 0: none); the simulator's
+    result (:func:`describe` gives its text).  A configuration the simulator refuses is its
+    ValueError, raised before it runs."""
     from scabbard.sim.model import simulate
 
     run = {"workers": hw.cores, "persist": True, "checkpoint_interval": INTERVAL, **changes}
@@ -123,9 +123,15 @@ def simulate_query(cal: Calibration, path: str | None, query: str, hw: Hardware,
     cfg = SimConfig(query, **run)
     cal.costs(query)
     warn_elsewhere(path, cal)
-    result = simulate(cal, cfg, hw)
+    return simulate(cal, cfg, hw)
+
+
+def describe(result, as_json: bool = False, timeline: bool = False) -> str:
+    """What ``scabbard sim run`` prints of ``result``: :func:`scabbard.sim.report.describe`
+    (and the 0.5 s timeline), or JSON - in which a float that is not finite is null (JSON
+    has no NaN)."""
     if as_json:
-        return json.dumps(result.as_dict(), indent=1, default=_jsonable)
+        return json.dumps(_finite(result.as_dict()), indent=1, default=str)
     text = report.describe(result)
     if timeline:
         text += "\n\n" + result.timeline.to_string(index=False,
@@ -133,8 +139,12 @@ def simulate_query(cal: Calibration, path: str | None, query: str, hw: Hardware,
     return text
 
 
-def _jsonable(v):
-    """A value JSON has no type for: None for a float that is not finite, else its text."""
-    if isinstance(v, float) and not math.isfinite(v):
+def _finite(v):
+    """``v`` with every float that is not finite (NaN, infinity) as None, in lists and dicts."""
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_finite(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):  # (NumPy's float64 is a float)
         return None
-    return str(v)
+    return v
