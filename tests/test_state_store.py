@@ -546,11 +546,12 @@ def test_a_spilling_window_of_many_keys_leaves_partition_by_partition_in_the_sam
         np.testing.assert_array_equal(streamed[name], merged[name], err_msg=name)
 
 
-def test_a_spilling_windows_pieces_reach_the_sink_before_the_next_partition_comes_back(
+def test_a_spilling_windows_pieces_reach_the_sink_while_its_partitions_are_read_back(
         tiny, tmp_path, monkeypatch):
     """A window of many keys leaves partition by partition all the way to the sink: each
-    piece is written before the next spilled partition is read back, so the window is never
-    whole in memory, in the operator graph's channels either."""
+    piece is written while the window's later partitions are still to be read back (one
+    piece behind, as the last carries the watermark), so the window is never whole in
+    memory, in the operator graph's channels either."""
     from scabbard.engine import spill
 
     q, ds = queries.get("DARWIN"), tiny["darwin"]

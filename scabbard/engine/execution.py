@@ -300,9 +300,9 @@ class Execution:
             yield internal
 
     def _push(self, lane: Lane, pieces, watermark: int, input_end: int) -> int:
-        """A lane's windows into the operator graph, each piece moved on to the sink as it
-        comes (a spilling window of many keys is never whole in memory); the last carries the
-        watermark (nothing to emit: an empty piece carries it).  The rows that reached it."""
+        """A lane's windows into the operator graph, each piece moved on towards the sink once
+        the next comes (a spilling window of many keys is never whole in memory); the last
+        carries the watermark (nothing to emit: an empty piece carries it).  The rows emitted."""
         top, meta = self.plan.top(lane.i), {"input_end": input_end}
         last, rows = None, 0
         for cols in pieces:
@@ -332,8 +332,8 @@ class Execution:
             self.writer.assembled(r.staged)
         if self.carried is not None and r.marker is None:
             r.marker, self.carried = self.carried, None
-        rows = 0  # every window ending at or before the task's last pane is complete:
-        for lane in self.lanes:
+        rows, clock = 0, dict(self.clock)  # (the listener's: before the task's windows)
+        for lane in self.lanes:  # every window ending at or before its last pane is complete
             rows += self._push(lane, self._lane_windows(lane, r),
                                r.parts[lane.i].last_pane * lane.branch.slide_ms, r.end_offset)
         if r.rows is not None:  # a stateless query: the task's rows, positioned by offset
@@ -344,7 +344,7 @@ class Execution:
                 if isinstance(lane.assembler, SpillingAssembler):
                     lane.assembler.mark(r.marker)
         if self.listener is not None:
-            self.listener.assembled(r, dict(self.clock), self.graph)
+            self.listener.assembled(r, clock, self.graph)
         if r.marker is not None:  # the windows took it at the task; it follows their output
             for producer in self.plan.producers:
                 self.graph.mark(producer, r.marker)
