@@ -241,17 +241,19 @@ class SpillingAssembler(PartitionedAssembler):
 
     def _reload(self, i: int, units: Edges) -> BranchAssembler:
         """Partition ``i`` back in memory: its ``units`` (read) and waiting shares fed to a
-        fresh state that closes the panes before the one it stopped at without emitting."""
+        fresh state that closes the panes before the one it stopped at without emitting -
+        one after the other, in pane order, not concatenated (no copy of the units is made):
+        closing those panes after the first evicts only panes before the first an open
+        window needs, which no piece holds."""
         s = self.spilled.pop(i)
-        b = self.b
-        e = concat_edges([units, *s.waiting], b.key_width, len(b.iops), len(b.fops))
-        if len(e.pane) and e.pane[0] <= s.cur - b.panes:  # panes no open window needs (an
-            e = _rows(e, int(np.searchsorted(e.pane, s.cur - b.panes + 1)))  # older unit's)
+        lo = s.cur - self.b.panes + 1  # panes before it no open window needs (an older unit's)
+        pieces = [_rows(e, int(np.searchsorted(e.pane, lo))) for e in (units, *s.waiting)]
+        pieces = [e for e in pieces if len(e.pane)]
         a = self.parts[i]
-        if len(e.pane):
+        for e in pieces:
             a._feed(e, False, s.cur, 0)
-        elif a.cur[0] < s.cur:  # an empty partition of a checkpoint: the open pane only
-            a.cur[0] = s.cur
+        if not pieces and a.cur[0] < s.cur:  # an empty partition of a checkpoint: the open
+            a.cur[0] = s.cur  # pane only
         self.stats["reloads"] += 1
         return a
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from scabbard import faults
 from scabbard.batch import Batch
-from scabbard.engine.tasks import Edges, columns_edges, concat_edges, edges_columns, partials_schema
+from scabbard.engine.tasks import Edges, edges_columns, partials_schema
 from scabbard.pog.checkpoint import DamagedCheckpoint
 from scabbard.storage import BlockManager, StorageConfig
 from scabbard.storage.errors import CorruptSegment, TrimmedError
@@ -86,22 +86,34 @@ class DiskSpill:
         return ranges
 
     def read(self, ranges: list[tuple[int, int]]) -> Edges:
-        """The units ``ranges`` back (verified), as one :class:`Edges`; they are released."""
+        """The units ``ranges`` back (verified), as one :class:`Edges`; they are released.
+        Each range's batches are copied into the result's arrays as they are read and let go:
+        memory holds the result and one range's batches, not the batches, their columns
+        joined and then the key and aggregate matrices stacked from them (a reloaded key
+        partition's units, four times over)."""
+        b = self.branch
+        k, ni, nf = b.key_width, len(b.iops), len(b.fops)
+        want = sum(end - first for first, end in ranges)
+        e = Edges(np.empty(want, np.int64), np.empty((want, k), np.int64),
+                  np.empty(want, np.int64), np.empty((want, ni), np.int64),
+                  np.empty((want, nf), np.float64))
         if not ranges:
-            b = self.branch
-            return concat_edges([], b.key_width, len(b.iops), len(b.fops))
+            return e
         self.bm.flush(self.sid)  # every unit acknowledged before it is read
-        batches = [x for first, end in ranges for x in self.bm.load_bulk(self.sid, first, end)]
-        got = sum(len(x) for x in batches)
-        if got != sum(end - first for first, end in ranges):
-            raise FileNotFoundError(f"{self.schema.name}: {got} of "
-                                    f"{sum(end - first for first, end in ranges)} rows stored")
-        cols = [np.concatenate([x.columns[j] for x in batches])
-                for j in range(len(self.schema.fields))]
+        at = nbytes = 0
+        for first, end in ranges:
+            for x in self.bm.load_bulk(self.sid, first, end):
+                n = len(x)
+                if at + n > want:
+                    break
+                _fill(e, at, x.columns, k, ni)
+                at, nbytes = at + n, nbytes + x.column_bytes
+        if at != want:
+            raise FileNotFoundError(f"{self.schema.name}: {at} of {want} rows stored")
         faults.crashpoint("spill_read")
         self.release(ranges)
-        self.bytes_read += sum(x.column_bytes for x in batches)
-        return columns_edges(self.branch, cols)
+        self.bytes_read += nbytes
+        return e
 
     def release(self, ranges: list[tuple[int, int]]) -> None:
         """The units ``ranges`` are not needed any more (whole files below the oldest unit
@@ -138,6 +150,19 @@ def disk_spill(parent: str | Path | None = None):
     """``EngineConfig(spill=...)``: each window operator's spilled state in a scratch folder
     under ``parent`` (default: the system's temporary folder)."""
     return lambda branch: DiskSpill(branch, parent)
+
+
+def _fill(e: Edges, at: int, cols, k: int, ni: int) -> None:
+    """Rows ``at`` on of ``e`` from a stored batch's columns (:func:`partials_schema`'s)."""
+    hi = at + len(cols[0])
+    e.pane[at:hi] = cols[0]
+    for j in range(k):
+        e.keys[at:hi, j] = cols[1 + j]
+    e.cnt[at:hi] = cols[1 + k]
+    for j in range(ni):
+        e.ints[at:hi, j] = cols[2 + k + j]
+    for j in range(e.floats.shape[1]):
+        e.floats[at:hi, j] = cols[2 + k + ni + j]
 
 
 class DurableSpill(DiskSpill):
