@@ -236,7 +236,9 @@ class SpillingAssembler(PartitionedAssembler):
             for k, i in enumerate(indices):
                 units = ahead.result()
                 ahead = self._read(indices[k + 1]) if k + 1 < len(indices) else None
-                yield i, self._reload(i, units)
+                a = self._reload(i, units)
+                del units  # (fed: not held while the caller runs the partition)
+                yield i, a
         return each(ahead)
 
     def _reload(self, i: int, units: Edges) -> BranchAssembler:
