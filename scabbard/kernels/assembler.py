@@ -253,8 +253,9 @@ def _assemble_partials(ws, dqi, dqf, table, fifo, out, cur, e_pane, e_keys, e_cn
             ws, dqi, dqf = reserve_window_state(ws, dqi, dqf, table.keys.shape[0], 0, iops, fops)
             fifo = _fifo_room_for_groups(fifo, ws.cnt.shape[0])
             rtab = rollup_table(sel, ws.cnt.shape[0])
-        elif status == NEED_FIFO:
-            fifo = _reserve_pane_fifo(fifo, 64)  # (compacted, or doubled)
+        elif status == NEED_FIFO:  # compacted, or grown to hold as many again as it holds
+            live = fifo.head_tail[1] - fifo.head_tail[0]  # (or the rows left, if fewer)
+            fifo = _reserve_pane_fifo(fifo, max(64, min(n - pos[0], live)))
         else:
             out = out_reserve(out, 2 * out.start.shape[0] + ws.nact[0])
     return ws, dqi, dqf, table, fifo, out, pos[1]
