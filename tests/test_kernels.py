@@ -558,3 +558,31 @@ def test_the_window_state_grows_with_its_groups_not_with_the_partials_fed():
     assert len(fifo.pane) <= 4 * 4 * groups  # an entry per (pane, group), room doubled
     head, tail = fifo.head_tail
     assert tail - head == 4 * groups and int(ws.cnt.sum()) == n  # every partial is in
+
+
+def test_a_cached_kernel_is_stale_when_a_kernel_it_may_inline_changes(tmp_path, monkeypatch):
+    """numba keys a cached kernel by its own file only; the workbench's stamp adds every
+    kernel source, so an assembler kernel is recompiled when the window kernels it inlines
+    change (an updated checkout does not run stale kernels); a function outside the package
+    keeps numba's own stamp."""
+    from numba.core import caching
+
+    from scabbard.kernels import _jit
+
+    py = ka._assemble_partials.py_func
+    stamp = caching.InTreeCacheLocator(py, ka.__file__).get_source_stamp
+    before = stamp()
+    monkeypatch.setattr(_jit, "_digest", b"window.py changed")
+    assert stamp() != before
+    outside = tmp_path / "other.py"
+    outside.write_text("def f():\n    return 1\n")
+    ns: dict = {}
+    exec(compile(outside.read_text(), str(outside), "exec"), ns)
+    loc = caching.InTreeCacheLocator(ns["f"], str(outside))
+    assert loc.get_source_stamp() == _jit._own_stamp(loc)
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("x = 1\n")
+    b.write_text("y = 2\n")
+    first = _jit.sources_digest([a, b])
+    b.write_text("y = 3\n")
+    assert _jit.sources_digest([a, b]) != first

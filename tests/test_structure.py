@@ -416,3 +416,16 @@ def test_the_flag_check_finds_a_flag_declared_twice():
     own = 'settings_flags(p, S, "states", "seed")\nq.add_argument("--states")'
     assert flag_declarations({"c": own})["--states"] == ["c:2", "c:1"]
     assert flag_declarations({"c": own})["--seed"] == ["scabbard.cli.common.SHARED"]
+
+
+def test_every_module_that_compiles_a_kernel_keys_the_kernel_cache():
+    """A cached kernel is stale when any kernel source changes (kernels inline kernels of
+    other files): the files that key the cache (``kernels._jit.KERNEL_SOURCES``) are every
+    module of the package that compiles a function."""
+    from scabbard.kernels import _jit
+
+    root = Path(scabbard.__file__).parent
+    compiling = {p for p in root.rglob("*.py")
+                 if any(w in p.read_text() for w in ("_jit import", "import njit", "numba.njit"))}
+    assert compiling and compiling <= set(_jit.kernel_files(root)), sorted(
+        str(p.relative_to(root)) for p in compiling - set(_jit.kernel_files(root)))
