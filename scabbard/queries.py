@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from scabbard import workloads
 from scabbard.errors import UserError
+from scabbard.progress import say
 from scabbard.query import Query
 
 NAMES = ("CM1", "CM2", "SG1", "SG2", "SG3", "LRB1", "LRB2", "LRB3", "YSB", "NQ", "SM")
@@ -50,15 +51,13 @@ def all_queries() -> dict[str, Query]:
     return {n: get(n) for n in NAMES}
 
 
-def _log(line: str) -> None:
-    print(line, flush=True)
 
-
-def dataset(name: str, data=None, root="data", verify: bool | str = "once", log=_log):
-    """The dataset query ``name`` runs on (what ``scabbard run``, ``ingest`` and ``check``
-    read): the folder ``data``, else its workload's small one under ``root`` - generated
-    first, saying so to ``log``, when missing; opened against the workload's schema
-    (``verify``: :func:`scabbard.data.open_dataset`'s)."""
+def dataset(name: str, data=None, root="data", verify: bool | str = "once", log=say,
+            generate: bool = True):
+    """The dataset query ``name`` runs on (what ``scabbard run``, ``ingest``, ``explain`` and
+    ``check`` read): the folder ``data``, else its workload's small one under ``root`` -
+    generated first, saying so to ``log``, when missing (``generate`` False: None then);
+    opened against the workload's schema (``verify``: :func:`scabbard.data.open_dataset`'s)."""
     from scabbard.data import dataset_path, open_dataset
 
     workload = workload_of(name)
@@ -67,6 +66,8 @@ def dataset(name: str, data=None, root="data", verify: bool | str = "once", log=
         return open_dataset(data, schema=schema, verify=verify)
     path = dataset_path(root, workload, "small")
     if not (path / "manifest.json").is_file():
+        if not generate:
+            return None
         log(f"{path} not found: generating it (scabbard datagen {workload} --scale small)")
         workloads.get(workload).SPEC.generate(scale="small", out=str(root), log=log)
     return open_dataset(path, schema=schema, verify=verify)

@@ -103,7 +103,9 @@ def test_a_querys_dataset_is_the_one_named_or_its_small_one_generated_first(tmp_
 
     fake = SimpleNamespace(SCHEMA=cm.SCHEMA, SPEC=SimpleNamespace(generate=generate))
     monkeypatch.setattr(queries.workloads, "get", lambda name: fake)
-    lines = []
+    lines = []  # explain's: a missing default is none, not generated
+    assert queries.dataset("CM1", None, tmp_path / "root", log=lines.append,
+                           generate=False) is None and lines == []
     ds = queries.dataset("CM1", None, tmp_path / "root", log=lines.append)
     assert ds.rows == 3 and ds.path == tmp_path / "root" / "cm" / "small"
     assert lines == [f"{ds.path} not found: generating it (scabbard datagen cm --scale small)",

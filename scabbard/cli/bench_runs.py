@@ -8,10 +8,7 @@ from pathlib import Path
 
 from scabbard.cli.errors import CLIError
 from scabbard.cli.settings import settings_from
-
-
-def _log(line: str) -> None:
-    print(line, flush=True)
+from scabbard.progress import say
 
 
 def run_datagen(args) -> int:
@@ -19,7 +16,7 @@ def run_datagen(args) -> int:
 
     bench_datagen(
         names=args.workloads, rows=args.rows, scratch=Path(args.scratch), keep=args.keep,
-        master=args.master, log=_log,
+        master=args.master, log=say,
     )
     return 0
 
@@ -29,7 +26,7 @@ def run_bench(bench, args) -> int:
     (:class:`scabbard.experiments.benches.Bench`)."""
     extra = {"output_dir": args.out} if bench.output_dir else {}
     settings = settings_from(bench.settings_class(), args, **extra)
-    return bench(settings, getattr(args, "out", None), _log)
+    return bench(settings, getattr(args, "out", None), say)
 
 
 def run_synclog(args) -> int:
@@ -38,5 +35,5 @@ def run_synclog(args) -> int:
     if args.batch_kib < 1 or args.producers < 1 or not args.seconds > 0:
         raise CLIError("--batch-kb and --producers must be >= 1 and --duration positive")
     synclog_bench(args.queries, args.scale, Path(args.data_dir), args.seconds, args.batch_kib,
-                  args.producers, args.sweep_query, log=_log)
+                  args.producers, args.sweep_query, log=say)
     return 0

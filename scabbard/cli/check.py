@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from scabbard.cli.common import shared_flag
 from scabbard.cli.settings import settings_flags, settings_from
+from scabbard.progress import say
 
 
 def add_parser(subparsers) -> None:
@@ -90,6 +91,6 @@ def _run_crash_states(args) -> int:
     from scabbard.cli.common import query_dataset
 
     settings = crash_settings(args)
-    report = explore(settings, query_dataset(args), log=lambda line: print(line, flush=True))
+    report = explore(settings, query_dataset(args), log=say)
     print(report.summary())
     return 0 if report.ok else 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from scabbard.cli.common import SHARED, add_data_root, hidden_alias, shared_flag
 from scabbard.cli.errors import CLIError
+from scabbard.progress import say
 
 
 # -- datagen -----------------------------------------------------------------------------------
@@ -82,6 +83,6 @@ def _run_datagen(args) -> int:
     run = gen.Datagen(out=gen.output_root(args.data_root), name=args.name,
                       partitions=args.partitions, master=args.master, force=args.force,
                       progress=not args.no_progress, parquet_codec=args.parquet_codec,
-                      log=lambda s: print(s, flush=True))
+                      log=say)
     print(f"\n{gen.summary(gen.generate_all(plans, run, conf))}")
     return 0

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from scabbard.cli.common import add_data_root, data_root, shared_flag
 from scabbard.cli.errors import EXIT_FAILURE
+from scabbard.progress import say
 
 
 def add(sub) -> None:
@@ -36,5 +37,5 @@ def _run_demo(args) -> int:
     from scabbard.experiments import demo
 
     ok = demo.run_demo(args.scale, data_root(args), Path(args.output) if args.output else None,
-                       log=lambda line: print(line, flush=True))
+                       log=say)
     return 0 if ok else EXIT_FAILURE

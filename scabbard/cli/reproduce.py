@@ -6,6 +6,7 @@ from pathlib import Path
 
 from scabbard.cli.common import add_data_root, hidden_alias, shared_flag
 from scabbard.cli.errors import EXIT_FAILURE
+from scabbard.progress import say
 
 
 # -- reproduce ---------------------------------------------------------------------------------
@@ -50,7 +51,7 @@ def _run_reproduce(args) -> int:
         root=Path(args.home) if args.home else None, only=args.only, scale=args.scale,
         runs_dir=Path(args.output) if args.output else None,
         data_dir=Path(args.data_root) if args.data_root else None,
-        log=lambda s: print(s, flush=True), jobs=args.jobs,
+        log=say, jobs=args.jobs,
     )
     print(report.summary())
     return 0 if report.ok else EXIT_FAILURE

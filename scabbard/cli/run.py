@@ -9,6 +9,7 @@ from scabbard.cli.spark_backend import reject_spark_flags
 from scabbard.ft.config import FTConfig, PersistConfig, RunConfig
 from scabbard.ft.flags import Group, add_flags
 from scabbard.ft.modes import EXACTLY_ONCE_SINKS, INTERVAL
+from scabbard.progress import say
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -168,7 +169,7 @@ def _run_ingest(args) -> int:
         raise CLIError(f"--ingress-partitions must be >= 1, got {args.ingress_partitions}")
     print(ingest_for(args.query, query_dataset(args), storage_dir(args, args.query),
                      args.duration, args.ingress_partitions, args.batch,
-                     log=lambda line: print(line, flush=True)))
+                     log=say))
     return 0
 
 
@@ -218,5 +219,5 @@ def _auto_placement(args, config, run: dict | None) -> tuple[str, ...]:
         return chosen
     chosen, line = pl.auto(args.query, query_dataset(args), config.persist,
                            args.rate or 1e6, config.ft.interval)
-    print(line, flush=True)
+    say(line)
     return chosen

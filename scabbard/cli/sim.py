@@ -15,6 +15,7 @@ from scabbard.cli.common import add_data_root, data_root, declared, hidden_alias
 from scabbard.cli.errors import CLIError
 from scabbard.cli.settings import settings_flags, settings_from
 from scabbard.ft.flags import Group, add_flags, given, in_flags
+from scabbard.progress import say
 from scabbard.sim import report, session
 from scabbard.sim.config import Hardware, SimConfig
 
@@ -167,7 +168,7 @@ def run_speed(args) -> int:
     names = session.query_names(args.queries) or list(cal.queries)
     session.warn_elsewhere(args.calibration, cal)
     report.speed(cal, names, args.cores, args.sim_seconds,
-                 log=lambda line: print(line, flush=True))
+                 log=say)
     return 0
 
 

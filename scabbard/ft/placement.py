@@ -403,22 +403,19 @@ def explain_query(name: str, data: str | None, root: Path, sample: int,
     priced at ``rate`` tuples/s and a checkpoint every ``interval`` s (:func:`explain`);
     without one, how to make one.  A rate or interval not positive is a FlagError, raised
     after the plans (as the placements are only priced with a dataset)."""
-    from scabbard import workloads
-    from scabbard.data import dataset_path, open_dataset
+    from scabbard.data import dataset_path
     from scabbard.engine.pushup import explain as plans
     from scabbard.engine.pushup import footprint
 
     query = queries.get(name)
-    workload = queries.workload_of(name)
-    path = data or dataset_path(root, workload, "small")
-    ds = None
-    if data or (Path(path) / "manifest.json").is_file():
-        ds = open_dataset(path, schema=workloads.get(workload).SCHEMA)
+    ds = queries.dataset(name, data, root, generate=False)
     decimals = None if lossy_decimals < 0 else lossy_decimals
     yield plans(query, footprint(query, ds, rows=sample, lossy_decimals=decimals))
     if ds is None:
-        yield (f"(no dataset at {path}: generate one with 'scabbard datagen {workload}' or "
-               f"pass --data to measure selectivity and compression)")
+        workload = queries.workload_of(name)
+        yield (f"(no dataset at {dataset_path(root, workload, 'small')}: generate one with "
+               f"'scabbard datagen {workload}' or pass --data to measure selectivity and "
+               f"compression)")
         return
     yield ""
     if not (rate > 0 and interval > 0):

@@ -21,6 +21,7 @@ from scabbard.ft.ingress import run_persisted
 from scabbard.ft.recovery import FTReport, Hooks, StandbyReleased, open_fault_tolerant
 from scabbard.ft.spillstore import disk_spill
 from scabbard.outputs import metrics_log
+from scabbard.progress import say
 
 
 def dataset_of(config: RunConfig) -> Dataset:
@@ -53,13 +54,10 @@ def open_run(config: RunConfig, *, recover: bool = False, dataset: Dataset | Non
                          watch=(*metrics_log(config.metrics_log), *watch))
 
 
-def _log(line: str) -> None:
-    print(line, flush=True)
-
 
 def run_and_report(config: RunConfig, ds: Dataset, output: str | None = None, *,
                    recover: bool = False, standby: bool = False, quiet: bool = False,
-                   log: Callable[[str], None] = _log) -> None:
+                   log: Callable[[str], None] = say) -> None:
     """``scabbard run`` on the engine: :func:`open_run` with each line ``log`` is given - a
     line for each metrics sample unless ``quiet`` (:func:`scabbard.ft.report.progress_line`),
     before the run what it persists (or the fault-tolerant run's start) and after it the

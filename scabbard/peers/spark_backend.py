@@ -12,13 +12,11 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 
-
-def _log(line: str) -> None:
-    print(line, flush=True)
+from scabbard.progress import say
 
 
 def run_backend(query, settings, data: str | None, local_dataset: Callable, workdir=None,
-                output: str | None = None, log: Callable[[str], None] = _log) -> str:
+                output: str | None = None, log: Callable[[str], None] = say) -> str:
     """Run ``query`` on the Spark session ``settings`` (a
     :class:`~scabbard.sparksession.SparkSettings`) over the dataset ``data`` - a URI the
     executors read, else ``local_dataset()`` - in ``workdir`` (a URI or folder every executor
