@@ -15,7 +15,10 @@ unavailable - a broker's crash recovery has its own failure modes.
 
 :class:`RabbitMQ` starts a private broker node: its own data folder, node name, Erlang
 cookie, port mapper (epmd) on its own port, every listener on 127.0.0.1, the
-``rabbitmq_stream`` plugin.  It is a context manager and also stops at interpreter exit, so
+``rabbitmq_stream`` plugin.  The port mapper is started by :class:`RabbitMQ` as its own child
+(the node is told not to start one): Erlang's own ``epmd -daemon`` leaves the node's process
+group, and ``epmd -kill`` is refused while the killed node is still registered, so it could
+outlive :meth:`RabbitMQ.stop`.  It is a context manager and also stops at interpreter exit, so
 a failed run leaves no broker behind.  ``scripts/setup-peers.sh`` installs the package.
 
 :func:`ingest` is Fig. 1's broker bar: ``producers`` producers, one stream each (Kafka's
@@ -101,6 +104,7 @@ class RabbitMQ:
         self.keep = keep
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen | None = None
+        self.epmd: subprocess.Popen | None = None
         self.stream_port = self.amqp_port = self.dist_port = self.epmd_port = 0
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -119,7 +123,8 @@ class RabbitMQ:
             "RABBITMQ_PID_FILE": str(f / "rabbitmq.pid"),
             "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
             "RABBITMQ_DIST_PORT": str(self.dist_port),
-            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS":
+                "-kernel inet_dist_use_interface {127,0,0,1} -start_epmd false",
             "ERL_EPMD_ADDRESS": "127.0.0.1",
             "ERL_EPMD_PORT": str(self.epmd_port),
         })
@@ -146,6 +151,17 @@ class RabbitMQ:
         (self.folder / "rabbitmq-env.conf").touch()  # never the machine's /etc/rabbitmq ones
         log = open(self.folder / "server.out", "ab")  # noqa: SIM115 - the broker's lifetime
         try:
+            self.epmd = subprocess.Popen(
+                ["epmd", "-port", str(self.epmd_port), "-address", "127.0.0.1"],
+                env=self._env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+            deadline = time.monotonic() + self.start_timeout
+            while not _listening(self.epmd_port):  # the node registers with it as it boots
+                if self.epmd.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise BrokerError(f"RabbitMQ's port mapper (epmd) did not start on port "
+                                      f"{self.epmd_port}:\n{self._log_tail()}")
+                time.sleep(0.05)
             self.proc = subprocess.Popen([SERVER], env=self._env(), cwd=self.folder, stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True)
@@ -201,8 +217,10 @@ class RabbitMQ:
             # the node's own children (erl_child_setup, inet_gethost) share its group
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            subprocess.run(["epmd", "-port", str(self.epmd_port), "-kill"], env=self._env(),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        epmd, self.epmd = self.epmd, None
+        if epmd is not None:  # ours, not a daemon: killed and reaped, so its port is closed
+            epmd.kill()
+            epmd.wait()
         atexit.unregister(self.stop)
         if self._own and not self.keep:
             shutil.rmtree(self.folder, ignore_errors=True)
