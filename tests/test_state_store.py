@@ -133,6 +133,46 @@ def test_a_budget_makes_tasks_of_its_own_size_down_to_the_spilling_floor(tiny):
     assert rows(1 << 30) == (1 << 30) // (8 * TASK_ROW_BYTES)
 
 
+def test_a_budget_makes_tasks_larger_when_a_sample_shows_few_keys(tiny):
+    """A task's partials are one per key at most: when the stream's first rows show its keys
+    saturating (DARWIN's with 100 keys), its tasks grow past the spilling floor - as far as
+    their partials and their per-row arrays fit the budget; when every row is a key of its
+    own (tiny's 100,000 keys), they stay at the floor."""
+    from scabbard.batch import Batch
+    from scabbard.engine import Engine
+    from scabbard.engine.runtime import MAX_BATCH
+    from scabbard.engine.spill import FRAGMENT_ROW_BYTES, SPILL_MIN_BATCH
+
+    ds = tiny["darwin"]
+    sample = ds.stream.batch(0, 1 << 15)
+    few = Batch(sample.schema, (sample.columns[0], sample.columns[1] % 100, sample.columns[2]))
+
+    def rows(budget, batch):
+        e = Engine(queries.get("DARWIN"), ds.tables,
+                   EngineConfig(state_memory=budget, spill=disk_spill()))
+        return e.batch_rows_for(40.0, batch)
+
+    assert rows(16 << 20, sample) == rows(16 << 20, None) == SPILL_MIN_BATCH
+    assert rows(16 << 20, few) == (16 << 20) // FRAGMENT_ROW_BYTES > SPILL_MIN_BATCH
+    assert rows(1 << 30, few) == MAX_BATCH
+
+
+def test_task_rows_under_a_budget_follow_the_sample_s_keys():
+    from scabbard.engine.spill import FRAGMENT_ROW_BYTES, SPILL_MIN_BATCH, TASK_ROW_BYTES, task_rows
+
+    budget, want, pane = 64 << 20, 1 << 22, 2_400_000
+    floor = budget // (8 * TASK_ROW_BYTES)
+    assert task_rows(budget, want, None, pane) == floor  # one partial a row
+    assert task_rows(budget, want, (30_000, 60_000), pane) == floor  # keys still coming
+    assert task_rows(budget, want, (10_000, 10_500), pane) == budget // FRAGMENT_ROW_BYTES
+    # saturated, but a task's partials over the panes it spans must fit: 40,000 keys a pane
+    # leave room for 26 panes' partials; with 100-row panes, 2,500 rows
+    assert task_rows(budget, want, (40_000, 40_000), 100) == floor
+    assert task_rows(budget, want, (40_000, 40_000), 1 << 20) == budget // FRAGMENT_ROW_BYTES
+    assert task_rows(1 << 20, want, (10, 10), pane) == SPILL_MIN_BATCH  # never below the floor
+    assert task_rows(budget, 1 << 18, (10, 10), pane) == 1 << 18  # nor above the windows' size
+
+
 def test_a_budget_too_small_for_one_partition_is_refused_at_start(tiny):
     from scabbard.engine.spill import MIN_STATE_MEMORY
 

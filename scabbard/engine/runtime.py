@@ -163,10 +163,12 @@ class Engine:
                 args.extend(np.asarray(table.column(c)) for c in cols)
             self._relation_args.append(tuple(args))
 
-    def batch_rows_for(self, tuples_per_ms: float) -> int:
+    def batch_rows_for(self, tuples_per_ms: float, sample: Batch | None = None) -> int:
         """Batch size: enough panes for tasks to have windows of their own (4 windows' worth)
         in the branch with the shortest window (a longer one takes the assembler's path); a
-        stateless query's: :data:`STATELESS_BATCH`."""
+        stateless query's: :data:`STATELESS_BATCH`.  Under a state budget, smaller
+        (:func:`scabbard.engine.spill.task_rows`, with the partials of ``sample``, the
+        stream's first rows, if given)."""
         self.tuples_per_ms = tuples_per_ms
         if self.config.batch_rows:
             return self.config.batch_rows
@@ -177,10 +179,12 @@ class Engine:
             # under a state budget: a task's own state (its partials, one per key at most)
             # a small part of the budget, so tasks stay short and the assembler's state is
             # what the budget holds
-            from scabbard.engine.spill import SPILL_MIN_BATCH, TASK_ROW_BYTES
+            from scabbard.engine.spill import task_rows
 
-            want = min(want, self.state_budget() // (8 * TASK_ROW_BYTES))
-            return int(min(MAX_BATCH, max(SPILL_MIN_BATCH, want)))
+            keys = self._sample_keys(sample)
+            return min(task_rows(self.state_budget(), min(MAX_BATCH, int(want)), keys[i],
+                                 b.slide_ms * self._per_unit(b))
+                       for i, b in enumerate(self.plan.branches) if self.spills(i))
         return int(min(MAX_BATCH, max(MIN_BATCH, want)))
 
     def run_batch_rows(self, tuples_per_ms: float, rate: float | None,
@@ -193,7 +197,7 @@ class Engine:
         size is set or bounded otherwise (``batch_rows``, a stateless query, a state budget).
         With adaptive kernels, the generic kernels' cost sizes the tasks: the variants are
         compared on the tasks the generic engine runs."""
-        rows = self.batch_rows_for(tuples_per_ms)
+        rows = self.batch_rows_for(tuples_per_ms, sample)
         work, most = ((GLOBAL_TASK_WORK_S, MAX_BATCH) if self.spans_copies
                       else (TASK_WORK_S, THROUGHPUT_BATCH))
         most = most if rate is None else min(most, int(rate * FILL_S))
@@ -294,6 +298,21 @@ class Engine:
         finally:
             self.adaptive = adaptive
         return max(best, 1e-9) / n
+
+    def _sample_keys(self, sample: Batch | None) -> list[tuple[int, int] | None]:
+        """Per branch, the distinct keys of the first half of ``sample`` and of all of it
+        (None: no sample, or one spanning windows of its own)."""
+        if sample is None or len(sample) < 2:
+            return [None] * len(self.plan.branches)
+        self.warm_up(sample)
+        if self.reduce is not None:
+            sample = self.reduce(sample)
+        halves = [self._fragment(0, sample.slice(0, n), 0.0).parts if n else None
+                  for n in (len(sample) // 2, len(sample))]
+        return [None if halves[0] is None or any(h[i].long for h in halves)
+                else tuple(len(np.unique(np.concatenate([h[i].head.keys, h[i].tail.keys]),
+                                         axis=0)) for h in halves)
+                for i in range(len(self.plan.branches))]
 
     def _per_unit(self, b, tuples_per_ms: float | None = None) -> float:
         """Input tuples per unit of branch ``b``'s window axis: per ms of event time, or one

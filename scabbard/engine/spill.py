@@ -88,6 +88,38 @@ TASK_ROW_BYTES = 64  # what a task's input row can cost while its fragment runs 
 # are one per key whatever its size, so halving it doubles the rows assembled (27 against
 # 40 M tuples/s)
 SPILL_MIN_BATCH = 1 << 17
+# a sample's keys are taken as all the keys when its second half adds fewer new keys than
+# this fraction of its first half's
+SATURATED = 0.1
+# what an input row of a running task costs besides its partial: the fragment's per-row
+# arrays (DARWIN at 10 k keys within 16 MiB, peak anonymous MB against rows a task: 128 at
+# 2^17, 132 at 2^18, 145 at 2^19, 171 at 2^20, 309 at 2^22 - about 45 bytes a row of one
+# task's size, over both workers)
+FRAGMENT_ROW_BYTES = 32
+
+
+def task_rows(budget: int, want: int, keys: tuple[int, int] | None,
+              rows_per_pane: float) -> int:
+    """A task's rows under a state ``budget`` (a branch's share), at most ``want`` (the
+    size its windows ask for): small enough that the partials of the tasks in flight (8 of
+    them, :data:`TASK_ROW_BYTES` a partial) are a small part of the budget.
+
+    A partial per input row at most - unless ``keys`` (the distinct keys of the first half
+    of a sample of the stream, and of all of it) shows them saturating: then a task holds
+    that many partials a pane whatever its rows, over the panes it spans (``rows_per_pane``:
+    input rows a pane), and may be larger while those fit, and while a task's own per-row
+    arrays (:data:`FRAGMENT_ROW_BYTES` a row) fit the budget too.  DARWIN at 10 k keys
+    within 16 MiB: 2^19-row tasks, 36-40 M tuples/s where 2^17 gave 13 (2^22, the windows'
+    size in memory: 64 M tuples/s, and 180 MB more); at 1 M keys every row of a 2^16-row
+    sample is a key of its own, and the tasks stay at 2^17."""
+    most = budget // (8 * TASK_ROW_BYTES)  # one partial per row
+    if keys is not None:
+        half, whole = keys
+        if 0 < whole <= (1 + SATURATED) * half:
+            panes = budget / (8 * TASK_ROW_BYTES * whole)  # a task's panes that fit
+            most = max(most, min(int((panes - 1) * rows_per_pane),
+                                 budget // FRAGMENT_ROW_BYTES))
+    return int(min(want, max(SPILL_MIN_BATCH, most)))
 
 
 def assembler_bytes(a: BranchAssembler) -> int:
