@@ -74,6 +74,16 @@ def test_darwin_state_is_held_within_its_budget(tiny, tmp_path, batch_rows):
     assert stats["spilled_bytes"] > MIN_STATE_MEMORY // 8
 
 
+def test_a_spill_folder_not_made_yet_is_made_at_the_first_spill(tiny, tmp_path):
+    from scabbard.engine.spill import MIN_STATE_MEMORY
+
+    q, ds = queries.get("DARWIN"), tiny["darwin"]
+    _, report = _run(q, ds, workers=1, batch_rows=997, state_memory=MIN_STATE_MEMORY,
+                     spill=disk_spill(tmp_path / "not" / "made"))
+    (stats,) = report.spilled.values()
+    assert stats["spills"] > 0 and (tmp_path / "not" / "made").is_dir()
+
+
 @pytest.mark.parametrize("times", [1, 4, 16])
 def test_a_larger_budget_spills_larger_units(tiny, times):
     """A spilled partition's shares wait in memory up to a quarter of the budget over all

@@ -47,6 +47,8 @@ class DiskSpill:
         self.branch = branch
         self.schema = partials_schema(branch, f"spill-{branch.id}")
         if bm is None:
+            if parent is not None:  # made when first needed, as the folder of a run's output
+                Path(parent).mkdir(parents=True, exist_ok=True)
             self.folder = Path(tempfile.mkdtemp(prefix="scabbard-spill-", dir=parent))
             # writes wait (back-pressure) beyond a few MiB in flight, and as few buffers are
             # kept for reuse: the spill's own memory stays a small fixed overhead beside the
