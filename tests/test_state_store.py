@@ -84,6 +84,20 @@ def test_a_spill_folder_not_made_yet_is_made_at_the_first_spill(tiny, tmp_path):
     assert stats["spills"] > 0 and (tmp_path / "not" / "made").is_dir()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_spill_store_that_fails_fails_the_run(tiny, workers):
+    """A full disk at the first spill fails the run with its error - on one worker too,
+    whose failure left the dispatcher waiting forever for room in the workers' queue."""
+    from scabbard.engine.spill import MIN_STATE_MEMORY
+
+    def full_disk(branch):
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        _run(queries.get("DARWIN"), tiny["darwin"], workers=workers, batch_rows=997,
+             state_memory=MIN_STATE_MEMORY, spill=full_disk)
+
+
 @pytest.mark.parametrize("times", [1, 4, 16])
 def test_a_larger_budget_spills_larger_units(tiny, times):
     """A spilled partition's shares wait in memory up to a quarter of the budget over all

@@ -447,7 +447,7 @@ class _HandOut:
     def __init__(self, run: DataflowExecution):
         self.run = run
 
-    def put(self, job) -> None:
+    def put(self, job, timeout: float | None = None) -> None:  # never full: no timeout
         self.run.hand_out(job)
 
 

@@ -396,10 +396,17 @@ class Execution:
         while not self.window.acquire(timeout=0.1):
             if self.error is not None:
                 return False
-        if self.error is not None:
-            return False
-        self.tasks.put(item)
-        return True
+        return self.error is None and self._put(item, lambda: self.error is not None)
+
+    def _put(self, item, give_up) -> bool:
+        """Queue ``item``; False if ``give_up()`` while it is full (its workers failed)."""
+        while True:
+            try:
+                self.tasks.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                if give_up():
+                    return False
 
     def dispatch(self, batch: Batch, ingest: float, tuples: int | None = None,
                  unit: int | None = None) -> bool:
@@ -440,15 +447,8 @@ class Execution:
     def _stop_threads(self, threads) -> None:
         """Queue each worker's end (tasks still queued dropped if every worker stopped)."""
         for _ in threads:
-            while True:
-                try:
-                    self.tasks.put(None, timeout=0.1)
-                    break
-                except queue.Full:
-                    if not any(t.is_alive() for t in threads):
-                        with contextlib.suppress(queue.Empty):
-                            while True:
-                                self.tasks.get_nowait()
+            if not self._put(None, lambda: not any(t.is_alive() for t in threads)):
+                self.tasks = queue.Queue(self.tasks.maxsize)  # what it held: dropped
 
     def _final(self, lane: Lane) -> dict:
         """The end of the stream: the windows ``lane``'s state holds, as result columns."""

@@ -40,7 +40,7 @@ class _Channel:
         self.cond = threading.Condition()
         self.outstanding = 0
 
-    def put(self, item) -> None:
+    def put(self, item, timeout: float | None = None) -> None:  # never full: no timeout
         with self.cond:
             self.outstanding += 1
         self.pool.queue.put((self, item))
