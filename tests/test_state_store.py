@@ -179,6 +179,11 @@ def test_a_budget_makes_tasks_larger_when_a_sample_shows_few_keys(tiny):
     assert rows(16 << 20, sample) == rows(16 << 20, None) == SPILL_MIN_BATCH
     assert rows(16 << 20, few) == (16 << 20) // FRAGMENT_ROW_BYTES > SPILL_MIN_BATCH
     assert rows(1 << 30, few) == MAX_BATCH
+    # with a rate, a task is no larger than fills in FILL_S (its latency), the floor aside
+    e = Engine(queries.get("DARWIN"), ds.tables,
+               EngineConfig(state_memory=16 << 20, spill=disk_spill()))
+    assert e.run_batch_rows(40.0, None, few) == (16 << 20) // FRAGMENT_ROW_BYTES
+    assert e.run_batch_rows(40.0, 300_000.0, few) == SPILL_MIN_BATCH
 
 
 def test_task_rows_under_a_budget_follow_the_sample_s_keys():

@@ -198,6 +198,9 @@ class Engine:
         With adaptive kernels, the generic kernels' cost sizes the tasks: the variants are
         compared on the tasks the generic engine runs."""
         rows = self.batch_rows_for(tuples_per_ms, sample)
+        if rate is not None and sample is not None:  # tasks a state budget let grow (few
+            # keys in the sample): with a rate, only as large as fill in FILL_S
+            rows = min(rows, max(self.batch_rows_for(tuples_per_ms), int(rate * FILL_S)))
         work, most = ((GLOBAL_TASK_WORK_S, MAX_BATCH) if self.spans_copies
                       else (TASK_WORK_S, THROUGHPUT_BATCH))
         most = most if rate is None else min(most, int(rate * FILL_S))
