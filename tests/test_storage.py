@@ -718,8 +718,12 @@ def test_flush_waits_for_the_appends_made_before_it_not_for_those_after(tmp_path
         sid = bm.stream("s", SCHEMA)
         first = bm.append(sid, make_batch(0, 10))
         assert started.wait(60)  # its write is under way (and waits): the next is a chunk apart
+        cond, waiting = bm._by_id[sid].cond, threading.Event()
+        wait = cond.wait
+        cond.wait = lambda timeout=None: (waiting.set(), wait(timeout))[1]
         flushed = threading.Thread(target=bm.flush, args=(sid,))
         flushed.start()
+        assert waiting.wait(60)  # the flush took what it waits for: the append comes after
         later = bm.append(sid, make_batch(10, 10))
         tokens.release()  # the first append's write only
         flushed.join(60)
