@@ -167,7 +167,7 @@ class Engine:
         """Batch size: enough panes for tasks to have windows of their own (4 windows' worth)
         in the branch with the shortest window (a longer one takes the assembler's path); a
         stateless query's: :data:`STATELESS_BATCH`.  Under a state budget, smaller
-        (:func:`scabbard.engine.spill.task_rows`, with the partials of ``sample``, the
+        (:func:`scabbard.engine.spill.task_rows`, with the distinct keys of ``sample``, the
         stream's first rows, if given)."""
         self.tuples_per_ms = tuples_per_ms
         if self.config.batch_rows:
@@ -305,14 +305,21 @@ class Engine:
     def _sample_keys(self, sample: Batch | None) -> list[tuple[int, int] | None]:
         """Per branch, the distinct keys of the first half of ``sample`` and of all of it
         (None: no sample, or one spanning windows of its own)."""
-        if sample is None or len(sample) < 2:
-            return [None] * len(self.plan.branches)
+        none = [None] * len(self.plan.branches)
+        if sample is None or not len(sample):
+            return none
         self.warm_up(sample)
         if self.reduce is not None:
             sample = self.reduce(sample)
-        halves = [self._fragment(0, sample.slice(0, n), 0.0).parts if n else None
-                  for n in (len(sample) // 2, len(sample))]
-        return [None if halves[0] is None or any(h[i].long for h in halves)
+        if len(sample) < 2:  # (what push-up keeps of it)
+            return none
+        adaptive, self.adaptive = self.adaptive, None  # the generic kernels: no task of
+        try:  # the adaptive phases (as fragment_cost's probe)
+            halves = [self._fragment(0, sample.slice(0, n), 0.0).parts
+                      for n in (len(sample) // 2, len(sample))]
+        finally:
+            self.adaptive = adaptive
+        return [None if any(h[i].long for h in halves)
                 else tuple(len(np.unique(np.concatenate([h[i].head.keys, h[i].tail.keys]),
                                          axis=0)) for h in halves)
                 for i in range(len(self.plan.branches))]
