@@ -202,6 +202,58 @@ def test_task_rows_under_a_budget_follow_the_sample_s_keys():
     assert task_rows(budget, 1 << 18, (10, 10), pane) == 1 << 18  # nor above the windows' size
 
 
+def test_a_spilling_runs_task_holds_its_partials_once(tiny):
+    """Under a budget the fragment splits a task's pane partials by key partition and keeps
+    the split alone (a task in flight held both, and its fragment's arrays through views:
+    at 1 M keys most of what a run held above its budget); merged back, the split is the
+    task's partials, in pane order."""
+    from scabbard.engine import Engine
+    from scabbard.engine.spill import PARTS
+
+    ds = tiny["darwin"]
+    batch = ds.stream.batch(0, 1 << 14)
+
+    def part(budget):
+        e = Engine(queries.get("DARWIN"), ds.tables,
+                   EngineConfig(state_memory=budget, spill=disk_spill() if budget else None))
+        e.split_parts = [e.assembly_parts(0)]
+        return e._fragment(0, batch, 0.0).parts[0]
+
+    def rows(e):
+        return sorted(zip(e.pane.tolist(), map(tuple, e.keys.tolist()), e.cnt.tolist(),
+                          map(tuple, e.ints.tolist()), map(tuple, e.floats.tolist()),
+                          strict=True))
+
+    spilling, whole = part(16 << 20), part(None)
+    assert not whole.long and whole.split is None and whole.rows > 1000
+    assert spilling.head is None and len(spilling.split) == PARTS
+    assert spilling.rows == whole.rows
+    assert len(spilling.tail.pane) == 0 and spilling.tail.pane.base is None  # no view either
+    got = spilling.edges()
+    assert np.all(np.diff(got.pane) >= 0)
+    assert rows(got) == rows(whole.head)
+
+
+@pytest.mark.parametrize("budget", [None, 16 << 20])
+def test_a_spilling_run_dispatches_a_task_a_worker_and_one_more_ahead_of_assembly(
+        tiny, monkeypatch, budget):
+    """What the tasks in flight hold is outside the state's budget: under one, the workers
+    run at most a task each and one more waits for the assembly (without: a queue of two a
+    worker, and as many results waiting)."""
+    from scabbard.engine import execution
+
+    made, init = [], execution.Execution.__init__
+
+    def record(self, *args, **kw):
+        init(self, *args, **kw)
+        made.append(self.window._value)  # the tasks it lets be dispatched ahead of assembly
+
+    monkeypatch.setattr(execution.Execution, "__init__", record)
+    run_query(queries.get("DARWIN"), tiny["darwin"], CollectSink(), EngineConfig(
+        workers=2, state_memory=budget, spill=disk_spill() if budget else None))
+    assert made == ([3] if budget else [8])
+
+
 def test_a_budget_too_small_for_one_partition_is_refused_at_start(tiny):
     from scabbard.engine.spill import MIN_STATE_MEMORY
 
@@ -552,7 +604,7 @@ def test_notebook_13a_gives_each_engine_runs_window_latency_percentiles(tiny, tm
 def test_bench_state_sets_the_spilling_engine_beside_each_rocksdb_peer():
     """Darwin's comparison is the engine whose state spills against the peers on RocksDB:
     the table gives that ratio beside the in-memory engine's, and what the spilling process
-    holds beyond its budget."""
+    holds beyond its budget, and what each engine run holds above its loaded code."""
     import pandas as pd
 
     from scabbard.experiments import state
@@ -562,7 +614,10 @@ def test_bench_state_sets_the_spilling_engine_beside_each_rocksdb_peer():
         ("flink-rocksdb", 0.25e6))])
     runs["peak_anon_mb"] = [300.0, 200.0, np.nan, np.nan]
     runs["budget_mb"] = [np.nan, 16.0, np.nan, np.nan]
+    runs["start_anon_mb"] = [120.0, 110.0, np.nan, np.nan]  # its code loaded
     row = state.summary(runs).iloc[0]
+    assert row["engine-spill anon above its start MB"] == 90
+    assert row["engine anon above its start MB"] == 180
     assert row["engine-spill / spark-rocksdb"] == 8 and row["engine / spark-rocksdb"] == 16
     assert row["engine-spill anon over budget MB"] == 184
     assert "engine anon over budget MB" not in row  # no budget

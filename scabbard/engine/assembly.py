@@ -92,10 +92,10 @@ class BranchAssembler:
         downstream already)."""
         self._load_pending()
         if part.long:
-            raw = self._raw(self._feed(part.head, emit, part.first_pane + self.b.panes, 0))
+            raw = self._raw(self._feed(part.edges(), emit, part.first_pane + self.b.panes, 0))
             self.pending = (part.tail, part.last_pane)
             return raw
-        return self._raw(self._feed(part.head, emit, part.last_pane, 0))
+        return self._raw(self._feed(part.edges(), emit, part.last_pane, 0))
 
     def skip(self, part: BranchPart) -> None:
         """The part's leading windows were computed in parallel; keep only its tail."""
@@ -144,6 +144,15 @@ def split_edges(e: Edges, cols: np.ndarray, parts: int) -> list[Edges]:
             for lo, hi in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True)]
 
 
+def split_head(part, cols: np.ndarray, parts: int, alone: bool = False) -> None:
+    """``part``'s head by partition (:func:`split_edges`) into ``part.split``; ``alone``: the
+    split alone holds them then (``head`` None: a task in flight keeps one copy of its
+    partials, not two - a spilling assembly's, which reads nothing else)."""
+    part.split = split_edges(part.head, cols, parts)
+    if alone:
+        part.head = None
+
+
 class PartitionedAssembler:
     """A branch's sequential window state split into partitions by a hash of the group keys
     (PipeFabric's partitioned parallelism).
@@ -180,6 +189,12 @@ class PartitionedAssembler:
     def _split(self, e: Edges) -> list[Edges]:
         return split_edges(e, self.cols, len(self.parts))
 
+    def _split_of(self, part: BranchPart) -> list[Edges]:
+        """``part``'s head by partition: split by the fragment, on a worker, if it could."""
+        if part.split is None or len(part.split) != len(self.parts):
+            part.split = self._split(part.edges())
+        return part.split
+
     def _each(self, fn, *per_part) -> list:
         """``fn(assembler, *args)`` for every partition at once; their results in order."""
         return at_once(self.pool, fn, list(zip(self.parts, *per_part, strict=True)))
@@ -192,8 +207,7 @@ class PartitionedAssembler:
                                     None), emit)
             a.pending = None  # a long task's tail stays whole here until it is needed
             return raw
-        heads = part.split if part.split is not None and len(part.split) == len(self.parts) \
-            else self._split(part.head)  # split by the fragment, on a worker, if it could
+        heads = self._split_of(part)
         raw = merge_windows(self._each(run, heads))
         if part.long:
             self.pending = (part.tail, part.last_pane)

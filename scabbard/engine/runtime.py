@@ -33,7 +33,7 @@ from scabbard.engine import memory, physical
 from scabbard.engine.assembly import (
     BranchAssembler,
     partition_columns,
-    split_edges,
+    split_head,
     windows_between,
 )
 from scabbard.engine.config import (  # noqa: F401 (the engine's settings, named here too)
@@ -320,7 +320,7 @@ class Engine:
         finally:
             self.adaptive = adaptive
         return [None if any(h[i].long for h in halves)
-                else tuple(len(np.unique(np.concatenate([h[i].head.keys, h[i].tail.keys]),
+                else tuple(len(np.unique(np.concatenate([h[i].edges().keys, h[i].tail.keys]),
                                          axis=0)) for h in halves)
                 for i in range(len(self.plan.branches))]
 
@@ -383,10 +383,10 @@ class Engine:
                                         task_edges(partials, t, len(pane)), internal))
             else:
                 parts.append(BranchPart(first, last, False, task_edges(partials, 0, len(pane)),
-                                        task_edges(partials, len(pane), len(pane)), None))
+                                        empty_edges(b.key_width, len(b.iops), len(b.fops)), None))
             split = self.split_parts[i] if self.split_parts else 1
             if split > 1 and not parts[-1].long:  # the assembler's alone: split here, in parallel
-                parts[-1].split = split_edges(parts[-1].head, partition_columns(b), split)
+                split_head(parts[-1], partition_columns(b), split, alone=self.spills(i))
         return TaskResult(seq, n, ingest, parts, batch.end, t_last if n else 0)
 
     def _partials(self, i: int, b, batch: Batch, ts, shift: int, first: int, last: int,
@@ -469,8 +469,8 @@ class Engine:
         empty = [empty_edges(b.key_width, len(b.iops), len(b.fops)) for b in self.plan.branches]
         prev = TaskResult(0, 0, 0.0, [BranchPart(p.first_pane, p.first_pane, True, e, e, None)
                                       for p, e in zip(r.parts, empty, strict=True)])
-        cur = TaskResult(1, 0, 0.0, [BranchPart(p.first_pane, p.first_pane, True, p.head, e, None)
-                                     for p, e in zip(r.parts, empty, strict=True)])
+        cur = TaskResult(1, 0, 0.0, [BranchPart(p.first_pane, p.first_pane, True, p.edges(), e,
+                                                None) for p, e in zip(r.parts, empty, strict=True)])
         for i in range(len(self.plan.branches)):
             self._boundary(prev, cur, i)
 
@@ -537,7 +537,7 @@ class Engine:
         lo, hi = max(p.last_pane, skip // b.slide_ms), c.first_pane + b.panes - 1
         if lo > hi:  # recovery: stored downstream already
             return None
-        raw = windows_between(b, p.tail, c.head, lo, hi, b.key_dtypes)
+        raw = windows_between(b, p.tail, c.edges(), lo, hi, b.key_dtypes)
         return self.plan.post(i, b.finalize(raw))
 
     def _result_batch(self, cols: dict[str, np.ndarray]) -> Batch:

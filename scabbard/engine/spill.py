@@ -462,31 +462,38 @@ class SpillingAssembler(PartitionedAssembler):
         next slice's first: the same windows), the budget enforced after each; else the
         task.  (A spilled partition's share waits, within its own bound, or is reloaded and
         run alone, the budget enforced after it.)"""
-        n = len(part.head.pane)
+        n = part.rows
         rows = max(1, self.budget // 16 // self.row_bytes)
         if part.long or n <= rows:
             yield part
             return
         self._distribute()
-        if part.split is None or len(part.split) != len(self.parts):
-            part.split = self._split(part.head)
-        if sum(len(e.pane) for i, e in enumerate(part.split) if i not in self.spilled) <= rows:
+        split = self._split_of(part)
+        if sum(len(e.pane) for i, e in enumerate(split) if i not in self.spilled) <= rows:
             yield part
             return
-        for lo in range(0, n, rows):
-            hi = min(n, lo + rows)
-            head = Edges(part.head.pane[lo:hi], part.head.keys[lo:hi], part.head.cnt[lo:hi],
-                         part.head.ints[lo:hi], part.head.floats[lo:hi])
-            last = part.last_pane if hi == n else int(part.head.pane[hi])
-            yield BranchPart(part.first_pane, last, False, head, part.tail, None)
+        # the partials in pane order, each partition's rows of a pane in partition order (as
+        # BranchPart.edges): a slice of them is a range of each partition's own rows
+        owner = np.repeat(np.arange(len(split)), [len(e.pane) for e in split])
+        panes = np.concatenate([e.pane for e in split])
+        order = np.argsort(panes, kind="stable")
+        at = [np.zeros(len(split), np.int64)]
+        for lo in range(rows, n, rows):
+            at.append(np.bincount(owner[order[:lo]], minlength=len(split)))
+        at.append(np.array([len(e.pane) for e in split]))
+        for k in range(len(at) - 1):
+            lo, hi = at[k], at[k + 1]
+            cut = int(hi.sum())
+            last = part.last_pane if cut == n else int(panes[order[cut]])
+            yield BranchPart(part.first_pane, last, False, None, part.tail, None,
+                             [e.slice(a, b) for e, a, b in zip(split, lo, hi, strict=True)])
 
     def _pieces(self, part: BranchPart, emit: bool):
         """Each key partition's windows of ``part`` in partition order (none where it has
         no rows): the partitions in memory run at once, then each spilled one whose windows
         end is reloaded, run, and held to the budget, one at a time."""
         self._distribute()
-        heads = part.split if part.split is not None and len(part.split) == len(self.parts) \
-            else self._split(part.head)
+        heads = self._split_of(part)
 
         def run(i: int):
             a = self.parts[i]
@@ -519,7 +526,7 @@ class SpillingAssembler(PartitionedAssembler):
         self.upto = part.last_pane
         if part.long:
             self.pending = (part.tail, part.last_pane)
-        self.grown += len(part.head.pane)
+        self.grown += part.rows
         self._enforce()
 
     def flush(self):

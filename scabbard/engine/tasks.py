@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -22,6 +22,11 @@ class Edges:
     ints: np.ndarray
     floats: np.ndarray
 
+    def slice(self, lo: int, hi: int) -> Edges:
+        """Rows ``lo`` to ``hi`` (views)."""
+        return Edges(self.pane[lo:hi], self.keys[lo:hi], self.cnt[lo:hi], self.ints[lo:hi],
+                     self.floats[lo:hi])
+
 
 @dataclass
 class BranchPart:
@@ -32,12 +37,27 @@ class BranchPart:
     first_pane: int
     last_pane: int
     long: bool
-    head: Edges
+    head: Edges | None  # None: ``split`` alone holds them (a task under a state budget's)
     tail: Edges
     internal: dict | None
     # the head's partials by key partition (a partitioned assembly's; split by the fragment,
     # on a worker, so the serial assembly need not)
     split: list[Edges] | None = None
+
+    @property
+    def rows(self) -> int:
+        """The head's pane partials."""
+        return len(self.head.pane) if self.head is not None else \
+            sum(len(e.pane) for e in self.split)
+
+    def edges(self) -> Edges:
+        """The head's partials in pane order (from ``split`` where the fragment kept only it:
+        each partition's rows of a pane in partition order)."""
+        if self.head is not None:
+            return self.head
+        cols = [np.concatenate([getattr(e, f.name) for e in self.split]) for f in fields(Edges)]
+        order = np.argsort(cols[0], kind="stable")
+        return Edges(*(c[order] for c in cols))
 
 
 @dataclass

@@ -121,8 +121,8 @@ class WindowOperator(_Stored):
             return
         lo = part.last_pane - self.branch.panes + 1
         keep = [e for e in self.recent if len(e.pane) and e.pane[-1] >= lo]
-        if len(part.head.pane):
-            keep.append(part.head)
+        if part.rows:
+            keep.append(part.edges())
         self.recent = keep
 
     def snapshot(self) -> list:
