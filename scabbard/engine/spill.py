@@ -102,7 +102,8 @@ def task_rows(budget: int, want: int, keys: tuple[int, int] | None,
               rows_per_pane: float) -> int:
     """A task's rows under a state ``budget`` (a branch's share), at most ``want`` (the
     size its windows ask for): small enough that the partials of the tasks in flight (8 of
-    them, :data:`TASK_ROW_BYTES` a partial) are a small part of the budget.
+    them, :data:`TASK_ROW_BYTES` a partial; a run under a budget keeps a task a worker and
+    one more) are a small part of the budget.
 
     A partial per input row at most - unless ``keys`` (the distinct keys of the first half
     of a sample of the stream, and of all of it) shows them saturating: then a task holds
