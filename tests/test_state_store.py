@@ -234,12 +234,13 @@ def test_a_spilling_runs_task_holds_its_partials_once(tiny):
     assert rows(got) == rows(whole.head)
 
 
-@pytest.mark.parametrize("budget", [None, 16 << 20])
+@pytest.mark.parametrize("name, budget, window", [("DARWIN", None, 8), ("DARWIN", 16 << 20, 3),
+                                                   ("SG1", 16 << 20, 8)])
 def test_a_spilling_run_dispatches_a_task_a_worker_and_one_more_ahead_of_assembly(
-        tiny, monkeypatch, budget):
-    """What the tasks in flight hold is outside the state's budget: under one, the workers
-    run at most a task each and one more waits for the assembly (without: a queue of two a
-    worker, and as many results waiting)."""
+        tiny, monkeypatch, name, budget, window):
+    """What the tasks in flight hold is outside the state's budget: when state spills, the
+    workers run at most a task each and one more waits for the assembly (else: a queue of two
+    a worker, and as many results waiting - SG1's global aggregate never spills)."""
     from scabbard.engine import execution
 
     made, init = [], execution.Execution.__init__
@@ -249,9 +250,9 @@ def test_a_spilling_run_dispatches_a_task_a_worker_and_one_more_ahead_of_assembl
         made.append(self.window._value)  # the tasks it lets be dispatched ahead of assembly
 
     monkeypatch.setattr(execution.Execution, "__init__", record)
-    run_query(queries.get("DARWIN"), tiny["darwin"], CollectSink(), EngineConfig(
+    run_query(queries.get(name), tiny[queries.workload_of(name)], CollectSink(), EngineConfig(
         workers=2, state_memory=budget, spill=disk_spill() if budget else None))
-    assert made == ([3] if budget else [8])
+    assert made == [window]
 
 
 def test_a_budget_too_small_for_one_partition_is_refused_at_start(tiny):

@@ -189,11 +189,16 @@ class PartitionedAssembler:
     def _split(self, e: Edges) -> list[Edges]:
         return split_edges(e, self.cols, len(self.parts))
 
-    def _split_of(self, part: BranchPart) -> list[Edges]:
-        """``part``'s head by partition: split by the fragment, on a worker, if it could."""
-        if part.split is None or len(part.split) != len(self.parts):
-            part.split = self._split(part.edges())
-        return part.split
+    def _split_of(self, part: BranchPart, keep: bool = False) -> list[Edges]:
+        """``part``'s head by partition: split by the fragment, on a worker, if it could;
+        ``keep``: a split made here stays on ``part`` (not for a long task's: it would hold
+        its head twice while it waits for the next task)."""
+        if part.split is not None and len(part.split) == len(self.parts):
+            return part.split
+        split = self._split(part.edges())
+        if keep:
+            part.split = split
+        return split
 
     def _each(self, fn, *per_part) -> list:
         """``fn(assembler, *args)`` for every partition at once; their results in order."""

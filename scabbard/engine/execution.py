@@ -79,13 +79,13 @@ class Execution:
         # (replayed from there, not computed again)
         self.skip = [self._stored_through(self.plan.top(lane.i)) for lane in self.lanes]
         workers = engine.config.workers
-        budget = engine.config.state_memory is not None  # (what tasks hold is outside it)
-        depth = engine.config.queue_depth or (1 if budget else 2 * workers)
+        spilling = any(map(engine.spills, range(len(self.plan.branches))))
+        depth = engine.config.queue_depth or (1 if spilling else 2 * workers)
         self.pool = None  # workers shared with other runs (share)
         self.tasks = queue.Queue(maxsize=depth)
-        # tasks dispatched but not yet assembled: bounds memory (and the input persisted ahead
-        # of the windows) when assembly is the bottleneck; under a budget, one a worker and one more
-        self.window = threading.Semaphore(depth + (1 if budget else 2) * workers)
+        # tasks dispatched, not yet assembled: bound memory (and input persisted ahead of the
+        # windows); with state under a budget (it holds no task) a task a worker and one more
+        self.window = threading.Semaphore(depth + (1 if spilling else 2) * workers)
         self.lock = threading.Lock()  # guards the dictionaries below and the lanes'
         self.assembly_lock = threading.Lock()
         self.results: dict[int, TaskResult] = {}  # finished fragments, not yet assembled

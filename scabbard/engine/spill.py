@@ -469,7 +469,7 @@ class SpillingAssembler(PartitionedAssembler):
             yield part
             return
         self._distribute()
-        split = self._split_of(part)
+        split = self._split_of(part, keep=True)  # (short: the slices or the whole use it)
         if sum(len(e.pane) for i, e in enumerate(split) if i not in self.spilled) <= rows:
             yield part
             return
@@ -478,9 +478,9 @@ class SpillingAssembler(PartitionedAssembler):
         owner = np.repeat(np.arange(len(split)), [len(e.pane) for e in split])
         panes = np.concatenate([e.pane for e in split])
         order = np.argsort(panes, kind="stable")
-        at = [np.zeros(len(split), np.int64)]
-        for lo in range(rows, n, rows):
-            at.append(np.bincount(owner[order[:lo]], minlength=len(split)))
+        owners, at = owner[order], [np.zeros(len(split), np.int64)]
+        for lo in range(rows, n, rows):  # each partition's rows before each cut
+            at.append(at[-1] + np.bincount(owners[lo - rows:lo], minlength=len(split)))
         at.append(np.array([len(e.pane) for e in split]))
         for k in range(len(at) - 1):
             lo, hi = at[k], at[k + 1]
