@@ -79,9 +79,9 @@ from scabbard.engine.tasks import (
     BranchPart,
     Edges,
     TaskResult,
-    concat_edges,
     empty_edges,
     front_outputs,
+    merge_by_pane,
     task_edges,
 )
 from scabbard.kernels import assembler as ka
@@ -259,13 +259,8 @@ class Dataflow:
         """The partitions' pane partials at a batch's edge as the serial engine's: one piece,
         in pane order (a checkpoint's state)."""
         b = self.branch
-        e = concat_edges([x for x in edges if len(x.pane)], b.key_width, len(b.iops),
-                         len(b.fops))
-        if len(e.pane) > 1 and np.any(e.pane[1:] < e.pane[:-1]):
-            order = np.argsort(e.pane, kind="stable")
-            e = Edges(e.pane[order], e.keys[order], e.cnt[order], e.ints[order],
-                      e.floats[order])
-        return e
+        return merge_by_pane([x for x in edges if len(x.pane)], b.key_width, len(b.iops),
+                             len(b.fops))
 
 def in_window_order(pieces: list[dict]) -> list[dict]:
     """Result columns of window rows (``pieces``, each in window order) as pieces in window

@@ -149,10 +149,6 @@ class Saved:
         return [(f, e) for f, e, _, _ in self.units]
 
 
-def _rows(e: Edges, lo: int, hi: int | None = None) -> Edges:
-    return Edges(e.pane[lo:hi], e.keys[lo:hi], e.cnt[lo:hi], e.ints[lo:hi], e.floats[lo:hi])
-
-
 @dataclass
 class Spilled:
     """A partition on disk: the open pane it stopped at, its units, its waiting shares."""
@@ -282,7 +278,7 @@ class SpillingAssembler(PartitionedAssembler):
         window needs, which no piece holds."""
         s = self.spilled.pop(i)
         lo = s.cur - self.b.panes + 1  # panes before it no open window needs (an older unit's)
-        pieces = [_rows(e, int(np.searchsorted(e.pane, lo))) for e in (units, *s.waiting)]
+        pieces = [e.slice(int(np.searchsorted(e.pane, lo))) for e in (units, *s.waiting)]
         pieces = [e for e in pieces if len(e.pane)]
         a = self.parts[i]
         for e in pieces:
@@ -332,7 +328,7 @@ class SpillingAssembler(PartitionedAssembler):
             written = store.write(e) if len(e.pane) else []
             return written, written
         cut, _ = self._save(i, e)
-        written = store.write(_rows(e, cut)) if cut < len(e.pane) else []
+        written = store.write(e.slice(cut)) if cut < len(e.pane) else []
         return self.saved[i].ranges() + written, written
 
     def _save(self, i: int, e: Edges) -> tuple[int, int]:
@@ -344,7 +340,7 @@ class SpillingAssembler(PartitionedAssembler):
         upto = max(saved.upto, self.upto)  # (never below what is written already)
         start = int(np.searchsorted(e.pane, max(saved.upto, lo)))
         cut = int(np.searchsorted(e.pane, upto))
-        written = self.store.write(_rows(e, start, cut)) if cut > start else []
+        written = self.store.write(e.slice(start, cut)) if cut > start else []
         saved.units += [(f, end, int(e.pane[start]), int(e.pane[cut - 1]) + 1)
                         for f, end in written]
         saved.upto = upto

@@ -22,8 +22,8 @@ class Edges:
     ints: np.ndarray
     floats: np.ndarray
 
-    def slice(self, lo: int, hi: int) -> Edges:
-        """Rows ``lo`` to ``hi`` (views)."""
+    def slice(self, lo: int, hi: int | None = None) -> Edges:
+        """Rows ``lo`` to ``hi`` (to the end: None), views."""
         return Edges(self.pane[lo:hi], self.keys[lo:hi], self.cnt[lo:hi], self.ints[lo:hi],
                      self.floats[lo:hi])
 
@@ -55,9 +55,8 @@ class BranchPart:
         each partition's rows of a pane in partition order)."""
         if self.head is not None:
             return self.head
-        cols = [np.concatenate([getattr(e, f.name) for e in self.split]) for f in fields(Edges)]
-        order = np.argsort(cols[0], kind="stable")
-        return Edges(*(c[order] for c in cols))
+        s = self.split[0]
+        return merge_by_pane(self.split, s.keys.shape[1], s.ints.shape[1], s.floats.shape[1])
 
 
 @dataclass
@@ -130,6 +129,16 @@ def concat_edges(parts: list[Edges], key_width: int, ints: int, floats: int) -> 
         return parts[0]
     return Edges(*(np.concatenate([getattr(p, f) for p in parts])
                    for f in ("pane", "keys", "cnt", "ints", "floats")))
+
+
+def merge_by_pane(parts: list[Edges], key_width: int, ints: int, floats: int) -> Edges:
+    """Several :class:`Edges`, each in pane order, as one in pane order (stable: a pane's rows
+    in the parts' order)."""
+    e = concat_edges(parts, key_width, ints, floats)
+    if len(e.pane) > 1 and np.any(e.pane[1:] < e.pane[:-1]):
+        order = np.argsort(e.pane, kind="stable")
+        e = Edges(*(getattr(e, f.name)[order] for f in fields(Edges)))
+    return e
 
 
 def front_outputs(n: int, k: int, ni: int, nf: int) -> tuple[np.ndarray, ...]:
