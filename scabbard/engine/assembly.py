@@ -50,14 +50,16 @@ class BranchAssembler:
     needs the sequential path.
     """
 
-    def __init__(self, branch: physical.Branch):
+    def __init__(self, branch: physical.Branch, groups: int = 64, rows: int = 1024):
+        """Room for ``groups`` groups and ``rows`` pane partials and result rows before the
+        arrays grow (a partition reloaded from disk: what it reads; a spilled one's: none)."""
         self.b = branch
         k = branch.key_width
         ni, nf = len(branch.iops), len(branch.fops)
-        self.ws, self.dqi, self.dqf = kw.empty_window_state(64, ni, nf)
-        self.table = ht.empty_key_table(k, 64)
-        self.fifo = ka.empty_pane_fifo(ni, nf)
-        self.out = kr.empty_result_rows(k, ni, nf, 1024)
+        self.ws, self.dqi, self.dqf = kw.empty_window_state(groups, ni, nf)
+        self.table = ht.empty_key_table(k, groups)
+        self.fifo = ka.empty_pane_fifo(ni, nf, rows)
+        self.out = kr.empty_result_rows(k, ni, nf, rows)
         self.cur = np.array([INT64_MIN], dtype=np.int64)
         self.sel = kr.selection(*branch.select)
         self.pending: tuple[Edges, int] | None = None  # a long task's tail, not yet loaded

@@ -21,7 +21,10 @@ and ``EngineConfig.state_memory`` bounds the bytes their arrays hold:
   back (the store reads runs of adjacent units at once), fed
   into a fresh state without emitting (the windows they close were emitted before the
   spill), then the task's share runs as usual.  Spilled partitions are reloaded and run
-  one at a time, so memory holds the budget plus one partition, never the whole state;
+  one at a time, so memory holds the budget plus one partition, never the whole state; the
+  partition read back starts with room for its rows and the task's share (grown by doubling
+  it held up to twice them, and both copies while it grew), and a spilled one keeps an
+  empty state of a few rows;
 * **read ahead**: the units of the next partition to reload are read on a thread of their
   own while the one before runs (the first's while the partitions in memory run), in the
   order the windows need them - memory holds one partition's units more;
@@ -217,9 +220,7 @@ class SpillingAssembler(PartitionedAssembler):
         """Partition ``i`` to disk; the bytes its fresh (empty) state holds."""
         a = self.parts[i]
         state = export(a)
-        fresh = BranchAssembler(self.b)
-        fresh.copy = False
-        self.parts[i] = fresh
+        self.parts[i] = fresh = self._fresh()
         if not len(state.pane):  # an empty window: only its arrays' room goes
             fresh.cur[0] = a.cur[0]
             self._forget(i)
@@ -229,6 +230,15 @@ class SpillingAssembler(PartitionedAssembler):
         self.spilled[i] = Spilled(int(a.cur[0]), units)
         self.stats["spills"] += 1
         return assembler_bytes(fresh)
+
+    def _fresh(self, rows: int = 0) -> BranchAssembler:
+        """An empty partition with room for ``rows`` pane partials (a spilled one's: none -
+        its arrays are 64 partitions' overhead beside the budget - a reloaded one's: the rows
+        it reads and the task's share, so that it does not grow to twice them by doubling)."""
+        groups = rows // self.b.panes  # a tumbling window's partials are its groups
+        a = BranchAssembler(self.b, groups=max(16, groups), rows=max(16, rows))
+        a.copy = False
+        return a
 
     def _wait(self, i: int, e: Edges) -> None:
         """A task's share ``e`` of spilled partition ``i`` (it closes none of its panes)."""
@@ -255,22 +265,23 @@ class SpillingAssembler(PartitionedAssembler):
             self._reader = ThreadPoolExecutor(1, thread_name_prefix="spill-read")
         return self._reader.submit(self.store.read, list(self.spilled[i].units))
 
-    def _reloaded(self, indices: list[int]):
+    def _reloaded(self, indices: list[int], shares: dict[int, int] | None = None):
         """The spilled partitions ``indices`` back in memory one after the other, as the
         caller iterates (it runs each before it asks for the next); the units of each are
-        read while the caller works on the one before - the first's from this call on."""
+        read while the caller works on the one before - the first's from this call on.
+        ``shares``: the rows the caller feeds each after (a task's)."""
         ahead = self._read(indices[0]) if indices else None
 
         def each(ahead):
             for k, i in enumerate(indices):
                 units = ahead.result()
                 ahead = self._read(indices[k + 1]) if k + 1 < len(indices) else None
-                a = self._reload(i, units)
+                a = self._reload(i, units, (shares or {}).get(i, 0))
                 del units  # (fed: not held while the caller runs the partition)
                 yield i, a
         return each(ahead)
 
-    def _reload(self, i: int, units: Edges) -> BranchAssembler:
+    def _reload(self, i: int, units: Edges, share: int = 0) -> BranchAssembler:
         """Partition ``i`` back in memory: its ``units`` (read) and waiting shares fed to a
         fresh state that closes the panes before the one it stopped at without emitting -
         one after the other, in pane order, not concatenated (no copy of the units is made):
@@ -281,6 +292,8 @@ class SpillingAssembler(PartitionedAssembler):
         pieces = [e.slice(int(np.searchsorted(e.pane, lo))) for e in (units, *s.waiting)]
         pieces = [e for e in pieces if len(e.pane)]
         a = self.parts[i]
+        if a.pending is None and a.cur[0] == INT64_MIN:  # (a spilled one's placeholder)
+            self.parts[i] = a = self._fresh(sum(len(e.pane) for e in pieces) + share)
         for e in pieces:
             a._feed(e, False, s.cur, 0)
         if not pieces and a.cur[0] < s.cur:  # an empty partition of a checkpoint: the open
@@ -505,7 +518,7 @@ class SpillingAssembler(PartitionedAssembler):
             else:
                 later.append(i)
         later.sort()
-        reloaded = self._reloaded(later)
+        reloaded = self._reloaded(later, {i: len(heads[i].pane) for i in later})
         raws = self._run([i for i in range(len(self.parts))
                           if i not in self.spilled], run)
         back = set(later)
@@ -564,9 +577,7 @@ class SpillingAssembler(PartitionedAssembler):
                 next(reloaded)
             self._forget(i)
             raw = self.parts[i].flush()
-            fresh = BranchAssembler(self.b)
-            fresh.copy = False
-            self.parts[i] = fresh
+            self.parts[i] = self._fresh()
             yield raw
 
     def close(self) -> None:

@@ -54,8 +54,7 @@ class PaneFifo(NamedTuple):
 
 
 @kernel
-def _new_pane_fifo(ni: int, nf: int):
-    n = 1024
+def _new_pane_fifo(ni: int, nf: int, n: int):
     return PaneFifo(np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
                     np.empty(n, dtype=np.int64), np.empty((n, ni), dtype=np.int64),
                     np.empty((n, nf), dtype=np.float64), np.zeros(2, dtype=np.int64),
@@ -363,11 +362,11 @@ def _merge_rows(s_t, e_t, k_t, c_t, i_t, f_t):
 
 
 # -- what Python calls: the kernels above behind the checks of scabbard.kernels._check -----------
-def empty_pane_fifo(ints: int, floats: int) -> PaneFifo:
+def empty_pane_fifo(ints: int, floats: int, entries: int = 1024) -> PaneFifo:
     """An assembler's empty window of pane partials with ``ints`` integer and ``floats`` float
-    aggregate slots."""
-    _sizes("empty_pane_fifo", ints=ints, floats=floats)
-    return _new_pane_fifo(ints, floats)
+    aggregate slots, and room for ``entries`` partials (at least 16) before growing."""
+    _sizes("empty_pane_fifo", ints=ints, floats=floats, entries=entries)
+    return _new_pane_fifo(ints, floats, max(16, entries))
 
 
 def _sizes(kernel: str, **named) -> None:
