@@ -239,7 +239,9 @@ def test_a_spilled_partition_holds_next_to_nothing_and_a_reloaded_one_what_it_re
     """A spilled partition's state in memory is an empty one of a few rows (64 partitions of
     it sit beside the budget); a partition read back starts with room for what it reads and
     the task's share, so its arrays do not double past them."""
-    from scabbard.engine import spill
+    from types import SimpleNamespace
+
+    from scabbard.engine import Engine, spill
     from scabbard.engine.assembly import BranchAssembler
 
     q, ds = queries.get("DARWIN"), tiny["darwin"]
@@ -264,6 +266,13 @@ def test_a_spilled_partition_holds_next_to_nothing_and_a_reloaded_one_what_it_re
         workers=2, batch_rows=997, state_memory=spill.MIN_STATE_MEMORY,
         spill=disk_spill(tmp_path)))
     assert len(spilled) > 10 and all(mine * 8 < default for mine, default in spilled)
+    # so is every partition of a recovery's state, all of them on disk until read back
+    branch = Engine(q, ds.tables).plan.branches[0]
+    a = spill.SpillingAssembler(branch, spill.PARTS, None, spill.MIN_STATE_MEMORY,
+                                open_store=lambda b: SimpleNamespace(attach=lambda owner: None))
+    a.resume({}, 7)
+    default = spill.assembler_bytes(BranchAssembler(branch))
+    assert all(spill.assembler_bytes(p) * 8 < default for p in a.parts)
     assert len(reloaded) > 10
     # DARWIN's window is one pane: a partial a group; the table's room at most twice the rows
     assert all(fifo <= max(16, rows) and groups <= max(16, rows) and table <= max(16, rows)

@@ -407,8 +407,7 @@ class SpillingAssembler(PartitionedAssembler):
         self.spilled = {i: Spilled(last_pane, [tuple(r) for r in parts.get(i, ())])
                         for i in range(len(self.parts))}
         self.saved = {}
-        for a in self.parts:
-            a.pending = None
+        self.parts = [self._fresh() for _ in self.parts]  # every one on disk
         self.upto = last_pane
 
     # -- the assembler's interface -----------------------------------------------------------------
