@@ -672,6 +672,36 @@ def test_bench_state_sets_the_spilling_engine_beside_each_rocksdb_peer():
     assert row["engine-spill / flink-rocksdb"] == 16 and row["spill / in memory"] == 0.5
 
 
+def test_bench_states_figure_sets_each_runs_memory_against_the_budget_plus_64_mib(tmp_path):
+    """Fig. 5's figure: throughput bars with the rounds' range, and beside them what each
+    engine run held above its start against the budget + 64 MiB line (where measured)."""
+    import pandas as pd
+
+    from scabbard.experiments import state
+
+    runs = pd.DataFrame([{"keys": k, "system": s, "round": r, "tuples_per_s": t * (1 + r)}
+                         for k in (10, 1000) for r in (0, 1) for s, t in (
+                             ("engine", 8e6), ("engine-spill", 4e6), ("spark-rocksdb", 5e5))])
+    spill = runs["system"] == "engine-spill"
+    runs["peak_anon_mb"] = np.where(runs["system"] == "spark-rocksdb", np.nan, 150.0)
+    runs["start_anon_mb"] = runs["peak_anon_mb"] - np.where(spill, 40.0, 100.0)
+    runs["budget_mb"] = np.where(spill, 16.0, np.nan)
+    from matplotlib.container import BarContainer
+
+    fig = state.plot(runs, str(tmp_path))
+    ax, bx = fig.axes
+    assert (tmp_path / "state.png").exists()
+
+    def heights(axis):  # per system, its bars
+        return [[b.get_height() for b in c] for c in axis.containers
+                if isinstance(c, BarContainer)]
+    assert heights(ax) == [[12.0, 12.0], [6.0, 6.0], [0.75, 0.75]]  # the rounds' medians
+    assert heights(bx) == [[100.0, 100.0], [40.0, 40.0]]
+    assert [line.get_ydata()[0] for line in bx.lines if line.get_linestyle() == "--"] == [80]
+    one = state.plot(runs.drop(columns=["start_anon_mb"]))
+    assert len(one.axes) == 1
+
+
 def test_an_engine_run_of_bench_state_allocates_from_one_malloc_arena(tiny, tmp_path):
     """The run's memory sampler starts a thread before the engine does: the child applies
     the allocator first, so every thread shares one arena (each arena would keep its own

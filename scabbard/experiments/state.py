@@ -293,22 +293,49 @@ def latency(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot(runs: pd.DataFrame, output_dir: str | None = None):
-    """Darwin's Fig. 5: throughput per system, a group of bars per key count (log scale)."""
+    """Darwin's Fig. 5: throughput per system, a group of bars per key count (log scale, the
+    rounds' range as a bar's whisker); beside it, where the runs measured it, what each
+    engine run held above its loaded code against the budget plus 64 MiB."""
     import matplotlib.pyplot as plt
 
-    med = runs.groupby(["keys", "system"])["tuples_per_s"].median().unstack("system")
-    systems = [c for c in SYSTEMS if c in med]
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    x, width = np.arange(len(med)), 0.8 / max(1, len(systems))
-    for j, c in enumerate(systems):
-        ax.bar(x + (j - (len(systems) - 1) / 2) * width, med[c] / 1e6, width, label=LABELS[c])
-    ax.set_xticks(x, [f"{k:,} keys" for k in med.index])
+    by = runs.groupby(["keys", "system"])
+    above = runs.get("peak_anon_mb", np.nan) - runs.get("start_anon_mb", np.nan)
+    memory = runs.assign(above=above).dropna(subset=["above"])
+    fig, axes = plt.subplots(1, 2 if len(memory) else 1, figsize=(11 if len(memory) else 7, 3.8),
+                             squeeze=False, gridspec_kw={"width_ratios": [3, 2][:1 + bool(
+                                 len(memory))]})
+    ax = axes[0][0]
+    tput = by["tuples_per_s"].agg(["median", "min", "max"]) / 1e6
+    keys = sorted(runs["keys"].unique())
+    _bars(ax, tput, keys, [c for c in SYSTEMS if c in tput.index.get_level_values("system")])
     ax.set_yscale("log")
     ax.set_ylabel("M tuples/s")
     ax.set_title("Darwin's micro-benchmark: a 60 s tumbling sum per key")
     ax.legend(fontsize=8)
+    if len(memory):
+        bx = axes[0][1]
+        mem = memory.groupby(["keys", "system"])["above"].agg(["median", "min", "max"])
+        _bars(bx, mem, keys, [c for c in SYSTEMS if c in mem.index.get_level_values("system")])
+        budget = runs["budget_mb"].dropna() if "budget_mb" in runs else pd.Series(dtype=float)
+        if len(budget):
+            bx.axhline(budget.max() + 64, color="black", ls="--", lw=1,
+                       label=f"budget + 64 MiB ({budget.max() + 64:.0f} MB)")
+        bx.set_yscale("log")
+        bx.set_ylabel("MB above the run's start")
+        bx.set_title("anonymous memory above the run's start")
+        bx.legend(fontsize=8)
     return finish(fig, output_dir, "state.png")
 
+
+def _bars(ax, stats: pd.DataFrame, keys: list, systems: list) -> None:
+    """A group of bars per key count, one per system: ``stats``' median, its min-max range
+    as the whisker (indexed by key count and system)."""
+    x, width = np.arange(len(keys)), 0.8 / max(1, len(systems))
+    for j, c in enumerate(systems):
+        got = stats.xs(c, level="system").reindex(keys)
+        ax.bar(x + (j - (len(systems) - 1) / 2) * width, got["median"], width, label=LABELS[c],
+               yerr=[got["median"] - got["min"], got["max"] - got["median"]], capsize=2)
+    ax.set_xticks(x, [f"{k:,} keys" for k in keys])
 
 
 def plot_budget(runs: pd.DataFrame, output_dir: str | None = None):
