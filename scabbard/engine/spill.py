@@ -291,9 +291,9 @@ class SpillingAssembler(PartitionedAssembler):
         lo = s.cur - self.b.panes + 1  # panes before it no open window needs (an older unit's)
         pieces = [e.slice(int(np.searchsorted(e.pane, lo))) for e in (units, *s.waiting)]
         pieces = [e for e in pieces if len(e.pane)]
-        a = self.parts[i]
-        if a.pending is None and a.cur[0] == INT64_MIN:  # (a spilled one's placeholder)
-            self.parts[i] = a = self._fresh(sum(len(e.pane) for e in pieces) + share)
+        old = self.parts[i]  # a spilled partition's: an empty state, fed nothing since
+        assert old.pending is None and old.cur[0] == INT64_MIN, "a spilled partition was fed"
+        self.parts[i] = a = self._fresh(sum(len(e.pane) for e in pieces) + share)
         for e in pieces:
             a._feed(e, False, s.cur, 0)
         if not pieces and a.cur[0] < s.cur:  # an empty partition of a checkpoint: the open

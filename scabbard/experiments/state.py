@@ -301,10 +301,10 @@ def plot(runs: pd.DataFrame, output_dir: str | None = None):
     by = runs.groupby(["keys", "system"])
     above = runs.get("peak_anon_mb", np.nan) - runs.get("start_anon_mb", np.nan)
     memory = runs.assign(above=above).dropna(subset=["above"])
-    fig, axes = plt.subplots(1, 2 if len(memory) else 1, figsize=(11 if len(memory) else 7, 3.8),
-                             squeeze=False, gridspec_kw={"width_ratios": [3, 2][:1 + bool(
-                                 len(memory))]})
-    ax = axes[0][0]
+    if len(memory):
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.8), width_ratios=[3, 2])
+    else:
+        fig, ax = plt.subplots(figsize=(7, 3.8))
     tput = by["tuples_per_s"].agg(["median", "min", "max"]) / 1e6
     keys = sorted(runs["keys"].unique())
     _bars(ax, tput, keys, [c for c in SYSTEMS if c in tput.index.get_level_values("system")])
@@ -313,7 +313,6 @@ def plot(runs: pd.DataFrame, output_dir: str | None = None):
     ax.set_title("Darwin's micro-benchmark: a 60 s tumbling sum per key")
     ax.legend(fontsize=8)
     if len(memory):
-        bx = axes[0][1]
         mem = memory.groupby(["keys", "system"])["above"].agg(["median", "min", "max"])
         _bars(bx, mem, keys, [c for c in SYSTEMS if c in mem.index.get_level_values("system")])
         budget = runs["budget_mb"].dropna() if "budget_mb" in runs else pd.Series(dtype=float)
