@@ -87,6 +87,17 @@ def test_every_command_explains_itself():
     assert "--change-at" in run_cli("datagen", "--help").stdout
 
 
+
+def test_a_run_or_a_recovery_loads_no_analysis_library_to_read_its_flags():
+    """A cold restart is ``scabbard run --recover`` in a new process: building the parser
+    must not import the experiments' libraries (pandas: ~0.2 s of the restart)."""
+    code = ("import sys; from scabbard.cli import build_parser; build_parser('run'); "
+            "print(sorted(m for m in ('pandas', 'matplotlib', 'pyspark', 'scabbard.check', "
+            "'scabbard.experiments.validation') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
+
 @pytest.mark.spark
 def test_datagen_writes_a_dataset_and_data_check_validates_it(spark, tmp_path, capsys):
     assert main(["datagen", "sg", "--scale", "tiny", "--out", str(tmp_path), "--no-progress"]) == 0

@@ -41,8 +41,9 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """Every command's parser.  ``command``: the one that will run (its group's heavy
-    modules - the benchmarks' experiments - are imported only when it is that group, so
-    that the engine's restart after a crash does not load pandas)."""
+    modules - the benchmarks' experiments, the simulator's validation, the crash-state
+    explorer - are imported only when it is that group, so that the engine's restart after a
+    crash does not load pandas)."""
     parser = Parser(
         prog="scabbard",
         description="Scabbard workbench: fault-tolerant single-node stream processing.",
@@ -61,8 +62,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     bench.add(sub, full=command in (None, "bench"))
     from scabbard.cli import check, sim, spark  # light: SimPy, Spark load on use
 
-    sim.add_parser(sub)
-    check.add_parser(sub)
+    sim.add_parser(sub, full=command in (None, "sim"))
+    check.add_parser(sub, full=command in (None, "check"))
     spark.add(sub)
     return parser
 

@@ -18,12 +18,16 @@ from scabbard.cli.settings import settings_flags, settings_from
 from scabbard.progress import say
 
 
-def add_parser(subparsers) -> None:
-    from scabbard.check import Settings
-
+def add_parser(subparsers, full: bool = True) -> None:
+    """Add ``check`` to a ``scabbard`` subparsers object; with ``full``, its commands (the
+    explorer's settings give ``crash-states`` its flags, so the explorer is imported)."""
     p = subparsers.add_parser("check", help="check the fault-tolerance core beyond a killed process",
                               description="Checks of the fault-tolerance core.")
     sub = p.add_subparsers(dest="check_cmd", required=True, metavar="CHECK")
+    if not full:
+        return
+    from scabbard.check import Settings
+
     c = sub.add_parser(
         "crash-states",
         help="recover from every state a machine crash may leave a run's files in",

@@ -23,8 +23,10 @@ from scabbard.sim.config import Hardware, SimConfig
 _VALIDATE_HELP = {"queries": "queries to validate", "scale": "the datasets the real runs read"}
 
 
-def add_parser(subparsers) -> None:
-    """Add ``sim`` (calibrate, validate, run) to a ``scabbard`` subparsers object."""
+def add_parser(subparsers, full: bool = True) -> None:
+    """Add ``sim`` (calibrate, validate, run) to a ``scabbard`` subparsers object; with
+    ``full``, its commands (``validate``'s flags come from its experiment's settings, so the
+    experiment is imported)."""
     from scabbard.queries import NAMES
 
     p = subparsers.add_parser(
@@ -38,6 +40,8 @@ def add_parser(subparsers) -> None:
             "paper's SSD, remote block storage, 100 Gb/s ingest."),
     )
     sub = p.add_subparsers(dest="sim_cmd", required=True, metavar="SUBCOMMAND")
+    if not full:
+        return
 
     cp = sub.add_parser(
         "calibrate",
