@@ -1,5 +1,6 @@
 """The command line: help, clear errors with non-zero exits, and a real run."""
 
+import argparse
 import os
 import subprocess
 import sys
@@ -580,3 +581,28 @@ def test_a_configurations_message_names_its_flags_longest_field_first():
         rate_cap: float = field(default=1.0, metadata=flag("--cap", "c", Group.ENGINE))
 
     assert in_flags("C.rate_cap must exceed C.rate", C) == "--cap must exceed --rate"
+
+
+def test_a_commands_texts_are_its_usage_beside_its_work(capsys):
+    from scabbard.check import crashstates
+    from scabbard.experiments import validation
+    from scabbard.ft import command
+    from scabbard.standalone import report
+    from scabbard.usage import Usage
+
+    def shown(*argv):
+        with pytest.raises(SystemExit):
+            main([*argv, "--help"])
+        return " ".join(capsys.readouterr().out.split())
+
+    for argv, usage in ((["run"], command.RUN), (["check", "crash-states"], crashstates.USAGE),
+                        (["sim", "validate"], validation.USAGE),
+                        (["spark", "status"], report.ACTIONS["status"])):
+        text = shown(*argv)
+        assert " ".join(usage.description.split()) in text
+        assert usage.epilog is None or " ".join(usage.epilog.split()) in text
+    assert " ".join(command.RUN.summary.split()) in shown()
+    sub = argparse.ArgumentParser(prog="x").add_subparsers()
+    p = Usage("checks 100% of it").parser(sub, "c")  # a summary is a help line: % escaped
+    assert p.description == "Checks 100% of it."
+    assert sub._choices_actions[0].help % {} == "checks 100% of it"

@@ -44,6 +44,19 @@ from scabbard.ft.runfile import recorded_run
 from scabbard.ft.sinks import open_output, read_output
 from scabbard.ft.verify import compare, failure_free, prefix_problem
 from scabbard.storage import RecordingIO, StorageConfig, UnitTooLarge
+from scabbard.usage import Usage
+
+USAGE = Usage(  # scabbard check crash-states
+    "recover from every state a machine crash may leave a run's files in",
+    "Record every file operation (writes, flushes, renames, creations, removals) of a short "
+    "fault-tolerant run of the query, build from that log the crash states a POSIX file system "
+    "allows - every prefix up to a flush, with the writes not yet flushed kept, dropped or torn "
+    "at 4 KiB, and a prefix of the name operations - and for each: check that the committed "
+    "output is a prefix of the failure-free output (whole windows, no duplicate, no other "
+    "result), recover, and check that the recovered run gives exactly the failure-free output.  "
+    "Prints the states explored, the violations, and the first violation's operation log.",
+    "Exit status 0: no violation; 1: violations found.  With --durability process (nothing "
+    "flushed) violations are expected: they are why machine durability exists.")
 
 STORAGE = StorageConfig(file_bytes=1 << 20, pool_files=2, bulk_bytes=1 << 18)
 MAX_FILE = 64 << 20  # the largest pool file a recording grows to (a window's results)

@@ -1,13 +1,4 @@
-"""``scabbard``: the workbench's command line.
-
-    scabbard datagen WORKLOAD|all [--scale tiny|small|full] [--duration S] [--rate R] ...
-    scabbard run --query Q [--backend scabbard|spark] [--workers N] [--rate R] [--duration S] ...
-    scabbard data list|check ...
-    scabbard reproduce [--only NAME] [--scale tiny|small|full]
-    scabbard demo [--scale small|tiny]
-    scabbard bench datagen ...
-    scabbard check crash-states --query Q [--sink clocked|transactional] [--states N]
-    scabbard spark up|down|status [--folder DIR]
+"""``scabbard``: the workbench's command line (``scabbard --help`` lists its commands).
 
 Every subcommand has ``--help``.  Errors print one line, ``scabbard: error: ...``,
 and exit non-zero (2 for bad input, 1 for failures while running).

@@ -1,13 +1,6 @@
 """``scabbard check``: a run's committed output against a failure-free run (``output``),
 and the crash states of a fault-tolerant run (``crash-states``).
 
-    scabbard check output --storage DIR [--output DIR]
-    scabbard check crash-states --query Q [--sink clocked|transactional] [--states N]
-                                [--seed S] [--durability machine|process] [--push-up]
-                                [--compression none|default|adaptive] [--persist-at EDGES]
-                                [--checkpoint-mode full|incremental|eventual]
-                                [--state-memory BYTES] [--data DIR]
-
 :func:`add_parser` adds the ``check`` command to the ``scabbard`` parser's subcommands.
 """
 
@@ -26,25 +19,10 @@ def add_parser(subparsers, full: bool = True) -> None:
     sub = p.add_subparsers(dest="check_cmd", required=True, metavar="CHECK")
     if not full:
         return
-    from scabbard.check import Settings
+    from scabbard.check.crashstates import USAGE, Settings
+    from scabbard.ft import verify
 
-    c = sub.add_parser(
-        "crash-states",
-        help="recover from every state a machine crash may leave a run's files in",
-        description=(
-            "Record every file operation (writes, flushes, renames, creations, removals) of a "
-            "short fault-tolerant run of the query, build from that log the crash states a "
-            "POSIX file system allows - every prefix up to a flush, with the writes not yet "
-            "flushed kept, dropped or torn at 4 KiB, and a prefix of the name operations - "
-            "and for each: check that the committed output is a prefix of the failure-free "
-            "output (whole windows, no duplicate, no other result), recover, and check that "
-            "the recovered run gives exactly the failure-free output.  Prints the states "
-            "explored, the violations, and the first violation's operation log."
-        ),
-        epilog=("Exit status 0: no violation; 1: violations found.  With --durability process "
-                "(nothing flushed) violations are expected: they are why machine durability "
-                "exists."),
-    )
+    c = USAGE.parser(sub, "crash-states")
     shared_flag(c, "--query")
     settings_flags(c, Settings, "sink", "durability", "push_up", "compression",
                    "checkpoint_mode", "state_memory", "ingress_partitions", "tuples",
@@ -53,19 +31,7 @@ def add_parser(subparsers, full: bool = True) -> None:
         "(operator ids, or output: before the sink), as 'scabbard run --persist-at'")
     shared_flag(c, "--data")
     c.set_defaults(func=_run_crash_states)
-    o = sub.add_parser(
-        "output",
-        help="compare a fault-tolerant run's committed output with a failure-free run",
-        description=(
-            "Read the committed output of the fault-tolerant run stored in --storage (its "
-            "run.json names the query, the dataset, the tuples and the output folder), run the "
-            "same query on the same input in this process without failures, and compare them "
-            "row for row: results lost, duplicated, different.  A run that has not consumed "
-            "its input yet (killed, not recovered) must have committed a prefix of the "
-            "failure-free output: whole windows, none lost or duplicated.  The run must be "
-            "bounded (--max-tuples)."),
-        epilog="Exit status 0: exactly once (or a correct prefix); 1: a mismatch.",
-    )
+    o = verify.USAGE.parser(sub, "output")
     shared_flag(o, "--storage", required=True, help="the run's storage folder (as given to "
         "'scabbard run')")
     shared_flag(o, "--output", metavar="DIR", help="the output folder (default: the one the run "

@@ -12,21 +12,9 @@ def add(sub, full: bool = True) -> None:
     """The ``datagen`` command; with ``full``, each workload's own flags (the workloads are
     imported)."""
     from scabbard.workloads import ALL
+    from scabbard.workloads.generator import USAGE
 
-    p = sub.add_parser(
-        "datagen",
-        help="generate benchmark datasets with Spark",
-        description=(
-            "Generate a benchmark dataset with PySpark: Parquet under DATA_ROOT/WORKLOAD/NAME/ plus the "
-            "engine's replay format (one memory-mappable file per column) and a manifest with a "
-            "checksum.  Same parameters give byte-identical data, whatever the partitioning."
-        ),
-        epilog=(
-            "Scales (per workload, at its default rate): tiny (tests, ~30k rows), small (~1M rows, "
-            "the default), full (~32M rows).  Explicit --event-seconds/--rate override the scale.  An "
-            "identical dataset already in place is kept (use --force to regenerate)."
-        ),
-    )
+    p = USAGE.parser(sub, "datagen")
     p.add_argument("workload", help=f"one of {', '.join(ALL)}, or 'all' (the six of the "
                                     f"paper's Table 3)")
     shared_flag(p, "--scale", default=None, help="size preset (default: small)")

@@ -11,21 +11,9 @@ from scabbard.progress import say
 
 # -- reproduce ---------------------------------------------------------------------------------
 def add(sub) -> None:
-    p = sub.add_parser(
-        "reproduce",
-        help="run the figure notebooks with papermill and write a report",
-        description=(
-            "Execute the figure notebooks (parameters per scale: the package's "
-            "experiments/*.yaml) with papermill into OUTPUT/<stamp>-<scale>/: per notebook the "
-            "executed notebook, its HTML rendering with the figures inline, its tables and "
-            "figures; an index.html with every figure of every notebook, each notebook's key "
-            "table, the machine and the date.  A line per notebook tells the time so far and "
-            "about what is left."),
-        epilog=("How long it takes here (2 cores): tiny about 20 minutes (--jobs 2), small 1 h 35 "
-                "min (measured in one run), full several hours; see the README.  A peer a notebook "
-                "compares with (the broker, Flink) that is not installed is skipped with a "
-                "note in the notebook."),
-    )
+    from scabbard.experiments.reproduce import USAGE
+
+    p = USAGE.parser(sub, "reproduce")
     p.add_argument("--only", action="append", metavar="NAME",
                    help="run only this experiment (repeatable), e.g. 00_datasets")
     shared_flag(p, "--scale", help="parameter set of each experiment (default: small)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from scabbard.cli.common import add_data_root, hidden_alias, query_dataset, shared_flag, storage_dir
 from scabbard.cli.errors import CLIError
 from scabbard.cli.spark_backend import reject_spark_flags
+from scabbard.ft.command import RUN
 from scabbard.ft.config import FTConfig, PersistConfig, RunConfig
 from scabbard.ft.flags import Group, add_flags
 from scabbard.ft.modes import EXACTLY_ONCE_SINKS, INTERVAL
@@ -14,29 +15,7 @@ from scabbard.progress import say
 
 # -- run ---------------------------------------------------------------------------------------
 def add_run(sub) -> None:
-
-    p = sub.add_parser(
-        "run",
-        help="run one of the paper's queries on a dataset",
-        description=(
-            "Run a query of the paper's Table 3 (or PipeFabric's Table 1, PF-TRUE, PF-MOD2, "
-            "PF-MOD10, PF-FALSE: a stateless selection on SG; or LRB-ROWS, a count-based "
-            "window) on a generated dataset with the engine (or with Spark Structured "
-            "Streaming), printing live throughput and latency and a final summary.  Results "
-            "(one row per window and group: window_start, window_end, keys, aggregates; a "
-            "stateless query's: the selected tuples, in input order) go to --output: a .parquet "
-            "or .csv file, or with fault tolerance an exactly-once folder "
-            "(scabbard.ft.read_output reads it); uuids are canonical strings in each."
-        ),
-        epilog=(
-            "Without --duration or --max-tuples the dataset is read once (fault-tolerant runs "
-            "too); with either, it is replayed with shifted timestamps (as the paper's "
-            "benchmarks do) until the limit.  The default dataset is <data root>/<workload>/small, "
-            "generated on first use; its manifest is checked on every run (sizes, schema), its "
-            "checksums with --verify.  A fault-tolerant run records its dataset's identity and "
-            "its settings in <storage>/run.json; --recover refuses other data or settings."
-        ),
-    )
+    p = RUN.parser(sub, "run")
     inp = p.add_argument_group("input", "which query, on what data, how much of it")
     eng = p.add_argument_group("engine", "how the engine runs it")
     per = p.add_argument_group("persistence", "what is stored, where, and how small")

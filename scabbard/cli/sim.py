@@ -1,9 +1,5 @@
 """``scabbard sim ...``: calibrate the simulator, validate it, run it (docs/design.md).
 
-    scabbard sim calibrate [--queries Q ...] [--scale small] [--output FILE]
-    scabbard sim validate  [--queries Q ...] [--calibration FILE] [--output results.csv]
-    scabbard sim run --query Q [--cores N] [--disk-mb-s X] [--iops N] [--network-gbps G] ...
-
 :func:`add_parser` adds the ``sim`` command to the ``scabbard`` parser's subcommands;
 each handler returns the exit code and raises :class:`scabbard.cli.CLIError` for bad
 input, as every other command does.
@@ -29,31 +25,12 @@ def add_parser(subparsers, full: bool = True) -> None:
     experiment is imported)."""
     from scabbard.queries import NAMES
 
-    p = subparsers.add_parser(
-        "sim",
-        help="the POG simulator: calibrate it here, validate it, run it on other hardware",
-        description=(
-            "A discrete-event model of the engine (cores, task queue, fragment and assembly "
-            "costs, codecs, disk bandwidth/IOPS/latency, network ingest, asynchronous "
-            "checkpoints, fail-stop recovery) with costs measured on this machine.  It "
-            "answers what the engine would do on hardware this machine is not: 16 cores, the "
-            "paper's SSD, remote block storage, 100 Gb/s ingest."),
-    )
+    p = session.SIM.parser(subparsers, "sim")
     sub = p.add_subparsers(dest="sim_cmd", required=True, metavar="SUBCOMMAND")
     if not full:
         return
 
-    cp = sub.add_parser(
-        "calibrate",
-        help="measure the engine's costs on this machine, per query, into a calibration file",
-        description=(
-            "Time the real engine's parts inside real runs on each query's dataset (source, "
-            "fragment function, boundary windows, assembly), the codecs and the segment "
-            "encoding per compression scheme, the disk (bandwidth, small-write latency), "
-            "a checkpoint's state size, the state load and a process restart.  Writes a JSON "
-            "file with the machine's description and the date; every cost in it is measured."),
-        epilog="Takes about 20-30 s per query; waits for other processes to leave the cores alone.",
-    )
+    cp = session.CALIBRATE.parser(sub, "calibrate")
     shared_flag(cp, "--queries", help=f"subset of {', '.join(NAMES)} (default: all eleven)")
     shared_flag(cp, "--scale", help="dataset scale to measure on (default: small)")
     add_data_root(cp)
@@ -72,20 +49,9 @@ def add_parser(subparsers, full: bool = True) -> None:
                     help="how long to wait for a quiet machine before each query (default 120)")
     cp.set_defaults(func=run_calibrate)
 
-    vp = sub.add_parser(
-        "validate",
-        help="run the real engine and the simulator on the same configurations; compare",
-        description=(
-            "Per query: 1 and 2 workers, without and with persisted input, compression none "
-            "and default - each run for real and simulated - then one fault-tolerant run "
-            "killed (SIGKILL) and recovered, and the same run simulated.  Prints predicted "
-            "vs measured with the error in %; targets: throughput within 15 %, recovery "
-            "time within 25 %."),
-        epilog="About two minutes per query (three runs of each configuration).  Rows measured while other processes kept cores "
-               "busy say so (background_cores).",
-    )
-    from scabbard.experiments.validation import Settings
+    from scabbard.experiments.validation import USAGE, Settings
 
+    vp = USAGE.parser(sub, "validate")
     shared_flag(vp, "--calibration")
     settings_flags(vp, Settings, "queries", "scale", "seconds", "kill", "repeats", "retries",
                    "probe", helps=_VALIDATE_HELP)
@@ -94,13 +60,7 @@ def add_parser(subparsers, full: bool = True) -> None:
     hidden_alias(vp, "--out", dest="output")
     vp.set_defaults(func=run_validate)
 
-    sp = sub.add_parser(
-        "speed",
-        help="how long the model takes: 60 s of a 16-core run per query (target < 10 s)",
-        description=(
-            "Per query, simulate SECONDS of a fault-tolerant run (persisted, compressed input; "
-            "checkpoints every second) on the paper's 16-core SSD machine with the calibrated "
-            "costs, and print the simulated tasks, the wall time it took and the target."))
+    sp = session.SPEED.parser(sub, "speed")
     shared_flag(sp, "--queries", help="subset of the calibrated queries (default: all of them)")
     shared_flag(sp, "--calibration")
     shared_flag(sp, "--sim-seconds", default=60.0, help="simulated seconds (default 60)")
@@ -108,18 +68,7 @@ def add_parser(subparsers, full: bool = True) -> None:
     shared_flag(sp, "--cores", default=16, help="cores (default 16)")
     sp.set_defaults(func=run_speed)
 
-    rp = sub.add_parser(
-        "run",
-        help="simulate one query on a machine you describe; print the predicted metrics",
-        description=(
-            "Simulate QUERY with the calibrated costs on this machine's hardware (measured at "
-            "calibration) or a preset, with any part changed by the flags below.  Prints "
-            "throughput, latency percentiles, bytes written, checkpoints, recovery phases "
-            "(with --fail-at) and what kept the cores and the disk busy."),
-        epilog=("Presets: this (the calibrated machine), paper-ssd (16 cores, 950 MB/s, 72k "
-                "IOPS), paper-remote (16 cores, remote block storage: 700 MB/s, 16k IOPS of "
-                "256 KiB, 1 ms), paper-rdma (paper-ssd with 100 Gb/s ingest)."),
-    )
+    rp = session.RUN.parser(sub, "run")
     shared_flag(rp, "--query", choices=None)  # the calibration names the queries it has
     shared_flag(rp, "--calibration")
     rp.add_argument("--preset", default="this", choices=session.PRESETS,

@@ -12,31 +12,11 @@ EXIT_NOT_RUNNING = 3  # `status` of a cluster that is not running (as service ma
 
 
 def add(sub) -> None:
-    p = sub.add_parser(
-        "spark",
-        help="start, stop or show a local Spark standalone cluster (master + workers on 127.0.0.1)",
-        description=(
-            "A real Spark standalone cluster on this machine: one master and --workers workers "
-            "on 127.0.0.1, JVMs launched from the pyspark package's own jars (nothing is "
-            "downloaded), each with its own folder under --folder.  Point the other commands at "
-            "it with --master spark://127.0.0.1:PORT (datagen --out and run --workdir then name "
-            "a folder or URI every executor reaches)."),
-        epilog=("`up` waits until every worker is registered with the master and prints the "
-                "master URL; on a running cluster it starts the workers that died.  `down` "
-                "stops the JVMs the cluster started - master, workers and their executors - "
-                "and nothing else.  `status` exits 3 when no cluster runs."),
-    )
+    from scabbard.standalone import report
+
+    p = report.SPARK.parser(sub, "spark")
     ssub = p.add_subparsers(dest="spark_cmd", required=True, metavar="ACTION")
-    up = ssub.add_parser("up", help="start the cluster (or complete a running one)",
-                         description="Start a master and --workers workers on 127.0.0.1 and "
-                                     "wait until every worker is registered.")
-    down = ssub.add_parser("down", help="stop every JVM the cluster started",
-                           description="Stop the cluster's master, workers and executors "
-                                       "(SIGTERM, then SIGKILL after a grace period) and "
-                                       "nothing else.")
-    status = ssub.add_parser("status", help="show the master URL, workers and applications",
-                             description="Show what runs: the master's URL and web UI, each "
-                                         "worker's process and state, running applications.")
+    up, down, status = (u.parser(ssub, name) for name, u in report.ACTIONS.items())
     for q in (up, down, status):
         q.add_argument("--folder", metavar="DIR", default=argparse.SUPPRESS,
                        help="the cluster's folder: state, logs, workers' scratch (default: "

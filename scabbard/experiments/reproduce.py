@@ -23,22 +23,30 @@ this scale, else ``expected_s``), and the lines the notebook prints follow it.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-
-import yaml
 
 from scabbard import paths
 from scabbard.errors import UserError
 from scabbard.experiments.progress import Progress, Step, clock, guesses_from
 from scabbard.progress import BATCH
+from scabbard.usage import Usage
+
+USAGE = Usage(  # scabbard reproduce
+    "run the figure notebooks with papermill and write a report",
+    "Execute the figure notebooks (parameters per scale: the package's experiments/*.yaml) "
+    "with papermill into OUTPUT/<stamp>-<scale>/: per notebook the executed notebook, its HTML "
+    "rendering with the figures inline, its tables and figures; an index.html with every "
+    "figure of every notebook, each notebook's key table, the machine and the date.  A line "
+    "per notebook tells the time so far and about what is left.",
+    "How long it takes here (2 cores): tiny about 20 minutes (--jobs 2), small 1 h 35 min "
+    "(measured in one run), full several hours; see the README.  A peer a notebook compares "
+    "with (the broker, Flink) that is not installed is skipped with a note in the notebook.")
 
 SCALES = ("tiny", "small", "full")
 DEFAULT_GUESS_S = {"tiny": 60.0, "small": 300.0, "full": 1200.0}
@@ -104,6 +112,8 @@ def load_experiments(root: Path | None = None) -> dict[str, Experiment]:
     """All parameter files shipped with the package, by name; their notebooks are looked up
     in ``root/notebooks`` (default: the project folder, :func:`scabbard.paths.home`)."""
     notebooks = Path(root) / "notebooks" if root is not None else paths.notebooks_dir()
+    import yaml  # here: the command line reads this module's USAGE on every command
+
     folder = paths.resource("experiments")
     found = {}
     for path in sorted(folder.glob("*.yaml")):
@@ -242,6 +252,9 @@ def reproduce(
             finished(_run_one(experiments[name], scale, run_dir, data_dir, root, log))
         progress.finish()
     else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             pending = [pool.submit(_run_one, experiments[n], scale, run_dir, data_dir, root)
                        for n in names]

@@ -21,6 +21,23 @@ from scabbard.errors import FlagError
 from scabbard.ft.config import ConfigError, FTConfig, PersistConfig, RunConfig
 from scabbard.ft.flags import flag_name, given
 from scabbard.ft.modes import INTERVAL
+from scabbard.usage import Usage
+
+RUN = Usage(
+    "run one of the paper's queries on a dataset",
+    "Run a query of the paper's Table 3 (or PipeFabric's Table 1, PF-TRUE, PF-MOD2, PF-MOD10, "
+    "PF-FALSE: a stateless selection on SG; or LRB-ROWS, a count-based window) on a generated "
+    "dataset with the engine (or with Spark Structured Streaming), printing live throughput and "
+    "latency and a final summary.  Results (one row per window and group: window_start, "
+    "window_end, keys, aggregates; a stateless query's: the selected tuples, in input order) go "
+    "to --output: a .parquet or .csv file, or with fault tolerance an exactly-once folder "
+    "(scabbard.ft.read_output reads it); uuids are canonical strings in each.",
+    "Without --duration or --max-tuples the dataset is read once (fault-tolerant runs too); "
+    "with either, it is replayed with shifted timestamps (as the paper's benchmarks do) until "
+    "the limit.  The default dataset is <data root>/<workload>/small, generated on first use; "
+    "its manifest is checked on every run (sizes, schema), its checksums with --verify.  A "
+    "fault-tolerant run records its dataset's identity and its settings in <storage>/run.json; "
+    "--recover refuses other data or settings.")
 
 # the fields of the configuration that the command's own flags set (the rest carry theirs)
 OWN_FLAGS = {"persist": "--storage", "output": "--output", "query": "--query", "data": "--data"}

@@ -13,6 +13,17 @@ import numpy as np
 import pandas as pd
 
 from scabbard.schema import Schema
+from scabbard.usage import Usage
+
+USAGE = Usage(  # scabbard check output
+    "compare a fault-tolerant run's committed output with a failure-free run",
+    "Read the committed output of the fault-tolerant run stored in --storage (its run.json "
+    "names the query, the dataset, the tuples and the output folder), run the same query on the "
+    "same input in this process without failures, and compare them row for row: results lost, "
+    "duplicated, different.  A run that has not consumed its input yet (killed, not recovered) "
+    "must have committed a prefix of the failure-free output: whole windows, none lost or "
+    "duplicated.  The run must be bounded (--max-tuples).",
+    "Exit status 0: exactly once (or a correct prefix); 1: a mismatch.")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,38 @@ from scabbard.errors import FlagError
 from scabbard.ft.modes import INTERVAL
 from scabbard.sim import report
 from scabbard.sim.config import Calibration, Hardware, SimConfig
+from scabbard.usage import Usage
+
+# the commands' texts (their flags: scabbard.cli.sim)
+SIM = Usage(
+    "the POG simulator: calibrate it here, validate it, run it on other hardware",
+    "A discrete-event model of the engine (cores, task queue, fragment and assembly costs, "
+    "codecs, disk bandwidth/IOPS/latency, network ingest, asynchronous checkpoints, fail-stop "
+    "recovery) with costs measured on this machine.  It answers what the engine would do on "
+    "hardware this machine is not: 16 cores, the paper's SSD, remote block storage, 100 Gb/s "
+    "ingest.")
+CALIBRATE = Usage(
+    "measure the engine's costs on this machine, per query, into a calibration file",
+    "Time the real engine's parts inside real runs on each query's dataset (source, fragment "
+    "function, boundary windows, assembly), the codecs and the segment encoding per "
+    "compression scheme, the disk (bandwidth, small-write latency), a checkpoint's state size, "
+    "the state load and a process restart.  Writes a JSON file with the machine's description "
+    "and the date; every cost in it is measured.",
+    "Takes about 20-30 s per query; waits for other processes to leave the cores alone.")
+SPEED = Usage(
+    "how long the model takes: 60 s of a 16-core run per query (target < 10 s)",
+    "Per query, simulate SECONDS of a fault-tolerant run (persisted, compressed input; "
+    "checkpoints every second) on the paper's 16-core SSD machine with the calibrated costs, "
+    "and print the simulated tasks, the wall time it took and the target.")
+RUN = Usage(
+    "simulate one query on a machine you describe; print the predicted metrics",
+    "Simulate QUERY with the calibrated costs on this machine's hardware (measured at "
+    "calibration) or a preset, with any part changed by the flags below.  Prints throughput, "
+    "latency percentiles, bytes written, checkpoints, recovery phases (with --fail-at) and what "
+    "kept the cores and the disk busy.",
+    "Presets: this (the calibrated machine), paper-ssd (16 cores, 950 MB/s, 72k IOPS), "
+    "paper-remote (16 cores, remote block storage: 700 MB/s, 16k IOPS of 256 KiB, 1 ms), "
+    "paper-rdma (paper-ssd with 100 Gb/s ingest).")
 
 # the hardware ``scabbard sim run --preset`` starts from
 PRESETS = ("this", "paper-ssd", "paper-remote", "paper-rdma")

@@ -5,6 +5,30 @@ the cluster and gives the lines to show."""
 from __future__ import annotations
 
 from scabbard.standalone.cluster import StandaloneCluster
+from scabbard.usage import Usage
+
+SPARK = Usage(
+    "start, stop or show a local Spark standalone cluster (master + workers on 127.0.0.1)",
+    "A real Spark standalone cluster on this machine: one master and --workers workers on "
+    "127.0.0.1, JVMs launched from the pyspark package's own jars (nothing is downloaded), each "
+    "with its own folder under --folder.  Point the other commands at it with --master "
+    "spark://127.0.0.1:PORT (datagen --out and run --workdir then name a folder or URI every "
+    "executor reaches).",
+    "`up` waits until every worker is registered with the master and prints the master URL; on "
+    "a running cluster it starts the workers that died.  `down` stops the JVMs the cluster "
+    "started - master, workers and their executors - and nothing else.  `status` exits 3 when "
+    "no cluster runs.")
+ACTIONS = {
+    "up": Usage("start the cluster (or complete a running one)",
+                "Start a master and --workers workers on 127.0.0.1 and wait until every worker "
+                "is registered."),
+    "down": Usage("stop every JVM the cluster started",
+                  "Stop the cluster's master, workers and executors (SIGTERM, then SIGKILL "
+                  "after a grace period) and nothing else."),
+    "status": Usage("show the master URL, workers and applications",
+                    "Show what runs: the master's URL and web UI, each worker's process and "
+                    "state, running applications."),
+}
 
 
 def status_lines(status: dict) -> list[str]:

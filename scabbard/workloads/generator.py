@@ -39,6 +39,16 @@ from scabbard.data.format import (
 from scabbard.errors import UserError
 from scabbard.hadoopfs import is_uri, to_uri
 from scabbard.schema import Schema
+from scabbard.usage import Usage
+
+USAGE = Usage(  # scabbard datagen
+    "generate benchmark datasets with Spark",
+    "Generate a benchmark dataset with PySpark: Parquet under DATA_ROOT/WORKLOAD/NAME/ plus the "
+    "engine's replay format (one memory-mappable file per column) and a manifest with a "
+    "checksum.  Same parameters give byte-identical data, whatever the partitioning.",
+    "Scales (per workload, at its default rate): tiny (tests, ~30k rows), small (~1M rows, the "
+    "default), full (~32M rows).  Explicit --event-seconds/--rate override the scale.  An "
+    "identical dataset already in place is kept (use --force to regenerate).")
 
 MAX_ROWS = 1 << 40
 
