@@ -114,6 +114,17 @@ class BranchAssembler:
         return self._raw(m)
 
 
+def fold_partials(branch: physical.Branch, e: Edges, rows: int = 0) -> Edges:
+    """Pane partials (in pane order) folded into one row per (pane, group): what feeding them
+    to a fresh window state keeps of them - the same windows from fewer rows (the tasks'
+    partials a checkpoint keeps of a window many tasks span).  Panes older than the windows
+    of the last pane need are dropped.  ``rows``: about the rows it will give (the last
+    fold's), the state's room from the start."""
+    a = BranchAssembler(branch, groups=max(64, rows), rows=max(1024, rows))
+    a._feed(e, False, INT64_MIN, 0)
+    return Edges(*ka.pane_fifo_partials(a.fifo, a.table))
+
+
 def partition_columns(branch: physical.Branch) -> np.ndarray | None:
     """The key words a branch's groups are partitioned by, or None if it cannot be: all of
     its keys; a fused per-window count's keys (each of its values must live in one partition,

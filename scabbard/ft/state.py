@@ -33,6 +33,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
+from scabbard.engine.assembly import fold_partials
 from scabbard.engine.tasks import (
     Edges,
     columns_edges,
@@ -106,24 +107,37 @@ def part_columns(got: list, schema: Schema, part: dict, cid: int) -> list:
             for j, f in enumerate(schema.fields)]
 
 
+FOLD_ROWS = 1 << 22  # a window operator's partials held (~128 MiB of Darwin's) before a fold
+
+
 class WindowOperator(_Stored):
-    """A window aggregation over the source: the pane partials its open windows need."""
+    """A window aggregation over the source: the pane partials its open windows need - the
+    tasks' own (a snapshot takes them by reference), folded into one row per (pane, group)
+    whenever they have doubled since the last fold (and hold :data:`FOLD_ROWS` or more), so
+    that a window many tasks span is held as its groups, not as every task's partials."""
 
     def __init__(self, branch, storage: BlockManager, mode: str = "full"):
         super().__init__(branch.id, [state_schema(branch)], storage)
         self.branch = branch
         self.recent: list = []
+        self.folded = 0  # rows of recent at its last fold
         self.log = None if mode == "full" else PaneLog(self.schemas[0], storage)
 
     def after_task(self, part) -> None:
         if part.long:
-            self.recent = [part.tail]
+            self.recent, self.folded = [part.tail], 0
             return
         lo = part.last_pane - self.branch.panes + 1
         keep = [e for e in self.recent if len(e.pane) and e.pane[-1] >= lo]
         if part.rows:
             keep.append(part.edges())
         self.recent = keep
+        rows = sum(len(e.pane) for e in keep)
+        if rows >= max(FOLD_ROWS, 2 * self.folded) and len(keep) > 1:
+            b = self.branch
+            self.recent = [fold_partials(b, concat_edges(keep, b.key_width, len(b.iops),
+                                                         len(b.fops)), self.folded)]
+            self.folded = len(self.recent[0].pane)
 
     def snapshot(self) -> list:
         return list(self.recent)
