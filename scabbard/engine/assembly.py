@@ -103,6 +103,12 @@ class BranchAssembler:
         """The part's leading windows were computed in parallel; keep only its tail."""
         self.pending = (part.tail, part.last_pane)
 
+    def partials(self) -> Edges:
+        """The window state as pane partials: one row per (pane, group) of its windows, in
+        pane order (what feeding them to a fresh state rebuilds)."""
+        self._load_pending()
+        return Edges(*ka.pane_fifo_partials(self.fifo, self.table))
+
     def flush(self):
         self._load_pending()
         b = self.b
@@ -122,7 +128,7 @@ def fold_partials(branch: physical.Branch, e: Edges, rows: int = 0) -> Edges:
     fold's), the state's room from the start."""
     a = BranchAssembler(branch, groups=max(64, rows), rows=max(1024, rows))
     a._feed(e, False, INT64_MIN, 0)
-    return Edges(*ka.pane_fifo_partials(a.fifo, a.table))
+    return a.partials()
 
 
 def partition_columns(branch: physical.Branch) -> np.ndarray | None:

@@ -70,7 +70,6 @@ from scabbard.engine.tasks import (
     Edges,
     concat_edges,
 )
-from scabbard.kernels import assembler as ka
 
 PARTS = 64  # key partitions of a branch's state under a budget
 # a spilled partition's shares kept in memory up to this many bytes at least - up to a
@@ -130,13 +129,6 @@ def assembler_bytes(a: BranchAssembler) -> int:
     """Bytes the arrays of one partition's window state hold (their capacity)."""
     return sum(x.nbytes for group in (a.ws, a.dqi, a.dqf, a.table, a.fifo, a.out)
                for x in group)
-
-
-def export(a: BranchAssembler) -> Edges:
-    """A partition's window state as pane partials: one row per (pane, group) of its windows,
-    in pane order (what feeding them to a fresh state rebuilds)."""
-    a._load_pending()
-    return Edges(*ka.pane_fifo_partials(a.fifo, a.table))
 
 
 @dataclass
@@ -219,7 +211,7 @@ class SpillingAssembler(PartitionedAssembler):
     def _spill(self, i: int) -> int:
         """Partition ``i`` to disk; the bytes its fresh (empty) state holds."""
         a = self.parts[i]
-        state = export(a)
+        state = a.partials()
         self.parts[i] = fresh = self._fresh()
         if not len(state.pane):  # an empty window: only its arrays' room goes
             fresh.cur[0] = a.cur[0]
@@ -324,7 +316,7 @@ class SpillingAssembler(PartitionedAssembler):
                     s.waiting, s.waiting_bytes = [], 0
                 parts[i] = list(s.units)
             else:
-                parts[i], written = self._write(i, export(a))
+                parts[i], written = self._write(i, a.partials())
                 copies += written
         store.snapshot(marker, parts)
         store.release(copies)  # the engine needs no copy: the checkpoint keeps them
@@ -386,7 +378,7 @@ class SpillingAssembler(PartitionedAssembler):
             if i in self.spilled or a.pending is not None or (
                     saved is not None and saved.upto >= self.upto):
                 continue
-            n += self._save(i, export(a))[1]
+            n += self._save(i, a.partials())[1]
         return n
 
     def unsaved_panes(self) -> int:
