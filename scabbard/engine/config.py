@@ -29,7 +29,8 @@ class EngineConfig:
     metrics_interval: float = 0.5
     # the windows no task computes alone: one sequential state per branch ("serial"), its
     # groups split by key between partitions run at once ("partitioned[:P]", P = workers), or
-    # partitioned where that is expected to help ("auto", Engine.assembly_parts); or the
+    # the dataflow where a task's keys are many, partitioned where that is expected to help
+    # ("auto": engine/layout.py, Engine.assembly_parts); or the
     # window operator as PipeFabric's partitioned dataflow ("dataflow[:P]", engine/dataflow.py:
     # its input routed by key to P partition threads; P planned from the first batch)
     assembly: str = "auto"

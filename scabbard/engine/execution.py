@@ -490,7 +490,7 @@ class Execution:
         if engine.adaptive is not None:
             engine.adaptive.listen(metrics.event)
         metrics.start(query=engine.query.name, workers=cfg.workers,
-                      batch_rows=self.feed.batch_rows,
+                      batch_rows=self.feed.batch_rows, layout=getattr(engine, "layout", None),
                       ingress_partitions=getattr(self.feed, "partitions", 1))
         for t in threads:
             t.start()
@@ -562,7 +562,7 @@ class Execution:
             self._partitions.shutdown(wait=True)
         spilled = close_spilled(self.lanes)
         return RunReport(engine.query.name, metrics.stop(), self.feed.batch_rows, cfg.workers,
-                         spilled=spilled,
+                         spilled=spilled, layout=getattr(engine, "layout", None),
                          kernels=engine.adaptive.stats() if engine.adaptive is not None else {})
 
     def _drain_all(self) -> None:

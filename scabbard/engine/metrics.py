@@ -163,6 +163,7 @@ class RunReport:
     written_bytes: int = 0  # persisted (segments acknowledged by the storage), if any
     spilled: dict = field(default_factory=dict)  # per branch under a state budget: spills...
     kernels: dict = field(default_factory=dict)  # per branch, adaptive kernels: tasks per variant
+    layout: dict | None = None  # what --assembly auto estimated and chose (engine/layout.py)
 
 
 @dataclass

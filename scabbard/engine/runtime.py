@@ -48,6 +48,7 @@ from scabbard.engine.execution import Execution, RunReport
 from scabbard.engine.feeds import SourceFeed
 from scabbard.engine.graph import OperatorGraph
 from scabbard.engine.ingress import PartitionedFeed, splittable
+from scabbard.engine.layout import auto_dataflow, sample_keys
 from scabbard.engine.metrics import Metrics
 from scabbard.engine.ports import AssemblyListener, Resume
 from scabbard.engine.pushup import Reducer
@@ -181,7 +182,7 @@ class Engine:
             # what the budget holds
             from scabbard.engine.spill import task_rows
 
-            keys = self._sample_keys(sample)
+            keys = sample_keys(self, sample)
             return min(task_rows(self.state_budget(), min(MAX_BATCH, int(want)), keys[i],
                                  b.slide_ms * self._per_unit(b))
                        for i, b in enumerate(self.plan.branches) if self.spills(i))
@@ -301,28 +302,6 @@ class Engine:
         finally:
             self.adaptive = adaptive
         return max(best, 1e-9) / n
-
-    def _sample_keys(self, sample: Batch | None) -> list[tuple[int, int] | None]:
-        """Per branch, the distinct keys of the first half of ``sample`` and of all of it
-        (None: no sample, or one spanning windows of its own)."""
-        none = [None] * len(self.plan.branches)
-        if sample is None or not len(sample):
-            return none
-        self.warm_up(sample)
-        if self.reduce is not None:
-            sample = self.reduce(sample)
-        if len(sample) < 2:  # (what push-up keeps of it)
-            return none
-        adaptive, self.adaptive = self.adaptive, None  # the generic kernels: no task of
-        try:  # the adaptive phases (as fragment_cost's probe)
-            halves = [self._fragment(0, sample.slice(0, n), 0.0).parts
-                      for n in (len(sample) // 2, len(sample))]
-        finally:
-            self.adaptive = adaptive
-        return [None if any(h[i].long for h in halves)
-                else tuple(len(np.unique(np.concatenate([h[i].edges().keys, h[i].tail.keys]),
-                                         axis=0)) for h in halves)
-                for i in range(len(self.plan.branches))]
 
     def _per_unit(self, b, tuples_per_ms: float | None = None) -> float:
         """Input tuples per unit of branch ``b``'s window axis: per ms of event time, or one
@@ -493,7 +472,7 @@ class Engine:
             from scabbard.engine.spill import PARTS
 
             return PARTS
-        if mode in ("serial", "dataflow"):  # (a dataflow's partitions hold the windows)
+        if mode in ("serial", "dataflow") or getattr(self, "per_key", False):
             return 1
         if mode == "auto":
             per_ms = getattr(self, "tuples_per_ms", None)
@@ -578,10 +557,19 @@ class Engine:
         if not hasattr(feed, "tasks"):
             feed = self.feed(feed)
         metrics = metrics or self.metrics()
-        if parse_assembly(self.config.assembly)[0] == "dataflow":
-            from scabbard.engine.dataflow import Dataflow, DataflowExecution
+        mode, parts = parse_assembly(self.config.assembly)
+        flow = None
+        self.layout = None  # what auto estimated and chose, where it did (engine/layout.py)
+        if mode == "auto":
+            flow = auto_dataflow(self, feed)
+        elif mode == "dataflow":
+            from scabbard.engine.dataflow import Dataflow
 
-            flow = Dataflow(self, parse_assembly(self.config.assembly)[1], feed.peek())
+            flow = Dataflow(self, parts, feed.peek())
+        self.per_key = flow is not None  # the dataflow's partitions hold the windows
+        if flow is not None:
+            from scabbard.engine.dataflow import DataflowExecution
+
             return DataflowExecution(flow, feed, sink, metrics, listener, resume, emit_after,
                                      stores).run()
         return Execution(self, feed, sink, metrics, listener, resume, emit_after, stores).run()

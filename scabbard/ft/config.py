@@ -230,8 +230,9 @@ class RunConfig:
         "--assembly", "the windows no task computes alone: serial (one state per window "
         "operator), partitioned[:P] (its groups split by key hash between P partitions "
         "assembled at once, merged in window order; P: --workers) or auto (default: "
-        "partitioned with 4+ workers where tasks are too short for windows of their own, "
-        "else serial); or dataflow[:P]: the window operator as PipeFabric's partitioned "
+        "the dataflow below where a task is estimated to hold 2^19 keys or more and they "
+        "spread over 2+ partitions; else partitioned with 4+ workers where tasks are too "
+        "short for windows of their own, else serial); or dataflow[:P]: the window operator as PipeFabric's partitioned "
         "dataflow, its input routed by key to P partition threads (default: planned from the "
         "first batch, at most --workers), merged in order - with fault tolerance too",
         _ENG, metavar="MODE"))

@@ -29,7 +29,7 @@ def run_summary(report: RunReport, output: str | None = None) -> list[str]:
             f"latency ms: p5 {lat['p5']}  p25 {lat['p25']}  p50 {lat['p50']}  "
             f"p75 {lat['p75']}  p95 {lat['p95']}",
             f"results: {s.result_rows:,} rows" + (f" -> {output}" if output else ""),
-            *spilled_lines(report), *kernel_lines(report)]
+            *layout_lines(report), *spilled_lines(report), *kernel_lines(report)]
 
 
 def ft_start_line(config: RunConfig, recover: bool) -> str:
@@ -63,7 +63,17 @@ def ft_summary(r: FTReport, output, recover: bool = False) -> list[str]:
                      f"{r.state_bytes_written / max(s.seconds, 1e-9) / 1e6:.3f} MB/s, "
                      f"{sum(panes) / len(panes):,.1f} panes per checkpoint")
     lines.append(f"results: {s.result_rows:,} rows -> {output}")
-    return [*lines, *spilled_lines(r.run), *kernel_lines(r.run)]
+    return [*lines, *layout_lines(r.run), *spilled_lines(r.run), *kernel_lines(r.run)]
+
+
+def layout_lines(report: RunReport) -> list[str]:
+    """Where ``--assembly auto`` kept the window state, where it estimated the keys."""
+    lay = report.layout
+    if not lay:
+        return []
+    keys = "all but unique" if lay["keys"] is None else f"~{lay['keys']:,}"
+    return [f"window state: {lay['chosen']} (keys {keys}, ~{lay['task_keys']:,} a task; "
+            f"engine/layout.py)"]
 
 
 def kernel_lines(report: RunReport) -> list[str]:

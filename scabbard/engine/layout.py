@@ -1,0 +1,124 @@
+"""Where ``--assembly auto`` keeps a window operator's state, chosen by the keys it will hold
+(Grizzly, SIGMOD 2020, §6.2.3).
+
+Grizzly keeps a window aggregation's state in one table its threads share or in a table per
+thread merged later, and chooses by the key distribution its instrumented code profiled: a
+table per thread while most accesses hit the cache, shared when the keys outgrow it (and
+back when a heavy hitter makes the shared one contend).  The engine's two layouts:
+
+* **per task** (the task-parallel engine, :mod:`scabbard.engine.execution`): every task
+  aggregates its rows into partials of its own, as many as the task's distinct keys, which
+  the assembler merges into the window state in task order;
+* **per key** (the partitioned dataflow, :mod:`scabbard.engine.dataflow`): each key's state
+  in one of P partitions, each partition's table holding its share of the keys.
+
+Per task wins while a task's partials are few (one key: every partition but one would be
+idle); per key once a task's distinct keys make its table miss the cache and every task's
+partials are as many as its rows.  ``auto`` (the default) estimates, on the stream's first
+:data:`SAMPLE_ROWS` tuples, how many distinct keys a task holds (:func:`estimated_keys`,
+from the keys of the sample's first half and of all of it), and runs the dataflow when they
+are at least :data:`DATAFLOW_GROUPS` and the router spreads them over two partitions or
+more (:func:`~scabbard.engine.dataflow.plan_parts`: no heavy hitter holds one partition's
+work) - on a query the dataflow can run (:func:`~scabbard.engine.dataflow.check_dataflow`).
+The choice is in the ``start`` event of the run's metrics log (``layout``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+SAMPLE_ROWS = 1 << 16  # the stream's first tuples the keys are estimated on
+# a task's distinct keys from which the dataflow's per-key state runs faster than per-task
+# partials (measured on 2 cores: 10^6 keys in a 10 s window, 4 M-row tasks: the dataflow
+# 1.04-1.25x the task-parallel engine, 10^7 1.3-1.4x; 10^5: 0.87-1.09x)
+DATAFLOW_GROUPS = 1 << 19
+
+
+def estimated_keys(half: int, whole: int, rows: int) -> float:
+    """The distinct keys of the population ``rows`` tuples were drawn from, given the distinct
+    keys among the first half of them (``half``) and among all (``whole``), as if each tuple's
+    key were drawn uniformly: ``m`` draws of ``K`` keys show ``K (1 - exp(-m / K))``, so
+    ``whole / half - 1 = exp(-rows / 2K)``.  Infinite where no key repeats at all."""
+    if half <= 0 or rows <= 0:
+        return 0.0
+    r = whole / half - 1.0
+    if r >= 1.0:
+        return math.inf
+    if r <= 0.0:
+        return float(whole)
+    return max(float(whole), rows / (2.0 * -math.log(r)))
+
+
+def task_keys(keys: float, rows: float) -> float:
+    """The distinct keys expected among ``rows`` tuples drawn uniformly from ``keys``."""
+    if keys <= 0 or rows <= 0:
+        return 0.0
+    return rows if math.isinf(keys) else keys * -math.expm1(-rows / keys)
+
+
+def distinct_rows(keys: np.ndarray) -> int:
+    """How many distinct rows an int64 key matrix holds."""
+    return len(np.unique(keys, axis=0)) if len(keys) else 0
+
+
+def sample_keys(engine, sample) -> list[tuple[int, int] | None]:
+    """Per branch of ``engine``, the distinct keys of the first half of ``sample`` and of all of it
+    (None: no sample, or one spanning windows of its own)."""
+    none = [None] * len(engine.plan.branches)
+    if sample is None or not len(sample):
+        return none
+    engine.warm_up(sample)
+    if engine.reduce is not None:
+        sample = engine.reduce(sample)
+    if len(sample) < 2:  # (what push-up keeps of it)
+        return none
+    adaptive, engine.adaptive = engine.adaptive, None  # the generic kernels: no task of
+    try:  # the adaptive phases (as fragment_cost's probe)
+        halves = [engine._fragment(0, sample.slice(0, n), 0.0).parts
+                  for n in (len(sample) // 2, len(sample))]
+    finally:
+        engine.adaptive = adaptive
+    return [None if any(h[i].long for h in halves)
+            else tuple(len(np.unique(np.concatenate([h[i].edges().keys, h[i].tail.keys]),
+                                     axis=0)) for h in halves)
+            for i in range(len(engine.plan.branches))]
+
+
+def auto_dataflow(engine, feed):
+    """The partitioned dataflow (:class:`~scabbard.engine.dataflow.Dataflow`) ``auto`` runs
+    ``engine``'s query as on ``feed``'s tasks, or None: the task-parallel engine (see the
+    module).  The feed's first batch is read only where a task may hold that many keys;
+    where they were estimated, ``engine.layout`` says what was estimated and chosen (the
+    run's ``start`` event shows it)."""
+    from scabbard.engine.dataflow import Dataflow, check_dataflow
+    from scabbard.query.expr import QueryError
+
+    batch_rows = feed.batch_rows or 0
+    if engine.config.workers < 2 or batch_rows < DATAFLOW_GROUPS:
+        return None
+    try:
+        check_dataflow(engine)
+    except QueryError:
+        return None
+    sample = feed.peek()
+    if sample is None or not len(sample):
+        return None
+    sample = sample.slice(0, min(len(sample), SAMPLE_ROWS))
+    # first, with the kernels the run loads anyway: do the sample's keys repeat so little
+    # that they may be DATAFLOW_GROUPS? (K keys, m draws: whole / half = 1 + e^(-m / 2K))
+    counts = sample_keys(engine, sample)[0]
+    if counts is None or \
+            counts[1] < counts[0] * (1 + math.exp(-len(sample) / (2 * DATAFLOW_GROUPS))):
+        return None
+    flow = Dataflow(engine, None, sample)
+    _, keys = flow.router.keys(sample)
+    m = len(keys)
+    est = estimated_keys(distinct_rows(keys[: m // 2]), distinct_rows(keys), m)
+    per_task = task_keys(est, batch_rows * m / len(sample))
+    chosen = per_task >= DATAFLOW_GROUPS and flow.parts >= 2
+    engine.layout = {"keys": None if math.isinf(est) else round(est),
+                     "task_keys": round(per_task), "parts": flow.parts,
+                     "chosen": f"dataflow:{flow.parts}" if chosen else "per task"}
+    return flow if chosen else None

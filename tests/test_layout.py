@@ -1,0 +1,92 @@
+"""``--assembly auto`` chooses the window state's layout by the keys a task will hold
+(scabbard.engine.layout: per-task partials, or the partitioned dataflow's per-key state)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from scabbard.data import write_dataset
+from scabbard.engine import EngineConfig, run_query
+from scabbard.engine.layout import DATAFLOW_GROUPS, estimated_keys, task_keys
+from scabbard.engine.sinks import CollectSink
+from scabbard.ft.report import layout_lines
+from scabbard.query import Query, count, sum_
+from scabbard.schema import Field, Schema
+
+SCHEMA = Schema("keyed", (
+    Field("timestamp", "int64", "event time (ms)"),
+    Field("key", "int64", "group key"),
+    Field("value", "float64", "summed value"),
+))
+ROWS = 1 << 20
+
+
+def keys_said(layout: dict) -> str:
+    return "all but unique" if layout["keys"] is None else f"~{layout['keys']:,}"
+
+
+def _query() -> Query:
+    return (Query.stream(SCHEMA, "keyed").window(10).group_by("key")
+            .aggregate(count(), sum_("value")).named("KEYED"))
+
+
+def _dataset(tmp_path, name: str, keys: np.ndarray):
+    rng = np.random.default_rng(1)
+    ts = np.arange(len(keys), dtype=np.int64) * 20_000 // len(keys)  # two 10 s windows
+    return write_dataset(tmp_path / name, SCHEMA, (ts, keys, rng.random(len(keys))),
+                         workload="keyed", parquet=False)
+
+
+def _run(ds, **config):
+    starts, sink = [], CollectSink()
+    report = run_query(_query(), ds, sink,
+                       EngineConfig(workers=2, batch_rows=1 << 19, **config),
+                       watch=[lambda line: starts.append(line)
+                              if line.get("event") == "start" else 0])
+    assert report.layout == starts[0]["layout"]
+    frame = sink.to_pandas().sort_values(["window_end", "key"]).reset_index(drop=True)
+    return report, frame
+
+
+@pytest.mark.parametrize("keys", [1_000, 100_000, 1_000_000, 10_000_000])
+def test_the_keys_a_stream_holds_are_estimated_from_a_samples_two_halves(keys):
+    rng = np.random.default_rng(keys)
+    drawn = rng.integers(0, keys, 1 << 16)
+    half, whole = (len(np.unique(drawn[:n])) for n in (1 << 15, 1 << 16))
+    est = estimated_keys(half, whole, 1 << 16)
+    assert abs(est / keys - 1) < 0.15, (keys, est)
+    assert task_keys(est, 1 << 22) == pytest.approx(keys * -math.expm1(-(1 << 22) / keys),
+                                                      rel=0.15)
+    assert estimated_keys(10, 20, 20) == math.inf and task_keys(math.inf, 7) == 7
+    assert estimated_keys(10, 10, 100) == 10
+
+
+def test_auto_runs_the_dataflow_where_a_tasks_keys_are_many_with_the_same_results(tmp_path):
+    """Keys all but unique: a task of 2^19 tuples holds ~2^19 groups - the dataflow, its
+    partitions a worker each; its results are the task-parallel engine's."""
+    spread = _dataset(tmp_path, "spread", np.arange(ROWS, dtype=np.int64) * 7919 % (1 << 40))
+    report, got = _run(spread)
+    layout = report.layout
+    assert layout["chosen"] == "dataflow:2" and layout["task_keys"] >= DATAFLOW_GROUPS
+    assert layout_lines(report) == [f"window state: dataflow:2 (keys {keys_said(layout)}, "
+                                    f"~{layout['task_keys']:,} a task; engine/layout.py)"]
+    serial, want = _run(spread, assembly="serial")
+    assert serial.layout is None and layout_lines(serial) == [] and len(want) == ROWS
+    assert got.equals(want)
+
+
+def test_auto_keeps_per_task_partials_for_few_keys_or_a_heavy_hitter(tmp_path):
+    """A thousand keys: a task's partials are few.  All but unique keys, 95 % of the tuples
+    on one: a second partition would take 5 % of the work - one partition, so per task."""
+    rng = np.random.default_rng(2)
+    few = _dataset(tmp_path, "few", rng.integers(0, 1_000, ROWS) * 7919)
+    report, _ = _run(few)
+    assert report.layout is None  # not even estimated: the sample's keys repeat
+    heavy_keys = np.where(rng.random(ROWS) < 0.95, 0, np.arange(ROWS, dtype=np.int64) + 1)
+    report, got = _run(_dataset(tmp_path, "heavy", heavy_keys))
+    assert report.layout["chosen"] == "per task" and report.layout["parts"] == 1
+    assert got["count"].sum() == ROWS
+
