@@ -87,6 +87,24 @@ def test_auto_keeps_per_task_partials_for_few_keys_or_a_heavy_hitter(tmp_path):
     assert report.layout is None  # not even estimated: the sample's keys repeat
     heavy_keys = np.where(rng.random(ROWS) < 0.95, 0, np.arange(ROWS, dtype=np.int64) + 1)
     report, got = _run(_dataset(tmp_path, "heavy", heavy_keys))
-    assert report.layout["chosen"] == "per task" and report.layout["parts"] == 1
+    assert report.layout["chosen"] == "per-task" and report.layout["parts"] == 1
     assert got["count"].sum() == ROWS
 
+
+def test_the_state_size_bench_runs_every_layout_and_says_what_auto_chose(tmp_path):
+    from scabbard.experiments import statesize
+
+    s = statesize.Settings(key_counts=(10, 5_000), rows=1 << 17, rate=100_000, seconds=0.2,
+                           rounds=2, data_dir=str(tmp_path / "data"),
+                           output_dir=str(tmp_path / "out"))
+    runs = statesize.run(s, log=lambda *_: None)
+    assert len(runs) == 2 * 2 * len(statesize.LAYOUTS)
+    assert (runs["tuples_per_s"] > 0).all()
+    assert set(runs.loc[runs["layout"] == "auto", "chosen"]) == {"per-task"}
+    table = statesize.summary(runs)
+    assert list(table["keys"]) == [10, 5_000] and "per-key / per-task" in table
+    statesize.plot(runs, s.output_dir)
+    assert (tmp_path / "out" / "state_size.png").exists()
+    assert (tmp_path / "out" / "runs.csv").exists()
+    with pytest.raises(ValueError, match="unknown layout"):
+        statesize.Settings(layouts=("shared",))

@@ -120,5 +120,5 @@ def auto_dataflow(engine, feed):
     chosen = per_task >= DATAFLOW_GROUPS and flow.parts >= 2
     engine.layout = {"keys": None if math.isinf(est) else round(est),
                      "task_keys": round(per_task), "parts": flow.parts,
-                     "chosen": f"dataflow:{flow.parts}" if chosen else "per task"}
+                     "chosen": f"dataflow:{flow.parts}" if chosen else "per-task"}
     return flow if chosen else None

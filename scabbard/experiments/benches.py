@@ -146,6 +146,7 @@ CHOICES = {"scale": ("tiny", "small", "full"), "sinks": EXACTLY_ONCE_SINKS,
                         "flink-rocksdb"),
             "variants": ("generic", "instrumented", "adaptive"),
             "stores": ("keystore", "rocksdb"),
+            "layouts": ("per-task", "per-key", "auto", "adaptive"),
             "configs": ("no_ft", "no_ft_written", "checkpoints", "ingest", "ft_raw",
                         "scabbard")}
 
@@ -430,6 +431,30 @@ BENCHES = (
                  "change_at", "stage_seconds", "recovery_query"),
         out="bench-adaptive",
         run=_adaptive,
+        output_dir=True),
+    Bench(
+        "state-size", module="statesize",
+        summary="Grizzly's Fig. 11 on the engine: throughput against distinct keys, per "
+                "layout of the window state",
+        description="Per number of distinct keys (a synthetic stream: an 8-byte key drawn "
+                    "uniformly, a value; a count and a sum per key in 10 s tumbling windows, "
+                    "YSB's shape without its join), the engine four ways side by side: "
+                    "per-task (every task's partials merged by the assembler, Grizzly's table "
+                    "per thread), per-key (the partitioned dataflow, a partition a worker: each "
+                    "key held once), auto (the default, which estimates a task's keys on the "
+                    "first tuples and picks one: the row says which) and adaptive (per-task "
+                    "with the adaptive kernels); --rounds interleaved runs of --duration "
+                    "seconds.  Prints the medians with their spread, auto's choice and "
+                    "per-key over per-task; writes runs.csv, summary.csv and state_size.png to "
+                    "--output.",
+        options=("key_counts", "layouts", "rows", "rate", "seconds", "rounds", "workers"),
+        defaults={"rows": 8_000_000},
+        helps={"rows": "tuples of each key count's dataset, replayed with its times shifted",
+               "rate": "tuples per second of event time in the datasets",
+               "workers": "the engine's workers (and the dataflow's partitions)",
+               "layouts": "layouts measured side by side"},
+        out="bench-state-size",
+        run=tabled("summary", "state_size.png", "runs.csv"),
         output_dir=True),
     Bench(
         "restart", module="recovery",
