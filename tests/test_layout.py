@@ -28,21 +28,21 @@ def keys_said(layout: dict) -> str:
     return "all but unique" if layout["keys"] is None else f"~{layout['keys']:,}"
 
 
-def _query() -> Query:
-    return (Query.stream(SCHEMA, "keyed").window(10).group_by("key")
+def _query(slide: int = 10) -> Query:
+    return (Query.stream(SCHEMA, "keyed").window(10, slide).group_by("key")
             .aggregate(count(), sum_("value")).named("KEYED"))
 
 
-def _dataset(tmp_path, name: str, keys: np.ndarray):
+def _dataset(tmp_path, name: str, keys: np.ndarray, seconds: int = 20):
     rng = np.random.default_rng(1)
-    ts = np.arange(len(keys), dtype=np.int64) * 20_000 // len(keys)  # two 10 s windows
+    ts = np.arange(len(keys), dtype=np.int64) * seconds * 1000 // len(keys)  # 10 s windows
     return write_dataset(tmp_path / name, SCHEMA, (ts, keys, rng.random(len(keys))),
                          workload="keyed", parquet=False)
 
 
-def _run(ds, **config):
+def _run(ds, slide: int = 10, **config):
     starts, sink = [], CollectSink()
-    report = run_query(_query(), ds, sink,
+    report = run_query(_query(slide), ds, sink,
                        EngineConfig(workers=2, batch_rows=1 << 19, **config),
                        watch=[lambda line: starts.append(line)
                               if line.get("event") == "start" else 0])
@@ -78,9 +78,11 @@ def test_auto_runs_the_dataflow_where_a_tasks_keys_are_many_with_the_same_result
     assert got.equals(want)
 
 
-def test_auto_keeps_per_task_partials_for_few_keys_or_a_heavy_hitter(tmp_path):
+def test_auto_keeps_per_task_partials_for_few_keys_a_heavy_hitter_or_keys_that_drift(tmp_path):
     """A thousand keys: a task's partials are few.  All but unique keys, 95 % of the tuples
-    on one: a second partition would take 5 % of the work - one partition, so per task."""
+    on one: a second partition would take 5 % of the work - one partition, so per task.
+    Unique keys in sliding windows of 1 s panes: a pane holds 10,486 of them, and so does a
+    task's table - per task, though the keys never repeat."""
     rng = np.random.default_rng(2)
     few = _dataset(tmp_path, "few", rng.integers(0, 1_000, ROWS) * 7919)
     report, _ = _run(few)
@@ -89,6 +91,10 @@ def test_auto_keeps_per_task_partials_for_few_keys_or_a_heavy_hitter(tmp_path):
     report, got = _run(_dataset(tmp_path, "heavy", heavy_keys))
     assert report.layout["chosen"] == "per-task" and report.layout["parts"] == 1
     assert got["count"].sum() == ROWS
+    drifting = _dataset(tmp_path, "drift", np.arange(ROWS // 4, dtype=np.int64), seconds=25)
+    report, got = _run(drifting, slide=1)
+    assert report.layout is None  # not even sampled: a pane's tuples are too few
+    assert got["count"].sum() == 10 * ROWS // 4
 
 
 def test_the_state_size_bench_runs_every_layout_and_says_what_auto_chose(tmp_path):

@@ -15,9 +15,11 @@ back when a heavy hitter makes the shared one contend).  The engine's two layout
 Per task wins while a task's partials are few (one key: every partition but one would be
 idle); per key once a task's distinct keys make its table miss the cache and every task's
 partials are as many as its rows.  ``auto`` (the default) estimates, on the stream's first
-:data:`SAMPLE_ROWS` tuples, how many distinct keys a task holds (:func:`estimated_keys`,
-from the keys of the sample's first half and of all of it), and runs the dataflow when they
-are at least :data:`DATAFLOW_GROUPS` and the router spreads them over two partitions or
+:data:`SAMPLE_ROWS` tuples, how many distinct keys a task's table holds (:func:`sampled_keys`:
+the keys the tuples are drawn from, :func:`estimated_keys`, from those of the sample's first
+half and of all of it; and those of them among a task's tuples of one pane,
+:func:`table_rows`), and runs the
+dataflow when they are at least :data:`DATAFLOW_GROUPS` and the router spreads them over two partitions or
 more (:func:`~scabbard.engine.dataflow.plan_parts`: no heavy hitter holds one partition's
 work) - on a query the dataflow can run (:func:`~scabbard.engine.dataflow.check_dataflow`).
 The choice is in the ``start`` event of the run's metrics log (``layout``).
@@ -86,6 +88,27 @@ def sample_keys(engine, sample) -> list[tuple[int, int] | None]:
             for i in range(len(engine.plan.branches))]
 
 
+def table_rows(engine, batch_rows: int) -> float:
+    """The most tuples a task's table takes: a task's partials are made pane by pane (in
+    pane order), so a task's tuples of one pane at most - keys that drift from pane to pane,
+    as NQ's auctions, fill no more of it than a pane's tuples."""
+    b, per_ms = engine.plan.branches[0], getattr(engine, "tuples_per_ms", None)
+    return min(batch_rows, batch_rows if per_ms is None
+               else b.slide_ms * engine._per_unit(b, per_ms))
+
+
+def sampled_keys(flow, sample, rows: float) -> tuple[float, float]:
+    """The distinct keys the sample's tuples were drawn from (:func:`estimated_keys`) and
+    how many of them a task's table of ``rows`` tuples holds (those passing the
+    selections)."""
+    idx, keys = flow.router.keys(sample)
+    m = len(idx)
+    if m < 2:
+        return 0.0, 0.0
+    est = estimated_keys(distinct_rows(keys[: m // 2]), distinct_rows(keys), m)
+    return est, task_keys(est, rows * m / len(sample))
+
+
 def auto_dataflow(engine, feed):
     """The partitioned dataflow (:class:`~scabbard.engine.dataflow.Dataflow`) ``auto`` runs
     ``engine``'s query as on ``feed``'s tasks, or None: the task-parallel engine (see the
@@ -95,12 +118,14 @@ def auto_dataflow(engine, feed):
     from scabbard.engine.dataflow import Dataflow, check_dataflow
     from scabbard.query.expr import QueryError
 
-    batch_rows = feed.batch_rows or 0
-    if engine.config.workers < 2 or batch_rows < DATAFLOW_GROUPS:
+    if engine.config.workers < 2 or (feed.batch_rows or 0) < DATAFLOW_GROUPS:
         return None
     try:
         check_dataflow(engine)
     except QueryError:
+        return None
+    rows = table_rows(engine, feed.batch_rows)
+    if rows < DATAFLOW_GROUPS:
         return None
     sample = feed.peek()
     if sample is None or not len(sample):
@@ -113,10 +138,7 @@ def auto_dataflow(engine, feed):
             counts[1] < counts[0] * (1 + math.exp(-len(sample) / (2 * DATAFLOW_GROUPS))):
         return None
     flow = Dataflow(engine, None, sample)
-    _, keys = flow.router.keys(sample)
-    m = len(keys)
-    est = estimated_keys(distinct_rows(keys[: m // 2]), distinct_rows(keys), m)
-    per_task = task_keys(est, batch_rows * m / len(sample))
+    est, per_task = sampled_keys(flow, sample, rows)
     chosen = per_task >= DATAFLOW_GROUPS and flow.parts >= 2
     engine.layout = {"keys": None if math.isinf(est) else round(est),
                      "task_keys": round(per_task), "parts": flow.parts,
