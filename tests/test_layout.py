@@ -114,3 +114,41 @@ def test_the_state_size_bench_runs_every_layout_and_says_what_auto_chose(tmp_pat
     assert (tmp_path / "out" / "runs.csv").exists()
     with pytest.raises(ValueError, match="unknown layout"):
         statesize.Settings(layouts=("shared",))
+
+
+def test_a_fault_tolerant_run_auto_lays_out_per_key_stopped_and_recovered_is_exactly_once(
+        tmp_path):
+    """Persisted input, a checkpoint every task, the exactly-once sink: stopped after each
+    task and recovered, the incarnations by turns ``auto`` (which lays the state out per key:
+    the dataflow) and the serial engine; the committed output is the failure-free run's."""
+    from ftkit import StopAfter, failure_free
+
+    from scabbard import queries
+    from scabbard.ft.recovery import run_fault_tolerant
+    from scabbard.ft.runfile import recorded_run
+    from scabbard.ft.sinks import ClockedSink, read_output
+    from scabbard.ft.verify import compare
+    from scabbard.workloads.darwin import SCHEMA as DARWIN
+
+    q = queries.get("DARWIN")  # (a recovery finds its query by name)
+    keys = np.arange(ROWS, dtype=np.int64) * 7919 % (1 << 40)
+    ts = np.arange(ROWS, dtype=np.int64) * 120_000 // ROWS  # two 60 s windows
+    ds = write_dataset(tmp_path / "darwin", DARWIN, (ts, keys, keys % 1000), workload="darwin",
+                       parquet=False)
+    n, store, out = 2 * ROWS, tmp_path / "store", tmp_path / "out"
+    layouts = []
+
+    def run(assembly, **kw):
+        cfg = EngineConfig(workers=2, batch_rows=1 << 19, assembly=assembly)
+        r = run_fault_tolerant(q, ds, store, ClockedSink(out), cfg, interval=None,
+                               every_tasks=1, wrap_source=lambda s: StopAfter(s, 1), **kw)
+        layouts.append((assembly, (r.run.layout or {}).get("chosen")))
+
+    run("auto", max_tuples=n)
+    while not recorded_run(store).get("completed"):
+        run("serial" if len(layouts) % 2 else "auto", recover=True)
+        assert len(layouts) < 12
+    assert len(layouts) >= 4
+    assert {c for a, c in layouts if a == "auto"} == {"dataflow:2"}
+    v = compare(read_output(out), failure_free(q, ds, n), q.schema)
+    assert v.ok, v
