@@ -18,11 +18,11 @@ partials are as many as its rows.  ``auto`` (the default) estimates, on the stre
 :data:`SAMPLE_ROWS` tuples, how many distinct keys a task's table holds (:func:`sampled_keys`:
 the keys the tuples are drawn from, :func:`estimated_keys`, from those of the sample's first
 half and of all of it; and those of them among a task's tuples of one pane,
-:func:`table_rows`), and runs the
-dataflow when they are at least :data:`DATAFLOW_GROUPS` and the router spreads them over two partitions or
-more (:func:`~scabbard.engine.dataflow.plan_parts`: no heavy hitter holds one partition's
-work) - on a query the dataflow can run (:func:`~scabbard.engine.dataflow.check_dataflow`).
-The choice is in the ``start`` event of the run's metrics log (``layout``).
+:func:`table_rows`), and runs the dataflow when they are at least :data:`DATAFLOW_GROUPS` and
+the router spreads them over two partitions or more
+(:func:`~scabbard.engine.dataflow.plan_parts`: no heavy hitter holds one partition's work) -
+on a query the dataflow can run (:func:`~scabbard.engine.dataflow.check_dataflow`).  The
+choice is in the ``start`` event of the run's metrics log (``layout``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import numpy as np
 
 SAMPLE_ROWS = 1 << 16  # the stream's first tuples the keys are estimated on
 # a task's distinct keys from which the dataflow's per-key state runs faster than per-task
-# partials (measured on 2 cores: 10^6 keys in a 10 s window, 4 M-row tasks: the dataflow
-# 1.04-1.25x the task-parallel engine, 10^7 1.3-1.4x; 10^5: 0.87-1.09x)
+# partials (`scabbard bench state-size` on 2 cores, 10 s windows, 4 M-row tasks, medians of
+# two runs of 3 rounds: 10^6 keys 1.15-1.49x, 10^7 2.0-3.2x; 10^5 0.85-0.89x)
 DATAFLOW_GROUPS = 1 << 19
 
 
@@ -66,8 +66,8 @@ def distinct_rows(keys: np.ndarray) -> int:
 
 
 def sample_keys(engine, sample) -> list[tuple[int, int] | None]:
-    """Per branch of ``engine``, the distinct keys of the first half of ``sample`` and of all of it
-    (None: no sample, or one spanning windows of its own)."""
+    """Per branch of ``engine``, the distinct keys of the first half of ``sample`` and of all
+    of it (None: no sample, or one spanning windows of its own)."""
     none = [None] * len(engine.plan.branches)
     if sample is None or not len(sample):
         return none

@@ -232,9 +232,10 @@ class RunConfig:
         "assembled at once, merged in window order; P: --workers) or auto (default: "
         "the dataflow below where a task is estimated to hold 2^19 keys or more and they "
         "spread over 2+ partitions; else partitioned with 4+ workers where tasks are too "
-        "short for windows of their own, else serial); or dataflow[:P]: the window operator as PipeFabric's partitioned "
-        "dataflow, its input routed by key to P partition threads (default: planned from the "
-        "first batch, at most --workers), merged in order - with fault tolerance too",
+        "short for windows of their own, else serial); or dataflow[:P]: the window "
+        "operator as PipeFabric's partitioned dataflow, its input routed by key to P "
+        "partition threads (default: planned from the first batch, at most --workers), "
+        "merged in order - with fault tolerance too",
         _ENG, metavar="MODE"))
     ingress_partitions: int | None = field(default=None, metadata=flag(
         "--ingress-partitions", "read the source with N threads, each its share of the "
