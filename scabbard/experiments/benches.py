@@ -564,7 +564,9 @@ BENCHES = (
         options=("queries", "sinks", "kills", "reduce_every", "reduced_with", "scale", "rate",
                  "interval", "min_life", "max_life", "work", "seed", "placements",
                  "checkpoint_mode", "compression_interval", "state_memory", "darwin_keys",
-                 "adaptive_kernels", "assembly", "ingress"),
+                 "adaptive_kernels", "assembly", "ingress", "batch"),
+        helps={"batch": "tuples per task of every incarnation (with tasks of 2^20 and many "
+                        "keys, --assembly auto lays the state out per key: engine/layout.py)"},
         out="bench-kills",
         epilog="Exit status 1 if any configuration lost, duplicated or changed a result."),
 )
