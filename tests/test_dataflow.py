@@ -109,6 +109,23 @@ def test_route_gives_every_tuple_to_one_partition_in_input_order(tiny):
 
 
 @pytest.mark.parametrize("name", ["SG2", "LRB1", "NQ"])
+def test_the_routing_kernel_routes_as_route_rows_routes_the_keys(tiny, name):
+    # one pass of the generated kernel gives each partition the rows route_rows gives it from
+    # the tuples' keys: the partition a recovery routes a key's checkpointed state to
+    from scabbard.kernels import assembler as ka
+
+    flow = PartitionedDataflow(queries.get(name), tiny[queries.workload_of(name)], 2)
+    batch = ReplaySource(tiny[queries.workload_of(name)], 5000).peek()
+    idx, keys = flow.router.keys(batch)
+    for parts in (1, 2, 3):
+        routed, starts = ka.route_rows(idx, keys, parts)
+        got = flow.router.route(batch, parts)
+        assert len(got) == parts and sum(map(len, got)) == len(idx) > 0
+        for p, rows in enumerate(got):
+            assert np.array_equal(rows, routed[starts[p]:starts[p + 1]])
+
+
+@pytest.mark.parametrize("name", ["SG2", "LRB1", "NQ"])
 def test_a_partition_reads_its_rows_in_place_as_the_kernel_reads_them_copied(tiny, name):
     """The front kernel in gather mode over a partition's row numbers writes what the
     branch's own kernel writes over those rows copied out of the batch."""

@@ -12,12 +12,13 @@ fork-join per task.  Here, the input itself:
 
 * **the dispatcher** routes each batch: a kernel generated for the query
   (:class:`Router`: its selections, then its group keys computed - σ and π as the front
-  kernel computes them - for the tuples that pass) gives every surviving tuple's key, hashed
-  to one of P partitions (:func:`scabbard.kernels.assembler.route_rows`: a multiply a key
-  word, 6-7 ns a tuple with the keys); each partition gets the batch and its row numbers
-  through its queue (the run's tasks in flight bound it) - nothing is copied.  (A first version computing the keys in
-  numpy kept the source busy nine tenths of an LRB1 run, py-spy: routing is the one serial
-  stage);
+  kernel computes them - for the tuples that pass) hashes every surviving tuple's key to one
+  of P partitions and writes its row number to that partition's list, in one pass (the hash
+  of :func:`scabbard.kernels.assembler.route_rows`, a multiply a key word: 2-4 ns a tuple on
+  SG2, NQ and LRB1, where the keys written out, then hashed and scattered, took 4-7);
+  each partition gets the batch and its row numbers through its queue (the run's tasks in
+  flight bound it) - nothing is copied.  (A first version computing the keys in numpy kept
+  the source busy nine tenths of an LRB1 run, py-spy: routing is the one serial stage);
 * **a partition** (P threads, one queue each) runs the branch's front kernel on its rows
   of the batch where they are (``FrontSpec.gather``: a copy of them cost 3 ns a tuple on
   LRB1) and pane aggregation on them, computes the windows within the batch from its
@@ -127,20 +128,25 @@ class Router:
         keys = group_key_codes(node, f)
         self.columns, _ = inputs(f, node.input.source().schema, ("timestamp",))
         self.width = len(keys)
-        self.kernel = compile_front(FrontSpec(self.columns, (), tuple(f.steps), tuple(keys),
-                                              (), (), index=True), cache_dir)
+        spec = FrontSpec(self.columns, (), tuple(f.steps), tuple(keys), (), (), index=True)
+        self.kernel = compile_front(spec, cache_dir)
+        self.routing = compile_front(replace(spec, route=True), cache_dir)
+
+    def inputs(self, batch) -> list:
+        """The kernels' leading arguments: rows, the windows' axis as the engine's front
+        kernels get it (a replayed copy's shift deferred; count-based windows: input
+        offsets), the columns."""
+        ts = (np.arange(batch.offset, batch.end, dtype=np.int64) if self.rows
+              else batch.event_time()[0])
+        return [len(batch), ts, *(batch.column(c) for c in self.columns)]
 
     def keys(self, batch) -> tuple[np.ndarray, np.ndarray]:
         """The row numbers of the batch's tuples that pass the selections, and their group
         keys (an int64 matrix, a row a tuple)."""
         n = len(batch)
         idx, keys = np.empty(n, dtype=np.int64), np.empty((n, self.width), dtype=np.int64)
-        # the windows' axis as the engine's front kernels get it (a replayed copy's shift
-        # deferred; count-based windows: input offsets)
-        ts = (np.arange(batch.offset, batch.end, dtype=np.int64) if self.rows
-              else batch.event_time()[0])
-        m = self.kernel(n, ts, *(batch.column(c) for c in self.columns),
-                        idx, keys, np.empty((n, 0), np.int64), np.empty((n, 0), np.float64))
+        m = self.kernel(*self.inputs(batch), idx, keys, np.empty((n, 0), np.int64),
+                        np.empty((n, 0), np.float64))
         return idx[:m], keys[:m]
 
     def loads(self, batch, most: int) -> list[float]:
@@ -159,13 +165,11 @@ class Router:
 
     def route(self, batch, parts: int) -> list[np.ndarray]:
         """Each partition's row numbers of ``batch`` (the tuples that pass the selections), in
-        input order."""
-        idx, keys = self.keys(batch)
-        if parts == 1:
-            return [idx]
-        routed, starts = ka.route_rows(idx, keys, parts)
-        return [routed[lo:hi] for lo, hi in zip(starts[:-1].tolist(), starts[1:].tolist(),
-                                                strict=True)]
+        input order: one pass of the routing kernel (the partitions of
+        :func:`~scabbard.kernels.assembler.route_rows`)."""
+        rows, counts = np.empty((parts, len(batch)), np.int64), np.zeros(parts, np.int64)
+        self.routing(*self.inputs(batch), parts, rows, counts)
+        return [rows[p, :c] for p, c in enumerate(counts.tolist())]
 
 
 def plan_parts(loads: list[float], within: float = 0.9) -> int:

@@ -304,6 +304,23 @@ def _partition_rows(keys, cols, parts: int):
     return _by_partition(pid, starts, parts, np.arange(n)), starts
 
 
+@inline
+def route_mix(h: np.uint64, v: np.int64) -> np.uint64:
+    """Fold one key word into a route's hash (from ``ht.SEED``): a multiply a word
+    (Fibonacci hashing)."""
+    return (h ^ np.uint64(v)) * np.uint64(0x9E3779B97F4A7C15)
+
+
+@inline
+def route_part(h: np.uint64, parts: int) -> int:
+    """The partition of a route's hash: its high half folded in, mapped onto ``parts`` by a
+    multiply and a shift (no division).  :func:`route_rows` and the dataflow's generated
+    routing kernels (:class:`~scabbard.kernels.codegen.FrontSpec`'s ``route``) both route by
+    these two, so a key's tuples and its checkpointed state go to one partition."""
+    h ^= h >> np.uint64(32)
+    return np.int64(((h & np.uint64(0xFFFFFFFF)) * np.uint64(parts)) >> np.uint64(32))
+
+
 @kernel
 def _route_rows(rows, keys, parts: int):
     """The kernel of :func:`route_rows`."""
@@ -312,10 +329,9 @@ def _route_rows(rows, keys, parts: int):
     starts = np.zeros(parts + 1, dtype=np.int64)
     for r in range(n):
         h = np.uint64(ht.SEED)
-        for j in range(k):  # a multiply a word (Fibonacci hashing), the high half folded in
-            h = (h ^ np.uint64(keys[r, j])) * np.uint64(0x9E3779B97F4A7C15)
-        h ^= h >> np.uint64(32)
-        p = np.int64(((h & np.uint64(0xFFFFFFFF)) * np.uint64(parts)) >> np.uint64(32))
+        for j in range(k):
+            h = route_mix(h, keys[r, j])
+        p = route_part(h, parts)
         pid[r] = p
         starts[p + 1] += 1
     return _by_partition(pid, starts, parts, rows), starts
