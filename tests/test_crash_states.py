@@ -219,6 +219,29 @@ def test_name_operations_may_reorder_across_directories_unless_a_flush_orders_th
     assert (True, False) in seen  # reordered: the first name lost, the later one kept
 
 
+@pytest.mark.parametrize("query, sink", [("LRB1", "clocked"), ("SG2", "transactional")])
+def test_machine_durability_survives_crash_states_of_the_partitioned_dataflow(
+        tiny, monkeypatch, query, sink):
+    """The window operator as PipeFabric's partitioned dataflow (--assembly dataflow:2, as
+    auto runs it where tasks hold 2^19 keys or more), its crash states' recoveries crashed in
+    turn: every committed output a prefix of the serial engine's failure-free output, every
+    recovery - the checkpointed pane partials routed back to the partitions - exact."""
+    from scabbard.engine import dataflow
+    from scabbard.queries import workload_of
+
+    ran = []
+    real = dataflow.DataflowExecution.run
+    monkeypatch.setattr(dataflow.DataflowExecution, "run",
+                        lambda self: ran.append(self.flow.parts) or real(self))
+    s = Settings(query, sink=sink, durability="machine", states=12, tuples=20_000, seed=5,
+                 batch_rows=997, assembly="dataflow:2", nested=1)
+    rep = Explorer(s, tiny[workload_of(query)]).explore()
+    assert rep.explored == 12 and rep.ok, rep.summary()
+    assert rep.nested[1] >= 6 and "--assembly dataflow:2" in rep.summary()
+    # the recorded run, the crash states' recoveries and theirs: all through the partitions
+    assert len(ran) >= 1 + 12 and set(ran) == {2}
+
+
 def test_a_crash_during_recovery_nested_two_levels_recovers_exactly(tiny):
     """``nested``: each crash state's recovery is recorded and crashed in turn (a machine
     crash during the recovery), and so is the recovery of that - every state's committed

@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -37,6 +37,7 @@ from scabbard import queries
 from scabbard.check.model import CrashState, FileSystemModel
 from scabbard.data import Dataset
 from scabbard.engine import EngineConfig
+from scabbard.engine.config import parse_assembly
 from scabbard.ft.ingress import INGRESS
 from scabbard.ft.modes import EXACTLY_ONCE_SINKS
 from scabbard.ft.recovery import run_fault_tolerant
@@ -100,6 +101,10 @@ class Settings:
         "whose recoveries are crashed the same way - two levels deep (0: recoveries run "
         "through)"})
     nested_depth: int = 2  # how deep ``nested`` goes
+    # the recorded run's and its recoveries' window state (--assembly, as 'scabbard run'):
+    # dataflow[:P] explores PipeFabric's partitioned dataflow, which auto chooses only for
+    # tasks of 2^19 keys or more; the failure-free output is the serial engine's either way
+    assembly: str = "auto"
 
     def __post_init__(self) -> None:
         from scabbard.ft.panes import MODES
@@ -111,6 +116,7 @@ class Settings:
             raise ValueError(f"sink must be clocked or transactional, got {self.sink!r}")
         if self.durability not in ("process", "machine"):
             raise ValueError(f"durability must be process or machine, got {self.durability!r}")
+        parse_assembly(self.assembly)
         if self.nested < 0 or self.nested_depth < 1:
             raise ValueError(f"nested must be >= 0 and nested_depth >= 1, got {self.nested} "
                              f"and {self.nested_depth}")
@@ -156,6 +162,7 @@ class Report:
         if s.ingress_partitions > 1:
             placed += f", {s.ingress_partitions} ingress partitions"
         placed += f", {s.checkpoint_mode} checkpoints" if s.checkpoint_mode != "full" else ""
+        placed += f", --assembly {s.assembly}" if s.assembly != "auto" else ""
         if s.state_memory:
             sp = self.spilled
             placed += (f", state within {s.state_memory >> 20} MiB ({sp.get('spills', 0):,} "
@@ -192,7 +199,8 @@ class Explorer:
         self.dir = Path(tempfile.mkdtemp(prefix="scabbard-crash-states-")) if workdir is None \
             else Path(workdir)
         self.config = EngineConfig(workers=settings.workers, batch_rows=settings.batch_rows,
-                                   ingress_partitions=settings.ingress_partitions)
+                                   ingress_partitions=settings.ingress_partitions,
+                                   assembly=settings.assembly)
         self.storage = STORAGE  # small files: each crash state copies them
         self.report: Report | None = None
 
@@ -211,7 +219,8 @@ class Explorer:
                            state_memory=self.s.state_memory, **kw)
 
     def expected(self) -> pd.DataFrame:
-        return failure_free(self.query, self.ds, self.s.tuples, self.config)
+        return failure_free(self.query, self.ds, self.s.tuples,
+                            replace(self.config, assembly="serial"))
 
     def record(self) -> FileSystemModel:
         """The recorded run's file operations.  Pool files stay small (each crash state

@@ -29,6 +29,10 @@ def add_parser(subparsers, full: bool = True) -> None:
                    "batch_rows", "every_tasks", "states", "seed", "nested")
     shared_flag(c, "--persist-at", help="p-streams between operators besides the ingress "
         "(operator ids, or output: before the sink), as 'scabbard run --persist-at'")
+    shared_flag(c, "--assembly", help="the recorded run's window state, as 'scabbard run "
+        "--assembly': dataflow[:P] explores PipeFabric's partitioned dataflow, which auto "
+        "chooses only for tasks of 2^19 keys or more (default auto); its output is compared "
+        "with the serial engine's")
     shared_flag(c, "--data")
     c.set_defaults(func=_run_crash_states)
     o = verify.USAGE.parser(sub, "output")
