@@ -321,6 +321,19 @@ def test_the_partitioned_bench_runs_the_dataflow_beside_the_engine(tiny, tmp_pat
     assert any("dataflow" in line and "not run" in line for line in lines)
 
 
+def test_the_partitioned_bench_keeps_the_median_of_its_rounds_and_their_range():
+    from scabbard.experiments import partitioned as exp
+
+    runs = pd.DataFrame({"workload": ["NQ"] * 6, "assembly": ["serial"] * 3 + ["dataflow"] * 3,
+                         "workers": [2] * 6, "round": [0, 1, 2] * 2,
+                         "tuples_per_s": [40e6, 50e6, 44e6, 30e6, 45e6, 46e6]})
+    c = exp.comparison(runs).iloc[0]
+    assert c["serial_2w_Mtps"] == 44 and c["dataflow_2w_Mtps"] == 45
+    assert c["serial_2w_range"] == "40.0-50.0" and c["dataflow_2w_range"] == "30.0-46.0"
+    assert c["dataflow_vs_serial_2w"] == pytest.approx(45 / 44)
+    assert "serial_2w_range" not in exp.comparison(runs[runs["round"] == 0])
+
+
 def test_a_failing_partition_fails_the_run_and_every_thread_ends(tiny, monkeypatch):
     """A partition that raises: the run raises its error, no partition or merge thread is
     left behind (each stops within its wait), and a flow runs once."""

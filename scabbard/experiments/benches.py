@@ -351,10 +351,11 @@ BENCHES = (
                     "synthetic stream (an 8-byte key and a value) whose keys are one key, "
                     "Zipf-distributed or uniform over --keys keys, counted and summed per key "
                     "over a sliding window; then the paper's queries whose windows are assembled "
-                    "sequentially.  Prints throughput, each mode's scaling from 1 to 2 workers "
-                    "and its gain over serial.  Writes results.csv, comparison.csv and "
+                    "sequentially; --rounds runs of each, interleaved.  Prints the median "
+                    "throughput (with its runs' min-max), each mode's scaling from 1 to 2 "
+                    "workers and its gain over serial.  Writes results.csv, comparison.csv and "
                     "partitioned.png to --output.",
-        options=("queries", "keys", "rows", "seconds", "scale", "assembly"),
+        options=("queries", "keys", "rows", "seconds", "scale", "assembly", "rounds"),
         helps={"assembly": "modes measured side by side: the task-parallel engine's assembly "
                            "(serial, partitioned, partitioned:P) and dataflow (PipeFabric's "
                            "partitioned dataflow: the input routed by key to a partition thread "

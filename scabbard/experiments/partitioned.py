@@ -68,6 +68,7 @@ class Settings(Common):
     seconds: float = 4.0
     output_dir: str = "."
     seed: int = 0
+    rounds: int = 1  # runs per configuration, each round starting one later; the median kept
 
     def __post_init__(self) -> None:
         for name in ("distributions", "queries", "assembly", "workers"):
@@ -82,8 +83,8 @@ class Settings(Common):
         for mode in self.assembly:
             if mode != DATAFLOW:
                 EngineConfig(assembly=mode)
-        if min(self.keys, self.rows, self.rate, self.range_s, self.slide_s) < 1:
-            raise ValueError("keys, rows, rate, range_s and slide_s must be positive")
+        if min(self.keys, self.rows, self.rate, self.range_s, self.slide_s, self.rounds) < 1:
+            raise ValueError("keys, rows, rate, range_s, slide_s and rounds must be positive")
 
 
 def skew_query(s: Settings) -> Query:
@@ -117,39 +118,50 @@ def skew_dataset(distribution: str, s: Settings, folder: Path) -> Dataset:
 
 
 def _measure(q: Query, ds: Dataset, workload: str, s: Settings, log) -> list[dict]:
-    rows = []
+    """Every (assembly, workers) configuration, ``s.rounds`` times interleaved (each round
+    starting one configuration later); a row a run."""
     run_query(q, ds, NullSink(), EngineConfig(workers=1), Replay(duration=min(1.0, s.seconds)))  # warm
-    for mode in s.assembly:
-        for w in s.workers:
+    configs = [(mode, w) for mode in s.assembly for w in s.workers]
+    if DATAFLOW in s.assembly and not _routable(q, ds, s, log):
+        configs = [c for c in configs if c[0] != DATAFLOW]
+    rows = []
+    for r in range(s.rounds):
+        at = r % len(configs)
+        for mode, w in configs[at:] + configs[:at]:
             if mode == DATAFLOW:
-                row = _dataflow(q, ds, w, s, log)
-                if row is None:
-                    break
+                row = _dataflow(q, ds, w, s)
             else:
-                r = run_query(q, ds, NullSink(), EngineConfig(workers=w, assembly=mode),
-                              replay=Replay(duration=s.seconds))
-                m = r.summary
+                rep = run_query(q, ds, NullSink(), EngineConfig(workers=w, assembly=mode),
+                                replay=Replay(duration=s.seconds))
+                m = rep.summary
                 row = {"tuples_per_s": m.tuples_per_s, "result_rows": m.result_rows,
-                       "batch_rows": r.batch_rows, "seconds": round(m.seconds, 3)}
-            rows.append({"workload": workload, "assembly": mode, "workers": w, **row})
+                       "batch_rows": rep.batch_rows, "seconds": round(m.seconds, 3)}
+            rows.append({"workload": workload, "assembly": mode, "workers": w, "round": r,
+                         **row})
             log(f"{workload:12s} {mode:14s} {w} worker(s) "
                 f"{row['tuples_per_s'] / 1e6:8.2f} M tuples/s")
     return rows
 
 
-def _dataflow(q: Query, ds: Dataset, parts: int, s: Settings, log) -> dict | None:
-    """The query as a partitioned dataflow of ``parts`` partition threads (None: its groups
-    cannot be routed - said in the log)."""
+def _routable(q: Query, ds: Dataset, s: Settings, log) -> bool:
+    """Whether the query runs as a partitioned dataflow (else said in the log); if so, its
+    kernels compiled or loaded before the clock starts, as the engine's are."""
     from scabbard.engine.flowrun import PartitionedDataflow
     from scabbard.query.expr import QueryError
 
     try:
-        warm = PartitionedDataflow(q, ds, parts)
+        warm = PartitionedDataflow(q, ds, 1)
     except QueryError as e:
         log(f"{q.name:12s} {DATAFLOW:14s} not run: {e}")
-        return None
-    # its kernels compiled or loaded before the clock starts, as the engine's are
+        return False
     warm.run(warm.source(ds, Replay(duration=min(1.0, s.seconds))))
+    return True
+
+
+def _dataflow(q: Query, ds: Dataset, parts: int, s: Settings) -> dict:
+    """One run of the query as a partitioned dataflow of ``parts`` partition threads."""
+    from scabbard.engine.flowrun import PartitionedDataflow
+
     flow = PartitionedDataflow(q, ds, parts)
     source = flow.source(ds, Replay(duration=s.seconds))
     r = flow.run(source)
@@ -173,12 +185,22 @@ def run(settings: Settings, log=print) -> pd.DataFrame:
 
 
 def comparison(table: pd.DataFrame) -> pd.DataFrame:
-    """Per workload: throughput per (assembly, workers), and each mode's 2-vs-1-worker scaling
-    and gain over serial with the same workers."""
-    wide = table.pivot_table(index="workload", columns=["assembly", "workers"],
-                             values="tuples_per_s", sort=False) / 1e6
-    wide.columns = [f"{a}_{w}w_Mtps" for a, w in wide.columns]
-    out = wide.reset_index()
+    """Per workload: the median throughput per (assembly, workers) - with its runs' min-max
+    where there were several rounds - and each mode's 2-vs-1-worker scaling and gain over
+    serial with the same workers (of the medians)."""
+    def wide(how: str) -> pd.DataFrame:
+        w = table.pivot_table(index="workload", columns=["assembly", "workers"],
+                              values="tuples_per_s", sort=False, aggfunc=how) / 1e6
+        w.columns = [f"{a}_{n}w_Mtps" for a, n in w.columns]
+        return w
+
+    out = wide("median")
+    if table.get("round", pd.Series([0])).nunique() > 1:
+        lo, hi = wide("min"), wide("max")
+        for c in list(out.columns):
+            out.insert(out.columns.get_loc(c) + 1, c.replace("_Mtps", "_range"),
+                       [f"{a:.1f}-{b:.1f}" for a, b in zip(lo[c], hi[c], strict=True)])
+    out = out.reset_index()
     modes = list(dict.fromkeys(table["assembly"]))
     for a in modes:
         if f"{a}_1w_Mtps" in out and f"{a}_2w_Mtps" in out:
@@ -191,7 +213,8 @@ def comparison(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot(table: pd.DataFrame, output_dir: str | None = None):
-    """Throughput per workload: a bar per (assembly, workers)."""
+    """Throughput per workload: a bar per (assembly, workers), its median, the runs' min-max
+    as an error bar."""
     import matplotlib.pyplot as plt
 
     names = list(dict.fromkeys(table["workload"]))
@@ -200,9 +223,11 @@ def plot(table: pd.DataFrame, output_dir: str | None = None):
     width = 0.8 / len(configs)
     x = np.arange(len(names))
     for k, (a, w) in enumerate(configs):
-        sel = table[(table["assembly"] == a) & (table["workers"] == w)].set_index("workload")
-        ax.bar(x + (k - (len(configs) - 1) / 2) * width,
-               sel.reindex(names)["tuples_per_s"] / 1e6, width, label=f"{a}, {w} worker(s)")
+        g = table[(table["assembly"] == a) & (table["workers"] == w)].groupby("workload")
+        med, lo, hi = (getattr(g["tuples_per_s"], f)().reindex(names) / 1e6
+                       for f in ("median", "min", "max"))
+        ax.bar(x + (k - (len(configs) - 1) / 2) * width, med, width,
+               yerr=[med - lo, hi - med], capsize=2, label=f"{a}, {w} worker(s)")
     ax.set_xticks(x, names, rotation=30)
     ax.set_yscale("log")
     ax.set_ylabel("M tuples/s")
