@@ -57,7 +57,8 @@ def crash_settings(args):
 
     edges = tuple(e.strip() for e in (args.persist_at or "").split(",")
                   if e.strip() and e.strip() != "ingress")
-    return settings_from(Settings, args, persist_at=edges)
+    return settings_from(Settings, args, persist_at=edges,
+                         assembly=args.assembly or Settings.assembly)
 
 
 def _run_crash_states(args) -> int:
