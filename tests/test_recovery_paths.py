@@ -594,3 +594,34 @@ def test_check_output_tells_a_killed_recovered_run_from_a_damaged_output(tiny, t
     assert int(re.search(r"(\d+) duplicated", r.stdout).group(1)) > 0, r.stdout
     r = subprocess.run(check[:-1] + [str(tmp_path / "nothing")], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no run.json" in r.stderr
+
+
+def test_a_task_size_beyond_a_pool_files_unit_recovers_with_the_size_it_was_started_with(
+        tiny, tmp_path):
+    """``--batch`` larger than a p-unit of the ingress's pool files: the run cuts its tasks to
+    one, and a recovery given the same size cuts it the same way - not refused as another
+    run's (RunMismatch: batch_rows 16384 recorded, 1048576 given) - and commits the
+    failure-free output."""
+    from scabbard.engine import EngineConfig
+    from scabbard.ft.runfile import recorded_run
+
+    q, ds = query("LRB1", tiny)
+    n, store, out = 8 * ds.rows, tmp_path / "store", tmp_path / "out"
+    cfg = EngineConfig(workers=2, batch_rows=1 << 20)
+    runs = 0
+
+    def run(**kw):
+        nonlocal runs
+        runs += 1
+        run_fault_tolerant(q, ds, store, ClockedSink(out), cfg, interval=None, every_tasks=2,
+                           layout=SMALL, wrap_source=lambda s: StopAfter(s, 5), **kw)
+
+    run(max_tuples=n)
+    cut = recorded_run(store)["batch_rows"]
+    assert cut < 1 << 20 and n // cut > 10  # cut to a unit of a 1 MiB file: many tasks
+    while not recorded_run(store).get("completed"):
+        run(recover=True)
+        assert runs < 30
+    assert runs >= 3
+    v = compare(read_output(out), failure_free(q, ds, n), q.schema)
+    assert v.ok, v

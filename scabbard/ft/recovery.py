@@ -178,8 +178,10 @@ def _settings_recorded(cfg: RunConfig, engine: Engine, dataset: Dataset, sink, p
     their defaults filled in; for a recovery, the ones given (None: take the recorded one),
     compared with the record."""
     batch_rows = engine.config.batch_rows
-    if not recover:  # the tasks of the query in memory (one sizing rule), each task's input
-        # at most a pool file of the ingress p-stream (one p-unit, or pieces: Engine.task_rows)
+    if not recover or batch_rows is not None:  # the tasks of the query in memory (one sizing
+        # rule), each task's input at most a pool file of the ingress p-stream (one p-unit, or
+        # pieces: Engine.task_rows) - a size given to a recovery cut as the run it recovers
+        # cut it (a --batch beyond a pool file's p-unit was refused as another run's)
         layout = cfg.persist.layout
         batch_rows = engine.task_rows(dataset, cfg.rate, engine.unit_rows(
             layout.file_bytes, layout.data_start))
