@@ -133,8 +133,8 @@ class Router:
         self.routing = compile_front(replace(spec, route=True), cache_dir)
 
     def inputs(self, batch) -> list:
-        """The kernels' leading arguments: rows, the windows' axis as the engine's front
-        kernels get it (a replayed copy's shift deferred; count-based windows: input
+        """The kernels' leading arguments: the batch's tuple count, the windows' axis as the
+        engine's front kernels get it (a replayed copy's shift deferred; count-based windows: input
         offsets), the columns."""
         ts = (np.arange(batch.offset, batch.end, dtype=np.int64) if self.rows
               else batch.event_time()[0])
