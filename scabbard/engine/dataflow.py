@@ -134,8 +134,8 @@ class Router:
 
     def inputs(self, batch) -> list:
         """The kernels' leading arguments: the batch's tuple count, the windows' axis as the
-        engine's front kernels get it (a replayed copy's shift deferred; count-based windows: input
-        offsets), the columns."""
+        engine's front kernels get it (a replayed copy's shift deferred; count-based
+        windows: input offsets), the columns."""
         ts = (np.arange(batch.offset, batch.end, dtype=np.int64) if self.rows
               else batch.event_time()[0])
         return [len(batch), ts, *(batch.column(c) for c in self.columns)]
