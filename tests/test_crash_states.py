@@ -242,6 +242,21 @@ def test_machine_durability_survives_crash_states_of_the_partitioned_dataflow(
     assert len(ran) >= 1 + 12 and set(ran) == {2}
 
 
+def test_larger_pool_files_keep_a_recorded_runs_long_tasks_whole(tiny, tmp_path):
+    """``file_mib``: a task's input is cut to a p-unit of a pool file - 1 MiB files cut LRB1's
+    50,000-tuple tasks, 4 MiB ones hold them (so that a run whose tasks are long enough for
+    auto's dataflow can be explored)."""
+    from scabbard.ft.runfile import recorded_run
+
+    for mib, cut in ((1, True), (4, False)):
+        s = Settings("LRB1", states=1, tuples=60_000, batch_rows=50_000, file_mib=mib)
+        Explorer(s, tiny["lrb"], tmp_path / f"f{mib}").record()
+        rows = recorded_run(tmp_path / f"f{mib}" / "recorded" / "storage")["batch_rows"]
+        assert (rows < 50_000) == cut, (mib, rows)
+    with pytest.raises(ValueError, match="file_mib"):
+        Settings("LRB1", file_mib=0)
+
+
 def test_a_crash_during_recovery_nested_two_levels_recovers_exactly(tiny):
     """``nested``: each crash state's recovery is recorded and crashed in turn (a machine
     crash during the recovery), and so is the recovery of that - every state's committed

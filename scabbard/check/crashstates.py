@@ -101,6 +101,9 @@ class Settings:
         "whose recoveries are crashed the same way - two levels deep (0: recoveries run "
         "through)"})
     nested_depth: int = 2  # how deep ``nested`` goes
+    file_mib: int = field(default=STORAGE.file_bytes >> 20, metadata={"help":
+        "the recorded run's pool files, in MiB (each crash state copies them): a task's "
+        "input is cut to what one holds, so tasks of 2^20 tuples need files of their size"})
     # the recorded run's and its recoveries' window state (--assembly, as 'scabbard run'):
     # dataflow[:P] explores PipeFabric's partitioned dataflow, which auto chooses only for
     # tasks of 2^19 keys or more; the failure-free output is the serial engine's either way
@@ -121,7 +124,7 @@ class Settings:
             raise ValueError(f"nested must be >= 0 and nested_depth >= 1, got {self.nested} "
                              f"and {self.nested_depth}")
         for name in ("states", "tuples", "batch_rows", "every_tasks", "workers",
-                     "ingress_partitions"):
+                     "ingress_partitions", "file_mib"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.state_memory is not None:
@@ -163,6 +166,7 @@ class Report:
             placed += f", {s.ingress_partitions} ingress partitions"
         placed += f", {s.checkpoint_mode} checkpoints" if s.checkpoint_mode != "full" else ""
         placed += f", --assembly {s.assembly}" if s.assembly != "auto" else ""
+        placed += f", {s.file_mib} MiB pool files" if s.file_mib != Settings.file_mib else ""
         if s.state_memory:
             sp = self.spilled
             placed += (f", state within {s.state_memory >> 20} MiB ({sp.get('spills', 0):,} "
@@ -201,7 +205,8 @@ class Explorer:
         self.config = EngineConfig(workers=settings.workers, batch_rows=settings.batch_rows,
                                    ingress_partitions=settings.ingress_partitions,
                                    assembly=settings.assembly)
-        self.storage = STORAGE  # small files: each crash state copies them
+        # small files: each crash state copies them
+        self.storage = dataclasses.replace(STORAGE, file_bytes=settings.file_mib << 20)
         self.report: Report | None = None
 
     def _run(self, root: Path, recover: bool, io=None):

@@ -26,7 +26,7 @@ def add_parser(subparsers, full: bool = True) -> None:
     shared_flag(c, "--query")
     settings_flags(c, Settings, "sink", "durability", "push_up", "compression",
                    "checkpoint_mode", "state_memory", "ingress_partitions", "tuples",
-                   "batch_rows", "every_tasks", "states", "seed", "nested")
+                   "batch_rows", "every_tasks", "states", "seed", "nested", "file_mib")
     shared_flag(c, "--persist-at", help="p-streams between operators besides the ingress "
         "(operator ids, or output: before the sink), as 'scabbard run --persist-at'")
     shared_flag(c, "--assembly", help="the recorded run's window state, as 'scabbard run "
