@@ -255,6 +255,10 @@ def test_larger_pool_files_keep_a_recorded_runs_long_tasks_whole(tiny, tmp_path)
         assert (rows < 50_000) == cut, (mib, rows)
     with pytest.raises(ValueError, match="file_mib"):
         Settings("LRB1", file_mib=0)
+    from scabbard.check import crashstates
+
+    rep = crashstates.Report(Settings("DARWIN", file_mib=32), layout={"chosen": "dataflow:2"})
+    assert "32 MiB pool files, window state dataflow:2 (auto)" in rep.summary()
 
 
 def test_a_crash_during_recovery_nested_two_levels_recovers_exactly(tiny):

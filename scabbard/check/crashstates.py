@@ -154,6 +154,7 @@ class Report:
     nested: Counter = field(default_factory=Counter)  # level -> crash states inside recoveries
     per_point: Counter = field(default_factory=Counter)  # crash point -> states explored
     spilled: dict = field(default_factory=dict)  # the recorded run's spills and reloads
+    layout: dict | None = None  # where the recorded run's --assembly auto kept the state
 
     @property
     def ok(self) -> bool:
@@ -167,6 +168,8 @@ class Report:
         placed += f", {s.checkpoint_mode} checkpoints" if s.checkpoint_mode != "full" else ""
         placed += f", --assembly {s.assembly}" if s.assembly != "auto" else ""
         placed += f", {s.file_mib} MiB pool files" if s.file_mib != Settings.file_mib else ""
+        if self.layout:
+            placed += f", window state {self.layout['chosen']} (auto)"
         if s.state_memory:
             sp = self.spilled
             placed += (f", state within {s.state_memory >> 20} MiB ({sp.get('spills', 0):,} "
@@ -205,8 +208,9 @@ class Explorer:
         self.config = EngineConfig(workers=settings.workers, batch_rows=settings.batch_rows,
                                    ingress_partitions=settings.ingress_partitions,
                                    assembly=settings.assembly)
-        # small files: each crash state copies them
-        self.storage = dataclasses.replace(STORAGE, file_bytes=settings.file_mib << 20)
+        # small files: each crash state copies them (STORAGE's unless file_mib asks otherwise)
+        self.storage = STORAGE if settings.file_mib == Settings.file_mib else \
+            dataclasses.replace(STORAGE, file_bytes=settings.file_mib << 20)
         self.report: Report | None = None
 
     def _run(self, root: Path, recover: bool, io=None):
@@ -239,6 +243,7 @@ class Explorer:
             try:
                 r = self._run(root, recover=False, io=io)
                 if self.report is not None:
+                    self.report.layout = r.run.layout
                     for st in r.run.spilled.values():
                         for k in ("spills", "reloads"):
                             self.report.spilled[k] = self.report.spilled.get(k, 0) + st[k]
