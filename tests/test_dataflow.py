@@ -198,7 +198,7 @@ def test_the_planner_gives_one_key_one_partition_and_spread_keys_a_worker_each(t
     one vehicle's gets one partition (a second would idle); the plan's rule on its own."""
     from scabbard.data import write_dataset
     from scabbard.engine import EngineConfig
-    from scabbard.engine.dataflow import plan_parts
+    from scabbard.engine.routing import plan_parts
 
     q, ds = queries.get("LRB2"), tiny["lrb"]
     flow = PartitionedDataflow(q, ds, None, config=EngineConfig(workers=2))

@@ -11,14 +11,15 @@ batches and assembles the windows they share in order; its partitioned *assembly
 fork-join per task.  Here, the input itself:
 
 * **the dispatcher** routes each batch: a kernel generated for the query
-  (:class:`Router`: its selections, then its group keys computed - σ and π as the front
-  kernel computes them - for the tuples that pass) hashes every surviving tuple's key to one
-  of P partitions and writes its row number to that partition's list, in one pass (the hash
-  of :func:`scabbard.kernels.assembler.route_rows`, a multiply a key word: 2-4 ns a tuple on
-  SG2, NQ and LRB1, where the keys written out, then hashed and scattered, took 4-7);
-  each partition gets the batch and its row numbers through its queue (the run's tasks in
-  flight bound it) - nothing is copied.  (A first version computing the keys in numpy kept
-  the source busy nine tenths of an LRB1 run, py-spy: routing is the one serial stage);
+  (:class:`~scabbard.engine.routing.Router`: its selections, then its group keys computed -
+  σ and π as the front kernel computes them - for the tuples that pass) hashes every
+  surviving tuple's key to one of P partitions and writes its row number to that partition's
+  list, in one pass (the hash of :func:`scabbard.kernels.assembler.route_rows`, a multiply a
+  key word: 2-4 ns a tuple on SG2, NQ and LRB1, where the keys written out, then hashed and
+  scattered, took 4-7; with one partition it writes the selections' row numbers alone); each
+  partition gets the batch and its row numbers through its queue (the run's tasks in flight
+  bound it) - nothing is copied. (A first version computing the keys in numpy kept the
+  source busy nine tenths of an LRB1 run, py-spy: routing is the one serial stage);
 * **a partition** (P threads, one queue each) runs the branch's front kernel on its rows
   of the batch where they are (``FrontSpec.gather``: a copy of them cost 3 ns a tuple on
   LRB1) and pane aggregation on them, computes the windows within the batch from its
@@ -38,15 +39,15 @@ fork-join per task.  Here, the input itself:
   A keep-max needs every partition's rows of a window: the merge gathers them
   (:func:`~scabbard.engine.assembly.merge_windows`) and runs the fused operators.
 
-P is given, or planned (:func:`plan_parts`): on the dataset's first batch the router tells
-the busiest partition's share of the tuples for 1 to ``workers`` partitions, and the plan
-takes the fewest partitions within 10 % of the fastest (one key: one partition; keys spread
-evenly: a worker each).
+P is given, or planned (:func:`~scabbard.engine.routing.plan_parts`): on the dataset's first
+batch the router tells the busiest partition's share of the tuples for 1 to ``workers``
+partitions, and the plan takes the fewest partitions within 10 % of the fastest (one key:
+one partition; keys spread evenly: a worker each).
 
 Results are the serial engine's, a window's rows in another order (tests).  It runs queries
 with one window aggregation whose group keys σ and π compute from a tuple's own attributes
-(:func:`check_routable` refuses the others: a joined relation's key, a global aggregate, a
-count of groups fused into the emission), its state in memory.
+(:func:`~scabbard.engine.routing.check_routable` refuses the others: a joined relation's key,
+a global aggregate, a count of groups fused into the emission), its state in memory.
 
 It is a mode of the engine's run (``EngineConfig(assembly="dataflow[:P]")``, ``--assembly``):
 :class:`DataflowExecution` is the engine's :class:`~scabbard.engine.execution.Execution` with
@@ -72,9 +73,9 @@ import numpy as np
 
 from scabbard.engine.assembly import BranchAssembler, merge_windows, windows_between
 from scabbard.engine.execution import Execution
-from scabbard.engine.frontcode import front, group_key_codes, inputs
 from scabbard.engine.metrics import CpuSpent
 from scabbard.engine.physical import take, window_segments
+from scabbard.engine.routing import Router, check_routable, plan_parts
 from scabbard.engine.tasks import (
     INT64_MIN,
     BranchPart,
@@ -86,99 +87,12 @@ from scabbard.engine.tasks import (
     task_edges,
 )
 from scabbard.kernels import assembler as ka
-from scabbard.kernels import rows as kr
 from scabbard.kernels import window as kw
 from scabbard.kernels.aggregate import pane_aggregate
-from scabbard.kernels.codegen import FrontSpec, compile_front
+from scabbard.kernels.codegen import compile_front
 from scabbard.query.expr import QueryError
-from scabbard.query.plan import Filter, Project, Source
 
 VIEW_ROWS = 1024  # a window's rows a piece from which the merge hands on views, not copies
-
-
-def check_routable(branch) -> None:
-    """QueryError unless the branch's groups can be routed from its input tuples: keys
-    computed by σ and π from source attributes (not a joined relation's), at least one, and
-    every group's rows in one partition (a per-window count fused into the emission counts
-    groups by some of their keys)."""
-    node = branch.node
-    if not node.keys:
-        raise QueryError(f"{branch.id}: a global aggregate has one group: nothing to partition")
-    at = node.input
-    while not isinstance(at, Source):
-        if not isinstance(at, Filter | Project):
-            raise QueryError(f"{branch.id}: its groups' keys pass a {type(at).__name__}: a "
-                             f"partitioned dataflow routes tuples by keys their own "
-                             f"attributes give (selections and projections only)")
-        at = at.input
-    if branch.select[0] == kr.ROLLUP_COUNT:
-        raise QueryError(f"{branch.id}: a per-window count over its groups is not "
-                         f"partitioned by the groups' keys")
-
-
-class Router:
-    """A branch's routing kernel (see the module): its selections and its group keys, compiled
-    by :func:`scabbard.kernels.codegen.compile_front` in index mode."""
-
-    def __init__(self, branch, cache_dir, rows: bool = False):
-        check_routable(branch)
-        self.rows = rows  # count-based windows: a tuple's place on their axis is its offset
-        node = branch.node
-        f = front(node.input)
-        keys = group_key_codes(node, f)
-        self.columns, _ = inputs(f, node.input.source().schema, ("timestamp",))
-        self.width = len(keys)
-        spec = FrontSpec(self.columns, (), tuple(f.steps), tuple(keys), (), (), index=True)
-        self.kernel = compile_front(spec, cache_dir)
-        self.routing = compile_front(replace(spec, route=True), cache_dir)
-
-    def inputs(self, batch) -> list:
-        """The kernels' leading arguments: the batch's tuple count, the windows' axis as the
-        engine's front kernels get it (a replayed copy's shift deferred; count-based
-        windows: input offsets), the columns."""
-        ts = (np.arange(batch.offset, batch.end, dtype=np.int64) if self.rows
-              else batch.event_time()[0])
-        return [len(batch), ts, *(batch.column(c) for c in self.columns)]
-
-    def keys(self, batch) -> tuple[np.ndarray, np.ndarray]:
-        """The row numbers of the batch's tuples that pass the selections, and their group
-        keys (an int64 matrix, a row a tuple)."""
-        n = len(batch)
-        idx, keys = np.empty(n, dtype=np.int64), np.empty((n, self.width), dtype=np.int64)
-        m = self.kernel(*self.inputs(batch), idx, keys, np.empty((n, 0), np.int64),
-                        np.empty((n, 0), np.float64))
-        return idx[:m], keys[:m]
-
-    def loads(self, batch, most: int) -> list[float]:
-        """For 1 to ``most`` partitions, the busiest one's share of the batch's tuples that
-        pass the selections (1.0 where none does)."""
-        return [max(shares) for shares in self.shares(batch, most)]
-
-    def shares(self, batch, most: int) -> list[list[float]]:
-        """For 1 to ``most`` partitions, each partition's share of the batch's tuples that
-        pass the selections (all on the first where none does)."""
-        idx, keys = self.keys(batch)
-        if not len(idx):
-            return [[1.0] + [0.0] * (p - 1) for p in range(1, most + 1)]
-        return [(np.diff(ka.route_rows(idx, keys, p)[1]) / len(idx)).tolist()
-                for p in range(1, most + 1)]
-
-    def route(self, batch, parts: int) -> list[np.ndarray]:
-        """Each partition's row numbers of ``batch`` (the tuples that pass the selections), in
-        input order: one pass of the routing kernel (the partitions of
-        :func:`~scabbard.kernels.assembler.route_rows`)."""
-        rows, counts = np.empty((parts, len(batch)), np.int64), np.zeros(parts, np.int64)
-        self.routing(*self.inputs(batch), parts, rows, counts)
-        return [rows[p, :c] for p, c in enumerate(counts.tolist())]
-
-
-def plan_parts(loads: list[float], within: float = 0.9) -> int:
-    """The fewest partitions whose run is within ``within`` of the fastest choice's, from
-    ``loads[P - 1]``: the busiest of P partitions' share of the tuples (a partition's work is
-    its tuples, so P partitions take that share of one's time - one key: 1.0 at every P, and
-    one partition is as fast as any; keys spread evenly: 1 / P)."""
-    speed = [1.0 / max(x, 1e-9) for x in loads]
-    return next(p for p, v in enumerate(speed, 1) if v >= within * max(speed))
 
 
 def check_dataflow(engine) -> None:

@@ -20,7 +20,7 @@ the keys the tuples are drawn from, :func:`estimated_keys`, from those of the sa
 half and of all of it; and those of them among a task's tuples of one pane,
 :func:`table_rows`), and runs the dataflow when they are at least :data:`DATAFLOW_GROUPS` and
 the router spreads them over two partitions or more
-(:func:`~scabbard.engine.dataflow.plan_parts`: no heavy hitter holds one partition's work) -
+(:func:`~scabbard.engine.routing.plan_parts`: no heavy hitter holds one partition's work) -
 on a query the dataflow can run (:func:`~scabbard.engine.dataflow.check_dataflow`).  The
 choice is in the ``start`` event of the run's metrics log (``layout``).
 """
