@@ -219,8 +219,8 @@ class Execution:
             batch = self.engine._result_batch(cols)
             done = int(we[-1])
             if clock.get("piece"):  # a window in pieces: only the windows before its last
-                before = we[we < we[-1]]  # are whole - a crash before the rest commits none
-                done = int(before[-1]) if len(before) else self.clock["window_end"]
+                last = int(np.searchsorted(we, we[-1]))  # are whole - a crash before the
+                done = int(we[last - 1]) if last else self.clock["window_end"]  # rest: none
             self.clock = dict(clock_only(clock), input_end=clock.get("input_end", 0),
                               window_end=done)
             if not self.clocked:
