@@ -474,6 +474,16 @@ def test_split_words_equals_a_column_at_a_time(rows):
     assert kr.split_words(keys, [], []) == []
 
 
+@pytest.mark.parametrize("rows", [0, 1, 2, 1000])
+def test_run_starts_are_the_first_rows_of_runs_of_equal_values(rows):
+    """Each run's first offset, as numpy's compare of neighbours finds them (a slice too)."""
+    rng = np.random.default_rng(rows)
+    v = np.cumsum(rng.integers(0, 2, rows + 3) * rng.integers(-5, 6, rows + 3))[1:rows + 1]
+    want = np.concatenate([[0], np.flatnonzero(v[1:] != v[:-1]) + 1]) if rows else []
+    got = kr.run_starts(v.astype(np.int64))
+    assert got.dtype == np.int64 and got.tolist() == list(want)
+
+
 _CACHED_KERNEL = '''
 from scabbard.kernels._jit import kernel
 

@@ -252,9 +252,7 @@ def take(cols: dict[str, np.ndarray], index) -> dict[str, np.ndarray]:
 
 def window_segments(window_end: np.ndarray) -> np.ndarray:
     """Start offsets of each window's run of rows (rows come grouped by window)."""
-    if len(window_end) == 0:
-        return np.zeros(0, dtype=np.int64)
-    return np.concatenate([[0], np.flatnonzero(window_end[1:] != window_end[:-1]) + 1])
+    return kr.run_starts(np.ascontiguousarray(window_end, dtype=np.int64))
 
 
 def _keep_max(cols: dict[str, np.ndarray], column: str) -> dict[str, np.ndarray]:
