@@ -244,6 +244,11 @@ def test_bench_flags_reach_the_settings_and_bad_values_are_one_line(capsys):
     assert main(["bench", "kills", "--kills", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("scabbard: error: ") and err.count("\n") == 1
+    # p-streams on other edges than the input: refused for a dataflow before anything runs
+    assert main(["bench", "kills", "--assembly", "dataflow:2"]) == 2
+    assert kills.Settings(assembly="dataflow:2", placements="none").placements == "none"
+    err = capsys.readouterr().err
+    assert err.startswith("scabbard: error: ") and "--placements none" in err
 
 
 def test_bench_kills_reduces_every_configuration_with_the_scheme_asked():

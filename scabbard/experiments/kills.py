@@ -102,6 +102,9 @@ class Settings(Common):
         for n in self.ingress:
             EngineConfig(ingress_partitions=n)  # a bad number fails before anything runs
         EngineConfig(assembly=self.assembly)
+        if self.assembly.startswith("dataflow") and self.placements != "none":
+            raise ValueError("a partitioned dataflow persists its input only: --assembly "
+                             "dataflow needs --placements none")
 
 
 def plan(settings: Settings) -> list[Config]:
