@@ -490,6 +490,10 @@ from scabbard.kernels._jit import kernel
 @kernel
 def twice_the_sum(a):
     return 2 * a.sum()
+
+@kernel
+def thrice_the_sum(a):
+    return 3 * a.sum()
 '''
 
 _LOAD_IT = '''
@@ -501,6 +505,18 @@ print(cached_kernel.twice_the_sum(np.arange(10)), sum(cached_kernel.twice_the_su
       "numba.np.polynomial.polynomial_core" in sys.modules)
 if sys.argv[1:] == ["and-compile"]:
     print(cached_kernel.twice_the_sum(np.arange(4.0)))
+if sys.argv[1:] == ["and-link"]:
+    from numba import njit
+    print(cached_kernel.thrice_the_sum(np.arange(10)))
+    twice, thrice = (next(iter(k.overloads.values())) for k in
+                     (cached_kernel.twice_the_sum, cached_kernel.thrice_the_sum))
+    print(twice.library._shared_module is None, thrice.library._shared_module is None)
+    plus_one = njit(lambda a: cached_kernel.twice_the_sum(a) + 1)  # compiled, links twice's
+    print(plus_one(np.arange(10)), twice.library._shared_module is None,
+          thrice.library._shared_module is None)
+    engine = cpu_target.target_context.codegen()._engine
+    print(engine.is_symbol_defined(thrice.fndesc.llvm_func_name),
+          thrice.library._shared_module is None)
 '''
 
 
@@ -525,6 +541,31 @@ def test_a_kernel_loads_from_the_cache_without_numba_refreshing_its_registries(t
     loaded = run("and-compile")
     assert loaded[0].split() == ["90", "1", "False"], loaded  # from the cache, registries untouched
     assert loaded[1] == "12.0", loaded
+
+
+def test_a_cached_kernel_parses_its_bitcode_when_it_is_linked_or_its_symbols_are_asked(
+        tmp_path):
+    """Cached kernels load as object code, their bitcode unparsed: a kernel compiled later
+    that calls one links it (its bitcode parsed then), and numba's "is this symbol defined"
+    lists the symbols of every kernel loaded so far before it answers no."""
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "cached_kernel.py").write_text(_CACHED_KERNEL)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+
+    def run(*args):
+        out = subprocess.run([sys.executable, "-c", _LOAD_IT, *args], env=env, capture_output=True,
+                             text=True, timeout=300, check=True)
+        return out.stdout.split("\n")
+
+    run("and-link")  # compiles both, writes the cache
+    out = run("and-link")
+    assert out[0].split()[:2] == ["90", "1"] and out[1] == "135", out  # both from the cache
+    assert out[2].split() == ["True", "True"], out  # neither parsed on loading
+    assert out[3].split() == ["91", "False", "True"], out  # twice's parsed to link it
+    assert out[4].split() == ["True", "False"], out  # thrice's listed to answer
 
 
 def test_the_window_state_keeps_deque_room_only_for_min_and_max_slots():

@@ -2,10 +2,10 @@
 
 Kernels release the GIL (``nogil``) so worker threads run them in parallel, and
 are cached on disk (``cache``) so a restarted engine does not recompile - the
-paper's persisted binaries (§3.2).  Kernels load from that cache without numba's
-refresh of every registry it has (:func:`_load_overload_without_registries`), and a
-cached kernel is stale when any kernel source changed, not only its own file
-(:func:`_source_stamp`: kernels inline kernels of other files).
+paper's persisted binaries (§3.2).  Kernels load from that cache with less of numba's
+work (:mod:`scabbard.kernels._cacheload`), and a cached kernel is stale when any kernel
+source changed, not only its own file (:func:`_source_stamp`: kernels inline kernels of
+other files).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from pathlib import Path
 
 from numba import njit
 from numba.core import caching
-from numba.core.runtime import rtsys
+
+from scabbard.kernels import _cacheload
 
 JIT_OPTIONS = {"nogil": True, "cache": True, "fastmath": False, "boundscheck": False}
 
@@ -49,39 +50,8 @@ def inline(fn):
     return njit(inline="always", **JIT_OPTIONS)(fn)
 
 
-def _load_overload_without_registries(self, sig, target_context):
-    """numba's ``Cache.load_overload`` less its ``target_context.refresh()``.
-
-    numba refreshes the target's registries before it loads a kernel from its cache: it
-    imports and installs every implementation it could ever lower (linear algebra, random
-    generators, typed containers, unicode - some 40 modules) and retypes the builtins,
-    150-200 ms of a cold restart's code loading (measured on notebook 04's LRB1 recovery:
-    kernel loading 452 -> 315 ms).  A cached kernel needs none of it: it is object code,
-    linked against the runtime (initialised here, as the refresh would) and the helper
-    symbols numba registers on import; the modules its environment names are imported when
-    it is unpickled.  A cache miss compiles, and numba's compiler refreshes the registries
-    itself.
-    """
-    rtsys.initialize(target_context)
-    with self._guard_against_spurious_io_errors():
-        return self._load_overload(sig, target_context)
-
-
-def _load_cached_kernels_without_registries() -> bool:
-    """Install :func:`_load_overload_without_registries` (once; False where this numba's cache
-    has another shape, and then its own loading stays)."""
-    load = getattr(caching.Cache, "load_overload", None)
-    if load is _load_overload_without_registries:
-        return True
-    if not (hasattr(caching.Cache, "_load_overload")
-            and hasattr(caching.Cache, "_guard_against_spurious_io_errors")
-            and hasattr(rtsys, "initialize")):
-        return False
-    caching.Cache.load_overload = _load_overload_without_registries
-    return True
-
-
-_load_cached_kernels_without_registries()
+_cacheload.install_without_registries()
+_cacheload.install_lazy_symbols()
 
 
 # the package's files whose functions are compiled (a structure test keeps the list whole):
