@@ -34,19 +34,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """Every command's parser.  ``command``: the one that will run (its group's heavy
     modules - the benchmarks' experiments, the simulator's validation, the crash-state
     explorer - are imported only when it is that group, so that the engine's restart after a
-    crash does not load pandas)."""
+    crash does not load pandas; ``run`` builds its own parser alone)."""
     parser = Parser(
         prog="scabbard",
         description="Scabbard workbench: fault-tolerant single-node stream processing.",
     )
     parser.add_argument("--version", action="version", version=f"scabbard {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from scabbard.cli import bench, data, datagen, demo, reproduce, run
+    from scabbard.cli import run
 
-    datagen.add(sub, full=command in (None, "datagen"))
     run.add_run(sub)
+    if command == "run":  # an engine process, a recovery's too: no other command's modules
+        return parser
     run.add_ingest(sub)
     run.add_explain(sub)
+    from scabbard.cli import bench, data, datagen, demo, reproduce
+
+    datagen.add(sub, full=command in (None, "datagen"))
     data.add(sub)
     reproduce.add(sub)
     demo.add(sub)
