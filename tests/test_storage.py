@@ -369,6 +369,49 @@ def test_torn_tail_is_dropped_on_reopen(tmp_path, damage):
     assert end == last.first + 300
 
 
+@pytest.mark.parametrize("damage", [None, "torn"])
+def test_a_reopened_tail_is_flushed_before_its_stream_is_handed_out(tmp_path, damage):
+    """With machine durability, what the last run wrote but had not flushed is taken as the
+    stream's: opening the stream flushes the tail's file, and again after it erased a torn
+    segment's header, before the stream is handed out (later writes and indexes follow it)."""
+    import dataclasses
+
+    from scabbard.storage.fileio import FileIO
+
+    cfg = dataclasses.replace(SMALL, sync=True)
+    with BlockManager(tmp_path, cfg) as bm:
+        sid = bm.stream("in", SCHEMA)
+        fill(bm, sid, 0, 5)
+        f = bm._by_id[sid].files[-1]
+        last, path = f.segs[-1], f.path
+    if damage:
+        with open(path, "r+b") as fh:
+            fh.seek(last.pos + seg_fmt.PAGE)
+            fh.write(b"\xff" * 100)
+    log: list = []
+
+    class Logged(FileIO):
+        def pwritev(self, fd, bufs, pos):
+            log.append(("write", fd, pos))
+            return super().pwritev(fd, bufs, pos)
+
+        def fdatasync(self, fd):
+            log.append(("flush", fd, None))
+            super().fdatasync(fd)
+
+    with BlockManager(tmp_path, cfg, io=Logged()) as bm:
+        sid = bm.stream("in", SCHEMA)
+        handed_out = len(log)
+        tail = bm._by_id[sid].files[-1]
+        assert tail.path == path
+        ops = [(kind, pos) for kind, fd, pos in log[:handed_out] if fd == tail.fd]
+        assert ("flush", None) in ops, log
+        erased = [i for i, (kind, pos) in enumerate(ops) if kind == "write" and pos == last.pos]
+        assert len(erased) == (1 if damage else 0), ops
+        if erased:
+            assert ("flush", None) in ops[erased[0] + 1:], ops
+
+
 def test_second_engine_on_the_same_folder_is_refused(tmp_path):
     with BlockManager(tmp_path, SMALL) as bm:
         sid = bm.stream("in", SCHEMA)

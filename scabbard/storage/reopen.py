@@ -337,12 +337,20 @@ class FolderScan:
                 chain = []
             chain.append(f)
         if chain:
-            self._verify_tail(s, chain[-1])
-            if self.config.sync and not self.read_only:
-                # what was written but not yet flushed when the last run stopped is taken as
-                # the stream's: flushed now, before an index names it or a later file
-                # continues it (a power loss would otherwise open a hole behind the tail)
-                self.io.fdatasync(chain[-1].fd)
+            # what was written but not yet flushed when the last run stopped is taken as the
+            # stream's: flushed now, before an index names it or a later file continues it (a
+            # power loss would otherwise open a hole behind the tail) - on an I/O thread while
+            # this one reads and verifies the tail, and again if that erased a torn segment
+            tail, segs = chain[-1], len(chain[-1].segs)
+            flush = self._pool.submit(self.io.fdatasync, tail.fd) \
+                if self.config.sync and not self.read_only else None
+            try:
+                self._verify_tail(s, tail)
+            finally:
+                if flush is not None:
+                    flush.result()
+            if flush is not None and len(tail.segs) < segs:
+                self.io.fdatasync(tail.fd)
             self._write_indexes(self._claim_indexes(chain))  # the next opening reads them
             s.files.extend(chain)
             s.start = chain[0].first
