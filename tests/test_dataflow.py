@@ -125,6 +125,16 @@ def test_the_routing_kernel_routes_as_route_rows_routes_the_keys(tiny, name):
             assert np.array_equal(rows, routed[starts[p]:starts[p + 1]])
 
 
+@pytest.mark.parametrize("parts", [1, 2])
+def test_a_dataflow_compiles_the_routing_kernel_its_partitions_need_and_no_other(tiny, parts):
+    """P = 1 routes by the selections alone, P > 1 hashes the keys: each kernel is compiled
+    (or loaded from the cache) ahead of the run where it is needed, the other never; the keys'
+    kernel only where P is planned from them."""
+    flow = PartitionedDataflow(queries.get("SG2"), tiny["sg"], parts)
+    made = {k for k in ("kernel", "routing", "selecting") if k in vars(flow.router)}
+    assert made == {"routing" if parts > 1 else "selecting"}
+
+
 @pytest.mark.parametrize("name", ["SG2", "LRB1", "NQ"])
 def test_a_partition_reads_its_rows_in_place_as_the_kernel_reads_them_copied(tiny, name):
     """The front kernel in gather mode over a partition's row numbers writes what the

@@ -136,6 +136,7 @@ class Dataflow:
             self.loads = self.router.loads(sample, engine.config.workers)
             parts = plan_parts(self.loads)
         self.parts = parts
+        _ = self.router.routing if parts > 1 else self.router.selecting  # compiled: ahead
         self.row_wise = all(op.kind == "having" for op in plan.chains[0]
                             if op.id != self.branch.emitted)
         self.per_partition = [0] * parts  # of the last run: tuples each partition took

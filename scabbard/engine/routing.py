@@ -6,6 +6,7 @@ partitions worth running (:func:`plan_parts`).  See :mod:`scabbard.engine.datafl
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cached_property
 
 import numpy as np
 
@@ -49,11 +50,28 @@ class Router:
         keys = group_key_codes(node, f)
         self.columns, _ = inputs(f, node.input.source().schema, ("timestamp",))
         self.width = len(keys)
-        spec = FrontSpec(self.columns, (), tuple(f.steps), tuple(keys), (), (), index=True)
-        self.kernel = compile_front(spec, cache_dir)
-        self.routing = compile_front(replace(spec, route=True), cache_dir)
-        # one partition: the selections' row numbers alone - no keys, no hashing
-        self.selecting = compile_front(replace(spec, keys=()), cache_dir) if f.steps else None
+        self.spec = FrontSpec(self.columns, (), tuple(f.steps), tuple(keys), (), (),
+                              index=True)
+        self.cache_dir = cache_dir
+
+    # each kernel compiled (or loaded from the cache) when first used: a run routes to one
+    # partition or to several, and plans from the keys only where P is its to choose
+    @cached_property
+    def kernel(self):
+        """The selections' row numbers and each tuple's group keys."""
+        return compile_front(self.spec, self.cache_dir)
+
+    @cached_property
+    def routing(self):
+        """Each partition's row numbers, the keys hashed in one pass."""
+        return compile_front(replace(self.spec, route=True), self.cache_dir)
+
+    @cached_property
+    def selecting(self):
+        """One partition: the selections' row numbers alone - no keys, no hashing (None: no
+        selection)."""
+        return compile_front(replace(self.spec, keys=()), self.cache_dir) \
+            if self.spec.steps else None
 
     def inputs(self, batch) -> list:
         """The kernels' leading arguments: the batch's tuple count, the windows' axis as the
