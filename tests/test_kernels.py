@@ -520,10 +520,9 @@ if sys.argv[1:] == ["and-link"]:
 '''
 
 
-def test_a_kernel_loads_from_the_cache_without_numba_refreshing_its_registries(tmp_path):
-    """A cold restart loads ~20 cached kernels; numba would first import and install every
-    implementation it has (some 150 ms).  Loaded without, the kernel runs, and a signature
-    the cache does not hold still compiles (numba's compiler refreshes for itself)."""
+def _cached_kernel_loader(tmp_path):
+    """``run(*args)``: :data:`_LOAD_IT` in a new process, over :data:`_CACHED_KERNEL` written
+    to ``tmp_path`` and a numba cache of its own there; its output lines."""
     import os
     import subprocess
     import sys
@@ -536,6 +535,14 @@ def test_a_kernel_loads_from_the_cache_without_numba_refreshing_its_registries(t
                              text=True, timeout=300, check=True)
         return out.stdout.split("\n")
 
+    return run
+
+
+def test_a_kernel_loads_from_the_cache_without_numba_refreshing_its_registries(tmp_path):
+    """A cold restart loads ~20 cached kernels; numba would first import and install every
+    implementation it has (some 150 ms).  Loaded without, the kernel runs, and a signature
+    the cache does not hold still compiles (numba's compiler refreshes for itself)."""
+    run = _cached_kernel_loader(tmp_path)
     first = run()  # compiles, writes the cache
     assert first[0].split()[:2] == ["90", "0"], first
     loaded = run("and-compile")
@@ -548,18 +555,7 @@ def test_a_cached_kernel_parses_its_bitcode_when_it_is_linked_or_its_symbols_are
     """Cached kernels load as object code, their bitcode unparsed: a kernel compiled later
     that calls one links it (its bitcode parsed then), and numba's "is this symbol defined"
     lists the symbols of every kernel loaded so far before it answers no."""
-    import os
-    import subprocess
-    import sys
-    (tmp_path / "cached_kernel.py").write_text(_CACHED_KERNEL)
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-
-    def run(*args):
-        out = subprocess.run([sys.executable, "-c", _LOAD_IT, *args], env=env, capture_output=True,
-                             text=True, timeout=300, check=True)
-        return out.stdout.split("\n")
-
+    run = _cached_kernel_loader(tmp_path)
     run("and-link")  # compiles both, writes the cache
     out = run("and-link")
     assert out[0].split()[:2] == ["90", "1"] and out[1] == "135", out  # both from the cache
