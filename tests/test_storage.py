@@ -412,6 +412,38 @@ def test_a_reopened_tail_is_flushed_before_its_stream_is_handed_out(tmp_path, da
             assert ("flush", None) in ops[erased[0] + 1:], ops
 
 
+def test_a_failed_tail_verification_is_reported_over_a_failed_flush_beside_it(tmp_path,
+                                                                               monkeypatch):
+    """The tail is verified while an I/O thread flushes it: when both fail, the error told is
+    the verification's (the first cause), once the flush has ended."""
+    import dataclasses
+
+    from scabbard.storage import reopen
+    from scabbard.storage.fileio import FileIO
+
+    cfg = dataclasses.replace(SMALL, sync=True)
+    with BlockManager(tmp_path, cfg) as bm:
+        fill(bm, bm.stream("in", SCHEMA), 0, 3)
+    flushed = threading.Event()
+
+    class FailingFlush(FileIO):
+        def fdatasync(self, fd):
+            flushed.set()
+            raise OSError(5, "the flush failed")
+
+    class VerificationFailed(Exception):
+        pass
+
+    def verify(self, s, f):
+        assert flushed.wait(10)  # both have failed before either is told
+        raise VerificationFailed("the tail could not be read")
+
+    monkeypatch.setattr(reopen.FolderScan, "_verify_tail", verify)
+    with BlockManager(tmp_path, cfg, io=FailingFlush()) as bm, \
+            pytest.raises(VerificationFailed, match="could not be read"):
+        bm.stream("in", SCHEMA)
+
+
 def test_second_engine_on_the_same_folder_is_refused(tmp_path):
     with BlockManager(tmp_path, SMALL) as bm:
         sid = bm.stream("in", SCHEMA)

@@ -5,6 +5,7 @@ files cut off by a hole quarantined, other format versions refused.  A part of
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import json
 import logging
@@ -346,9 +347,12 @@ class FolderScan:
                 if self.config.sync and not self.read_only else None
             try:
                 self._verify_tail(s, tail)
-            finally:
-                if flush is not None:
-                    flush.result()
+            except BaseException:
+                if flush is not None:  # waited for; the verification's error is the one told
+                    concurrent.futures.wait([flush])
+                raise
+            if flush is not None:
+                flush.result()
             if flush is not None and len(tail.segs) < segs:
                 self.io.fdatasync(tail.fd)
             self._write_indexes(self._claim_indexes(chain))  # the next opening reads them
