@@ -67,11 +67,16 @@ def test_the_merge_orders_pieces_by_window_as_views_or_one_gathered_piece(monkey
     pieces = [{"window_end": np.array([1, 1, 3, 3, 3, 7]), "v": np.arange(6)},
               {"window_end": np.array([3, 5, 5]), "v": np.arange(10, 13)},
               {"window_end": np.array([7, 8]), "v": np.arange(20, 22)}]
+    for c in pieces:  # a column of two words a row (a uuid's) and a float column
+        c["u"], c["f"] = np.stack([c["v"], -c["v"]], axis=1).astype(np.uint64), c["v"] / 4
     out = dataflow.in_window_order(pieces)
     end = np.concatenate([c["window_end"] for c in out])
     v = np.concatenate([c["v"] for c in out])
     assert end.tolist() == [1, 1, 3, 3, 3, 3, 5, 5, 7, 7, 8]
     assert v.tolist() == [0, 1, 2, 3, 4, 10, 11, 12, 5, 20, 21]
+    assert np.array_equal(np.concatenate([c["u"] for c in out]),
+                          np.stack([v, -v], axis=1).astype(np.uint64))
+    assert np.concatenate([c["f"] for c in out]).tolist() == (v / 4).tolist()
     if view_rows == 0:  # a piece per window and partition, each a view of its piece
         owner = [pieces[i] for i in (0, 0, 1, 1, 0, 2, 2)]
         assert len(out) == len(owner)

@@ -235,6 +235,28 @@ def test_alg1_does_not_record_an_input_its_p_stream_replays():
     assert store.written == [0] and store.taken_offsets == [0]
 
 
+def test_a_batch_goes_past_the_channels_only_where_nothing_could_come_between():
+    """A piece of the sink's own producer may go to the sink at once (its caller emits it)
+    when its edge is not persisted and nothing waits in it - then the clocks move as taking
+    it would; never past a waiting marker, a persisted edge or an operator."""
+    plan = physical.plan(queries.get("LRB1").node)
+    g = OperatorGraph(plan)
+    top = plan.top(0)
+    assert g.sink is g.channels[top]
+    assert g.passes(top, {"input_end": 7, "piece": True})
+    assert g.clock["input_end"] == 7 and g.sink.seen == {"input_end": 7}
+    g.mark(top, _Marker(1))  # waiting: the piece must follow it through the channel
+    assert not g.passes(top, {"input_end": 9, "piece": True})
+    assert g.clock["input_end"] == 7
+    assert [k for k, *_ in g.pump()] == ["marker"] and g.passes(top, {"input_end": 9})
+    assert g.clock["input_end"] == 9
+    stored = OperatorGraph(physical.plan(queries.get("LRB1").node, unfused=frozenset({top})),
+                           {top: _Stored()})
+    assert not stored.passes(top, {"input_end": 1})  # persisted: stored before it is read
+    sg3, *_ = _sg3_graph()
+    assert not sg3.passes("window0", {"input_end": 1})  # the join's input, not the sink's
+
+
 def test_the_sinks_progress_is_taken_where_the_marker_is_not_where_the_pump_ends():
     """A marker between two stored batches of the channel before the sink: the sink's
     position at the marker is after the first, even when one pump moves both (a checkpoint

@@ -77,7 +77,7 @@ class Execution:
         self.graph = OperatorGraph(self.plan, stores, self._reached, self._kick, parallel)
         # recovery: per branch, the windows a p-stream on its way to the sink holds already
         # (replayed from there, not computed again)
-        self.skip = [self._stored_through(self.plan.top(lane.i)) for lane in self.lanes]
+        self.skip = [self.graph.stored_through(self.plan.top(lane.i)) for lane in self.lanes]
         workers = engine.config.workers
         spilling = any(map(engine.spills, range(len(self.plan.branches))))
         depth = engine.config.queue_depth or (1 if spilling else 2 * workers)
@@ -94,15 +94,6 @@ class Execution:
         self.barrier: threading.Event | None = None  # aligned checkpoints: the marker's task
 
     # -- workers -----------------------------------------------------------------------------
-    def _stored_through(self, channel: str) -> int:
-        """The last window the first persisted channel from ``channel`` to the sink holds."""
-        while channel != "sink":
-            ch = self.graph.channels.get(channel)
-            if ch is not None and ch.persisted:
-                return ch.skip_through
-            channel = self.plan.operators[channel].output
-        return INT64_MIN
-
     def _compute_boundary(self, lane: Lane, prev: TaskResult, cur: TaskResult) -> None:
         span = timers.start()
         cols = self.engine._boundary(prev, cur, lane.i, self.skip[lane.i]) or {}
@@ -218,9 +209,9 @@ class Execution:
             span = timers.start()
             batch = self.engine._result_batch(cols)
             done = int(we[-1])
-            if clock.get("piece"):  # a window in pieces: only the windows before its last
-                last = int(np.searchsorted(we, we[-1]))  # are whole - a crash before the
-                done = int(we[last - 1]) if last else self.clock["window_end"]  # rest: none
+            if clock.get("piece"):  # a window in pieces: the windows before its last whole
+                last = 0 if we[0] == we[-1] else int(np.searchsorted(we, we[-1]))  # (a crash
+                done = int(we[last - 1]) if last else self.clock["window_end"]  # before: none)
             self.clock = dict(clock_only(clock), input_end=clock.get("input_end", 0),
                               window_end=done)
             if not self.clocked:
@@ -305,13 +296,16 @@ class Execution:
         the next comes (a spilling window of many keys is never whole in memory); the last
         carries the watermark (nothing to emit: an empty piece carries it).  The rows emitted."""
         top, meta = self.plan.top(lane.i), {"input_end": input_end}
-        last, rows = None, 0
+        last, rows, piece = None, 0, dict(meta, piece=True)
         for cols in pieces:
             if not len(cols["window_end"]):  # its HAVING emptied it: the last one pushed,
                 continue  # whose clock names its windows whole, must reach the sink
             if last is not None:  # more rows of its last window may follow (see emit)
-                self.graph.push(top, last, None, dict(meta, piece=True))
-                rows += self._pump()
+                if self.graph.passes(top, piece):  # (the dataflow's merge: ~500 a task)
+                    rows += self.emit(last, piece)
+                else:
+                    self.graph.push(top, last, None, piece)
+                    rows += self._pump()
             last = cols
         if last is None:  # nothing to emit, but the watermark moves on
             last = empty_columns(self.plan.operators[top].node.schema)

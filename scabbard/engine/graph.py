@@ -312,6 +312,7 @@ class OperatorGraph:
         self.sink = self.channels[root[0]]
         self.on_marker = on_marker or (lambda *a: None)
         self.clock: dict = {}  # of the last batch that reached the sink
+        self._passed: dict | None = None  # the clock :meth:`passes` merged last
 
     def push(self, producer: str, cols: dict, watermark: int | None, clock: dict) -> None:
         """``producer``'s next complete windows (a branch's chain top)."""
@@ -319,6 +320,28 @@ class OperatorGraph:
 
     def mark(self, producer: str, marker) -> None:
         self.channels[producer].mark(marker)
+
+    def stored_through(self, channel: str) -> int:
+        """The last window the first persisted channel from ``channel`` to the sink holds."""
+        while channel != "sink":
+            ch = self.channels.get(channel)
+            if ch is not None and ch.persisted:
+                return ch.skip_through
+            channel = self.plan.operators[channel].output
+        return INT64_MIN
+
+    def passes(self, producer: str, clock: dict) -> bool:
+        """Whether a batch of ``producer``'s with ``clock`` goes to the sink past the channels
+        (its caller emits it): the sink's own producer, its edge not persisted, nothing
+        waiting in it.  If so, the clocks move as taking it from the channel moves them."""
+        ch = self.channels[producer]
+        if ch is not self.sink or ch.store is not None or ch.items:
+            return False
+        if clock is not self._passed:  # (merging a clock again changes nothing)
+            ch.seen = merge_clocks(ch.seen, clock_only(clock))
+            self.clock = merge_clocks(self.clock, clock)
+            self._passed = clock
+        return True
 
     def ready(self) -> bool:
         return any(ch.ready() for ch in self.channels.values())
