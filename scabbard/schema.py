@@ -124,6 +124,7 @@ class Schema:
     _index: Mapping[str, int] = field(init=False, repr=False, compare=False)
     _fingerprint: str = field(init=False, repr=False, compare=False, default="")
     _checks: tuple = field(init=False, repr=False, compare=False, default=())
+    _names: tuple = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
         fields = tuple(self.fields)
@@ -148,6 +149,7 @@ class Schema:
                 f"fields' {payload} bytes"
             )
         object.__setattr__(self, "_index", {n: i for i, n in enumerate(names)})
+        object.__setattr__(self, "_names", tuple(names))  # (read for every batch made)
         canon = {
             "fields": [(f.name, f.dtype) for f in fields],
             "row_bytes": self.row_bytes,
@@ -160,7 +162,7 @@ class Schema:
     # -- lookup -------------------------------------------------------------
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(f.name for f in self.fields)
+        return self._names
 
     @property
     def payload_bytes(self) -> int:

@@ -93,9 +93,11 @@ from scabbard.kernels.codegen import compile_front
 from scabbard.query.expr import QueryError
 
 # a window's rows a piece from which the merge hands on views, not one gathered piece: a
-# piece costs ~16 us on its way to the sink, a row's move ~15 ns (SG2, ~1,060 rows a piece,
-# views -> gathered: the merge's CPU 9.6-12.6 -> 6.8-9.0 ns an input tuple)
-VIEW_ROWS = 1536
+# piece costs ~10 us on its way to the sink (past the channel: OperatorGraph.passes), a row's
+# move ~14 ns, most of it the fresh piece's page faults (SG2, ~1,060 rows a piece, gathered ->
+# views: the merge's CPU 6.8-7.1 -> 5.1-5.3 ns an input tuple; at ~16 us a piece, through the
+# channel, views had cost 9.6-12.6)
+VIEW_ROWS = 768
 
 
 def check_dataflow(engine) -> None:
