@@ -113,6 +113,27 @@ def test_route_gives_every_tuple_to_one_partition_in_input_order(tiny):
     assert not set(vehicle[rows[0]].tolist()) & set(vehicle[rows[1]].tolist())
 
 
+@pytest.mark.parametrize("short_rows", [None, 0])
+def test_row_numbers_route_in_four_bytes_where_a_batch_allows_and_give_the_same_windows(
+        tiny, monkeypatch, short_rows):
+    """A batch's row numbers go to the partitions as int32 (half the bytes to write and read),
+    as int64 beyond that - the partitions' windows the same either way."""
+    from scabbard.engine import routing
+
+    if short_rows is not None:
+        monkeypatch.setattr(routing, "SHORT_ROWS", short_rows)
+    q, ds = queries.get("LRB1"), tiny["lrb"]
+    flow = PartitionedDataflow(q, ds, 2, collect=True)
+    batch = ReplaySource(ds, 5000).peek()
+    assert {r.dtype for r in flow.router.route(batch, 2)} == \
+        {np.dtype(np.int64 if short_rows == 0 else np.int32)}
+    replay = Replay(max_tuples=2 * ds.rows)
+    want = _serial(q, ds, ReplaySource(ds, 2000, replay))
+    flow.run(ReplaySource(ds, 2000, replay))
+    assert len(want) > 0
+    assert_same_results(_frame(flow), want, flow.plan.schema)
+
+
 @pytest.mark.parametrize("name", ["SG2", "LRB1", "NQ"])
 def test_the_routing_kernel_routes_as_route_rows_routes_the_keys(tiny, name):
     # one pass of the generated kernel gives each partition the rows route_rows gives it from

@@ -17,6 +17,8 @@ from scabbard.kernels.codegen import FrontSpec, compile_front
 from scabbard.query.expr import QueryError
 from scabbard.query.plan import Filter, Project, Source
 
+SHORT_ROWS = np.iinfo(np.int32).max  # the longest batch whose row numbers route as int32
+
 
 def check_routable(branch) -> None:
     """QueryError unless the branch's groups can be routed from its input tuples: keys
@@ -119,7 +121,11 @@ class Router:
         :func:`~scabbard.kernels.assembler.route_rows`; one partition: the selections only)."""
         if parts == 1:
             return [self.selected(batch)]
-        rows, counts = np.empty((parts, len(batch)), np.int64), np.zeros(parts, np.int64)
+        # row numbers of 4 bytes where they fit: half the bytes written here and read by the
+        # partitions (LRB1, 2 partitions: the routing's CPU in a run 3.9-5.7 -> 3.8-3.9 ns a
+        # tuple, alone 3.8 either way; the run 37.9-40.8 -> 41.2-44.9 M tuples/s)
+        dtype = np.int32 if len(batch) <= SHORT_ROWS else np.int64
+        rows, counts = np.empty((parts, len(batch)), dtype), np.zeros(parts, np.int64)
         self.routing(*self.inputs(batch), parts, rows, counts)
         return [rows[p, :c] for p, c in enumerate(counts.tolist())]
 
