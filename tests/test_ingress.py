@@ -265,6 +265,35 @@ def test_the_checkpoints_bench_shows_the_cores_used_and_every_byte_stored(tiny, 
     assert results > 0 and stored >= ft["persisted_bytes_per_tuple"] + 0.9 * results, (stored, ft)
 
 
+def test_the_checkpoints_bench_measures_scabbard_without_its_disk_only_when_asked(
+        tiny, data_root, monkeypatch):
+    """``--configs scabbard_nodisk``: Scabbard's run with its input p-stream's writes discarded
+    (every pool file of its storage left unwritten, where Scabbard's holds its input), beside
+    Scabbard's own, with its overhead in the table; not among the default configurations."""
+    from scabbard.experiments import checkpointing as exp
+
+    assert exp.NO_DISK not in exp.Settings().configs
+    written = {}
+    real = exp.run_fault_tolerant
+
+    def run(q, ds, storage, *args, **kw):
+        r = real(q, ds, storage, *args, **kw)
+        pool = sorted((Path(storage) / "pool").glob("*.seg"))
+        written[bool(kw.get("layout"))] = pool and any(np.any(np.fromfile(f, np.uint8))
+                                                       for f in pool)
+        return r
+
+    monkeypatch.setattr(exp, "run_fault_tolerant", run)
+    s = exp.Settings(queries=("CM2",), seconds=0.6, worker_counts=(1,),
+                     configs=("no_ft_written", "scabbard", exp.NO_DISK), scale="tiny",
+                     data_dir=str(data_root))
+    runs = exp.run(s, log=lambda *_: None)
+    assert written == {False: True, True: False}
+    table = exp.summary(runs)
+    assert (runs.set_index("config").loc[exp.NO_DISK, "tuples_per_s"] > 0).all()
+    assert f"{exp.LABELS[exp.NO_DISK]} overhead" in table
+
+
 def test_a_runs_second_half_is_measured_from_its_first_sample_past_half_its_seconds():
     """``bench checkpoints``'s second-half throughput: from the first progress sample at or
     after half the run to its end; events are not samples; a run with none past its half has

@@ -132,7 +132,8 @@ HELP = {
     "configs": "configurations measured side by side: no_ft (results dropped), no_ft_written "
                "(results to a Parquet file), checkpoints (state only), ingest (the input "
                "persisted raw, no query), ft_raw (input persisted raw), scabbard (push-up + "
-               "adaptive codecs)",
+               "adaptive codecs); and, only when named, scabbard_nodisk (as scabbard, its "
+               "input's writes discarded: what the disk costs)",
 }
 FLAGS = {"with_query": "--no-query", "batch_kib": "--batch-kb", "min_life": "--min",
           "max_life": "--max", "seconds": "--duration", "worker_counts": "--workers",
@@ -148,7 +149,7 @@ CHOICES = {"scale": ("tiny", "small", "full"), "sinks": EXACTLY_ONCE_SINKS,
             "stores": ("keystore", "rocksdb"),
             "layouts": ("per-task", "per-key", "auto", "adaptive"),
             "configs": ("no_ft", "no_ft_written", "checkpoints", "ingest", "ft_raw",
-                        "scabbard")}
+                        "scabbard", "scabbard_nodisk")}
 
 
 

@@ -19,7 +19,10 @@ Per query, on the same data and in one run, the configurations side by side, eac
   acknowledgement and record);
 * **Scabbard** - the paper's configuration: the same, with persistence push-up (σ and π
   below the ingress p-stream) and the adaptive codecs (re-chosen every
-  ``compression_interval`` seconds).
+  ``compression_interval`` seconds);
+* **Scabbard, no disk** (only when named) - the same, the ingress p-stream's writes
+  discarded: each segment built, checksummed and acknowledged, not written (Fig. 11's
+  emulated device).  Between it and *Scabbard* lies what writing to the disk costs the run.
 
 Every run records the CPU time of the engine's parts (:mod:`scabbard.timers`), so each row
 carries the part's nanoseconds per *input* tuple: what the fault-tolerant path costs, stage
@@ -57,13 +60,20 @@ from scabbard.ft.modes import INTERVAL
 from scabbard.ft.recovery import run_fault_tolerant
 from scabbard.ft.sinks import ClockedSink, DiscardSink
 from scabbard.outputs import sink_for
+from scabbard.storage import StorageConfig
 
 CONFIGS = ("no_ft", "no_ft_written", "checkpoints", "ingest", "ft_raw", "scabbard")
+# measured only when asked for: Scabbard with its input p-stream's writes discarded - each
+# segment built, checksummed and acknowledged, not written (the emulated device of Fig. 11),
+# its checkpoints and results stored as before.  Beside "scabbard" it tells what the disk's
+# writes cost the run from what building what is written costs.
+NO_DISK = "scabbard_nodisk"
 WARM_S = 0.5  # each configuration's unmeasured first run, wall seconds
 LABELS = {"no_ft": "no FT", "no_ft_written": "no FT, results written",
           "checkpoints": "checkpoints only (Scabbard-Chk)",
           "ingest": "raw persisted ingest, no query", "ft_raw": "FT, raw input",
-          "scabbard": "Scabbard (push-up + adaptive codecs)"}
+          "scabbard": "Scabbard (push-up + adaptive codecs)",
+          NO_DISK: "Scabbard, input writes discarded (no disk)"}
 # the parts a run's table shows (ns per input tuple), in the order a tuple meets them
 PARTS = ("dispatch", "stage", "pushup", "profile", "compress", "encode", "fragment", "boundary",
          "assembly", "sink", "checkpoint", "other")
@@ -94,10 +104,10 @@ class Settings(Common):
             object.__setattr__(self, "worker_counts", (self.worker_counts,))
         if not self.worker_counts or any(w < 1 for w in self.worker_counts):
             raise ValueError(f"worker counts must be >= 1, got {list(self.worker_counts)}")
-        unknown = [c for c in self.configs if c not in CONFIGS]
+        unknown = [c for c in self.configs if c not in (*CONFIGS, NO_DISK)]
         if unknown or not self.configs:
             raise ValueError(f"unknown configurations {unknown}; choose from "
-                             f"{', '.join(CONFIGS)}")
+                             f"{', '.join((*CONFIGS, NO_DISK))}")
 
 
 def measure(query: str, config: str, workers: int, ds, folder: Path,
@@ -115,7 +125,6 @@ def measure(query: str, config: str, workers: int, ds, folder: Path,
         if config == "ingest":
             from scabbard.engine.runtime import Engine
             from scabbard.experiments.ingest import ingest
-            from scabbard.storage import StorageConfig
 
             layout = StorageConfig(sync=True)  # machine durability, as the FT runs
             engine = Engine(q, ds.tables, cfg)
@@ -140,8 +149,9 @@ def measure(query: str, config: str, workers: int, ds, folder: Path,
         else:
             full = config != "checkpoints"
             sink = ClockedSink(folder / "output") if full else DiscardSink(folder / "output")
-            reduced = config == "scabbard"
-            r = run_fault_tolerant(q, ds, folder / "storage", sink, cfg,
+            reduced = config in ("scabbard", NO_DISK)
+            discard = {"layout": StorageConfig(discard=True)} if config == NO_DISK else {}
+            r = run_fault_tolerant(q, ds, folder / "storage", sink, cfg, **discard,
                                    interval=settings.interval, duration=settings.seconds,
                                    persist_input=full, durability="machine", push_up=reduced,
                                    compression="adaptive" if reduced else None,
@@ -247,11 +257,11 @@ def summary(runs: pd.DataFrame, workers: int | None = None) -> pd.DataFrame:
     at = med.xs(w, level="workers")
     tput = at["tuples_per_s"].unstack("config") / 1e6
     out = pd.DataFrame(index=tput.index)
-    for c in CONFIGS:
+    for c in (*CONFIGS, NO_DISK):
         if c in tput:
             out[f"{LABELS[c]} M tuples/s"] = tput[c]
     base = "no_ft_written" if "no_ft_written" in tput else "no_ft"
-    for c in ("checkpoints", "ft_raw", "scabbard"):
+    for c in ("checkpoints", "ft_raw", "scabbard", NO_DISK):
         if c in tput and base in tput:
             ref = "no_ft" if c == "checkpoints" and "no_ft" in tput else base
             out[f"{LABELS[c]} overhead"] = 1 - tput[c] / tput[ref]
@@ -267,7 +277,7 @@ def summary(runs: pd.DataFrame, workers: int | None = None) -> pd.DataFrame:
             half = at["steady_tuples_per_s"].unstack("config")
             out[f"{LABELS['ft_raw']} / lower of no FT written and ingest, second halves"] = \
                 half["ft_raw"] / np.minimum(half[base], half["ingest"])
-    for c in ("ft_raw", "scabbard"):
+    for c in ("ft_raw", "scabbard", NO_DISK):
         if c in tput:
             b = at["persisted_bytes_per_tuple"].unstack("config")[c]
             out[f"{LABELS[c]} B/tuple persisted"] = b
@@ -288,7 +298,8 @@ def parts(runs: pd.DataFrame) -> pd.DataFrame:
     configuration and worker count, with the throughput beside, the cores the process kept
     busy (its CPU seconds per second: a run on 1 worker uses the other core too, for the
     storage's and the sink's threads) and the bytes it stored per second (input, state and
-    results: where they reach raw ingest's rate, the run is bound by the disk)."""
+    results: where they reach raw ingest's rate, the run is bound by the disk; without a
+    disk, the input's bytes built and acknowledged as if written)."""
     med = _medians(runs)
     cols = ["tuples_per_s", "steady_tuples_per_s", "batch_rows", "cpu_ns_per_tuple",
             *[f"ns_{p}" for p in PARTS], "cores", "disk_mb_per_s"]
@@ -324,7 +335,7 @@ def headline(table: pd.DataFrame) -> str:
             lines.append(f"{LABELS[c]}: checkpoints take {table[col].median():.0f} ms on "
                          f"average (median of the queries; longest {table.loc[worst, col]:.0f}"
                          f" ms, {table.loc[worst, 'query']})")
-    for c in ("ft_raw", "scabbard"):
+    for c in ("ft_raw", "scabbard", NO_DISK):
         col = f"{LABELS[c]} overhead"
         if col in table:
             lines.append(f"{LABELS[c]}: median overhead {table[col].median():.1%} against no FT "
