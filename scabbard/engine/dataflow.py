@@ -13,10 +13,13 @@ fork-join per task.  Here, the input itself:
 * **the dispatcher** routes each batch: a kernel generated for the query
   (:class:`~scabbard.engine.routing.Router`: its selections, then its group keys computed -
   σ and π as the front kernel computes them - for the tuples that pass) hashes every
-  surviving tuple's key to one of P partitions and writes its row number to that partition's
-  list, in one pass (the hash of :func:`scabbard.kernels.assembler.route_rows`, a multiply a
-  key word: 2-4 ns a tuple on SG2, NQ and LRB1, where the keys written out, then hashed and
-  scattered, took 4-7; with one partition it writes the selections' row numbers alone); each
+  surviving tuple's key to one of P partitions (the hash of
+  :func:`scabbard.kernels.assembler.route_rows`, a multiply a key word), writing each row's
+  partition, and :func:`~scabbard.kernels.assembler.scatter_rows` then writes each
+  partition's list of row numbers, counted in registers (LRB1: 1.3-1.5 ns a tuple, where
+  hashing and scattering in one loop took 3.8-5.6, each row's count waiting on the row
+  before; the keys written out, then hashed and scattered, 4-7; with one partition it
+  writes the selections' row numbers alone); each
   partition gets the batch and its row numbers through its queue (the run's tasks in flight
   bound it) - nothing is copied. (A first version computing the keys in numpy kept the
   source busy nine tenths of an LRB1 run, py-spy: routing is the one serial stage);

@@ -65,7 +65,7 @@ class Router:
 
     @cached_property
     def routing(self):
-        """Each partition's row numbers, the keys hashed in one pass."""
+        """Each row's partition, its keys hashed."""
         return compile_front(replace(self.spec, route=True), self.cache_dir)
 
     @cached_property
@@ -117,16 +117,24 @@ class Router:
 
     def route(self, batch, parts: int) -> list[np.ndarray]:
         """Each partition's row numbers of ``batch`` (the tuples that pass the selections), in
-        input order: one pass of the routing kernel (the partitions of
-        :func:`~scabbard.kernels.assembler.route_rows`; one partition: the selections only)."""
+        input order: the routing kernel gives each row's partition (those of
+        :func:`~scabbard.kernels.assembler.route_rows`), then
+        :func:`~scabbard.kernels.assembler.scatter_rows` lists them; one partition: the
+        selections only."""
         if parts == 1:
             return [self.selected(batch)]
+        if parts > ka.MOST_ROUTED:
+            raise ValueError(f"a dataflow routes to at most {ka.MOST_ROUTED} partitions, "
+                             f"not {parts}")
         # row numbers of 4 bytes where they fit: half the bytes written here and read by the
         # partitions (LRB1, 2 partitions: the routing's CPU in a run 3.9-5.7 -> 3.8-3.9 ns a
         # tuple, alone 3.8 either way; the run 37.9-40.8 -> 41.2-44.9 M tuples/s)
-        dtype = np.int32 if len(batch) <= SHORT_ROWS else np.int64
-        rows, counts = np.empty((parts, len(batch)), dtype), np.zeros(parts, np.int64)
-        self.routing(*self.inputs(batch), parts, rows, counts)
+        n = len(batch)
+        dtype = np.int32 if n <= SHORT_ROWS else np.int64
+        of = np.empty(n, np.uint8)  # each row's partition, then the partitions' lists
+        self.routing(*self.inputs(batch), parts, of)
+        rows, counts = np.empty((parts, n), dtype), np.zeros(parts, np.int64)
+        ka.scatter_rows(of, rows, counts)
         return [rows[p, :c] for p, c in enumerate(counts.tolist())]
 
 

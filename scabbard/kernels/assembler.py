@@ -321,6 +321,53 @@ def route_part(h: np.uint64, parts: int) -> int:
     return np.int64(((h & np.uint64(0xFFFFFFFF)) * np.uint64(parts)) >> np.uint64(32))
 
 
+ROUTE_SKIP = 255  # a routing kernel's partition of a row the selections drop
+MOST_ROUTED = 254  # the most partitions a routing kernel's uint8 partitions can name
+
+
+@scan
+def scatter_rows(of, out_rows, counts):
+    """Each row number ``i`` appended, in order, to the list of its partition ``of[i]``
+    (``ROUTE_SKIP``: to none): ``out_rows[p, :counts[p]]`` are partition ``p``'s rows.  Up to
+    four partitions count in registers - every list is written at its end on every row, its
+    count moved on by whether the row is its own - where a count in memory made each row wait
+    for the row before it (LRB1, 2 partitions: the generated kernel hashing and scattering in
+    one loop 3.8 ns a tuple; its partitions first, then this, 1.1-1.2)."""
+    parts = out_rows.shape[0]
+    n = of.shape[0]
+    if parts > 4:
+        for i in range(n):
+            p = of[i]
+            if p < parts:
+                out_rows[p, counts[p]] = i
+                counts[p] += 1
+        return
+    c0 = 0
+    c1 = 0
+    c2 = 0
+    c3 = 0
+    for i in range(n):
+        p = of[i]
+        out_rows[0, c0] = i
+        c0 += p == 0
+        if parts > 1:
+            out_rows[1, c1] = i
+            c1 += p == 1
+            if parts > 2:
+                out_rows[2, c2] = i
+                c2 += p == 2
+                if parts > 3:
+                    out_rows[3, c3] = i
+                    c3 += p == 3
+    counts[0] = c0
+    if parts > 1:
+        counts[1] = c1
+    if parts > 2:
+        counts[2] = c2
+    if parts > 3:
+        counts[3] = c3
+
+
 @kernel
 def _route_rows(rows, keys, parts: int):
     """The kernel of :func:`route_rows`."""

@@ -61,9 +61,10 @@ class FrontSpec:
     index: bool = False
     gather: bool = False
     # the partitioned dataflow's routing kernel: the keys are hashed, not written out
-    # (:func:`scabbard.kernels.assembler.route_part`'s hash), and each surviving row's
-    # number goes to its partition's row of ``out_rows`` (``counts[p]`` of them) - one pass,
-    # no key matrix written and read back, no second pass to scatter
+    # (:func:`scabbard.kernels.assembler.route_part`'s hash), and each row's partition is
+    # written to ``out_parts`` (uint8; ``ROUTE_SKIP`` where a selection drops the row) - no
+    # key matrix written and read back; :func:`~scabbard.kernels.assembler.scatter_rows`
+    # then lists each partition's rows
     route: bool = False
     # the instrumented variant (Grizzly): counts into ``prof`` how many rows reach
     # each run of consecutive filters (``prof[2 * f]``, at its first filter ``f``) and pass
@@ -153,12 +154,18 @@ class FrontSpec:
     def _route_source(self) -> str:
         if self.gather or self.profile or self.ints or self.floats or not self.keys:
             raise ValueError("a routing kernel reads every row, and hashes keys only")
-        body = ["    m = 0", "    for i in range(n):", *self.step_lines(),
+        from scabbard.kernels.assembler import ROUTE_SKIP
+
+        # each row's partition (a row the selections drop: ROUTE_SKIP), no list written:
+        # without a selection a loop the compiler vectorises; assembler.scatter_rows then
+        # writes each partition's row numbers
+        skip = [f"        out_parts[i] = np.uint8({ROUTE_SKIP})"] if self.steps else []
+        body = ["    m = 0", "    for i in range(n):", *skip, *self.step_lines(),
                 "        h = np.uint64(SEED)",
                 *(f"        h = route_mix(h, np.int64({c}))" for c in self.keys),
-                "        p = route_part(h, parts)", "        out_rows[p, counts[p]] = i",
-                "        counts[p] += 1", "        m += 1", "    return m"]
-        return _module("front", self.inputs() + ["parts", "out_rows", "counts"], body,
+                "        out_parts[i] = np.uint8(route_part(h, parts))", "        m += 1",
+                "    return m"]
+        return _module("front", self.inputs() + ["parts", "out_parts"], body,
                        ("from scabbard.kernels.assembler import route_mix, route_part",
                         "from scabbard.kernels.hashtable import SEED"))
 
