@@ -813,3 +813,19 @@ def test_the_end_of_the_streams_spilling_window_leaves_partition_by_partition_in
     assert len(pieces) == n and list(streamed) == list(merged)  # merged whole: no piece
     for name in merged:
         np.testing.assert_array_equal(streamed[name], merged[name], err_msg=name)
+
+
+def test_take_rows_gathers_the_named_rows_of_a_matrix_or_a_vector_in_their_order():
+    """``take_rows(a, rows)`` is ``a[rows]`` (a task's edge keys, a split's columns): repeats,
+    any order, int32 row numbers, none at all; a row past the end is an error, not garbage."""
+    from scabbard.engine.tasks import take_rows
+
+    m = np.arange(30, dtype=np.int64).reshape(10, 3)
+    v = np.linspace(0.0, 1.0, 10)
+    for rows in (np.array([3, 0, 3, 9], np.int64), np.array([7, 1], np.int32),
+                 np.zeros(0, np.int64)):
+        for a in (m, v):
+            got = take_rows(a, rows)
+            assert got.shape == a[rows].shape and np.array_equal(got, a[rows])
+    with pytest.raises(IndexError):
+        take_rows(m, np.array([10]))

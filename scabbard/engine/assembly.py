@@ -6,7 +6,7 @@ import numpy as np
 
 from scabbard import timers
 from scabbard.engine import physical
-from scabbard.engine.tasks import INT64_MIN, BranchPart, Edges
+from scabbard.engine.tasks import INT64_MIN, BranchPart, Edges, take_rows
 from scabbard.kernels import assembler as ka
 from scabbard.kernels import hashtable as ht
 from scabbard.kernels import rows as kr
@@ -158,7 +158,8 @@ def split_edges(e: Edges, cols: np.ndarray, parts: int) -> list[Edges]:
     each in pane order: each column gathered once in partition order, the partitions views of
     its slices (who keeps one past the task copies it: it holds the whole gathered column)."""
     order, starts = ka.partition_rows(e.keys, cols, parts)
-    pane, keys, cnt, ints, floats = (x[order] for x in (e.pane, e.keys, e.cnt, e.ints, e.floats))
+    pane, keys, cnt, ints, floats = (take_rows(x, order)
+                                     for x in (e.pane, e.keys, e.cnt, e.ints, e.floats))
     return [Edges(pane[lo:hi], keys[lo:hi], cnt[lo:hi], ints[lo:hi], floats[lo:hi])
             for lo, hi in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True)]
 

@@ -81,7 +81,15 @@ class TaskResult:
 
 def task_edges(partials, lo: int, hi: int) -> Edges:
     pane, gid, cnt, iv, fv, gkeys = partials
-    return Edges(pane[lo:hi], gkeys[gid[lo:hi]], cnt[lo:hi], iv[lo:hi], fv[lo:hi])
+    return Edges(pane[lo:hi], take_rows(gkeys, gid[lo:hi]), cnt[lo:hi], iv[lo:hi], fv[lo:hi])
+
+
+def take_rows(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``a[rows]``: the rows of ``a`` (a matrix, or a vector) ``rows`` names, in their order.
+    ``np.take`` along the first axis - indexing a matrix by an array gathered 10-12 ns a row
+    here (three int64 key words, 700 k rows), ``take`` 1.3-2.8: the task edges of SG2's
+    sliding windows, 10 % of its workers' time."""
+    return np.take(a, rows, axis=0)
 
 
 def empty_edges(key_width: int, ints: int, floats: int) -> Edges:
