@@ -150,6 +150,10 @@ def test_the_routing_kernel_routes_as_route_rows_routes_the_keys(tiny, name):
         assert len(got) == parts and sum(map(len, got)) == len(idx) > 0
         for p, rows in enumerate(got):
             assert np.array_equal(rows, routed[starts[p]:starts[p + 1]])
+    from scabbard.kernels._check import KernelArgumentError
+
+    with pytest.raises(KernelArgumentError, match="scatter_rows"):  # lists one row short
+        ka.scatter_rows(np.zeros(5, np.uint8), np.empty((2, 4), np.int32), np.zeros(2, np.int64))
 
 
 @pytest.mark.parametrize("parts", [1, 2])

@@ -326,7 +326,7 @@ MOST_ROUTED = 254  # the most partitions a routing kernel's uint8 partitions can
 
 
 @scan
-def scatter_rows(of, out_rows, counts):
+def _scatter_rows(of, out_rows, counts):
     """Each row number ``i`` appended, in order, to the list of its partition ``of[i]``
     (``ROUTE_SKIP``: to none): ``out_rows[p, :counts[p]]`` are partition ``p``'s rows.  Up to
     four partitions count in registers - every list is written at its end on every row, its
@@ -528,6 +528,22 @@ def route_rows(rows, keys, parts: int):
     check.require("route_rows", len(rows) == len(keys),
                   lambda: f"one row number a key row: {len(rows)} rows, {len(keys)} keys")
     return _route_rows(rows, keys, parts)
+
+
+def scatter_rows(of, out_rows, counts) -> None:
+    """Each partition's row numbers from each row's partition ``of`` (uint8;
+    :data:`ROUTE_SKIP`: none): partition ``p``'s are ``out_rows[p, :counts[p]]``, in order
+    (``out_rows``: int32 or int64, a row a partition, as long as ``of``; ``counts``: int64
+    zeros, one a partition)."""
+    check.arrays("scatter_rows", np.uint8, 1, of=of)
+    check.arrays("scatter_rows", np.int64, 1, counts=counts)
+    check.require("scatter_rows", isinstance(out_rows, np.ndarray) and out_rows.ndim == 2
+                  and out_rows.dtype in (np.int32, np.int64)
+                  and out_rows.shape[1] >= len(of) and out_rows.shape[0] == len(counts) >= 1,
+                  lambda: f"out_rows must be an int32 or int64 array of a row a partition "
+                          f"({len(counts)}), each at least {len(of)} long, got "
+                          f"{check._describe(out_rows)}")
+    _scatter_rows(of, out_rows, counts)
 
 
 def merge_rows(s_t, e_t, k_t, c_t, i_t, f_t):
