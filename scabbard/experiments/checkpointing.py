@@ -68,6 +68,8 @@ CONFIGS = ("no_ft", "no_ft_written", "checkpoints", "ingest", "ft_raw", "scabbar
 # its checkpoints and results stored as before.  Beside "scabbard" it tells what the disk's
 # writes cost the run from what building what is written costs.
 NO_DISK = "scabbard_nodisk"
+MEASURABLE = (*CONFIGS, NO_DISK)
+PERSISTING = ("ft_raw", "scabbard", NO_DISK)  # the fault-tolerant runs that persist their input
 WARM_S = 0.5  # each configuration's unmeasured first run, wall seconds
 LABELS = {"no_ft": "no FT", "no_ft_written": "no FT, results written",
           "checkpoints": "checkpoints only (Scabbard-Chk)",
@@ -104,10 +106,10 @@ class Settings(Common):
             object.__setattr__(self, "worker_counts", (self.worker_counts,))
         if not self.worker_counts or any(w < 1 for w in self.worker_counts):
             raise ValueError(f"worker counts must be >= 1, got {list(self.worker_counts)}")
-        unknown = [c for c in self.configs if c not in (*CONFIGS, NO_DISK)]
+        unknown = [c for c in self.configs if c not in MEASURABLE]
         if unknown or not self.configs:
             raise ValueError(f"unknown configurations {unknown}; choose from "
-                             f"{', '.join((*CONFIGS, NO_DISK))}")
+                             f"{', '.join(MEASURABLE)}")
 
 
 def measure(query: str, config: str, workers: int, ds, folder: Path,
@@ -257,11 +259,11 @@ def summary(runs: pd.DataFrame, workers: int | None = None) -> pd.DataFrame:
     at = med.xs(w, level="workers")
     tput = at["tuples_per_s"].unstack("config") / 1e6
     out = pd.DataFrame(index=tput.index)
-    for c in (*CONFIGS, NO_DISK):
+    for c in MEASURABLE:
         if c in tput:
             out[f"{LABELS[c]} M tuples/s"] = tput[c]
     base = "no_ft_written" if "no_ft_written" in tput else "no_ft"
-    for c in ("checkpoints", "ft_raw", "scabbard", NO_DISK):
+    for c in ("checkpoints", *PERSISTING):
         if c in tput and base in tput:
             ref = "no_ft" if c == "checkpoints" and "no_ft" in tput else base
             out[f"{LABELS[c]} overhead"] = 1 - tput[c] / tput[ref]
@@ -277,12 +279,12 @@ def summary(runs: pd.DataFrame, workers: int | None = None) -> pd.DataFrame:
             half = at["steady_tuples_per_s"].unstack("config")
             out[f"{LABELS['ft_raw']} / lower of no FT written and ingest, second halves"] = \
                 half["ft_raw"] / np.minimum(half[base], half["ingest"])
-    for c in ("ft_raw", "scabbard", NO_DISK):
+    for c in PERSISTING:
         if c in tput:
             b = at["persisted_bytes_per_tuple"].unstack("config")[c]
             out[f"{LABELS[c]} B/tuple persisted"] = b
     ck = at["checkpoint_ms"].unstack("config") if "checkpoint_ms" in at else pd.DataFrame()
-    for c in ("checkpoints", "ft_raw", "scabbard"):
+    for c in ("checkpoints", *PERSISTING):
         if c in ck:
             out[f"{LABELS[c]} checkpoint ms"] = ck[c]
     if "checkpoints" in tput:
@@ -328,14 +330,14 @@ def headline(table: pd.DataFrame) -> str:
         lines.append(f"{LABELS['ft_raw']}, each run's second half: "
                      f"{table[half].min():.0%}-{table[half].max():.0%} "
                      f"(median {table[half].median():.0%})")
-    for c in ("checkpoints", "ft_raw", "scabbard"):
+    for c in ("checkpoints", *PERSISTING):
         col = f"{LABELS[c]} checkpoint ms"
         if col in table and table[col].notna().any():
             worst = table[col].idxmax()
             lines.append(f"{LABELS[c]}: checkpoints take {table[col].median():.0f} ms on "
                          f"average (median of the queries; longest {table.loc[worst, col]:.0f}"
                          f" ms, {table.loc[worst, 'query']})")
-    for c in ("ft_raw", "scabbard", NO_DISK):
+    for c in PERSISTING:
         col = f"{LABELS[c]} overhead"
         if col in table:
             lines.append(f"{LABELS[c]}: median overhead {table[col].median():.1%} against no FT "
