@@ -101,7 +101,7 @@ def test_a_pane_log_lists_runs_prunes_and_restores(tmp_path):
         pane = np.concatenate([b.columns[0] for b in got])
         assert pane.tolist() == [4, 4, 6, 6, 7, 7, 8, 8]
         meta = bm.read_with_meta(log.sid, 0)[1].view(np.int64)
-        assert meta.tolist() == [100, 3, 7]  # the unit's clock and its panes 3 .. 6
+        assert meta.tolist() == [100, 3, 7, 0]  # the unit's clock, its panes 3 .. 6, its name
         # after a recovery from a record that listed them, the units after it start a new run
         again = _log(bm)
         again.restore(runs, [pane], saved_to=9)
@@ -250,6 +250,62 @@ def test_eventual_steps_save_closed_panes_between_records(tiny, tmp_path):
     assert compare(read_output(tmp_path / "output"), failure_free(q, ds, n), q.schema).ok
 
 
+@pytest.mark.parametrize("name", ["SG1", "CM1", "LRB1"])
+def test_an_eventual_recovery_resumes_from_the_newest_step_after_its_record(tiny, tmp_path,
+                                                                            name):
+    """A step after every task, a record every 12: with the clocked sink a recovery resumes
+    from the newest step whose results are all in the sink (its open part), not from the
+    record, replays less, and writes the failure-free output; recovered again, it resumes
+    from the first recovery's steps.  The transactional sink resumes from the record."""
+    q, ds = query(name, tiny)
+    n = 60 * ds.rows
+    kw = dict(interval=None, every_tasks=12, layout=SMALL, max_tuples=n,
+              checkpoint_mode="eventual", step_ms=0.001)
+    for sink in (ClockedSink, TransactionalSink):
+        root = tmp_path / sink.__name__
+        run_fault_tolerant(q, ds, root / "storage", sink(root / "output"), CFG,
+                           wrap_source=lambda s: StopAfter(s, 70), **kw)
+        cut = records(root / "storage")[0].input_end
+        r = run_fault_tolerant(q, ds, root / "storage", sink(root / "output"), CFG,
+                               recover=True, layout=SMALL, wrap_source=lambda s: StopAfter(s, 9))
+        if sink is ClockedSink:
+            assert r.replayed_from > cut and r.loaded["step"] == r.replayed_from
+            assert r.loaded["replay_tuples"] < r.source_start - cut
+            cut2 = records(root / "storage")[0].input_end
+            r2 = ft_run(q, ds, root, "eventual", recover=True, sink=sink)
+            assert r2.replayed_from > cut2 and r2.loaded["step"] == r2.replayed_from
+        else:
+            assert r.replayed_from == cut and "step" not in r.loaded
+            ft_run(q, ds, root, "eventual", recover=True, sink=sink)
+        assert compare(read_output(root / "output"), failure_free(q, ds, n), q.schema).ok
+
+
+def test_a_step_is_resumed_from_only_once_the_sink_holds_a_later_tasks_results(tiny, tmp_path):
+    """The newest step whose task's results are all in the sink - a later task's results
+    stored - or none; never the record's cut or earlier, never one whose open part is torn."""
+    from scabbard.ft import steppoints
+
+    q, ds = query("SG1", tiny)
+    run_fault_tolerant(q, ds, tmp_path / "storage", ClockedSink(tmp_path / "output"), CFG,
+                       interval=None, every_tasks=12, layout=SMALL, max_tuples=60 * ds.rows,
+                       checkpoint_mode="eventual", step_ms=0.001,
+                       wrap_source=lambda s: StopAfter(s, 70))
+    rec = records(tmp_path / "storage")[0]
+    plan = Engine(q, ds.tables, CFG).plan
+    with BlockManager(tmp_path / "storage", SMALL) as bm:
+        state = QueryState(plan, bm, (), "eventual")
+        end = 1 << 40  # the stored input's end (all of it here)
+        newest = steppoints.newest(state, rec, 1 << 40, end)
+        assert newest is not None and newest.input_end > rec.input_end
+        assert steppoints.newest(state, rec, rec.input_end + 1, end) is None
+        mid = steppoints.newest(state, rec, newest.input_end, end)
+        assert mid is not None and rec.input_end < mid.input_end < newest.input_end
+        assert steppoints.newest(state, rec, 1 << 40, mid.input_end).input_end == mid.input_end
+        pane = newest.edges.pane
+        assert np.array_equal(pane, np.sort(pane)) and len(newest.runs) == len(newest.panes)
+        assert pane[0] >= pane[-1] - plan.branches[0].panes + 1  # what the open windows need
+
+
 def test_eventual_bounds_force_steps_and_records(tiny, tmp_path):
     """Q: with steps never due by time, more than 4 unsaved closed panes force one; U: with
     records never due by time, more than 20,000 tuples since the last cut ask for one."""
@@ -388,8 +444,22 @@ def test_batches_of_the_pane_stream_carry_their_clock(tmp_path):
         log.save(_cols([10, 11]), upto=12, clock=777)
         bm.flush()
         batch, meta = bm.read_with_meta(log.sid, 0)
-        assert isinstance(batch, Batch) and meta.view(np.int64).tolist() == [777, 10, 12]
+        assert isinstance(batch, Batch) and meta.view(np.int64).tolist() == [777, 10, 12, 0]
         assert json.dumps(log.listed(10, 12))  # a record can hold it
+
+
+def test_a_pane_unit_over_several_segments_names_itself_in_each(tmp_path):
+    """A unit larger than a segment is cut at pane boundaries; every segment carries the
+    unit's first offset, so a recovery can put a pane cut over two segments back together
+    (steppoints) and never mix it with another unit's rows of that pane."""
+    with BlockManager(tmp_path, SMALL) as bm:
+        log = _log(bm)
+        log.save(_cols([1]), upto=2, clock=5)
+        log.save(_cols([2, 3, 4], per_pane=6000), upto=5, clock=9)
+        bm.flush()
+        metas = [m.view(np.int64).tolist() for _, m in bm.load(log.sid, with_meta=True)]
+        assert len(metas) >= 3 and metas[0] == [5, 1, 2, 0]
+        assert {m[3] for m in metas[1:]} == {2} and {m[0] for m in metas[1:]} == {9}
 
 
 # -- notebook 12's measurements --------------------------------------------------------------------

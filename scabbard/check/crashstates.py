@@ -61,6 +61,7 @@ USAGE = Usage(  # scabbard check crash-states
 
 STORAGE = StorageConfig(file_bytes=1 << 20, pool_files=2, bulk_bytes=1 << 18)
 MAX_FILE = 64 << 20  # the largest pool file a recording grows to (a window's results)
+STEP_EVERY_TASK = 1e-6  # eventual checkpoints' CI (ms) in a recording: a step after every task
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,9 @@ class Settings:
         "the recorded run's source read by N threads, each appending its own batches in turn"})
     checkpoint_mode: str = field(default="full", metadata={"help":
         "the recorded run's checkpoints: full, incremental (closed panes written once, as pane "
-        "units) or eventual (pane units also saved in steps between records), as 'scabbard "
-        "run'"})
+        "units) or eventual (pane units also saved in steps between records - here a step "
+        "after every task, and with the clocked sink each a point to resume from), as "
+        "'scabbard run'"})
     state_memory: int | None = field(default=None, metadata={"help":
         "the recorded run's window state held within this budget (e.g. 8M), the rest spilled "
         "to its storage as the checkpoint's units, as 'scabbard run'"})
@@ -215,6 +217,8 @@ class Explorer:
 
     def _run(self, root: Path, recover: bool, io=None):
         kw = {"io": io} if io is not None else {}
+        if self.s.checkpoint_mode == "eventual" and not recover:
+            kw["step_ms"] = STEP_EVERY_TASK  # every task, whatever the machine's speed
         return run_fault_tolerant(self.query, self.ds, root / "storage",
                            open_output(root / "output", self.s.sink), self.config,
                            interval=None, every_tasks=self.s.every_tasks, recover=recover,

@@ -20,7 +20,10 @@ durability):
 * each run stops mid-stream, half a period after a record was due, and is recovered in this
   process: the state loaded (bytes, ms), the input replayed (tuples, MB) and the recovery
   time (the start of the recovery to the last replayed task assembled);
-* the same against U (``max_replay_tuples``) at the longest CP.
+* the same against U (``max_replay_tuples``) at the longest CP, and against Q
+  (``max_unsaved_panes``) at the longest CP with CI as long: where the window is the query's
+  only state, a recovery resumes from the newest step after the record
+  (:mod:`scabbard.ft.steppoints`), so what it replays follows how often the steps come.
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ class Settings(Common):
     periods_ms: Sequence[float] = field(default=(25, 50, 100, 250, 1000))  # CP
     step_ms: float = 10.0  # CI
     replay_bounds: Sequence[int] = field(default=(10_000, 50_000, 200_000))  # U, at max CP
+    # Q, at the longest CP with CI as long: the steps (and the points a recovery resumes
+    # from, ft/steppoints.py) then come when more than Q closed panes wait
+    unsaved_bounds: Sequence[int] = field(default=(1, 8, 64))
     speedup: float = 100.0  # event seconds per wall second
     seconds: float = 4.0  # wall seconds measured, once the first window is full
     task_ms: float = 10.0  # input per task, wall ms at the rate (markers go with tasks)
@@ -125,18 +131,21 @@ def _config(settings: Settings, pace: Pace) -> EngineConfig:
 
 
 def measure(query: str, ds, folder: Path, pace: Pace, settings: Settings, period_ms: float,
-            bound: int | None) -> dict:
-    """One eventual run, stopped mid-stream, then recovered here."""
+            bound: int | None, unsaved: int | None = None) -> dict:
+    """One eventual run, stopped mid-stream, then recovered here.  ``bound``: U; ``unsaved``:
+    Q, with CI as long as CP (the steps come when Q says)."""
     shutil.rmtree(folder, ignore_errors=True)
     q, cfg = queries.get(query), _config(settings, pace)
     samples, on = _samples()
     kw = {"max_replay_tuples": bound} if bound else {}
+    if unsaved:
+        kw["max_unsaved_panes"] = unsaved
     r = run_fault_tolerant(q, ds, folder / "storage", ClockedSink(folder / "output"), cfg,
                            interval=period_ms / 1e3, rate=pace.rate,  # stopped mid-period:
                            duration=pace.fill + settings.seconds + period_ms / 2e3,
-                           checkpoint_mode="eventual", step_ms=settings.step_ms,
-                           watch=on, **kw)
-    row = {"period_ms": period_ms, "max_replay_tuples": bound,
+                           checkpoint_mode="eventual",
+                           step_ms=period_ms if unsaved else settings.step_ms, watch=on, **kw)
+    row = {"period_ms": period_ms, "max_replay_tuples": bound, "max_unsaved_panes": unsaved,
            **response(samples, pace.fill), "records": len(r.checkpoints),
            "state_mb_per_s": r.state_bytes_written / r.run.summary.seconds / 1e6}
     log = folder / "recovery.jsonl"
@@ -144,6 +153,7 @@ def measure(query: str, ds, folder: Path, pace: Pace, settings: Settings, period
                               interval=period_ms / 1e3, recover=True, duration=0.5,
                               metrics_log=log, **kw)
     row.update(load_ms=back.loaded.get("load_ms"), state_mb=back.loaded.get("bytes", 0) / 1e6,
+               from_step=back.loaded.get("step") is not None,
                replay_tuples=back.loaded.get("replay_tuples"),
                replay_mb=(back.loaded.get("replay_tuples") or 0) * ds.schema.row_bytes / 1e6,
                recovery_ms=recovery_ms(read_metrics(log)))
@@ -175,16 +185,19 @@ def run(settings: Settings, log=print) -> pd.DataFrame:
         log(f"{q} at {rate:,.0f} tuples/s, {pace.batch:,} a task, measured after "
             f"{pace.fill:.1f} s: native (no checkpoint) p50 {rows[-1]['p50_ms']:.1f} ms, p95 "
             f"{rows[-1]['p95_ms']:.1f} ms; no FT p50 {rows[-2]['p50_ms']:.1f} ms")
-        plan = [("CP", p, None) for p in settings.periods_ms] + [
-            ("U", max(settings.periods_ms), u) for u in settings.replay_bounds]
-        for sweep, period, bound in plan:
-            row = measure(q, ds, root / f"{sweep}-{period}-{bound}", pace, settings, period,
-                          bound)
+        top = max(settings.periods_ms)
+        plan = [("CP", p, None, None) for p in settings.periods_ms] + [
+            ("U", top, u, None) for u in settings.replay_bounds] + [
+            ("Q", top, None, n) for n in settings.unsaved_bounds]
+        for sweep, period, bound, unsaved in plan:
+            row = measure(q, ds, root / f"{sweep}-{period}-{bound}-{unsaved}", pace, settings,
+                          period, bound, unsaved)
             rows.append({"sweep": sweep, "query": q, **row})
-            log(f"{q} CP {period:6g} ms U {bound or '-':>8}: p50 {row['p50_ms']:7.1f} ms, "
-                f"p95 {row['p95_ms']:7.1f} ms, {row['records']} records; recovery "
-                f"{row['recovery_ms']:7.1f} ms (load {row['load_ms']:.1f} ms, "
-                f"{row['replay_tuples'] or 0:,} tuples replayed)")
+            log(f"{q} CP {period:6g} ms U {bound or '-':>8} Q {unsaved or '-':>4}: p50 "
+                f"{row['p50_ms']:7.1f} ms, p95 {row['p95_ms']:7.1f} ms, {row['records']} "
+                f"records; recovery {row['recovery_ms']:7.1f} ms (load {row['load_ms']:.1f} "
+                f"ms, {row['replay_tuples'] or 0:,} tuples replayed"
+                f"{' from a step' if row['from_step'] else ''})")
     return pd.DataFrame(rows)
 
 
@@ -212,7 +225,7 @@ def plot(runs: pd.DataFrame, output_dir: str | None = None):
     """Response time vs CP (ours and the excerpt's, relative to native); recovery vs CP; vs U."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4))
     nat = runs[runs["sweep"] == "native"].iloc[0]
     cp = runs[runs["sweep"] == "CP"].sort_values("period_ms")
     ax = axes[0]
@@ -235,9 +248,13 @@ def plot(runs: pd.DataFrame, output_dir: str | None = None):
     ax.set_title("Response time vs CP (grey: native, no checkpoint)")
     ax.legend(fontsize=8)
     for bx, (sweep, x, label) in zip(axes[1:], (("CP", "period_ms", "checkpoint period CP (ms)"),
-                                                ("U", "max_replay_tuples", "U (tuples)")),
+                                                ("U", "max_replay_tuples", "U (tuples)"),
+                                                ("Q", "max_unsaved_panes", "Q (panes; CI = CP)")),
                                      strict=True):
         d = runs[runs["sweep"] == sweep].sort_values(x)
+        if not len(d):  # (runs of an older build: no Q sweep)
+            bx.set_visible(False)
+            continue
         bx.plot(d[x], d["recovery_ms"], "o-", label="recovery ms")
         bx.plot(d[x], d["load_ms"], "s-", label="state load ms")
         bx.set_xscale("log")

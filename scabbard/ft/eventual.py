@@ -18,6 +18,11 @@ on top of pane units (:mod:`scabbard.ft.panes`):
   asks for a record at the next task (what recovery replays is bounded by U plus the
   tasks in flight).
 
+Where the window is the query's only state and the sink the clocked one, a step that saved
+closed panes also writes the open pane's partials: a point a recovery resumes from without a
+record (:mod:`scabbard.ft.steppoints`), so that what a recovery replays follows CI and Q, not
+only CP.
+
 A short CP makes recovery replay little and costs a record (and a sink epoch) every CP;
 a long CP replays more; steps keep each record small whatever CP is.  A step's units are
 acknowledged before any record that follows (``machine`` durability: flushed), and a step

@@ -8,8 +8,9 @@ pane its open windows still need (``full``, the paper's scheme):
 
 * a **pane unit** holds the partials (pane, key, count, int and float partial aggregates) of
   whole consecutive panes, in pane order, with its clock - the input offset its content
-  reflects - and its pane range in the segment's metadata words ``(clock, first pane, end
-  pane)``; the stream is the ft-operator's, so a unit is (ft-operator, pane, clock).  One
+  reflects - its pane range and the unit's first offset (its name; a unit over several
+  segments) in each segment's metadata words ``(clock, first pane, end pane, unit)``; the
+  stream is the ft-operator's, so a unit is (ft-operator, pane, clock).  One
   stream, not one of their own beside it: a recovery opens (scans, verifies the tail of) one
   stream per operator, as with full checkpoints;
 * a **checkpoint record** lists, per window operator, the runs of pane units it relies on -
@@ -55,6 +56,8 @@ from scabbard.storage import BlockManager
 MODES = CHECKPOINT_MODES
 FANOUT = 8  # this many units of one level in a window are merged into one of the next
 RESTORED = 1 << 30  # the level of the units a recovery found (never merged)
+UNIT_WORDS = 4  # a pane unit segment's metadata words: (clock, first pane, end pane, unit)
+OPEN_WORDS = 5  # an eventual step's open part's: (clock, pane, rows, seq, last_ts)
 
 
 def count_panes(pane: np.ndarray) -> int:
@@ -140,6 +143,29 @@ class PaneLog:
             self.inflight = _unsettled(self.inflight) + futures
         return part, futures, nbytes
 
+    def write_open(self, cols: tuple, pane: int, clock: int, seq: int, last_ts: int) -> Written:
+        """An eventual step's open part: the open pane ``pane``'s partials ``cols`` after task
+        ``seq`` (its input ended at ``clock``, its last tuple at ``last_ts``), appended after
+        the units the step wrote - a point a recovery may resume from without a record
+        (:mod:`scabbard.ft.steppoints`).  Its segments carry :data:`OPEN_WORDS` metadata
+        words ``(clock, pane, rows, seq, last_ts)``; not in the index (not a closed pane)."""
+        n = len(cols[0])
+        out = Written()
+        if not n:
+            return out
+        with self.lock:
+            per = max(1, (self.bm.config.file_bytes // 4) // self.schema.row_bytes)
+            meta = np.array([clock, pane, n, seq, last_ts], np.int64).view(np.uint64)
+            for lo in range(0, n, per):
+                batch = Batch(self.schema, tuple(np.ascontiguousarray(c[lo:lo + per])
+                                                 for c in cols), self.next)
+                out.futures.append(self.bm.append(self.sid, batch, 0, meta))
+                out.bytes += batch.column_bytes
+                self.next = batch.end
+            self.inflight = _unsettled(self.inflight) + out.futures
+        faults.crashpoint("checkpoint_step")
+        return out
+
     def to_merge(self, lo: int, hi: int) -> tuple[int, int, int] | None:
         """Panes ``(first, end, level)`` of the lowest level with ``fanout`` units among those
         holding panes ``lo .. hi - 1`` (they follow each other), or None."""
@@ -184,7 +210,8 @@ class PaneLog:
                                        // self.schema.row_bytes)):
             batch = Batch(self.schema, tuple(np.ascontiguousarray(c[lo:hi]) for c in cols),
                           self.next)
-            meta = np.array([clock, pane[lo], pane[hi - 1] + 1], np.int64).view(np.uint64)
+            meta = np.array([clock, pane[lo], pane[hi - 1] + 1, unit],
+                            np.int64).view(np.uint64)
             out.futures.append(self.bm.append(self.sid, batch, 0, meta))
             out.bytes += batch.column_bytes
             self.next = batch.end

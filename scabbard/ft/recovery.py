@@ -42,7 +42,7 @@ from scabbard.data import Dataset
 from scabbard.engine.ports import Resume
 from scabbard.engine.runtime import MIN_BATCH, Engine, EngineConfig, RunReport
 from scabbard.engine.sources import Replay, ReplaySource
-from scabbard.ft import channels, runfile
+from scabbard.ft import channels, runfile, steppoints
 from scabbard.ft.checkpointing import CheckpointListener
 from scabbard.ft.codeload import CodeLoader
 from scabbard.ft.config import ConfigError, RunConfig
@@ -327,6 +327,7 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
                                  if engine.spills(i)))
         store = CheckpointStore(storage / "checkpoints", io=io, durability=durable)
         state.on_damage = lambda cid, err: store.mark_damaged(cid, " ".join(str(err).split()))
+        state.open_parts = steppoints.applies(state, persist_input, sink)
         if recover:
             t_load = time.perf_counter()
             resume, replay_from, skipped = _resume(storage, store, state, bm, ingress, sink)
@@ -347,6 +348,14 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
         if sink.visible:
             _own_output(sink, run, resume[0] if resume else None, recover)
         committed = sink.committed()["window_end"]
+        point = None  # an eventual step after the record to resume from (steppoints)
+        if resume is not None and state.open_parts:
+            point = steppoints.newest(state, resume[0], sink.committed()["input_end"],
+                                      ingress.end)
+            if point is not None:
+                replay_from = point.input_end
+                loaded.update(replay_tuples=ingress.end - replay_from, step=point.input_end,
+                              step_units=point.units)
         damage = list(bm.torn) + list(getattr(sink, "torn", []))
         phases["state_loaded"] = time.time()
         code.join(phases)  # the run starts once both are in
@@ -362,9 +371,14 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
         if resume is not None:  # the assembly starts where the checkpoint left it
             rec, (edges, graph) = resume
             older = [r for r in store.records() if r.id < rec.id and store.damaged(r.id) is None]
-            state.restore(rec, edges, older[0] if older else None)
-            at = Resume(rec.seq, rec.input_end, rec.operator["last_ts"], edges, rec.output, graph,
-                        dict(state.loaded_spill))
+            if point is None:
+                state.restore(rec, edges, older[0] if older else None)
+                at = Resume(rec.seq, rec.input_end, rec.operator["last_ts"], edges, rec.output,
+                            graph, dict(state.loaded_spill))
+            else:
+                state.restore_step(rec, point)
+                at = Resume(point.seq, point.input_end, point.last_ts, [point.edges],
+                            dict(rec.output, input_end=point.input_end), graph)
         steps = EventualSteps(EventualPolicy(ft.step_ms, ft.max_unsaved_panes,
                                              ft.max_replay_tuples), state, controller,
                               cut_at=at.input_end if at is not None else 0) \

@@ -102,4 +102,6 @@ def loaded_phrase(loaded: dict) -> str:
             f"({loaded['runs']} runs of pane units) in {loaded['load_ms']:.1f} ms"
             + (f", {loaded['spill_verified_bytes'] / 1e6:.3f} MB of spilled state verified "
                f"(read back as its windows close)" if "spill_verified_bytes" in loaded else "")
-            + (f"; {replay:,} tuples to replay" if replay is not None else ""))
+            + (f"; {replay:,} tuples to replay" if replay is not None else "")
+            + (f" (from an eventual step at offset {loaded['step']:,}, after the record)"
+               if "step" in loaded else ""))

@@ -166,14 +166,19 @@ class WindowOperator(_Stored):
         _, last, todo = self._bounds(last_ts)
         return max(0, last - todo)
 
-    def step(self, recent: list, last_ts: int, clock: int) -> Written:
-        """Save the panes closed since the last save (eventual mode's step)."""
+    def step(self, recent: list, last_ts: int, clock: int, seq: int | None = None) -> Written:
+        """Save the panes closed since the last save (eventual mode's step); with ``seq`` (the
+        task assembled last) the open pane's partials after them, a point a recovery may
+        resume from (:mod:`scabbard.ft.steppoints`)."""
         _, last, todo = self._bounds(last_ts)
         if todo >= last:
             return Written()
         cols = self.rows(recent, todo)
         cut = int(np.searchsorted(cols[0], last))
-        return self.log.save(tuple(c[:cut] for c in cols), last, clock)
+        out = self.log.save(tuple(c[:cut] for c in cols), last, clock)
+        if seq is not None:
+            out.add(self.log.write_open(tuple(c[cut:] for c in cols), last, clock, seq, last_ts))
+        return out
 
     def write_incremental(self, recent: list, last_ts: int, cid: int, clock: int) -> Written:
         """The checkpoint's part: the closed panes not saved yet as pane units, the open
@@ -291,6 +296,8 @@ class QueryState(FTOperator):
         self._parts: dict = {}  # the checkpoint in flight: what reached the marker so far
         self._reached: dict = {}  # (operator, stream) -> the end of its last dependency
         self.stepped = Written()  # eventual mode: the steps' writes since the last record
+        # eventual mode: steps write the open pane too, points to resume from (steppoints)
+        self.open_parts = False
         self.loaded: dict = {}  # recovery: what load_state read
         self.loaded_spill: dict = {}  # recovery: per spilled window, its partitions' units
         # recovery: the spilled units the record lists, read back and verified behind the run;
@@ -346,7 +353,18 @@ class QueryState(FTOperator):
                     w.store.pin(w.listed(entry), fallback.id)
             else:
                 w.restore(e, rec)
-        self.seq, self.pv_in, self.last_ts = rec.seq, rec.input_end, rec.operator["last_ts"]
+        self._resumed(rec, rec.seq, rec.input_end, rec.operator["last_ts"])
+
+    def restore_step(self, rec: CheckpointRecord, point) -> None:
+        """Resume from an eventual step after ``rec`` (a :class:`~scabbard.ft.steppoints.Point`:
+        the one window's state after its task, the pane units it took them from)."""
+        w = self.windows[0]
+        w.recent, w.folded = [point.edges], 0
+        w.log.restore(point.runs, point.panes, point.last_ts // w.branch.slide_ms)
+        self._resumed(rec, point.seq, point.input_end, point.last_ts)
+
+    def _resumed(self, rec: CheckpointRecord, seq: int, input_end: int, last_ts: int) -> None:
+        self.seq, self.pv_in, self.last_ts = seq, input_end, last_ts
         for unit, deps in rec.operator.get("dependencies", {}).items():
             for d in deps:
                 self._reached[(unit, d["stream"])] = d["end"]
@@ -397,7 +415,8 @@ class QueryState(FTOperator):
             if isinstance(w, SpilledWindow):
                 out.add(w.step())
             elif w.log is not None:
-                out.add(w.step(w.recent, self.last_ts, self.pv_in))
+                out.add(w.step(w.recent, self.last_ts, self.pv_in,
+                               self.seq if self.open_parts else None))
         self.stepped.add(Written(bytes=out.bytes, panes=out.panes, units=out.units))
         return out
 
