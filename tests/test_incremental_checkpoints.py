@@ -462,6 +462,20 @@ def test_a_pane_unit_over_several_segments_names_itself_in_each(tmp_path):
         assert {m[3] for m in metas[1:]} == {2} and {m[0] for m in metas[1:]} == {9}
 
 
+def test_a_kill_campaign_counts_the_recoveries_that_resumed_from_a_step(tmp_path):
+    from scabbard.experiments.kills import recoveries
+
+    log = tmp_path / "metrics.jsonl"
+    events = [{"event": "recovery", "phase": "resume", "state_replay_tuples": 9000},
+              {"event": "recovery", "phase": "resume", "state_replay_tuples": 1000,
+               "state_step": 5000},
+              {"event": "recovery", "phase": "replayed", "state_step": 1},
+              {"event": "checkpoint", "mode": "eventual"}]
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert recoveries(log) == {"from_step": 1, "replay_median": 5000.0}
+    assert recoveries(tmp_path / "none.jsonl") == {"from_step": 0, "replay_median": None}
+
+
 # -- notebook 12's measurements --------------------------------------------------------------------
 def test_steady_state_counts_only_checkpoints_past_the_backlog():
     from types import SimpleNamespace

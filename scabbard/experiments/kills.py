@@ -156,6 +156,7 @@ def run_one(cfg: Config, settings: Settings, rng: random.Random) -> dict:
     camp = c.run([rng.uniform(settings.min_life, settings.max_life)
                   for _ in range(settings.kills)], timeout=4 * seconds + 600)
     v = camp.verdict
+    resumed = recoveries(c.metrics_log)
     shutil.rmtree(work, ignore_errors=True)
     return {"configuration": cfg.name, "query": cfg.query, "sink": cfg.sink,
             "push_up": cfg.push_up, "compression": cfg.compression,
@@ -165,7 +166,25 @@ def run_one(cfg: Config, settings: Settings, rng: random.Random) -> dict:
             "restarts": camp.restarts, "tuples": n, "rate": round(n / seconds),
             "compared": v.compared, "lost": v.lost,
             "duplicated": v.duplicated, "different": v.different, "ok": v.ok,
-            "seconds": round(camp.seconds, 1)}
+            "seconds": round(camp.seconds, 1), **resumed}
+
+
+def recoveries(metrics_log) -> dict:
+    """Of a campaign's recoveries (its metrics log): how many resumed from an eventual step
+    after their record (ft/steppoints.py), and the median tuples each replayed."""
+    from scabbard.outputs import read_metrics
+
+    try:
+        m = read_metrics(metrics_log)
+    except FileNotFoundError:
+        return {"from_step": 0, "replay_median": None}
+    if "phase" not in m:
+        return {"from_step": 0, "replay_median": None}
+    r = m[(m["event"] == "recovery") & (m["phase"] == "resume")]
+    step = r["state_step"].notna().sum() if "state_step" in r else 0
+    replay = r["state_replay_tuples"].dropna() if "state_replay_tuples" in r else r[:0]
+    return {"from_step": int(step),
+            "replay_median": float(replay.median()) if len(replay) else None}
 
 
 def _results_per_tuple(query: str, ds) -> float:
@@ -181,9 +200,11 @@ def run(settings: Settings, log=print) -> pd.DataFrame:
     for cfg in plan(settings):
         r = run_one(cfg, settings, rng)
         rows.append(r)
+        steps = (f", {r['from_step']} recoveries from a step"
+                 if cfg.checkpoint_mode == "eventual" else "")
         log(f"{cfg.name:38s} kills {r['kills']:4d}  results compared {r['compared']:>10,}  "
             f"lost {r['lost']}  duplicated {r['duplicated']}  different {r['different']}  "
-            f"({r['seconds']:.0f} s)")
+            f"({r['seconds']:.0f} s{steps})")
     return pd.DataFrame(rows)
 
 
