@@ -280,9 +280,10 @@ def test_an_eventual_recovery_resumes_from_the_newest_step_after_its_record(tiny
         assert compare(read_output(root / "output"), failure_free(q, ds, n), q.schema).ok
 
 
-def test_a_step_is_resumed_from_only_once_the_sink_holds_a_later_tasks_results(tiny, tmp_path):
-    """The newest step whose task's results are all in the sink - a later task's results
-    stored - or none; never the record's cut or earlier, never one whose open part is torn."""
+def test_a_step_is_resumed_from_only_once_the_sink_holds_its_tasks_results(tiny, tmp_path):
+    """The newest step whose task's results are all in the sink - every window up to the last
+    one its results reached, or a later task's results - or none; never the record's cut or
+    earlier, never past the stored input."""
     from scabbard.ft import steppoints
 
     q, ds = query("SG1", tiny)
@@ -294,13 +295,18 @@ def test_a_step_is_resumed_from_only_once_the_sink_holds_a_later_tasks_results(t
     plan = Engine(q, ds.tables, CFG).plan
     with BlockManager(tmp_path / "storage", SMALL) as bm:
         state = QueryState(plan, bm, (), "eventual")
-        end = 1 << 40  # the stored input's end (all of it here)
-        newest = steppoints.newest(state, rec, 1 << 40, end)
+        end, none = 1 << 40, np.iinfo(np.int64).min  # the stored input's end (all of it here)
+
+        def at(input_end, window_end=none, stored=end):
+            return steppoints.newest(state, rec, {"input_end": input_end,
+                                                  "window_end": window_end}, stored)
+        newest = at(1 << 40)
         assert newest is not None and newest.input_end > rec.input_end
-        assert steppoints.newest(state, rec, rec.input_end + 1, end) is None
-        mid = steppoints.newest(state, rec, newest.input_end, end)
+        assert at(0, 1 << 60).input_end == newest.input_end  # every window is in
+        assert at(rec.input_end + 1) is None and at(0) is None
+        mid = at(newest.input_end)
         assert mid is not None and rec.input_end < mid.input_end < newest.input_end
-        assert steppoints.newest(state, rec, 1 << 40, mid.input_end).input_end == mid.input_end
+        assert at(1 << 40, stored=mid.input_end).input_end == mid.input_end
         pane = newest.edges.pane
         assert np.array_equal(pane, np.sort(pane)) and len(newest.runs) == len(newest.panes)
         assert pane[0] >= pane[-1] - plan.branches[0].panes + 1  # what the open windows need

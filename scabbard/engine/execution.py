@@ -350,6 +350,8 @@ class Execution:
                 break
             oldest.check()
             rows += self._pump()
+        if self.listener is not None:
+            self.listener.pumped(r, dict(self.clock))
         if r.marker is not None and self.barrier is not None:
             self.barrier.set()
         self.window.release()

@@ -96,6 +96,10 @@ class AssemblyListener(Protocol):
         (:class:`~scabbard.engine.graph.OperatorGraph`), whose ``snapshot()`` is its state
         now."""
 
+    def pumped(self, result, clock: dict) -> None:
+        """Task ``result``'s results were handed to the sink (the operator graph moved
+        after it); ``clock`` is the output's clock after them."""
+
     def reached(self, where: str, marker, snapshot, pv: dict) -> None:
         """``marker`` came on every input of ``where`` - an operator of the graph, or
         ``"sink"`` (every result before the marker was emitted) - whose ``snapshot`` (an

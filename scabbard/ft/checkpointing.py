@@ -16,6 +16,8 @@ followed it: it saves closed panes between records and enforces the bounds Q and
 
 from __future__ import annotations
 
+from scabbard.engine.tasks import INT64_MIN
+
 
 class CheckpointListener:
     def __init__(self, state, controller, metrics, align: bool = False, first_seq: int = 0,
@@ -44,12 +46,17 @@ class CheckpointListener:
         """Task ``r`` was assembled: the windows' state follows it; with a marker, they took
         it (their part of the checkpoint)."""
         self.state.after_task(r, clock, graph)
-        if self.steps is not None:
-            self.steps.after_task(r)
         if r.marker is not None:
             self._check(r.marker)
         if r.seq == self.replay_last:
             self.metrics.event("recovery", phase="replayed", tasks=r.seq + 1)
+
+    def pumped(self, r, clock: dict) -> None:
+        """Task ``r``'s results went to the sink: eventual mode's step comes now, so that a
+        step a recovery may resume from knows the last window it handed on."""
+        if self.steps is not None:
+            self.state.emitted = clock.get("window_end", INT64_MIN)
+            self.steps.after_task(r)
 
     def reached(self, where: str, marker, snapshot, pv: dict) -> None:
         """An operator of the graph took the marker on every input, or it passed the sink."""

@@ -324,6 +324,9 @@ class InputRelease:
     def marker(self) -> None:
         return None
 
+    def pumped(self, r, clock: dict) -> None:
+        pass
+
     def assembled(self, r, clock: dict, graph) -> None:
         self.assembled_tasks.append((r.last_ts, r.end_offset))
         horizon = r.last_ts - self.horizon_ms

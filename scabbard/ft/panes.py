@@ -57,7 +57,7 @@ MODES = CHECKPOINT_MODES
 FANOUT = 8  # this many units of one level in a window are merged into one of the next
 RESTORED = 1 << 30  # the level of the units a recovery found (never merged)
 UNIT_WORDS = 4  # a pane unit segment's metadata words: (clock, first pane, end pane, unit)
-OPEN_WORDS = 5  # an eventual step's open part's: (clock, pane, rows, seq, last_ts)
+OPEN_WORDS = 6  # an eventual step's open part's: (clock, pane, rows, seq, last_ts, emitted)
 
 
 def count_panes(pane: np.ndarray) -> int:
@@ -143,19 +143,22 @@ class PaneLog:
             self.inflight = _unsettled(self.inflight) + futures
         return part, futures, nbytes
 
-    def write_open(self, cols: tuple, pane: int, clock: int, seq: int, last_ts: int) -> Written:
+    def write_open(self, cols: tuple, pane: int, clock: int, seq: int, emitted: int,
+                   last_ts: int) -> Written:
         """An eventual step's open part: the open pane ``pane``'s partials ``cols`` after task
-        ``seq`` (its input ended at ``clock``, its last tuple at ``last_ts``), appended after
-        the units the step wrote - a point a recovery may resume from without a record
+        ``seq`` (its input ended at ``clock``, its last tuple at ``last_ts``; ``emitted``: the
+        last window end its results handed to the sink), appended after the units the step
+        wrote - a point a recovery may resume from without a record
         (:mod:`scabbard.ft.steppoints`).  Its segments carry :data:`OPEN_WORDS` metadata
-        words ``(clock, pane, rows, seq, last_ts)``; not in the index (not a closed pane)."""
+        words ``(clock, pane, rows, seq, last_ts, emitted)``; not in the index (not a closed
+        pane)."""
         n = len(cols[0])
         out = Written()
         if not n:
             return out
         with self.lock:
             per = max(1, (self.bm.config.file_bytes // 4) // self.schema.row_bytes)
-            meta = np.array([clock, pane, n, seq, last_ts], np.int64).view(np.uint64)
+            meta = np.array([clock, pane, n, seq, last_ts, emitted], np.int64).view(np.uint64)
             for lo in range(0, n, per):
                 batch = Batch(self.schema, tuple(np.ascontiguousarray(c[lo:lo + per])
                                                  for c in cols), self.next)

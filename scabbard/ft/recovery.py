@@ -350,8 +350,7 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
         committed = sink.committed()["window_end"]
         point = None  # an eventual step after the record to resume from (steppoints)
         if resume is not None and state.open_parts:
-            point = steppoints.newest(state, resume[0], sink.committed()["input_end"],
-                                      ingress.end)
+            point = steppoints.newest(state, resume[0], sink.committed(), ingress.end)
             if point is not None:
                 replay_from = point.input_end
                 loaded.update(replay_tuples=ingress.end - replay_from, step=point.input_end,

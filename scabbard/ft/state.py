@@ -35,6 +35,7 @@ import numpy as np
 
 from scabbard.engine.assembly import fold_partials
 from scabbard.engine.tasks import (
+    INT64_MIN,
     Edges,
     columns_edges,
     concat_edges,
@@ -166,18 +167,19 @@ class WindowOperator(_Stored):
         _, last, todo = self._bounds(last_ts)
         return max(0, last - todo)
 
-    def step(self, recent: list, last_ts: int, clock: int, seq: int | None = None) -> Written:
-        """Save the panes closed since the last save (eventual mode's step); with ``seq`` (the
-        task assembled last) the open pane's partials after them, a point a recovery may
-        resume from (:mod:`scabbard.ft.steppoints`)."""
+    def step(self, recent: list, last_ts: int, clock: int, at: tuple | None = None) -> Written:
+        """Save the panes closed since the last save (eventual mode's step); with ``at`` (the
+        task assembled last, the last window end its results handed to the sink) the open
+        pane's partials after them, a point a recovery may resume from
+        (:mod:`scabbard.ft.steppoints`)."""
         _, last, todo = self._bounds(last_ts)
         if todo >= last:
             return Written()
         cols = self.rows(recent, todo)
         cut = int(np.searchsorted(cols[0], last))
         out = self.log.save(tuple(c[:cut] for c in cols), last, clock)
-        if seq is not None:
-            out.add(self.log.write_open(tuple(c[cut:] for c in cols), last, clock, seq, last_ts))
+        if at is not None:
+            out.add(self.log.write_open(tuple(c[cut:] for c in cols), last, clock, *at, last_ts))
         return out
 
     def write_incremental(self, recent: list, last_ts: int, cid: int, clock: int) -> Written:
@@ -298,6 +300,7 @@ class QueryState(FTOperator):
         self.stepped = Written()  # eventual mode: the steps' writes since the last record
         # eventual mode: steps write the open pane too, points to resume from (steppoints)
         self.open_parts = False
+        self.emitted = INT64_MIN  # the last window end handed to the sink (the listener's)
         self.loaded: dict = {}  # recovery: what load_state read
         self.loaded_spill: dict = {}  # recovery: per spilled window, its partitions' units
         # recovery: the spilled units the record lists, read back and verified behind the run;
@@ -416,7 +419,7 @@ class QueryState(FTOperator):
                 out.add(w.step())
             elif w.log is not None:
                 out.add(w.step(w.recent, self.last_ts, self.pv_in,
-                               self.seq if self.open_parts else None))
+                               (self.seq, self.emitted) if self.open_parts else None))
         self.stepped.add(Written(bytes=out.bytes, panes=out.panes, units=out.units))
         return out
 

@@ -6,14 +6,16 @@ other state (joins, persisted channels, a transactional sink's epochs) resumes f
 the window is the only state (:func:`applies`) an eventual step is a point to resume from
 too: after saving the panes closed since the last save, the step appends the open pane's
 partials (:meth:`~scabbard.ft.panes.PaneLog.write_open`, metadata ``(clock, pane, rows, seq,
-last_ts)``) - with the closed panes already in pane units, that is the window's whole state
-after task ``seq``, whose input ended at ``clock``.  No marker and no sink take part.
+last_ts, emitted)``) - with the closed panes already in pane units, that is the window's whole
+state after task ``seq``, whose input ended at ``clock``; the step comes once the task's
+results were handed to the sink, ``emitted`` the last window end they reached.  No marker
+and no sink take part.
 
 A recovery (:func:`newest`) reads the window's state stream from the newest usable record's
 floor on and takes the newest step whose open part is whole, that is later than the record,
-and whose results are all in the clocked sink: its newest stored batch is of a later task
-(``committed input_end > clock`` - results are written in task order, so every window the
-step's task closed was written before it).  The state is then every pane the open windows
+and whose results are all in the clocked sink: it holds every window up to ``emitted``
+(``committed window_end >= emitted``), or a batch of a later task (``committed input_end >
+clock``: results are written in task order).  The state is then every pane the open windows
 need, each from the newest pane unit before the open part that holds it (a unit holds whole
 panes; units of a crashed run or of an unfinished record hold the same panes' same
 partials), and the open part.  The input is replayed from ``clock``, not from the record's
@@ -68,13 +70,14 @@ class _Open:
     rows: int
     seq: int
     last_ts: int
+    emitted: int
     first: int  # its first offset
     cols: list
 
 
-def newest(state, rec: CheckpointRecord, committed_input_end: int,
-           stored_end: int) -> Point | None:
-    """The newest usable step after ``rec`` (see the module), or None."""
+def newest(state, rec: CheckpointRecord, committed: dict, stored_end: int) -> Point | None:
+    """The newest usable step after ``rec`` (see the module), or None; ``committed``: the
+    sink's clock, ``stored_end``: where the stored input ends."""
     w = state.windows[0]
     name = w.log.schema.name
     listed = [p for p in rec.state if p["stream"] == name]
@@ -86,8 +89,9 @@ def newest(state, rec: CheckpointRecord, committed_input_end: int,
     except (StorageError, FileNotFoundError, ValueError) as e:
         log.warning("the eventual steps after checkpoint %d are not usable (%s)", rec.id, e)
         return None
-    ok = [o for o in opens if rec.input_end < o.clock < committed_input_end
-          and o.clock <= stored_end and sum(len(c[0]) for c in o.cols) == o.rows]
+    ok = [o for o in opens if rec.input_end < o.clock <= stored_end
+          and (o.emitted <= committed["window_end"] or o.clock < committed["input_end"])
+          and sum(len(c[0]) for c in o.cols) == o.rows]
     if not ok:
         return None
     best = max(ok, key=lambda o: (o.clock, o.first))
@@ -98,18 +102,18 @@ def _scan(bm, sid: int, floor: int) -> tuple[dict, list[_Open]]:
     """The stream from ``floor``: pane units' segments by unit, and the open parts."""
     units: dict[int, list] = {}
     opens: list[_Open] = []
-    for batch, meta in bm.load(sid, floor, None, with_meta=True):
+    for batch, meta in bm.load_bulk(sid, floor, None, with_meta=True):  # a few reads
         words = np.asarray(meta, np.uint64).view(np.int64)
         if len(words) == UNIT_WORDS:
             units.setdefault(int(words[3]), []).append((batch.offset, batch.columns))
         elif len(words) == OPEN_WORDS:
-            clock, pane, rows, seq, last_ts = (int(x) for x in words)
+            clock, pane, rows, seq, last_ts, emitted = (int(x) for x in words)
             o = opens[-1] if opens else None
             if o is not None and (o.clock, o.pane, o.seq) == (clock, pane, seq) \
                     and sum(len(c[0]) for c in o.cols) < o.rows:
                 o.cols.append(batch.columns)
             else:
-                opens.append(_Open(clock, pane, rows, seq, last_ts, batch.offset,
+                opens.append(_Open(clock, pane, rows, seq, last_ts, emitted, batch.offset,
                                    [batch.columns]))
     return units, opens
 

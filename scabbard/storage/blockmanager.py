@@ -255,15 +255,16 @@ class BlockManager(FolderScan, GroupCommitWriter):
             yield done()
 
     def load_bulk(self, stream: int, start: int | None = None, end: int | None = None,
-                  chunk_bytes: int = 8 << 20) -> list[Batch]:
+                  chunk_bytes: int = 8 << 20, with_meta: bool = False) -> list:
         """Every stored batch from ``start`` to ``end``, in order, as :meth:`load` - but the
         adjacent segments of a file are read by one ``pread`` each (up to ``chunk_bytes``),
         all chunks at once on the I/O pool: many small p-units (a window's pane units) cost
-        a few device reads, not one each.  Each segment is verified as it is decoded."""
-        return self.load_ranges([(stream, start, end)], chunk_bytes)[0]
+        a few device reads, not one each.  Each segment is verified as it is decoded.  With
+        ``with_meta``, ``(batch, metadata words)`` pairs."""
+        return self.load_ranges([(stream, start, end)], chunk_bytes, with_meta)[0]
 
     def load_ranges(self, ranges: list[tuple[int, int | None, int | None]],
-                    chunk_bytes: int = 8 << 20) -> list[list[Batch]]:
+                    chunk_bytes: int = 8 << 20, with_meta: bool = False) -> list[list]:
         """:meth:`load_bulk` of several ``(stream, start, end)`` ranges at once (a checkpoint's
         parts, read back by recovery): the segments they need are read in chunks of segments
         of one file at most ``GAP_BYTES`` apart - a range's and its neighbours' together, the
@@ -300,15 +301,16 @@ class BlockManager(FolderScan, GroupCommitWriter):
                     raise CorruptSegment(str(f.path), g.pos, f"holds stream {h.stream_id} "
                                          f"epoch {h.epoch} offset {h.first_offset}, expected "
                                          f"stream {s.id} epoch {f.epoch} offset {g.first}")
-                out.append(((id(f), g.pos), batch))
+                out.append(((id(f), g.pos), (batch, h.meta)))
             return out
 
         pending = [self._pool.submit(read, s, f, segs) if not _in_tail(f, segs)
                    else (s, f, segs) for s, (f, segs) in chunks]
         got = dict(pair for x in pending
                    for pair in (x.result() if isinstance(x, Future) else read(*x)))
-        return [[_cut(got[(id(f), g.pos)], start, end) for f, g in segs]
-                for _, start, end, segs in plans]
+        cut = [[(_cut(got[(id(f), g.pos)][0], start, end), got[(id(f), g.pos)][1])
+                for f, g in segs] for _, start, end, segs in plans]
+        return cut if with_meta else [[b for b, _ in batches] for batches in cut]
 
     def forget_tails(self) -> None:
         """Drop the stream tails opening the folder read (recovery has read what it needs)."""
