@@ -96,3 +96,15 @@ def test_every_saved_figure_gets_a_caption_with_the_machine_and_the_date(tmp_pat
     text = " ".join(t.get_text() for t in fig.texts)
     assert text.startswith("measured on") and "cores" in text
     assert datetime.date.today().isoformat() in text and (tmp_path / "f.png").is_file()
+
+
+def test_a_notebooks_data_dir_of_none_is_the_projects_data(tiny, tmp_path, monkeypatch):
+    """A notebook run by hand passes its parameters cell's ``data_dir = None`` ("the project's
+    data/"): the experiments read the datasets there, and make no folder named "None"."""
+    import scabbard.experiments as ex
+
+    root = tiny["cm"].path.parents[1]
+    monkeypatch.setattr(ex, "default_data_dir", lambda: str(root))
+    monkeypatch.chdir(tmp_path)
+    ds = ex.prepared_dataset("CM1", "tiny", None, 1, 0.05)
+    assert ds.path == tiny["cm"].path and not (tmp_path / "None").exists()

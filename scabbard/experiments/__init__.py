@@ -118,7 +118,8 @@ def prepared_dataset(query: str, scale: str, data_dir: str | Path, workers: int,
     from scabbard import queries, workloads
     from scabbard.engine import EngineConfig, NullSink, Replay, run_query
 
-    ds = workloads.dataset(queries.workload_of(query), scale, root=str(data_dir))
+    root = default_data_dir() if data_dir is None else str(data_dir)  # (a notebook's None)
+    ds = workloads.dataset(queries.workload_of(query), scale, root=root)
     run_query(queries.get(query), ds, NullSink(), EngineConfig(workers=workers),
               replay=Replay(duration=min(1.0, seconds)))
     return ds
