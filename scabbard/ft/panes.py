@@ -66,16 +66,18 @@ def count_panes(pane: np.ndarray) -> int:
 
 
 def write_units(bm: BlockManager, sid: int, schema: Schema, cols: tuple, cid: int,
-                first: int) -> tuple[dict, list[Future], int]:
+                first: int, meta: np.ndarray | None = None) -> tuple[dict, list[Future], int]:
     """``cols`` as state p-units of the stream ``sid`` from offset ``first`` on (cut to fit the
-    pool's files): the part a record lists, the appends' futures, the bytes."""
+    pool's files), each with the metadata words ``meta`` if given: the part a record lists,
+    the appends' futures, the bytes."""
     batch = Batch(schema, tuple(np.ascontiguousarray(c) for c in cols), first)
     futures, nbytes = [], 0
     per = max(1, (bm.config.file_bytes // 4) // schema.row_bytes)
     for lo in range(0, len(batch), per):
         part = batch.slice(lo, min(len(batch), lo + per))
         unit = PUnit(schema.name, cid, part, kind=Kind.STATE, persistent=True)
-        futures.append(bm.append(sid, unit.batch, cid, unit.meta_words()))
+        futures.append(bm.append(sid, unit.batch, cid,
+                                 unit.meta_words() if meta is None else meta))
         nbytes += part.column_bytes
     return {"stream": schema.name, "first": first, "end": first + len(batch)}, futures, nbytes
 
@@ -153,21 +155,16 @@ class PaneLog:
         words ``(clock, pane, rows, seq, last_ts, emitted)``; not in the index (not a closed
         pane)."""
         n = len(cols[0])
-        out = Written()
         if not n:
-            return out
+            return Written()
+        meta = np.array([clock, pane, n, seq, last_ts, emitted], np.int64).view(np.uint64)
         with self.lock:
-            per = max(1, (self.bm.config.file_bytes // 4) // self.schema.row_bytes)
-            meta = np.array([clock, pane, n, seq, last_ts, emitted], np.int64).view(np.uint64)
-            for lo in range(0, n, per):
-                batch = Batch(self.schema, tuple(np.ascontiguousarray(c[lo:lo + per])
-                                                 for c in cols), self.next)
-                out.futures.append(self.bm.append(self.sid, batch, 0, meta))
-                out.bytes += batch.column_bytes
-                self.next = batch.end
-            self.inflight = _unsettled(self.inflight) + out.futures
+            part, futures, nbytes = write_units(self.bm, self.sid, self.schema, cols, 0,
+                                                self.next, meta)
+            self.next = part["end"]
+            self.inflight = _unsettled(self.inflight) + futures
         faults.crashpoint("checkpoint_step")
-        return out
+        return Written(futures=futures, bytes=nbytes)
 
     def to_merge(self, lo: int, hi: int) -> tuple[int, int, int] | None:
         """Panes ``(first, end, level)`` of the lowest level with ``fanout`` units among those

@@ -347,10 +347,11 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
         sink.open(engine.schema)
         if sink.visible:
             _own_output(sink, run, resume[0] if resume else None, recover)
-        committed = sink.committed()["window_end"]
+        clock = sink.committed()
+        committed = clock["window_end"]
         point = None  # an eventual step after the record to resume from (steppoints)
         if resume is not None and state.open_parts:
-            point = steppoints.newest(state, resume[0], sink.committed(), ingress.end)
+            point = steppoints.newest(state, resume[0], clock, ingress.end)
             if point is not None:
                 replay_from = point.input_end
                 loaded.update(replay_tuples=ingress.end - replay_from, step=point.input_end,
