@@ -250,7 +250,7 @@ def test_eventual_steps_save_closed_panes_between_records(tiny, tmp_path):
     assert compare(read_output(tmp_path / "output"), failure_free(q, ds, n), q.schema).ok
 
 
-@pytest.mark.parametrize("name", ["SG1", "CM1", "LRB1"])
+@pytest.mark.parametrize("name", ["SG1", "CM1", "LRB1", "YSB"])
 def test_an_eventual_recovery_resumes_from_the_newest_step_after_its_record(tiny, tmp_path,
                                                                             name):
     """A step after every task, a record every 12: with the clocked sink a recovery resumes

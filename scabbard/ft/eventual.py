@@ -18,10 +18,11 @@ on top of pane units (:mod:`scabbard.ft.panes`):
   asks for a record at the next task (what recovery replays is bounded by U plus the
   tasks in flight).
 
-Where the window is the query's only state and the sink the clocked one, a step that saved
-closed panes also writes the open pane's partials: a point a recovery resumes from without a
-record (:mod:`scabbard.ft.steppoints`), so that what a recovery replays follows CI and Q, not
-only CP.
+Where the window is the query's only state and the sink the clocked one, a step also writes
+the open pane's partials (when panes closed, or input came since its last open part - a
+tumbling window has no closed pane to save, its open pane is its whole state): a point a
+recovery resumes from without a record (:mod:`scabbard.ft.steppoints`), so that what a
+recovery replays follows CI and Q, not only CP.
 
 A short CP makes recovery replay little and costs a record (and a sink epoch) every CP;
 a long CP replays more; steps keep each record small whatever CP is.  A step's units are
@@ -62,7 +63,8 @@ class EventualSteps:
             and self.state.unsaved_panes() > p.max_unsaved_panes
         if forced or (now - self.last) * 1e3 >= p.step_ms:
             self.last = now
-            if self.state.step().units:
+            w = self.state.step()
+            if w.units or w.bytes:  # closed panes saved, or an open part written
                 self.steps += 1
                 self.forced += forced
         if p.max_replay_tuples is not None and r.end_offset - self.cut_at > p.max_replay_tuples:

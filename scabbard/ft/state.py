@@ -123,6 +123,7 @@ class WindowOperator(_Stored):
         self.recent: list = []
         self.folded = 0  # rows of recent at its last fold
         self.log = None if mode == "full" else PaneLog(self.schemas[0], storage)
+        self.opened = -1  # the input clock of the last eventual step's open part
 
     def after_task(self, part) -> None:
         if part.long:
@@ -173,12 +174,14 @@ class WindowOperator(_Stored):
         pane's partials after them, a point a recovery may resume from
         (:mod:`scabbard.ft.steppoints`)."""
         _, last, todo = self._bounds(last_ts)
-        if todo >= last:
-            return Written()
-        cols = self.rows(recent, todo)
+        if todo >= last and (at is None or clock == self.opened):
+            return Written()  # nothing closed, and no input since the last open part
+        cols = self.rows(recent, min(todo, last))
         cut = int(np.searchsorted(cols[0], last))
-        out = self.log.save(tuple(c[:cut] for c in cols), last, clock)
-        if at is not None:
+        out = self.log.save(tuple(c[:cut] for c in cols), last, clock) if todo < last \
+            else Written()
+        if at is not None:  # with no pane closed too (a tumbling window's only state)
+            self.opened = clock
             out.add(self.log.write_open(tuple(c[cut:] for c in cols), last, clock, *at, last_ts))
         return out
 
