@@ -27,6 +27,7 @@ from scabbard.storage import (
 )
 from scabbard.storage import segment as seg_fmt
 from scabbard.storage.checksum import checksum, copy_checksum, copy_checksum_parts
+from scabbard.storage.errors import FormatVersionError
 
 SCHEMA = Schema("s", (Field("timestamp", "int64"), Field("k", "int32"), Field("v", "float64"),
                       Field("id", "uuid")), row_bytes=48)
@@ -136,6 +137,89 @@ def test_every_corruption_is_detected(damage):
     with pytest.raises(CorruptSegment) as e:
         seg_fmt.decode(bad, schema, where="f000001.seg", position=8192)
     assert "f000001.seg" in str(e.value) and "8192" in str(e.value)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.data())
+def test_a_run_of_segments_verifies_in_one_call_as_far_as_decode_would(data):
+    """verified_run (one kernel call over a stream tail) counts the segments up to the first
+    that decode refuses - whatever the damage, wherever it falls; compressed columns,
+    metadata words, zero rows, another schema's segment."""
+    from scabbard.compression import registered
+
+    other = Schema("other", SCHEMA.fields[:3])
+    codecs = [c for cls in registered() for c in cls.examples()]
+    segs = []
+    for i in range(data.draw(st.integers(1, 6))):
+        n = data.draw(st.sampled_from([0, 1, 7, 300, 1001]))
+        b = make_batch(1000 * i, n)
+        meta = np.arange(data.draw(st.integers(0, 6)), dtype=np.uint64) if data.draw(
+            st.booleans()) else None
+        stored = None
+        if data.draw(st.booleans()):  # each column through a lossless codec that takes it
+            stored = []
+            for f, col in zip(SCHEMA.fields, b.columns, strict=True):
+                codec = data.draw(st.sampled_from([c for c in codecs if f.dtype in c.accepts
+                                                   and c.lossless and not c.specialised]))
+                stored.append((codec, codec.encode(col)))
+        if data.draw(st.integers(0, 9)) == 0:
+            b = Batch(other, b.columns[:3], b.offset)
+            stored = None
+        segs.append(seg_fmt.encode(b, stream_id=1, epoch=1, batch_id=i, meta=meta,
+                                   stored=stored))
+    buf = np.concatenate(segs)
+    pos = np.cumsum([0] + [x.nbytes for x in segs])[:-1]
+    lengths = [x.nbytes for x in segs]
+    how = data.draw(st.sampled_from(["none", "header", "payload", "anywhere", "zeros",
+                                      "cut-length"]))
+    j = data.draw(st.integers(0, len(segs) - 1))  # the segment damaged
+    h = seg_fmt.parse_header(segs[j])
+    span = {"header": (0, h.header_len), "payload": (h.header_len, h.header_len + h.payload_len),
+            "anywhere": (0, lengths[j])}.get(how)
+    if span is not None and span[1] > span[0]:  # a bit flipped in that part of it
+        buf[pos[j] + data.draw(st.integers(span[0], span[1] - 1))] ^= \
+            1 << data.draw(st.integers(0, 7))
+    elif how == "zeros":
+        at = data.draw(st.integers(0, buf.nbytes - 8)) // 8 * 8
+        buf[at:at + data.draw(st.integers(1, 3)) * 512] = 0
+    elif how == "cut-length":  # a segment the scan saw shorter than written
+        lengths[j] = data.draw(st.integers(0, lengths[j] // 8 - 1)) * 8
+
+    def decodes(j):
+        try:
+            seg_fmt.decode(buf[pos[j]:pos[j] + lengths[j]], SCHEMA)
+            return True
+        except (CorruptSegment, FormatVersionError):  # (a version bit: refused too)
+            return False
+    want = next((j for j in range(len(segs)) if not decodes(j)), len(segs))
+    assert seg_fmt.verified_run(buf, pos, lengths, SCHEMA) == want
+
+
+@pytest.mark.parametrize("change", ["version", "raw-length", "schema"])
+def test_a_sealed_header_that_decode_refuses_ends_the_verified_run(change):
+    """Headers whose checksum holds but whose content decode refuses: another format version,
+    a column's length that is not its rows', another schema with the same columns."""
+    import struct
+
+    segs = [seg_fmt.encode(make_batch(300 * i, 300), stream_id=1, epoch=1, batch_id=i)
+            for i in range(3)]
+    bad, schema = segs[1], SCHEMA
+    hlen = seg_fmt.parse_header(bad).header_len
+    if change == "version":
+        struct.pack_into("<H", bad, 8, seg_fmt.VERSION + 1)
+    elif change == "raw-length":
+        struct.pack_into("<Q", bad, 128 + 48 + 8, 300 * 4 + 8)  # the int32 column's
+    else:
+        schema = Schema("other", SCHEMA.fields, row_bytes=56)  # another fingerprint
+    seg_fmt._seal_header(bad, hlen)
+    buf = np.concatenate(segs)
+    pos, lengths = [0, segs[0].nbytes, segs[0].nbytes * 2], [x.nbytes for x in segs]
+    with pytest.raises((CorruptSegment, FormatVersionError)):
+        seg_fmt.decode(bad, schema)
+    want = 0 if change == "schema" else 1
+    assert seg_fmt.verified_run(buf, pos, lengths, schema) == want
+    if change != "schema":
+        assert seg_fmt.verified_run(buf, pos[:1], lengths[:1], schema) == 1
 
 
 # -- the block manager -----------------------------------------------------------------------------

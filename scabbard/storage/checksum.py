@@ -230,3 +230,67 @@ def copy_checksum_parts(parts, dst: np.ndarray, seed: int = 0) -> int:
         at += s.nbytes
     done = (n // 8) - (n // 8) % 4  # stripes the whole words completed
     return int(_finish_lanes(words, sd, lanes, done))
+
+
+@kernel
+def _first_failing(words, starts, avail, fixed, fp0, fp1, widths, magic, version):
+    """The first of the segments at word ``starts[i]`` of ``words`` (each ``avail[i]`` words
+    long) whose header or payload does not verify, or ``len(starts)``: the checks of
+    :func:`scabbard.storage.segment.decode` but the codecs', in one call (the header's
+    fields by their 8-byte word, as that module's docstring lays them out; ``fixed``: the
+    fixed part's words, ``widths``: each column's bytes a row)."""
+    ncols = widths.shape[0]
+    for i in range(starts.shape[0]):
+        w, end = starts[i], avail[i]
+        if end < fixed or words[w] != magic:
+            return i
+        h1 = words[w + 1]
+        if np.int64(h1 & np.uint64(0xFFFF)) != version:
+            return i
+        hlen = np.int64(h1 >> np.uint64(32)) // 8  # header words (a multiple of 8 bytes)
+        nc = np.int64(words[w + 2] >> np.uint64(32))
+        meta = np.int64(words[w + 15] & np.uint64(0xFFFFFFFF))
+        if nc != ncols or meta % 8 or hlen * 8 != np.int64(h1 >> np.uint64(32)) \
+                or hlen != fixed + 6 * nc + meta // 8 or hlen > end:
+            return i
+        head = words[w:w + hlen].copy()
+        head[13] = np.uint64(0)
+        if _checksum(head, np.uint64(0)) != words[w + 13]:
+            return i
+        payload, seglen = np.int64(words[w + 9]), np.int64(words[w + 10])
+        if words[w + 11] != fp0 or words[w + 12] != fp1 or payload % 8 \
+                or seglen < hlen * 8 + payload or hlen * 8 + payload > end * 8:
+            return i
+        count = np.int64(words[w + 5])
+        pos, total, d = w + hlen, 0, np.uint64(0)
+        for j in range(nc):
+            if np.int64(words[w + fixed + 6 * j + 1]) != count * widths[j]:  # raw length
+                return i
+            n = (np.int64(words[w + fixed + 6 * j + 2]) + 7) // 8  # stored, padded to a word
+            total += n
+            if total * 8 > payload:
+                return i
+            d = _checksum(words[pos:pos + n], d)
+            pos += n
+        if total * 8 != payload or d != words[w + 14]:
+            return i
+    return starts.shape[0]
+
+
+def first_failing(words: np.ndarray, starts: np.ndarray, avail: np.ndarray, fixed: int,
+                  fingerprint: bytes, widths: np.ndarray, magic: bytes, version: int) -> int:
+    """:func:`_first_failing`'s checked wrapper (``fingerprint``, ``magic``: the header's raw
+    16 and 8 bytes)."""
+    if not (isinstance(words, np.ndarray) and words.dtype == np.uint64 and words.ndim == 1):
+        raise ValueError("words must be a uint64 vector")
+    starts = np.ascontiguousarray(starts, np.int64)
+    avail = np.ascontiguousarray(avail, np.int64)
+    if len(starts) != len(avail) or (len(starts) and (starts.min() < 0 or avail.min() < 0
+                                                      or (starts + avail).max() > len(words))):
+        raise ValueError("every segment must lie inside words")
+    if len(fingerprint) != 16 or len(magic) != 8:
+        raise ValueError("a 16-byte fingerprint and an 8-byte magic")
+    fp = np.frombuffer(fingerprint, np.uint64)
+    return int(_first_failing(words, starts, avail, np.int64(fixed), fp[0], fp[1],
+                              np.ascontiguousarray(widths, np.int64),
+                              np.frombuffer(magic, np.uint64)[0], np.int64(version)))

@@ -284,7 +284,11 @@ class FolderScan:
             i -= 1
         base = f.segs[i + 1].pos if i + 1 < len(f.segs) else f.write_pos
         buf = self._pread(f, base, f.write_pos - base) if f.write_pos > base else None
-        for j in range(i + 1, len(f.segs)):  # one read of them all, each decoded from it
+        tail = f.segs[i + 1:]  # one read of them all, verified in one call; the first that
+        # fails (if any) and those after it decoded one by one: decode says why
+        ok = seg_fmt.verified_run(buf, [g.pos - base for g in tail], [g.length for g in tail],
+                                  s.schema) if tail else 0
+        for j in range(i + 1 + ok, len(f.segs)):
             seg = f.segs[j]
             try:
                 seg_fmt.decode(buf[seg.pos - base:seg.pos - base + seg.length], s.schema,
