@@ -192,7 +192,7 @@ def test_a_run_of_segments_verifies_in_one_call_as_far_as_decode_would(data):
         except (CorruptSegment, FormatVersionError):  # (a version bit: refused too)
             return False
     want = next((j for j in range(len(segs)) if not decodes(j)), len(segs))
-    assert seg_fmt.verified_run(buf, pos, lengths, SCHEMA) == want
+    assert seg_fmt.verified_run(buf, pos, lengths, SCHEMA, least=0) == want
 
 
 @pytest.mark.parametrize("change", ["version", "raw-length", "schema"])
@@ -217,9 +217,10 @@ def test_a_sealed_header_that_decode_refuses_ends_the_verified_run(change):
     with pytest.raises((CorruptSegment, FormatVersionError)):
         seg_fmt.decode(bad, schema)
     want = 0 if change == "schema" else 1
-    assert seg_fmt.verified_run(buf, pos, lengths, schema) == want
+    assert seg_fmt.verified_run(buf, pos, lengths, schema, least=0) == want
+    assert seg_fmt.verified_run(buf, pos, lengths, schema) == 0  # few: decoded one by one
     if change != "schema":
-        assert seg_fmt.verified_run(buf, pos[:1], lengths[:1], schema) == 1
+        assert seg_fmt.verified_run(buf, pos[:1], lengths[:1], schema, least=0) == 1
 
 
 # -- the block manager -----------------------------------------------------------------------------
@@ -394,6 +395,36 @@ def test_corrupt_segment_in_the_middle_is_never_returned(tmp_path):
         with pytest.raises(CorruptSegment, match=path.name):
             bm.read(sid, victim.first)
         check_batch(bm.read(sid, 0))
+
+
+def test_a_damaged_segment_among_many_small_ones_read_in_bulk_is_never_returned(tmp_path):
+    """load_bulk verifies a chunk of many small segments in one call (segment.verified_run)
+    and decodes the rest one by one: a bit flipped in the payload of one of 100 segments -
+    beyond the tail that opening verifies - fails the read that reaches it, naming the file;
+    the segments before it read back exactly."""
+    cfg = StorageConfig(file_bytes=1 << 20, pool_files=2, io_threads=2, bulk_bytes=32 << 10)
+    with BlockManager(tmp_path, cfg) as bm:
+        sid = bm.stream("in", SCHEMA)
+        end = fill(bm, sid, 0, 100, rows=10)
+        f = bm._by_id[sid].files[0]
+        assert len(f.segs) == 100 > seg_fmt.RUN_SEGMENTS
+        victim, path = f.segs[50], f.path
+        assert [len(b) for b in bm.load_bulk(sid, 0, end)] == [10] * 100
+    h = seg_fmt.parse_header(np.fromfile(path, np.uint8, victim.length, offset=victim.pos))
+    with open(path, "r+b") as fh:  # one bit of the victim's payload
+        fh.seek(victim.pos + h.header_len + 3)
+        byte = fh.read(1)
+        fh.seek(victim.pos + h.header_len + 3)
+        fh.write(bytes([byte[0] ^ 4]))
+    with BlockManager(tmp_path, cfg) as bm:
+        sid = bm.stream("in", SCHEMA)
+        assert bm.durable_end(sid) == end  # (not in the tail opening verified)
+        with pytest.raises(CorruptSegment, match=path.name):
+            bm.load_bulk(sid, 0, end)
+        before = bm.load_bulk(sid, 0, victim.first)
+        assert len(before) == 50
+        for b in before:
+            check_batch(b)
 
 
 def test_the_tail_verified_at_open_serves_recovery_reads_until_forgotten(tmp_path):

@@ -293,10 +293,12 @@ class BlockManager(FolderScan, GroupCommitWriter):
         def read(s: _Stream, f: _File, segs: list[_Seg]) -> list[tuple[tuple, Batch]]:
             base = segs[0].pos
             buf = self._pread(f, base, segs[-1].pos + segs[-1].length - base)
+            ok = seg_fmt.verified_run(buf, [g.pos - base for g in segs],
+                                      [g.length for g in segs], s.schema)  # many: one call
             out = []
-            for g in segs:
+            for k, g in enumerate(segs):
                 h, batch = seg_fmt.decode(buf[g.pos - base:g.pos - base + g.length], s.schema,
-                                          str(f.path), g.pos, copy=False)
+                                          str(f.path), g.pos, copy=False, verified=k < ok)
                 if h.stream_id != s.id or h.epoch != f.epoch or h.first_offset != g.first:
                     raise CorruptSegment(str(f.path), g.pos, f"holds stream {h.stream_id} "
                                          f"epoch {h.epoch} offset {h.first_offset}, expected "

@@ -342,15 +342,21 @@ def parse_header(buf: np.ndarray, where: str = "<memory>", position: int = 0,
                          seglen, fp.decode(errors="replace"), hsum, dsum, tuple(cols), meta)
 
 
-def verified_run(buf: np.ndarray, positions, lengths, schema: Schema) -> int:
+RUN_SEGMENTS = 64  # fewer are decoded one by one: loading the kernel from numba's cache the
+# first time (~25 ms here) costs more than a few decodes (0.1 ms each for a small segment)
+
+
+def verified_run(buf: np.ndarray, positions, lengths, schema: Schema,
+                 least: int = RUN_SEGMENTS) -> int:
     """How many of the segments at byte ``positions`` of ``buf`` (``lengths`` bytes each, in
     order) verify, counted until the first that does not: every check of :func:`decode` but
     the codecs' (a codec's parameters are checksummed with the header), in one kernel call -
     a stream tail of thousands of small segments in milliseconds.  :func:`decode` tells why
-    the first that does not verify fails (or finds it does: the run goes on after it)."""
+    the first that does not verify fails (or finds it does: the run goes on after it).  0
+    for fewer than ``least`` segments: decode them one by one."""
     pos = np.asarray(positions, np.int64)
-    if buf.nbytes % 8 or np.any(pos % 8):
-        return 0  # not word-aligned: decode says
+    if len(pos) < least or buf.nbytes % 8 or np.any(pos % 8):
+        return 0  # few, or not word-aligned: decode says
     words = buf.reshape(-1).view(np.uint8).view(np.uint64)
     return first_failing(words, pos // 8, np.asarray(lengths, np.int64) // 8,
                          _FIXED.size // 8, _FP_BYTES.pack(schema.fingerprint.encode()),
@@ -359,17 +365,18 @@ def verified_run(buf: np.ndarray, positions, lengths, schema: Schema) -> int:
 
 
 def decode(buf: np.ndarray, schema: Schema, where: str = "<memory>", position: int = 0,
-           copy: bool = True) -> tuple[SegmentHeader, Batch]:
+           copy: bool = True, verified: bool = False) -> tuple[SegmentHeader, Batch]:
     """Verify the whole segment in ``buf`` and return its header and batch.
 
-    With ``copy=False`` the batch's columns are views of ``buf``.
+    With ``copy=False`` the batch's columns are views of ``buf``; ``verified``: its payload
+    checksum was checked (:func:`verified_run`), not hashed again.
     """
     h = parse_header(buf, where, position)
     end = h.header_len + h.payload_len
     if buf.nbytes < end:
         raise CorruptSegment(where, position, f"truncated: {buf.nbytes} of {end} bytes")
-    dsum, pos = 0, h.header_len
-    for c in h.columns:
+    dsum, pos = 0 if not verified else h.data_sum, h.header_len
+    for c in h.columns if not verified else ():
         dsum = checksum(buf[pos:pos + _pad8(c.stored_len)], dsum)
         pos += _pad8(c.stored_len)
     if dsum != h.data_sum:
