@@ -484,6 +484,31 @@ def test_torn_tail_is_dropped_on_reopen(tmp_path, damage):
     assert end == last.first + 300
 
 
+@pytest.mark.parametrize("at", [0, 63, 90, 99])
+def test_a_torn_segment_among_many_in_the_tail_drops_it_and_what_follows(tmp_path, at):
+    """A tail of 100 small segments is verified in one call (segment.verified_run): a torn
+    payload in any of them - the first, mid-way, the last - drops it and every segment after
+    it on reopening, and what came before reads back exactly."""
+    cfg = StorageConfig(file_bytes=1 << 20, pool_files=2, io_threads=2, bulk_bytes=1 << 20)
+    with BlockManager(tmp_path, cfg) as bm:
+        sid = bm.stream("in", SCHEMA)
+        fill(bm, sid, 0, 100, rows=10)
+        f = bm._by_id[sid].files[-1]
+        assert len(f.segs) == 100 > seg_fmt.RUN_SEGMENTS
+        victim, path = f.segs[at], f.path
+    h = seg_fmt.parse_header(np.fromfile(path, np.uint8, victim.length, offset=victim.pos))
+    with open(path, "r+b") as fh:  # the end of the victim's payload never written
+        fh.seek(victim.pos + h.header_len + h.payload_len - 100)
+        fh.write(b"\xff" * 100)
+    with BlockManager(tmp_path, cfg) as bm:
+        sid = bm.stream("in", SCHEMA)
+        assert bm.durable_end(sid) == victim.first and len(bm.torn) == 1
+        got = list(bm.load(sid))
+        assert sum(len(b) for b in got) == victim.first
+        for b in got:
+            check_batch(b)
+
+
 @pytest.mark.parametrize("damage", [None, "torn"])
 def test_a_reopened_tail_is_flushed_before_its_stream_is_handed_out(tmp_path, damage):
     """With machine durability, what the last run wrote but had not flushed is taken as the
