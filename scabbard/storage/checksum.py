@@ -233,12 +233,15 @@ def copy_checksum_parts(parts, dst: np.ndarray, seed: int = 0) -> int:
 
 
 @kernel
-def _first_failing(words, starts, avail, fixed, fp0, fp1, widths, magic, version):
+def _first_failing(words, starts, avail, expect, widths):
     """The first of the segments at word ``starts[i]`` of ``words`` (each ``avail[i]`` words
     long) whose header or payload does not verify, or ``len(starts)``: the checks of
     :func:`scabbard.storage.segment.decode` but the codecs', in one call (the header's
-    fields by their 8-byte word, as that module's docstring lays them out; ``fixed``: the
-    fixed part's words, ``widths``: each column's bytes a row)."""
+    fields by their 8-byte word, as that module's docstring lays them out).  ``expect``:
+    the magic, the fingerprint's two words, the version, the fixed part's words;
+    ``widths``: each column's bytes a row."""
+    magic, fp0, fp1 = expect[0], expect[1], expect[2]
+    version, fixed = np.int64(expect[3]), np.int64(expect[4])
     ncols = widths.shape[0]
     for i in range(starts.shape[0]):
         w, end = starts[i], avail[i]
@@ -290,7 +293,7 @@ def first_failing(words: np.ndarray, starts: np.ndarray, avail: np.ndarray, fixe
         raise ValueError("every segment must lie inside words")
     if len(fingerprint) != 16 or len(magic) != 8:
         raise ValueError("a 16-byte fingerprint and an 8-byte magic")
-    fp = np.frombuffer(fingerprint, np.uint64)
-    return int(_first_failing(words, starts, avail, np.int64(fixed), fp[0], fp[1],
-                              np.ascontiguousarray(widths, np.int64),
-                              np.frombuffer(magic, np.uint64)[0], np.int64(version)))
+    expect = np.array([*np.frombuffer(magic + fingerprint, np.uint64), version, fixed],
+                      np.uint64)
+    return int(_first_failing(words, starts, avail, expect,
+                              np.ascontiguousarray(widths, np.int64)))
