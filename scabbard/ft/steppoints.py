@@ -5,7 +5,8 @@ checkpoint, replaying only the input after it.  Here a record is still the cut t
 other state (joins, persisted channels, a transactional sink's epochs) resumes from, but where
 the window is the only state (:func:`applies`) an eventual step is a point to resume from
 too: after saving the panes closed since the last save (if any: a tumbling window has none,
-its open pane is its state), the step appends the open pane's partials (:meth:`~scabbard.ft.panes.PaneLog.write_open`, metadata ``(clock, pane, rows, seq,
+its open pane is its state), the step appends the open pane's partials
+(:meth:`~scabbard.ft.panes.PaneLog.write_open`, metadata ``(clock, pane, rows, seq,
 last_ts, emitted)``) - with the closed panes already in pane units, that is the window's whole
 state after task ``seq``, whose input ended at ``clock``; the step comes once the task's
 results were handed to the sink, ``emitted`` the last window end they reached.  No marker
