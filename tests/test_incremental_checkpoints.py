@@ -617,3 +617,38 @@ def test_a_window_operator_holds_its_windows_groups_not_every_tasks_partials(tin
         v = compare(read_output(root / "output"), failure_free(q, ds, n), q.schema)
         assert v.ok, (fold, v)
     assert held[256] * 4 < held[1 << 40], held
+
+
+def test_a_fold_reads_the_engines_own_window_state_where_it_keeps_one(tiny, tmp_path,
+                                                                      monkeypatch):
+    """A window operator folds the partials it holds by reading out the engine's serial window
+    state (which has folded the same partials already), not by feeding them to a fresh state
+    again; a partitioned assembly keeps its state split, so there they are fed again.  Either
+    way the checkpoints hold the same rows and recover the failure-free output."""
+    import dataclasses
+
+    from scabbard.ft import state as ft_state
+
+    q, ds = query("YSB", tiny)
+    n = 4 * ds.rows
+    monkeypatch.setattr(ft_state, "FOLD_ROWS", 256)
+    fed, feed = [], ft_state.fold_partials
+    monkeypatch.setattr(ft_state, "fold_partials", lambda *a: fed.append(1) or feed(*a))
+    held = {}
+    for assembly in ("serial", "partitioned:2"):
+        cfg = dataclasses.replace(CFG, batch_rows=128, assembly=assembly)
+        root = tmp_path / assembly[:4]
+        fed.clear()
+
+        def run(k=None, root=root, cfg=cfg, **kw):
+            return run_fault_tolerant(
+                q, ds, root / "storage", ClockedSink(root / "output"), cfg, interval=None,
+                every_tasks=3, layout=SMALL,
+                wrap_source=(lambda s: StopAfter(s, k)) if k else None, **kw)
+        first = run(400, max_tuples=n)
+        held[assembly] = [c.bytes for c in first.checkpoints], len(fed)
+        run(recover=True)
+        v = compare(read_output(root / "output"), failure_free(q, ds, n), q.schema)
+        assert v.ok, (assembly, v)
+    assert held["serial"][1] == 0 < held["partitioned:2"][1], held
+    assert held["serial"][0] == held["partitioned:2"][0], held

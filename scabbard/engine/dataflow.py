@@ -414,6 +414,10 @@ class DataflowExecution(Execution):
         self.tasks = _HandOut(self)
         self._pieces: list = []  # the task being assembled's windows (see _lane_windows)
 
+    def window_states(self) -> list:
+        """None for every branch: the partitions hold the window state, on their threads."""
+        return [None] * len(self.lanes)
+
     def _threads(self) -> list[threading.Thread]:
         merge = threading.Thread(target=self.guarded, args=(self._merge,), daemon=True,
                                  name="scabbard-merge")

@@ -102,6 +102,11 @@ class Execution:
             lane.boundaries[cur.seq] = cols
             lane.tails.pop(prev.seq, None)
 
+    def window_states(self) -> list:
+        """Per branch, what gives its window state now as pane partials (:meth:`Lane.state`),
+        or None."""
+        return [lane.state() for lane in self.lanes]
+
     def share(self, pool) -> Execution:
         """Run this run's tasks on ``pool``'s workers, shared with other runs
         (:class:`~scabbard.engine.shared.SharedWorkers`), instead of workers of its own."""
@@ -494,6 +499,7 @@ class Execution:
             self.restore(self.resume)
         try:
             if self.listener is not None:
+                self.listener.window_states(self.window_states())
                 self.listener.start(self._may_wait)
             tasks = iter(self.feed.tasks())
             try:

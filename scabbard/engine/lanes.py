@@ -43,6 +43,12 @@ class Lane:
         self.last_seq = -1  # the last task assembled in the lane (tasks with nothing skip)
         self.row_wise = False  # windows given in pieces as made (spilling state; Execution)
 
+    def state(self):
+        """What gives the branch's window state now as pane partials, one row per (pane,
+        group) (:meth:`BranchAssembler.partials`; on the assembly's thread, between tasks):
+        the serial assembler's; None where the state is split (partitioned or spilling)."""
+        return self.assembler.partials if type(self.assembler) is BranchAssembler else None
+
     def pieces_reach_sink(self, plan, stores) -> bool:
         """Whether this lane's windows may leave in pieces as they are made: its state
         spills, and the pieces reach the sink only through fused HAVINGs - an operator of

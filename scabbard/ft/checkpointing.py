@@ -34,6 +34,9 @@ class CheckpointListener:
     def marker(self):
         return self.controller.marker()
 
+    def window_states(self, states: list) -> None:
+        self.state.window_states(states)
+
     def replayed(self, tasks: int, offset: int) -> None:
         """The stored input after the checkpoint was handed out as ``tasks`` tasks."""
         self.replay_last = self.first_seq + tasks - 1

@@ -324,6 +324,9 @@ class InputRelease:
     def marker(self) -> None:
         return None
 
+    def window_states(self, states: list) -> None:
+        pass
+
     def pumped(self, r, clock: dict) -> None:
         pass
 

@@ -115,13 +115,17 @@ class WindowOperator(_Stored):
     """A window aggregation over the source: the pane partials its open windows need - the
     tasks' own (a snapshot takes them by reference), folded into one row per (pane, group)
     whenever they have doubled since the last fold (and hold :data:`FOLD_ROWS` or more), so
-    that a window many tasks span is held as its groups, not as every task's partials."""
+    that a window many tasks span is held as its groups, not as every task's partials.  The
+    fold is the engine's own window state read out (``state``, :meth:`Lane.state
+    <scabbard.engine.lanes.Lane.state>`: its serial assembler has folded the same partials
+    already); where the engine keeps it split, the held partials fed to a fresh one."""
 
     def __init__(self, branch, storage: BlockManager, mode: str = "full"):
         super().__init__(branch.id, [state_schema(branch)], storage)
         self.branch = branch
         self.recent: list = []
         self.folded = 0  # rows of recent at its last fold
+        self.state = None  # what gives the engine's window state (Lane.state), if it can
         self.log = None if mode == "full" else PaneLog(self.schemas[0], storage)
         self.opened = -1  # the input clock of the last eventual step's open part
 
@@ -137,8 +141,11 @@ class WindowOperator(_Stored):
         rows = sum(len(e.pane) for e in keep)
         if rows >= max(FOLD_ROWS, 2 * self.folded) and len(keep) > 1:
             b = self.branch
-            self.recent = [fold_partials(b, concat_edges(keep, b.key_width, len(b.iops),
-                                                         len(b.fops)), self.folded)]
+            e = self.state() if self.state is not None else fold_partials(
+                b, concat_edges(keep, b.key_width, len(b.iops), len(b.fops)), self.folded)
+            at = int(np.searchsorted(e.pane, lo))  # panes of windows emitted already: dropped
+            self.recent = [Edges(*(x[at:].copy() for x in (e.pane, e.keys, e.cnt, e.ints,
+                                                           e.floats))) if at else e]
             self.folded = len(self.recent[0].pane)
 
     def snapshot(self) -> list:
@@ -312,6 +319,12 @@ class QueryState(FTOperator):
         self.on_damage = lambda cid, err: None  # recovery: marks a record found damaged
 
     # -- tracking (the assembly's thread) ---------------------------------------------------------
+    def window_states(self, states: list) -> None:
+        """Per branch, what gives the engine's window state (see :class:`WindowOperator`)."""
+        for w, state in zip(self.windows, states, strict=True):
+            if isinstance(w, WindowOperator):
+                w.state = state
+
     def after_task(self, r, clock: dict | None = None, graph=None) -> None:
         for w, part in zip(self.windows, r.parts, strict=True):
             w.after_task(part)
