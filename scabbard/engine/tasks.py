@@ -117,6 +117,8 @@ def edges_columns(e: Edges) -> tuple:
 
 
 def _matrix(cols: list, n: int, dtype) -> np.ndarray:
+    if len(cols) == 1 and cols[0].flags.c_contiguous:  # one column: a view, not a copy
+        return cols[0].reshape(n, 1)
     return np.stack(cols, axis=1) if cols else np.zeros((n, 0), dtype)
 
 

@@ -509,7 +509,8 @@ class QueryState(FTOperator):
         for (o, k, p), b in zip(jobs, batches, strict=True):
             got.setdefault(o.id, [[] for _ in o.schemas])[k].append(
                 part_columns(b, o.schemas[k], p, rec.id))
-        cols = {o.id: [[np.concatenate(c) for c in zip(*got[o.id][k], strict=True)]
+        cols = {o.id: [[c[0] if len(c) == 1 else np.concatenate(c)  # (one range: as read)
+                        for c in zip(*got[o.id][k], strict=True)]
                        for k in range(len(o.schemas))] for o in self.operators.values()}
         edges, self.loaded_spill = [], {}
         for w in self.windows:
