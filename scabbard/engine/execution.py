@@ -103,8 +103,7 @@ class Execution:
             lane.tails.pop(prev.seq, None)
 
     def window_states(self) -> list:
-        """Per branch, what gives its window state now as pane partials (:meth:`Lane.state`),
-        or None."""
+        """Per branch, what reads its window state out (:meth:`Lane.state`), or None."""
         return [lane.state() for lane in self.lanes]
 
     def share(self, pool) -> Execution:
@@ -499,8 +498,7 @@ class Execution:
             self.restore(self.resume)
         try:
             if self.listener is not None:
-                self.listener.window_states(self.window_states())
-                self.listener.start(self._may_wait)
+                self.listener.start(self._may_wait, self.window_states())
             tasks = iter(self.feed.tasks())
             try:
                 while True:  # everything this thread does per task is timed as ``dispatch``

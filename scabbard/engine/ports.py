@@ -84,16 +84,14 @@ class AssemblyListener(Protocol):
 
     align: bool  # the dispatcher waits at a marked task until it is assembled (a barrier)
 
-    def start(self, running) -> None:
-        """The run starts; ``running()`` is False once it failed."""
+    def start(self, running, states: list) -> None:
+        """The run starts; ``running()`` is False once it failed; ``states``: per branch,
+        what gives its window state as pane partials when called on the assembly's thread
+        between tasks (:meth:`Lane.state <scabbard.engine.lanes.Lane.state>`), or None where
+        the engine keeps it split."""
 
     def marker(self) -> object | None:
         """Before each task is dispatched: a marker for it to carry, or None."""
-
-    def window_states(self, states: list) -> None:
-        """Before the first task: per branch, what gives its window state as pane partials
-        when called on the assembly's thread between tasks (:meth:`Lane.state
-        <scabbard.engine.lanes.Lane.state>`), or None where the engine keeps it split."""
 
     def assembled(self, result, clock: dict, graph) -> None:
         """Task ``result`` was assembled and its windows emitted; ``clock`` is the output's

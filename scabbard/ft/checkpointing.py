@@ -27,15 +27,13 @@ class CheckpointListener:
         self.first_seq = first_seq  # the first task this run dispatches
         self.replay_last = -1
 
-    def start(self, running) -> None:
+    def start(self, running, states: list) -> None:
+        self.state.window_states(states)
         self.controller.running = running
         self.controller.start()
 
     def marker(self):
         return self.controller.marker()
-
-    def window_states(self, states: list) -> None:
-        self.state.window_states(states)
 
     def replayed(self, tasks: int, offset: int) -> None:
         """The stored input after the checkpoint was handed out as ``tasks`` tasks."""

@@ -318,14 +318,11 @@ class InputRelease:
         self.pog, self.horizon_ms, self.stream, self.reader = pog, horizon_ms, stream, reader
         self.assembled_tasks: deque[tuple[int, int]] = deque()  # (last ts, end offset)
 
-    def start(self, running) -> None:
+    def start(self, running, states: list) -> None:
         pass
 
     def marker(self) -> None:
         return None
-
-    def window_states(self, states: list) -> None:
-        pass
 
     def pumped(self, r, clock: dict) -> None:
         pass
