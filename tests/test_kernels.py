@@ -633,3 +633,32 @@ def test_a_cached_kernel_is_stale_when_a_kernel_it_may_inline_changes(tmp_path, 
     first = _jit.sources_digest([a, b])
     b.write_text("y = 3\n")
     assert _jit.sources_digest([a, b]) != first
+
+
+@SETTINGS
+@given(streams(), st.lists(st.integers(0, 250), max_size=3), st.sampled_from([0, 1, 10**6]))
+def test_combined_partials_are_one_row_per_pane_and_key_folded_in_order(s, cuts, groups):
+    """Partials cut into pieces, combined (one run growing from 16 slots, a run per quarter of
+    the rows, many runs) = each (pane, key)'s partials folded in the order given."""
+    from scabbard.kernels.combine import combine_partials
+
+    ts, keys, ints, floats, iops, fops, slide, _ = s
+    pane, cnt = ts // slide, 1 + ts % 3
+    want = {}
+    for r in range(len(pane)):
+        k = (int(pane[r]), tuple(int(x) for x in keys[r]))
+        if k not in want:
+            want[k] = [int(cnt[r]), list(ints[r]), list(floats[r])]
+            continue
+        st_ = want[k]
+        st_[0] += int(cnt[r])
+        st_[1] = [ref._apply(op, a, b) for op, a, b in zip(iops, st_[1], ints[r], strict=True)]
+        st_[2] = [ref._apply(op, a, b) for op, a, b in zip(fops, st_[2], floats[r], strict=True)]
+    bounds = [0, *sorted(c for c in cuts if c < len(pane)), len(pane)]
+    pieces = [(pane[a:b], keys[a:b], cnt[a:b], ints[a:b], floats[a:b])
+              for a, b in zip(bounds, bounds[1:], strict=False)]
+    gp, gk, gc, gi, gf = combine_partials(pieces, iops, fops, groups)
+    got = {(int(gp[r]), tuple(int(x) for x in gk[r])): (int(gc[r]), list(gi[r]), list(gf[r]))
+           for r in range(len(gp))}
+    assert len(got) == len(gp), "one row per (pane, key)"
+    assert_same(got, want)

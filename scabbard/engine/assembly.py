@@ -8,6 +8,7 @@ from scabbard import timers
 from scabbard.engine import physical
 from scabbard.engine.tasks import INT64_MIN, BranchPart, Edges, take_rows
 from scabbard.kernels import assembler as ka
+from scabbard.kernels import combine as kc
 from scabbard.kernels import hashtable as ht
 from scabbard.kernels import rows as kr
 from scabbard.kernels import window as kw
@@ -125,10 +126,26 @@ def fold_partials(branch: physical.Branch, e: Edges, rows: int = 0) -> Edges:
     to a fresh window state keeps of them - the same windows from fewer rows (the tasks'
     partials a checkpoint keeps of a window many tasks span).  Panes older than the windows
     of the last pane need are dropped.  ``rows``: about the rows it will give (the last
-    fold's), the state's room from the start."""
-    a = BranchAssembler(branch, groups=max(64, rows), rows=max(1024, rows))
-    a._feed(e, False, INT64_MIN, 0)
-    return a.partials()
+    fold's), the combiner's room from the start."""
+    folded = combine_partials(branch, [e], rows)
+    if not len(folded.pane):
+        return folded
+    lo = int(folded.pane[-1]) - branch.panes + 1
+    return folded if folded.pane[0] >= lo else folded.slice(int(np.searchsorted(folded.pane, lo)))
+
+
+def combine_partials(branch: physical.Branch, pieces: list[Edges], groups: int = 0) -> Edges:
+    """The pane partials of ``pieces`` (one after the other) combined into one row per
+    (pane, group), in pane order (:mod:`scabbard.kernels.combine`): what a window state fed
+    them holds, from as many rows as it has groups.  ``groups``: about the rows it will
+    give."""
+    out = Edges(*kc.combine_partials([(e.pane, e.keys, e.cnt, e.ints, e.floats)
+                                      for e in pieces], branch.iops, branch.fops, groups))
+    if len(out.pane) > 1 and not bool(np.all(out.pane[1:] >= out.pane[:-1])):
+        order = np.argsort(out.pane, kind="stable")
+        out = Edges(*(take_rows(x, order) for x in (out.pane, out.keys, out.cnt, out.ints,
+                                                    out.floats)))
+    return out
 
 
 def partition_columns(branch: physical.Branch) -> np.ndarray | None:

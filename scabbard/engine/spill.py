@@ -18,9 +18,10 @@ and ``EngineConfig.state_memory`` bounds the bytes their arrays hold:
   stream as units of their own.  A tumbling 60 s window (Darwin's micro-benchmark) closes
   a pane once a minute, so between two closes its state is written once and read once;
 * **reload**: a task that closes panes needs the partition's windows: its units are read
-  back (the store reads runs of adjacent units at once), fed
-  into a fresh state without emitting (the windows they close were emitted before the
-  spill), then the task's share runs as usual.  Spilled partitions are reloaded and run
+  back (the store reads runs of adjacent units at once), combined into one row per (pane,
+  group) (:mod:`scabbard.kernels.combine`: the units are every task's share, at many keys a
+  partial per tuple) and fed into a fresh state without emitting (the windows they close
+  were emitted before the spill), then the task's share runs as usual.  Spilled partitions are reloaded and run
   one at a time, so memory holds the budget plus one partition, never the whole state; the
   partition read back starts with room for its rows and the task's share (grown by doubling
   it held up to twice them, and both copies while it grew), and a spilled one keeps an
@@ -62,7 +63,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from scabbard.engine.assembly import BranchAssembler, PartitionedAssembler, merge_windows
+from scabbard.engine.assembly import (
+    BranchAssembler,
+    PartitionedAssembler,
+    combine_partials,
+    merge_windows,
+)
 from scabbard.engine.ports import SpillStore
 from scabbard.engine.tasks import (
     INT64_MIN,
@@ -274,21 +280,22 @@ class SpillingAssembler(PartitionedAssembler):
         return each(ahead)
 
     def _reload(self, i: int, units: Edges, share: int = 0) -> BranchAssembler:
-        """Partition ``i`` back in memory: its ``units`` (read) and waiting shares fed to a
-        fresh state that closes the panes before the one it stopped at without emitting -
-        one after the other, in pane order, not concatenated (no copy of the units is made):
-        closing those panes after the first evicts only panes before the first an open
-        window needs, which no piece holds."""
+        """Partition ``i`` back in memory: its ``units`` (read) and waiting shares - every
+        task's share since the spill, at many keys a partial per tuple - combined into one
+        row per (pane, group) (:func:`combine_partials`: the units are not concatenated),
+        then fed to a fresh state that closes the panes before the one it stopped at without
+        emitting.  DARWIN at 10^7 keys: 1.46 M rows a partition, 156 k groups."""
         s = self.spilled.pop(i)
         lo = s.cur - self.b.panes + 1  # panes before it no open window needs (an older unit's)
         pieces = [e.slice(int(np.searchsorted(e.pane, lo))) for e in (units, *s.waiting)]
         pieces = [e for e in pieces if len(e.pane)]
         old = self.parts[i]  # a spilled partition's: an empty state, fed nothing since
         assert old.pending is None and old.cur[0] == INT64_MIN, "a spilled partition was fed"
-        self.parts[i] = a = self._fresh(sum(len(e.pane) for e in pieces) + share)
-        for e in pieces:
+        e = combine_partials(self.b, pieces) if pieces else None
+        self.parts[i] = a = self._fresh((len(e.pane) if e is not None else 0) + share)
+        if e is not None:
             a._feed(e, False, s.cur, 0)
-        if not pieces and a.cur[0] < s.cur:  # an empty partition of a checkpoint: the open
+        if e is None and a.cur[0] < s.cur:  # an empty partition of a checkpoint: the open
             a.cur[0] = s.cur  # pane only
         self.stats["reloads"] += 1
         return a
