@@ -98,6 +98,39 @@ def test_a_spill_store_that_fails_fails_the_run(tiny, workers):
              state_memory=MIN_STATE_MEMORY, spill=full_disk)
 
 
+def test_a_spilled_partitions_units_are_compacted_to_a_few_times_its_groups(tiny, tmp_path):
+    """Shares of the same 500 keys spilled unit after unit (a share a unit, on disk): once a
+    partition's units hold COMPACT times the rows they held when last written whole, they are
+    read back, combined per (pane, key) and written again in their place - so they never hold
+    more than that and a unit, not every share since the spill - and the partition read back
+    holds each key's partials of every share."""
+    from scabbard.engine.runtime import Engine
+    from scabbard.engine.spill import COMPACT, MIN_STATE_MEMORY, PARTS, Spilled, SpillingAssembler
+    from scabbard.engine.tasks import Edges
+
+    branch = Engine(queries.get("DARWIN"), tiny["darwin"].tables).plan.branches[0]
+    a = SpillingAssembler(branch, PARTS, None, MIN_STATE_MEMORY, open_store=disk_spill(tmp_path))
+    a._open()
+    a.spilled[0] = Spilled(cur=10)
+    n = a.unit_rows
+    keys = (np.arange(n, dtype=np.int64) % 500).reshape(-1, 1)
+    share = Edges(np.full(n, 10, np.int64), keys, np.ones(n, np.int64),
+                  np.ones((n, len(branch.iops)), np.int64),
+                  np.ones((n, len(branch.fops)), np.float64))
+    most = 0
+    for _ in range(40):
+        a._wait(0, share)
+        most = max(most, a.spilled[0].rows())
+    assert a.stats["compactions"] >= 5
+    assert most <= COMPACT * max(500, n) + n, most
+    a.parts[0] = a._reload(0, a.store.read(list(a.spilled[0].units)))
+    got = a.parts[0].partials()
+    assert sorted(got.keys[:, 0].tolist()) == list(range(500))
+    want = 40 * np.bincount(keys[:, 0], minlength=500)
+    assert (got.cnt[np.argsort(got.keys[:, 0])] == want).all()
+    a.store.close()
+
+
 @pytest.mark.parametrize("times", [1, 4, 16])
 def test_a_larger_budget_spills_larger_units(tiny, times):
     """A spilled partition's shares wait in memory up to a quarter of the budget over all
@@ -144,8 +177,8 @@ def test_a_budget_makes_tasks_of_its_own_size_down_to_the_spilling_floor(tiny):
     take the engine's largest batch, a 16 MiB budget takes the spilling floor, a large one
     the part of the budget it allows."""
     from scabbard.engine import Engine
+    from scabbard.engine.budget import SPILL_MIN_BATCH, TASK_ROW_BYTES
     from scabbard.engine.runtime import MAX_BATCH
-    from scabbard.engine.spill import SPILL_MIN_BATCH, TASK_ROW_BYTES
 
     def rows(budget):
         e = Engine(queries.get("DARWIN"), tiny["darwin"].tables,
@@ -164,8 +197,8 @@ def test_a_budget_makes_tasks_larger_when_a_sample_shows_few_keys(tiny):
     own (tiny's 100,000 keys), they stay at the floor."""
     from scabbard.batch import Batch
     from scabbard.engine import Engine
+    from scabbard.engine.budget import FRAGMENT_ROW_BYTES, SPILL_MIN_BATCH
     from scabbard.engine.runtime import MAX_BATCH
-    from scabbard.engine.spill import FRAGMENT_ROW_BYTES, SPILL_MIN_BATCH
 
     ds = tiny["darwin"]
     sample = ds.stream.batch(0, 1 << 15)
@@ -187,7 +220,12 @@ def test_a_budget_makes_tasks_larger_when_a_sample_shows_few_keys(tiny):
 
 
 def test_task_rows_under_a_budget_follow_the_sample_s_keys():
-    from scabbard.engine.spill import FRAGMENT_ROW_BYTES, SPILL_MIN_BATCH, TASK_ROW_BYTES, task_rows
+    from scabbard.engine.budget import (
+        FRAGMENT_ROW_BYTES,
+        SPILL_MIN_BATCH,
+        TASK_ROW_BYTES,
+        task_rows,
+    )
 
     budget, want, pane = 64 << 20, 1 << 22, 2_400_000
     floor = budget // (8 * TASK_ROW_BYTES)

@@ -168,7 +168,7 @@ class Engine:
         """Batch size: enough panes for tasks to have windows of their own (4 windows' worth)
         in the branch with the shortest window (a longer one takes the assembler's path); a
         stateless query's: :data:`STATELESS_BATCH`.  Under a state budget, smaller
-        (:func:`scabbard.engine.spill.task_rows`, with the distinct keys of ``sample``, the
+        (:func:`scabbard.engine.budget.task_rows`, with the distinct keys of ``sample``, the
         stream's first rows, if given)."""
         self.tuples_per_ms = tuples_per_ms
         if self.config.batch_rows:
@@ -180,7 +180,7 @@ class Engine:
             # under a state budget: a task's own state (its partials, one per key at most)
             # a small part of the budget, so tasks stay short and the assembler's state is
             # what the budget holds
-            from scabbard.engine.spill import task_rows
+            from scabbard.engine.budget import task_rows
 
             keys = sample_keys(self, sample)
             return min(task_rows(self.state_budget(), min(MAX_BATCH, int(want)), keys[i],

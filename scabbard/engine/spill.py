@@ -84,53 +84,12 @@ PARTS = 64  # key partitions of a branch's state under a budget
 # segments of 64 KiB, whose headers opening the storage reads - 4.6 s - and which the
 # checkpoint records list - 0.6 MB of JSON each)
 WAITING = 64 << 10
+# a spilled partition's units are compacted (read back, combined per (pane, group), written
+# again) once they hold this many times the rows they held when last written whole
+COMPACT = 4
 # the smallest budget: every partition's waiting shares, twice (the working set of a
 # reload - one partition - comes on top, as the run's fixed overhead)
 MIN_STATE_MEMORY = 2 * PARTS * WAITING
-TASK_ROW_BYTES = 64  # what a task's input row can cost while its fragment runs (its partial)
-# the smallest batch under a budget (below the engine's MIN_BATCH): a task's partials, one per
-# key at most, are split, waited and written per partition, and at many keys smaller tasks
-# keep the fragment's table in cache and half as much in flight (DARWIN, 1 M keys, 16 MiB:
-# 4.3-5.0 M tuples/s at 2^17 rows, 3.5-4.3 at 2^18, the later engine; 64 MiB: 4.4 against
-# 3.6).  The price is paid where the state fits the budget: at 10 k keys a task's partials
-# are one per key whatever its size, so halving it doubles the rows assembled (27 against
-# 40 M tuples/s)
-SPILL_MIN_BATCH = 1 << 17
-# a sample's keys are taken as all the keys when its second half adds fewer new keys than
-# this fraction of its first half's
-SATURATED = 0.1
-# what an input row of a running task costs besides its partial: the fragment's per-row
-# arrays (DARWIN at 10 k keys within 16 MiB, peak anonymous MB against rows a task: 128 at
-# 2^17, 132 at 2^18, 145 at 2^19, 171 at 2^20, 309 at 2^22 - about 45 bytes a row of one
-# task's size, over both workers)
-FRAGMENT_ROW_BYTES = 32
-
-
-def task_rows(budget: int, want: int, keys: tuple[int, int] | None,
-              rows_per_pane: float) -> int:
-    """A task's rows under a state ``budget`` (a branch's share), at most ``want`` (the
-    size its windows ask for): small enough that the partials of the tasks in flight (8 of
-    them, :data:`TASK_ROW_BYTES` a partial; a run under a budget keeps a task a worker and
-    one more) are a small part of the budget.
-
-    A partial per input row at most - unless ``keys`` (the distinct keys of the first half
-    of a sample of the stream, and of all of it) shows them saturating: then a task holds
-    that many partials a pane whatever its rows, over the panes it spans (``rows_per_pane``:
-    input rows a pane), and may be larger while those fit, and while a task's own per-row
-    arrays (:data:`FRAGMENT_ROW_BYTES` a row) fit the budget too.  DARWIN at 10 k keys
-    within 16 MiB: 2^19-row tasks, 36-40 M tuples/s where 2^17 gave 13 (2^22, the windows'
-    size in memory: 64 M tuples/s, and 180 MB more); at 1 M keys every row of a 2^16-row
-    sample is a key of its own, and the tasks stay at 2^17."""
-    most = budget // (8 * TASK_ROW_BYTES)  # one partial per row
-    if keys is not None:
-        half, whole = keys
-        if 0 < whole <= (1 + SATURATED) * half:
-            panes = budget / (8 * TASK_ROW_BYTES * whole)  # a task's panes that fit
-            most = max(most, min(int((panes - 1) * rows_per_pane),
-                                 budget // FRAGMENT_ROW_BYTES))
-    return int(min(want, max(SPILL_MIN_BATCH, most)))
-
-
 def assembler_bytes(a: BranchAssembler) -> int:
     """Bytes the arrays of one partition's window state hold (their capacity)."""
     return sum(x.nbytes for group in (a.ws, a.dqi, a.dqf, a.table, a.fifo, a.out)
@@ -152,12 +111,17 @@ class Saved:
 
 @dataclass
 class Spilled:
-    """A partition on disk: the open pane it stopped at, its units, its waiting shares."""
+    """A partition on disk: the open pane it stopped at, its units, its waiting shares, and
+    the rows its units held when last written whole (by a spill or a compaction)."""
 
     cur: int
     units: list = field(default_factory=list)
     waiting: list = field(default_factory=list)
     waiting_bytes: int = 0
+    base: int = 0
+
+    def rows(self) -> int:
+        return sum(end - first for first, end in self.units)
 
 
 class SpillingAssembler(PartitionedAssembler):
@@ -178,15 +142,17 @@ class SpillingAssembler(PartitionedAssembler):
                              "e.g. scabbard.ft.spillstore.disk_spill(folder)")
         self.budget, self.threads, self.open_store = budget, max(1, threads), open_store
         self.unit_bytes = max(WAITING, budget // (4 * parts))  # see WAITING
+        k, ni, nf = branch.key_width, len(branch.iops), len(branch.fops)
+        self.unit_rows = self.unit_bytes // (8 * (2 + k + ni + nf))  # a unit's partials
         self.store: SpillStore | None = None
         self.spilled: dict[int, Spilled] = {}
         self.saved: dict[int, Saved] = {}  # partitions in memory: closed panes written once
-        k, ni, nf = branch.key_width, len(branch.iops), len(branch.fops)
         # what one partial row can add: a window entry and a group (state, keys, table
         # slots), doubled as arrays grow by doubling
         self.row_bytes = 2 * (8 * (3 + ni + nf) + 8 * (2 + ni + 2 * nf) + 8 * (k + 4))
         self.grown = 0
-        self.stats = {"spills": 0, "reloads": 0, "peak_bytes": 0, "budget": budget}
+        self.stats = {"spills": 0, "reloads": 0, "compactions": 0, "peak_bytes": 0,
+                      "budget": budget}
         self._reader: ThreadPoolExecutor | None = None  # reads the next partition ahead
         self.upto = INT64_MIN  # the pane the last task closed the panes before
 
@@ -225,7 +191,7 @@ class SpillingAssembler(PartitionedAssembler):
             return assembler_bytes(fresh)
         units, _ = self._write(i, state)
         self.saved.pop(i, None)  # its closed panes' units are the spilled partition's now
-        self.spilled[i] = Spilled(int(a.cur[0]), units)
+        self.spilled[i] = Spilled(int(a.cur[0]), units, base=len(state.pane))
         self.stats["spills"] += 1
         return assembler_bytes(fresh)
 
@@ -247,6 +213,7 @@ class SpillingAssembler(PartitionedAssembler):
         size = sum(x.nbytes for x in cols)
         if not s.waiting and size >= self.unit_bytes:  # a unit of its own at once
             s.units += self.store.write(e)
+            self._compact_if_grown(i)
             return
         # a view of the task's split columns: a copy, so that it holds none of the rest
         s.waiting.append(Edges(*(x.copy() for x in cols)))
@@ -256,6 +223,27 @@ class SpillingAssembler(PartitionedAssembler):
             s.units += self.store.write(concat_edges(s.waiting, b.key_width, len(b.iops),
                                                      len(b.fops)))
             s.waiting, s.waiting_bytes = [], 0
+            self._compact_if_grown(i)
+
+    def _compact_if_grown(self, i: int) -> None:
+        """Spilled partition ``i``'s units, once they hold :data:`COMPACT` times the rows
+        they held when last written whole (and more than that many units' rows), read back,
+        combined per (pane, group) and written again in their place: its units stay within
+        a few times its state, not every task's partials since the spill (DARWIN at 10^7
+        keys: 9 partials a key a window).  So does what a reload reads and holds, and what
+        a checkpoint lists."""
+        s = self.spilled[i]
+        if s.rows() <= COMPACT * max(s.base, self.unit_rows):
+            return
+        units = self.store.read(list(s.units))  # (released: the checkpoints keep theirs)
+        lo = s.cur - self.b.panes + 1
+        pieces = [units.slice(int(np.searchsorted(units.pane, lo))), *s.waiting]
+        pieces = [e for e in pieces if len(e.pane)]
+        e = combine_partials(self.b, pieces, s.base) if pieces else None
+        s.units = self.store.write(e) if e is not None else []
+        s.waiting, s.waiting_bytes = [], 0
+        s.base = len(e.pane) if e is not None else 0
+        self.stats["compactions"] += 1
 
     def _read(self, i: int) -> Future:
         """Spilled partition ``i``'s units, read on the reader thread."""
@@ -405,6 +393,8 @@ class SpillingAssembler(PartitionedAssembler):
         self.pending = None
         self.spilled = {i: Spilled(last_pane, [tuple(r) for r in parts.get(i, ())])
                         for i in range(len(self.parts))}
+        for s in self.spilled.values():
+            s.base = s.rows()
         self.saved = {}
         self.parts = [self._fresh() for _ in self.parts]  # every one on disk
         self.upto = last_pane
