@@ -17,15 +17,18 @@ and ``EngineConfig.state_memory`` bounds the bytes their arrays hold:
   closes no pane of it (no window of it ends): small shares wait in memory, then go to the
   stream as units of their own.  A tumbling 60 s window (Darwin's micro-benchmark) closes
   a pane once a minute, so between two closes its state is written once and read once;
+* **compaction**: at many keys a share holds a partial per tuple, so a spilled partition's
+  units would grow to every tuple since the spill; once they hold :data:`COMPACT` times the
+  rows they held when last written whole, they are read back, combined per (pane, group)
+  and written again in their place (:meth:`SpillingAssembler._compact_if_grown`).  What a
+  reload reads and holds, and what a checkpoint lists, stay within a few times the state;
 * **reload**: a task that closes panes needs the partition's windows: its units are read
   back (the store reads runs of adjacent units at once), combined into one row per (pane,
-  group) (:mod:`scabbard.kernels.combine`: the units are every task's share, at many keys a
-  partial per tuple) and fed into a fresh state without emitting (the windows they close
-  were emitted before the spill), then the task's share runs as usual.  Spilled partitions are reloaded and run
-  one at a time, so memory holds the budget plus one partition, never the whole state; the
-  partition read back starts with room for its rows and the task's share (grown by doubling
-  it held up to twice them, and both copies while it grew), and a spilled one keeps an
-  empty state of a few rows;
+  group) (:mod:`scabbard.kernels.combine`) and fed into a fresh state without emitting (the
+  windows they close were emitted before the spill), then the task's share runs as usual.
+  Spilled partitions are reloaded and run one at a time, so memory holds the budget plus
+  one partition, never the whole state; the partition read back starts with room for its
+  combined rows and the task's share, and a spilled one keeps an empty state of a few rows;
 * **read ahead**: the units of the next partition to reload are read on a thread of their
   own while the one before runs (the first's while the partitions in memory run), in the
   order the windows need them - memory holds one partition's units more;
