@@ -238,15 +238,20 @@ class SpillingAssembler(PartitionedAssembler):
         s = self.spilled[i]
         if s.rows() <= COMPACT * max(s.base, self.unit_rows):
             return
-        units = self.store.read(list(s.units))  # (released: the checkpoints keep theirs)
-        lo = s.cur - self.b.panes + 1
-        pieces = [units.slice(int(np.searchsorted(units.pane, lo))), *s.waiting]
-        pieces = [e for e in pieces if len(e.pane)]
-        e = combine_partials(self.b, pieces, s.base) if pieces else None
-        s.units = self.store.write(e) if e is not None else []
+        e = self._combined(s, self.store.read(list(s.units)))  # (released: the checkpoints
+        s.units = self.store.write(e) if e is not None else []  # keep the units they list)
         s.waiting, s.waiting_bytes = [], 0
         s.base = len(e.pane) if e is not None else 0
         self.stats["compactions"] += 1
+
+    def _combined(self, s: Spilled, units: Edges) -> Edges | None:
+        """Spilled partition ``s``'s ``units`` (read) and waiting shares - every task's share
+        since it was last written whole - as one row per (pane, group) the open windows need
+        (:func:`combine_partials`; the pieces are not concatenated), or None if none."""
+        lo = s.cur - self.b.panes + 1  # panes before it no open window needs (an older unit's)
+        pieces = [e.slice(int(np.searchsorted(e.pane, lo))) for e in (units, *s.waiting)]
+        pieces = [e for e in pieces if len(e.pane)]
+        return combine_partials(self.b, pieces, s.base) if pieces else None
 
     def _read(self, i: int) -> Future:
         """Spilled partition ``i``'s units, read on the reader thread."""
@@ -271,18 +276,14 @@ class SpillingAssembler(PartitionedAssembler):
         return each(ahead)
 
     def _reload(self, i: int, units: Edges, share: int = 0) -> BranchAssembler:
-        """Partition ``i`` back in memory: its ``units`` (read) and waiting shares - every
-        task's share since the spill, at many keys a partial per tuple - combined into one
-        row per (pane, group) (:func:`combine_partials`: the units are not concatenated),
-        then fed to a fresh state that closes the panes before the one it stopped at without
-        emitting.  DARWIN at 10^7 keys: 1.46 M rows a partition, 156 k groups."""
+        """Partition ``i`` back in memory: its ``units`` (read) and waiting shares combined
+        (:meth:`_combined`), fed to a fresh state that closes the panes before the one it
+        stopped at without emitting.  DARWIN at 10^7 keys: 1.46 M rows a partition, 156 k
+        groups."""
         s = self.spilled.pop(i)
-        lo = s.cur - self.b.panes + 1  # panes before it no open window needs (an older unit's)
-        pieces = [e.slice(int(np.searchsorted(e.pane, lo))) for e in (units, *s.waiting)]
-        pieces = [e for e in pieces if len(e.pane)]
         old = self.parts[i]  # a spilled partition's: an empty state, fed nothing since
         assert old.pending is None and old.cur[0] == INT64_MIN, "a spilled partition was fed"
-        e = combine_partials(self.b, pieces) if pieces else None
+        e = self._combined(s, units)
         self.parts[i] = a = self._fresh((len(e.pane) if e is not None else 0) + share)
         if e is not None:
             a._feed(e, False, s.cur, 0)

@@ -142,7 +142,8 @@ def combine_partials(pieces, iops, fops, groups: int = 0) -> tuple[np.ndarray, .
     for piece in pieces:
         _check_piece(piece, k, iops, fops)
     n = sum(len(p[0]) for p in pieces)
-    bits = run_bits(groups or n // 4)
+    groups = groups or n // 4
+    bits = run_bits(groups)
     counts = np.zeros((1 << bits) + 1, np.int64)
     hashes = [np.empty(len(p[0]), np.int64) for p in pieces]
     for p, h in zip(pieces, hashes, strict=True):
@@ -154,8 +155,7 @@ def combine_partials(pieces, iops, fops, groups: int = 0) -> tuple[np.ndarray, .
     for p, h in zip(pieces, hashes, strict=True):
         _scatter(*p, h, at, rows, fl, hs, bits)
     del hashes
-    m = _combine_runs(rows, fl, hs, starts, k, iops, fops,
-                      max(16, (groups or n // 4) >> bits))
+    m = _combine_runs(rows, fl, hs, starts, k, iops, fops, max(16, groups >> bits))
     return (rows[:m, 0].copy(), rows[:m, 1:1 + k].copy(), rows[:m, 1 + k].copy(),
             rows[:m, 2 + k:].copy(), fl[:m].copy())
 
