@@ -1,5 +1,7 @@
 """Larger-than-memory state (the Darwin seed): its workload, on the engine."""
 
+import threading
+
 import numpy as np
 import pytest
 from ftkit import campaign
@@ -98,14 +100,11 @@ def test_a_spill_store_that_fails_fails_the_run(tiny, workers):
              state_memory=MIN_STATE_MEMORY, spill=full_disk)
 
 
-def test_a_spilled_partitions_units_are_compacted_to_a_few_times_its_groups(tiny, tmp_path):
-    """Shares of the same 500 keys spilled unit after unit (a share a unit, on disk): once a
-    partition's units hold COMPACT times the rows they held when last written whole, they are
-    read back, combined per (pane, key) and written again in their place - so they never hold
-    more than that and a unit, not every share since the spill - and the partition read back
-    holds each key's partials of every share."""
+def _spilled_darwin_partition(tiny, tmp_path):
+    """A SpillingAssembler of DARWIN's branch at the smallest budget, its partition 0 spilled
+    at pane 10, and a share of it of a unit's rows over the same 500 keys (a share a unit)."""
     from scabbard.engine.runtime import Engine
-    from scabbard.engine.spill import COMPACT, MIN_STATE_MEMORY, PARTS, Spilled, SpillingAssembler
+    from scabbard.engine.spill import MIN_STATE_MEMORY, PARTS, Spilled, SpillingAssembler
     from scabbard.engine.tasks import Edges
 
     branch = Engine(queries.get("DARWIN"), tiny["darwin"].tables).plan.branches[0]
@@ -117,18 +116,76 @@ def test_a_spilled_partitions_units_are_compacted_to_a_few_times_its_groups(tiny
     share = Edges(np.full(n, 10, np.int64), keys, np.ones(n, np.int64),
                   np.ones((n, len(branch.iops)), np.int64),
                   np.ones((n, len(branch.fops)), np.float64))
-    most = 0
-    for _ in range(40):
-        a._wait(0, share)
-        most = max(most, a.spilled[0].rows())
-    assert a.stats["compactions"] >= 5
-    assert most <= COMPACT * max(500, n) + n, most
+    return a, share
+
+
+def _assert_holds_every_share(a, share, times: int) -> None:
+    """Partition 0 read back (its compaction waited for) holds each of the 500 keys' partials
+    of ``times`` shares."""
+    a._settle(0, cancel=False)
     a.parts[0] = a._reload(0, a.store.read(list(a.spilled[0].units)))
     got = a.parts[0].partials()
     assert sorted(got.keys[:, 0].tolist()) == list(range(500))
-    want = 40 * np.bincount(keys[:, 0], minlength=500)
+    want = times * np.bincount(share.keys[:, 0], minlength=500)
     assert (got.cnt[np.argsort(got.keys[:, 0])] == want).all()
-    a.store.close()
+
+
+def test_a_spilled_partitions_units_are_compacted_to_a_few_times_its_groups(tiny, tmp_path):
+    """Shares of the same 500 keys spilled unit after unit (a share a unit, on disk): once a
+    partition's units hold COMPACT times the rows they held when last written whole, they are
+    read back and combined per (pane, key) on the compaction thread and written again in
+    their place - so, each compaction waited for, they never hold more than that and a unit,
+    not every share since the spill - and the partition read back holds each key's partials
+    of every share."""
+    from scabbard.engine.compaction import COMPACT
+
+    a, share = _spilled_darwin_partition(tiny, tmp_path)
+    most = 0
+    for _ in range(40):
+        a._wait(0, share)
+        a._settle(0, cancel=False)  # (the event: the compaction done)
+        most = max(most, a.spilled[0].rows())
+    assert a.stats["compactions"] >= 5
+    assert most <= COMPACT * max(500, len(share.pane)) + len(share.pane), most
+    _assert_holds_every_share(a, share, 40)
+    a.close()
+
+
+def test_shares_wait_for_a_compaction_under_way_once_their_units_reach_its_bound(
+        tiny, tmp_path):
+    """A compaction that does not finish (its read held back) leaves the shares to go on as
+    units - until the units written since hold a BEHIND-th of the compaction's bound: then
+    the share's task waits for it (back-pressure), and the units never hold more than the
+    bound, that fraction of it and two units.  Nothing is lost either way."""
+    from scabbard.engine.compaction import BEHIND, COMPACT
+
+    a, share = _spilled_darwin_partition(tiny, tmp_path)
+    gate, waited, read, settle = threading.Event(), [], a.store.read, a._settle
+
+    def held_read(ranges):
+        if threading.current_thread().name.startswith("spill-compact"):
+            gate.wait()
+        return read(ranges)
+
+    def settle_opening(i, cancel=True):
+        if not cancel:
+            waited.append(a.spilled[i].rows())
+            gate.set()  # (the back-pressure's wait: the compaction may go on)
+        return settle(i, cancel)
+    a.store.read, a._settle = held_read, settle_opening
+    bound, n = a._bound(0), len(share.pane)  # (the same with 500 keys' rows as base)
+    assert bound >= COMPACT * 3 // 4 * max(500, n)
+    most = 0
+    try:
+        for _ in range(40):
+            a._wait(0, share)
+            most = max(most, a.spilled[0].rows())
+        assert waited and waited[0] > bound + bound // BEHIND, waited
+        assert most <= bound + bound // BEHIND + 2 * n, most
+        _assert_holds_every_share(a, share, 40)
+    finally:
+        gate.set()  # (a failure above leaves no compaction waiting)
+        a.close()
 
 
 @pytest.mark.parametrize("times", [1, 4, 16])

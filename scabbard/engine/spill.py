@@ -17,11 +17,12 @@ and ``EngineConfig.state_memory`` bounds the bytes their arrays hold:
   closes no pane of it (no window of it ends): small shares wait in memory, then go to the
   stream as units of their own.  A tumbling 60 s window (Darwin's micro-benchmark) closes
   a pane once a minute, so between two closes its state is written once and read once;
-* **compaction**: at many keys a share holds a partial per tuple, so a spilled partition's
-  units would grow to every tuple since the spill; once they hold :data:`COMPACT` times the
-  rows they held when last written whole, they are read back, combined per (pane, group)
-  and written again in their place (:meth:`SpillingAssembler._compact_if_grown`).  What a
-  reload reads and holds, and what a checkpoint lists, stay within a few times the state;
+* **compaction** (:mod:`scabbard.engine.compaction`): at many keys a share holds a partial
+  per tuple, so a spilled partition's units would grow to every tuple since the spill; once
+  they hold ``COMPACT`` times the rows they held when last written whole, they are read back
+  and combined per (pane, group) on a thread of their own, and written again in their place.
+  What a reload reads and holds, and what a checkpoint lists, stay within a few times the
+  state;
 * **reload**: a task that closes panes needs the partition's windows: its units are read
   back (the store reads runs of adjacent units at once), combined into one row per (pane,
   group) (:mod:`scabbard.kernels.combine`) and fed into a fresh state without emitting (the
@@ -66,12 +67,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from scabbard.engine.assembly import (
-    BranchAssembler,
-    PartitionedAssembler,
-    combine_partials,
-    merge_windows,
-)
+from scabbard.engine.assembly import BranchAssembler, PartitionedAssembler, merge_windows
+from scabbard.engine.compaction import Compacting
 from scabbard.engine.ports import SpillStore
 from scabbard.engine.tasks import (
     INT64_MIN,
@@ -87,9 +84,6 @@ PARTS = 64  # key partitions of a branch's state under a budget
 # segments of 64 KiB, whose headers opening the storage reads - 4.6 s - and which the
 # checkpoint records list - 0.6 MB of JSON each)
 WAITING = 64 << 10
-# a spilled partition's units are compacted (read back, combined per (pane, group), written
-# again) once they hold this many times the rows they held when last written whole
-COMPACT = 4
 # the smallest budget: every partition's waiting shares, twice (the working set of a
 # reload - one partition - comes on top, as the run's fixed overhead)
 MIN_STATE_MEMORY = 2 * PARTS * WAITING
@@ -122,12 +116,13 @@ class Spilled:
     waiting: list = field(default_factory=list)
     waiting_bytes: int = 0
     base: int = 0
+    compacting: tuple | None = None  # (rows, units, future): see engine/compaction.py
 
     def rows(self) -> int:
         return sum(end - first for first, end in self.units)
 
 
-class SpillingAssembler(PartitionedAssembler):
+class SpillingAssembler(Compacting, PartitionedAssembler):
     """A branch's key-partitioned window state held within ``budget`` bytes (see the module).
 
     Same interface as :class:`BranchAssembler`.  ``stats``: spills, reloads, bytes written and
@@ -211,6 +206,7 @@ class SpillingAssembler(PartitionedAssembler):
         """A task's share ``e`` of spilled partition ``i`` (it closes none of its panes)."""
         if not len(e.pane):
             return
+        self._applied(i)
         s = self.spilled[i]
         cols = (e.pane, e.keys, e.cnt, e.ints, e.floats)
         size = sum(x.nbytes for x in cols)
@@ -228,31 +224,6 @@ class SpillingAssembler(PartitionedAssembler):
             s.waiting, s.waiting_bytes = [], 0
             self._compact_if_grown(i)
 
-    def _compact_if_grown(self, i: int) -> None:
-        """Spilled partition ``i``'s units, once they hold :data:`COMPACT` times the rows
-        they held when last written whole (and more than that many units' rows), read back,
-        combined per (pane, group) and written again in their place: its units stay within
-        a few times its state, not every task's partials since the spill (DARWIN at 10^7
-        keys: 9 partials a key a window).  So does what a reload reads and holds, and what
-        a checkpoint lists."""
-        s = self.spilled[i]
-        if s.rows() <= COMPACT * max(s.base, self.unit_rows):
-            return
-        e = self._combined(s, self.store.read(list(s.units)))  # (released: the checkpoints
-        s.units = self.store.write(e) if e is not None else []  # keep the units they list)
-        s.waiting, s.waiting_bytes = [], 0
-        s.base = len(e.pane) if e is not None else 0
-        self.stats["compactions"] += 1
-
-    def _combined(self, s: Spilled, units: Edges) -> Edges | None:
-        """Spilled partition ``s``'s ``units`` (read) and waiting shares - every task's share
-        since it was last written whole - as one row per (pane, group) the open windows need
-        (:func:`combine_partials`; the pieces are not concatenated), or None if none."""
-        lo = s.cur - self.b.panes + 1  # panes before it no open window needs (an older unit's)
-        pieces = [e.slice(int(np.searchsorted(e.pane, lo))) for e in (units, *s.waiting)]
-        pieces = [e for e in pieces if len(e.pane)]
-        return combine_partials(self.b, pieces, s.base) if pieces else None
-
     def _read(self, i: int) -> Future:
         """Spilled partition ``i``'s units, read on the reader thread."""
         if self._reader is None:
@@ -263,7 +234,11 @@ class SpillingAssembler(PartitionedAssembler):
         """The spilled partitions ``indices`` back in memory one after the other, as the
         caller iterates (it runs each before it asks for the next); the units of each are
         read while the caller works on the one before - the first's from this call on.
-        ``shares``: the rows the caller feeds each after (a task's)."""
+        ``shares``: the rows the caller feeds each after (a task's).  Their compactions
+        not begun are cancelled first (a reload combines the units anyway; one done would
+        wait to be written while they are reloaded)."""
+        for i in indices:
+            self._settle(i)
         ahead = self._read(indices[0]) if indices else None
 
         def each(ahead):
@@ -283,7 +258,7 @@ class SpillingAssembler(PartitionedAssembler):
         s = self.spilled.pop(i)
         old = self.parts[i]  # a spilled partition's: an empty state, fed nothing since
         assert old.pending is None and old.cur[0] == INT64_MIN, "a spilled partition was fed"
-        e = self._combined(s, units)
+        e = self._combined(s.cur, s.base, [units, *s.waiting])
         self.parts[i] = a = self._fresh((len(e.pane) if e is not None else 0) + share)
         if e is not None:
             a._feed(e, False, s.cur, 0)
@@ -307,6 +282,7 @@ class SpillingAssembler(PartitionedAssembler):
         store, b = self._open(), self.b
         parts, copies = {}, []
         for i, a in enumerate(self.parts):
+            self._settle(i)
             s = self.spilled.get(i)
             if s is not None:
                 if s.waiting:
@@ -394,6 +370,7 @@ class SpillingAssembler(PartitionedAssembler):
         """Start from a checkpoint's state (:meth:`mark`): every partition spilled at the
         units listed for it, the open pane ``last_pane`` (the checkpoint's)."""
         self._open()
+        self._settle_all()
         self.pending = None
         self.spilled = {i: Spilled(last_pane, [tuple(r) for r in parts.get(i, ())])
                         for i in range(len(self.parts))}
@@ -407,6 +384,7 @@ class SpillingAssembler(PartitionedAssembler):
     def _distribute(self) -> None:
         super()._distribute()
         for i in [i for i in self.spilled if self.parts[i].pending is not None]:
+            self._settle(i)
             s = self.spilled.pop(i)  # a long task's tail is the whole state: the spill is old
             self.store.release(s.units)
         for i in [i for i in self.saved if self.parts[i].pending is not None]:
@@ -573,6 +551,7 @@ class SpillingAssembler(PartitionedAssembler):
             yield raw
 
     def close(self) -> None:
+        self._stop_compacting()
         if self._reader is not None:
             self._reader.shutdown()
             self._reader = None

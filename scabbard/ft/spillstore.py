@@ -118,7 +118,8 @@ class DiskSpill:
             raise FileNotFoundError(f"{self.schema.name}: {at} of {want} rows stored")
         faults.crashpoint("spill_read")
         self.release(ranges)
-        self.bytes_read += nbytes
+        with self.lock:  # (read on the read-ahead and the compaction threads)
+            self.bytes_read += nbytes
         return e
 
     def release(self, ranges: list[tuple[int, int]]) -> None:

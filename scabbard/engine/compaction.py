@@ -1,0 +1,127 @@
+"""A spilled key partition's units compacted on a thread of their own (Darwin's state under a
+budget, :mod:`scabbard.engine.spill`).
+
+While a partition is spilled, each task's share of it goes to the spill store as units; at
+many keys a share holds a partial per tuple, so the units would grow to every tuple since the
+spill (DARWIN at 10^7 keys: 9 partials a key a window).  Once they hold :data:`COMPACT` times
+the rows they held when last written whole, the units are read back and combined per (pane,
+group) (:func:`~scabbard.engine.assembly.combine_partials`) on the compaction thread, while
+the engine goes on; the next time the assembly's thread touches the partition it writes the
+combined rows in place of the units they were read from (:meth:`Compacting._applied`) - the
+units written since stay behind them.  What a reload reads and holds, and what a checkpoint
+lists, stay within a few times the state.
+
+Only the assembly's thread writes to the store and changes a partition's units; the
+compaction thread reads (the read releases the units it read: a checkpoint that listed them
+keeps them) and combines.  Where the assembly needs a partition's units as they are - a
+reload, a checkpoint's list, a long task's tail that replaces them - a compaction not begun
+is cancelled (the units stay; it is asked for again at the next share) and one under way is
+waited for (:meth:`Compacting._settle`).  Once the units written behind a compaction hold
+its bound again, the share's task waits for it (back-pressure): a partition's units never
+hold much more than twice the bound.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from scabbard.engine.assembly import combine_partials
+from scabbard.engine.tasks import Edges
+
+# a spilled partition's units are compacted (read back, combined per (pane, group), written
+# again) once they hold this many times the rows they held when last written whole
+COMPACT = 4
+# (3 to 5 times, by the partition: keys spread evenly over the partitions fill them alike, and
+# a bound the same for all would have every partition compacted within a few tasks, one burst
+# of 64 - DARWIN at 10^7 keys, ~0.1 s each - where different bounds spread them out)
+# a share's task waits for its partition's compaction under way once the units written since
+# it was asked for hold this fraction of the bound: what a reload reads stays within about
+# (1 + 1/BEHIND) times what it would with every compaction done at once.  DARWIN within
+# 16 MiB (`scabbard bench state --systems engine-spill`): at 4, as slow as compacting on the
+# assembly's thread (window p95 at 10^7 keys 445 ms against 452-492); at 1, 254 ms, and
+# 30-70 MB more at the peak
+BEHIND = 1
+
+
+class Compacting:
+    """The compaction of :class:`~scabbard.engine.spill.SpillingAssembler`'s spilled
+    partitions (see the module): ``self.spilled`` (index -> ``Spilled``), ``self.store``,
+    ``self.unit_rows``, ``self.b`` (the branch) and ``self.stats`` are the assembler's."""
+
+    _compactor: ThreadPoolExecutor | None = None
+
+    def _bound(self, i: int) -> int:
+        """The rows spilled partition ``i``'s units may hold before they are compacted:
+        :data:`COMPACT` times what they held when last written whole, give or take a
+        quarter by the partition (see :data:`COMPACT`)."""
+        s = self.spilled[i]
+        return int(COMPACT * (0.75 + 0.5 * i / len(self.parts)) * max(s.base, self.unit_rows))
+
+    def _compact_if_grown(self, i: int) -> None:
+        """Spilled partition ``i``'s units, once they hold more than its bound
+        (:meth:`_bound`), compacted on the compaction thread; if a compaction is under way
+        and the units written since hold a :data:`BEHIND`-th of the bound, it is waited for
+        first."""
+        self._applied(i)
+        s = self.spilled[i]
+        if s.compacting is not None:
+            if s.rows() - s.compacting[0] <= self._bound(i) // BEHIND:
+                return
+            self._settle(i, cancel=False)
+        if s.rows() <= self._bound(i):
+            return
+        if self._compactor is None:
+            self._compactor = ThreadPoolExecutor(1, thread_name_prefix="spill-compact")
+        units, cur, base = list(s.units), s.cur, s.base
+        s.compacting = (s.rows(), len(units), self._compactor.submit(
+            self._compact, units, cur, base))
+
+    def _compact(self, units: list, cur: int, base: int) -> Edges | None:
+        """On the compaction thread: ``units`` read and combined."""
+        return self._combined(cur, base, [self.store.read(units)])
+
+    def _applied(self, i: int) -> None:
+        """Spilled partition ``i``'s compaction, if it is done: its combined rows written in
+        place of the units it read (the units written since stay behind them)."""
+        s = self.spilled.get(i)
+        if s is None or s.compacting is None or not s.compacting[2].done():
+            return
+        _, n, fut = s.compacting
+        s.compacting = None
+        e = fut.result()  # (a failure - a damaged unit, a full disk - is the engine's)
+        s.units = (self.store.write(e) if e is not None else []) + s.units[n:]
+        s.base = len(e.pane) if e is not None else 0
+        self.stats["compactions"] += 1
+
+    def _settle(self, i: int, cancel: bool = True) -> None:
+        """Spilled partition ``i``'s units as they are to be read or listed: its compaction
+        cancelled if it has not begun (and ``cancel``), else waited for and applied."""
+        s = self.spilled.get(i)
+        if s is None or s.compacting is None:
+            return
+        if cancel and s.compacting[2].cancel():
+            s.compacting = None
+            return
+        s.compacting[2].exception()  # (waits; a failure is raised as it is applied)
+        self._applied(i)
+
+    def _settle_all(self) -> None:
+        for i in list(self.spilled):
+            self._settle(i)
+
+    def _combined(self, cur: int, base: int, pieces: list[Edges]) -> Edges | None:
+        """The pieces of a spilled partition that stopped at pane ``cur`` - its units (read)
+        and waiting shares, every task's share since it was last written whole (``base``
+        rows) - as one row per (pane, group) the open windows need (the pieces are not
+        concatenated), or None if none."""
+        lo = cur - self.b.panes + 1  # panes before it no open window needs (an older unit's)
+        pieces = [e.slice(int(np.searchsorted(e.pane, lo))) for e in pieces]
+        pieces = [e for e in pieces if len(e.pane)]
+        return combine_partials(self.b, pieces, base) if pieces else None
+
+    def _stop_compacting(self) -> None:
+        if self._compactor is not None:
+            self._compactor.shutdown(wait=True, cancel_futures=True)
+            self._compactor = None
