@@ -19,10 +19,10 @@ and ``EngineConfig.state_memory`` bounds the bytes their arrays hold:
   a pane once a minute, so between two closes its state is written once and read once;
 * **compaction** (:mod:`scabbard.engine.compaction`): at many keys a share holds a partial
   per tuple, so a spilled partition's units would grow to every tuple since the spill; once
-  they hold ``COMPACT`` times the rows they held when last written whole, they are read back
-  and combined per (pane, group) on a thread of their own, and written again in their place.
-  What a reload reads and holds, and what a checkpoint lists, stay within a few times the
-  state;
+  they hold 3 to 5 times (by the partition) the rows they held when last written whole,
+  they are read back and combined per (pane, group) on a thread of their own, and written
+  again in their place.  What a reload reads and holds, and what a checkpoint lists, stay
+  within a few times the state;
 * **reload**: a task that closes panes needs the partition's windows: its units are read
   back (the store reads runs of adjacent units at once), combined into one row per (pane,
   group) (:mod:`scabbard.kernels.combine`) and fed into a fresh state without emitting (the
