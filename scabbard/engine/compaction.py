@@ -67,7 +67,8 @@ class Compacting:
         self._applied(i)
         s = self.spilled[i]
         if s.compacting is not None:
-            if s.rows() - s.compacting[0] <= self._bound(i) // BEHIND:
+            behind = sum(end - first for first, end in s.units[s.compacting[0]:])
+            if behind <= self._bound(i) // BEHIND:
                 return
             self._settle(i, cancel=False)
         if s.rows() <= self._bound(i):
@@ -75,8 +76,7 @@ class Compacting:
         if self._compactor is None:
             self._compactor = ThreadPoolExecutor(1, thread_name_prefix="spill-compact")
         units, cur, base = list(s.units), s.cur, s.base
-        s.compacting = (s.rows(), len(units), self._compactor.submit(
-            self._compact, units, cur, base))
+        s.compacting = (len(units), self._compactor.submit(self._compact, units, cur, base))
 
     def _compact(self, units: list, cur: int, base: int) -> Edges | None:
         """On the compaction thread: ``units`` read and combined."""
@@ -86,9 +86,9 @@ class Compacting:
         """Spilled partition ``i``'s compaction, if it is done: its combined rows written in
         place of the units it read (the units written since stay behind them)."""
         s = self.spilled.get(i)
-        if s is None or s.compacting is None or not s.compacting[2].done():
+        if s is None or s.compacting is None or not s.compacting[1].done():
             return
-        _, n, fut = s.compacting
+        n, fut = s.compacting
         s.compacting = None
         e = fut.result()  # (a failure - a damaged unit, a full disk - is the engine's)
         s.units = (self.store.write(e) if e is not None else []) + s.units[n:]
@@ -101,10 +101,10 @@ class Compacting:
         s = self.spilled.get(i)
         if s is None or s.compacting is None:
             return
-        if cancel and s.compacting[2].cancel():
+        if cancel and s.compacting[1].cancel():
             s.compacting = None
             return
-        s.compacting[2].exception()  # (waits; a failure is raised as it is applied)
+        s.compacting[1].exception()  # (waits; a failure is raised as it is applied)
         self._applied(i)
 
     def _settle_all(self) -> None:

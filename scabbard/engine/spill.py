@@ -116,7 +116,7 @@ class Spilled:
     waiting: list = field(default_factory=list)
     waiting_bytes: int = 0
     base: int = 0
-    compacting: tuple | None = None  # (rows, units, future): see engine/compaction.py
+    compacting: tuple | None = None  # (units read, future): engine/compaction.py
 
     def rows(self) -> int:
         return sum(end - first for first, end in self.units)
