@@ -119,12 +119,12 @@ def _spilled_darwin_partition(tiny, tmp_path):
     return a, share
 
 
-def _assert_holds_every_share(a, share, times: int) -> None:
-    """Partition 0 read back (its compaction waited for) holds each of the 500 keys' partials
-    of ``times`` shares."""
-    a._settle(0, cancel=False)
-    a.parts[0] = a._reload(0, a.store.read(list(a.spilled[0].units)))
-    got = a.parts[0].partials()
+def _assert_holds_every_share(a, share, times: int, i: int = 0) -> None:
+    """Partition ``i`` read back (its compaction waited for) holds each of the 500 keys'
+    partials of ``times`` shares."""
+    a._settle(i, cancel=False)
+    a.parts[i] = a._reload(i, a._read(i).result())
+    got = a.parts[i].partials()
     assert sorted(got.keys[:, 0].tolist()) == list(range(500))
     want = times * np.bincount(share.keys[:, 0], minlength=500)
     assert (got.cnt[np.argsort(got.keys[:, 0])] == want).all()
@@ -185,6 +185,73 @@ def test_shares_wait_for_a_compaction_under_way_once_their_units_reach_its_bound
         _assert_holds_every_share(a, share, 40)
     finally:
         gate.set()  # (a failure above leaves no compaction waiting)
+        a.close()
+
+
+def test_compactions_asked_for_and_not_applied_stay_within_queued(tiny, tmp_path):
+    """While the compaction thread is held (its read waits), four spilled partitions cross
+    their bounds: the first QUEUED get a compaction, the others are asked for again at a later
+    share - done compactions never pile up waiting to be written (DARWIN at 10^7 keys: 12 at
+    once, 59 MB).  Once let go, every partition holds every share."""
+    from scabbard.engine.compaction import QUEUED
+    from scabbard.engine.spill import Spilled
+
+    a, share = _spilled_darwin_partition(tiny, tmp_path)
+    for i in range(1, 4):
+        a.spilled[i] = Spilled(cur=10)
+    gate, read = threading.Event(), a.store.read
+
+    def held_read(ranges):
+        if threading.current_thread().name.startswith("spill-compact"):
+            gate.wait()
+        return read(ranges)
+    a.store.read = held_read
+    try:
+        for _ in range(4):  # past each bound, within twice it
+            for i in range(4):
+                a._wait(i, share)
+        assert all(a.spilled[i].rows() > a._bound(i) for i in range(4))
+        assert [i for i in range(4) if a.spilled[i].compacting] == list(range(QUEUED))
+        assert a._queued == tuple(range(QUEUED))
+        gate.set()
+        a._settle(QUEUED - 1, cancel=False)  # (the last asked for: the others are done)
+        a._wait(QUEUED, share)  # applies the ones done, asks for the next
+        assert a.stats["compactions"] == QUEUED and a._queued == (QUEUED,)
+        for i in range(4):
+            _assert_holds_every_share(a, share, 5 if i == QUEUED else 4, i)
+    finally:
+        gate.set()
+        a.close()
+
+
+def test_a_reload_reads_and_combines_a_spilled_partitions_units_a_run_at_a_time(
+        tiny, tmp_path):
+    """A spilled partition's units beyond half the budget are read back in runs of at most
+    half the budget (or GATHER times its rows last written whole) and a unit, each combined
+    with the rows before it: memory holds one run, not every unit - and the partition read
+    back holds every share."""
+    from scabbard.engine.compaction import GATHER
+
+    a, share = _spilled_darwin_partition(tiny, tmp_path)
+    s, reads, read = a.spilled[0], [], a.store.read
+    for _ in range(100):  # units only: no compaction asked for
+        s.units += a.store.write(share)
+
+    def counted(ranges):
+        reads.append(sum(end - first for first, end in ranges))
+        return read(ranges)
+    a.store.read = counted
+    most = max(GATHER * a.unit_rows, a.unit_rows * (a.budget // 2) // a.unit_bytes)
+    assert s.rows() > most
+    try:
+        a.parts[0] = a._reload(0, a._read(0).result())
+        assert len(reads) >= 2 and sum(reads) == 100 * len(share.pane), reads
+        assert max(reads) <= most + a.unit_rows, (reads, most)
+        got = a.parts[0].partials()
+        assert sorted(got.keys[:, 0].tolist()) == list(range(500))
+        want = 100 * np.bincount(share.keys[:, 0], minlength=500)
+        assert (got.cnt[np.argsort(got.keys[:, 0])] == want).all()
+    finally:
         a.close()
 
 

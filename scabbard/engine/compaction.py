@@ -43,14 +43,28 @@ COMPACT = 4
 # assembly's thread (window p95 at 10^7 keys 445 ms against 452-492); at 1, 254 ms, and
 # 30-70 MB more at the peak
 BEHIND = 1
+# compactions asked for and not yet applied, at most: one running and one waiting its turn.
+# A compaction done waits to be written until its partition's next share; with no bound, a
+# share's task waiting for its own (BEHIND) behind a queue of others held all of theirs -
+# DARWIN at 10^7 keys: 12 at once, 59 MB
+QUEUED = 2
+# a spilled partition's units are read back and combined a run at a time, each of about
+# this many times the rows they held when last written whole, or half the budget's bytes if
+# more (:meth:`Compacting._gather`): memory holds one run, the rows combined so far and the
+# combine's working copy of both (~80 bytes a row for DARWIN), not every unit.  DARWIN within
+# 16 MiB at 10^7 keys: a reload read up to ~1 M rows (32 MB) and its combine held 80 MB;
+# in runs, the combine works ~1.5 times as much (at 10^6 keys the units fit one run)
+GATHER = 2
 
 
 class Compacting:
     """The compaction of :class:`~scabbard.engine.spill.SpillingAssembler`'s spilled
     partitions (see the module): ``self.spilled`` (index -> ``Spilled``), ``self.store``,
-    ``self.unit_rows``, ``self.b`` (the branch) and ``self.stats`` are the assembler's."""
+    ``self.unit_rows``, ``self.unit_bytes``, ``self.budget``, ``self.b`` (the branch) and
+    ``self.stats`` are the assembler's."""
 
     _compactor: ThreadPoolExecutor | None = None
+    _queued: tuple = ()  # the partitions whose compaction is asked for and not applied, in order
 
     def _bound(self, i: int) -> int:
         """The rows spilled partition ``i``'s units may hold before they are compacted:
@@ -64,7 +78,8 @@ class Compacting:
         (:meth:`_bound`), compacted on the compaction thread; if a compaction is under way
         and the units written since hold a :data:`BEHIND`-th of the bound, it is waited for
         first."""
-        self._applied(i)
+        for j in self._queued:  # (those done: their rows leave memory)
+            self._applied(j)
         s = self.spilled[i]
         if s.compacting is not None:
             behind = sum(end - first for first, end in s.units[s.compacting[0]:])
@@ -73,14 +88,41 @@ class Compacting:
             self._settle(i, cancel=False)
         if s.rows() <= self._bound(i):
             return
+        if len(self._queued) >= QUEUED:  # asked for again at its next share, unless its
+            if s.rows() <= 2 * self._bound(i):  # units hold twice the bound: then the
+                return  # oldest compaction is waited for
+            self._settle(self._queued[0], cancel=False)
         if self._compactor is None:
             self._compactor = ThreadPoolExecutor(1, thread_name_prefix="spill-compact")
         units, cur, base = list(s.units), s.cur, s.base
         s.compacting = (len(units), self._compactor.submit(self._compact, units, cur, base))
+        self._queued = (*self._queued, i)
 
     def _compact(self, units: list, cur: int, base: int) -> Edges | None:
         """On the compaction thread: ``units`` read and combined."""
-        return self._combined(cur, base, [self.store.read(units)])
+        return self._gather(units, cur, base)
+
+    def _gather(self, units: list, cur: int, base: int, waiting: list = ()) -> Edges | None:
+        """A spilled partition's ``units`` and ``waiting`` shares as one row per (pane,
+        group) (:meth:`_combined`): the units read a run at a time (:data:`GATHER` times
+        ``base`` rows, or half the budget's bytes if more), each run combined with the rows
+        before it - memory holds one run and the rows combined so far (and the combine's
+        working copy of them), not every unit at once.  On the read-ahead's and the
+        compaction's threads."""
+        most = max(GATHER * max(base, self.unit_rows),
+                   self.unit_rows * (self.budget // 2) // self.unit_bytes)
+        runs, rows = [[]], 0
+        for first, end in units:
+            if rows >= most:
+                runs, rows = [*runs, []], 0
+            runs[-1].append((first, end))
+            rows += end - first
+        acc = None
+        for k, run in enumerate(runs):  # (the waiting shares with the last run)
+            pieces = [acc, self.store.read(run) if run else None,
+                      *(waiting if k + 1 == len(runs) else ())]
+            acc = self._combined(cur, base, [x for x in pieces if x is not None])
+        return acc
 
     def _applied(self, i: int) -> None:
         """Spilled partition ``i``'s compaction, if it is done: its combined rows written in
@@ -90,6 +132,7 @@ class Compacting:
             return
         n, fut = s.compacting
         s.compacting = None
+        self._queued = tuple(j for j in self._queued if j != i)
         e = fut.result()  # (a failure - a damaged unit, a full disk - is the engine's)
         s.units = (self.store.write(e) if e is not None else []) + s.units[n:]
         s.base = len(e.pane) if e is not None else 0
@@ -103,6 +146,7 @@ class Compacting:
             return
         if cancel and s.compacting[1].cancel():
             s.compacting = None
+            self._queued = tuple(j for j in self._queued if j != i)
             return
         s.compacting[1].exception()  # (waits; a failure is raised as it is applied)
         self._applied(i)
@@ -125,3 +169,4 @@ class Compacting:
         if self._compactor is not None:
             self._compactor.shutdown(wait=True, cancel_futures=True)
             self._compactor = None
+        self._queued = ()

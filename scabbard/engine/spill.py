@@ -24,15 +24,18 @@ and ``EngineConfig.state_memory`` bounds the bytes their arrays hold:
   again in their place.  What a reload reads and holds, and what a checkpoint lists, stay
   within a few times the state;
 * **reload**: a task that closes panes needs the partition's windows: its units are read
-  back (the store reads runs of adjacent units at once), combined into one row per (pane,
-  group) (:mod:`scabbard.kernels.combine`) and fed into a fresh state without emitting (the
-  windows they close were emitted before the spill), then the task's share runs as usual.
+  back a run at a time (the store reads runs of adjacent units at once), each combined with
+  the rows before into one row per (pane, group) (:mod:`scabbard.kernels.combine`,
+  :meth:`~scabbard.engine.compaction.Compacting._gather`), and fed into a fresh state
+  without emitting (the windows they close were emitted before the spill), then the task's
+  share runs as usual.
   Spilled partitions are reloaded and run one at a time, so memory holds the budget plus
   one partition, never the whole state; the partition read back starts with room for its
   combined rows and the task's share, and a spilled one keeps an empty state of a few rows;
-* **read ahead**: the units of the next partition to reload are read on a thread of their
-  own while the one before runs (the first's while the partitions in memory run), in the
-  order the windows need them - memory holds one partition's units more;
+* **read ahead**: the units of the next partition to reload are read and combined on a
+  thread of their own while the one before runs (the first's while the partitions in memory
+  run), in the order the windows need them - memory holds one partition's combined rows
+  more, and the combine's work is off the assembly's thread;
 * the units a reload consumed are released (the stream is trimmed below the oldest unit
   still needed);
 * **emit**: a task that closes one window hands its rows on partition by partition as each
@@ -225,10 +228,12 @@ class SpillingAssembler(Compacting, PartitionedAssembler):
             self._compact_if_grown(i)
 
     def _read(self, i: int) -> Future:
-        """Spilled partition ``i``'s units, read on the reader thread."""
+        """Spilled partition ``i``'s units and waiting shares, read and combined on the
+        reader thread (:meth:`_gather`)."""
         if self._reader is None:
             self._reader = ThreadPoolExecutor(1, thread_name_prefix="spill-read")
-        return self._reader.submit(self.store.read, list(self.spilled[i].units))
+        s = self.spilled[i]
+        return self._reader.submit(self._gather, list(s.units), s.cur, s.base, list(s.waiting))
 
     def _reloaded(self, indices: list[int], shares: dict[int, int] | None = None):
         """The spilled partitions ``indices`` back in memory one after the other, as the
@@ -243,22 +248,20 @@ class SpillingAssembler(Compacting, PartitionedAssembler):
 
         def each(ahead):
             for k, i in enumerate(indices):
-                units = ahead.result()
+                e = ahead.result()
                 ahead = self._read(indices[k + 1]) if k + 1 < len(indices) else None
-                a = self._reload(i, units, (shares or {}).get(i, 0))
-                del units  # (fed: not held while the caller runs the partition)
+                a = self._reload(i, e, (shares or {}).get(i, 0))
+                del e  # (fed: not held while the caller runs the partition)
                 yield i, a
         return each(ahead)
 
-    def _reload(self, i: int, units: Edges, share: int = 0) -> BranchAssembler:
-        """Partition ``i`` back in memory: its ``units`` (read) and waiting shares combined
-        (:meth:`_combined`), fed to a fresh state that closes the panes before the one it
-        stopped at without emitting.  DARWIN at 10^7 keys: 1.46 M rows a partition, 156 k
-        groups."""
+    def _reload(self, i: int, e: Edges | None, share: int = 0) -> BranchAssembler:
+        """Partition ``i`` back in memory: ``e``, its units and waiting shares combined
+        (:meth:`_read`), fed to a fresh state that closes the panes before the one it
+        stopped at without emitting.  DARWIN at 10^7 keys: 156 k groups a partition."""
         s = self.spilled.pop(i)
         old = self.parts[i]  # a spilled partition's: an empty state, fed nothing since
         assert old.pending is None and old.cur[0] == INT64_MIN, "a spilled partition was fed"
-        e = self._combined(s.cur, s.base, [units, *s.waiting])
         self.parts[i] = a = self._fresh((len(e.pane) if e is not None else 0) + share)
         if e is not None:
             a._feed(e, False, s.cur, 0)
