@@ -18,6 +18,7 @@ from scabbard.engine.assembly import fold_partials
 from scabbard.engine.runtime import Engine
 from scabbard.ft.panes import FANOUT, PaneLog, count_panes
 from scabbard.ft.recovery import run_fault_tolerant
+from scabbard.ft.report import loaded_phrase
 from scabbard.ft.sinks import ClockedSink, TransactionalSink, read_output
 from scabbard.ft.state import QueryState, state_schema
 from scabbard.ft.verify import compare
@@ -299,7 +300,7 @@ def test_a_step_is_resumed_from_only_once_the_sink_holds_its_tasks_results(tiny,
 
         def at(input_end, window_end=none, stored=end):
             return steppoints.newest(state, rec, {"input_end": input_end,
-                                                  "window_end": window_end}, stored)
+                                                  "window_end": window_end}, stored)[0]
         newest = at(1 << 40)
         assert newest is not None and newest.input_end > rec.input_end
         assert at(0, 1 << 60).input_end == newest.input_end  # every window is in
@@ -310,6 +311,36 @@ def test_a_step_is_resumed_from_only_once_the_sink_holds_its_tasks_results(tiny,
         pane = newest.edges.pane
         assert np.array_equal(pane, np.sort(pane)) and len(newest.runs) == len(newest.panes)
         assert pane[0] >= pane[-1] - plan.branches[0].panes + 1  # what the open windows need
+
+
+def test_an_eventual_recovery_reports_the_extent_it_read_after_its_record(tiny, tmp_path):
+    """CEC's extent: every row of the window's state stream from the record's floor on (pane
+    units and the steps' open parts) is what a recovery reads to find its step - more, the
+    more steps came after the record - and its scan is timed beside the state load."""
+    q, ds = query("SG1", tiny)
+    got = {}
+    for stop in (64, 70):  # the newest record after task 60 in both
+        root = tmp_path / str(stop)
+        r0 = run_fault_tolerant(q, ds, root / "storage", ClockedSink(root / "output"), CFG,
+                                interval=None, every_tasks=12, layout=SMALL,
+                                max_tuples=60 * ds.rows, checkpoint_mode="eventual",
+                                step_ms=0.001, wrap_source=lambda s, k=stop: StopAfter(s, k))
+        rec = records(root / "storage")[0]
+        plan = Engine(q, ds.tables, CFG).plan
+        with BlockManager(root / "storage", SMALL) as bm:
+            log = QueryState(plan, bm, (), "eventual").windows[0].log
+            floor = min(p["first"] for p in rec.state if p["stream"] == log.schema.name)
+            rows = sum(len(b) for b in bm.load(log.sid, floor, bm.durable_end(log.sid)))
+        r = run_fault_tolerant(q, ds, root / "storage", ClockedSink(root / "output"), CFG,
+                               recover=True, layout=SMALL, wrap_source=lambda s: StopAfter(s, 1))
+        assert r.loaded["step"] > rec.input_end and r.loaded["scan_ms"] > 0
+        assert r.loaded["extent_rows"] == rows > 0
+        assert r.loaded["extent_bytes"] == rows * log.schema.row_bytes
+        assert r0.steps >= stop and r.loaded["extent_opens"] >= stop - 60
+        assert f"extent after the record: {rows:,} rows" in loaded_phrase(r.loaded)
+        got[stop] = (rec.input_end, r.loaded["extent_rows"], r.loaded["extent_opens"])
+    assert got[64][0] == got[70][0]
+    assert got[64][1] < got[70][1] and got[64][2] < got[70][2]
 
 
 def test_eventual_bounds_force_steps_and_records(tiny, tmp_path):

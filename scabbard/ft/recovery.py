@@ -351,7 +351,11 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
         committed = clock["window_end"]
         point = None  # an eventual step after the record to resume from (steppoints)
         if resume is not None and state.open_parts:
-            point = steppoints.newest(state, resume[0], clock, ingress.end)
+            t_scan = time.perf_counter()
+            point, extent = steppoints.newest(state, resume[0], clock, ingress.end)
+            loaded.update(extent_rows=extent.rows, extent_bytes=extent.nbytes,
+                          extent_opens=extent.opens,
+                          scan_ms=round((time.perf_counter() - t_scan) * 1e3, 2))
             if point is not None:
                 replay_from = point.input_end
                 loaded.update(replay_tuples=ingress.end - replay_from, step=point.input_end,
@@ -428,7 +432,7 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
             runfile.mark_completed(storage, io, run, durable)
         return FTReport(report, list(controller.stats.completed),
                         resume[0].id if resume else None, replay_from, damage, loaded, mode,
-                        bm.bytes_written, source_start)
+                        bm.bytes_written, source_start, steps.steps if steps else 0)
 
 
 def _resume(storage: Path, store: CheckpointStore, state: QueryState, bm: BlockManager,
@@ -485,11 +489,13 @@ class FTReport:
     damage: list = field(default_factory=list)  # torn or quarantined storage found on opening
     # recovering: state bytes, panes and pane-unit runs loaded, load ms (state and channels),
     # input tuples replayed, rows each persisted channel replays to its consumer and the ms
-    # its stored units took to read back (within load ms)
+    # its stored units took to read back (within load ms); eventual mode's steps: the extent
+    # read after the record to find one (rows, bytes, open parts; scan ms, beside load ms)
     loaded: dict = field(default_factory=dict)
     checkpoint_mode: str = "full"
     written_bytes: int = 0  # segment bytes the run's storage acknowledged (input, state, edges)
     source_start: int = 0  # where the source was read from (a recovery: after the stored input)
+    steps: int = 0  # eventual steps that wrote something (closed panes or an open part)
 
     @property
     def state_bytes_written(self) -> int:

@@ -104,4 +104,7 @@ def loaded_phrase(loaded: dict) -> str:
                f"(read back as its windows close)" if "spill_verified_bytes" in loaded else "")
             + (f"; {replay:,} tuples to replay" if replay is not None else "")
             + (f" (from an eventual step at offset {loaded['step']:,}, after the record)"
-               if "step" in loaded else ""))
+               if "step" in loaded else "")
+            + (f"; the steps' extent after the record: {loaded['extent_rows']:,} rows "
+               f"({loaded['extent_bytes'] / 1e6:.3f} MB, {loaded['extent_opens']:,} open "
+               f"parts) scanned in {loaded['scan_ms']:.1f} ms" if "scan_ms" in loaded else ""))

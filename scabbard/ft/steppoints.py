@@ -53,6 +53,17 @@ class Point:
     units: int  # pane units it took panes from
 
 
+@dataclass
+class Extent:
+    """What a recovery read of the window's state stream after its record's floor to find
+    the step (CEC's *extent*, which its EC-load reads): rows and bytes of pane units and open
+    parts, and the steps' open parts among them."""
+
+    rows: int = 0
+    nbytes: int = 0
+    opens: int = 0
+
+
 def applies(state, persist_input: bool, sink) -> bool:
     """Whether this run's eventual steps are points to resume from: one window operator in
     memory is the query's only state, the input is persisted, and the sink is the clocked
@@ -76,34 +87,40 @@ class _Open:
     cols: list
 
 
-def newest(state, rec: CheckpointRecord, committed: dict, stored_end: int) -> Point | None:
-    """The newest usable step after ``rec`` (see the module), or None; ``committed``: the
-    sink's clock, ``stored_end``: where the stored input ends."""
+def newest(state, rec: CheckpointRecord, committed: dict,
+           stored_end: int) -> tuple[Point | None, Extent]:
+    """The newest usable step after ``rec`` (see the module), or None, and the extent read
+    to find it; ``committed``: the sink's clock, ``stored_end``: where the stored input
+    ends."""
     w = state.windows[0]
     name = w.log.schema.name
     listed = [p for p in rec.state if p["stream"] == name]
+    extent = Extent()
     if not listed:
-        return None
+        return None, extent
     floor = min(int(p["first"]) for p in listed)
     try:
-        units, opens = _scan(state.bm, w.log.sid, floor)
+        units, opens = _scan(state.bm, w.log.sid, floor, extent)
     except (StorageError, FileNotFoundError, ValueError) as e:
         log.warning("the eventual steps after checkpoint %d are not usable (%s)", rec.id, e)
-        return None
+        return None, extent
     ok = [o for o in opens if rec.input_end < o.clock <= stored_end
           and (o.emitted <= committed["window_end"] or o.clock < committed["input_end"])
           and sum(len(c[0]) for c in o.cols) == o.rows]
     if not ok:
-        return None
+        return None, extent
     best = max(ok, key=lambda o: (o.clock, o.first))
-    return _point(w.branch, name, units, best)
+    return _point(w.branch, name, units, best), extent
 
 
-def _scan(bm, sid: int, floor: int) -> tuple[dict, list[_Open]]:
-    """The stream from ``floor``: pane units' segments by unit, and the open parts."""
+def _scan(bm, sid: int, floor: int, extent: Extent) -> tuple[dict, list[_Open]]:
+    """The stream from ``floor``: pane units' segments by unit, and the open parts (what it
+    read added to ``extent``)."""
     units: dict[int, list] = {}
     opens: list[_Open] = []
     for batch, meta in bm.load_bulk(sid, floor, None, with_meta=True):  # a few reads
+        extent.rows += len(batch)
+        extent.nbytes += sum(c.nbytes for c in batch.columns)
         words = np.asarray(meta, np.uint64).view(np.int64)
         if len(words) == UNIT_WORDS:
             units.setdefault(int(words[3]), []).append((batch.offset, batch.columns))
@@ -116,6 +133,7 @@ def _scan(bm, sid: int, floor: int) -> tuple[dict, list[_Open]]:
             else:
                 opens.append(_Open(clock, pane, rows, seq, last_ts, emitted, batch.offset,
                                    [batch.columns]))
+    extent.opens = len(opens)
     return units, opens
 
 
