@@ -298,9 +298,11 @@ def test_a_step_is_resumed_from_only_once_the_sink_holds_its_tasks_results(tiny,
         state = QueryState(plan, bm, (), "eventual")
         end, none = 1 << 40, np.iinfo(np.int64).min  # the stored input's end (all of it here)
 
+        loaded = state.load_state(rec)[0][0]
+
         def at(input_end, window_end=none, stored=end):
-            return steppoints.newest(state, rec, {"input_end": input_end,
-                                                  "window_end": window_end}, stored)[0]
+            return steppoints.newest(state, rec, loaded, {"input_end": input_end,
+                                                          "window_end": window_end}, stored)[0]
         newest = at(1 << 40)
         assert newest is not None and newest.input_end > rec.input_end
         assert at(0, 1 << 60).input_end == newest.input_end  # every window is in
@@ -314,9 +316,10 @@ def test_a_step_is_resumed_from_only_once_the_sink_holds_its_tasks_results(tiny,
 
 
 def test_an_eventual_recovery_reports_the_extent_it_read_after_its_record(tiny, tmp_path):
-    """CEC's extent: every row of the window's state stream from the record's floor on (pane
-    units and the steps' open parts) is what a recovery reads to find its step - more, the
-    more steps came after the record - and its scan is timed beside the state load."""
+    """CEC's extent: what the steps wrote after everything the record lists (pane units and
+    open parts) is all a recovery reads of the window's state stream to find its step - not
+    the window's units the record lists, loaded already - more, the more steps came after
+    the record; its scan is timed beside the state load."""
     q, ds = query("SG1", tiny)
     got = {}
     for stop in (64, 70):  # the newest record after task 60 in both
@@ -329,12 +332,14 @@ def test_an_eventual_recovery_reports_the_extent_it_read_after_its_record(tiny, 
         plan = Engine(q, ds.tables, CFG).plan
         with BlockManager(root / "storage", SMALL) as bm:
             log = QueryState(plan, bm, (), "eventual").windows[0].log
-            floor = min(p["first"] for p in rec.state if p["stream"] == log.schema.name)
-            rows = sum(len(b) for b in bm.load(log.sid, floor, bm.durable_end(log.sid)))
+            listed = [p for p in rec.state if p["stream"] == log.schema.name]
+            end = bm.durable_end(log.sid)
+            rows = sum(len(b) for b in bm.load(log.sid, max(p["end"] for p in listed), end))
+            whole = sum(len(b) for b in bm.load(log.sid, min(p["first"] for p in listed), end))
         r = run_fault_tolerant(q, ds, root / "storage", ClockedSink(root / "output"), CFG,
                                recover=True, layout=SMALL, wrap_source=lambda s: StopAfter(s, 1))
         assert r.loaded["step"] > rec.input_end and r.loaded["scan_ms"] > 0
-        assert r.loaded["extent_rows"] == rows > 0
+        assert r.loaded["extent_rows"] == rows > 0 and rows < whole
         assert r.loaded["extent_bytes"] == rows * log.schema.row_bytes
         assert r0.steps >= stop and r.loaded["extent_opens"] >= stop - 60
         assert f"extent after the record: {rows:,} rows" in loaded_phrase(r.loaded)

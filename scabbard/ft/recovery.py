@@ -352,7 +352,8 @@ def _open_once(cfg: RunConfig, dataset: Dataset, recover: bool, sink: ExactlyOnc
         point = None  # an eventual step after the record to resume from (steppoints)
         if resume is not None and state.open_parts:
             t_scan = time.perf_counter()
-            point, extent = steppoints.newest(state, resume[0], clock, ingress.end)
+            rec, (edges, _) = resume
+            point, extent = steppoints.newest(state, rec, edges[0], clock, ingress.end)
             loaded.update(extent_rows=extent.rows, extent_bytes=extent.nbytes,
                           extent_opens=extent.opens,
                           scan_ms=round((time.perf_counter() - t_scan) * 1e3, 2))

@@ -12,14 +12,17 @@ state after task ``seq``, whose input ended at ``clock``; the step comes once th
 results were handed to the sink, ``emitted`` the last window end they reached.  No marker
 and no sink take part.
 
-A recovery (:func:`newest`) reads the window's state stream from the newest usable record's
-floor on and takes the newest step whose open part is whole, that is later than the record,
-and whose results are all in the clocked sink: it holds every window up to ``emitted``
-(``committed window_end >= emitted``), or a batch of a later task (``committed input_end >
-clock``: results are written in task order).  The state is then every pane the open windows
-need, each from the newest pane unit before the open part that holds it (a unit holds whole
-panes; units of a crashed run or of an unfinished record hold the same panes' same
-partials), and the open part.  The input is replayed from ``clock``, not from the record's
+A recovery (:func:`newest`) has loaded the newest usable record; it reads the window's state
+stream after everything the record lists - what the steps wrote since, CEC's *extent* - and
+takes the newest step whose open part is whole, that is later than the record, and whose
+results are all in the clocked sink: it holds every window up to ``emitted`` (``committed
+window_end >= emitted``), or a batch of a later task (``committed input_end > clock``:
+results are written in task order).  The state is then every pane the open windows need,
+each from the newest pane unit before the open part that holds it - one the steps wrote, else
+one the record lists, as loaded (a pane closed by the record's cut is in its units; one
+closed since, in a step's; a unit holds whole panes, and units of a crashed run or of an
+unfinished record hold the same panes' same partials) - and the open part.  What it reads
+grows with the steps since the record, not with the window.  The input is replayed from ``clock``, not from the record's
 cut: the more often steps come (CI; Q forces them), the less a recovery replays.  Anything
 not whole or not verified - a torn open part, a damaged unit, a sink behind the step - leaves
 the record as the point to resume from.
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scabbard.engine.tasks import Edges, columns_edges
+from scabbard.engine.tasks import Edges, columns_edges, edges_columns
 from scabbard.ft.panes import OPEN_WORDS, UNIT_WORDS
 from scabbard.pog.checkpoint import CheckpointRecord
 from scabbard.storage import StorageError
@@ -87,20 +90,21 @@ class _Open:
     cols: list
 
 
-def newest(state, rec: CheckpointRecord, committed: dict,
+def newest(state, rec: CheckpointRecord, loaded: Edges, committed: dict,
            stored_end: int) -> tuple[Point | None, Extent]:
     """The newest usable step after ``rec`` (see the module), or None, and the extent read
-    to find it; ``committed``: the sink's clock, ``stored_end``: where the stored input
-    ends."""
+    to find it; ``loaded``: the window's partials as ``rec`` lists them (its pane units'
+    rows, then its open panes'), ``committed``: the sink's clock, ``stored_end``: where the
+    stored input ends."""
     w = state.windows[0]
     name = w.log.schema.name
     listed = [p for p in rec.state if p["stream"] == name]
     extent = Extent()
     if not listed:
         return None, extent
-    floor = min(int(p["first"]) for p in listed)
+    after = max(int(p["end"]) for p in listed)  # what the steps after the record wrote
     try:
-        units, opens = _scan(state.bm, w.log.sid, floor, extent)
+        units, opens = _scan(state.bm, w.log.sid, after, extent)
     except (StorageError, FileNotFoundError, ValueError) as e:
         log.warning("the eventual steps after checkpoint %d are not usable (%s)", rec.id, e)
         return None, extent
@@ -110,7 +114,20 @@ def newest(state, rec: CheckpointRecord, committed: dict,
     if not ok:
         return None, extent
     best = max(ok, key=lambda o: (o.clock, o.first))
-    return _point(w.branch, name, units, best), extent
+    return _point(w.branch, name, {**_listed_units(listed, loaded), **units}, best), extent
+
+
+def _listed_units(listed: list[dict], loaded: Edges) -> dict:
+    """The record's pane units as :func:`_scan` gives units: each listed run of one (keyed
+    by its first offset: below every unit written after the record) with its rows as
+    loaded."""
+    cols, at, out = edges_columns(loaded), 0, {}
+    for p in listed:
+        n = int(p["end"]) - int(p["first"])
+        if "panes" in p and n:
+            out[int(p["first"])] = [(int(p["first"]), tuple(c[at:at + n] for c in cols))]
+        at += n
+    return out
 
 
 def _scan(bm, sid: int, floor: int, extent: Extent) -> tuple[dict, list[_Open]]:
