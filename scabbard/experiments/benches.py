@@ -128,6 +128,11 @@ HELP = {
     "reduced_with": "the compression of the configurations with push-up: the adaptive and the "
                     "default scheme in turn (alternate), or always one",
     "counts": "numbers of queries run at once, a run each",
+    "periods_ms": "checkpoint periods CP swept, ms (a record every CP)",
+    "step_ms": "eventual steps every CI ms in the CP sweep",
+    "replay_bounds": "U swept at the longest CP (CI as long): tuples since a record's cut",
+    "unsaved_bounds": "Q swept at the longest CP (CI as long): closed panes left unsaved",
+    "task_ms": "input per task, wall ms at the paced rate",
     "shared_workers": "the worker threads that run every query's tasks in the shared engine",
     "configs": "configurations measured side by side: no_ft (results dropped), no_ft_written "
                "(results to a Parquet file), checkpoints (state only), ingest (the input "
@@ -300,6 +305,26 @@ BENCHES = (
                     "period.",
         options=("queries", "seconds", "interval", "rounds", "scale", "speedup"),
         out="bench-incremental"),
+    Bench(
+        "cec", module="cec",
+        summary="CEC's Figs. 6-9: the checkpoint period, Q and U against response time, the "
+                "extent, EC-load and replay",
+        description="Eventual checkpoints (CEC) on a long-window query with full fault "
+                    "tolerance (persisted input, the clocked exactly-once sink), paced at "
+                    "--speedup x its event rate: per checkpoint period CP (a record every CP, a "
+                    "step every CI), the response time against native (the same engine with no "
+                    "checkpoint; no FT beside it); each run stopped half a period after a record "
+                    "and recovered - the extent read after the record to find the newest step, "
+                    "EC-load (the state load and that scan), the input replayed, the recovery "
+                    "time; the same against U and Q at the longest CP with CI as long.  "
+                    "--rounds interleaved; prints the medians and writes cec_results.csv, "
+                    "cec_runs.csv and cec_tradeoff.png (the range of the rounds drawn) to "
+                    "--output.  Notebook 12 runs it as its part (b).",
+        options=("query", "periods_ms", "step_ms", "replay_bounds", "unsaved_bounds",
+                 "speedup", "seconds", "task_ms", "rounds", "scale"),
+        out="bench-cec",
+        helps={"query": "a long-window query whose window is its only state",
+               "speedup": "event seconds per wall second (the dataset's event rate times this)"}),
     Bench(
         "codecs", module="compression",
         summary="Fig. 6: compression ratio and encode/decode MB/s per codec and data type",
