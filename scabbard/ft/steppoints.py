@@ -22,10 +22,10 @@ each from the newest pane unit before the open part that holds it - one the step
 one the record lists, as loaded (a pane closed by the record's cut is in its units; one
 closed since, in a step's; a unit holds whole panes, and units of a crashed run or of an
 unfinished record hold the same panes' same partials) - and the open part.  What it reads
-grows with the steps since the record, not with the window.  The input is replayed from ``clock``, not from the record's
-cut: the more often steps come (CI; Q forces them), the less a recovery replays.  Anything
-not whole or not verified - a torn open part, a damaged unit, a sink behind the step - leaves
-the record as the point to resume from.
+grows with the steps since the record, not with the window.  The input is replayed from
+``clock``, not from the record's cut: the more often steps come (CI; Q forces them), the
+less a recovery replays.  Anything not whole or not verified - a torn open part, a damaged
+unit, a sink behind the step - leaves the record as the point to resume from.
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ class Point:
 
 @dataclass
 class Extent:
-    """What a recovery read of the window's state stream after its record's floor to find
-    the step (CEC's *extent*, which its EC-load reads): rows and bytes of pane units and open
-    parts, and the steps' open parts among them."""
+    """What a recovery read of the window's state stream to find the step - all of it after
+    what its record lists (CEC's *extent*, which its EC-load reads): rows and bytes of pane
+    units and open parts, and the steps' open parts among them."""
 
     rows: int = 0
     nbytes: int = 0
