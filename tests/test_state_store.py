@@ -1015,3 +1015,43 @@ def test_a_windows_tail_is_loaded_into_a_table_sized_for_its_groups(tiny):
     assert len(a.partials().pane) == g
     assert tail_groups(np.repeat(np.arange(3), 400)) == 400  # every group in each pane
     assert tail_groups(np.zeros(0, np.int64)) == tail_groups(np.arange(10)) == 64
+
+
+def test_bench_state_recovery_runs_only_the_systems_named_and_refuses_others(
+        tiny, tmp_path, monkeypatch):
+    """Darwin's Fig. 2 at a state the in-memory engine cannot hold here runs the spilling
+    engine alone (`--systems`, or `--in-memory-keys` below the key count); a system Fig. 2
+    does not measure is refused before any dataset is made."""
+    from scabbard.engine.spill import MIN_STATE_MEMORY
+    from scabbard.errors import FlagError
+    from scabbard.experiments import state
+
+    made, logged = [], []
+    monkeypatch.setattr(state, "dataset", lambda keys, s: made.append(keys) or tiny["darwin"])
+    bad = state.Settings(key_counts=(1000,), systems=("engine", "spark-rocksdb"),
+                         data_dir=str(tmp_path))
+    with pytest.raises(FlagError, match="measures engine-ft and engine-ft-spill, not engine"):
+        state.recovery(bad, log=logged.append)
+    assert made == []
+    with pytest.raises(ValueError, match="in-memory-keys"):
+        state.Settings(in_memory_keys=-1)
+    for systems, limit in ((("engine-ft-spill",), 0), (state.RECOVERY_SYSTEMS, 999)):
+        s = state.Settings(key_counts=(1000,), systems=systems, in_memory_keys=limit,
+                           state_memory=MIN_STATE_MEMORY, data_dir=str(tmp_path),
+                           output_dir=str(tmp_path / "o"))
+        runs = state.recovery(s, log=logged.append)
+        assert list(runs["system"]) == ["engine-ft-spill"]
+        assert runs["state_mb"].iloc[0] > 0 and runs["catch_up_s"].iloc[0] > 0
+    assert made == [1000, 1000]
+    assert sum("engine-ft not run: above --in-memory-keys 999" in line for line in logged) == 1
+
+
+def test_darwins_datasets_see_each_key_twice_a_window_whatever_the_rate_asked():
+    """The key count sets the state's size: a rate too low for it to fill a window is raised
+    to a key count / 30 tuples a second; a rate above that is kept."""
+    from scabbard.experiments import state
+
+    s = state.Settings(rate=1_600_000)
+    assert state.rate_for(10_000_000, s) == 1_600_000
+    assert state.rate_for(120_000_000, s) == 4_000_000
+    assert state.rate_for(1000, state.Settings(rate=500)) == 500

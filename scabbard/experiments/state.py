@@ -57,7 +57,9 @@ class Settings:
     systems: Sequence[str] = SYSTEMS
     event_seconds: float = 300.0  # the dataset: five 60 s windows
     rate: float = field(default=40_000.0, metadata={  # 2.4 M tuples per window
-        "help": "the dataset's tuples per event second (a 60 s window holds 60 times as many)"})
+        "help": "the dataset's tuples per event second (a 60 s window holds 60 times as many), "
+                "at least a key count / 30: a window sees twice as many tuples as keys"})
+    in_memory_keys: int = 0  # bench state-recovery: engine-ft at key counts up to this only
     rounds: int = 1
     workers: int = 2
     interval: float = INTERVAL  # engine-ft: checkpoint interval, seconds
@@ -75,18 +77,35 @@ class Settings:
             raise ValueError("key counts: at least one, each >= 1")
         if self.event_seconds <= 0 or self.rate <= 0 or self.rounds < 1 or self.workers < 1:
             raise ValueError("event seconds and rate must be positive, rounds and workers >= 1")
+        if self.in_memory_keys < 0:
+            raise ValueError("--in-memory-keys: a key count, or 0 for every one")
         from scabbard.engine.spill import MIN_STATE_MEMORY
 
         if self.state_memory < MIN_STATE_MEMORY:
             raise ValueError(f"state memory: at least {MIN_STATE_MEMORY >> 20} MiB")
 
 
-def dataset(keys: int, s: Settings):
-    """Darwin's records with ``keys`` keys (generated once, then reused)."""
+# a window's tuples at least this many times its key count: uniform keys drawn twice as often
+# as there are keys leave 1 - e^-2 = 86 % of them in the window's state
+WINDOW_DRAWS = 2
+
+
+def rate_for(keys: int, s: Settings) -> float:
+    """The dataset's rate for ``keys`` keys: ``s.rate``, or more where a window would see
+    fewer than :data:`WINDOW_DRAWS` tuples a key (the key count sets the state's size: 4.3 GB
+    at 1.2 x 10^8 keys needs 4 M tuples a second)."""
     from scabbard.workloads import darwin
 
-    return darwin.SPEC.generate(duration=s.event_seconds, rate=s.rate, options={"keys": keys},
-                                out=s.data_dir, progress=False)
+    return max(s.rate, WINDOW_DRAWS * keys / darwin.WINDOW_S)
+
+
+def dataset(keys: int, s: Settings):
+    """Darwin's records with ``keys`` keys at :func:`rate_for` (generated once, then
+    reused)."""
+    from scabbard.workloads import darwin
+
+    return darwin.SPEC.generate(duration=s.event_seconds, rate=rate_for(keys, s),
+                                options={"keys": keys}, out=s.data_dir, progress=False)
 
 
 # -- the engine, in a process of its own -------------------------------------------------------
@@ -391,14 +410,27 @@ def recovery(settings: Settings, log=print) -> pd.DataFrame:
     from scabbard.ft.sinks import DiscardSink
 
     s, rows, q = settings, [], queries.get("DARWIN")
+    systems = [x for x in RECOVERY_SYSTEMS if x in s.systems]
+    if not systems:
+        from scabbard.errors import FlagError
+
+        raise FlagError(f"--systems: Darwin's Fig. 2 measures "
+                        f"{' and '.join(RECOVERY_SYSTEMS)}, not {', '.join(s.systems)}")
     for keys in s.key_counts:
         ds = dataset(keys, s)
+        if rate_for(keys, s) > s.rate:
+            log(f"{keys:>11,} keys  at {rate_for(keys, s):,.0f} tuples/s (a window sees twice "
+                f"as many tuples as keys)")
         row_bytes = partials_schema(Engine(q, ds.tables).plan.branches[0], "x").row_bytes
         stop = max(2, ds.rows // 2 // RECOVERY_BATCH)  # halfway: a window half full
         every = max(1, stop // 8)  # a checkpoint every eighth of the way
         after = max(1, int(ds.rows * 0.15) // RECOVERY_BATCH)  # over the next window's end
+        here = [x for x in systems if x != "engine-ft" or not 0 < s.in_memory_keys < keys]
+        if len(here) < len(systems):
+            log(f"{keys:>11,} keys  engine-ft not run: above --in-memory-keys "
+                f"{s.in_memory_keys:,}")
         for rnd in range(s.rounds):
-            for system in RECOVERY_SYSTEMS:
+            for system in here:
                 work = Path(tempfile.mkdtemp(prefix="scabbard-state-", dir=s.data_dir))
                 budget = s.state_memory if system.endswith("-spill") else None
 
@@ -447,25 +479,39 @@ def recovery_summary(runs: pd.DataFrame) -> pd.DataFrame:
     return runs.groupby(["keys", "system"])[cols].median().reset_index()
 
 
+def _count(k: int) -> str:
+    """A key count, short: 1 M, 30 M, 10 k."""
+    return f"{k / 1e6:g} M" if k >= 10**6 else f"{k / 1e3:g} k" if k >= 1000 else str(k)
+
+
 def plot_recovery(runs: pd.DataFrame, output_dir: str | None = None):
     """Darwin's Fig. 2: checkpoint time (left), the recovery's storage opening and state load
-    (middle) and the recovered run's processing time (right) against the state's size,
-    state in memory vs spilled."""
+    (middle) and the recovered run's processing time (right) against the number of keys (the
+    state's size; the right panel's points say how many MB the last checkpoint held), state
+    in memory vs spilled."""
     import matplotlib.pyplot as plt
 
     med = recovery_summary(runs)
     med["opened_loaded_ms"] = med["open_ms"] + med["load_ms"]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
+    keys = sorted(med["keys"].unique())
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
     for what, ax, title in (("checkpoint_ms", axes[0], "checkpoint (ms)"),
                             ("opened_loaded_ms", axes[1],
                              "recovery: storage opened + state loaded (ms)"),
                             ("catch_up_s", axes[2], "recovered run, to the next window (s)")):
         for system in RECOVERY_SYSTEMS:
-            m = med[med["system"] == system]
-            if len(m):
-                ax.plot(m["state_mb"], m[what], "o-", label=LABELS[system])
+            m = med[med["system"] == system].sort_values("keys")
+            if not len(m):
+                continue
+            ax.plot(m["keys"], m[what], "o-", label=LABELS[system])
+            if what == "catch_up_s":
+                for x, y, mb in zip(m["keys"], m[what], m["state_mb"], strict=True):
+                    ax.annotate(f"{mb:,.0f} MB", (x, y), textcoords="offset points",
+                                xytext=(4, 4), fontsize=7)
         ax.set_xscale("log")
-        ax.set_xlabel("state the checkpoint holds (MB)")
+        ax.minorticks_off()
+        ax.set_xticks(keys, [_count(k) for k in keys])
+        ax.set_xlabel("distinct keys (right: MB the last checkpoint lists)")
         ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left")
     return finish(fig, output_dir, "state_recovery.png")
