@@ -563,16 +563,19 @@ def test_cec_recovery_time_ends_with_the_replay_or_the_state_load():
 
 def test_cec_tables_keep_each_configurations_median_over_its_rounds(tmp_path):
     """Rounds of the same configuration fold into their median (a sweep's keys may be NaN:
-    native and no FT have no CP); the figure draws every sweep's four panels."""
+    native and no FT have no CP); the figure draws every sweep's four panels, and the
+    response's p95 against native's beside its median (where CEC's Fig. 8 shape shows
+    here); runs without a p95 still draw."""
     import pandas as pd
 
     from scabbard.experiments.cec import plot, summary
 
     rows = []
     for k, (p50, extent) in enumerate(((10.0, 100), (12.0, 300), (11.0, 200))):
-        rows += [{"sweep": "native", "round": k, "p50_ms": 10.0},
-                 {"sweep": "no FT", "round": k, "p50_ms": 9.0},
+        rows += [{"sweep": "native", "round": k, "p50_ms": 10.0, "p95_ms": 20.0},
+                 {"sweep": "no FT", "round": k, "p50_ms": 9.0, "p95_ms": 18.0},
                  {"sweep": "CP", "round": k, "period_ms": 25.0, "p50_ms": p50,
+                  "p95_ms": 2 * p50 + 4,
                   "extent_rows": extent, "ec_load_ms": 1.0, "replay_mb": 0.0},
                  {"sweep": "Q", "round": k, "period_ms": 1000.0, "max_unsaved_panes": 8,
                   "p50_ms": 10.0, "steps": 5 + k, "extent_rows": extent, "ec_load_ms": 2.0,
@@ -581,11 +584,18 @@ def test_cec_tables_keep_each_configurations_median_over_its_rounds(tmp_path):
     assert (got["rounds"] == 3).all() and list(got.index) == ["native", "no FT", "CP", "Q"]
     assert got.loc["CP", "p50_ms"] == 11.0 and got.loc["CP", "extent_rows"] == 200
     assert got.loc["CP", "response vs native"] == pytest.approx(1.1)
+    assert got.loc["CP", "p95 vs native"] == pytest.approx(1.3)
     assert got.loc["Q", "steps"] == 6 and got.loc["Q", "max_unsaved_panes"] == 8
     assert np.isnan(got.loc["native", "period_ms"])
     fig = plot(pd.DataFrame(rows), str(tmp_path))
     assert sum(ax.get_visible() for ax in fig.axes) == 8  # CP and Q: four each; no U runs
     assert (tmp_path / "cec_tradeoff.png").stat().st_size > 10_000
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "eventual, p50, median of 3" in labels and "eventual, p95" in labels
+    p95 = [c for c in fig.axes[0].containers if c.get_label() == "eventual, p95"][0]
+    assert list(p95.lines[0].get_ydata()) == [pytest.approx(1.3)]
+    bare = plot(pd.DataFrame(rows).drop(columns="p95_ms"))
+    assert "eventual, p95" not in bare.axes[0].get_legend_handles_labels()[1]
 
 
 def test_bench_kills_and_the_controller_take_the_checkpoint_mode(tmp_path):
