@@ -500,13 +500,13 @@ BENCHES = (
         "state-recovery", module="state",
         summary="Darwin's Fig. 2: checkpoint and recovery time against the state's size, state in "
                 "memory vs spilled",
-        description="Per number of keys, on Darwin's micro-benchmark (DARWIN), the engine with "
-                    "checkpoints, its state in memory (engine-ft) or within --state-memory "
-                    "(engine-ft-spill: the spilled units are the checkpoint's state), is stopped "
-                    "halfway through the dataset, then recovered and run over the next window's "
-                    "end.  Prints per run the state the last checkpoint holds, the checkpoints' "
-                    "median duration, the recovery's state load and the recovered run's time; "
-                    "writes recovery.csv and state_recovery.png to --output.",
+        description="Per number of keys (a dataset at --rate, or at keys / 30 tuples/s if more: "
+                    "a window then holds 86 % of them), on DARWIN, the engine with checkpoints, "
+                    "its state in memory (engine-ft) or within --state-memory (engine-ft-spill: "
+                    "the spilled units are the checkpoint's state), stopped halfway through the "
+                    "dataset, recovered and run over the next window's end.  Prints per run the "
+                    "state its last checkpoint lists, the checkpoint and state load times and "
+                    "the recovered run's; writes recovery.csv and state_recovery.png to --output.",
         options=("key_counts", "systems", "in_memory_keys", "event_seconds", "rate", "rounds",
                  "state_memory"),
         out="bench-state-recovery", defaults={"systems": ("engine-ft", "engine-ft-spill")},
