@@ -862,6 +862,11 @@ def test_bench_states_figure_sets_each_runs_memory_against_the_budget_plus_64_mi
     assert [line.get_ydata()[0] for line in bx.lines if line.get_linestyle() == "--"] == [80]
     one = state.plot(runs.drop(columns=["start_anon_mb"]))
     assert len(one.axes) == 1
+    import warnings
+
+    with warnings.catch_warnings():  # one key count: bars of one value each, said quietly
+        warnings.simplefilter("error")
+        state.plot(runs[runs["keys"] == 10])
 
 
 def test_an_engine_run_of_bench_state_allocates_from_one_malloc_arena(tiny, tmp_path):

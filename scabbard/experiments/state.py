@@ -351,8 +351,9 @@ def _bars(ax, stats: pd.DataFrame, keys: list, systems: list) -> None:
     x, width = np.arange(len(keys)), 0.8 / max(1, len(systems))
     for j, c in enumerate(systems):
         got = stats.xs(c, level="system").reindex(keys)
-        ax.bar(x + (j - (len(systems) - 1) / 2) * width, got["median"], width, label=LABELS[c],
-               yerr=[got["median"] - got["min"], got["max"] - got["median"]], capsize=2)
+        mid, lo, hi = (got[k].to_numpy() for k in ("median", "min", "max"))
+        ax.bar(x + (j - (len(systems) - 1) / 2) * width, mid, width, label=LABELS[c],
+               yerr=[mid - lo, hi - mid], capsize=2)
     ax.set_xticks(x, [f"{k:,} keys" for k in keys])
 
 
