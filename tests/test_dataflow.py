@@ -449,3 +449,24 @@ def test_a_fault_tolerant_dataflow_stopped_and_recovered_gives_the_failure_free_
     assert all(c is not None for _, c in resumed[1:])
     v = compare(read_output(out), failure_free(q, ds, n), q.schema)
     assert v.ok, v
+
+
+def test_the_partitioned_benchs_figure_draws_each_configurations_median_and_range(tmp_path):
+    """A bar per (assembly, workers) and workload: the rounds' median, their range as the
+    whisker - at one workload too, without a warning (bars of one value each)."""
+    import warnings
+
+    import pandas as pd
+    from matplotlib.container import BarContainer
+
+    from scabbard.experiments import partitioned as exp
+
+    table = pd.DataFrame([{"workload": "SG2", "assembly": a, "workers": 2,
+                           "tuples_per_s": t * 1e6} for a, ts in (("serial", (30, 34, 32)),
+                                                                   (exp.DATAFLOW, (25, 27)))
+                          for t in ts])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = exp.plot(table, str(tmp_path))
+    bars = [c for c in fig.axes[0].containers if isinstance(c, BarContainer)]
+    assert [[b.get_height() for b in c] for c in bars] == [[32.0], [26.0]]

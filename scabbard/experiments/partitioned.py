@@ -224,7 +224,7 @@ def plot(table: pd.DataFrame, output_dir: str | None = None):
     x = np.arange(len(names))
     for k, (a, w) in enumerate(configs):
         g = table[(table["assembly"] == a) & (table["workers"] == w)].groupby("workload")
-        med, lo, hi = (getattr(g["tuples_per_s"], f)().reindex(names) / 1e6
+        med, lo, hi = (getattr(g["tuples_per_s"], f)().reindex(names).to_numpy() / 1e6
                        for f in ("median", "min", "max"))
         ax.bar(x + (k - (len(configs) - 1) / 2) * width, med, width,
                yerr=[med - lo, hi - med], capsize=2, label=f"{a}, {w} worker(s)")
