@@ -131,8 +131,7 @@ class Compacting:
         if s is None or s.compacting is None or not s.compacting[1].done():
             return
         n, fut = s.compacting
-        s.compacting = None
-        self._queued = tuple(j for j in self._queued if j != i)
+        self._unqueue(s, i)
         e = fut.result()  # (a failure - a damaged unit, a full disk - is the engine's)
         s.units = (self.store.write(e) if e is not None else []) + s.units[n:]
         s.base = len(e.pane) if e is not None else 0
@@ -145,11 +144,15 @@ class Compacting:
         if s is None or s.compacting is None:
             return
         if cancel and s.compacting[1].cancel():
-            s.compacting = None
-            self._queued = tuple(j for j in self._queued if j != i)
+            self._unqueue(s, i)
             return
         s.compacting[1].exception()  # (waits; a failure is raised as it is applied)
         self._applied(i)
+
+    def _unqueue(self, s, i: int) -> None:
+        """Spilled partition ``i`` (``s``) has no compaction asked for any more."""
+        s.compacting = None
+        self._queued = tuple(j for j in self._queued if j != i)
 
     def _settle_all(self) -> None:
         for i in list(self.spilled):
