@@ -511,8 +511,9 @@ def plot_recovery(runs: pd.DataFrame, output_dir: str | None = None):
                                 xytext=(4, 4), fontsize=7)
         ax.set_xscale("log")
         ax.minorticks_off()
+        ax.margins(y=0.15)  # (room for the points' labels at the top)
         ax.set_xticks(keys, [_count(k) for k in keys])
         ax.set_xlabel("distinct keys (right: MB the last checkpoint lists)")
         ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=8, loc="upper left")
+    axes[0].legend(fontsize=8, loc="upper left")  # one legend for the three panels
     return finish(fig, output_dir, "state_recovery.png")
