@@ -418,10 +418,11 @@ def recovery(settings: Settings, log=print) -> pd.DataFrame:
         raise FlagError(f"--systems: Darwin's Fig. 2 measures "
                         f"{' and '.join(RECOVERY_SYSTEMS)}, not {', '.join(s.systems)}")
     for keys in s.key_counts:
-        ds = dataset(keys, s, rate_for(keys, s))
-        if rate_for(keys, s) > s.rate:
-            log(f"{keys:>11,} keys  at {rate_for(keys, s):,.0f} tuples/s (a window sees twice "
-                f"as many tuples as keys)")
+        rate = rate_for(keys, s)
+        ds = dataset(keys, s, rate)
+        if rate > s.rate:
+            log(f"{keys:>11,} keys  at {rate:,.0f} tuples/s (a window sees twice as many tuples "
+                f"as keys)")
         row_bytes = partials_schema(Engine(q, ds.tables).plan.branches[0], "x").row_bytes
         stop = max(2, ds.rows // 2 // RECOVERY_BATCH)  # halfway: a window half full
         every = max(1, stop // 8)  # a checkpoint every eighth of the way
