@@ -357,6 +357,15 @@ def test_the_partitioned_bench_runs_the_dataflow_beside_the_engine(tiny, tmp_pat
     flows = [r for r in rows if r["assembly"] == exp.DATAFLOW]
     assert [r["workers"] for r in flows] == [1, 2]
     assert all(r["tuples_per_s"] > 0 and r["result_rows"] > 0 for r in flows)
+    # where the CPU went: the process's a tuple and its cores, every run; the dataflow's
+    # threads apart (the partitions' work is most of the process's)
+    assert all(r["cpu_ns"] > 0 and 0 < r["cores"] for r in rows)
+    assert all(0 < r["partitions_ns"] < r["cpu_ns"] and r["merge_ns"] > 0 for r in flows)
+    assert not any("partitions_ns" in r for r in rows if r["assembly"] == "serial")
+    cpu = exp.parts(pd.DataFrame(rows))
+    assert list(cpu[["assembly", "workers"]].itertuples(index=False, name=None)) == \
+        [("serial", 1), ("serial", 2), (exp.DATAFLOW, 1), (exp.DATAFLOW, 2)]
+    assert cpu["partitions_ns"].isna().tolist() == [True, True, False, False]
     sg1 = exp._measure(queries.get("SG1"), tiny["sg"], "SG1", s, lines.append)
     assert {r["assembly"] for r in sg1} == {"serial"}  # a global aggregate: one group
     assert any("dataflow" in line and "not run" in line for line in lines)
@@ -373,6 +382,24 @@ def test_the_partitioned_bench_keeps_the_median_of_its_rounds_and_their_range():
     assert c["serial_2w_range"] == "40.0-50.0" and c["dataflow_2w_range"] == "30.0-46.0"
     assert c["dataflow_vs_serial_2w"] == pytest.approx(45 / 44)
     assert "serial_2w_range" not in exp.comparison(runs[runs["round"] == 0])
+
+
+def test_the_partitioned_benchs_cpu_table_keeps_each_configurations_medians():
+    from scabbard.experiments import partitioned as exp
+
+    nan = np.nan
+    runs = pd.DataFrame({"workload": ["NQ"] * 6, "assembly": ["serial"] * 3 + ["dataflow"] * 3,
+                         "workers": [2] * 6, "tuples_per_s": [40e6, 44e6, 20e6, 30e6, 34e6, 35e6],
+                         "cpu_ns": [50.0, 52.0, 90.0, 58.0, 62.0, 61.0],
+                         "cores": [1.9, 2.0, 1.2, 1.8, 1.84, 1.5],
+                         "route_ns": [nan] * 3 + [1.0, 2.0, 9.0],
+                         "partitions_ns": [nan] * 3 + [50.0, 54.0, 70.0],
+                         "merge_ns": [nan] * 3 + [4.0, 5.0, 4.5]})
+    t = exp.parts(runs).set_index("assembly")
+    assert t.loc["serial", "M tuples/s"] == 40 and t.loc["dataflow", "M tuples/s"] == 34
+    assert t.loc["serial", "cpu_ns"] == 52 and t.loc["dataflow", "cores"] == 1.8
+    assert t.loc["dataflow", "partitions_ns"] == 54 and t.loc["dataflow", "route_ns"] == 2
+    assert np.isnan(t.loc["serial", "merge_ns"])
 
 
 def test_a_failing_partition_fails_the_run_and_every_thread_ends(tiny, monkeypatch):

@@ -378,15 +378,15 @@ BENCHES = (
                     "over a sliding window; then the paper's queries whose windows are assembled "
                     "sequentially; --rounds runs of each, interleaved.  Prints the median "
                     "throughput (with its runs' min-max), each mode's scaling from 1 to 2 "
-                    "workers and its gain over serial.  Writes results.csv, comparison.csv and "
-                    "partitioned.png to --output.",
+                    "workers, its gain over serial, its CPU a tuple (the dataflow's: routing, "
+                    "partitions, merge) and cores; writes results.csv, comparison.csv, figure.",
         options=("queries", "keys", "rows", "seconds", "scale", "assembly", "rounds"),
         helps={"assembly": "modes measured side by side: the task-parallel engine's assembly "
                            "(serial, partitioned, partitioned:P) and dataflow (PipeFabric's "
                            "partitioned dataflow: the input routed by key to a partition thread "
                            "per worker; queries whose groups cannot be routed are skipped)"},
         out="bench-partitioned",
-        run=tabled("comparison", "partitioned.png"),
+        run=tabled("comparison", "partitioned.png", parts="CPU per input tuple (medians)"),
         output_dir=True),
     Bench(
         "selection", module="pipefabric",

@@ -17,7 +17,10 @@ Two measurements, each in one run, side by side:
   leaves every partition but one idle; Zipf puts most tuples in a few partitions' groups.
 * **queries**: the paper's queries whose assembly is sequential, with 1 and 2 workers.
 
-``run`` returns one tidy row per (workload, assembly, workers); ``plot`` draws the throughput.
+``run`` returns one tidy row per (workload, assembly, workers); ``comparison`` the medians side
+by side; ``parts`` where each configuration's CPU went - the process's CPU per input tuple and
+the cores it kept busy (CPU over wall time) and, for the dataflow, its routing, partitions and
+merge (their threads' CPU); ``plot`` draws the throughput.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from time import perf_counter, process_time
 
 import numpy as np
 import pandas as pd
@@ -128,6 +132,7 @@ def _measure(q: Query, ds: Dataset, workload: str, s: Settings, log) -> list[dic
     for r in range(s.rounds):
         at = r % len(configs)
         for mode, w in configs[at:] + configs[:at]:
+            cpu, wall = process_time(), perf_counter()
             if mode == DATAFLOW:
                 row = _dataflow(q, ds, w, s)
             else:
@@ -136,6 +141,11 @@ def _measure(q: Query, ds: Dataset, workload: str, s: Settings, log) -> list[dic
                 m = rep.summary
                 row = {"tuples_per_s": m.tuples_per_s, "result_rows": m.result_rows,
                        "batch_rows": rep.batch_rows, "seconds": round(m.seconds, 3)}
+            cpu, wall = process_time() - cpu, perf_counter() - wall
+            tuples = row["tuples_per_s"] * row["seconds"]
+            row.update(cpu_ns=cpu / max(tuples, 1) * 1e9, cores=cpu / max(wall, 1e-9))
+            row.update({f"{k}_ns": v / max(tuples, 1) * 1e9
+                        for k, v in row.pop("cpu_s", {}).items()})
             rows.append({"workload": workload, "assembly": mode, "workers": w, "round": r,
                          **row})
             log(f"{workload:12s} {mode:14s} {w} worker(s) "
@@ -166,7 +176,9 @@ def _dataflow(q: Query, ds: Dataset, parts: int, s: Settings) -> dict:
     source = flow.source(ds, Replay(duration=s.seconds))
     r = flow.run(source)
     return {"tuples_per_s": r.tuples_per_s, "result_rows": r.result_rows,
-            "batch_rows": source.batch_rows, "seconds": round(r.seconds, 3)}
+            "batch_rows": source.batch_rows, "seconds": round(r.seconds, 3),
+            "cpu_s": {"route": r.cpu.route, "partitions": sum(r.cpu.partitions),
+                      "merge": r.cpu.merge}}
 
 
 def run(settings: Settings, log=print) -> pd.DataFrame:
@@ -210,6 +222,24 @@ def comparison(table: pd.DataFrame) -> pd.DataFrame:
             if f"{a}_{w}w_Mtps" in out and f"{modes[0]}_{w}w_Mtps" in out:
                 out[f"{a}_vs_{modes[0]}_{w}w"] = out[f"{a}_{w}w_Mtps"] / out[f"{modes[0]}_{w}w_Mtps"]
     return out
+
+
+# where a configuration's CPU went, per input tuple (``parts``): the process's, and the
+# dataflow's threads'
+CPU_PARTS = ("cpu_ns", "cores", "route_ns", "partitions_ns", "merge_ns")
+
+
+def parts(table: pd.DataFrame) -> pd.DataFrame:
+    """Per workload, assembly and worker count, the medians of the runs' CPU per input tuple
+    (ns, the whole process), the cores the run kept busy and, for the dataflow, its threads'
+    CPU per input tuple: the dispatcher's routing, the partitions' (all of them) and the
+    merge's.  A configuration that scales less than its CPU grows spent more CPU a tuple, or
+    left cores idle: which of the two, this says."""
+    cols = [c for c in CPU_PARTS if c in table]
+    out = table.groupby(["workload", "assembly", "workers"], sort=False)[cols].median()
+    out.insert(0, "M tuples/s", table.groupby(["workload", "assembly", "workers"],
+                                              sort=False)["tuples_per_s"].median() / 1e6)
+    return out.reset_index()
 
 
 def plot(table: pd.DataFrame, output_dir: str | None = None):
