@@ -359,7 +359,7 @@ def test_the_partitioned_bench_runs_the_dataflow_beside_the_engine(tiny, tmp_pat
     assert all(r["tuples_per_s"] > 0 and r["result_rows"] > 0 for r in flows)
     # where the CPU went: the process's a tuple and its cores, every run; the dataflow's
     # threads apart (the partitions' work is most of the process's)
-    assert all(r["cpu_ns"] > 0 and 0 < r["cores"] for r in rows)
+    assert all(r["cpu_ns"] > 0 and r["cores"] > 0 for r in rows)
     assert all(0 < r["partitions_ns"] < r["cpu_ns"] and r["merge_ns"] > 0 for r in flows)
     assert not any("partitions_ns" in r for r in rows if r["assembly"] == "serial")
     cpu = exp.parts(pd.DataFrame(rows))
