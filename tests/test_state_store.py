@@ -130,6 +130,29 @@ def _assert_holds_every_share(a, share, times: int, i: int = 0) -> None:
     assert (got.cnt[np.argsort(got.keys[:, 0])] == want).all()
 
 
+def test_a_spill_read_has_its_units_in_flight_together_and_returns_them_in_order(
+        tiny, tmp_path, monkeypatch):
+    """Many small units read back: the rows of every unit, in the order asked (not the
+    order written), in as few storage reads as READ_BYTES allows - not one a unit."""
+    from scabbard.ft import spillstore
+
+    a, share = _spilled_darwin_partition(tiny, tmp_path)
+    store = a.store
+    written = []
+    for k in range(40):  # 40 units of 50 rows, each with its own pane
+        e = share.slice(0, 50)
+        written += store.write(type(e)(e.pane + k, e.keys, e.cnt, e.ints, e.floats))
+    calls = []
+    load = store.bm.load_ranges
+    monkeypatch.setattr(store.bm, "load_ranges", lambda ranges, *a, **k: (
+        calls.append(len(ranges)), load(ranges, *a, **k))[1])
+    monkeypatch.setattr(spillstore, "READ_BYTES", 10 * 50 * store.schema.row_bytes)
+    wanted = written[20:] + written[:20]
+    got = store.read(wanted)
+    assert got.pane.tolist() == [10 + k for k in [*range(20, 40), *range(20)] for _ in range(50)]
+    assert calls == [10, 10, 10, 10]  # ten units (READ_BYTES) a read, not one
+
+
 def test_a_spilled_partitions_units_are_compacted_to_a_few_times_its_groups(tiny, tmp_path):
     """Shares of the same 500 keys spilled unit after unit (a share a unit, on disk): once a
     partition's units hold COMPACT times the rows they held when last written whole, they are
