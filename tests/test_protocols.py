@@ -157,6 +157,42 @@ def test_a_record_marked_damaged_stays_marked_until_gc_removes_both(tmp_path):
     c.stop()
 
 
+def test_two_readers_marking_one_records_damage_at_once_keep_the_first_reason(tmp_path):
+    """A recovery's read-ahead and its verification find the same damaged unit together:
+    the second mark, made while the first one's file is being renamed into place, neither
+    fails (both wrote the one temporary file: the second rename found it gone) nor replaces
+    the first one's reason."""
+    import threading
+
+    from scabbard.storage.fileio import FileIO
+
+    first_renaming, second_done = threading.Event(), threading.Event()
+
+    class Pausing(FileIO):  # the first mark's rename waits for the second mark
+        def replace(self, src, dst):
+            if not first_renaming.is_set():
+                first_renaming.set()
+                second_done.wait(timeout=2)  # (with the mark serialised it never comes)
+            super().replace(src, dst)
+
+    store = CheckpointStore(tmp_path / "ck", io=Pausing())
+    errors = []
+
+    def second():
+        first_renaming.wait()
+        try:
+            store.mark_damaged(7, "found by the verification")
+        except Exception as e:  # noqa: BLE001 - the failure is what is checked
+            errors.append(e)
+        second_done.set()
+
+    t = threading.Thread(target=second)
+    t.start()
+    store.mark_damaged(7, "found by the read-ahead")
+    t.join()
+    assert errors == [] and store.damaged(7) == "found by the read-ahead"
+
+
 def test_damage_found_behind_a_run_is_found_through_the_errors_that_wrap_it():
     cause = DamagedCheckpoint(12, "checksum mismatch")
     assert str(cause) == "checkpoint 12's state is damaged (checksum mismatch)"

@@ -172,6 +172,7 @@ class CheckpointStore:
         if fresh and durability.flush:
             io.fsync_dir(self.path.parent)
         self.keep = keep
+        self._marking = threading.Lock()  # (two readers may find one record's damage at once)
 
     def _file(self, cid: int) -> Path:
         return self.path / f"ckpt-{cid:08d}.json"
@@ -206,8 +207,14 @@ class CheckpointStore:
     def mark_damaged(self, cid: int, why: str) -> None:
         """Record ``cid`` is not to be recovered from again (a recovery found its state
         damaged after resuming from it): a file beside it, written durably - the record
-        itself stays (the sink's committed epochs are named by the newest record)."""
-        write_atomic(self.io, self._damage_file(cid), why.encode(), self.durability)
+        itself stays (the sink's committed epochs are named by the newest record).  Once:
+        a second reader finding the same damage (the recovery's read-ahead, its compaction
+        and its verification read the same units) keeps the first one's reason - both
+        writing the one temporary file, the second's rename found it gone."""
+        with self._marking:
+            if self._damage_file(cid).exists():
+                return
+            write_atomic(self.io, self._damage_file(cid), why.encode(), self.durability)
 
     def damaged(self, cid: int) -> str | None:
         """Why record ``cid`` was marked damaged, or None."""
