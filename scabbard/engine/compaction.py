@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from scabbard.engine.assembly import combine_partials
-from scabbard.engine.tasks import Edges
+from scabbard.engine.tasks import Edges, unit_runs
 
 # a spilled partition's units are compacted (read back, combined per (pane, group), written
 # again) once they hold this many times the rows they held when last written whole
@@ -111,12 +111,7 @@ class Compacting:
         compaction's threads."""
         most = max(GATHER * max(base, self.unit_rows),
                    self.unit_rows * (self.budget // 2) // self.unit_bytes)
-        runs, rows = [[]], 0
-        for first, end in units:
-            if rows >= most:
-                runs, rows = [*runs, []], 0
-            runs[-1].append((first, end))
-            rows += end - first
+        runs = unit_runs(units, most) or [[]]  # (no unit: the waiting shares alone)
         acc = None
         for k, run in enumerate(runs):  # (the waiting shares with the last run)
             pieces = [acc, self.store.read(run) if run else None,

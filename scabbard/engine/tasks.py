@@ -151,6 +151,20 @@ def merge_by_pane(parts: list[Edges], key_width: int, ints: int, floats: int) ->
     return e
 
 
+def unit_runs(units: list[tuple[int, int]], rows: int) -> list[list[tuple[int, int]]]:
+    """Offset ranges of stored units, in order, in runs of consecutive ones: a run closed once
+    it holds ``rows`` rows or more (what a spilled partition's reload or compaction reads at
+    once, :meth:`~scabbard.engine.compaction.Compacting._gather`; what a spill read has in
+    flight together, :meth:`scabbard.ft.spillstore.DiskSpill.read`)."""
+    runs, n = [[]], 0
+    for first, end in units:
+        if n >= rows:
+            runs, n = [*runs, []], 0
+        runs[-1].append((first, end))
+        n += end - first
+    return runs if runs[0] else []
+
+
 def front_outputs(n: int, k: int, ni: int, nf: int) -> tuple[np.ndarray, ...]:
     """Room for a front kernel's output of ``n`` rows: timestamps, ``k`` key words, ``ni``
     int and ``nf`` float aggregate inputs per row."""

@@ -139,13 +139,13 @@ def _measure(q: Query, ds: Dataset, workload: str, s: Settings, log) -> list[dic
                 rep = run_query(q, ds, NullSink(), EngineConfig(workers=w, assembly=mode),
                                 replay=Replay(duration=s.seconds))
                 m = rep.summary
-                row = {"tuples_per_s": m.tuples_per_s, "result_rows": m.result_rows,
-                       "batch_rows": rep.batch_rows, "seconds": round(m.seconds, 3)}
+                row = {"tuples": m.tuples, "tuples_per_s": m.tuples_per_s,
+                       "result_rows": m.result_rows, "batch_rows": rep.batch_rows,
+                       "seconds": round(m.seconds, 3)}
             cpu, wall = process_time() - cpu, perf_counter() - wall
-            tuples = row["tuples_per_s"] * row["seconds"]
-            row.update(cpu_ns=cpu / max(tuples, 1) * 1e9, cores=cpu / max(wall, 1e-9))
-            row.update({f"{k}_ns": v / max(tuples, 1) * 1e9
-                        for k, v in row.pop("cpu_s", {}).items()})
+            per = 1e9 / max(row["tuples"], 1)  # ns a tuple from seconds
+            row.update(cpu_ns=cpu * per, cores=cpu / max(wall, 1e-9))
+            row.update({f"{k}_ns": v * per for k, v in row.pop("cpu_s", {}).items()})
             rows.append({"workload": workload, "assembly": mode, "workers": w, "round": r,
                          **row})
             log(f"{workload:12s} {mode:14s} {w} worker(s) "
@@ -175,7 +175,7 @@ def _dataflow(q: Query, ds: Dataset, parts: int, s: Settings) -> dict:
     flow = PartitionedDataflow(q, ds, parts)
     source = flow.source(ds, Replay(duration=s.seconds))
     r = flow.run(source)
-    return {"tuples_per_s": r.tuples_per_s, "result_rows": r.result_rows,
+    return {"tuples": r.tuples, "tuples_per_s": r.tuples_per_s, "result_rows": r.result_rows,
             "batch_rows": source.batch_rows, "seconds": round(r.seconds, 3),
             "cpu_s": {"route": r.cpu.route, "partitions": sum(r.cpu.partitions),
                       "merge": r.cpu.merge}}

@@ -28,7 +28,7 @@ import numpy as np
 
 from scabbard import faults
 from scabbard.batch import Batch
-from scabbard.engine.tasks import Edges, edges_columns, partials_schema
+from scabbard.engine.tasks import Edges, edges_columns, partials_schema, unit_runs
 from scabbard.pog.checkpoint import DamagedCheckpoint
 from scabbard.storage import BlockManager, StorageConfig
 from scabbard.storage.errors import CorruptSegment, TrimmedError
@@ -114,7 +114,7 @@ class DiskSpill:
             return e
         self.bm.flush(self.sid)  # every unit acknowledged before it is read
         at = nbytes = 0
-        for group in _groups(ranges, max(1, READ_BYTES // self.schema.row_bytes)):
+        for group in unit_runs(ranges, max(1, READ_BYTES // self.schema.row_bytes)):
             for batches in self.bm.load_ranges([(self.sid, first, end) for first, end in group]):
                 for x in batches:
                     n = len(x)
@@ -165,20 +165,6 @@ def disk_spill(parent: str | Path | None = None):
     """``EngineConfig(spill=...)``: each window operator's spilled state in a scratch folder
     under ``parent`` (default: the system's temporary folder)."""
     return lambda branch: DiskSpill(branch, parent)
-
-
-def _groups(ranges: list[tuple[int, int]], rows: int):
-    """``ranges`` in order, in groups of consecutive ranges of at most ``rows`` rows (a range
-    larger than that alone)."""
-    group, n = [], 0
-    for r in ranges:
-        if group and n + (r[1] - r[0]) > rows:
-            yield group
-            group, n = [], 0
-        group.append(r)
-        n += r[1] - r[0]
-    if group:
-        yield group
 
 
 def _fill(e: Edges, at: int, cols, k: int, ni: int) -> None:
